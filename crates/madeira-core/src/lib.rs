@@ -1,0 +1,19 @@
+//! Pure core of Madeira: the validated flow model, the flow-spec parser and validator,
+//! the node/run state machine (one transition table), dependency rules, the run
+//! planner and the retry policy. No I/O, no async runtime: everything here is a
+//! function of its inputs, so it is property-tested in isolation.
+
+pub mod expr;
+pub mod model;
+pub mod plan;
+pub mod retry;
+pub mod spec;
+pub mod state;
+
+pub use model::{
+    ConcurrencyDef, DepKind, ExecutorDef, FlowDef, ManualDef, Need, NodeAction, NodeDef,
+    OnOverlap, TriggerDef,
+};
+// pub use plan::{Action, Command, NodeChange, NodeRt, Plan, PlanCtx, Refusal, RunChange, RunSnapshot};
+pub use retry::RetryPolicy;
+pub use state::{Cause, NodeState, RunCause, RunState};

@@ -1,0 +1,200 @@
+//! The validated flow model: what a flow YAML becomes once `spec` accepted it.
+//! Nodes are addressed by index (`usize`) in `FlowDef::nodes`; edges are resolved,
+//! the DAG is known to be acyclic and `topo` holds a topological order.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::expr::Condition;
+use crate::retry::RetryPolicy;
+
+/// A validated flow definition (one version of it).
+#[derive(Debug, Clone)]
+pub struct FlowDef {
+    pub name: String,
+    pub description: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub triggers: Vec<TriggerDef>,
+    pub concurrency: ConcurrencyDef,
+    /// Manual/event trigger rate limit: at most `count` per `per`.
+    pub rate_limit: Option<RateLimitDef>,
+    pub routing: Option<RoutingDef>,
+    /// Observe-only flow (wrapped crontab line): never dispatched, only recorded.
+    pub observe: bool,
+    pub nodes: Vec<NodeDef>,
+    /// Downstream edges per node: `(downstream index, kind)`.
+    pub downstream: Vec<Vec<(usize, DepKind)>>,
+    /// A topological order of node indexes.
+    pub topo: Vec<usize>,
+}
+
+impl FlowDef {
+    /// Index of the node named `id`.
+    pub fn node_index(&self, id: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.id == id)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum TriggerDef {
+    Cron(CronTriggerDef),
+    Event { event: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct CronTriggerDef {
+    /// The expression as written (5 or 6 fields, or an `@daily`-style alias).
+    pub expr: String,
+    /// IANA timezone name; `UTC` when not given.
+    pub timezone: String,
+    pub misfire: Misfire,
+    pub jitter: Duration,
+    /// How late a run of an observed job may start before it counts as missed.
+    pub grace: Option<Duration>,
+    /// How far back `run_all` catches up after downtime.
+    pub catchup_window: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Misfire {
+    Skip,
+    RunOnce,
+    RunAll,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConcurrencyDef {
+    pub max_active_runs: u32,
+    pub on_overlap: OnOverlap,
+}
+
+impl Default for ConcurrencyDef {
+    fn default() -> Self {
+        Self { max_active_runs: 0, on_overlap: OnOverlap::Queue }
+    }
+}
+
+/// What a trigger does when `max_active_runs` runs are already active.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnOverlap {
+    Queue,
+    Skip,
+    CancelPrevious,
+}
+
+impl OnOverlap {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnOverlap::Queue => "queue",
+            OnOverlap::Skip => "skip",
+            OnOverlap::CancelPrevious => "cancel_previous",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimitDef {
+    pub count: u32,
+    pub per: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct RoutingDef {
+    pub default: u32,
+    pub rules: Vec<RoutingRule>,
+}
+
+#[derive(Debug, Clone)]
+pub struct RoutingRule {
+    pub when: Condition,
+    pub version: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeDef {
+    pub id: String,
+    pub needs: Vec<Need>,
+    pub when: Option<Condition>,
+    pub action: NodeAction,
+    pub timeout: Duration,
+    pub retry: RetryPolicy,
+    pub throttle: Option<ThrottleDef>,
+}
+
+impl NodeDef {
+    pub fn is_manual(&self) -> bool {
+        matches!(self.action, NodeAction::Manual(_))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Need {
+    pub upstream: usize,
+    pub kind: DepKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DepKind {
+    /// Runs only if the upstream ended SUCCESS.
+    Strong,
+    /// Runs once the upstream is terminal, whatever its outcome.
+    Weak,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThrottleDef {
+    pub max_permits: u32,
+    pub queue_size: u32,
+}
+
+#[derive(Debug, Clone)]
+pub enum NodeAction {
+    Run(ExecutorDef),
+    Manual(ManualDef),
+}
+
+#[derive(Debug, Clone)]
+pub struct ManualDef {
+    pub prompt: String,
+    pub alert_after: Option<Duration>,
+    pub fallback_after: Option<Duration>,
+    pub fallback: Option<ExecutorDef>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExecutorDef {
+    Builtin(BuiltinDef),
+    Http(HttpDef),
+    Sidecar(SidecarDef),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BuiltinDef {
+    pub kind: BuiltinKind,
+    /// Become the node's outputs on success.
+    pub outputs: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum BuiltinKind {
+    Noop,
+    Sleep(Duration),
+    /// Fails with `message`; when `times` is set, only the first `times` attempts
+    /// fail and later ones succeed (for demos and tests of retries).
+    Fail { message: String, times: Option<u32> },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpDef {
+    pub url: String,
+    pub method: String,
+    pub headers: BTreeMap<String, String>,
+    pub body: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SidecarDef {
+    pub group: String,
+    pub job: String,
+    pub shards: u32,
+}
