@@ -14,6 +14,6 @@ pub use model::{
     ConcurrencyDef, DepKind, ExecutorDef, FlowDef, ManualDef, Need, NodeAction, NodeDef,
     OnOverlap, TriggerDef,
 };
-// pub use plan::{Action, Command, NodeChange, NodeRt, Plan, PlanCtx, Refusal, RunChange, RunSnapshot};
+pub use plan::{Action, Command, NodeChange, NodeRt, Plan, PlanCtx, Refusal, RunChange, RunSnapshot};
 pub use retry::RetryPolicy;
 pub use state::{Cause, NodeState, RunCause, RunState};
