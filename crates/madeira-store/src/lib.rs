@@ -1,1 +1,67 @@
-//! placeholder
+//! Durable state of Madeira. The engine and server see only the `Store` trait;
+//! each backend lives in its own module (`sqlite` now). `commit` is the single exit
+//! of SPEC §3: node/run state rows and their transition records are written in one
+//! database transaction, batched (group commit) by the engine.
+
+mod records;
+pub mod sqlite;
+
+use async_trait::async_trait;
+
+pub use records::*;
+
+/// Errors of the store, with the entity they concern.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("bad store url `{url}`: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("corrupt row in {table}: {detail}")]
+    Corrupt { table: &'static str, detail: String },
+    #[error("flow {0} not found")]
+    FlowNotFound(String),
+    #[error("refused by state machine: {0}")]
+    Refused(String),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Everything Madeira keeps. One implementation per backend.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Stores `source` as a new version of `name` unless it equals the latest one.
+    async fn put_flow(&self, name: &str, source: &str, content_hash: &str, now_ms: i64)
+    -> Result<PutFlow>;
+    async fn get_flow(&self, name: &str) -> Result<Option<FlowRecord>>;
+    async fn list_flows(&self) -> Result<Vec<FlowRecord>>;
+    async fn flow_version(&self, name: &str, version: u32) -> Result<Option<FlowVersion>>;
+    async fn set_paused(&self, name: &str, paused: bool, now_ms: i64) -> Result<bool>;
+
+    /// Creates a run (QUEUED, or RUNNING when `max_active_runs` leaves room) with
+    /// its node rows, honouring the idempotency key and `on_overlap` in one
+    /// transaction.
+    async fn create_run(&self, run: &NewRun) -> Result<CreateOutcome>;
+    /// Starts the oldest QUEUED run of `flow` if `max_active_runs` leaves room.
+    async fn promote_queued(&self, flow: &str, max_active_runs: u32, now_ms: i64)
+    -> Result<Option<String>>;
+    /// Writes a batch of state changes and their records in one transaction.
+    async fn commit(&self, batch: &Batch) -> Result<()>;
+
+    async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>>;
+    /// Ids of runs that are QUEUED or RUNNING (for recovery).
+    async fn unfinished_runs(&self) -> Result<Vec<String>>;
+    async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRow>>;
+    async fn transitions(&self, run_id: &str) -> Result<Vec<TransitionRecord>>;
+
+    async fn put_log(&self, log: &LogRecord) -> Result<()>;
+    async fn logs(&self, run_id: &str, node: &str) -> Result<Vec<LogRecord>>;
+
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>>;
+
+    /// Deletes up to `batch` finished runs (and everything about them) finished
+    /// before `before_ms`, and audit rows older than it. Returns runs deleted.
+    async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64>;
+}

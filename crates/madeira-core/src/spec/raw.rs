@@ -1,0 +1,212 @@
+//! The flow file as written: serde structs that mirror the YAML (unknown fields denied),
+//! with `Spanned` values so the validator can name the line of every mistake. Numbers
+//! are read as `i64`/`f64` and enumerations as strings, so a negative limit or a typo
+//! in `on_overlap` becomes a validation error that says how to fix it, not a serde one.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde_saphyr::Spanned;
+
+pub(crate) type Span<T> = Spanned<T>;
+pub(crate) type Json = serde_json::Value;
+
+/// Top level of a flow file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFlow {
+    pub flow: Option<Span<String>>,
+    pub description: Option<String>,
+    pub labels: Option<BTreeMap<String, String>>,
+    pub triggers: Option<Vec<Span<RawTrigger>>>,
+    pub concurrency: Option<Span<RawConcurrency>>,
+    pub rate_limit: Option<Span<String>>,
+    pub routing: Option<Span<RawRouting>>,
+    pub observe: Option<bool>,
+    pub defaults: Option<Span<RawDefaults>>,
+    pub nodes: Option<Span<Ordered<Span<String>, Span<Option<RawNode>>>>>,
+}
+
+/// `{cron, timezone, misfire, jitter, grace, catchup_window}` or `{event}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTrigger {
+    pub cron: Option<Span<String>>,
+    pub timezone: Option<Span<String>>,
+    pub misfire: Option<Span<String>>,
+    pub jitter: Option<Span<String>>,
+    pub grace: Option<Span<String>>,
+    pub catchup_window: Option<Span<String>>,
+    pub event: Option<Span<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConcurrency {
+    pub max_active_runs: Option<Span<i64>>,
+    pub on_overlap: Option<Span<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRouting {
+    pub default: Option<Span<i64>>,
+    pub rules: Option<Vec<Span<RawRoutingRule>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRoutingRule {
+    pub when: Option<Span<String>>,
+    pub version: Option<Span<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDefaults {
+    pub timeout: Option<Span<String>>,
+    pub retry: Option<Span<RawRetry>>,
+}
+
+/// Every field optional: node retry overrides `defaults.retry` field by field.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRetry {
+    pub attempts: Option<Span<i64>>,
+    pub backoff: Option<Span<String>>,
+    pub factor: Option<Span<f64>>,
+    pub max_backoff: Option<Span<String>>,
+    pub jitter: Option<Span<String>>,
+    pub no_retry_exit_codes: Option<Vec<Span<i64>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNode {
+    pub needs: Option<Vec<Span<RawNeed>>>,
+    pub when: Option<Span<String>>,
+    pub run: Option<Span<RawExecutor>>,
+    pub manual: Option<Span<RawManual>>,
+    pub timeout: Option<Span<String>>,
+    pub retry: Option<Span<RawRetry>>,
+    pub throttle: Option<Span<RawThrottle>>,
+}
+
+/// One executor: exactly one of `builtin`, `http`, `sidecar`; the other fields
+/// belong to `builtin`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawExecutor {
+    pub builtin: Option<Span<String>>,
+    #[serde(rename = "for")]
+    pub for_: Option<Span<String>>,
+    pub message: Option<String>,
+    pub times: Option<Span<i64>>,
+    pub outputs: Option<serde_json::Map<String, Json>>,
+    pub http: Option<Span<RawHttp>>,
+    pub sidecar: Option<Span<RawSidecar>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHttp {
+    pub url: Option<Span<String>>,
+    pub method: Option<Span<String>>,
+    pub headers: Option<BTreeMap<String, String>>,
+    pub body: Option<Json>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSidecar {
+    pub group: Option<Span<String>>,
+    pub job: Option<Span<String>>,
+    pub shards: Option<Span<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawManual {
+    pub prompt: Option<String>,
+    pub alert_after: Option<Span<String>>,
+    pub fallback_after: Option<Span<String>>,
+    pub fallback: Option<Span<RawExecutor>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawThrottle {
+    pub max_permits: Option<Span<i64>>,
+    pub queue_size: Option<Span<i64>>,
+}
+
+/// A `needs` entry: a node name (strong), or `{node, kind}`.
+#[derive(Debug)]
+pub(crate) enum RawNeed {
+    Name(String),
+    Full { node: Option<String>, kind: Option<String> },
+}
+
+impl<'de> Deserialize<'de> for RawNeed {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(NeedVisitor)
+    }
+}
+
+struct NeedVisitor;
+
+impl<'de> Visitor<'de> for NeedVisitor {
+    type Value = RawNeed;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a node name or {node: NAME, kind: strong|weak}")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<RawNeed, E> {
+        Ok(RawNeed::Name(v.to_string()))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawNeed, A::Error> {
+        const FIELDS: &[&str] = &["node", "kind"];
+        let (mut node, mut kind) = (None, None);
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "node" => node = Some(map.next_value()?),
+                "kind" => kind = Some(map.next_value()?),
+                other => return Err(de::Error::unknown_field(other, FIELDS)),
+            }
+        }
+        Ok(RawNeed::Full { node, kind })
+    }
+}
+
+/// A YAML mapping read in file order (a `BTreeMap` would sort the nodes).
+#[derive(Debug)]
+pub(crate) struct Ordered<K, V>(pub Vec<(K, V)>);
+
+impl<'de, K: Deserialize<'de>, V: Deserialize<'de>> Deserialize<'de> for Ordered<K, V> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(OrderedVisitor(PhantomData))
+    }
+}
+
+struct OrderedVisitor<K, V>(PhantomData<(K, V)>);
+
+impl<'de, K: Deserialize<'de>, V: Deserialize<'de>> Visitor<'de> for OrderedVisitor<K, V> {
+    type Value = Ordered<K, V>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a mapping")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(entry) = map.next_entry()? {
+            entries.push(entry);
+        }
+        Ok(Ordered(entries))
+    }
+}

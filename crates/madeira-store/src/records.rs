@@ -1,0 +1,207 @@
+//! Rows and write batches exchanged with a store.
+
+use madeira_core::{NodeState, RunState};
+use serde::Serialize;
+use serde_json::{Map, Value as Json};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutFlow {
+    pub version: u32,
+    /// False when the content equalled the latest version.
+    pub created: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FlowRecord {
+    pub name: String,
+    pub latest_version: u32,
+    pub paused: bool,
+    pub source: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct FlowVersion {
+    pub flow: String,
+    pub version: u32,
+    pub source: String,
+    pub content_hash: String,
+    pub created_at: i64,
+}
+
+/// What `create_run` should do when the flow already has `max_active_runs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlap {
+    Queue,
+    Skip,
+    CancelPrevious,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    pub id: String,
+    pub flow: String,
+    pub version: u32,
+    pub params: Json,
+    pub idempotency_key: Option<String>,
+    pub trigger: String,
+    pub node_names: Vec<String>,
+    /// 0 = unlimited.
+    pub max_active_runs: u32,
+    pub overlap: Overlap,
+    pub actor: String,
+    pub now_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateOutcome {
+    Created { run_id: String, state: RunState, cancel_previous: Vec<String> },
+    /// The idempotency key already made this run.
+    Existing { run_id: String, version: u32 },
+    /// `on_overlap: skip` and the flow is at `max_active_runs`.
+    Skipped { active: Vec<String> },
+}
+
+/// A node row as written and read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeRow {
+    pub run_id: String,
+    pub idx: u32,
+    pub node: String,
+    pub state: NodeState,
+    pub reason: Option<String>,
+    pub attempt: u32,
+    pub series_start: u32,
+    pub data_version: u32,
+    pub outputs: Map<String, Json>,
+    pub reads: Vec<(usize, u32)>,
+    pub stale: bool,
+    pub fallback: bool,
+    pub next_attempt_at: Option<i64>,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRow {
+    pub id: String,
+    pub flow: String,
+    pub version: u32,
+    pub state: String,
+    pub params: Json,
+    pub idempotency_key: Option<String>,
+    pub trigger: String,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoredRun {
+    pub run: RunRow,
+    pub nodes: Vec<NodeRow>,
+    pub attempts: Vec<AttemptRecord>,
+}
+
+/// Update of a run's state columns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunWrite {
+    pub run_id: String,
+    pub state: RunState,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TransitionRecord {
+    pub run_id: String,
+    /// `None` for a run-level transition.
+    pub node: Option<String>,
+    pub from: String,
+    pub to: String,
+    pub cause: String,
+    pub actor: String,
+    pub attempt: u32,
+    pub reason: Option<String>,
+    pub at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputWrite {
+    pub run_id: String,
+    pub node: String,
+    pub data_version: u32,
+    pub key: String,
+    pub value: Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptRecord {
+    pub run_id: String,
+    pub node: String,
+    pub attempt: u32,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    /// SUCCESS, FAILED, RETRYABLE or ABORTED once finished.
+    pub outcome: Option<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditRecord {
+    pub at: i64,
+    pub actor: String,
+    pub action: String,
+    pub run_id: Option<String>,
+    pub node: Option<String>,
+    pub reason: Option<String>,
+    pub details: Option<Json>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LogRecord {
+    pub run_id: String,
+    pub node: String,
+    pub attempt: u32,
+    pub content: String,
+}
+
+/// One group commit: everything in it is durable together, or nothing is.
+#[derive(Debug, Clone, Default)]
+pub struct Batch {
+    pub runs: Vec<RunWrite>,
+    pub nodes: Vec<NodeRow>,
+    pub transitions: Vec<TransitionRecord>,
+    pub outputs: Vec<OutputWrite>,
+    pub attempts: Vec<AttemptRecord>,
+    pub audit: Vec<AuditRecord>,
+}
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+            && self.nodes.is_empty()
+            && self.transitions.is_empty()
+            && self.outputs.is_empty()
+            && self.attempts.is_empty()
+            && self.audit.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunQuery {
+    pub flow: Option<String>,
+    pub state: Option<String>,
+    /// Only runs with an id smaller than this (the previous page's last id).
+    pub before: Option<String>,
+    pub limit: u32,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AuditQuery {
+    pub run_id: Option<String>,
+    pub actor: Option<String>,
+    pub since_ms: Option<i64>,
+    pub limit: u32,
+}
