@@ -1,1 +1,121 @@
-//! placeholder
+//! Madeira's engine: the one writer of run state. Commands (triggers, executor
+//! results, timers, operator actions) arrive on a channel; the loop applies each to
+//! the run's snapshot with the core planner, group-commits every resulting
+//! transition in one store transaction, and only then acts (starts attempts, arms
+//! timers, answers callers). Recovery on start resumes every unfinished run.
+
+mod clock;
+mod engine_loop;
+mod envelope;
+pub mod executor;
+mod flows;
+mod handle;
+mod record;
+mod retention;
+mod snapshot;
+mod stats;
+mod throttle;
+mod timers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use madeira_store::Store;
+use tokio::sync::{broadcast, mpsc};
+
+pub use clock::now_ms;
+pub use engine_loop::Engine;
+pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};
+pub use flows::{ApplyOutcome, FlowCache};
+pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, TriggerRequest};
+pub use stats::{EngineStats, StatsSnapshot};
+
+/// Engine settings (from the server config).
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Most commands applied in one group commit.
+    pub batch_max: usize,
+    /// Finished runs older than this are pruned.
+    pub retention: Duration,
+    /// How often the retention sweep and the safety-net reconcile run.
+    pub sweep_every: Duration,
+    /// Largest outputs object an attempt may produce, in bytes of JSON.
+    pub max_output_bytes: usize,
+    pub http: HttpPolicy,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            batch_max: 1024,
+            retention: Duration::from_secs(30 * 24 * 3600),
+            sweep_every: Duration::from_secs(60),
+            max_output_bytes: 64 * 1024,
+            http: HttpPolicy::default(),
+        }
+    }
+}
+
+/// Errors the engine answers callers with.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] madeira_store::StoreError),
+    #[error("flow {0} not found")]
+    FlowNotFound(String),
+    #[error("flow {flow} version {version} not found")]
+    VersionNotFound { flow: String, version: u32 },
+    #[error("run {0} not found")]
+    RunNotFound(String),
+    #[error("run {run}: node {node} not found")]
+    NodeNotFound { run: String, node: String },
+    #[error("{0}")]
+    Invalid(#[from] madeira_core::spec::SpecErrors),
+    #[error("flow {flow}: the stored version {version} no longer parses: {message}")]
+    BadStoredFlow { flow: String, version: u32, message: String },
+    #[error("run {run}: {refusal}")]
+    Refused { run: String, refusal: madeira_core::Refusal },
+    #[error("flow {flow} already has {active} active run(s) and on_overlap is skip")]
+    OverlapSkipped { flow: String, active: usize },
+    #[error("flow {0} is observe-only: its runs are reported by `madeira exec`, never dispatched")]
+    ObserveOnly(String),
+    #[error("flow {flow}: routing: {message}")]
+    Routing { flow: String, message: String },
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+}
+
+/// A state change, broadcast to live viewers (demo, `--wait`, tests).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunEvent {
+    pub run_id: String,
+    pub flow: String,
+    /// `None` for a run-level change.
+    pub node: Option<String>,
+    pub from: String,
+    pub to: String,
+    pub cause: String,
+    pub attempt: u32,
+    pub reason: Option<String>,
+    pub at_ms: i64,
+}
+
+/// Builds the engine and its handle. Run the engine with `Engine::run`.
+pub fn build(store: Arc<dyn Store>, executors: Executors, options: EngineOptions) -> (Engine, EngineHandle) {
+    let (tx, rx) = mpsc::channel(65_536);
+    let (events, _) = broadcast::channel(16_384);
+    let flows = FlowCache::default();
+    let stats = Arc::new(EngineStats::default());
+    let handle = EngineHandle::new(tx.clone(), store.clone(), flows.clone(), events.clone(), stats.clone());
+    let engine = Engine::new(engine_loop::Parts {
+        store,
+        executors: Arc::new(executors),
+        options,
+        rx,
+        tx,
+        flows,
+        events,
+        stats,
+    });
+    (engine, handle)
+}

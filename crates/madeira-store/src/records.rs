@@ -176,6 +176,7 @@ pub struct Batch {
     pub outputs: Vec<OutputWrite>,
     pub attempts: Vec<AttemptRecord>,
     pub audit: Vec<AuditRecord>,
+    pub logs: Vec<LogRecord>,
 }
 
 impl Batch {
@@ -186,6 +187,7 @@ impl Batch {
             && self.outputs.is_empty()
             && self.attempts.is_empty()
             && self.audit.is_empty()
+            && self.logs.is_empty()
     }
 }
 

@@ -289,6 +289,7 @@ impl Planner<'_> {
                     }
                 }
                 Readiness::AwaitConfirm => {
+                    self.snap.nodes[node].started_at_ms = Some(self.ctx.now_ms);
                     if self.transition(node, Cause::AwaitConfirm, None) {
                         self.plan.actions.push(Action::AwaitConfirm { node });
                     }

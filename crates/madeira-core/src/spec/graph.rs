@@ -27,7 +27,10 @@ impl<'a> Ids<'a> {
     }
 
     fn at(&self, i: usize) -> At<'a> {
-        At { node: Some(self.ids[i]), line: self.lines[i] }
+        At {
+            node: Some(self.ids[i]),
+            line: self.lines[i],
+        }
     }
 
     fn get(&self, id: &str) -> Option<usize> {
@@ -40,7 +43,12 @@ impl<'a> Ids<'a> {
 }
 
 /// Resolves node `i`'s `needs` entries.
-pub(crate) fn resolve_needs(i: usize, raw: &[Span<RawNeed>], ids: &Ids<'_>, report: &mut Report) -> Vec<Need> {
+pub(crate) fn resolve_needs(
+    i: usize,
+    raw: &[Span<RawNeed>],
+    ids: &Ids<'_>,
+    report: &mut Report,
+) -> Vec<Need> {
     let mut needs: Vec<Need> = Vec::new();
     for entry in raw {
         let at = ids.at(i).at(entry);
@@ -50,24 +58,39 @@ pub(crate) fn resolve_needs(i: usize, raw: &[Span<RawNeed>], ids: &Ids<'_>, repo
                 report.push(at, "a `needs` entry written as a mapping needs `node`, e.g. `{node: pull, kind: weak}`");
                 continue;
             }
-            RawNeed::Full { node: Some(name), kind } => match kind.as_deref() {
+            RawNeed::Full {
+                node: Some(name),
+                kind,
+            } => match kind.as_deref() {
                 None | Some("strong") => (name.as_str(), DepKind::Strong),
                 Some("weak") => (name.as_str(), DepKind::Weak),
                 Some(other) => {
                     let hint = did_you_mean(other, ["strong", "weak"]);
-                    report.push(at, format!("unknown dependency kind `{other}`{hint}; use `strong` or `weak`"));
+                    report.push(
+                        at,
+                        format!("unknown dependency kind `{other}`{hint}; use `strong` or `weak`"),
+                    );
                     continue;
                 }
             },
         };
         let Some(upstream) = ids.get(name) else {
-            report.push(at, format!("needs unknown node `{name}`{}", ids.unknown(name)));
+            report.push(
+                at,
+                format!("needs unknown node `{name}`{}", ids.unknown(name)),
+            );
             continue;
         };
         if upstream == i {
-            report.push(at, format!("needs itself; remove `{name}` from its `needs`"));
+            report.push(
+                at,
+                format!("needs itself; remove `{name}` from its `needs`"),
+            );
         } else if needs.iter().any(|n| n.upstream == upstream) {
-            report.push(at, format!("lists `{name}` more than once in `needs`; keep one entry"));
+            report.push(
+                at,
+                format!("lists `{name}` more than once in `needs`; keep one entry"),
+            );
         } else {
             needs.push(Need { upstream, kind });
         }
@@ -92,8 +115,10 @@ pub(crate) fn topo(nodes: &[NodeDef], ids: &Ids<'_>, report: &mut Report) -> Vec
     let mut waiting: Vec<usize> = nodes.iter().map(|n| n.needs.len()).collect();
     let mut done = vec![false; nodes.len()];
     let mut order = Vec::with_capacity(nodes.len());
-    let mut ready: BinaryHeap<Reverse<usize>> =
-        (0..nodes.len()).filter(|i| waiting[*i] == 0).map(Reverse).collect();
+    let mut ready: BinaryHeap<Reverse<usize>> = (0..nodes.len())
+        .filter(|i| waiting[*i] == 0)
+        .map(Reverse)
+        .collect();
     loop {
         while let Some(Reverse(i)) = ready.pop() {
             done[i] = true;
@@ -106,7 +131,9 @@ pub(crate) fn topo(nodes: &[NodeDef], ids: &Ids<'_>, report: &mut Report) -> Vec
             }
         }
         // Whatever is left waits on a cycle: report one, take it out, peel the rest.
-        let Some(cycle) = find_cycle(nodes, &done) else { break };
+        let Some(cycle) = find_cycle(nodes, &done) else {
+            break;
+        };
         report_cycle(&cycle, ids, report);
         for &i in &cycle {
             done[i] = true;
@@ -132,11 +159,20 @@ fn find_cycle(nodes: &[NodeDef], done: &[bool]) -> Option<Vec<usize>> {
     let mut seen_at: HashMap<usize, usize> = HashMap::from([(start, 0)]);
     let mut current = start;
     loop {
-        let next = nodes[current].needs.iter().map(|n| n.upstream).find(|u| !done[*u])?;
+        let next = nodes[current]
+            .needs
+            .iter()
+            .map(|n| n.upstream)
+            .find(|u| !done[*u])?;
         if let Some(&pos) = seen_at.get(&next) {
             let mut cycle: Vec<usize> = path[pos..].to_vec();
             cycle.reverse();
-            let first = cycle.iter().enumerate().min_by_key(|(_, n)| **n).map(|(p, _)| p).unwrap_or(0);
+            let first = cycle
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, n)| **n)
+                .map(|(p, _)| p)
+                .unwrap_or(0);
             cycle.rotate_left(first);
             return Some(cycle);
         }
@@ -148,7 +184,9 @@ fn find_cycle(nodes: &[NodeDef], done: &[bool]) -> Option<Vec<usize>> {
 
 fn report_cycle(cycle: &[usize], ids: &Ids<'_>, report: &mut Report) {
     let mut names: Vec<&str> = cycle.iter().map(|i| ids.ids[*i]).collect();
-    let Some(first) = names.first().copied() else { return };
+    let Some(first) = names.first().copied() else {
+        return;
+    };
     names.push(first);
     report.push(
         ids.at(cycle[0]),
@@ -160,14 +198,25 @@ fn report_cycle(cycle: &[usize], ids: &Ids<'_>, report: &mut Report) {
 }
 
 /// Checks that every node's `when` reads only its own upstream nodes.
-pub(crate) fn check_when(nodes: &[NodeDef], when_lines: &[Option<usize>], ids: &Ids<'_>, report: &mut Report) {
+pub(crate) fn check_when(
+    nodes: &[NodeDef],
+    when_lines: &[Option<usize>],
+    ids: &Ids<'_>,
+    report: &mut Report,
+) {
     for (i, node) in nodes.iter().enumerate() {
         let Some(cond) = &node.when else { continue };
         let at = ids.at(i).on(when_lines[i]);
         let mut upstream: Option<Vec<bool>> = None;
         for name in cond.referenced_nodes() {
             let Some(r) = ids.get(&name) else {
-                report.push(at, format!("`when` reads `nodes.{name}`, but there is no node `{name}`{}", ids.unknown(&name)));
+                report.push(
+                    at,
+                    format!(
+                        "`when` reads `nodes.{name}`, but there is no node `{name}`{}",
+                        ids.unknown(&name)
+                    ),
+                );
                 continue;
             };
             if r == i {

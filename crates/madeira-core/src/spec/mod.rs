@@ -4,7 +4,20 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::model::FlowDef;
+use crate::model::{FlowDef, RateLimitDef};
+
+mod convert;
+mod graph;
+mod node;
+mod raw;
+mod report;
+mod trigger;
+mod yaml;
+
+#[cfg(test)]
+mod tests;
+
+pub use trigger::{parse_cron, parse_timezone};
 
 /// One problem found in a flow file, printed as `FILE:LINE: node X: message`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,14 +55,16 @@ impl fmt::Display for SpecErrors {
 }
 
 /// Parses and validates one flow file. `file` is only used in error messages.
+/// Every problem is reported, each with its line and node; nothing panics on bad input.
 pub fn parse_flow(file: &str, source: &str) -> Result<FlowDef, SpecErrors> {
-    let _ = source;
-    Err(SpecErrors(vec![SpecError {
-        file: file.to_string(),
-        line: None,
-        node: None,
-        message: "flow parsing is not implemented yet".to_string(),
-    }]))
+    let mut report = report::Report::new(file);
+    let flow = yaml::load(source, &mut report).and_then(|raw| convert::flow(&raw, &mut report));
+    report.finish(flow)
+}
+
+/// Parses a rate limit such as `10/s`, `100/m` or `1000/h`.
+pub fn parse_rate_limit(text: &str) -> Result<RateLimitDef, String> {
+    convert::parse_rate_limit(text)
 }
 
 /// Parses a duration such as `30s`, `5m`, `1h30m`, `500ms`, `36h`.

@@ -11,7 +11,9 @@ use crate::model::{
 };
 use crate::retry::RetryPolicy;
 
-use super::raw::{RawExecutor, RawHttp, RawManual, RawNode, RawRetry, RawSidecar, RawThrottle, Span};
+use super::raw::{
+    RawExecutor, RawHttp, RawManual, RawNode, RawRetry, RawSidecar, RawThrottle, Span,
+};
 use super::report::{At, Report, did_you_mean, one_of};
 
 /// Default node timeout when neither the node nor `defaults` sets one.
@@ -31,12 +33,21 @@ pub(crate) struct Defaults {
 
 impl Default for Defaults {
     fn default() -> Self {
-        Self { timeout: DEFAULT_TIMEOUT, retry: RetryPolicy::default() }
+        Self {
+            timeout: DEFAULT_TIMEOUT,
+            retry: RetryPolicy::default(),
+        }
     }
 }
 
 /// Builds a node without its needs (`graph` fills them in).
-pub(crate) fn build(id: &str, at: At<'_>, raw: &RawNode, defaults: &Defaults, report: &mut Report) -> NodeDef {
+pub(crate) fn build(
+    id: &str,
+    at: At<'_>,
+    raw: &RawNode,
+    defaults: &Defaults,
+    report: &mut Report,
+) -> NodeDef {
     let timeout = match &raw.timeout {
         Some(t) => positive_duration(report, at, "timeout", t).unwrap_or(defaults.timeout),
         None => defaults.timeout,
@@ -48,7 +59,10 @@ pub(crate) fn build(id: &str, at: At<'_>, raw: &RawNode, defaults: &Defaults, re
         action: action(id, at, raw, report),
         timeout,
         retry: merge_retry(&defaults.retry, raw.retry.as_ref(), at, report),
-        throttle: raw.throttle.as_ref().and_then(|t| throttle(report, at.at(t), &t.value)),
+        throttle: raw
+            .throttle
+            .as_ref()
+            .and_then(|t| throttle(report, at.at(t), &t.value)),
     }
 }
 
@@ -77,13 +91,18 @@ fn condition(report: &mut Report, at: At<'_>, when: &Span<String>) -> Option<Con
             return None;
         }
     };
-    let unknown: Vec<String> =
-        cond.variables().into_iter().filter(|v| v != "params" && v != "nodes").collect();
+    let unknown: Vec<String> = cond
+        .variables()
+        .into_iter()
+        .filter(|v| v != "params" && v != "nodes")
+        .collect();
     for var in &unknown {
         let hint = did_you_mean(var, ["params", "nodes"]);
         report.push(
             at,
-            format!("`when` reads `{var}`{hint}; a condition can only read `params` and `nodes.<id>`"),
+            format!(
+                "`when` reads `{var}`{hint}; a condition can only read `params` and `nodes.<id>`"
+            ),
         );
     }
     unknown.is_empty().then_some(cond)
@@ -110,7 +129,9 @@ fn action(id: &str, at: At<'_>, raw: &RawNode, report: &mut Report) -> NodeActio
                 return NodeAction::Run(exec);
             }
         }
-        (None, Some(manual)) => return NodeAction::Manual(manual_def(id, at.at(manual), &manual.value, report)),
+        (None, Some(manual)) => {
+            return NodeAction::Manual(manual_def(id, at.at(manual), &manual.value, report));
+        }
     }
     NodeAction::Run(ExecutorDef::Builtin(BuiltinDef {
         kind: BuiltinKind::Noop,
@@ -119,10 +140,16 @@ fn action(id: &str, at: At<'_>, raw: &RawNode, report: &mut Report) -> NodeActio
 }
 
 fn manual_def(id: &str, at: At<'_>, raw: &RawManual, report: &mut Report) -> ManualDef {
-    let alert_after = raw.alert_after.as_ref().and_then(|d| positive_duration(report, at, "alert_after", d));
-    let fallback_after =
-        raw.fallback_after.as_ref().and_then(|d| positive_duration(report, at, "fallback_after", d));
-    if let (Some(alert), Some(fallback), Some(raw_fb)) = (alert_after, fallback_after, &raw.fallback_after)
+    let alert_after = raw
+        .alert_after
+        .as_ref()
+        .and_then(|d| positive_duration(report, at, "alert_after", d));
+    let fallback_after = raw
+        .fallback_after
+        .as_ref()
+        .and_then(|d| positive_duration(report, at, "fallback_after", d));
+    if let (Some(alert), Some(fallback), Some(raw_fb)) =
+        (alert_after, fallback_after, &raw.fallback_after)
         && fallback <= alert
     {
         report.push(
@@ -131,11 +158,17 @@ fn manual_def(id: &str, at: At<'_>, raw: &RawManual, report: &mut Report) -> Man
                 "`fallback_after` ({}) must be later than `alert_after` ({}): \
                  people are alerted first, then the fallback runs",
                 raw_fb.value,
-                raw.alert_after.as_ref().map(|a| a.value.as_str()).unwrap_or_default()
+                raw.alert_after
+                    .as_ref()
+                    .map(|a| a.value.as_str())
+                    .unwrap_or_default()
             ),
         );
     }
-    let fallback = raw.fallback.as_ref().and_then(|f| executor(report, at.at(f), "manual.fallback", &f.value));
+    let fallback = raw
+        .fallback
+        .as_ref()
+        .and_then(|f| executor(report, at.at(f), "manual.fallback", &f.value));
     match (&raw.fallback, &raw.fallback_after) {
         (Some(f), None) => report.push(
             at.at(f),
@@ -148,7 +181,10 @@ fn manual_def(id: &str, at: At<'_>, raw: &RawManual, report: &mut Report) -> Man
         _ => {}
     }
     ManualDef {
-        prompt: raw.prompt.clone().unwrap_or_else(|| format!("Confirm node {id}")),
+        prompt: raw
+            .prompt
+            .clone()
+            .unwrap_or_else(|| format!("Confirm node {id}")),
         alert_after,
         fallback_after,
         fallback,
@@ -156,7 +192,12 @@ fn manual_def(id: &str, at: At<'_>, raw: &RawManual, report: &mut Report) -> Man
 }
 
 /// One of `builtin`, `http`, `sidecar`; `field` names where it sits (`run`, `manual.fallback`).
-pub(crate) fn executor(report: &mut Report, at: At<'_>, field: &str, raw: &RawExecutor) -> Option<ExecutorDef> {
+pub(crate) fn executor(
+    report: &mut Report,
+    at: At<'_>,
+    field: &str,
+    raw: &RawExecutor,
+) -> Option<ExecutorDef> {
     let kinds: Vec<&str> = [
         raw.builtin.as_ref().map(|_| "builtin"),
         raw.http.as_ref().map(|_| "http"),
@@ -166,7 +207,11 @@ pub(crate) fn executor(report: &mut Report, at: At<'_>, field: &str, raw: &RawEx
     .flatten()
     .collect();
     if kinds.len() != 1 {
-        let has = if kinds.is_empty() { "none".to_string() } else { one_of(&kinds).replace(" or ", " and ") };
+        let has = if kinds.is_empty() {
+            "none".to_string()
+        } else {
+            one_of(&kinds).replace(" or ", " and ")
+        };
         report.push(
             at,
             format!("`{field}` needs exactly one of `builtin`, `http` or `sidecar` (has {has})"),
@@ -187,7 +232,10 @@ pub(crate) fn executor(report: &mut Report, at: At<'_>, field: &str, raw: &RawEx
     .collect();
     if !extra.is_empty() {
         let fields = one_of(&extra).replace(" or ", ", ");
-        report.push(at, format!("{fields} only apply to `builtin` executors; remove them from `{field}`"));
+        report.push(
+            at,
+            format!("{fields} only apply to `builtin` executors; remove them from `{field}`"),
+        );
     }
     match (&raw.http, &raw.sidecar) {
         (Some(h), _) => http(report, at.at(h), &h.value).map(ExecutorDef::Http),
@@ -196,7 +244,12 @@ pub(crate) fn executor(report: &mut Report, at: At<'_>, field: &str, raw: &RawEx
     }
 }
 
-fn builtin(report: &mut Report, at: At<'_>, kind: &Span<String>, raw: &RawExecutor) -> Option<BuiltinDef> {
+fn builtin(
+    report: &mut Report,
+    at: At<'_>,
+    kind: &Span<String>,
+    raw: &RawExecutor,
+) -> Option<BuiltinDef> {
     let name = kind.value.as_str();
     let at_kind = at.at(kind);
     let misplaced = |field: &str, present: bool, owner: &str| {
@@ -217,12 +270,18 @@ fn builtin(report: &mut Report, at: At<'_>, kind: &Span<String>, raw: &RawExecut
         "sleep" => match &raw.for_ {
             Some(d) => BuiltinKind::Sleep(report.duration(at, "for", d)?),
             None => {
-                report.push(at_kind, "`builtin: sleep` needs `for`, e.g. `{builtin: sleep, for: 2s}`");
+                report.push(
+                    at_kind,
+                    "`builtin: sleep` needs `for`, e.g. `{builtin: sleep, for: 2s}`",
+                );
                 return None;
             }
         },
         "fail" => BuiltinKind::Fail {
-            message: raw.message.clone().unwrap_or_else(|| "failed by builtin `fail`".to_string()),
+            message: raw
+                .message
+                .clone()
+                .unwrap_or_else(|| "failed by builtin `fail`".to_string()),
             times: match &raw.times {
                 Some(t) => Some(report.limit(at, "times", t, 1)?),
                 None => None,
@@ -230,16 +289,25 @@ fn builtin(report: &mut Report, at: At<'_>, kind: &Span<String>, raw: &RawExecut
         },
         other => {
             let hint = did_you_mean(other, BUILTINS.iter().copied());
-            report.push(at_kind, format!("unknown builtin `{other}`{hint}; use {}", one_of(BUILTINS)));
+            report.push(
+                at_kind,
+                format!("unknown builtin `{other}`{hint}; use {}", one_of(BUILTINS)),
+            );
             return None;
         }
     };
-    Some(BuiltinDef { kind, outputs: raw.outputs.clone().unwrap_or_default() })
+    Some(BuiltinDef {
+        kind,
+        outputs: raw.outputs.clone().unwrap_or_default(),
+    })
 }
 
 fn http(report: &mut Report, at: At<'_>, raw: &RawHttp) -> Option<HttpDef> {
     let Some(url) = &raw.url else {
-        report.push(at, "`http` needs `url`, e.g. `{http: {url: \"http://host/path\"}}`");
+        report.push(
+            at,
+            "`http` needs `url`, e.g. `{http: {url: \"http://host/path\"}}`",
+        );
         return None;
     };
     if let Err(why) = check_url(&url.value) {
@@ -250,7 +318,14 @@ fn http(report: &mut Report, at: At<'_>, raw: &RawHttp) -> Option<HttpDef> {
             let upper = m.value.trim().to_ascii_uppercase();
             if !METHODS.contains(&upper.as_str()) {
                 let hint = did_you_mean(&upper, METHODS.iter().copied());
-                report.push(at.at(m), format!("unknown HTTP method `{}`{hint}; use {}", m.value, one_of(METHODS)));
+                report.push(
+                    at.at(m),
+                    format!(
+                        "unknown HTTP method `{}`{hint}; use {}",
+                        m.value,
+                        one_of(METHODS)
+                    ),
+                );
             }
             upper
         }
@@ -273,7 +348,11 @@ fn check_url(url: &str) -> Result<(), String> {
         .ok_or("it must start with `http://` or `https://`")?;
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
     let host = authority.rsplit('@').next().unwrap_or_default();
-    let host = if host.starts_with('[') { host } else { host.split(':').next().unwrap_or_default() };
+    let host = if host.starts_with('[') {
+        host
+    } else {
+        host.split(':').next().unwrap_or_default()
+    };
     if host.is_empty() {
         return Err("it has no host".to_string());
     }
@@ -301,14 +380,21 @@ fn sidecar(report: &mut Report, at: At<'_>, raw: &RawSidecar) -> Option<SidecarD
         Some(s) => report.limit(at, "shards", s, 1),
         None => Some(1),
     };
-    Some(SidecarDef { group: group?, job: job?, shards: shards? })
+    Some(SidecarDef {
+        group: group?,
+        job: job?,
+        shards: shards?,
+    })
 }
 
 fn throttle(report: &mut Report, at: At<'_>, raw: &RawThrottle) -> Option<ThrottleDef> {
     let max_permits = match &raw.max_permits {
         Some(p) => report.limit(at, "throttle.max_permits", p, 1),
         None => {
-            report.push(at, "`throttle` needs `max_permits`, e.g. `{max_permits: 2, queue_size: 50}`");
+            report.push(
+                at,
+                "`throttle` needs `max_permits`, e.g. `{max_permits: 2, queue_size: 50}`",
+            );
             None
         }
     };
@@ -316,7 +402,10 @@ fn throttle(report: &mut Report, at: At<'_>, raw: &RawThrottle) -> Option<Thrott
         Some(q) => report.limit(at, "throttle.queue_size", q, 0),
         None => Some(DEFAULT_QUEUE_SIZE),
     };
-    Some(ThrottleDef { max_permits: max_permits?, queue_size: queue_size? })
+    Some(ThrottleDef {
+        max_permits: max_permits?,
+        queue_size: queue_size?,
+    })
 }
 
 /// `base` with every field set in `raw` replaced (field by field).
@@ -330,23 +419,45 @@ pub(crate) fn merge_retry(
     let Some(raw) = raw else { return policy };
     let at = at.at(raw);
     let r = &raw.value;
-    if let Some(n) = r.attempts.as_ref().and_then(|a| report.limit(at, "retry.attempts", a, 1)) {
+    if let Some(n) = r
+        .attempts
+        .as_ref()
+        .and_then(|a| report.limit(at, "retry.attempts", a, 1))
+    {
         policy.attempts = n;
     }
-    if let Some(d) = r.backoff.as_ref().and_then(|d| report.duration(at, "retry.backoff", d)) {
+    if let Some(d) = r
+        .backoff
+        .as_ref()
+        .and_then(|d| report.duration(at, "retry.backoff", d))
+    {
         policy.backoff = d;
     }
-    if let Some(d) = r.max_backoff.as_ref().and_then(|d| report.duration(at, "retry.max_backoff", d)) {
+    if let Some(d) = r
+        .max_backoff
+        .as_ref()
+        .and_then(|d| report.duration(at, "retry.max_backoff", d))
+    {
         policy.max_backoff = d;
     }
-    if let Some(d) = r.jitter.as_ref().and_then(|d| report.duration(at, "retry.jitter", d)) {
+    if let Some(d) = r
+        .jitter
+        .as_ref()
+        .and_then(|d| report.duration(at, "retry.jitter", d))
+    {
         policy.jitter = d;
     }
     if let Some(f) = &r.factor {
         if f.value.is_finite() && f.value >= 1.0 {
             policy.factor = f.value;
         } else {
-            report.push(at.at(f), format!("`retry.factor` must be a number of at least 1, got {}", f.value));
+            report.push(
+                at.at(f),
+                format!(
+                    "`retry.factor` must be a number of at least 1, got {}",
+                    f.value
+                ),
+            );
         }
     }
     if let Some(codes) = &r.no_retry_exit_codes {

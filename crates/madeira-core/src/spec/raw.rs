@@ -27,8 +27,11 @@ pub(crate) struct RawFlow {
     pub routing: Option<Span<RawRouting>>,
     pub observe: Option<bool>,
     pub defaults: Option<Span<RawDefaults>>,
-    pub nodes: Option<Span<Ordered<Span<String>, Span<Option<RawNode>>>>>,
+    pub nodes: Option<Span<RawNodes>>,
 }
+
+/// `nodes:` in file order; a node written as `x:` with no body is `None`.
+pub(crate) type RawNodes = Ordered<Span<String>, Span<Option<RawNode>>>;
 
 /// `{cron, timezone, misfire, jitter, grace, catchup_window}` or `{event}`.
 #[derive(Debug, Deserialize)]
@@ -147,7 +150,10 @@ pub(crate) struct RawThrottle {
 #[derive(Debug)]
 pub(crate) enum RawNeed {
     Name(String),
-    Full { node: Option<String>, kind: Option<String> },
+    Full {
+        node: Option<String>,
+        kind: Option<String>,
+    },
 }
 
 impl<'de> Deserialize<'de> for RawNeed {
@@ -166,6 +172,23 @@ impl<'de> Visitor<'de> for NeedVisitor {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<RawNeed, E> {
+        Ok(RawNeed::Name(v.to_string()))
+    }
+
+    // A plain scalar that YAML reads as a number or boolean is still a (bad) name.
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawNeed, E> {
+        Ok(RawNeed::Name(v.to_string()))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawNeed, E> {
+        Ok(RawNeed::Name(v.to_string()))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawNeed, E> {
+        Ok(RawNeed::Name(v.to_string()))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<RawNeed, E> {
         Ok(RawNeed::Name(v.to_string()))
     }
 

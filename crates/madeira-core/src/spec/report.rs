@@ -20,7 +20,10 @@ impl<'a> At<'a> {
 
     /// The same node, another line (keeps this line when `line` is unknown).
     pub fn on(self, line: Option<usize>) -> Self {
-        Self { node: self.node, line: line.or(self.line) }
+        Self {
+            node: self.node,
+            line: line.or(self.line),
+        }
     }
 
     /// The same node, at the line of `value`.
@@ -38,7 +41,10 @@ pub(crate) struct Report {
 
 impl Report {
     pub fn new(file: &str) -> Self {
-        Self { file: file.to_string(), errors: Vec::new() }
+        Self {
+            file: file.to_string(),
+            errors: Vec::new(),
+        }
     }
 
     pub fn push(&mut self, at: At<'_>, message: impl AsRef<str>) {
@@ -47,25 +53,33 @@ impl Report {
             file: self.file.clone(),
             line: at.line,
             node: at.node.map(sanitize),
-            message: if message.is_empty() { "invalid flow".to_string() } else { message },
+            message: if message.is_empty() {
+                "invalid flow".to_string()
+            } else {
+                message
+            },
         });
     }
 
-    pub fn has_errors(&self) -> bool {
-        !self.errors.is_empty()
-    }
-
     /// `Ok(value)` when nothing was reported; errors sorted by line, stable otherwise.
-    pub fn finish<T>(mut self, value: T) -> Result<T, SpecErrors> {
-        if self.errors.is_empty() {
-            return Ok(value);
+    pub fn finish<T>(mut self, value: Option<T>) -> Result<T, SpecErrors> {
+        match value {
+            Some(v) if self.errors.is_empty() => return Ok(v),
+            None if self.errors.is_empty() => self.push(At::default(), "invalid flow"),
+            _ => {}
         }
         self.errors.sort_by_key(|e| e.line.unwrap_or(0));
         Err(SpecErrors(self.errors))
     }
 
     /// Reads an integer limit: at least `min`, at most `u32::MAX`.
-    pub fn limit(&mut self, at: At<'_>, field: &str, value: &Spanned<i64>, min: i64) -> Option<u32> {
+    pub fn limit(
+        &mut self,
+        at: At<'_>,
+        field: &str,
+        value: &Spanned<i64>,
+        min: i64,
+    ) -> Option<u32> {
         let at = at.at(value);
         let v = value.value;
         if v < min {
@@ -79,7 +93,10 @@ impl Report {
         match u32::try_from(v) {
             Ok(n) => Some(n),
             Err(_) => {
-                self.push(at, format!("`{field}` is too large: {v} (at most {})", u32::MAX));
+                self.push(
+                    at,
+                    format!("`{field}` is too large: {v} (at most {})", u32::MAX),
+                );
                 None
             }
         }
@@ -118,11 +135,13 @@ where
     I: IntoIterator<Item = &'a str>,
 {
     let lower = word.to_lowercase();
-    let limit = (lower.chars().count() / 3).max(1);
+    let len = lower.chars().count();
+    // A third of the word may be wrong, and never all of it.
+    let limit = (len / 3).max(1).min(len.saturating_sub(1));
     candidates
         .into_iter()
         .map(|c| (strsim::damerau_levenshtein(&lower, &c.to_lowercase()), c))
-        .filter(|(d, c)| *d <= limit && *c != word)
+        .filter(|(d, c)| (*d <= limit || *d == 0) && *c != word)
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
 }
@@ -132,7 +151,9 @@ pub(crate) fn did_you_mean<'a, I>(word: &str, candidates: I) -> String
 where
     I: IntoIterator<Item = &'a str>,
 {
-    closest(word, candidates).map(|c| format!("; did you mean `{c}`?")).unwrap_or_default()
+    closest(word, candidates)
+        .map(|c| format!("; did you mean `{c}`?"))
+        .unwrap_or_default()
 }
 
 /// `` `a`, `b` or `c` ``.
@@ -151,6 +172,12 @@ pub(crate) fn sanitize(text: &str) -> String {
         return text.to_string();
     }
     text.chars()
-        .map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() })
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
         .collect()
 }

@@ -16,9 +16,7 @@ use super::report::{At, Report, did_you_mean, line_of, line_of_location, one_of}
 
 /// Parses `source` into the raw flow; on failure, reports why and returns `None`.
 pub(crate) fn load(source: &str, report: &mut Report) -> Option<RawFlow> {
-    let mut options = Options::default();
-    options.with_snippet = false;
-    match serde_saphyr::from_str_with_options::<RawFlow>(source, options) {
+    match serde_saphyr::from_str_with_options::<RawFlow>(source, options()) {
         Ok(raw) => Some(raw),
         Err(e) => {
             report_error(source, &e, report);
@@ -27,15 +25,29 @@ pub(crate) fn load(source: &str, report: &mut Report) -> Option<RawFlow> {
     }
 }
 
+/// YAML 1.2 booleans only (`true`/`false`): a node called `y` or `no` stays a name.
+fn options() -> Options {
+    let mut options = Options::default();
+    options.with_snippet = false;
+    options.strict_booleans = true;
+    options
+}
+
 fn report_error(source: &str, error: &Error, report: &mut Report) {
     let error = innermost(error);
     let line = error.location().as_ref().and_then(line_of_location);
     let outline = Outline::read(source);
     if let Error::DuplicateMappingKey { key, .. } = error {
-        let dups = outline.as_ref().map(Outline::duplicates).unwrap_or_default();
+        let dups = outline
+            .as_ref()
+            .map(Outline::duplicates)
+            .unwrap_or_default();
         if dups.is_empty() {
             let key = key.as_deref().unwrap_or("?");
-            report.push(At::top(line), format!("duplicate key `{key}`; keep only one"));
+            report.push(
+                At::top(line),
+                format!("duplicate key `{key}`; keep only one"),
+            );
         }
         for dup in dups {
             dup.report(report);
@@ -43,7 +55,13 @@ fn report_error(source: &str, error: &Error, report: &mut Report) {
         return;
     }
     let node = outline.as_ref().zip(line).and_then(|(o, l)| o.node_at(l));
-    report.push(At { node: node.as_deref(), line }, describe(error));
+    report.push(
+        At {
+            node: node.as_deref(),
+            line,
+        },
+        describe(error),
+    );
 }
 
 /// Unwraps snippet and alias wrappers down to the error that says what is wrong.
@@ -56,7 +74,9 @@ fn innermost(error: &Error) -> &Error {
 
 fn describe(error: &Error) -> String {
     match error {
-        Error::SerdeUnknownField { field, expected, .. } => {
+        Error::SerdeUnknownField {
+            field, expected, ..
+        } => {
             let hint = did_you_mean(field, expected.iter().copied());
             if hint.is_empty() {
                 format!("unknown field `{field}`; expected {}", one_of(expected))
@@ -93,15 +113,27 @@ pub(crate) struct Duplicate {
 
 impl Duplicate {
     fn report(&self, report: &mut Report) {
-        let first = self.first.map(|l| format!(" (first at line {l})")).unwrap_or_default();
+        let first = self
+            .first
+            .map(|l| format!(" (first at line {l})"))
+            .unwrap_or_default();
         let (node, message) = if self.is_node {
-            let msg = format!("duplicate node id `{}`{first}; rename one of them", self.key);
+            let msg = format!(
+                "duplicate node id `{}`{first}; rename one of them",
+                self.key
+            );
             (Some(self.key.as_str()), msg)
         } else {
             let msg = format!("duplicate key `{}`{first}; keep only one", self.key);
             (self.node.as_deref(), msg)
         };
-        report.push(At { node, line: self.second }, message);
+        report.push(
+            At {
+                node,
+                line: self.second,
+            },
+            message,
+        );
     }
 }
 
@@ -122,19 +154,22 @@ struct Key(Option<String>);
 
 impl Outline {
     pub(crate) fn read(source: &str) -> Option<Self> {
-        let mut options = Options::default();
-        options.with_snippet = false;
+        let mut options = options();
         options.duplicate_keys = DuplicateKeyPolicy::PassThrough;
-        serde_saphyr::from_str_with_options::<Tree>(source, options).ok().map(Outline)
+        serde_saphyr::from_str_with_options::<Tree>(source, options)
+            .ok()
+            .map(Outline)
     }
 
     /// Entries of the top-level `nodes` mapping.
     fn nodes(&self) -> Option<&[(Spanned<Key>, Tree)]> {
         let Tree::Map(top) = &self.0 else { return None };
-        top.iter().find(|(k, _)| k.value.0.as_deref() == Some("nodes")).and_then(|(_, v)| match v {
-            Tree::Map(entries) => Some(entries.as_slice()),
-            _ => None,
-        })
+        top.iter()
+            .find(|(k, _)| k.value.0.as_deref() == Some("nodes"))
+            .and_then(|(_, v)| match v {
+                Tree::Map(entries) => Some(entries.as_slice()),
+                _ => None,
+            })
     }
 
     /// The node whose entry covers `line`: the last node key at or above it, as long
@@ -189,10 +224,14 @@ impl Outline {
 fn collect_duplicates(tree: &Tree, node: Option<&str>, found: &mut Vec<Duplicate>) {
     match tree {
         Tree::Leaf => {}
-        Tree::Seq(items) => items.iter().for_each(|t| collect_duplicates(t, node, found)),
+        Tree::Seq(items) => items
+            .iter()
+            .for_each(|t| collect_duplicates(t, node, found)),
         Tree::Map(entries) => {
             collect_map_duplicates(entries, node, false, found);
-            entries.iter().for_each(|(_, v)| collect_duplicates(v, node, found));
+            entries
+                .iter()
+                .for_each(|(_, v)| collect_duplicates(v, node, found));
         }
     }
 }
@@ -204,8 +243,12 @@ fn collect_map_duplicates(
     found: &mut Vec<Duplicate>,
 ) {
     for (i, (key, _)) in entries.iter().enumerate() {
-        let Some(name) = key.value.0.as_deref() else { continue };
-        let earlier = entries[..i].iter().find(|(k, _)| k.value.0.as_deref() == Some(name));
+        let Some(name) = key.value.0.as_deref() else {
+            continue;
+        };
+        let earlier = entries[..i]
+            .iter()
+            .find(|(k, _)| k.value.0.as_deref() == Some(name));
         if let Some((first, _)) = earlier {
             found.push(Duplicate {
                 key: name.to_string(),

@@ -143,6 +143,13 @@ pub(super) async fn promote_queued(
 }
 
 pub(super) async fn put_log(pool: &SqlitePool, log: &LogRecord) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    put_log_in(&mut tx, log).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn put_log_in(tx: &mut Transaction<'_, Sqlite>, log: &LogRecord) -> Result<()> {
     sqlx::query(
         "INSERT INTO logs (run_id, node, attempt, content) VALUES (?, ?, ?, ?) \
          ON CONFLICT(run_id, node, attempt) DO UPDATE SET content = excluded.content",
@@ -151,7 +158,7 @@ pub(super) async fn put_log(pool: &SqlitePool, log: &LogRecord) -> Result<()> {
     .bind(&log.node)
     .bind(log.attempt)
     .bind(&log.content)
-    .execute(pool)
+    .execute(&mut **tx)
     .await?;
     Ok(())
 }

@@ -1,0 +1,200 @@
+//! Triggers: cron (expression, IANA timezone, misfire policy, jitter, grace, catch-up
+//! window) or event. Cron expressions are checked with croner, timezones with chrono-tz.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono_tz::{TZ_VARIANTS, Tz};
+use croner::Cron;
+use croner::parser::{CronParser, Seconds, Year};
+
+use crate::model::{CronTriggerDef, Misfire, TriggerDef};
+
+use super::raw::{RawTrigger, Span};
+use super::report::{At, Report, did_you_mean, one_of};
+
+/// How far back `misfire: run_all` catches up when `catchup_window` is not given.
+pub(crate) const DEFAULT_CATCHUP_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+const MISFIRES: &[&str] = &["skip", "run_once", "run_all"];
+const ALIASES: &[(&str, &str)] = &[
+    ("@yearly", "0 0 1 1 *"),
+    ("@annually", "0 0 1 1 *"),
+    ("@monthly", "0 0 1 * *"),
+    ("@weekly", "0 0 * * 0"),
+    ("@daily", "0 0 * * *"),
+    ("@midnight", "0 0 * * *"),
+    ("@hourly", "0 * * * *"),
+];
+
+/// Parses a cron expression: 5 fields, 6 with leading seconds, or an alias
+/// (`@yearly`, `@annually`, `@monthly`, `@weekly`, `@daily`, `@midnight`, `@hourly`).
+pub fn parse_cron(expr: &str) -> Result<Cron, String> {
+    let trimmed = expr.trim();
+    let pattern = if trimmed.starts_with('@') {
+        ALIASES
+            .iter()
+            .find(|(alias, _)| alias.eq_ignore_ascii_case(trimmed))
+            .map(|(_, pattern)| *pattern)
+            .ok_or_else(|| {
+                let names: Vec<&str> = ALIASES.iter().map(|(a, _)| *a).collect();
+                let hint = did_you_mean(trimmed, names.iter().copied());
+                format!(
+                    "unknown cron alias `{trimmed}`{hint}; use {}",
+                    one_of(&names)
+                )
+            })?
+    } else {
+        trimmed
+    };
+    let fields = pattern.split_whitespace().count();
+    if fields != 5 && fields != 6 {
+        return Err(format!(
+            "bad cron `{expr}`: {fields} fields; write 5 (`min hour day month weekday`, \
+             e.g. `5 1 * * *`) or 6 with seconds first"
+        ));
+    }
+    CronParser::builder()
+        .seconds(Seconds::Optional)
+        .year(Year::Disallowed)
+        .build()
+        .parse(pattern)
+        .map_err(|e| format!("bad cron `{expr}`: {e}"))
+}
+
+/// Looks up an IANA timezone name, suggesting the closest one when unknown.
+pub fn parse_timezone(name: &str) -> Result<Tz, String> {
+    if let Ok(tz) = Tz::from_str(name) {
+        return Ok(tz);
+    }
+    let names = TZ_VARIANTS.iter().map(|tz| tz.name());
+    let exact = TZ_VARIANTS
+        .iter()
+        .find(|tz| tz.name().eq_ignore_ascii_case(name));
+    let hint = match exact {
+        Some(tz) => format!("; did you mean `{}`?", tz.name()),
+        None => did_you_mean(name, names),
+    };
+    Err(format!(
+        "unknown timezone `{name}`{hint}; use an IANA name such as `Asia/Shanghai` or `UTC`"
+    ))
+}
+
+pub(crate) fn trigger(report: &mut Report, raw: &Span<RawTrigger>) -> Option<TriggerDef> {
+    let at = At::top(None).at(raw);
+    let t = &raw.value;
+    match (&t.cron, &t.event) {
+        (Some(_), Some(event)) => {
+            report.push(
+                at.at(event),
+                "a trigger has either `cron` or `event`, not both; split it into two triggers",
+            );
+            None
+        }
+        (None, None) => {
+            report.push(at, "a trigger needs `cron` (e.g. `cron: \"5 1 * * *\"`) or `event` (e.g. `event: payment.batch_closed`)");
+            None
+        }
+        (None, Some(event)) => event_trigger(report, at, t, event),
+        (Some(cron), None) => cron_trigger(report, at, t, cron).map(TriggerDef::Cron),
+    }
+}
+
+fn event_trigger(
+    report: &mut Report,
+    at: At<'_>,
+    t: &RawTrigger,
+    event: &Span<String>,
+) -> Option<TriggerDef> {
+    let cron_only: Vec<&str> = [
+        t.timezone.as_ref().map(|_| "timezone"),
+        t.misfire.as_ref().map(|_| "misfire"),
+        t.jitter.as_ref().map(|_| "jitter"),
+        t.grace.as_ref().map(|_| "grace"),
+        t.catchup_window.as_ref().map(|_| "catchup_window"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !cron_only.is_empty() {
+        let fields = one_of(&cron_only).replace(" or ", ", ");
+        report.push(
+            at,
+            format!("{fields} only apply to `cron` triggers, not to `event`"),
+        );
+    }
+    let name = event.value.trim();
+    if name.is_empty() {
+        report.push(
+            at.at(event),
+            "`event` is empty; name the event type, e.g. `payment.batch_closed`",
+        );
+        return None;
+    }
+    Some(TriggerDef::Event {
+        event: name.to_string(),
+    })
+}
+
+fn cron_trigger(
+    report: &mut Report,
+    at: At<'_>,
+    t: &RawTrigger,
+    cron: &Span<String>,
+) -> Option<CronTriggerDef> {
+    let expr_ok = match parse_cron(&cron.value) {
+        Ok(_) => true,
+        Err(e) => {
+            report.push(at.at(cron), e);
+            false
+        }
+    };
+    let timezone = match &t.timezone {
+        Some(tz) => match parse_timezone(tz.value.trim()) {
+            Ok(parsed) => Some(parsed.name().to_string()),
+            Err(e) => {
+                report.push(at.at(tz), e);
+                None
+            }
+        },
+        None => Some("UTC".to_string()),
+    };
+    let misfire = match &t.misfire {
+        Some(m) => misfire(report, at, m),
+        None => Some(Misfire::RunOnce),
+    };
+    let mut duration = |field: &str, value: &Option<Span<String>>| match value {
+        Some(v) => report.duration(at, field, v).map(Some),
+        None => Some(None),
+    };
+    let jitter = duration("jitter", &t.jitter);
+    let grace = duration("grace", &t.grace);
+    let catchup = duration("catchup_window", &t.catchup_window);
+    Some(CronTriggerDef {
+        expr: expr_ok.then(|| cron.value.trim().to_string())?,
+        timezone: timezone?,
+        misfire: misfire?,
+        jitter: jitter?.unwrap_or(Duration::ZERO),
+        grace: grace?,
+        catchup_window: catchup?.unwrap_or(DEFAULT_CATCHUP_WINDOW),
+    })
+}
+
+fn misfire(report: &mut Report, at: At<'_>, raw: &Span<String>) -> Option<Misfire> {
+    match raw.value.as_str() {
+        "skip" => Some(Misfire::Skip),
+        "run_once" => Some(Misfire::RunOnce),
+        "run_all" => Some(Misfire::RunAll),
+        other => {
+            let hint = did_you_mean(other, MISFIRES.iter().copied());
+            report.push(
+                at.at(raw),
+                format!(
+                    "unknown `misfire` `{other}`{hint}; use {}",
+                    one_of(MISFIRES)
+                ),
+            );
+            None
+        }
+    }
+}

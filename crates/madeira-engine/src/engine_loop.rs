@@ -1,0 +1,527 @@
+//! The engine loop: drain a batch of envelopes, plan each with the core planner,
+//! group-commit, then act. Single writer of run state for this process.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use madeira_core::model::NodeAction;
+use madeira_core::{Action, Command, ExecutorDef, PlanCtx, RunSnapshot, RunState};
+use madeira_store::{AttemptRecord, AuditRecord, LogRecord, Store};
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, error, info, warn};
+
+use crate::envelope::Envelope;
+use crate::executor::{AttemptResult, Executors, Job};
+use crate::record::Work;
+use crate::stats::EngineStats;
+use crate::throttle::{Throttle, Waiter};
+use crate::timers::{Timer, TimerKind, Timers};
+use crate::{EngineError, EngineOptions, FlowCache, RunEvent, clock::now_ms, retention, snapshot};
+
+/// Logs are kept to their last 64 KiB per attempt.
+const LOG_TAIL_BYTES: usize = 64 * 1024;
+
+pub(crate) struct Parts {
+    pub store: Arc<dyn Store>,
+    pub executors: Arc<Executors>,
+    pub options: EngineOptions,
+    pub rx: mpsc::Receiver<Envelope>,
+    pub tx: mpsc::Sender<Envelope>,
+    pub flows: FlowCache,
+    pub events: broadcast::Sender<RunEvent>,
+    pub stats: Arc<EngineStats>,
+}
+
+pub struct Engine {
+    p: Parts,
+    runs: HashMap<String, RunSnapshot>,
+    throttle: Throttle,
+    timers: Timers,
+    running: HashMap<(String, usize), CancellationToken>,
+    pending: VecDeque<Envelope>,
+    tasks: TaskTracker,
+}
+
+impl Engine {
+    pub(crate) fn new(p: Parts) -> Self {
+        Self {
+            p,
+            runs: HashMap::new(),
+            throttle: Throttle::default(),
+            timers: Timers::default(),
+            running: HashMap::new(),
+            pending: VecDeque::new(),
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    /// Runs until `cancel` fires: recovers unfinished runs first, then loops.
+    /// Attempts in flight at shutdown are aborted; a later start retries them.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        self.reconcile().await;
+        let retention = retention::spawn(self.p.store.clone(), self.p.options.clone(), cancel.clone());
+        let mut sweep = tokio::time::interval(self.p.options.sweep_every);
+        sweep.tick().await;
+        loop {
+            let mut batch = Vec::new();
+            while batch.len() < self.p.options.batch_max {
+                match self.pending.pop_front() {
+                    Some(envelope) => batch.push(envelope),
+                    None => break,
+                }
+            }
+            if batch.is_empty() {
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    envelope = self.p.rx.recv() => match envelope {
+                        Some(envelope) => batch.push(envelope),
+                        None => break,
+                    },
+                    timer = self.timers.next() => batch.push(timer_envelope(timer)),
+                    _ = sweep.tick() => {
+                        self.reconcile().await;
+                        continue;
+                    }
+                }
+            }
+            while batch.len() < self.p.options.batch_max {
+                match self.p.rx.try_recv() {
+                    Ok(envelope) => batch.push(envelope),
+                    Err(_) => break,
+                }
+            }
+            self.process(batch).await;
+        }
+        for token in self.running.values() {
+            token.cancel();
+        }
+        self.tasks.close();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
+        let _ = retention.await;
+        info!("engine stopped");
+    }
+
+    /// Resumes every unfinished run the store knows and this engine does not hold:
+    /// at start (crash recovery) and periodically as a safety net.
+    async fn reconcile(&mut self) {
+        let ids = match self.p.store.unfinished_runs().await {
+            Ok(ids) => ids,
+            Err(e) => {
+                error!(error = %e, "reconcile: cannot list unfinished runs");
+                return;
+            }
+        };
+        let mut queued_flows = Vec::new();
+        for run_id in ids {
+            if self.runs.contains_key(&run_id) {
+                continue;
+            }
+            match self.p.store.load_run(&run_id).await {
+                Ok(Some(stored)) if stored.run.state == RunState::Queued.as_str() => {
+                    queued_flows.push(stored.run.flow.clone());
+                }
+                Ok(Some(_)) => self.pending.push_back(Envelope::Resume { run_id }),
+                Ok(None) => {}
+                Err(e) => error!(run_id = %run_id, error = %e, "reconcile: cannot load run"),
+            }
+        }
+        queued_flows.dedup();
+        for flow in queued_flows {
+            self.promote(&flow).await;
+        }
+    }
+
+    async fn process(&mut self, batch: Vec<Envelope>) {
+        let mut work = Work::default();
+        for envelope in batch {
+            self.apply_envelope(envelope, &mut work).await;
+        }
+        work.finish(&self.runs);
+        let transitions = work.batch.transitions.len();
+        match self.p.store.commit(&work.batch).await {
+            Ok(()) => {
+                self.p.stats.committed(transitions);
+                self.after_commit(work).await;
+            }
+            Err(e) => self.commit_failed(work, e),
+        }
+    }
+
+    /// The commit failed: nothing of the batch happened. Drop the touched runs'
+    /// snapshots, give permits back, tell callers, and resume the runs from the
+    /// store shortly (in-flight results lost here are retried by recovery).
+    fn commit_failed(&mut self, work: Work, e: madeira_store::StoreError) {
+        error!(error = %e, "group commit failed; resuming affected runs from the store");
+        let mut touched: Vec<String> = work.batch.transitions.iter().map(|t| t.run_id.clone()).collect();
+        touched.extend(work.batch.attempts.iter().map(|a| a.run_id.clone()));
+        touched.sort();
+        touched.dedup();
+        for (flow, node) in work.acquired {
+            self.throttle.release(&flow, node);
+        }
+        for run_id in &touched {
+            self.runs.remove(run_id);
+        }
+        for (reply, _) in work.replies {
+            let _ = reply.send(Err(EngineError::Store(madeira_store::StoreError::Refused(format!(
+                "not saved: {e}"
+            )))));
+        }
+        let tx = self.p.tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            for run_id in touched {
+                let _ = tx.send(Envelope::Resume { run_id }).await;
+            }
+        });
+    }
+
+    async fn apply_envelope(&mut self, envelope: Envelope, work: &mut Work) {
+        match envelope {
+            Envelope::Resume { run_id } => {
+                self.runs.remove(&run_id);
+                if let Err(e) = self.ensure_loaded(&run_id).await {
+                    error!(run_id = %run_id, error = %e, "cannot resume run");
+                    return;
+                }
+                let _ = self.apply(&run_id, Command::Recover, "engine", work);
+            }
+            Envelope::Command { run_id, cmd, actor, audit, reply } => {
+                let result = match self.ensure_loaded(&run_id).await {
+                    Ok(()) => self.apply(&run_id, cmd.clone(), &actor, work),
+                    Err(e) => Err(e),
+                };
+                if result.is_ok()
+                    && let Some((action, reason)) = audit
+                {
+                    let node = cmd.node().and_then(|i| self.node_name(&run_id, i));
+                    work.audit(AuditRecord {
+                        at: now_ms(),
+                        actor: actor.clone(),
+                        action,
+                        run_id: Some(run_id.clone()),
+                        node,
+                        reason,
+                        details: None,
+                    });
+                }
+                match reply {
+                    Some(reply) => work.replies.push((reply, result)),
+                    None => {
+                        if let Err(e) = result {
+                            debug!(run_id = %run_id, error = %e, "internal command not applied");
+                        }
+                    }
+                }
+            }
+            Envelope::AttemptDone { run_id, node, attempt, result } => {
+                self.running.remove(&(run_id.clone(), node));
+                if let Err(e) = self.ensure_loaded(&run_id).await {
+                    warn!(run_id = %run_id, error = %e, "result for an unknown run dropped");
+                    return;
+                }
+                self.attempt_done(&run_id, node, attempt, result, work);
+            }
+            Envelope::ConfirmOverdue { run_id, node } => self.confirm_overdue(&run_id, node, work).await,
+        }
+    }
+
+    fn node_name(&self, run_id: &str, node: usize) -> Option<String> {
+        self.runs.get(run_id).and_then(|s| s.flow.nodes.get(node)).map(|n| n.id.clone())
+    }
+
+    async fn ensure_loaded(&mut self, run_id: &str) -> Result<(), EngineError> {
+        if self.runs.contains_key(run_id) {
+            return Ok(());
+        }
+        let stored = self
+            .p
+            .store
+            .load_run(run_id)
+            .await?
+            .ok_or_else(|| EngineError::RunNotFound(run_id.to_string()))?;
+        let flow = self.p.flows.get(self.p.store.as_ref(), &stored.run.flow, stored.run.version).await?;
+        let snap = snapshot::from_stored(stored, flow)?;
+        self.runs.insert(run_id.to_string(), snap);
+        Ok(())
+    }
+
+    /// Applies one command to a loaded run and follows its `Ready` and permit
+    /// actions within the same batch.
+    fn apply(&mut self, run_id: &str, cmd: Command, actor: &str, work: &mut Work) -> Result<(), EngineError> {
+        let Some(snap) = self.runs.get_mut(run_id) else {
+            return Err(EngineError::RunNotFound(run_id.to_string()));
+        };
+        let now = now_ms();
+        let ctx = PlanCtx { now_ms: now, jitter_unit: rand::random::<f64>() };
+        let plan = madeira_core::plan::apply(snap, &cmd, &ctx)
+            .map_err(|refusal| EngineError::Refused { run: run_id.to_string(), refusal })?;
+        work.record(snap, &plan, actor, now);
+        let flow = snap.flow.clone();
+        for action in plan.actions {
+            match action {
+                Action::Ready { node } => self.on_ready(run_id, node, Instant::now(), work),
+                Action::ReleasePermit { node } => {
+                    if flow.nodes[node].throttle.is_some() {
+                        self.release_permit(&flow.name, node, work);
+                    }
+                }
+                Action::Execute { node, attempt, .. } => {
+                    if let Some(snap) = self.runs.get(run_id) {
+                        work.attempt_started(snap, node, attempt, now);
+                    }
+                    work.actions.push((run_id.to_string(), action));
+                }
+                other => work.actions.push((run_id.to_string(), other)),
+            }
+        }
+        Ok(())
+    }
+
+    fn on_ready(&mut self, run_id: &str, node: usize, ready_at: Instant, work: &mut Work) {
+        let Some(snap) = self.runs.get(run_id) else { return };
+        let flow = snap.flow.clone();
+        if let Some(throttle) = flow.nodes[node].throttle {
+            if !self.throttle.try_acquire(&flow.name, node, throttle.max_permits) {
+                let waiter = Waiter { run_id: run_id.to_string(), node, ready_at };
+                self.throttle.enqueue(&flow.name, waiter);
+                return;
+            }
+            work.acquired.push((flow.name.clone(), node));
+        }
+        work.ready_at.insert((run_id.to_string(), node), ready_at);
+        if let Err(e) = self.apply(run_id, Command::Dispatch { node }, "engine", work) {
+            debug!(run_id = %run_id, error = %e, "dispatch not applied");
+            if flow.nodes[node].throttle.is_some() {
+                self.release_permit(&flow.name, node, work);
+            }
+        }
+    }
+
+    /// Gives a permit back, handing it straight to the next waiter that still
+    /// wants it.
+    fn release_permit(&mut self, flow: &str, node: usize, work: &mut Work) {
+        while let Some(waiter) = self.throttle.release(flow, node) {
+            work.ready_at.insert((waiter.run_id.clone(), node), waiter.ready_at);
+            if self.apply(&waiter.run_id, Command::Dispatch { node }, "engine", work).is_ok() {
+                return;
+            }
+        }
+    }
+
+    fn attempt_done(&mut self, run_id: &str, node: usize, attempt: u32, result: AttemptResult, work: &mut Work) {
+        let Some(snap) = self.runs.get(run_id) else { return };
+        let name = snap.flow.nodes[node].id.clone();
+        let started_at = snap.nodes[node].started_at_ms.unwrap_or_else(now_ms);
+        let max = self.p.options.max_output_bytes;
+        let result = match result {
+            AttemptResult::Success { outputs, log } => {
+                let size = serde_json::Value::Object(outputs.clone()).to_string().len();
+                if size > max {
+                    AttemptResult::Failure {
+                        error: format!(
+                            "outputs are {size} bytes, more than the {max} allowed; write large data \
+                             elsewhere and output a reference to it"
+                        ),
+                        retryable: false,
+                        log,
+                    }
+                } else {
+                    AttemptResult::Success { outputs, log }
+                }
+            }
+            failure => failure,
+        };
+        let (outcome, error, cmd) = match &result {
+            AttemptResult::Success { outputs, .. } => (
+                "SUCCESS",
+                None,
+                Command::AttemptSucceeded { node, attempt, outputs: outputs.clone() },
+            ),
+            AttemptResult::Failure { error, retryable, .. } => (
+                if *retryable { "RETRYABLE" } else { "FAILED" },
+                Some(error.clone()),
+                Command::AttemptFailed { node, attempt, error: error.clone(), retryable: *retryable },
+            ),
+        };
+        let log = LogRecord {
+            run_id: run_id.to_string(),
+            node: name.clone(),
+            attempt,
+            content: tail(result.log(), LOG_TAIL_BYTES).to_string(),
+        };
+        work.attempt_finished(
+            AttemptRecord {
+                run_id: run_id.to_string(),
+                node: name,
+                attempt,
+                started_at,
+                finished_at: Some(now_ms()),
+                outcome: Some(outcome.to_string()),
+                error,
+            },
+            Some(log),
+        );
+        if let Err(e) = self.apply(run_id, cmd, "engine", work) {
+            debug!(run_id = %run_id, error = %e, "attempt result not applied");
+        }
+    }
+
+    async fn confirm_overdue(&mut self, run_id: &str, node: usize, work: &mut Work) {
+        if self.ensure_loaded(run_id).await.is_err() {
+            return;
+        }
+        let Some(snap) = self.runs.get(run_id) else { return };
+        if snap.nodes[node].state != madeira_core::NodeState::ManualConfirm {
+            return;
+        }
+        let name = snap.flow.nodes[node].id.clone();
+        warn!(run_id = %run_id, flow = %snap.flow.name, node = %name, "manual confirmation overdue");
+        work.audit(AuditRecord {
+            at: now_ms(),
+            actor: "engine".into(),
+            action: "confirm_overdue".into(),
+            run_id: Some(run_id.to_string()),
+            node: Some(name),
+            reason: Some("alert_after elapsed without an answer".into()),
+            details: None,
+        });
+    }
+
+    async fn after_commit(&mut self, work: Work) {
+        for event in work.events {
+            let _ = self.p.events.send(event);
+        }
+        for (reply, result) in work.replies {
+            let _ = reply.send(result);
+        }
+        let mut finished_flows = Vec::new();
+        for (run_id, action) in work.actions {
+            match action {
+                Action::Execute { node, attempt, fallback } => {
+                    if let Some(ready_at) = work.ready_at.get(&(run_id.clone(), node)) {
+                        self.p.stats.dispatched(ready_at.elapsed());
+                    }
+                    self.execute(&run_id, node, attempt, fallback);
+                }
+                Action::ScheduleRetry { node, at_ms } => {
+                    self.timers.at(at_ms, Timer { run_id, node, kind: TimerKind::RetryDue });
+                }
+                Action::AwaitConfirm { node } => self.arm_confirm_timers(&run_id, node),
+                Action::Abort { node, .. } => {
+                    if let Some(token) = self.running.remove(&(run_id, node)) {
+                        token.cancel();
+                    }
+                }
+                Action::RunFinished { state } => {
+                    if let Some(snap) = self.runs.remove(&run_id) {
+                        info!(run_id = %run_id, flow = %snap.flow.name, state = %state, "run finished");
+                        if snap.flow.concurrency.max_active_runs > 0 {
+                            finished_flows.push((snap.flow.name.clone(), snap.flow.concurrency.max_active_runs));
+                        }
+                    }
+                }
+                Action::Ready { .. } | Action::ReleasePermit { .. } => {}
+            }
+        }
+        finished_flows.dedup();
+        for (flow, _) in finished_flows {
+            self.promote(&flow).await;
+        }
+    }
+
+    /// Starts queued runs of `flow` while `max_active_runs` leaves room.
+    async fn promote(&mut self, flow: &str) {
+        let Ok(Some(record)) = self.p.store.get_flow(flow).await else { return };
+        let Ok(def) = self.p.flows.get(self.p.store.as_ref(), flow, record.latest_version).await else {
+            return;
+        };
+        let max = def.concurrency.max_active_runs;
+        loop {
+            match self.p.store.promote_queued(flow, max, now_ms()).await {
+                Ok(Some(run_id)) => self.pending.push_back(Envelope::Resume { run_id }),
+                Ok(None) => break,
+                Err(e) => {
+                    error!(flow = %flow, error = %e, "cannot promote queued run");
+                    break;
+                }
+            }
+        }
+    }
+
+    fn arm_confirm_timers(&mut self, run_id: &str, node: usize) {
+        let Some(snap) = self.runs.get(run_id) else { return };
+        let NodeAction::Manual(manual) = &snap.flow.nodes[node].action else { return };
+        let since = snap.nodes[node].started_at_ms.unwrap_or_else(now_ms);
+        let at = |d: Duration| since + i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4);
+        if let Some(after) = manual.alert_after {
+            let timer = Timer { run_id: run_id.to_string(), node, kind: TimerKind::ConfirmOverdue };
+            self.timers.at(at(after), timer);
+        }
+        if let (Some(after), Some(_)) = (manual.fallback_after, &manual.fallback) {
+            let timer = Timer { run_id: run_id.to_string(), node, kind: TimerKind::ConfirmFallback };
+            self.timers.at(at(after), timer);
+        }
+    }
+
+    fn execute(&mut self, run_id: &str, node: usize, attempt: u32, fallback: bool) {
+        let Some(snap) = self.runs.get(run_id) else { return };
+        let def = &snap.flow.nodes[node];
+        let executor: ExecutorDef = match (&def.action, fallback) {
+            (NodeAction::Run(executor), _) => executor.clone(),
+            (NodeAction::Manual(manual), true) => match &manual.fallback {
+                Some(executor) => executor.clone(),
+                None => return,
+            },
+            (NodeAction::Manual(_), false) => return,
+        };
+        let upstream = def.needs.iter().map(|need| need.upstream);
+        let input = serde_json::json!({ "params": snap.params, "nodes": snap.nodes_json(upstream) });
+        let job = Job {
+            run_id: run_id.to_string(),
+            flow: snap.flow.name.clone(),
+            node: def.id.clone(),
+            attempt,
+            idempotency_key: snap.idempotency_key(node),
+            executor,
+            input,
+            timeout: def.timeout,
+        };
+        let token = CancellationToken::new();
+        self.running.insert((run_id.to_string(), node), token.clone());
+        let executors = self.p.executors.clone();
+        let tx = self.p.tx.clone();
+        let run_id = run_id.to_string();
+        self.tasks.spawn(async move {
+            let result = executors.run(job, token).await;
+            let _ = tx.send(Envelope::AttemptDone { run_id, node, attempt, result }).await;
+        });
+    }
+}
+
+fn timer_envelope(timer: Timer) -> Envelope {
+    let Timer { run_id, node, kind } = timer;
+    let cmd = match kind {
+        TimerKind::RetryDue => Command::RetryDue { node },
+        TimerKind::ConfirmFallback => Command::Fallback { node },
+        TimerKind::ConfirmOverdue => return Envelope::ConfirmOverdue { run_id, node },
+    };
+    let audit = matches!(cmd, Command::Fallback { .. })
+        .then(|| ("fallback".to_string(), Some("fallback_after elapsed without an answer".to_string())));
+    Envelope::Command { run_id, cmd, actor: "engine".into(), audit, reply: None }
+}
+
+/// The last `max` bytes of `text`, cut at a character boundary.
+pub(crate) fn tail(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}

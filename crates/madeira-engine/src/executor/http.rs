@@ -1,0 +1,128 @@
+//! The `http` executor: 2xx is success (a JSON object body becomes the outputs),
+//! 5xx, timeouts and connection errors are retryable, 4xx is not. The target is
+//! resolved and checked against the `HttpPolicy` first, and the request is pinned
+//! to the checked address so DNS cannot swap it afterwards.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use madeira_core::ExecutorDef;
+use serde_json::Value as Json;
+use tokio_util::sync::CancellationToken;
+
+use super::{AttemptResult, Executor, HttpPolicy, Job};
+
+pub struct HttpExecutor {
+    policy: HttpPolicy,
+}
+
+impl HttpExecutor {
+    pub fn new(policy: HttpPolicy) -> Self {
+        Self { policy }
+    }
+
+    /// Resolves `url`'s host and returns the address to pin, or why not.
+    async fn check_target(&self, url: &reqwest::Url) -> Result<(String, SocketAddr), String> {
+        let host = url.host_str().ok_or_else(|| format!("url `{url}` has no host"))?.to_string();
+        if !self.policy.host_allowed(&host) {
+            return Err(format!(
+                "host `{host}` is not in http.allow_hosts of the server config; add it there"
+            ));
+        }
+        let port = url.port_or_known_default().unwrap_or(80);
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((bare, port))
+            .await
+            .map_err(|e| format!("cannot resolve `{host}`: {e}"))?
+            .collect();
+        let first = *addrs.first().ok_or_else(|| format!("`{host}` resolves to no address"))?;
+        for addr in &addrs {
+            if let Some(why) = self.policy.refuse_addr(addr.ip()) {
+                return Err(format!("`{host}` resolves to {}: {why}", addr.ip()));
+            }
+        }
+        Ok((bare.to_string(), first))
+    }
+}
+
+#[async_trait]
+impl Executor for HttpExecutor {
+    async fn execute(&self, job: Job, cancel: CancellationToken) -> AttemptResult {
+        let ExecutorDef::Http(def) = &job.executor else {
+            return AttemptResult::failure("http executor given a non-http node", false);
+        };
+        let url = match reqwest::Url::parse(&def.url) {
+            Ok(url) => url,
+            Err(e) => return AttemptResult::failure(format!("bad url `{}`: {e}", def.url), false),
+        };
+        let (host, addr) = match self.check_target(&url).await {
+            Ok(target) => target,
+            Err(e) => return AttemptResult::failure(e, false),
+        };
+        let client = match reqwest::Client::builder()
+            .resolve(&host, addr)
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(job.timeout)
+            .build()
+        {
+            Ok(client) => client,
+            Err(e) => return AttemptResult::failure(format!("http client: {e}"), true),
+        };
+        let method = reqwest::Method::from_bytes(def.method.to_ascii_uppercase().as_bytes())
+            .unwrap_or(reqwest::Method::GET);
+        let mut request = client
+            .request(method.clone(), url.clone())
+            .header("Idempotency-Key", &job.idempotency_key)
+            .header("X-Madeira-Run-Id", &job.run_id)
+            .header("X-Madeira-Node", &job.node)
+            .header("X-Madeira-Attempt", job.attempt.to_string());
+        for (name, value) in &def.headers {
+            request = request.header(name, value);
+        }
+        if let Some(body) = &def.body {
+            request = request.json(body);
+        } else if method != reqwest::Method::GET {
+            request = request.json(&job.input);
+        }
+        let started = Instant::now();
+        let response = tokio::select! {
+            r = request.send() => r,
+            _ = cancel.cancelled() => return AttemptResult::failure("aborted", false),
+        };
+        let response = match response {
+            Ok(r) => r,
+            Err(e) => return AttemptResult::failure(format!("{method} {url}: {e}"), true),
+        };
+        let status = response.status();
+        let body = response.text().await.unwrap_or_default();
+        let log = format!(
+            "{method} {url} -> {} in {} ms\n{}\n",
+            status.as_u16(),
+            started.elapsed().as_millis(),
+            tail(&body, 4096)
+        );
+        if status.is_success() {
+            let outputs = match serde_json::from_str::<Json>(&body) {
+                Ok(Json::Object(map)) => map,
+                _ => serde_json::Map::new(),
+            };
+            AttemptResult::Success { outputs, log }
+        } else {
+            let retryable = status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 408;
+            AttemptResult::Failure { error: format!("{method} {url} answered {status}"), retryable, log }
+        }
+    }
+}
+
+/// The last `max` bytes of `text`, cut at a character boundary.
+fn tail(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}

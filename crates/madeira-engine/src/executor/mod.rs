@@ -1,0 +1,110 @@
+//! Executors run one attempt of a node. `builtin` and `http` live here; the
+//! sidecar executor plugs in through the `Executor` trait. Every attempt is bounded
+//! by the node's timeout and can be aborted through its cancellation token.
+
+mod builtin;
+mod http;
+mod ssrf;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use madeira_core::ExecutorDef;
+use serde_json::{Map, Value as Json};
+use tokio_util::sync::CancellationToken;
+
+pub use http::HttpExecutor;
+pub use ssrf::HttpPolicy;
+
+/// One attempt to run.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub run_id: String,
+    pub flow: String,
+    pub node: String,
+    pub attempt: u32,
+    pub idempotency_key: String,
+    pub executor: ExecutorDef,
+    /// `{"params": {...}, "nodes": {"X": {"status", "outputs", "data_version"}}}`.
+    pub input: Json,
+    pub timeout: Duration,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptResult {
+    Success { outputs: Map<String, Json>, log: String },
+    Failure { error: String, retryable: bool, log: String },
+}
+
+impl AttemptResult {
+    pub fn failure(error: impl Into<String>, retryable: bool) -> Self {
+        let error = error.into();
+        AttemptResult::Failure { log: error.clone(), error, retryable }
+    }
+
+    pub fn log(&self) -> &str {
+        match self {
+            AttemptResult::Success { log, .. } | AttemptResult::Failure { log, .. } => log,
+        }
+    }
+}
+
+/// Runs attempts of one executor kind.
+#[async_trait]
+pub trait Executor: Send + Sync {
+    /// Runs `job` until it ends or `cancel` fires (then it stops the work and
+    /// returns once it is gone).
+    async fn execute(&self, job: Job, cancel: CancellationToken) -> AttemptResult;
+}
+
+/// The executors the engine dispatches to, by kind.
+pub struct Executors {
+    pub http: HttpExecutor,
+    /// Jobs on sidecars; `None` until a sidecar link is configured.
+    pub sidecar: Option<Arc<dyn Executor>>,
+}
+
+impl Executors {
+    pub fn new(http: HttpPolicy) -> Self {
+        Self { http: HttpExecutor::new(http), sidecar: None }
+    }
+
+    /// Runs `job` with its timeout; a timeout is a retryable failure.
+    pub async fn run(&self, job: Job, cancel: CancellationToken) -> AttemptResult {
+        let timeout = job.timeout;
+        let work = async {
+            match &job.executor {
+                ExecutorDef::Builtin(def) => builtin::run(def, job.attempt, &cancel).await,
+                ExecutorDef::Http(_) => self.http.execute(job.clone(), cancel.clone()).await,
+                ExecutorDef::Sidecar(def) => match &self.sidecar {
+                    Some(sidecar) => sidecar.execute(job.clone(), cancel.clone()).await,
+                    None => AttemptResult::failure(
+                        format!(
+                            "no sidecar link: node needs job `{}` of group `{}`; run `madeira sidecar` \
+                             or use a builtin/http executor",
+                            def.job, def.group
+                        ),
+                        false,
+                    ),
+                },
+            }
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(result) => result,
+            Err(_) => {
+                cancel.cancel();
+                AttemptResult::failure(format!("timed out after {}", humanize(timeout)), true)
+            }
+        }
+    }
+}
+
+fn humanize(d: Duration) -> String {
+    if d.as_secs() > 0 && d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}

@@ -1,0 +1,72 @@
+//! Flow versions as the engine uses them: validation and storing on apply (a new
+//! version only when the content changed), and a cache of parsed versions.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use madeira_core::FlowDef;
+use madeira_core::spec::{SpecError, SpecErrors, parse_flow};
+use madeira_store::Store;
+use sha2::{Digest, Sha256};
+
+use crate::{EngineError, clock::now_ms};
+
+/// Parsed flow versions, shared by the engine loop and its handles.
+#[derive(Clone, Default)]
+pub struct FlowCache {
+    inner: Arc<Mutex<HashMap<(String, u32), Arc<FlowDef>>>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplyOutcome {
+    pub flow: String,
+    pub version: u32,
+    /// False when the content equalled the latest version.
+    pub created: bool,
+}
+
+impl FlowCache {
+    /// The parsed flow `name` at `version`, loading and parsing it on first use.
+    pub async fn get(&self, store: &dyn Store, name: &str, version: u32) -> Result<Arc<FlowDef>, EngineError> {
+        let key = (name.to_string(), version);
+        if let Some(def) = self.lock().get(&key) {
+            return Ok(def.clone());
+        }
+        let stored = store
+            .flow_version(name, version)
+            .await?
+            .ok_or_else(|| EngineError::VersionNotFound { flow: name.to_string(), version })?;
+        let def = parse_flow(&format!("{name}@v{version}"), &stored.source).map_err(|e| {
+            EngineError::BadStoredFlow { flow: name.to_string(), version, message: e.to_string() }
+        })?;
+        let def = Arc::new(def);
+        self.lock().insert(key, def.clone());
+        Ok(def)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u32), Arc<FlowDef>>> {
+        match self.inner.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Validates `source` and stores it as a new version of its flow when it differs
+    /// from the latest one. `file` names the source in error messages.
+    pub async fn apply(&self, store: &dyn Store, file: &str, source: &str) -> Result<ApplyOutcome, EngineError> {
+        let def = parse_flow(file, source)?;
+        let hash = content_hash(file, source)?;
+        let put = store.put_flow(&def.name, source, &hash, now_ms()).await?;
+        self.lock().insert((def.name.clone(), put.version), Arc::new(def.clone()));
+        Ok(ApplyOutcome { flow: def.name, version: put.version, created: put.created })
+    }
+}
+
+/// SHA-256 of the flow's canonical JSON form: formatting and comments do not make
+/// a new version, any change of content does.
+fn content_hash(file: &str, source: &str) -> Result<String, EngineError> {
+    let value: serde_json::Value = serde_saphyr::from_str(source).map_err(|e| {
+        SpecErrors(vec![SpecError { file: file.to_string(), line: None, node: None, message: e.to_string() }])
+    })?;
+    Ok(hex::encode(Sha256::digest(value.to_string().as_bytes())))
+}

@@ -1,0 +1,241 @@
+//! `EngineHandle`: the cheap-to-clone way the API, CLI and demo talk to the engine
+//! — apply flows, trigger runs (idempotency, overlap, routing), act on nodes.
+
+use std::sync::Arc;
+
+use madeira_core::{Command, FlowDef, RunState};
+use madeira_store::{CreateOutcome, NewRun, Overlap, Store};
+use serde_json::Value as Json;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::envelope::Envelope;
+use crate::stats::EngineStats;
+use crate::{ApplyOutcome, EngineError, FlowCache, RunEvent, clock::now_ms};
+
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: mpsc::Sender<Envelope>,
+    store: Arc<dyn Store>,
+    flows: FlowCache,
+    events: broadcast::Sender<RunEvent>,
+    stats: Arc<EngineStats>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TriggerRequest {
+    pub flow: String,
+    pub params: Json,
+    pub idempotency_key: Option<String>,
+    /// `manual`, `cron`, `event`, ...
+    pub trigger: String,
+    pub actor: String,
+    /// Run this version instead of the routed/latest one.
+    pub version: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriggerOutcome {
+    pub run_id: String,
+    pub flow: String,
+    pub version: u32,
+    /// False when the idempotency key had already made this run.
+    pub created: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeActionKind {
+    Confirm,
+    Reject,
+    Rerun { downstream: bool },
+    MarkSuccess,
+    Skip,
+}
+
+impl NodeActionKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeActionKind::Confirm => "confirm",
+            NodeActionKind::Reject => "reject",
+            NodeActionKind::Rerun { downstream: false } => "rerun",
+            NodeActionKind::Rerun { downstream: true } => "rerun_downstream",
+            NodeActionKind::MarkSuccess => "mark_success",
+            NodeActionKind::Skip => "skip",
+        }
+    }
+}
+
+/// An operator action on a run (`node: None` with `kind: None` cancels the run).
+#[derive(Debug, Clone)]
+pub struct ActionRequest {
+    pub run_id: String,
+    pub node: Option<String>,
+    pub kind: Option<NodeActionKind>,
+    pub actor: String,
+    pub reason: Option<String>,
+}
+
+impl EngineHandle {
+    pub(crate) fn new(
+        tx: mpsc::Sender<Envelope>,
+        store: Arc<dyn Store>,
+        flows: FlowCache,
+        events: broadcast::Sender<RunEvent>,
+        stats: Arc<EngineStats>,
+    ) -> Self {
+        Self { tx, store, flows, events, stats }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<RunEvent> {
+        self.events.subscribe()
+    }
+
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    /// Validates and stores a flow (a new version only when its content changed).
+    pub async fn apply_flow(&self, file: &str, source: &str) -> Result<ApplyOutcome, EngineError> {
+        self.flows.apply(self.store.as_ref(), file, source).await
+    }
+
+    /// The parsed flow at `version` (latest when `None`).
+    pub async fn flow(&self, name: &str, version: Option<u32>) -> Result<Arc<FlowDef>, EngineError> {
+        let version = match version {
+            Some(v) => v,
+            None => {
+                let record = self
+                    .store
+                    .get_flow(name)
+                    .await?
+                    .ok_or_else(|| EngineError::FlowNotFound(name.to_string()))?;
+                record.latest_version
+            }
+        };
+        self.flows.get(self.store.as_ref(), name, version).await
+    }
+
+    /// Creates a run, or returns the one its idempotency key already made.
+    pub async fn trigger(&self, req: TriggerRequest) -> Result<TriggerOutcome, EngineError> {
+        let latest = self.flow(&req.flow, None).await?;
+        if latest.observe {
+            return Err(EngineError::ObserveOnly(req.flow));
+        }
+        let version = match req.version {
+            Some(v) => v,
+            None => route(&latest, &req.params, self.latest_version(&req.flow).await?)?,
+        };
+        let def = self.flows.get(self.store.as_ref(), &req.flow, version).await?;
+        let run = NewRun {
+            id: uuid::Uuid::now_v7().to_string(),
+            flow: req.flow.clone(),
+            version,
+            params: req.params,
+            idempotency_key: req.idempotency_key,
+            trigger: req.trigger,
+            node_names: def.nodes.iter().map(|n| n.id.clone()).collect(),
+            max_active_runs: def.concurrency.max_active_runs,
+            overlap: match def.concurrency.on_overlap {
+                madeira_core::OnOverlap::Queue => Overlap::Queue,
+                madeira_core::OnOverlap::Skip => Overlap::Skip,
+                madeira_core::OnOverlap::CancelPrevious => Overlap::CancelPrevious,
+            },
+            actor: req.actor.clone(),
+            now_ms: now_ms(),
+        };
+        match self.store.create_run(&run).await? {
+            CreateOutcome::Existing { run_id, version } => {
+                Ok(TriggerOutcome { run_id, flow: req.flow, version, created: false })
+            }
+            CreateOutcome::Skipped { active } => {
+                Err(EngineError::OverlapSkipped { flow: req.flow, active: active.len() })
+            }
+            CreateOutcome::Created { run_id, state, cancel_previous } => {
+                for previous in cancel_previous {
+                    let cancel = Envelope::Command {
+                        run_id: previous,
+                        cmd: Command::Cancel,
+                        actor: req.actor.clone(),
+                        audit: Some(("cancel".into(), Some(format!("cancel_previous: superseded by {run_id}")))),
+                        reply: None,
+                    };
+                    self.send(cancel).await?;
+                }
+                if state == RunState::Running {
+                    self.send(Envelope::Resume { run_id: run_id.clone() }).await?;
+                }
+                Ok(TriggerOutcome { run_id, flow: req.flow, version, created: true })
+            }
+        }
+    }
+
+    async fn latest_version(&self, flow: &str) -> Result<u32, EngineError> {
+        Ok(self
+            .store
+            .get_flow(flow)
+            .await?
+            .ok_or_else(|| EngineError::FlowNotFound(flow.to_string()))?
+            .latest_version)
+    }
+
+    /// Applies an operator action through the engine; answers once it is durable
+    /// (or refused, naming the current state).
+    pub async fn act(&self, req: ActionRequest) -> Result<(), EngineError> {
+        let stored = self
+            .store
+            .load_run(&req.run_id)
+            .await?
+            .ok_or_else(|| EngineError::RunNotFound(req.run_id.clone()))?;
+        let def = self.flows.get(self.store.as_ref(), &stored.run.flow, stored.run.version).await?;
+        let (cmd, action) = match (&req.node, req.kind) {
+            (Some(node), Some(kind)) => {
+                let node = def.node_index(node).ok_or_else(|| EngineError::NodeNotFound {
+                    run: req.run_id.clone(),
+                    node: node.clone(),
+                })?;
+                let cmd = match kind {
+                    NodeActionKind::Confirm => Command::Confirm { node },
+                    NodeActionKind::Reject => Command::Reject { node },
+                    NodeActionKind::Rerun { downstream } => Command::Rerun { node, downstream },
+                    NodeActionKind::MarkSuccess => Command::MarkSuccess { node },
+                    NodeActionKind::Skip => Command::Skip { node },
+                };
+                (cmd, kind.name())
+            }
+            _ => (Command::Cancel, "cancel"),
+        };
+        let (reply, answer) = oneshot::channel();
+        self.send(Envelope::Command {
+            run_id: req.run_id,
+            cmd,
+            actor: req.actor,
+            audit: Some((action.to_string(), req.reason)),
+            reply: Some(reply),
+        })
+        .await?;
+        answer.await.map_err(|_| EngineError::ShuttingDown)?
+    }
+
+    async fn send(&self, envelope: Envelope) -> Result<(), EngineError> {
+        self.tx.send(envelope).await.map_err(|_| EngineError::ShuttingDown)
+    }
+}
+
+/// The version a run with `params` goes to: the first matching routing rule, the
+/// routing default, or the latest version.
+fn route(latest: &FlowDef, params: &Json, latest_version: u32) -> Result<u32, EngineError> {
+    let Some(routing) = &latest.routing else { return Ok(latest_version) };
+    for rule in &routing.rules {
+        let matched = rule
+            .when
+            .eval(params, &Json::Object(Default::default()))
+            .map_err(|e| EngineError::Routing { flow: latest.name.clone(), message: e.to_string() })?;
+        if matched {
+            return Ok(rule.version);
+        }
+    }
+    Ok(routing.default)
+}

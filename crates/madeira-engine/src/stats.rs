@@ -1,0 +1,52 @@
+//! Cheap engine counters and a dispatch-latency reservoir, read by benchmarks and
+//! (later) exported as metrics.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+const MAX_SAMPLES: usize = 1 << 20;
+
+#[derive(Default)]
+pub struct EngineStats {
+    transitions: AtomicU64,
+    commits: AtomicU64,
+    dispatch_latency_us: Mutex<Vec<u32>>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct StatsSnapshot {
+    pub transitions: u64,
+    pub commits: u64,
+    /// Ready -> running latencies in microseconds (capped sample).
+    pub dispatch_latency_us: Vec<u32>,
+}
+
+impl EngineStats {
+    pub(crate) fn committed(&self, transitions: usize) {
+        self.transitions.fetch_add(transitions as u64, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn dispatched(&self, latency: Duration) {
+        if let Ok(mut samples) = self.dispatch_latency_us.lock()
+            && samples.len() < MAX_SAMPLES
+        {
+            samples.push(latency.as_micros().min(u128::from(u32::MAX)) as u32);
+        }
+    }
+
+    /// Current counters; `reset` clears the latency samples.
+    pub fn snapshot(&self, reset: bool) -> StatsSnapshot {
+        let mut samples = match self.dispatch_latency_us.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let dispatch_latency_us = if reset { std::mem::take(&mut *samples) } else { samples.clone() };
+        StatsSnapshot {
+            transitions: self.transitions.load(Ordering::Relaxed),
+            commits: self.commits.load(Ordering::Relaxed),
+            dispatch_latency_us,
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! Per-node permits (`throttle.max_permits`) across all runs of this engine, and the
+//! FIFO of ready attempts waiting for one.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+/// A ready node waiting for a permit.
+#[derive(Debug, Clone)]
+pub(crate) struct Waiter {
+    pub run_id: String,
+    pub node: usize,
+    pub ready_at: Instant,
+}
+
+#[derive(Default)]
+pub(crate) struct Throttle {
+    in_use: HashMap<(String, usize), u32>,
+    waiting: HashMap<(String, usize), VecDeque<Waiter>>,
+}
+
+impl Throttle {
+    /// Takes a permit for `(flow, node)` if one of `max` is free.
+    pub fn try_acquire(&mut self, flow: &str, node: usize, max: u32) -> bool {
+        let used = self.in_use.entry((flow.to_string(), node)).or_default();
+        if *used < max {
+            *used += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn enqueue(&mut self, flow: &str, waiter: Waiter) {
+        self.waiting.entry((flow.to_string(), waiter.node)).or_default().push_back(waiter);
+    }
+
+    /// Gives a permit back and returns the next waiter, which now holds it.
+    pub fn release(&mut self, flow: &str, node: usize) -> Option<Waiter> {
+        let key = (flow.to_string(), node);
+        if let Some(next) = self.waiting.get_mut(&key).and_then(VecDeque::pop_front) {
+            return Some(next);
+        }
+        if let Some(used) = self.in_use.get_mut(&key) {
+            *used = used.saturating_sub(1);
+        }
+        None
+    }
+
+    /// Drops a waiter whose run no longer wants the permit (cancelled, skipped).
+    pub fn forget(&mut self, flow: &str, run_id: &str, node: usize) {
+        if let Some(queue) = self.waiting.get_mut(&(flow.to_string(), node)) {
+            queue.retain(|w| !(w.run_id == run_id && w.node == node));
+        }
+    }
+
+    pub fn in_use(&self, flow: &str, node: usize) -> u32 {
+        self.in_use.get(&(flow.to_string(), node)).copied().unwrap_or(0)
+    }
+
+    pub fn depth(&self, flow: &str, node: usize) -> usize {
+        self.waiting.get(&(flow.to_string(), node)).map_or(0, VecDeque::len)
+    }
+}
