@@ -7,6 +7,8 @@ pub mod expr;
 pub mod model;
 pub mod plan;
 pub mod retry;
+pub mod rootcause;
+pub mod schedule;
 pub mod spec;
 pub mod state;
 

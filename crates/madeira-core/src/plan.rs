@@ -4,8 +4,9 @@
 //! persists the returned `Plan` in one transaction, then acts on it.
 
 mod cascade;
+pub use cascade::run_outcome;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::sync::Arc;
 

@@ -219,6 +219,17 @@ impl EngineHandle {
         answer.await.map_err(|_| EngineError::ShuttingDown)?
     }
 
+    /// The run as the planner sees it, loaded from the store.
+    pub async fn snapshot(&self, run_id: &str) -> Result<madeira_core::RunSnapshot, EngineError> {
+        let stored = self
+            .store
+            .load_run(run_id)
+            .await?
+            .ok_or_else(|| EngineError::RunNotFound(run_id.to_string()))?;
+        let def = self.flows.get(self.store.as_ref(), &stored.run.flow, stored.run.version).await?;
+        crate::snapshot::from_stored(stored, def)
+    }
+
     async fn send(&self, envelope: Envelope) -> Result<(), EngineError> {
         self.tx.send(envelope).await.map_err(|_| EngineError::ShuttingDown)
     }

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use crate::expr::Condition;
 use crate::model::{
-    ConcurrencyDef, FlowDef, NodeDef, OnOverlap, RateLimitDef, RoutingDef, RoutingRule,
+    ConcurrencyDef, DepKind, FlowDef, NodeDef, OnOverlap, RateLimitDef, RoutingDef, RoutingRule,
 };
 
 use super::graph::{self, Ids};
 use super::node::{self, Defaults};
 use super::raw::{RawConcurrency, RawDefaults, RawFlow, RawNode, RawRouting, Span};
-use super::report::{At, Report, did_you_mean, line_of, one_of};
+use super::report::{At, Report, cel_error, did_you_mean, line_of, one_of};
 use super::trigger;
 
 const OVERLAPS: &[&str] = &["queue", "skip", "cancel_previous"];
@@ -40,7 +40,11 @@ pub(crate) fn flow(raw: &RawFlow, report: &mut Report) -> Option<FlowDef> {
         .as_ref()
         .map(|d| defaults(report, d))
         .unwrap_or_default();
-    let (nodes, downstream, topo) = nodes(raw, &defaults, report);
+    let Graph {
+        nodes,
+        downstream,
+        topo,
+    } = nodes(raw, &defaults, report);
     Some(FlowDef {
         name: name?,
         description: raw.description.clone(),
@@ -232,7 +236,10 @@ fn routing(report: &mut Report, raw: &Span<RawRouting>) -> Option<RoutingDef> {
 /// Routing runs before the run exists: only `params` can be read.
 fn routing_condition(report: &mut Report, at: At<'_>, source: &str) -> Option<Condition> {
     let cond = Condition::compile(source)
-        .map_err(|e| report.push(at, format!("routing `when` is not valid CEL: {e}")))
+        .map_err(|e| {
+            let e = cel_error(&e.0);
+            report.push(at, format!("routing `when` is not valid CEL: {e}"));
+        })
         .ok()?;
     let others: Vec<String> = cond
         .variables()
@@ -262,11 +269,13 @@ fn defaults(report: &mut Report, raw: &Span<RawDefaults>) -> Defaults {
     }
 }
 
-type Graph = (
-    Vec<NodeDef>,
-    Vec<Vec<(usize, crate::model::DepKind)>>,
-    Vec<usize>,
-);
+/// The nodes with their edges resolved, as `FlowDef` holds them.
+#[derive(Default)]
+struct Graph {
+    nodes: Vec<NodeDef>,
+    downstream: Vec<Vec<(usize, DepKind)>>,
+    topo: Vec<usize>,
+}
 
 fn nodes(raw: &RawFlow, defaults: &Defaults, report: &mut Report) -> Graph {
     let entries = raw
@@ -277,7 +286,7 @@ fn nodes(raw: &RawFlow, defaults: &Defaults, report: &mut Report) -> Graph {
     if entries.is_empty() {
         let line = raw.nodes.as_ref().and_then(line_of);
         report.push(At::top(line), "the flow has no nodes; add at least one under `nodes:`, e.g. `hello: {run: {builtin: noop}}`");
-        return (Vec::new(), Vec::new(), Vec::new());
+        return Graph::default();
     }
     let ids = Ids::new(
         entries.iter().map(|(k, _)| k.value.as_str()).collect(),
@@ -312,5 +321,9 @@ fn nodes(raw: &RawFlow, defaults: &Defaults, report: &mut Report) -> Graph {
     let topo = graph::topo(&nodes, &ids, report);
     graph::check_when(&nodes, &when_lines, &ids, report);
     let downstream = graph::downstream(&nodes);
-    (nodes, downstream, topo)
+    Graph {
+        nodes,
+        downstream,
+        topo,
+    }
 }

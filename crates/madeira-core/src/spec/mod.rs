@@ -7,8 +7,10 @@ use std::time::Duration;
 use crate::model::{FlowDef, RateLimitDef};
 
 mod convert;
+mod executor;
 mod graph;
 mod node;
+mod outline;
 mod raw;
 mod report;
 mod trigger;

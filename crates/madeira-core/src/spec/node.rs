@@ -6,23 +6,18 @@ use std::time::Duration;
 
 use crate::expr::Condition;
 use crate::model::{
-    BuiltinDef, BuiltinKind, ExecutorDef, HttpDef, ManualDef, NodeAction, NodeDef, SidecarDef,
-    ThrottleDef,
+    BuiltinDef, BuiltinKind, ExecutorDef, ManualDef, NodeAction, NodeDef, ThrottleDef,
 };
 use crate::retry::RetryPolicy;
 
-use super::raw::{
-    RawExecutor, RawHttp, RawManual, RawNode, RawRetry, RawSidecar, RawThrottle, Span,
-};
-use super::report::{At, Report, did_you_mean, one_of};
+use super::executor::executor;
+use super::raw::{RawManual, RawNode, RawRetry, RawThrottle, Span};
+use super::report::{At, Report, cel_error, did_you_mean, line_of};
 
 /// Default node timeout when neither the node nor `defaults` sets one.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// Default `throttle.queue_size`.
 pub(crate) const DEFAULT_QUEUE_SIZE: u32 = 100;
-
-const BUILTINS: &[&str] = &["noop", "sleep", "fail"];
-const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
 
 /// Flow-wide node defaults (`defaults:`), already merged over the built-in ones.
 #[derive(Debug, Clone)]
@@ -87,7 +82,7 @@ fn condition(report: &mut Report, at: At<'_>, when: &Span<String>) -> Option<Con
     let cond = match Condition::compile(&when.value) {
         Ok(c) => c,
         Err(e) => {
-            report.push(at, format!("`when` is not valid CEL: {e}"));
+            report.push(at, format!("`when` is not valid CEL: {}", cel_error(&e.0)));
             return None;
         }
     };
@@ -109,29 +104,29 @@ fn condition(report: &mut Report, at: At<'_>, when: &Span<String>) -> Option<Con
 }
 
 fn action(id: &str, at: At<'_>, raw: &RawNode, report: &mut Report) -> NodeAction {
-    match (&raw.run, &raw.manual) {
-        (Some(_), Some(m)) => {
-            report.push(
-                at.at(m),
-                "has both `run` and `manual`; a manual node waits for a person, \
-                 so move the automatic action to `manual.fallback` or drop `manual`",
-            );
-        }
-        (None, None) => {
-            report.push(
-                at,
-                "has neither `run` nor `manual`; add e.g. `run: {builtin: noop}` \
-                 or `manual: {prompt: \"...\"}`",
-            );
-        }
-        (Some(run), None) => {
-            if let Some(exec) = executor(report, at.at(run), "run", &run.value) {
-                return NodeAction::Run(exec);
-            }
-        }
-        (None, Some(manual)) => {
-            return NodeAction::Manual(manual_def(id, at.at(manual), &manual.value, report));
-        }
+    // Both halves are checked even when only one may stay, so every mistake shows.
+    let run = raw
+        .run
+        .as_ref()
+        .map(|r| executor(report, at.at(r), "run", &r.value));
+    let manual = raw
+        .manual
+        .as_ref()
+        .map(|m| manual_def(id, at.at(m), &m.value, report));
+    match (run, manual) {
+        (Some(_), Some(_)) => report.push(
+            at.on(raw.manual.as_ref().and_then(line_of)),
+            "has both `run` and `manual`; a manual node waits for a person, \
+             so move the automatic action to `manual.fallback` or drop `manual`",
+        ),
+        (None, None) => report.push(
+            at,
+            "has neither `run` nor `manual`; add e.g. `run: {builtin: noop}` \
+             or `manual: {prompt: \"...\"}`",
+        ),
+        (Some(Some(exec)), None) => return NodeAction::Run(exec),
+        (None, Some(manual)) => return NodeAction::Manual(manual),
+        (Some(None), None) => {}
     }
     NodeAction::Run(ExecutorDef::Builtin(BuiltinDef {
         kind: BuiltinKind::Noop,
@@ -189,202 +184,6 @@ fn manual_def(id: &str, at: At<'_>, raw: &RawManual, report: &mut Report) -> Man
         fallback_after,
         fallback,
     }
-}
-
-/// One of `builtin`, `http`, `sidecar`; `field` names where it sits (`run`, `manual.fallback`).
-pub(crate) fn executor(
-    report: &mut Report,
-    at: At<'_>,
-    field: &str,
-    raw: &RawExecutor,
-) -> Option<ExecutorDef> {
-    let kinds: Vec<&str> = [
-        raw.builtin.as_ref().map(|_| "builtin"),
-        raw.http.as_ref().map(|_| "http"),
-        raw.sidecar.as_ref().map(|_| "sidecar"),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if kinds.len() != 1 {
-        let has = if kinds.is_empty() {
-            "none".to_string()
-        } else {
-            one_of(&kinds).replace(" or ", " and ")
-        };
-        report.push(
-            at,
-            format!("`{field}` needs exactly one of `builtin`, `http` or `sidecar` (has {has})"),
-        );
-        return None;
-    }
-    if let Some(b) = &raw.builtin {
-        return builtin(report, at, b, raw).map(ExecutorDef::Builtin);
-    }
-    let extra: Vec<&str> = [
-        raw.for_.as_ref().map(|_| "for"),
-        raw.message.as_ref().map(|_| "message"),
-        raw.times.as_ref().map(|_| "times"),
-        raw.outputs.as_ref().map(|_| "outputs"),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if !extra.is_empty() {
-        let fields = one_of(&extra).replace(" or ", ", ");
-        report.push(
-            at,
-            format!("{fields} only apply to `builtin` executors; remove them from `{field}`"),
-        );
-    }
-    match (&raw.http, &raw.sidecar) {
-        (Some(h), _) => http(report, at.at(h), &h.value).map(ExecutorDef::Http),
-        (_, Some(s)) => sidecar(report, at.at(s), &s.value).map(ExecutorDef::Sidecar),
-        (None, None) => None,
-    }
-}
-
-fn builtin(
-    report: &mut Report,
-    at: At<'_>,
-    kind: &Span<String>,
-    raw: &RawExecutor,
-) -> Option<BuiltinDef> {
-    let name = kind.value.as_str();
-    let at_kind = at.at(kind);
-    let misplaced = |field: &str, present: bool, owner: &str| {
-        (present && name != owner).then(|| format!("`{field}` only applies to `builtin: {owner}`"))
-    };
-    let misplaced = [
-        misplaced("for", raw.for_.is_some(), "sleep"),
-        misplaced("message", raw.message.is_some(), "fail"),
-        misplaced("times", raw.times.is_some(), "fail"),
-    ];
-    if BUILTINS.contains(&name) {
-        for msg in misplaced.into_iter().flatten() {
-            report.push(at_kind, msg);
-        }
-    }
-    let kind = match name {
-        "noop" => BuiltinKind::Noop,
-        "sleep" => match &raw.for_ {
-            Some(d) => BuiltinKind::Sleep(report.duration(at, "for", d)?),
-            None => {
-                report.push(
-                    at_kind,
-                    "`builtin: sleep` needs `for`, e.g. `{builtin: sleep, for: 2s}`",
-                );
-                return None;
-            }
-        },
-        "fail" => BuiltinKind::Fail {
-            message: raw
-                .message
-                .clone()
-                .unwrap_or_else(|| "failed by builtin `fail`".to_string()),
-            times: match &raw.times {
-                Some(t) => Some(report.limit(at, "times", t, 1)?),
-                None => None,
-            },
-        },
-        other => {
-            let hint = did_you_mean(other, BUILTINS.iter().copied());
-            report.push(
-                at_kind,
-                format!("unknown builtin `{other}`{hint}; use {}", one_of(BUILTINS)),
-            );
-            return None;
-        }
-    };
-    Some(BuiltinDef {
-        kind,
-        outputs: raw.outputs.clone().unwrap_or_default(),
-    })
-}
-
-fn http(report: &mut Report, at: At<'_>, raw: &RawHttp) -> Option<HttpDef> {
-    let Some(url) = &raw.url else {
-        report.push(
-            at,
-            "`http` needs `url`, e.g. `{http: {url: \"http://host/path\"}}`",
-        );
-        return None;
-    };
-    if let Err(why) = check_url(&url.value) {
-        report.push(at.at(url), format!("bad `url` `{}`: {why}", url.value));
-    }
-    let method = match &raw.method {
-        Some(m) => {
-            let upper = m.value.trim().to_ascii_uppercase();
-            if !METHODS.contains(&upper.as_str()) {
-                let hint = did_you_mean(&upper, METHODS.iter().copied());
-                report.push(
-                    at.at(m),
-                    format!(
-                        "unknown HTTP method `{}`{hint}; use {}",
-                        m.value,
-                        one_of(METHODS)
-                    ),
-                );
-            }
-            upper
-        }
-        None => "GET".to_string(),
-    };
-    Some(HttpDef {
-        url: url.value.clone(),
-        method,
-        headers: raw.headers.clone().unwrap_or_default(),
-        body: raw.body.clone(),
-    })
-}
-
-/// A light check: `http://` or `https://`, then a host without spaces.
-fn check_url(url: &str) -> Result<(), String> {
-    let lower = url.to_ascii_lowercase();
-    let rest = ["http://", "https://"]
-        .iter()
-        .find_map(|s| lower.strip_prefix(s).map(|_| &url[s.len()..]))
-        .ok_or("it must start with `http://` or `https://`")?;
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host = authority.rsplit('@').next().unwrap_or_default();
-    let host = if host.starts_with('[') {
-        host
-    } else {
-        host.split(':').next().unwrap_or_default()
-    };
-    if host.is_empty() {
-        return Err("it has no host".to_string());
-    }
-    if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err("the host contains spaces".to_string());
-    }
-    Ok(())
-}
-
-fn sidecar(report: &mut Report, at: At<'_>, raw: &RawSidecar) -> Option<SidecarDef> {
-    let mut text = |field: &str, value: &Option<Span<String>>| match value {
-        Some(v) if !v.value.trim().is_empty() => Some(v.value.clone()),
-        Some(v) => {
-            report.push(at.at(v), format!("`sidecar.{field}` is empty"));
-            None
-        }
-        None => {
-            report.push(at, format!("`sidecar` needs `{field}`, e.g. `{{sidecar: {{group: billing, job: pull-payments}}}}`"));
-            None
-        }
-    };
-    let group = text("group", &raw.group);
-    let job = text("job", &raw.job);
-    let shards = match &raw.shards {
-        Some(s) => report.limit(at, "shards", s, 1),
-        None => Some(1),
-    };
-    Some(SidecarDef {
-        group: group?,
-        job: job?,
-        shards: shards?,
-    })
 }
 
 fn throttle(report: &mut Report, at: At<'_>, raw: &RawThrottle) -> Option<ThrottleDef> {
@@ -466,7 +265,11 @@ pub(crate) fn merge_retry(
             .filter_map(|c| match i32::try_from(c.value) {
                 Ok(code) => Some(code),
                 Err(_) => {
-                    report.push(at.at(c), format!("exit code {} is out of range", c.value));
+                    let msg = format!(
+                        "`retry.no_retry_exit_codes`: {} is not an exit code",
+                        c.value
+                    );
+                    report.push(at.at(c), msg);
                     None
                 }
             })

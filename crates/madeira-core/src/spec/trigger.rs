@@ -4,6 +4,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use chrono::{TimeZone, Utc};
 use chrono_tz::{TZ_VARIANTS, Tz};
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
@@ -59,7 +60,24 @@ pub fn parse_cron(expr: &str) -> Result<Cron, String> {
         .year(Year::Disallowed)
         .build()
         .parse(pattern)
-        .map_err(|e| format!("bad cron `{expr}`: {e}"))
+        .map_err(|e| {
+            format!(
+                "bad cron `{expr}`: {e}; fields are minute 0-59, hour 0-23, day 1-31, \
+                 month 1-12, weekday 0-7 (6 fields: seconds 0-59 first)"
+            )
+        })
+}
+
+/// Rejects an expression that parses but names no real date (`0 0 30 2 *`); the
+/// search starts at a fixed instant, so validation does not depend on the clock.
+fn fires(cron: &Cron, expr: &str) -> Result<(), String> {
+    let start = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single();
+    match start.map(|s| cron.find_next_occurrence(&s, false)) {
+        Some(Err(_)) => Err(format!(
+            "cron `{expr}` never fires (no such date, e.g. 30 February); check day and month"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Looks up an IANA timezone name, suggesting the closest one when unknown.
@@ -142,8 +160,8 @@ fn cron_trigger(
     t: &RawTrigger,
     cron: &Span<String>,
 ) -> Option<CronTriggerDef> {
-    let expr_ok = match parse_cron(&cron.value) {
-        Ok(_) => true,
+    let expr_ok = match parse_cron(&cron.value).and_then(|c| fires(&c, &cron.value)) {
+        Ok(()) => true,
         Err(e) => {
             report.push(at.at(cron), e);
             false

@@ -229,9 +229,9 @@ nodes:
 ";
     let got = errors(source);
     assert_eq!(got.len(), 5, "{got:#?}");
-    assert!(
-        got[0].starts_with("flow.yaml:5: node parse_err: `when` is not valid CEL: "),
-        "{got:#?}"
+    assert_eq!(
+        got[0],
+        "flow.yaml:5: node parse_err: `when` is not valid CEL: at column 18: the expression ends too early"
     );
     assert_eq!(
         got[1],
@@ -401,12 +401,22 @@ fn unknown_fields_suggest_the_right_one() {
 #[test]
 fn malformed_yaml_has_a_line() {
     assert_like("flow: f\nnodes:\n  a: {run: [}\n", "flow.yaml:3: ", "");
-    assert_like(
+    assert_errors(
         "flow: f\nnodes:\n  a:\n    retry: {attempts: many}\n    run: {builtin: noop}\n",
-        "flow.yaml:4: node a: ",
-        "whole number",
+        &["flow.yaml:4: node a: `attempts`: expected a whole number"],
     );
-    assert_like("flow: f\nnodes: 3\n", "flow.yaml:2: ", "");
+    assert_errors(
+        "flow: f\nnodes:\n  a:\n    run: {builtin: noop}\n    needs: a\n",
+        &["flow.yaml:5: node a: `needs`: expected a list, e.g. `[a, b]`"],
+    );
+    assert_errors(
+        "flow: f\nobserve: yes\nnodes:\n  a: {run: {builtin: noop}}\n",
+        &["flow.yaml:2: `observe`: invalid boolean (strict mode expects true/false)"],
+    );
+    assert_errors(
+        "flow: f\nnodes: 3\n",
+        &["flow.yaml:2: `nodes`: expected a mapping, e.g. `{key: value}`"],
+    );
     assert_like(
         "flow: f\nnodes:\n  a: {needs: [[b]], run: {builtin: noop}}\n",
         "flow.yaml:3: node a: ",
@@ -422,6 +432,37 @@ fn malformed_yaml_has_a_line() {
     );
     assert_like("- a\n- b\n", "flow.yaml:1: ", "");
     assert_like("flow: f\n---\nflow: g\n", "flow.yaml:", "one flow per file");
+}
+
+#[test]
+fn yaml_1_1_booleans_are_plain_names() {
+    // `y`, `n`, `on`, `off` are node names, not booleans (YAML 1.2 core schema).
+    let flow = super::parse(
+        "flow: f\nnodes:\n  y: {run: {builtin: noop}}\n  n: {needs: [y], run: {builtin: noop}}\n",
+    );
+    assert_eq!(flow.nodes[1].needs[0].upstream, 0);
+}
+
+#[test]
+fn cron_that_never_fires() {
+    assert_errors(
+        "flow: f\ntriggers:\n  - cron: '0 0 30 2 *'\nnodes:\n  a: {run: {builtin: noop}}\n",
+        &[
+            "flow.yaml:3: cron `0 0 30 2 *` never fires (no such date, e.g. 30 February); check day and month",
+        ],
+    );
+}
+
+#[test]
+fn run_is_checked_even_next_to_manual() {
+    assert_errors(
+        "flow: f\nnodes:\n  a:\n    run: {http: {url: 'https://'}}\n    manual: {prompt: ok?}\n",
+        &[
+            "flow.yaml:4: node a: bad `url` `https://`: it has no host",
+            "flow.yaml:5: node a: has both `run` and `manual`; a manual node waits for a person, \
+             so move the automatic action to `manual.fallback` or drop `manual`",
+        ],
+    );
 }
 
 #[test]

@@ -1,0 +1,82 @@
+//! API errors: one place maps engine and store errors to HTTP status codes and the
+//! `{"error": {"code", "message", "details"}}` body.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use madeira_engine::EngineError;
+use serde_json::{Value as Json_, json};
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub details: Json_,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into(), details: Json_::Null }
+    }
+
+    pub fn with_details(mut self, details: Json_) -> Self {
+        self.details = details;
+        self
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message, "details": self.details}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        let message = e.to_string();
+        match e {
+            EngineError::FlowNotFound(_)
+            | EngineError::VersionNotFound { .. }
+            | EngineError::RunNotFound(_)
+            | EngineError::NodeNotFound { .. } => Self::not_found(message),
+            EngineError::Invalid(errors) => {
+                let lines: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
+                Self::new(StatusCode::BAD_REQUEST, "invalid_flow", message).with_details(json!({"errors": lines}))
+            }
+            EngineError::Refused { refusal, .. } => {
+                let state = match &refusal {
+                    madeira_core::Refusal::Node { state, .. } => Some(state.as_str()),
+                    madeira_core::Refusal::Run { state, .. } => Some(state.as_str()),
+                    _ => None,
+                };
+                Self::new(StatusCode::CONFLICT, "refused", message).with_details(json!({"state": state}))
+            }
+            EngineError::OverlapSkipped { active, .. } => {
+                Self::new(StatusCode::CONFLICT, "overlap_skipped", message).with_details(json!({"active": active}))
+            }
+            EngineError::ObserveOnly(_) => Self::new(StatusCode::CONFLICT, "observe_only", message),
+            EngineError::Routing { .. } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "routing", message),
+            EngineError::ShuttingDown => Self::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", message),
+            EngineError::Store(_) | EngineError::BadStoredFlow { .. } => {
+                tracing::error!(error = %message, "internal error");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+            }
+        }
+    }
+}
+
+impl From<madeira_store::StoreError> for ApiError {
+    fn from(e: madeira_store::StoreError) -> Self {
+        EngineError::Store(e).into()
+    }
+}

@@ -1,0 +1,52 @@
+//! `PUT/GET /flows/{name}`, `GET /flows`.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::{Value, json};
+
+use crate::{ApiError, AppState, Role, views};
+
+pub async fn put(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    state.auth.authorize(&headers, Role::Admin)?;
+    let source = std::str::from_utf8(&body).map_err(|_| ApiError::bad_request("flow body is not UTF-8 YAML"))?;
+    let def = madeira_core::spec::parse_flow(&format!("{name}.yaml"), source)
+        .map_err(|e| ApiError::from(madeira_engine::EngineError::Invalid(e)))?;
+    if def.name != name {
+        return Err(ApiError::bad_request(format!(
+            "the body defines flow `{}` but the URL names `{name}`; PUT it to /api/v1/flows/{}",
+            def.name, def.name
+        )));
+    }
+    let outcome = state.engine.apply_flow(&format!("{name}.yaml"), source).await?;
+    let status = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(json!({"flow": outcome.flow, "version": outcome.version, "created": outcome.created}))))
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    state.auth.authorize(&headers, Role::Viewer)?;
+    let store = state.engine.store();
+    let record = store.get_flow(&name).await?.ok_or_else(|| ApiError::not_found(format!("flow {name} not found")))?;
+    let def = state.engine.flow(&name, Some(record.latest_version)).await?;
+    Ok(Json(views::flow_detail(&record, &def)))
+}
+
+pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    state.auth.authorize(&headers, Role::Viewer)?;
+    let mut flows = Vec::new();
+    for record in state.engine.store().list_flows().await? {
+        let def = state.engine.flow(&record.name, Some(record.latest_version)).await?;
+        flows.push(views::flow_detail(&record, &def));
+    }
+    Ok(Json(json!({"flows": flows})))
+}

@@ -1,0 +1,43 @@
+//! Route table and the request helpers shared by handlers.
+
+mod audit;
+mod flows;
+mod health;
+mod runs;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use serde::de::DeserializeOwned;
+
+use crate::{ApiError, AppState, MAX_BODY_BYTES};
+
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/flows", get(flows::list))
+        .route("/flows/{name}", get(flows::get).put(flows::put))
+        .route("/flows/{name}/runs", post(runs::trigger))
+        .route("/runs", get(runs::list))
+        .route("/runs/{id}", get(runs::show))
+        .route("/runs/{id}/cancel", post(runs::cancel))
+        .route("/runs/{id}/transitions", get(runs::transitions))
+        .route("/runs/{id}/nodes/{node}/logs", get(runs::logs))
+        .route("/runs/{id}/nodes/{node}/{action}", post(runs::node_action))
+        .route("/audit", get(audit::list))
+        .fallback(|| async { ApiError::not_found("no such API route; see SPEC §9") });
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .nest("/api/v1", api)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// Parses an optional JSON body (empty means `T::default()`), naming the problem.
+pub(crate) fn json_body<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("request body: {e}")))
+}

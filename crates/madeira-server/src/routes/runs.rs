@@ -1,0 +1,213 @@
+//! Runs: trigger (with `Idempotency-Key`), list with a cursor, show, cancel, node
+//! actions, logs and the transition log.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use madeira_engine::{ActionRequest, NodeActionKind, TriggerRequest};
+use madeira_store::RunQuery;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::json_body;
+use crate::{ApiError, AppState, Role, views};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TriggerBody {
+    #[serde(default)]
+    params: serde_json::Map<String, Value>,
+    #[serde(default)]
+    version: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActionBody {
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    downstream: bool,
+}
+
+pub async fn trigger(
+    State(state): State<AppState>,
+    Path(flow): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let actor = state.auth.authorize(&headers, Role::Operator)?;
+    let body: TriggerBody = json_body(&body)?;
+    let key = match headers.get("idempotency-key") {
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| ApiError::bad_request("Idempotency-Key must be visible ASCII"))?
+                .to_string(),
+        ),
+        None => None,
+    };
+    if key.as_ref().is_some_and(|k| k.is_empty() || k.len() > 256) {
+        return Err(ApiError::bad_request("Idempotency-Key must be 1 to 256 characters"));
+    }
+    let outcome = state
+        .engine
+        .trigger(TriggerRequest {
+            flow,
+            params: Value::Object(body.params),
+            idempotency_key: key,
+            trigger: "manual".into(),
+            actor,
+            version: body.version,
+        })
+        .await?;
+    let status = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(json!({"run_id": outcome.run_id, "flow": outcome.flow, "version": outcome.version}))))
+}
+
+pub(crate) fn parse_limit(raw: Option<&String>) -> Result<u32, ApiError> {
+    match raw {
+        None => Ok(50),
+        Some(s) => match s.parse::<u32>() {
+            Ok(n @ 1..=1000) => Ok(n),
+            _ => Err(ApiError::bad_request(format!("limit `{s}`: give a number from 1 to 1000"))),
+        },
+    }
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    state.auth.authorize(&headers, Role::Viewer)?;
+    let limit = parse_limit(q.get("limit"))?;
+    if let Some(status) = q.get("status")
+        && status.parse::<madeira_core::RunState>().is_err()
+    {
+        return Err(ApiError::bad_request(format!(
+            "status `{status}`: use QUEUED, RUNNING, SUCCESS, FAILED or CANCELLED"
+        )));
+    }
+    let query = RunQuery {
+        flow: q.get("flow").cloned(),
+        state: q.get("status").cloned(),
+        before: q.get("cursor").cloned(),
+        limit: limit + 1,
+    };
+    let mut rows = state.engine.store().list_runs(&query).await?;
+    let next = if rows.len() > limit as usize {
+        rows.truncate(limit as usize);
+        rows.last().map(|r| Value::from(r.id.clone()))
+    } else {
+        None
+    };
+    let runs: Vec<Value> = rows.iter().map(views::run_summary).collect();
+    Ok(Json(json!({"runs": runs, "next": next})))
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    state.auth.authorize(&headers, Role::Viewer)?;
+    let stored = state
+        .engine
+        .store()
+        .load_run(&id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
+    let def = state.engine.flow(&stored.run.flow, Some(stored.run.version)).await?;
+    Ok(Json(views::run_detail(&stored, &def)))
+}
+
+pub async fn cancel(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let actor = state.auth.authorize(&headers, Role::Operator)?;
+    let body: ActionBody = json_body(&body)?;
+    state
+        .engine
+        .act(ActionRequest { run_id: id.clone(), node: None, kind: None, actor, reason: body.reason })
+        .await?;
+    Ok(Json(json!({"run_id": id, "action": "cancel"})))
+}
+
+pub async fn node_action(
+    State(state): State<AppState>,
+    Path((id, node, action)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let actor = state.auth.authorize(&headers, Role::Operator)?;
+    let body: ActionBody = json_body(&body)?;
+    let kind = match action.as_str() {
+        "confirm" => NodeActionKind::Confirm,
+        "reject" => NodeActionKind::Reject,
+        "rerun" => NodeActionKind::Rerun { downstream: body.downstream },
+        "mark-success" => NodeActionKind::MarkSuccess,
+        "skip" => NodeActionKind::Skip,
+        other => {
+            return Err(ApiError::not_found(format!(
+                "unknown node action `{other}`: use confirm, reject, rerun, mark-success or skip"
+            )));
+        }
+    };
+    state
+        .engine
+        .act(ActionRequest {
+            run_id: id.clone(),
+            node: Some(node.clone()),
+            kind: Some(kind),
+            actor,
+            reason: body.reason,
+        })
+        .await?;
+    Ok(Json(json!({"run_id": id, "node": node, "action": action})))
+}
+
+pub async fn logs(
+    State(state): State<AppState>,
+    Path((id, node)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    state.auth.authorize(&headers, Role::Viewer)?;
+    let store = state.engine.store();
+    let stored = store.load_run(&id).await?.ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
+    if !stored.nodes.iter().any(|n| n.node == node) {
+        return Err(ApiError::not_found(format!("run {id}: node {node} not found")));
+    }
+    let logs: Vec<Value> = store
+        .logs(&id, &node)
+        .await?
+        .into_iter()
+        .map(|l| json!({"attempt": l.attempt, "content": l.content}))
+        .collect();
+    Ok(Json(json!({"run_id": id, "node": node, "logs": logs})))
+}
+
+pub async fn transitions(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    state.auth.authorize(&headers, Role::Viewer)?;
+    let records = state.engine.store().transitions(&id).await?;
+    if records.is_empty() {
+        return Err(ApiError::not_found(format!("run {id} not found")));
+    }
+    let out: Vec<Value> = records
+        .into_iter()
+        .map(|t| {
+            json!({"node": t.node, "from": t.from, "to": t.to, "cause": t.cause, "actor": t.actor,
+                   "attempt": t.attempt, "reason": t.reason, "at": views::time(Some(t.at))})
+        })
+        .collect();
+    Ok(Json(json!({"run_id": id, "transitions": out})))
+}

@@ -1,0 +1,153 @@
+//! JSON shapes of SPEC §9 built from store rows and flow definitions.
+
+use madeira_core::{FlowDef, TriggerDef};
+use madeira_store::{FlowRecord, RunRow, StoredRun};
+use serde_json::{Map, Value as Json, json};
+
+/// RFC 3339 (UTC, milliseconds) for a stored time.
+pub fn time(ms: Option<i64>) -> Json {
+    ms.and_then(chrono::DateTime::from_timestamp_millis)
+        .map(|t| Json::from(t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)))
+        .unwrap_or(Json::Null)
+}
+
+pub fn run_summary(run: &RunRow) -> Json {
+    json!({
+        "run_id": run.id,
+        "flow": run.flow,
+        "version": run.version,
+        "status": run.state,
+        "trigger": run.trigger,
+        "created_at": time(Some(run.created_at)),
+        "finished_at": time(run.finished_at),
+    })
+}
+
+/// `GET /runs/{id}`: the run with every node's state, attempts, outputs, reasons.
+pub fn run_detail(stored: &StoredRun, flow: &FlowDef) -> Json {
+    let run = &stored.run;
+    let mut nodes = Map::new();
+    for row in &stored.nodes {
+        let def = flow.nodes.get(row.idx as usize);
+        let attempts: Vec<Json> = stored
+            .attempts
+            .iter()
+            .filter(|a| a.node == row.node)
+            .map(|a| {
+                json!({
+                    "attempt": a.attempt,
+                    "started_at": time(Some(a.started_at)),
+                    "finished_at": time(a.finished_at),
+                    "outcome": a.outcome,
+                    "error": a.error,
+                })
+            })
+            .collect();
+        let needs: Vec<Json> = def
+            .map(|d| {
+                d.needs
+                    .iter()
+                    .map(|n| {
+                        json!({
+                            "node": flow.nodes[n.upstream].id,
+                            "kind": match n.kind { madeira_core::DepKind::Strong => "strong", madeira_core::DepKind::Weak => "weak" },
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut entry = json!({
+            "status": row.state.as_str(),
+            "reason": row.reason,
+            "attempts": row.attempt,
+            "attempt_history": attempts,
+            "outputs": row.outputs,
+            "data_version": row.data_version,
+            "stale": row.stale,
+            "started_at": time(row.started_at),
+            "finished_at": time(row.finished_at),
+            "needs": needs,
+        });
+        if let Some(madeira_core::NodeAction::Manual(manual)) = def.map(|d| &d.action) {
+            entry["prompt"] = Json::from(render_prompt(&manual.prompt, stored, flow));
+        }
+        nodes.insert(row.node.clone(), entry);
+    }
+    json!({
+        "run_id": run.id,
+        "flow": run.flow,
+        "version": run.version,
+        "status": run.state,
+        "params": run.params,
+        "trigger": run.trigger,
+        "idempotency_key": run.idempotency_key,
+        "created_at": time(Some(run.created_at)),
+        "started_at": time(run.started_at),
+        "finished_at": time(run.finished_at),
+        "order": flow.topo.iter().map(|i| flow.nodes[*i].id.clone()).collect::<Vec<_>>(),
+        "nodes": nodes,
+    })
+}
+
+/// Replaces `{{ nodes.X.outputs.K }}` and `{{ params.K }}` in a manual prompt.
+pub fn render_prompt(prompt: &str, stored: &StoredRun, _flow: &FlowDef) -> String {
+    let mut out = String::new();
+    let mut rest = prompt;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let Some(end) = rest[start..].find("}}") else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        let path = rest[start + 2..start + end].trim();
+        out.push_str(&lookup(path, stored).unwrap_or_else(|| format!("<{path}: not available>")));
+        rest = &rest[start + end + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn lookup(path: &str, stored: &StoredRun) -> Option<String> {
+    let parts: Vec<&str> = path.split('.').collect();
+    let value = match parts.as_slice() {
+        ["params", key @ ..] => key.iter().try_fold(&stored.run.params, |v, k| v.get(k))?,
+        ["nodes", node, "outputs", key @ ..] => {
+            let row = stored.nodes.iter().find(|n| n.node == *node)?;
+            let first = row.outputs.get(*key.first()?)?;
+            key[1..].iter().try_fold(first, |v, k| v.get(k))?
+        }
+        ["nodes", node, "status"] => return stored.nodes.iter().find(|n| n.node == *node).map(|n| n.state.to_string()),
+        _ => return None,
+    };
+    Some(match value {
+        Json::String(s) => s.clone(),
+        other => other.to_string(),
+    })
+}
+
+/// `GET /flows/{name}`.
+pub fn flow_detail(record: &FlowRecord, flow: &FlowDef) -> Json {
+    let triggers: Vec<Json> = flow
+        .triggers
+        .iter()
+        .map(|t| match t {
+            TriggerDef::Cron(c) => json!({
+                "cron": c.expr,
+                "timezone": c.timezone,
+                "next_run": time(madeira_core::schedule::next_after(c, chrono::Utc::now()).map(|t| t.timestamp_millis())),
+            }),
+            TriggerDef::Event { event } => json!({"event": event}),
+        })
+        .collect();
+    json!({
+        "flow": record.name,
+        "version": record.latest_version,
+        "description": flow.description,
+        "labels": flow.labels,
+        "paused": record.paused,
+        "observe": flow.observe,
+        "triggers": triggers,
+        "nodes": flow.topo.iter().map(|i| flow.nodes[*i].id.clone()).collect::<Vec<_>>(),
+        "updated_at": time(Some(record.updated_at)),
+    })
+}

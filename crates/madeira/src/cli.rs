@@ -1,0 +1,212 @@
+//! Command-line definitions (SPEC §9a).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(name = "madeira", version, about = "Workflow governance: DAGs, retries, throttling, confirmations, alerts")]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Log filter when RUST_LOG is not set.
+    #[arg(long, global = true, default_value = "warn")]
+    pub log_level: String,
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Output {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Where the control plane is and how to authenticate.
+#[derive(Debug, Args, Clone)]
+pub struct ServerArgs {
+    #[arg(long, env = "MADEIRA_SERVER", default_value = "http://127.0.0.1:7070")]
+    pub server: String,
+    #[arg(long, env = "MADEIRA_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Control plane + embedded SQLite, no auth, loopback only.
+    Dev(DevArgs),
+    /// Production control plane.
+    Serve {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Run the daily-settlement example end to end and exit.
+    Demo,
+    /// Measure the engine on an embedded durable SQLite store.
+    Bench(BenchArgs),
+    /// Check flow files offline.
+    Validate {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Cron helpers.
+    Cron {
+        #[command(subcommand)]
+        command: CronCommand,
+    },
+    /// Store flow files on the control plane (a new version when content changed).
+    Apply {
+        #[arg(short = 'f', long = "file", required = true)]
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// List flows.
+    Flows {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Trigger a run.
+    Run(RunArgs),
+    /// List runs, newest first.
+    Runs {
+        #[arg(long)]
+        flow: Option<String>,
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Show one run with its nodes.
+    Show {
+        run_id: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    Confirm(NodeActionArgs),
+    Reject(NodeActionArgs),
+    Rerun(NodeActionArgs),
+    MarkSuccess(NodeActionArgs),
+    Skip(NodeActionArgs),
+    /// Cancel a run.
+    Cancel {
+        run_id: String,
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Print a node's logs (the last 64 KiB per attempt).
+    Logs {
+        run_id: String,
+        node: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// The audit log of operator actions.
+    Audit {
+        #[arg(long)]
+        run: Option<String>,
+        #[arg(long)]
+        actor: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub http: String,
+    #[arg(long, default_value = "127.0.0.1:7071")]
+    pub grpc: String,
+    #[arg(long, default_value = ".madeira")]
+    pub data: PathBuf,
+    /// Apply every *.yaml / *.yml here at start.
+    #[arg(long)]
+    pub flows: Option<PathBuf>,
+    /// Sidecar jobs for the in-process sidecar (group `local`).
+    #[arg(long)]
+    pub jobs: Option<PathBuf>,
+    /// Server config (alerts, http executor policy, retention).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    pub flow: String,
+    /// `key=value`; the value is parsed as JSON when it is valid JSON.
+    #[arg(long = "param", short = 'p')]
+    pub params: Vec<String>,
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// Wait for the run to finish; exit 0 only if it succeeded.
+    #[arg(long)]
+    pub wait: bool,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct NodeActionArgs {
+    pub run_id: String,
+    pub node: String,
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// With `rerun`: rerun the nodes downstream too.
+    #[arg(long)]
+    pub downstream: bool,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CronCommand {
+    /// Print the next fire instants of a cron expression.
+    Next {
+        expr: String,
+        #[arg(long, default_value = "UTC")]
+        timezone: String,
+        /// Start from this instant (RFC 3339); default now.
+        #[arg(long)]
+        from: Option<String>,
+        #[arg(long, default_value_t = 5)]
+        count: usize,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Which scenarios to run.
+    #[arg(long, value_delimiter = ',', default_value = "idle,chain,fanout,settlement")]
+    pub scenarios: Vec<String>,
+    /// Concurrent runs in the settlement scenario.
+    #[arg(long, default_value_t = 500)]
+    pub runs: usize,
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}

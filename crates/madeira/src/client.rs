@@ -1,0 +1,69 @@
+//! A small HTTP client for the control plane's API: bearer token, JSON in and out,
+//! and the API's `{"error": …}` turned into a readable message.
+
+use std::time::Duration;
+
+use anyhow::{Result, anyhow};
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+use crate::cli::ServerArgs;
+
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+/// A response with its status (for 200-vs-201 and exit codes).
+pub struct Reply {
+    pub status: StatusCode,
+    pub body: Value,
+}
+
+impl Client {
+    pub fn new(args: &ServerArgs) -> Result<Self> {
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
+        Ok(Self { base: args.server.trim_end_matches('/').to_string(), token: args.token.clone(), http })
+    }
+
+    pub async fn call(&self, method: Method, path: &str, body: Option<Body>, headers: &[(&str, String)]) -> Result<Reply> {
+        let url = format!("{}/api/v1{path}", self.base);
+        let mut req = self.http.request(method.clone(), &url);
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        for (name, value) in headers {
+            req = req.header(*name, value);
+        }
+        req = match body {
+            Some(Body::Json(v)) => req.json(&v),
+            Some(Body::Yaml(text)) => req.header("content-type", "application/yaml").body(text),
+            None => req,
+        };
+        let resp = req.send().await.map_err(|e| anyhow!("{method} {url}: {e} (is the control plane running? set --server or MADEIRA_SERVER)"))?;
+        let status = resp.status();
+        let text = resp.text().await?;
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if status.is_success() {
+            return Ok(Reply { status, body });
+        }
+        let message = body["error"]["message"].as_str().map(str::to_string).unwrap_or_else(|| body.to_string());
+        let mut full = format!("{} {}: {message}", status.as_u16(), status.canonical_reason().unwrap_or(""));
+        if let Some(errors) = body["error"]["details"]["errors"].as_array() {
+            for e in errors {
+                full.push_str(&format!("\n  {}", e.as_str().unwrap_or("")));
+            }
+        }
+        Err(anyhow!(full))
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Value> {
+        Ok(self.call(Method::GET, path, None, &[]).await?.body)
+    }
+}
+
+pub enum Body {
+    Json(Value),
+    Yaml(String),
+}

@@ -1,0 +1,228 @@
+//! Client commands: apply, flows, run, runs, show, node actions, cancel, logs, audit.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use reqwest::Method;
+use serde_json::{Map, Value, json};
+
+use crate::cli::{Command, NodeActionArgs, Output, RunArgs, ServerArgs};
+use crate::client::{Body, Client};
+
+pub async fn run(command: Command) -> Result<ExitCode> {
+    match command {
+        Command::Apply { files, server } => apply(&files, &server).await,
+        Command::Flows { server } => print(&server, Client::new(&server)?.get("/flows").await?, flows_text),
+        Command::Run(args) => trigger(args).await,
+        Command::Runs { flow, status, limit, server } => {
+            let mut query = format!("/runs?limit={limit}");
+            if let Some(f) = flow {
+                query.push_str(&format!("&flow={f}"));
+            }
+            if let Some(s) = status {
+                query.push_str(&format!("&status={s}"));
+            }
+            print(&server, Client::new(&server)?.get(&query).await?, runs_text)
+        }
+        Command::Show { run_id, server } => {
+            print(&server, Client::new(&server)?.get(&format!("/runs/{run_id}")).await?, show_text)
+        }
+        Command::Confirm(a) => node_action(a, "confirm").await,
+        Command::Reject(a) => node_action(a, "reject").await,
+        Command::Rerun(a) => node_action(a, "rerun").await,
+        Command::MarkSuccess(a) => node_action(a, "mark-success").await,
+        Command::Skip(a) => node_action(a, "skip").await,
+        Command::Cancel { run_id, reason, server } => {
+            let body = Body::Json(json!({"reason": reason}));
+            let reply = Client::new(&server)?.call(Method::POST, &format!("/runs/{run_id}/cancel"), Some(body), &[]).await?;
+            print(&server, reply.body, |b| format!("run {} cancelled", str_of(&b["run_id"])))
+        }
+        Command::Logs { run_id, node, server } => {
+            let body = Client::new(&server)?.get(&format!("/runs/{run_id}/nodes/{node}/logs")).await?;
+            print(&server, body, logs_text)
+        }
+        Command::Audit { run, actor, limit, server } => {
+            let mut query = format!("/audit?limit={limit}");
+            if let Some(r) = run {
+                query.push_str(&format!("&run_id={r}"));
+            }
+            if let Some(a) = actor {
+                query.push_str(&format!("&actor={a}"));
+            }
+            print(&server, Client::new(&server)?.get(&query).await?, audit_text)
+        }
+        _ => bail!("not a client command"),
+    }
+}
+
+fn print(server: &ServerArgs, body: Value, text: fn(&Value) -> String) -> Result<ExitCode> {
+    match server.output {
+        Output::Json => println!("{body}"),
+        Output::Text => println!("{}", text(&body)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn apply(files: &[std::path::PathBuf], server: &ServerArgs) -> Result<ExitCode> {
+    let client = Client::new(server)?;
+    let mut results = Vec::new();
+    for file in files {
+        let source = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        let def = madeira_core::spec::parse_flow(&file.display().to_string(), &source)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let reply = client.call(Method::PUT, &format!("/flows/{}", def.name), Some(Body::Yaml(source)), &[]).await?;
+        results.push(reply.body);
+    }
+    print(server, json!({"applied": results}), |v| {
+        v["applied"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|r| {
+                        let verb = if r["created"] == json!(true) { "created" } else { "unchanged" };
+                        format!("flow {} version {} ({verb})", str_of(&r["flow"]), r["version"])
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default()
+    })
+}
+
+fn parse_params(params: &[String]) -> Result<Map<String, Value>> {
+    let mut map = Map::new();
+    for p in params {
+        let (k, v) = p.split_once('=').with_context(|| format!("--param `{p}`: write key=value"))?;
+        let value = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()));
+        map.insert(k.to_string(), value);
+    }
+    Ok(map)
+}
+
+async fn trigger(args: RunArgs) -> Result<ExitCode> {
+    let client = Client::new(&args.server)?;
+    let params = parse_params(&args.params)?;
+    let headers: Vec<(&str, String)> = args.idempotency_key.iter().map(|k| ("Idempotency-Key", k.clone())).collect();
+    let reply = client
+        .call(Method::POST, &format!("/flows/{}/runs", args.flow), Some(Body::Json(json!({"params": params}))), &headers)
+        .await?;
+    let run_id = str_of(&reply.body["run_id"]);
+    if !args.wait {
+        return print(&args.server, reply.body, |b| {
+            format!("run {} of {} v{}", str_of(&b["run_id"]), str_of(&b["flow"]), b["version"])
+        });
+    }
+    if args.server.output == Output::Text {
+        eprintln!("run {run_id} started; waiting");
+    }
+    loop {
+        let run = client.get(&format!("/runs/{run_id}")).await?;
+        let status = str_of(&run["status"]);
+        if matches!(status.as_str(), "SUCCESS" | "FAILED" | "CANCELLED") {
+            print(&args.server, run, show_text)?;
+            return Ok(if status == "SUCCESS" { ExitCode::SUCCESS } else { ExitCode::from(1) });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn node_action(args: NodeActionArgs, action: &str) -> Result<ExitCode> {
+    let client = Client::new(&args.server)?;
+    let body = json!({"reason": args.reason, "downstream": args.downstream});
+    let path = format!("/runs/{}/nodes/{}/{action}", args.run_id, args.node);
+    let reply = client.call(Method::POST, &path, Some(Body::Json(body)), &[]).await?;
+    print(&args.server, reply.body, |b| format!("{} {}: {}", str_of(&b["run_id"]), str_of(&b["node"]), str_of(&b["action"])))
+}
+
+fn str_of(v: &Value) -> String {
+    v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())
+}
+
+fn flows_text(body: &Value) -> String {
+    let mut out = format!("{:<32} {:>7} {:<7} {}\n", "FLOW", "VERSION", "PAUSED", "NEXT RUN");
+    for f in body["flows"].as_array().into_iter().flatten() {
+        let next = f["triggers"]
+            .as_array()
+            .and_then(|t| t.iter().find_map(|t| t["next_run"].as_str()))
+            .unwrap_or("-");
+        out.push_str(&format!("{:<32} {:>7} {:<7} {next}\n", str_of(&f["flow"]), f["version"], f["paused"]));
+    }
+    out.trim_end().to_string()
+}
+
+fn runs_text(body: &Value) -> String {
+    let mut out = format!("{:<38} {:<24} {:>3} {:<10} {}\n", "RUN", "FLOW", "V", "STATUS", "CREATED");
+    for r in body["runs"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{:<38} {:<24} {:>3} {:<10} {}\n",
+            str_of(&r["run_id"]),
+            str_of(&r["flow"]),
+            r["version"],
+            str_of(&r["status"]),
+            str_of(&r["created_at"])
+        ));
+    }
+    if let Some(next) = body["next"].as_str() {
+        out.push_str(&format!("(more: --cursor {next})\n"));
+    }
+    out.trim_end().to_string()
+}
+
+pub fn show_text(run: &Value) -> String {
+    let mut out = format!(
+        "run {} · flow {} v{} · {}\n",
+        str_of(&run["run_id"]),
+        str_of(&run["flow"]),
+        run["version"],
+        str_of(&run["status"])
+    );
+    out.push_str(&format!("{:<20} {:<15} {:>8} {:>4} {:<6} {}\n", "NODE", "STATUS", "ATTEMPTS", "DATA", "STALE", "REASON"));
+    for name in run["order"].as_array().into_iter().flatten() {
+        let name = str_of(name);
+        let n = &run["nodes"][&name];
+        let mut reason = n["reason"].as_str().unwrap_or("").to_string();
+        if let Some(prompt) = n["prompt"].as_str()
+            && str_of(&n["status"]) == "MANUAL_CONFIRM"
+        {
+            reason = format!("waiting: {prompt}");
+        }
+        out.push_str(&format!(
+            "{:<20} {:<15} {:>8} {:>4} {:<6} {}\n",
+            name,
+            str_of(&n["status"]),
+            n["attempts"],
+            n["data_version"],
+            if n["stale"] == json!(true) { "stale" } else { "" },
+            reason
+        ));
+    }
+    out.trim_end().to_string()
+}
+
+fn logs_text(body: &Value) -> String {
+    let mut out = String::new();
+    for l in body["logs"].as_array().into_iter().flatten() {
+        out.push_str(&format!("--- attempt {} ---\n{}", l["attempt"], str_of(&l["content"])));
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out.trim_end().to_string()
+}
+
+fn audit_text(body: &Value) -> String {
+    let mut out = String::new();
+    for e in body["entries"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{} {:<12} {:<16} run={} node={} reason={}\n",
+            str_of(&e["at"]),
+            str_of(&e["actor"]),
+            str_of(&e["action"]),
+            str_of(&e["run_id"]),
+            str_of(&e["node"]),
+            str_of(&e["reason"])
+        ));
+    }
+    out.trim_end().to_string()
+}

@@ -1,0 +1,200 @@
+//! `madeira demo`: the daily-settlement example end to end on a temporary embedded
+//! store — live progress, a retried node, a skipped branch, the manual step
+//! auto-confirmed — then a failing flow and the alert it would raise, and a summary.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use madeira_engine::{ActionRequest, EngineHandle, NodeActionKind, RunEvent, TriggerRequest};
+use madeira_server::AuthConfig;
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::app::{ControlPlane, PlaneOptions, sqlite_url_in};
+
+const SETTLEMENT: &str = include_str!("../../../../examples/daily-settlement.yaml");
+const STOCK_SYNC: &str = include_str!("../../../../examples/stock-sync.yaml");
+const DEADLINE: Duration = Duration::from_secs(60);
+
+pub async fn run() -> Result<ExitCode> {
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let plane = ControlPlane::start(PlaneOptions {
+        store_url: sqlite_url_in(dir.path())?,
+        engine: Default::default(),
+        auth: AuthConfig::default(),
+        http: Some("127.0.0.1:0".parse()?),
+    })
+    .await?;
+    let engine = plane.engine.clone();
+    println!("Madeira demo — embedded SQLite at {}", dir.path().join("madeira.db").display());
+    if let Some(addr) = plane.http_addr {
+        println!("API while it runs: http://{addr}/api/v1/runs\n");
+    }
+    engine.apply_flow("examples/daily-settlement.yaml", SETTLEMENT).await?;
+    engine.apply_flow("examples/stock-sync.yaml", STOCK_SYNC).await?;
+    print_dag(&engine, "daily-settlement").await?;
+
+    let started = Instant::now();
+    let settlement = watch_run(&engine, "daily-settlement", true).await?;
+    let stock = watch_run(&engine, "stock-sync", false).await?;
+    print_alert(&engine, &stock.run_id).await?;
+
+    let stats = engine.stats().snapshot(false);
+    println!("\nSummary");
+    println!("  daily-settlement  {}  ({} transitions, {:.2}s)", settlement.status, settlement.transitions, settlement.seconds);
+    println!("  stock-sync        {}  ({} transitions, {:.2}s)", stock.status, stock.transitions, stock.seconds);
+    println!("  {} transitions in {} group commits, {:.2}s in all", stats.transitions, stats.commits, started.elapsed().as_secs_f64());
+    println!("  inspect: madeira show {} (against `madeira dev`)", settlement.run_id);
+    plane.shutdown().await;
+    if settlement.status != "SUCCESS" || stock.status != "FAILED" {
+        bail!("demo ended unexpectedly: daily-settlement {}, stock-sync {}", settlement.status, stock.status);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn print_dag(engine: &EngineHandle, flow: &str) -> Result<()> {
+    let def = engine.flow(flow, None).await?;
+    println!("Flow {flow} ({} nodes):", def.nodes.len());
+    for &i in &def.topo {
+        let node = &def.nodes[i];
+        let needs: Vec<String> = node
+            .needs
+            .iter()
+            .map(|n| {
+                let weak = if n.kind == madeira_core::DepKind::Weak { " (weak)" } else { "" };
+                format!("{}{weak}", def.nodes[n.upstream].id)
+            })
+            .collect();
+        let when = node.when.as_ref().map(|w| format!("  when {}", w.source())).unwrap_or_default();
+        let arrow = if needs.is_empty() { String::new() } else { format!(" ← {}", needs.join(", ")) };
+        println!("  {:<14}{arrow}{when}", node.id);
+    }
+    println!();
+    Ok(())
+}
+
+struct Outcome {
+    run_id: String,
+    status: String,
+    transitions: usize,
+    seconds: f64,
+}
+
+/// Triggers a run of `flow` and prints its transitions live until it finishes,
+/// confirming manual steps when `auto_confirm`.
+async fn watch_run(engine: &EngineHandle, flow: &str, auto_confirm: bool) -> Result<Outcome> {
+    let mut events = engine.subscribe();
+    let run = engine
+        .trigger(TriggerRequest {
+            flow: flow.into(),
+            params: json!({"date": chrono::Utc::now().format("%Y-%m-%d").to_string()}),
+            idempotency_key: None,
+            trigger: "manual".into(),
+            actor: "demo".into(),
+            version: None,
+        })
+        .await?;
+    println!("▶ run {} of {flow} v{}", run.run_id, run.version);
+    let started = Instant::now();
+    let mut transitions = 0;
+    let mut since: HashMap<String, Instant> = HashMap::new();
+    loop {
+        let event = match tokio::time::timeout(DEADLINE.saturating_sub(started.elapsed()), events.recv()).await {
+            Ok(Ok(e)) => e,
+            Ok(Err(RecvError::Lagged(_))) => continue,
+            Ok(Err(RecvError::Closed)) => bail!("engine stopped"),
+            Err(_) => bail!("run {} did not finish within {DEADLINE:?}", run.run_id),
+        };
+        if event.run_id != run.run_id {
+            continue;
+        }
+        transitions += 1;
+        print_event(&event, started, &mut since);
+        match (event.node.as_deref(), event.to.as_str()) {
+            (Some(node), "MANUAL_CONFIRM") if auto_confirm => {
+                let view = engine.snapshot(&run.run_id).await?;
+                let outputs = view.nodes_json(0..view.nodes.len());
+                println!("           ⏸ {node} waits for a person: {}", render(&view, node, &outputs));
+                println!("           ✔ auto-confirming (demo)");
+                engine
+                    .act(ActionRequest {
+                        run_id: run.run_id.clone(),
+                        node: Some(node.to_string()),
+                        kind: Some(NodeActionKind::Confirm),
+                        actor: "demo".into(),
+                        reason: Some("auto-confirmed in the demo".into()),
+                    })
+                    .await?;
+            }
+            (None, to @ ("SUCCESS" | "FAILED" | "CANCELLED")) => {
+                println!("■ run {} {to} in {:.2}s\n", run.run_id, started.elapsed().as_secs_f64());
+                return Ok(Outcome {
+                    run_id: run.run_id,
+                    status: to.to_string(),
+                    transitions,
+                    seconds: started.elapsed().as_secs_f64(),
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+fn print_event(event: &RunEvent, started: Instant, since: &mut HashMap<String, Instant>) {
+    let Some(node) = &event.node else { return };
+    let elapsed = started.elapsed().as_secs_f64();
+    let took = match event.from.as_str() {
+        "RUNNING" => since.get(node).map(|t| format!(" after {} ms", t.elapsed().as_millis())).unwrap_or_default(),
+        _ => String::new(),
+    };
+    if event.to == "RUNNING" {
+        since.insert(node.clone(), Instant::now());
+    }
+    let mark = match event.to.as_str() {
+        "SUCCESS" => "✓",
+        "FAILED" => "✗",
+        "RETRYING" => "↻",
+        "SKIPPED" => "⤼",
+        "RUNNING" => "…",
+        _ => "·",
+    };
+    let reason = event.reason.as_ref().map(|r| format!("  ({r})")).unwrap_or_default();
+    let attempt = if event.to == "RUNNING" { format!(" attempt {}", event.attempt) } else { String::new() };
+    println!("  +{elapsed:5.2}s {mark} {node:<14} {} → {}{attempt}{took}{reason}", event.from, event.to);
+}
+
+/// The manual node's prompt with `{{ nodes.X.outputs.K }}` filled in.
+fn render(snap: &madeira_core::RunSnapshot, node: &str, nodes: &serde_json::Value) -> String {
+    let Some(def) = snap.flow.nodes.iter().find(|n| n.id == node) else { return String::new() };
+    let madeira_core::NodeAction::Manual(manual) = &def.action else { return String::new() };
+    let mut text = manual.prompt.clone();
+    while let (Some(start), Some(end)) = (text.find("{{"), text.find("}}")) {
+        if end < start {
+            break;
+        }
+        let path: Vec<&str> = text[start + 2..end].trim().split('.').collect();
+        let value = match path.as_slice() {
+            ["nodes", n, "outputs", k] => nodes[*n]["outputs"][*k].clone(),
+            _ => serde_json::Value::Null,
+        };
+        let value = value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
+        text.replace_range(start..end + 2, &value);
+    }
+    text
+}
+
+/// Prints the alert a failed run raises: one message, naming the root cause.
+async fn print_alert(engine: &EngineHandle, run_id: &str) -> Result<()> {
+    let snap = engine.snapshot(run_id).await?;
+    println!("Alert that would be sent (critical, grouped by root cause):");
+    for cause in madeira_core::rootcause::root_causes(&snap) {
+        println!("  ┌ [critical] MadeiraRunFailed · flow {} · root cause: node {}", snap.flow.name, cause.node);
+        println!("  │ error: {} (after {} attempts)", cause.error.as_deref().unwrap_or("-"), cause.attempts);
+        println!("  │ skipped because of it: {}", if cause.skipped.is_empty() { "-".into() } else { cause.skipped.join(", ") });
+        println!("  │ logs:  madeira logs {run_id} {}", cause.node);
+        println!("  └ act:   madeira rerun {run_id} {} --downstream   |   madeira mark-success {run_id} {}", cause.node, cause.node);
+    }
+    Ok(())
+}

@@ -1,0 +1,25 @@
+//! One module per command family; `run` dispatches and returns the exit code.
+
+mod bench;
+mod client_cmds;
+mod demo;
+mod offline;
+mod servers;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use crate::cli::{Cli, Command};
+
+pub async fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Dev(args) => servers::dev(args).await,
+        Command::Serve { config } => servers::serve(&config).await,
+        Command::Demo => demo::run().await,
+        Command::Bench(args) => bench::run(args).await,
+        Command::Validate { files, output } => offline::validate(&files, output),
+        Command::Cron { command } => offline::cron(command),
+        other => client_cmds::run(other).await,
+    }
+}

@@ -1,0 +1,61 @@
+//! `madeira serve` and `madeira dev`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use madeira_engine::EngineOptions;
+use madeira_server::AuthConfig;
+
+use crate::app::{ControlPlane, PlaneOptions, shutdown_signal, sqlite_url_in};
+use crate::cli::DevArgs;
+use crate::config::{ConfigError, ServerConfig};
+
+pub async fn serve(config_path: &Path) -> Result<ExitCode> {
+    let file = config_path.display().to_string();
+    let config = ServerConfig::load(config_path)?;
+    let auth = config.auth(&file)?;
+    let http = config.http_addr(&file, "0.0.0.0:7070")?;
+    let store_url = config.store.clone().ok_or_else(|| ConfigError {
+        file: file.clone(),
+        message: "store is not set: give `store: sqlite:///var/lib/madeira/madeira.db` (or MADEIRA_STORE)".into(),
+    })?;
+    let engine = EngineOptions { retention: config.retention(&file)?, http: config.http_executor.clone(), ..Default::default() };
+    let plane = ControlPlane::start(PlaneOptions { store_url, engine, auth, http: Some(http) }).await?;
+    if let Some(dir) = &config.flows {
+        plane.apply_dir(dir).await?;
+    }
+    tracing::info!(http = ?plane.http_addr, "madeira control plane serving");
+    shutdown_signal().await;
+    plane.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn dev(args: DevArgs) -> Result<ExitCode> {
+    let http: SocketAddr = args.http.parse().with_context(|| format!("--http `{}`", args.http))?;
+    if !http.ip().is_loopback() {
+        bail!("--http {http}: dev mode has no authentication and listens on loopback only; use 127.0.0.1");
+    }
+    if args.jobs.is_some() {
+        bail!("--jobs needs the sidecar, which this build does not include yet; use builtin or http executors");
+    }
+    let config = match &args.config {
+        Some(path) => ServerConfig::load(path)?,
+        None => ServerConfig::default(),
+    };
+    let file = args.config.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    let engine = EngineOptions { retention: config.retention(&file)?, http: config.http_executor.clone(), ..Default::default() };
+    let store_url = sqlite_url_in(&args.data)?;
+    let plane = ControlPlane::start(PlaneOptions { store_url, engine, auth: AuthConfig::default(), http: Some(http) }).await?;
+    if let Some(dir) = &args.flows {
+        let n = plane.apply_dir(dir).await?;
+        tracing::info!(flows = n, dir = %dir.display(), "flows applied");
+    }
+    if let Some(addr) = plane.http_addr {
+        eprintln!("madeira dev: API on http://{addr}/api/v1 (data in {})", args.data.display());
+    }
+    shutdown_signal().await;
+    plane.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,123 @@
+//! Server config (SPEC §10): defaults, then the YAML file, then `MADEIRA_*` env,
+//! then flags; `validate` before any port is bound. Secrets come from env or files
+//! named in the config, never from the config text itself.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use madeira_engine::HttpPolicy;
+use madeira_server::{AuthConfig, Role, TokenEntry};
+use serde::Deserialize;
+
+/// A config problem; the binary exits with code 64 on it.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct ConfigError {
+    pub file: String,
+    pub message: String,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    pub http: Option<String>,
+    pub grpc: Option<String>,
+    pub store: Option<String>,
+    pub redis: Option<String>,
+    pub flows: Option<PathBuf>,
+    /// How long finished runs are kept (default 30d).
+    pub retention: Option<String>,
+    #[serde(default)]
+    pub auth: AuthSection,
+    #[serde(default)]
+    pub http_executor: HttpPolicy,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    #[serde(default)]
+    pub tokens: Vec<TokenSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenSpec {
+    pub name: String,
+    pub role: Role,
+    pub token_env: Option<String>,
+    pub token_file: Option<PathBuf>,
+}
+
+impl ServerConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError { file: file.clone(), message: format!("cannot read: {e}") })?;
+        let mut config: ServerConfig = serde_saphyr::from_str(&text)
+            .map_err(|e| ConfigError { file: file.clone(), message: e.to_string() })?;
+        if let Ok(store) = std::env::var("MADEIRA_STORE") {
+            config.store = Some(store);
+        }
+        if let Ok(redis) = std::env::var("MADEIRA_REDIS") {
+            config.redis = Some(redis);
+        }
+        Ok(config)
+    }
+
+    pub fn retention(&self, file: &str) -> Result<Duration, ConfigError> {
+        match &self.retention {
+            None => Ok(Duration::from_secs(30 * 24 * 3600)),
+            Some(text) => madeira_core::spec::parse_duration(text)
+                .map_err(|message| ConfigError { file: file.to_string(), message: format!("retention: {message}") }),
+        }
+    }
+
+    /// The HTTP listen address, checked.
+    pub fn http_addr(&self, file: &str, default: &str) -> Result<SocketAddr, ConfigError> {
+        let text = self.http.as_deref().unwrap_or(default);
+        text.parse().map_err(|e| ConfigError {
+            file: file.to_string(),
+            message: format!("http: `{text}` is not an address like 0.0.0.0:7070 ({e})"),
+        })
+    }
+
+    /// Bearer tokens read from their env variables or files; refuses an empty set.
+    pub fn auth(&self, file: &str) -> Result<AuthConfig, ConfigError> {
+        let err = |message: String| ConfigError { file: file.to_string(), message };
+        if self.auth.tokens.is_empty() {
+            return Err(err(
+                "auth.tokens is empty: `serve` refuses to start without at least one token; add \
+                 `auth: {tokens: [{name: sre, role: admin, token_env: MADEIRA_SRE_TOKEN}]}`"
+                    .into(),
+            ));
+        }
+        let mut entries = Vec::new();
+        for spec in &self.auth.tokens {
+            let token = match (&spec.token_env, &spec.token_file) {
+                (Some(var), None) => std::env::var(var)
+                    .map_err(|_| err(format!("auth.tokens `{}`: env variable {var} is not set", spec.name)))?,
+                (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
+                    err(format!("auth.tokens `{}`: cannot read {}: {e}", spec.name, path.display()))
+                })?,
+                _ => {
+                    return Err(err(format!(
+                        "auth.tokens `{}`: give exactly one of token_env or token_file",
+                        spec.name
+                    )));
+                }
+            };
+            let token = token.trim().to_string();
+            if token.len() < 16 {
+                return Err(err(format!(
+                    "auth.tokens `{}`: the token is shorter than 16 characters; use a random one \
+                     (e.g. `openssl rand -hex 32`)",
+                    spec.name
+                )));
+            }
+            entries.push(TokenEntry { name: spec.name.clone(), role: spec.role, token });
+        }
+        Ok(AuthConfig { tokens: Some(entries) })
+    }
+}
