@@ -39,5 +39,10 @@ pub(crate) fn json_body<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("request body: {e}")))
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let at = if path == "." { String::new() } else { format!(" at `{path}`") };
+        ApiError::bad_request(format!("request body{at}: {}", e.inner()))
+    })
 }

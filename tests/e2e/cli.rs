@@ -1,0 +1,68 @@
+//! The CLI against a running `madeira dev`: apply, run --wait exit codes,
+//! show, logs, validate output format.
+
+use std::process::Command;
+
+use crate::support::{BIN, Dev};
+
+fn madeira(dev: &Dev, args: &[&str]) -> std::process::Output {
+    Command::new(BIN).args(args).env("MADEIRA_SERVER", &dev.base).output().expect("run madeira")
+}
+
+#[tokio::test]
+async fn apply_run_wait_show_and_logs() {
+    let (dir, dev) = Dev::start();
+    let ok = dir.path().join("ok.yaml");
+    std::fs::write(&ok, "flow: cli-ok\nnodes:\n  a: {run: {builtin: noop, outputs: {n: 1}}}\n").expect("write");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "flow: cli-bad\nnodes:\n  a: {run: {builtin: fail, message: nope}}\n").expect("write");
+    let out = madeira(&dev, &["apply", "-f", ok.to_str().expect("path"), "-f", bad.to_str().expect("path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("flow cli-ok version 1 (created)"));
+
+    let out = madeira(&dev, &["run", "cli-ok", "--wait", "--output", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let run: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(run["status"], "SUCCESS");
+    let run_id = run["run_id"].as_str().expect("id").to_string();
+
+    let out = madeira(&dev, &["run", "cli-bad", "--wait"]);
+    assert_eq!(out.status.code(), Some(1), "a failed run exits 1");
+
+    let out = madeira(&dev, &["show", &run_id]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("a") && text.contains("SUCCESS"), "{text}");
+    let out = madeira(&dev, &["logs", &run_id, "a"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "--- attempt 1 ---\nnoop\n");
+    let out = madeira(&dev, &["confirm", &run_id, "a", "--reason", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("409"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn validate_prints_file_line_node_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("cycle.yaml");
+    std::fs::write(
+        &file,
+        "flow: cyc\nnodes:\n  alpha: {needs: [gamma], run: {builtin: noop}}\n  beta: {needs: [alpha], run: {builtin: noop}}\n  gamma: {needs: [beta], run: {builtin: noop}}\n",
+    )
+    .expect("write");
+    let out = Command::new(BIN).arg("validate").arg(&file).output().expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let expected = format!("{}:3: node alpha: dependency cycle: alpha -> beta -> gamma -> alpha", file.display());
+    assert!(text.starts_with(&expected), "{text}");
+}
+
+#[test]
+fn cron_next_prints_instants_with_offsets() {
+    let out = Command::new(BIN)
+        .args(["cron", "next", "30 2 * * *", "--timezone", "Europe/Berlin", "--from", "2026-03-28T12:00:00Z", "--count", "2"])
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    // 2026-03-29 02:30 does not exist in Berlin (spring forward): it fires once at 03:00.
+    assert_eq!(text, "2026-03-29T03:00:00+02:00\n2026-03-30T02:30:00+02:00\n");
+}

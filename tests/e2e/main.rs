@@ -1,0 +1,8 @@
+//! End-to-end tests: each starts the real `madeira` binary (`madeira dev` on a fresh
+//! data directory) and drives it over HTTP and the CLI.
+
+mod api;
+mod cli;
+mod recovery;
+mod semantics;
+mod support;

@@ -1,0 +1,128 @@
+//! Starting `madeira dev` on a fresh directory, and waiting on conditions with a
+//! deadline (never sleeping and hoping).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_madeira");
+
+pub struct Dev {
+    pub child: Child,
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+impl Dev {
+    /// Starts `madeira dev` on a new temporary data directory.
+    pub fn start() -> (tempfile::TempDir, Dev) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let dev = Dev::start_in(dir.path());
+        (dir, dev)
+    }
+
+    /// Starts `madeira dev` with its data in `dir` and an ephemeral port, reading the
+    /// bound address from its first line on stderr.
+    pub fn start_in(dir: &Path) -> Dev {
+        let mut child = Command::new(BIN)
+            .args(["dev", "--http", "127.0.0.1:0", "--data"])
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn madeira dev");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let base = loop {
+            let line = lines.next().expect("madeira dev exited before serving").expect("read stderr");
+            if let Some(rest) = line.strip_prefix("madeira dev: API on ") {
+                let url = rest.split_whitespace().next().expect("url");
+                break url.trim_end_matches("/api/v1").to_string();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Dev { child, base, http: reqwest::Client::new() }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}/api/v1{path}", self.base)
+    }
+
+    pub async fn put_flow(&self, yaml: &str) -> Value {
+        let name = yaml
+            .lines()
+            .find_map(|l| l.strip_prefix("flow: "))
+            .expect("flow name")
+            .trim()
+            .to_string();
+        let resp = self.http.put(self.url(&format!("/flows/{name}"))).body(yaml.to_string()).send().await.expect("put");
+        let status = resp.status();
+        let body: Value = resp.json().await.expect("json");
+        assert!(status.is_success(), "apply {name}: {status} {body}");
+        body
+    }
+
+    /// POST JSON; returns status and body.
+    pub async fn post(&self, path: &str, body: Value, headers: &[(&str, &str)]) -> (u16, Value) {
+        let mut req = self.http.post(self.url(path)).json(&body);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await.expect("post");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let resp = self.http.get(self.url(path)).send().await.expect("get");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn trigger(&self, flow: &str, params: Value) -> String {
+        let (status, body) = self.post(&format!("/flows/{flow}/runs"), json!({"params": params}), &[]).await;
+        assert_eq!(status, 201, "{body}");
+        body["run_id"].as_str().expect("run_id").to_string()
+    }
+
+    /// Polls the run until `done` holds for it, or panics after `secs`.
+    pub async fn wait_run(&self, run_id: &str, secs: u64, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let (status, run) = self.get(&format!("/runs/{run_id}")).await;
+            if status == 200 && done(&run) {
+                return run;
+            }
+            assert!(Instant::now() < deadline, "run {run_id} did not reach the condition in {secs}s: {run}");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    pub async fn finished(&self, run_id: &str) -> Value {
+        self.wait_run(run_id, 30, |r| matches!(r["status"].as_str(), Some("SUCCESS" | "FAILED" | "CANCELLED")))
+            .await
+    }
+
+    /// `kill -9`.
+    pub fn kill9(&mut self) {
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn status_of<'a>(run: &'a Value, node: &str) -> &'a str {
+    run["nodes"][node]["status"].as_str().unwrap_or("?")
+}
