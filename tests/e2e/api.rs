@@ -52,7 +52,10 @@ nodes:
     let b_run = dev.finished(&b).await;
     assert_eq!((a_run["status"].as_str(), b_run["status"].as_str()), (Some("SUCCESS"), Some("SUCCESS")));
     let time = |v: &Value| chrono::DateTime::parse_from_rfc3339(v.as_str().expect("time")).expect("rfc3339");
-    assert!(time(&b_run["started_at"]) >= time(&a_run["finished_at"]), "queued run started before the first ended");
+    assert!(
+        time(&b_run["started_at"]) >= time(&a_run["finished_at"]),
+        "queued run started before the first ended"
+    );
 }
 
 #[tokio::test]
@@ -87,8 +90,9 @@ nodes:
     let run = dev.wait_run(&run_id, 20, |r| r["nodes"]["approve"]["status"] == "MANUAL_CONFIRM").await;
     assert_eq!(run["status"], "RUNNING");
     assert_eq!(run["nodes"]["approve"]["prompt"], "diff is 3");
-    let (status, _) =
-        dev.post(&format!("/runs/{run_id}/nodes/approve/confirm"), json!({"reason": "numbers ok"}), &[]).await;
+    let (status, _) = dev
+        .post(&format!("/runs/{run_id}/nodes/approve/confirm"), json!({"reason": "numbers ok"}), &[])
+        .await;
     assert_eq!(status, 200);
     let run = dev.finished(&run_id).await;
     assert_eq!(run["status"], "SUCCESS");
@@ -98,7 +102,13 @@ nodes:
         .as_array()
         .expect("entries")
         .iter()
-        .map(|e| (e["action"].as_str().unwrap_or(""), e["actor"].as_str().unwrap_or(""), e["reason"].as_str().unwrap_or("")))
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap_or(""),
+                e["actor"].as_str().unwrap_or(""),
+                e["reason"].as_str().unwrap_or(""),
+            )
+        })
         .collect();
     assert_eq!(actions, [("confirm", "local", "numbers ok"), ("mark_success", "local", "fixed by hand")]);
 }
@@ -163,10 +173,7 @@ async fn arbitrary_json_bodies_get_clean_errors() {
     ];
     for body in bodies {
         let (status, reply) = dev.post("/flows/fuzz/runs", body.clone(), &[]).await;
-        assert!(
-            matches!(status, 201 | 400 | 404),
-            "body {body} got {status}: {reply}"
-        );
+        assert!(matches!(status, 201 | 400 | 404), "body {body} got {status}: {reply}");
         if status != 201 {
             assert!(reply["error"]["message"].is_string(), "body {body}: {reply}");
         }

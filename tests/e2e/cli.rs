@@ -13,9 +13,11 @@ fn madeira(dev: &Dev, args: &[&str]) -> std::process::Output {
 async fn apply_run_wait_show_and_logs() {
     let (dir, dev) = Dev::start();
     let ok = dir.path().join("ok.yaml");
-    std::fs::write(&ok, "flow: cli-ok\nnodes:\n  a: {run: {builtin: noop, outputs: {n: 1}}}\n").expect("write");
+    std::fs::write(&ok, "flow: cli-ok\nnodes:\n  a: {run: {builtin: noop, outputs: {n: 1}}}\n")
+        .expect("write");
     let bad = dir.path().join("bad.yaml");
-    std::fs::write(&bad, "flow: cli-bad\nnodes:\n  a: {run: {builtin: fail, message: nope}}\n").expect("write");
+    std::fs::write(&bad, "flow: cli-bad\nnodes:\n  a: {run: {builtin: fail, message: nope}}\n")
+        .expect("write");
     let out = madeira(&dev, &["apply", "-f", ok.to_str().expect("path"), "-f", bad.to_str().expect("path")]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("flow cli-ok version 1 (created)"));
@@ -51,14 +53,25 @@ fn validate_prints_file_line_node_message() {
     let out = Command::new(BIN).arg("validate").arg(&file).output().expect("run");
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
-    let expected = format!("{}:3: node alpha: dependency cycle: alpha -> beta -> gamma -> alpha", file.display());
+    let expected =
+        format!("{}:3: node alpha: dependency cycle: alpha -> beta -> gamma -> alpha", file.display());
     assert!(text.starts_with(&expected), "{text}");
 }
 
 #[test]
 fn cron_next_prints_instants_with_offsets() {
     let out = Command::new(BIN)
-        .args(["cron", "next", "30 2 * * *", "--timezone", "Europe/Berlin", "--from", "2026-03-28T12:00:00Z", "--count", "2"])
+        .args([
+            "cron",
+            "next",
+            "30 2 * * *",
+            "--timezone",
+            "Europe/Berlin",
+            "--from",
+            "2026-03-28T12:00:00Z",
+            "--count",
+            "2",
+        ])
         .output()
         .expect("run");
     assert!(out.status.success());

@@ -22,7 +22,8 @@ async fn receiver() -> (String, Arc<Mutex<Vec<String>>>) {
         post(move |headers: HeaderMap| {
             let log = log.clone();
             async move {
-                let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+                let key =
+                    headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
                 let first = {
                     let mut seen = log.lock().expect("lock");
                     seen.push(key);

@@ -52,13 +52,14 @@ impl Dev {
     }
 
     pub async fn put_flow(&self, yaml: &str) -> Value {
-        let name = yaml
-            .lines()
-            .find_map(|l| l.strip_prefix("flow: "))
-            .expect("flow name")
-            .trim()
-            .to_string();
-        let resp = self.http.put(self.url(&format!("/flows/{name}"))).body(yaml.to_string()).send().await.expect("put");
+        let name = yaml.lines().find_map(|l| l.strip_prefix("flow: ")).expect("flow name").trim().to_string();
+        let resp = self
+            .http
+            .put(self.url(&format!("/flows/{name}")))
+            .body(yaml.to_string())
+            .send()
+            .await
+            .expect("put");
         let status = resp.status();
         let body: Value = resp.json().await.expect("json");
         assert!(status.is_success(), "apply {name}: {status} {body}");
@@ -102,8 +103,10 @@ impl Dev {
     }
 
     pub async fn finished(&self, run_id: &str) -> Value {
-        self.wait_run(run_id, 30, |r| matches!(r["status"].as_str(), Some("SUCCESS" | "FAILED" | "CANCELLED")))
-            .await
+        self.wait_run(run_id, 30, |r| {
+            matches!(r["status"].as_str(), Some("SUCCESS" | "FAILED" | "CANCELLED"))
+        })
+        .await
     }
 
     /// `kill -9`.

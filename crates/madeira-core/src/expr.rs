@@ -52,10 +52,9 @@ impl Condition {
         ctx.add_variable("nodes", nodes).map_err(|e| ExprError(e.to_string()))?;
         match self.program.execute(&ctx) {
             Ok(cel::Value::Bool(b)) => Ok(b),
-            Ok(other) => Err(ExprError(format!(
-                "`{}` must evaluate to a boolean, got {other:?}",
-                self.source
-            ))),
+            Ok(other) => {
+                Err(ExprError(format!("`{}` must evaluate to a boolean, got {other:?}", self.source)))
+            }
             Err(e) => Err(ExprError(format!("`{}`: {e}", self.source))),
         }
     }
@@ -129,8 +128,8 @@ mod tests {
 
     #[test]
     fn finds_node_references_outside_strings() {
-        let c = Condition::compile("nodes.a.status == 'nodes.b' || nodes.c_1.outputs.x > 1")
-            .expect("compiles");
+        let c =
+            Condition::compile("nodes.a.status == 'nodes.b' || nodes.c_1.outputs.x > 1").expect("compiles");
         assert_eq!(c.referenced_nodes(), vec!["a".to_string(), "c_1".to_string()]);
     }
 

@@ -13,8 +13,8 @@ pub mod spec;
 pub mod state;
 
 pub use model::{
-    ConcurrencyDef, DepKind, ExecutorDef, FlowDef, ManualDef, Need, NodeAction, NodeDef,
-    OnOverlap, TriggerDef,
+    ConcurrencyDef, DepKind, ExecutorDef, FlowDef, ManualDef, Need, NodeAction, NodeDef, OnOverlap,
+    TriggerDef,
 };
 pub use plan::{Action, Command, NodeChange, NodeRt, Plan, PlanCtx, Refusal, RunChange, RunSnapshot};
 pub use retry::RetryPolicy;

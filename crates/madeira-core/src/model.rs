@@ -181,7 +181,10 @@ pub enum BuiltinKind {
     Sleep(Duration),
     /// Fails with `message`; when `times` is set, only the first `times` attempts
     /// fail and later ones succeed (for demos and tests of retries).
-    Fail { message: String, times: Option<u32> },
+    Fail {
+        message: String,
+        times: Option<u32>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]

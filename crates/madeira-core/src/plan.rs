@@ -105,17 +105,43 @@ pub enum Command {
     /// Start a QUEUED run: evaluate every node.
     Start,
     /// Give a ready node its permit and start an attempt.
-    Dispatch { node: usize },
-    AttemptSucceeded { node: usize, attempt: u32, outputs: Map<String, Json> },
-    AttemptFailed { node: usize, attempt: u32, error: String, retryable: bool },
-    RetryDue { node: usize },
-    Confirm { node: usize },
-    Reject { node: usize },
+    Dispatch {
+        node: usize,
+    },
+    AttemptSucceeded {
+        node: usize,
+        attempt: u32,
+        outputs: Map<String, Json>,
+    },
+    AttemptFailed {
+        node: usize,
+        attempt: u32,
+        error: String,
+        retryable: bool,
+    },
+    RetryDue {
+        node: usize,
+    },
+    Confirm {
+        node: usize,
+    },
+    Reject {
+        node: usize,
+    },
     /// `fallback_after` elapsed on a MANUAL_CONFIRM node: run its fallback executor.
-    Fallback { node: usize },
-    Rerun { node: usize, downstream: bool },
-    MarkSuccess { node: usize },
-    Skip { node: usize },
+    Fallback {
+        node: usize,
+    },
+    Rerun {
+        node: usize,
+        downstream: bool,
+    },
+    MarkSuccess {
+        node: usize,
+    },
+    Skip {
+        node: usize,
+    },
     Cancel,
     /// After a restart: attempts that were in flight start again; timers re-arm.
     Recover,
@@ -169,17 +195,35 @@ pub struct RunChange {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// The node's needs are met: acquire a permit, then `Command::Dispatch`.
-    Ready { node: usize },
+    Ready {
+        node: usize,
+    },
     /// Start attempt `attempt` of the node (its fallback executor when `fallback`).
-    Execute { node: usize, attempt: u32, fallback: bool },
-    ScheduleRetry { node: usize, at_ms: i64 },
+    Execute {
+        node: usize,
+        attempt: u32,
+        fallback: bool,
+    },
+    ScheduleRetry {
+        node: usize,
+        at_ms: i64,
+    },
     /// The node waits for a person; arm its escalation timers.
-    AwaitConfirm { node: usize },
+    AwaitConfirm {
+        node: usize,
+    },
     /// Stop the attempt in flight.
-    Abort { node: usize, attempt: u32 },
+    Abort {
+        node: usize,
+        attempt: u32,
+    },
     /// The node left RUNNING: release its permit.
-    ReleasePermit { node: usize },
-    RunFinished { state: RunState },
+    ReleasePermit {
+        node: usize,
+    },
+    RunFinished {
+        state: RunState,
+    },
 }
 
 /// Everything one command changes.
@@ -235,11 +279,7 @@ fn precheck(snap: &RunSnapshot, cmd: &Command) -> Result<(), Refusal> {
         snap.nodes[node].state.apply(cause).map(|_| ()).map_err(|_| node_refusal(node, action))
     };
     let run_active = |action: &'static str| {
-        if snap.state == RunState::Running {
-            Ok(())
-        } else {
-            Err(Refusal::Run { state: snap.state, action })
-        }
+        if snap.state == RunState::Running { Ok(()) } else { Err(Refusal::Run { state: snap.state, action }) }
     };
     let not_cancelled = |action: &'static str| {
         if matches!(snap.state, RunState::Cancelled | RunState::Queued) {
@@ -257,8 +297,7 @@ fn precheck(snap: &RunSnapshot, cmd: &Command) -> Result<(), Refusal> {
             run_active("dispatch")?;
             needs(node, Cause::Dispatch, "dispatch")
         }
-        Command::AttemptSucceeded { node, attempt, .. }
-        | Command::AttemptFailed { node, attempt, .. } => {
+        Command::AttemptSucceeded { node, attempt, .. } | Command::AttemptFailed { node, attempt, .. } => {
             let n = &snap.nodes[node];
             if n.state != NodeState::Running || n.attempt != attempt {
                 return Err(Refusal::StaleAttempt { node: snap.flow.nodes[node].id.clone(), attempt });

@@ -85,15 +85,8 @@ pub struct NodeRefusal {
 }
 
 impl NodeState {
-    pub const ALL: [NodeState; 7] = [
-        S::Init,
-        S::Running,
-        S::Success,
-        S::Failed,
-        S::Retrying,
-        S::Skipped,
-        S::ManualConfirm,
-    ];
+    pub const ALL: [NodeState; 7] =
+        [S::Init, S::Running, S::Success, S::Failed, S::Retrying, S::Skipped, S::ManualConfirm];
 
     /// The state `cause` leads to from `self`, or a refusal.
     pub fn apply(self, cause: Cause) -> Result<NodeState, NodeRefusal> {
@@ -210,13 +203,8 @@ pub struct RunRefusal {
 }
 
 impl RunState {
-    pub const ALL: [RunState; 5] = [
-        RunState::Queued,
-        RunState::Running,
-        RunState::Success,
-        RunState::Failed,
-        RunState::Cancelled,
-    ];
+    pub const ALL: [RunState; 5] =
+        [RunState::Queued, RunState::Running, RunState::Success, RunState::Failed, RunState::Cancelled];
 
     pub fn apply(self, cause: RunCause) -> Result<RunState, RunRefusal> {
         RUN_TABLE
@@ -287,13 +275,7 @@ text_enum!(Cause, "cause", Cause::ALL);
 text_enum!(
     RunCause,
     "run cause",
-    [
-        RunCause::Started,
-        RunCause::Succeeded,
-        RunCause::Failed,
-        RunCause::Cancelled,
-        RunCause::Reactivated
-    ]
+    [RunCause::Started, RunCause::Succeeded, RunCause::Failed, RunCause::Cancelled, RunCause::Reactivated]
 );
 
 #[cfg(test)]

@@ -166,9 +166,8 @@ impl Engine {
             self.runs.remove(run_id);
         }
         for (reply, _) in work.replies {
-            let _ = reply.send(Err(EngineError::Store(madeira_store::StoreError::Refused(format!(
-                "not saved: {e}"
-            )))));
+            let _ = reply
+                .send(Err(EngineError::Store(madeira_store::StoreError::Refused(format!("not saved: {e}")))));
         }
         let tx = self.p.tx.clone();
         tokio::spawn(async move {
@@ -282,7 +281,9 @@ impl Engine {
     }
 
     fn on_ready(&mut self, run_id: &str, node: usize, ready_at: Instant, work: &mut Work) {
-        let Some(snap) = self.runs.get(run_id) else { return };
+        let Some(snap) = self.runs.get(run_id) else {
+            return;
+        };
         let flow = snap.flow.clone();
         if let Some(throttle) = flow.nodes[node].throttle {
             if !self.throttle.try_acquire(&flow.name, node, throttle.max_permits) {
@@ -312,8 +313,17 @@ impl Engine {
         }
     }
 
-    fn attempt_done(&mut self, run_id: &str, node: usize, attempt: u32, result: AttemptResult, work: &mut Work) {
-        let Some(snap) = self.runs.get(run_id) else { return };
+    fn attempt_done(
+        &mut self,
+        run_id: &str,
+        node: usize,
+        attempt: u32,
+        result: AttemptResult,
+        work: &mut Work,
+    ) {
+        let Some(snap) = self.runs.get(run_id) else {
+            return;
+        };
         let name = snap.flow.nodes[node].id.clone();
         let started_at = snap.nodes[node].started_at_ms.unwrap_or_else(now_ms);
         let max = self.p.options.max_output_bytes;
@@ -336,11 +346,9 @@ impl Engine {
             failure => failure,
         };
         let (outcome, error, cmd) = match &result {
-            AttemptResult::Success { outputs, .. } => (
-                "SUCCESS",
-                None,
-                Command::AttemptSucceeded { node, attempt, outputs: outputs.clone() },
-            ),
+            AttemptResult::Success { outputs, .. } => {
+                ("SUCCESS", None, Command::AttemptSucceeded { node, attempt, outputs: outputs.clone() })
+            }
             AttemptResult::Failure { error, retryable, .. } => (
                 if *retryable { "RETRYABLE" } else { "FAILED" },
                 Some(error.clone()),
@@ -374,7 +382,9 @@ impl Engine {
         if self.ensure_loaded(run_id).await.is_err() {
             return;
         }
-        let Some(snap) = self.runs.get(run_id) else { return };
+        let Some(snap) = self.runs.get(run_id) else {
+            return;
+        };
         if snap.nodes[node].state != madeira_core::NodeState::ManualConfirm {
             return;
         }
@@ -420,7 +430,8 @@ impl Engine {
                     if let Some(snap) = self.runs.remove(&run_id) {
                         info!(run_id = %run_id, flow = %snap.flow.name, state = %state, "run finished");
                         if snap.flow.concurrency.max_active_runs > 0 {
-                            finished_flows.push((snap.flow.name.clone(), snap.flow.concurrency.max_active_runs));
+                            finished_flows
+                                .push((snap.flow.name.clone(), snap.flow.concurrency.max_active_runs));
                         }
                     }
                 }
@@ -435,7 +446,9 @@ impl Engine {
 
     /// Starts queued runs of `flow` while `max_active_runs` leaves room.
     async fn promote(&mut self, flow: &str) {
-        let Ok(Some(record)) = self.p.store.get_flow(flow).await else { return };
+        let Ok(Some(record)) = self.p.store.get_flow(flow).await else {
+            return;
+        };
         let Ok(def) = self.p.flows.get(self.p.store.as_ref(), flow, record.latest_version).await else {
             return;
         };
@@ -453,8 +466,12 @@ impl Engine {
     }
 
     fn arm_confirm_timers(&mut self, run_id: &str, node: usize) {
-        let Some(snap) = self.runs.get(run_id) else { return };
-        let NodeAction::Manual(manual) = &snap.flow.nodes[node].action else { return };
+        let Some(snap) = self.runs.get(run_id) else {
+            return;
+        };
+        let NodeAction::Manual(manual) = &snap.flow.nodes[node].action else {
+            return;
+        };
         let since = snap.nodes[node].started_at_ms.unwrap_or_else(now_ms);
         let at = |d: Duration| since + i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4);
         if let Some(after) = manual.alert_after {
@@ -468,7 +485,9 @@ impl Engine {
     }
 
     fn execute(&mut self, run_id: &str, node: usize, attempt: u32, fallback: bool) {
-        let Some(snap) = self.runs.get(run_id) else { return };
+        let Some(snap) = self.runs.get(run_id) else {
+            return;
+        };
         let def = &snap.flow.nodes[node];
         let executor: ExecutorDef = match (&def.action, fallback) {
             (NodeAction::Run(executor), _) => executor.clone(),

@@ -3,8 +3,8 @@
 use madeira_core::Command;
 use tokio::sync::oneshot;
 
-use crate::executor::AttemptResult;
 use crate::EngineError;
+use crate::executor::AttemptResult;
 
 pub(crate) type Reply = oneshot::Sender<Result<(), EngineError>>;
 

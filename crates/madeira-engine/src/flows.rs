@@ -11,10 +11,12 @@ use sha2::{Digest, Sha256};
 
 use crate::{EngineError, clock::now_ms};
 
+type ByVersion = HashMap<(String, u32), Arc<FlowDef>>;
+
 /// Parsed flow versions, shared by the engine loop and its handles.
 #[derive(Clone, Default)]
 pub struct FlowCache {
-    inner: Arc<Mutex<HashMap<(String, u32), Arc<FlowDef>>>>,
+    inner: Arc<Mutex<ByVersion>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +29,12 @@ pub struct ApplyOutcome {
 
 impl FlowCache {
     /// The parsed flow `name` at `version`, loading and parsing it on first use.
-    pub async fn get(&self, store: &dyn Store, name: &str, version: u32) -> Result<Arc<FlowDef>, EngineError> {
+    pub async fn get(
+        &self,
+        store: &dyn Store,
+        name: &str,
+        version: u32,
+    ) -> Result<Arc<FlowDef>, EngineError> {
         let key = (name.to_string(), version);
         if let Some(def) = self.lock().get(&key) {
             return Ok(def.clone());
@@ -44,7 +51,7 @@ impl FlowCache {
         Ok(def)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u32), Arc<FlowDef>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ByVersion> {
         match self.inner.lock() {
             Ok(guard) => guard,
             Err(poisoned) => poisoned.into_inner(),
@@ -53,7 +60,12 @@ impl FlowCache {
 
     /// Validates `source` and stores it as a new version of its flow when it differs
     /// from the latest one. `file` names the source in error messages.
-    pub async fn apply(&self, store: &dyn Store, file: &str, source: &str) -> Result<ApplyOutcome, EngineError> {
+    pub async fn apply(
+        &self,
+        store: &dyn Store,
+        file: &str,
+        source: &str,
+    ) -> Result<ApplyOutcome, EngineError> {
         let def = parse_flow(file, source)?;
         let hash = content_hash(file, source)?;
         let put = store.put_flow(&def.name, source, &hash, now_ms()).await?;

@@ -159,7 +159,10 @@ impl EngineHandle {
                         run_id: previous,
                         cmd: Command::Cancel,
                         actor: req.actor.clone(),
-                        audit: Some(("cancel".into(), Some(format!("cancel_previous: superseded by {run_id}")))),
+                        audit: Some((
+                            "cancel".into(),
+                            Some(format!("cancel_previous: superseded by {run_id}")),
+                        )),
                         reply: None,
                     };
                     self.send(cancel).await?;
@@ -221,11 +224,8 @@ impl EngineHandle {
 
     /// The run as the planner sees it, loaded from the store.
     pub async fn snapshot(&self, run_id: &str) -> Result<madeira_core::RunSnapshot, EngineError> {
-        let stored = self
-            .store
-            .load_run(run_id)
-            .await?
-            .ok_or_else(|| EngineError::RunNotFound(run_id.to_string()))?;
+        let stored =
+            self.store.load_run(run_id).await?.ok_or_else(|| EngineError::RunNotFound(run_id.to_string()))?;
         let def = self.flows.get(self.store.as_ref(), &stored.run.flow, stored.run.version).await?;
         crate::snapshot::from_stored(stored, def)
     }
@@ -238,7 +238,9 @@ impl EngineHandle {
 /// The version a run with `params` goes to: the first matching routing rule, the
 /// routing default, or the latest version.
 fn route(latest: &FlowDef, params: &Json, latest_version: u32) -> Result<u32, EngineError> {
-    let Some(routing) = &latest.routing else { return Ok(latest_version) };
+    let Some(routing) = &latest.routing else {
+        return Ok(latest_version);
+    };
     for rule in &routing.rules {
         let matched = rule
             .when

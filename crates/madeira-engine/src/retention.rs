@@ -14,7 +14,11 @@ use crate::{EngineOptions, clock::now_ms};
 
 const BATCH: u32 = 200;
 
-pub(crate) fn spawn(store: Arc<dyn Store>, options: EngineOptions, cancel: CancellationToken) -> JoinHandle<()> {
+pub(crate) fn spawn(
+    store: Arc<dyn Store>,
+    options: EngineOptions,
+    cancel: CancellationToken,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(options.sweep_every);
         loop {

@@ -45,19 +45,4 @@ impl Throttle {
         }
         None
     }
-
-    /// Drops a waiter whose run no longer wants the permit (cancelled, skipped).
-    pub fn forget(&mut self, flow: &str, run_id: &str, node: usize) {
-        if let Some(queue) = self.waiting.get_mut(&(flow.to_string(), node)) {
-            queue.retain(|w| !(w.run_id == run_id && w.node == node));
-        }
-    }
-
-    pub fn in_use(&self, flow: &str, node: usize) -> u32 {
-        self.in_use.get(&(flow.to_string(), node)).copied().unwrap_or(0)
-    }
-
-    pub fn depth(&self, flow: &str, node: usize) -> usize {
-        self.waiting.get(&(flow.to_string(), node)).map_or(0, VecDeque::len)
-    }
 }

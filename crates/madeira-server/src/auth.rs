@@ -24,7 +24,10 @@ pub struct TokenEntry {
 
 impl std::fmt::Debug for TokenEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenEntry").field("name", &self.name).field("role", &self.role).finish_non_exhaustive()
+        f.debug_struct("TokenEntry")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
     }
 }
 
@@ -37,7 +40,9 @@ pub struct AuthConfig {
 impl AuthConfig {
     /// The caller's name if its token grants at least `need`.
     pub fn authorize(&self, headers: &HeaderMap, need: Role) -> Result<String, ApiError> {
-        let Some(tokens) = &self.tokens else { return Ok("local".to_string()) };
+        let Some(tokens) = &self.tokens else {
+            return Ok("local".to_string());
+        };
         let presented = headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -85,11 +90,24 @@ mod tests {
     #[test]
     fn roles_are_ordered_and_checked() {
         let auth = AuthConfig {
-            tokens: Some(vec![TokenEntry { name: "grafana".into(), role: Role::Viewer, token: "v-secret".into() }]),
+            tokens: Some(vec![TokenEntry {
+                name: "grafana".into(),
+                role: Role::Viewer,
+                token: "v-secret".into(),
+            }]),
         };
         assert_eq!(auth.authorize(&headers("v-secret"), Role::Viewer).expect("ok"), "grafana");
-        assert_eq!(auth.authorize(&headers("v-secret"), Role::Operator).map_err(|e| e.status), Err(StatusCode::FORBIDDEN));
-        assert_eq!(auth.authorize(&headers("nope"), Role::Viewer).map_err(|e| e.status), Err(StatusCode::UNAUTHORIZED));
-        assert_eq!(auth.authorize(&HeaderMap::new(), Role::Viewer).map_err(|e| e.status), Err(StatusCode::UNAUTHORIZED));
+        assert_eq!(
+            auth.authorize(&headers("v-secret"), Role::Operator).map_err(|e| e.status),
+            Err(StatusCode::FORBIDDEN)
+        );
+        assert_eq!(
+            auth.authorize(&headers("nope"), Role::Viewer).map_err(|e| e.status),
+            Err(StatusCode::UNAUTHORIZED)
+        );
+        assert_eq!(
+            auth.authorize(&HeaderMap::new(), Role::Viewer).map_err(|e| e.status),
+            Err(StatusCode::UNAUTHORIZED)
+        );
     }
 }

@@ -51,7 +51,8 @@ impl From<EngineError> for ApiError {
             | EngineError::NodeNotFound { .. } => Self::not_found(message),
             EngineError::Invalid(errors) => {
                 let lines: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
-                Self::new(StatusCode::BAD_REQUEST, "invalid_flow", message).with_details(json!({"errors": lines}))
+                Self::new(StatusCode::BAD_REQUEST, "invalid_flow", message)
+                    .with_details(json!({"errors": lines}))
             }
             EngineError::Refused { refusal, .. } => {
                 let state = match &refusal {
@@ -62,7 +63,8 @@ impl From<EngineError> for ApiError {
                 Self::new(StatusCode::CONFLICT, "refused", message).with_details(json!({"state": state}))
             }
             EngineError::OverlapSkipped { active, .. } => {
-                Self::new(StatusCode::CONFLICT, "overlap_skipped", message).with_details(json!({"active": active}))
+                Self::new(StatusCode::CONFLICT, "overlap_skipped", message)
+                    .with_details(json!({"active": active}))
             }
             EngineError::ObserveOnly(_) => Self::new(StatusCode::CONFLICT, "observe_only", message),
             EngineError::Routing { .. } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "routing", message),

@@ -46,6 +46,10 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Serves the API on `listener` until `shutdown` fires.
-pub async fn serve(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }

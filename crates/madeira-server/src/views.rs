@@ -116,7 +116,9 @@ fn lookup(path: &str, stored: &StoredRun) -> Option<String> {
             let first = row.outputs.get(*key.first()?)?;
             key[1..].iter().try_fold(first, |v, k| v.get(k))?
         }
-        ["nodes", node, "status"] => return stored.nodes.iter().find(|n| n.node == *node).map(|n| n.state.to_string()),
+        ["nodes", node, "status"] => {
+            return stored.nodes.iter().find(|n| n.node == *node).map(|n| n.state.to_string());
+        }
         _ => return None,
     };
     Some(match value {

@@ -33,8 +33,7 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Stores `source` as a new version of `name` unless it equals the latest one.
-    async fn put_flow(&self, name: &str, source: &str, content_hash: &str, now_ms: i64)
-    -> Result<PutFlow>;
+    async fn put_flow(&self, name: &str, source: &str, content_hash: &str, now_ms: i64) -> Result<PutFlow>;
     async fn get_flow(&self, name: &str) -> Result<Option<FlowRecord>>;
     async fn list_flows(&self) -> Result<Vec<FlowRecord>>;
     async fn flow_version(&self, name: &str, version: u32) -> Result<Option<FlowVersion>>;
@@ -45,8 +44,7 @@ pub trait Store: Send + Sync + 'static {
     /// transaction.
     async fn create_run(&self, run: &NewRun) -> Result<CreateOutcome>;
     /// Starts the oldest QUEUED run of `flow` if `max_active_runs` leaves room.
-    async fn promote_queued(&self, flow: &str, max_active_runs: u32, now_ms: i64)
-    -> Result<Option<String>>;
+    async fn promote_queued(&self, flow: &str, max_active_runs: u32, now_ms: i64) -> Result<Option<String>>;
     /// Writes a batch of state changes and their records in one transaction.
     async fn commit(&self, batch: &Batch) -> Result<()>;
 

@@ -56,11 +56,20 @@ pub struct NewRun {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CreateOutcome {
-    Created { run_id: String, state: RunState, cancel_previous: Vec<String> },
+    Created {
+        run_id: String,
+        state: RunState,
+        cancel_previous: Vec<String>,
+    },
     /// The idempotency key already made this run.
-    Existing { run_id: String, version: u32 },
+    Existing {
+        run_id: String,
+        version: u32,
+    },
     /// `on_overlap: skip` and the flow is at `max_active_runs`.
-    Skipped { active: Vec<String> },
+    Skipped {
+        active: Vec<String>,
+    },
 }
 
 /// A node row as written and read.

@@ -80,7 +80,8 @@ impl ControlPlane {
             .collect();
         files.sort();
         for file in &files {
-            let source = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+            let source =
+                std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
             self.engine
                 .apply_flow(&file.display().to_string(), &source)
                 .await

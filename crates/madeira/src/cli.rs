@@ -5,7 +5,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
-#[command(name = "madeira", version, about = "Workflow governance: DAGs, retries, throttling, confirmations, alerts")]
+#[command(
+    name = "madeira",
+    version,
+    about = "Workflow governance: DAGs, retries, throttling, confirmations, alerts"
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,

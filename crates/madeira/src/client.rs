@@ -27,7 +27,13 @@ impl Client {
         Ok(Self { base: args.server.trim_end_matches('/').to_string(), token: args.token.clone(), http })
     }
 
-    pub async fn call(&self, method: Method, path: &str, body: Option<Body>, headers: &[(&str, String)]) -> Result<Reply> {
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Body>,
+        headers: &[(&str, String)],
+    ) -> Result<Reply> {
         let url = format!("{}/api/v1{path}", self.base);
         let mut req = self.http.request(method.clone(), &url);
         if let Some(token) = &self.token {
@@ -41,14 +47,17 @@ impl Client {
             Some(Body::Yaml(text)) => req.header("content-type", "application/yaml").body(text),
             None => req,
         };
-        let resp = req.send().await.map_err(|e| anyhow!("{method} {url}: {e} (is the control plane running? set --server or MADEIRA_SERVER)"))?;
+        let resp = req.send().await.map_err(|e| {
+            anyhow!("{method} {url}: {e} (is the control plane running? set --server or MADEIRA_SERVER)")
+        })?;
         let status = resp.status();
         let text = resp.text().await?;
         let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status.is_success() {
             return Ok(Reply { status, body });
         }
-        let message = body["error"]["message"].as_str().map(str::to_string).unwrap_or_else(|| body.to_string());
+        let message =
+            body["error"]["message"].as_str().map(str::to_string).unwrap_or_else(|| body.to_string());
         let mut full = format!("{} {}: {message}", status.as_u16(), status.canonical_reason().unwrap_or(""));
         if let Some(errors) = body["error"]["details"]["errors"].as_array() {
             for e in errors {

@@ -69,8 +69,10 @@ impl ServerConfig {
     pub fn retention(&self, file: &str) -> Result<Duration, ConfigError> {
         match &self.retention {
             None => Ok(Duration::from_secs(30 * 24 * 3600)),
-            Some(text) => madeira_core::spec::parse_duration(text)
-                .map_err(|message| ConfigError { file: file.to_string(), message: format!("retention: {message}") }),
+            Some(text) => madeira_core::spec::parse_duration(text).map_err(|message| ConfigError {
+                file: file.to_string(),
+                message: format!("retention: {message}"),
+            }),
         }
     }
 
@@ -96,8 +98,9 @@ impl ServerConfig {
         let mut entries = Vec::new();
         for spec in &self.auth.tokens {
             let token = match (&spec.token_env, &spec.token_file) {
-                (Some(var), None) => std::env::var(var)
-                    .map_err(|_| err(format!("auth.tokens `{}`: env variable {var} is not set", spec.name)))?,
+                (Some(var), None) => std::env::var(var).map_err(|_| {
+                    err(format!("auth.tokens `{}`: env variable {var} is not set", spec.name))
+                })?,
                 (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
                     err(format!("auth.tokens `{}`: cannot read {}: {e}", spec.name, path.display()))
                 })?,

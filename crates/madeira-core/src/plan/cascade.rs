@@ -152,9 +152,9 @@ impl Planner<'_> {
     fn rerun(&mut self, node: usize, downstream: bool) {
         let mut targets = vec![node];
         if downstream {
-            targets.extend(self.descendants(node).into_iter().filter(|d| {
-                self.snap.nodes[*d].state.is_terminal()
-            }));
+            targets.extend(
+                self.descendants(node).into_iter().filter(|d| self.snap.nodes[*d].state.is_terminal()),
+            );
         }
         for &t in &targets {
             let n = &mut self.snap.nodes[t];
@@ -327,11 +327,8 @@ impl Planner<'_> {
             return Readiness::Skip(Cause::UpstreamSkipped);
         }
         if let Some(when) = &def.when {
-            let referenced: Vec<usize> = when
-                .referenced_nodes()
-                .iter()
-                .filter_map(|name| self.snap.flow.node_index(name))
-                .collect();
+            let referenced: Vec<usize> =
+                when.referenced_nodes().iter().filter_map(|name| self.snap.flow.node_index(name)).collect();
             let nodes = self.snap.nodes_json(referenced);
             match when.eval(&self.snap.params, &nodes) {
                 Ok(true) => {}
@@ -339,11 +336,7 @@ impl Planner<'_> {
                 Err(e) => return Readiness::ConditionError(format!("condition error: {e}")),
             }
         }
-        if matches!(def.action, NodeAction::Manual(_)) {
-            Readiness::AwaitConfirm
-        } else {
-            Readiness::Ready
-        }
+        if matches!(def.action, NodeAction::Manual(_)) { Readiness::AwaitConfirm } else { Readiness::Ready }
     }
 
     /// A finished run that has work again becomes RUNNING.

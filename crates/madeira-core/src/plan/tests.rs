@@ -123,8 +123,7 @@ fn false_condition_skips_with_reason() {
     apply(&mut snap, &Command::Dispatch { node: 0 }, &CTX).expect("dispatch");
     let mut outputs = Map::new();
     outputs.insert("count".into(), json!(0));
-    apply(&mut snap, &Command::AttemptSucceeded { node: 0, attempt: 1, outputs }, &CTX)
-        .expect("ok");
+    apply(&mut snap, &Command::AttemptSucceeded { node: 0, attempt: 1, outputs }, &CTX).expect("ok");
     assert_eq!(snap.nodes[1].state, NodeState::Skipped);
     assert_eq!(snap.nodes[1].reason.as_deref(), Some("condition_false"));
     assert_eq!(snap.state, RunState::Success);
@@ -135,15 +134,12 @@ fn retry_then_final_failure() {
     let f = flow(vec![(vec![], false, 2, None)]);
     let (mut snap, _) = started(f);
     apply(&mut snap, &Command::Dispatch { node: 0 }, &CTX).expect("dispatch");
-    let fail = |attempt| Command::AttemptFailed {
-        node: 0,
-        attempt,
-        error: "503".into(),
-        retryable: true,
-    };
+    let fail = |attempt| Command::AttemptFailed { node: 0, attempt, error: "503".into(), retryable: true };
     let plan = apply(&mut snap, &fail(1), &CTX).expect("fail 1");
     assert_eq!(snap.nodes[0].state, NodeState::Retrying);
-    assert!(matches!(plan.actions[..], [Action::ReleasePermit { .. }, Action::ScheduleRetry { node: 0, at_ms }] if at_ms >= 6_000));
+    assert!(
+        matches!(plan.actions[..], [Action::ReleasePermit { .. }, Action::ScheduleRetry { node: 0, at_ms }] if at_ms >= 6_000)
+    );
     apply(&mut snap, &Command::RetryDue { node: 0 }, &CTX).expect("due");
     apply(&mut snap, &Command::Dispatch { node: 0 }, &CTX).expect("dispatch 2");
     apply(&mut snap, &fail(2), &CTX).expect("fail 2");

@@ -22,29 +22,12 @@ const MAX_NAME: usize = 63;
 /// report then holds the reasons).
 pub(crate) fn flow(raw: &RawFlow, report: &mut Report) -> Option<FlowDef> {
     let name = flow_name(raw.flow.as_ref(), report);
-    let triggers = raw
-        .triggers
-        .iter()
-        .flatten()
-        .filter_map(|t| trigger::trigger(report, t))
-        .collect();
-    let concurrency = raw
-        .concurrency
-        .as_ref()
-        .map(|c| concurrency(report, c))
-        .unwrap_or_default();
+    let triggers = raw.triggers.iter().flatten().filter_map(|t| trigger::trigger(report, t)).collect();
+    let concurrency = raw.concurrency.as_ref().map(|c| concurrency(report, c)).unwrap_or_default();
     let rate_limit = raw.rate_limit.as_ref().and_then(|r| rate_limit(report, r));
     let routing = raw.routing.as_ref().and_then(|r| routing(report, r));
-    let defaults = raw
-        .defaults
-        .as_ref()
-        .map(|d| defaults(report, d))
-        .unwrap_or_default();
-    let Graph {
-        nodes,
-        downstream,
-        topo,
-    } = nodes(raw, &defaults, report);
+    let defaults = raw.defaults.as_ref().map(|d| defaults(report, d)).unwrap_or_default();
+    let Graph { nodes, downstream, topo } = nodes(raw, &defaults, report);
     Some(FlowDef {
         name: name?,
         description: raw.description.clone(),
@@ -73,21 +56,14 @@ fn flow_name(raw: Option<&Span<String>>, report: &mut Report) -> Option<String> 
     if !name.is_empty() && name.len() <= MAX_NAME && name.chars().all(valid) {
         return Some(name.to_string());
     }
-    let mut fixed: String = name
-        .trim()
-        .to_lowercase()
-        .chars()
-        .map(|c| if valid(c) { c } else { '-' })
-        .take(MAX_NAME)
-        .collect();
+    let mut fixed: String =
+        name.trim().to_lowercase().chars().map(|c| if valid(c) { c } else { '-' }).take(MAX_NAME).collect();
     if fixed.is_empty() || !fixed.chars().all(valid) {
         fixed = "my-flow".to_string();
     }
     report.push(
         At::top(line_of(raw)),
-        format!(
-            "flow name `{name}` must be 1 to {MAX_NAME} characters of a-z, 0-9 and `-`; try `{fixed}`"
-        ),
+        format!("flow name `{name}` must be 1 to {MAX_NAME} characters of a-z, 0-9 and `-`; try `{fixed}`"),
     );
     None
 }
@@ -103,13 +79,7 @@ fn check_node_id(id: &str, at: At<'_>, report: &mut Report) {
         .trim()
         .to_lowercase()
         .chars()
-        .map(|c| {
-            if c.is_ascii_lowercase() || c.is_ascii_digit() {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() { c } else { '_' })
         .collect();
     if !fixed.starts_with(|c: char| c.is_ascii_lowercase()) {
         fixed.insert_str(0, "n_");
@@ -126,11 +96,8 @@ fn check_node_id(id: &str, at: At<'_>, report: &mut Report) {
 fn concurrency(report: &mut Report, raw: &Span<RawConcurrency>) -> ConcurrencyDef {
     let at = At::top(line_of(raw));
     let mut def = ConcurrencyDef::default();
-    if let Some(n) = raw
-        .value
-        .max_active_runs
-        .as_ref()
-        .and_then(|m| report.limit(at, "max_active_runs", m, 0))
+    if let Some(n) =
+        raw.value.max_active_runs.as_ref().and_then(|m| report.limit(at, "max_active_runs", m, 0))
     {
         def.max_active_runs = n;
     }
@@ -143,10 +110,7 @@ fn concurrency(report: &mut Report, raw: &Span<RawConcurrency>) -> ConcurrencyDe
                 let hint = did_you_mean(other, OVERLAPS.iter().copied());
                 report.push(
                     at.at(o),
-                    format!(
-                        "unknown `on_overlap` `{other}`{hint}; use {}",
-                        one_of(OVERLAPS)
-                    ),
+                    format!("unknown `on_overlap` `{other}`{hint}; use {}", one_of(OVERLAPS)),
                 );
                 OnOverlap::Queue
             }
@@ -158,37 +122,26 @@ fn concurrency(report: &mut Report, raw: &Span<RawConcurrency>) -> ConcurrencyDe
 /// `"10/s"`, `"100/m"`, `"1000/h"`.
 pub(crate) fn parse_rate_limit(text: &str) -> Result<RateLimitDef, String> {
     let usage = "write it as COUNT/UNIT, e.g. `10/s`, `100/m` or `1000/h`";
-    let (count, unit) = text
-        .split_once('/')
-        .ok_or_else(|| format!("bad `rate_limit` `{text}`: {usage}"))?;
+    let (count, unit) = text.split_once('/').ok_or_else(|| format!("bad `rate_limit` `{text}`: {usage}"))?;
     let count: u32 = count.trim().parse().map_err(|_| {
-        format!(
-            "bad `rate_limit` `{text}`: `{}` is not a whole number; {usage}",
-            count.trim()
-        )
+        format!("bad `rate_limit` `{text}`: `{}` is not a whole number; {usage}", count.trim())
     })?;
     if count == 0 {
-        return Err(format!(
-            "bad `rate_limit` `{text}`: the count must be at least 1"
-        ));
+        return Err(format!("bad `rate_limit` `{text}`: the count must be at least 1"));
     }
     let per = match unit.trim() {
         "s" | "sec" | "second" => Duration::from_secs(1),
         "m" | "min" | "minute" => Duration::from_secs(60),
         "h" | "hour" => Duration::from_secs(3600),
         other => {
-            return Err(format!(
-                "bad `rate_limit` `{text}`: unknown unit `{other}`; {usage}"
-            ));
+            return Err(format!("bad `rate_limit` `{text}`: unknown unit `{other}`; {usage}"));
         }
     };
     Ok(RateLimitDef { count, per })
 }
 
 fn rate_limit(report: &mut Report, raw: &Span<String>) -> Option<RateLimitDef> {
-    parse_rate_limit(&raw.value)
-        .map_err(|e| report.push(At::top(line_of(raw)), e))
-        .ok()
+    parse_rate_limit(&raw.value).map_err(|e| report.push(At::top(line_of(raw)), e)).ok()
 }
 
 fn routing(report: &mut Report, raw: &Span<RawRouting>) -> Option<RoutingDef> {
@@ -196,10 +149,7 @@ fn routing(report: &mut Report, raw: &Span<RawRouting>) -> Option<RoutingDef> {
     let default = match &raw.value.default {
         Some(d) => report.limit(at, "routing.default", d, 1),
         None => {
-            report.push(
-                at,
-                "`routing` needs `default`, the version that runs when no rule matches",
-            );
+            report.push(at, "`routing` needs `default`, the version that runs when no rule matches");
             None
         }
     };
@@ -216,10 +166,7 @@ fn routing(report: &mut Report, raw: &Span<RawRouting>) -> Option<RoutingDef> {
         let when = match &rule.value.when {
             Some(w) => routing_condition(report, at.at(w), &w.value),
             None => {
-                report.push(
-                    at,
-                    "a routing rule needs `when`, e.g. `when: \"params.tenant in ['t1']\"`",
-                );
+                report.push(at, "a routing rule needs `when`, e.g. `when: \"params.tenant in ['t1']\"`");
                 None
             }
         };
@@ -227,10 +174,7 @@ fn routing(report: &mut Report, raw: &Span<RawRouting>) -> Option<RoutingDef> {
             rules.push(RoutingRule { when, version });
         }
     }
-    Some(RoutingDef {
-        default: default?,
-        rules,
-    })
+    Some(RoutingDef { default: default?, rules })
 }
 
 /// Routing runs before the run exists: only `params` can be read.
@@ -241,11 +185,7 @@ fn routing_condition(report: &mut Report, at: At<'_>, source: &str) -> Option<Co
             report.push(at, format!("routing `when` is not valid CEL: {e}"));
         })
         .ok()?;
-    let others: Vec<String> = cond
-        .variables()
-        .into_iter()
-        .filter(|v| v != "params")
-        .collect();
+    let others: Vec<String> = cond.variables().into_iter().filter(|v| v != "params").collect();
     for var in &others {
         report.push(
             at,
@@ -258,11 +198,7 @@ fn routing_condition(report: &mut Report, at: At<'_>, source: &str) -> Option<Co
 fn defaults(report: &mut Report, raw: &Span<RawDefaults>) -> Defaults {
     let at = At::top(line_of(raw));
     let base = Defaults::default();
-    let timeout = raw
-        .value
-        .timeout
-        .as_ref()
-        .and_then(|t| node::positive_duration(report, at, "timeout", t));
+    let timeout = raw.value.timeout.as_ref().and_then(|t| node::positive_duration(report, at, "timeout", t));
     Defaults {
         timeout: timeout.unwrap_or(base.timeout),
         retry: node::merge_retry(&base.retry, raw.value.retry.as_ref(), at, report),
@@ -278,14 +214,13 @@ struct Graph {
 }
 
 fn nodes(raw: &RawFlow, defaults: &Defaults, report: &mut Report) -> Graph {
-    let entries = raw
-        .nodes
-        .as_ref()
-        .map(|n| n.value.0.as_slice())
-        .unwrap_or_default();
+    let entries = raw.nodes.as_ref().map(|n| n.value.0.as_slice()).unwrap_or_default();
     if entries.is_empty() {
         let line = raw.nodes.as_ref().and_then(line_of);
-        report.push(At::top(line), "the flow has no nodes; add at least one under `nodes:`, e.g. `hello: {run: {builtin: noop}}`");
+        report.push(
+            At::top(line),
+            "the flow has no nodes; add at least one under `nodes:`, e.g. `hello: {run: {builtin: noop}}`",
+        );
         return Graph::default();
     }
     let ids = Ids::new(
@@ -297,33 +232,20 @@ fn nodes(raw: &RawFlow, defaults: &Defaults, report: &mut Report) -> Graph {
     let mut when_lines = Vec::with_capacity(entries.len());
     for (i, (key, body)) in entries.iter().enumerate() {
         let id = key.value.as_str();
-        let at = At {
-            node: Some(id),
-            line: line_of(key),
-        };
+        let at = At { node: Some(id), line: line_of(key) };
         check_node_id(id, at, report);
         if let Some(first) = entries[..i].iter().find(|(k, _)| k.value == key.value) {
-            let first = line_of(&first.0)
-                .map(|l| format!(" (first at line {l})"))
-                .unwrap_or_default();
-            report.push(
-                at,
-                format!("duplicate node id `{id}`{first}; rename one of them"),
-            );
+            let first = line_of(&first.0).map(|l| format!(" (first at line {l})")).unwrap_or_default();
+            report.push(at, format!("duplicate node id `{id}`{first}; rename one of them"));
         }
         let body = body.value.as_ref().unwrap_or(&empty);
         let mut def = node::build(id, at, body, defaults, report);
-        def.needs =
-            graph::resolve_needs(i, body.needs.as_deref().unwrap_or_default(), &ids, report);
+        def.needs = graph::resolve_needs(i, body.needs.as_deref().unwrap_or_default(), &ids, report);
         when_lines.push(graph::when_line(body.when.as_ref()));
         nodes.push(def);
     }
     let topo = graph::topo(&nodes, &ids, report);
     graph::check_when(&nodes, &when_lines, &ids, report);
     let downstream = graph::downstream(&nodes);
-    Graph {
-        nodes,
-        downstream,
-        topo,
-    }
+    Graph { nodes, downstream, topo }
 }

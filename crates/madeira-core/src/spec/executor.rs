@@ -25,15 +25,8 @@ pub(crate) fn executor(
     .flatten()
     .collect();
     if kinds.len() != 1 {
-        let has = if kinds.is_empty() {
-            "none".to_string()
-        } else {
-            one_of(&kinds).replace(" or ", " and ")
-        };
-        report.push(
-            at,
-            format!("`{field}` needs exactly one of `builtin`, `http` or `sidecar` (has {has})"),
-        );
+        let has = if kinds.is_empty() { "none".to_string() } else { one_of(&kinds).replace(" or ", " and ") };
+        report.push(at, format!("`{field}` needs exactly one of `builtin`, `http` or `sidecar` (has {has})"));
         return None;
     }
     if let Some(b) = &raw.builtin {
@@ -50,10 +43,7 @@ pub(crate) fn executor(
     .collect();
     if !extra.is_empty() {
         let fields = one_of(&extra).replace(" or ", ", ");
-        report.push(
-            at,
-            format!("{fields} only apply to `builtin` executors; remove them from `{field}`"),
-        );
+        report.push(at, format!("{fields} only apply to `builtin` executors; remove them from `{field}`"));
     }
     match (&raw.http, &raw.sidecar) {
         (Some(h), _) => http(report, at.at(h), &h.value).map(ExecutorDef::Http),
@@ -62,12 +52,7 @@ pub(crate) fn executor(
     }
 }
 
-fn builtin(
-    report: &mut Report,
-    at: At<'_>,
-    kind: &Span<String>,
-    raw: &RawExecutor,
-) -> Option<BuiltinDef> {
+fn builtin(report: &mut Report, at: At<'_>, kind: &Span<String>, raw: &RawExecutor) -> Option<BuiltinDef> {
     let name = kind.value.as_str();
     let at_kind = at.at(kind);
     let misplaced = |field: &str, present: bool, owner: &str| {
@@ -88,18 +73,12 @@ fn builtin(
         "sleep" => match &raw.for_ {
             Some(d) => BuiltinKind::Sleep(report.duration(at, "for", d)?),
             None => {
-                report.push(
-                    at_kind,
-                    "`builtin: sleep` needs `for`, e.g. `{builtin: sleep, for: 2s}`",
-                );
+                report.push(at_kind, "`builtin: sleep` needs `for`, e.g. `{builtin: sleep, for: 2s}`");
                 return None;
             }
         },
         "fail" => BuiltinKind::Fail {
-            message: raw
-                .message
-                .clone()
-                .unwrap_or_else(|| "failed by builtin `fail`".to_string()),
+            message: raw.message.clone().unwrap_or_else(|| "failed by builtin `fail`".to_string()),
             times: match &raw.times {
                 Some(t) => Some(report.limit(at, "times", t, 1)?),
                 None => None,
@@ -107,25 +86,16 @@ fn builtin(
         },
         other => {
             let hint = did_you_mean(other, BUILTINS.iter().copied());
-            report.push(
-                at_kind,
-                format!("unknown builtin `{other}`{hint}; use {}", one_of(BUILTINS)),
-            );
+            report.push(at_kind, format!("unknown builtin `{other}`{hint}; use {}", one_of(BUILTINS)));
             return None;
         }
     };
-    Some(BuiltinDef {
-        kind,
-        outputs: raw.outputs.clone().unwrap_or_default(),
-    })
+    Some(BuiltinDef { kind, outputs: raw.outputs.clone().unwrap_or_default() })
 }
 
 fn http(report: &mut Report, at: At<'_>, raw: &RawHttp) -> Option<HttpDef> {
     let Some(url) = &raw.url else {
-        report.push(
-            at,
-            "`http` needs `url`, e.g. `{http: {url: \"http://host/path\"}}`",
-        );
+        report.push(at, "`http` needs `url`, e.g. `{http: {url: \"http://host/path\"}}`");
         return None;
     };
     if let Err(why) = check_url(&url.value) {
@@ -138,11 +108,7 @@ fn http(report: &mut Report, at: At<'_>, raw: &RawHttp) -> Option<HttpDef> {
                 let hint = did_you_mean(&upper, METHODS.iter().copied());
                 report.push(
                     at.at(m),
-                    format!(
-                        "unknown HTTP method `{}`{hint}; use {}",
-                        m.value,
-                        one_of(METHODS)
-                    ),
+                    format!("unknown HTTP method `{}`{hint}; use {}", m.value, one_of(METHODS)),
                 );
             }
             upper
@@ -166,11 +132,7 @@ fn check_url(url: &str) -> Result<(), String> {
         .ok_or("it must start with `http://` or `https://`")?;
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
     let host = authority.rsplit('@').next().unwrap_or_default();
-    let host = if host.starts_with('[') {
-        host
-    } else {
-        host.split(':').next().unwrap_or_default()
-    };
+    let host = if host.starts_with('[') { host } else { host.split(':').next().unwrap_or_default() };
     if host.is_empty() {
         return Err("it has no host".to_string());
     }
@@ -188,7 +150,12 @@ fn sidecar(report: &mut Report, at: At<'_>, raw: &RawSidecar) -> Option<SidecarD
             None
         }
         None => {
-            report.push(at, format!("`sidecar` needs `{field}`, e.g. `{{sidecar: {{group: billing, job: pull-payments}}}}`"));
+            report.push(
+                at,
+                format!(
+                    "`sidecar` needs `{field}`, e.g. `{{sidecar: {{group: billing, job: pull-payments}}}}`"
+                ),
+            );
             None
         }
     };
@@ -198,9 +165,5 @@ fn sidecar(report: &mut Report, at: At<'_>, raw: &RawSidecar) -> Option<SidecarD
         Some(s) => report.limit(at, "shards", s, 1),
         None => Some(1),
     };
-    Some(SidecarDef {
-        group: group?,
-        job: job?,
-        shards: shards?,
-    })
+    Some(SidecarDef { group: group?, job: job?, shards: shards? })
 }

@@ -27,10 +27,7 @@ impl<'a> Ids<'a> {
     }
 
     fn at(&self, i: usize) -> At<'a> {
-        At {
-            node: Some(self.ids[i]),
-            line: self.lines[i],
-        }
+        At { node: Some(self.ids[i]), line: self.lines[i] }
     }
 
     fn get(&self, id: &str) -> Option<usize> {
@@ -55,42 +52,31 @@ pub(crate) fn resolve_needs(
         let (name, kind) = match &entry.value {
             RawNeed::Name(name) => (name.as_str(), DepKind::Strong),
             RawNeed::Full { node: None, .. } => {
-                report.push(at, "a `needs` entry written as a mapping needs `node`, e.g. `{node: pull, kind: weak}`");
+                report.push(
+                    at,
+                    "a `needs` entry written as a mapping needs `node`, e.g. `{node: pull, kind: weak}`",
+                );
                 continue;
             }
-            RawNeed::Full {
-                node: Some(name),
-                kind,
-            } => match kind.as_deref() {
+            RawNeed::Full { node: Some(name), kind } => match kind.as_deref() {
                 None | Some("strong") => (name.as_str(), DepKind::Strong),
                 Some("weak") => (name.as_str(), DepKind::Weak),
                 Some(other) => {
                     let hint = did_you_mean(other, ["strong", "weak"]);
-                    report.push(
-                        at,
-                        format!("unknown dependency kind `{other}`{hint}; use `strong` or `weak`"),
-                    );
+                    report
+                        .push(at, format!("unknown dependency kind `{other}`{hint}; use `strong` or `weak`"));
                     continue;
                 }
             },
         };
         let Some(upstream) = ids.get(name) else {
-            report.push(
-                at,
-                format!("needs unknown node `{name}`{}", ids.unknown(name)),
-            );
+            report.push(at, format!("needs unknown node `{name}`{}", ids.unknown(name)));
             continue;
         };
         if upstream == i {
-            report.push(
-                at,
-                format!("needs itself; remove `{name}` from its `needs`"),
-            );
+            report.push(at, format!("needs itself; remove `{name}` from its `needs`"));
         } else if needs.iter().any(|n| n.upstream == upstream) {
-            report.push(
-                at,
-                format!("lists `{name}` more than once in `needs`; keep one entry"),
-            );
+            report.push(at, format!("lists `{name}` more than once in `needs`; keep one entry"));
         } else {
             needs.push(Need { upstream, kind });
         }
@@ -115,10 +101,8 @@ pub(crate) fn topo(nodes: &[NodeDef], ids: &Ids<'_>, report: &mut Report) -> Vec
     let mut waiting: Vec<usize> = nodes.iter().map(|n| n.needs.len()).collect();
     let mut done = vec![false; nodes.len()];
     let mut order = Vec::with_capacity(nodes.len());
-    let mut ready: BinaryHeap<Reverse<usize>> = (0..nodes.len())
-        .filter(|i| waiting[*i] == 0)
-        .map(Reverse)
-        .collect();
+    let mut ready: BinaryHeap<Reverse<usize>> =
+        (0..nodes.len()).filter(|i| waiting[*i] == 0).map(Reverse).collect();
     loop {
         while let Some(Reverse(i)) = ready.pop() {
             done[i] = true;
@@ -159,20 +143,11 @@ fn find_cycle(nodes: &[NodeDef], done: &[bool]) -> Option<Vec<usize>> {
     let mut seen_at: HashMap<usize, usize> = HashMap::from([(start, 0)]);
     let mut current = start;
     loop {
-        let next = nodes[current]
-            .needs
-            .iter()
-            .map(|n| n.upstream)
-            .find(|u| !done[*u])?;
+        let next = nodes[current].needs.iter().map(|n| n.upstream).find(|u| !done[*u])?;
         if let Some(&pos) = seen_at.get(&next) {
             let mut cycle: Vec<usize> = path[pos..].to_vec();
             cycle.reverse();
-            let first = cycle
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, n)| **n)
-                .map(|(p, _)| p)
-                .unwrap_or(0);
+            let first = cycle.iter().enumerate().min_by_key(|(_, n)| **n).map(|(p, _)| p).unwrap_or(0);
             cycle.rotate_left(first);
             return Some(cycle);
         }

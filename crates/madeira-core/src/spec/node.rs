@@ -5,9 +5,7 @@
 use std::time::Duration;
 
 use crate::expr::Condition;
-use crate::model::{
-    BuiltinDef, BuiltinKind, ExecutorDef, ManualDef, NodeAction, NodeDef, ThrottleDef,
-};
+use crate::model::{BuiltinDef, BuiltinKind, ExecutorDef, ManualDef, NodeAction, NodeDef, ThrottleDef};
 use crate::retry::RetryPolicy;
 
 use super::executor::executor;
@@ -28,10 +26,7 @@ pub(crate) struct Defaults {
 
 impl Default for Defaults {
     fn default() -> Self {
-        Self {
-            timeout: DEFAULT_TIMEOUT,
-            retry: RetryPolicy::default(),
-        }
+        Self { timeout: DEFAULT_TIMEOUT, retry: RetryPolicy::default() }
     }
 }
 
@@ -54,10 +49,7 @@ pub(crate) fn build(
         action: action(id, at, raw, report),
         timeout,
         retry: merge_retry(&defaults.retry, raw.retry.as_ref(), at, report),
-        throttle: raw
-            .throttle
-            .as_ref()
-            .and_then(|t| throttle(report, at.at(t), &t.value)),
+        throttle: raw.throttle.as_ref().and_then(|t| throttle(report, at.at(t), &t.value)),
     }
 }
 
@@ -86,18 +78,13 @@ fn condition(report: &mut Report, at: At<'_>, when: &Span<String>) -> Option<Con
             return None;
         }
     };
-    let unknown: Vec<String> = cond
-        .variables()
-        .into_iter()
-        .filter(|v| v != "params" && v != "nodes")
-        .collect();
+    let unknown: Vec<String> =
+        cond.variables().into_iter().filter(|v| v != "params" && v != "nodes").collect();
     for var in &unknown {
         let hint = did_you_mean(var, ["params", "nodes"]);
         report.push(
             at,
-            format!(
-                "`when` reads `{var}`{hint}; a condition can only read `params` and `nodes.<id>`"
-            ),
+            format!("`when` reads `{var}`{hint}; a condition can only read `params` and `nodes.<id>`"),
         );
     }
     unknown.is_empty().then_some(cond)
@@ -105,14 +92,8 @@ fn condition(report: &mut Report, at: At<'_>, when: &Span<String>) -> Option<Con
 
 fn action(id: &str, at: At<'_>, raw: &RawNode, report: &mut Report) -> NodeAction {
     // Both halves are checked even when only one may stay, so every mistake shows.
-    let run = raw
-        .run
-        .as_ref()
-        .map(|r| executor(report, at.at(r), "run", &r.value));
-    let manual = raw
-        .manual
-        .as_ref()
-        .map(|m| manual_def(id, at.at(m), &m.value, report));
+    let run = raw.run.as_ref().map(|r| executor(report, at.at(r), "run", &r.value));
+    let manual = raw.manual.as_ref().map(|m| manual_def(id, at.at(m), &m.value, report));
     match (run, manual) {
         (Some(_), Some(_)) => report.push(
             at.on(raw.manual.as_ref().and_then(line_of)),
@@ -135,16 +116,10 @@ fn action(id: &str, at: At<'_>, raw: &RawNode, report: &mut Report) -> NodeActio
 }
 
 fn manual_def(id: &str, at: At<'_>, raw: &RawManual, report: &mut Report) -> ManualDef {
-    let alert_after = raw
-        .alert_after
-        .as_ref()
-        .and_then(|d| positive_duration(report, at, "alert_after", d));
-    let fallback_after = raw
-        .fallback_after
-        .as_ref()
-        .and_then(|d| positive_duration(report, at, "fallback_after", d));
-    if let (Some(alert), Some(fallback), Some(raw_fb)) =
-        (alert_after, fallback_after, &raw.fallback_after)
+    let alert_after = raw.alert_after.as_ref().and_then(|d| positive_duration(report, at, "alert_after", d));
+    let fallback_after =
+        raw.fallback_after.as_ref().and_then(|d| positive_duration(report, at, "fallback_after", d));
+    if let (Some(alert), Some(fallback), Some(raw_fb)) = (alert_after, fallback_after, &raw.fallback_after)
         && fallback <= alert
     {
         report.push(
@@ -153,17 +128,12 @@ fn manual_def(id: &str, at: At<'_>, raw: &RawManual, report: &mut Report) -> Man
                 "`fallback_after` ({}) must be later than `alert_after` ({}): \
                  people are alerted first, then the fallback runs",
                 raw_fb.value,
-                raw.alert_after
-                    .as_ref()
-                    .map(|a| a.value.as_str())
-                    .unwrap_or_default()
+                raw.alert_after.as_ref().map(|a| a.value.as_str()).unwrap_or_default()
             ),
         );
     }
-    let fallback = raw
-        .fallback
-        .as_ref()
-        .and_then(|f| executor(report, at.at(f), "manual.fallback", &f.value));
+    let fallback =
+        raw.fallback.as_ref().and_then(|f| executor(report, at.at(f), "manual.fallback", &f.value));
     match (&raw.fallback, &raw.fallback_after) {
         (Some(f), None) => report.push(
             at.at(f),
@@ -176,10 +146,7 @@ fn manual_def(id: &str, at: At<'_>, raw: &RawManual, report: &mut Report) -> Man
         _ => {}
     }
     ManualDef {
-        prompt: raw
-            .prompt
-            .clone()
-            .unwrap_or_else(|| format!("Confirm node {id}")),
+        prompt: raw.prompt.clone().unwrap_or_else(|| format!("Confirm node {id}")),
         alert_after,
         fallback_after,
         fallback,
@@ -190,10 +157,7 @@ fn throttle(report: &mut Report, at: At<'_>, raw: &RawThrottle) -> Option<Thrott
     let max_permits = match &raw.max_permits {
         Some(p) => report.limit(at, "throttle.max_permits", p, 1),
         None => {
-            report.push(
-                at,
-                "`throttle` needs `max_permits`, e.g. `{max_permits: 2, queue_size: 50}`",
-            );
+            report.push(at, "`throttle` needs `max_permits`, e.g. `{max_permits: 2, queue_size: 50}`");
             None
         }
     };
@@ -201,10 +165,7 @@ fn throttle(report: &mut Report, at: At<'_>, raw: &RawThrottle) -> Option<Thrott
         Some(q) => report.limit(at, "throttle.queue_size", q, 0),
         None => Some(DEFAULT_QUEUE_SIZE),
     };
-    Some(ThrottleDef {
-        max_permits: max_permits?,
-        queue_size: queue_size?,
-    })
+    Some(ThrottleDef { max_permits: max_permits?, queue_size: queue_size? })
 }
 
 /// `base` with every field set in `raw` replaced (field by field).
@@ -218,45 +179,23 @@ pub(crate) fn merge_retry(
     let Some(raw) = raw else { return policy };
     let at = at.at(raw);
     let r = &raw.value;
-    if let Some(n) = r
-        .attempts
-        .as_ref()
-        .and_then(|a| report.limit(at, "retry.attempts", a, 1))
-    {
+    if let Some(n) = r.attempts.as_ref().and_then(|a| report.limit(at, "retry.attempts", a, 1)) {
         policy.attempts = n;
     }
-    if let Some(d) = r
-        .backoff
-        .as_ref()
-        .and_then(|d| report.duration(at, "retry.backoff", d))
-    {
+    if let Some(d) = r.backoff.as_ref().and_then(|d| report.duration(at, "retry.backoff", d)) {
         policy.backoff = d;
     }
-    if let Some(d) = r
-        .max_backoff
-        .as_ref()
-        .and_then(|d| report.duration(at, "retry.max_backoff", d))
-    {
+    if let Some(d) = r.max_backoff.as_ref().and_then(|d| report.duration(at, "retry.max_backoff", d)) {
         policy.max_backoff = d;
     }
-    if let Some(d) = r
-        .jitter
-        .as_ref()
-        .and_then(|d| report.duration(at, "retry.jitter", d))
-    {
+    if let Some(d) = r.jitter.as_ref().and_then(|d| report.duration(at, "retry.jitter", d)) {
         policy.jitter = d;
     }
     if let Some(f) = &r.factor {
         if f.value.is_finite() && f.value >= 1.0 {
             policy.factor = f.value;
         } else {
-            report.push(
-                at.at(f),
-                format!(
-                    "`retry.factor` must be a number of at least 1, got {}",
-                    f.value
-                ),
-            );
+            report.push(at.at(f), format!("`retry.factor` must be a number of at least 1, got {}", f.value));
         }
     }
     if let Some(codes) = &r.no_retry_exit_codes {
@@ -265,10 +204,7 @@ pub(crate) fn merge_retry(
             .filter_map(|c| match i32::try_from(c.value) {
                 Ok(code) => Some(code),
                 Err(_) => {
-                    let msg = format!(
-                        "`retry.no_retry_exit_codes`: {} is not an exit code",
-                        c.value
-                    );
+                    let msg = format!("`retry.no_retry_exit_codes`: {} is not an exit code", c.value);
                     report.push(at.at(c), msg);
                     None
                 }

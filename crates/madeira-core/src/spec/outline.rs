@@ -24,27 +24,15 @@ pub(crate) struct Duplicate {
 
 impl Duplicate {
     pub(crate) fn report(&self, report: &mut Report) {
-        let first = self
-            .first
-            .map(|l| format!(" (first at line {l})"))
-            .unwrap_or_default();
+        let first = self.first.map(|l| format!(" (first at line {l})")).unwrap_or_default();
         let (node, message) = if self.is_node {
-            let msg = format!(
-                "duplicate node id `{}`{first}; rename one of them",
-                self.key
-            );
+            let msg = format!("duplicate node id `{}`{first}; rename one of them", self.key);
             (Some(self.key.as_str()), msg)
         } else {
             let msg = format!("duplicate key `{}`{first}; keep only one", self.key);
             (self.node.as_deref(), msg)
         };
-        report.push(
-            At {
-                node,
-                line: self.second,
-            },
-            message,
-        );
+        report.push(At { node, line: self.second }, message);
     }
 }
 
@@ -66,30 +54,24 @@ struct Key(Option<String>);
 impl Outline {
     pub(crate) fn read(source: &str, mut options: Options) -> Option<Self> {
         options.duplicate_keys = DuplicateKeyPolicy::PassThrough;
-        serde_saphyr::from_str_with_options::<Tree>(source, options)
-            .ok()
-            .map(Outline)
+        serde_saphyr::from_str_with_options::<Tree>(source, options).ok().map(Outline)
     }
 
     /// Entries of the top-level `nodes` mapping.
     fn nodes(&self) -> Option<&[(Spanned<Key>, Tree)]> {
         let Tree::Map(top) = &self.0 else { return None };
-        top.iter()
-            .find(|(k, _)| k.value.0.as_deref() == Some("nodes"))
-            .and_then(|(_, v)| match v {
-                Tree::Map(entries) => Some(entries.as_slice()),
-                _ => None,
-            })
+        top.iter().find(|(k, _)| k.value.0.as_deref() == Some("nodes")).and_then(|(_, v)| match v {
+            Tree::Map(entries) => Some(entries.as_slice()),
+            _ => None,
+        })
     }
 
     /// The node whose entry covers `line`: the last node key at or above it, as long
     /// as no later top-level key comes in between.
     pub(crate) fn node_at(&self, line: usize) -> Option<String> {
         let Tree::Map(top) = &self.0 else { return None };
-        let nodes_line = top
-            .iter()
-            .find(|(k, _)| k.value.0.as_deref() == Some("nodes"))
-            .and_then(|(k, _)| line_of(k))?;
+        let nodes_line =
+            top.iter().find(|(k, _)| k.value.0.as_deref() == Some("nodes")).and_then(|(k, _)| line_of(k))?;
         let end = top
             .iter()
             .filter_map(|(k, _)| line_of(k))
@@ -162,14 +144,10 @@ fn visit_keys<'t>(tree: &'t Tree, f: &mut impl FnMut(&'t Spanned<Key>)) {
 fn collect_duplicates(tree: &Tree, node: Option<&str>, found: &mut Vec<Duplicate>) {
     match tree {
         Tree::Leaf => {}
-        Tree::Seq(items) => items
-            .iter()
-            .for_each(|t| collect_duplicates(t, node, found)),
+        Tree::Seq(items) => items.iter().for_each(|t| collect_duplicates(t, node, found)),
         Tree::Map(entries) => {
             collect_map_duplicates(entries, node, false, found);
-            entries
-                .iter()
-                .for_each(|(_, v)| collect_duplicates(v, node, found));
+            entries.iter().for_each(|(_, v)| collect_duplicates(v, node, found));
         }
     }
 }
@@ -184,9 +162,7 @@ fn collect_map_duplicates(
         let Some(name) = key.value.0.as_deref() else {
             continue;
         };
-        let earlier = entries[..i]
-            .iter()
-            .find(|(k, _)| k.value.0.as_deref() == Some(name));
+        let earlier = entries[..i].iter().find(|(k, _)| k.value.0.as_deref() == Some(name));
         if let Some((first, _)) = earlier {
             found.push(Duplicate {
                 key: name.to_string(),

@@ -150,10 +150,7 @@ pub(crate) struct RawThrottle {
 #[derive(Debug)]
 pub(crate) enum RawNeed {
     Name(String),
-    Full {
-        node: Option<String>,
-        kind: Option<String>,
-    },
+    Full { node: Option<String>, kind: Option<String> },
 }
 
 impl<'de> Deserialize<'de> for RawNeed {

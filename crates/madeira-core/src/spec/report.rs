@@ -20,10 +20,7 @@ impl<'a> At<'a> {
 
     /// The same node, another line (keeps this line when `line` is unknown).
     pub fn on(self, line: Option<usize>) -> Self {
-        Self {
-            node: self.node,
-            line: line.or(self.line),
-        }
+        Self { node: self.node, line: line.or(self.line) }
     }
 
     /// The same node, at the line of `value`.
@@ -41,10 +38,7 @@ pub(crate) struct Report {
 
 impl Report {
     pub fn new(file: &str) -> Self {
-        Self {
-            file: file.to_string(),
-            errors: Vec::new(),
-        }
+        Self { file: file.to_string(), errors: Vec::new() }
     }
 
     pub fn push(&mut self, at: At<'_>, message: impl AsRef<str>) {
@@ -53,11 +47,7 @@ impl Report {
             file: self.file.clone(),
             line: at.line,
             node: at.node.map(sanitize),
-            message: if message.is_empty() {
-                "invalid flow".to_string()
-            } else {
-                message
-            },
+            message: if message.is_empty() { "invalid flow".to_string() } else { message },
         });
     }
 
@@ -73,13 +63,7 @@ impl Report {
     }
 
     /// Reads an integer limit: at least `min`, at most `u32::MAX`.
-    pub fn limit(
-        &mut self,
-        at: At<'_>,
-        field: &str,
-        value: &Spanned<i64>,
-        min: i64,
-    ) -> Option<u32> {
+    pub fn limit(&mut self, at: At<'_>, field: &str, value: &Spanned<i64>, min: i64) -> Option<u32> {
         let at = at.at(value);
         let v = value.value;
         if v < min {
@@ -93,10 +77,7 @@ impl Report {
         match u32::try_from(v) {
             Ok(n) => Some(n),
             Err(_) => {
-                self.push(
-                    at,
-                    format!("`{field}` is too large: {v} (at most {})", u32::MAX),
-                );
+                self.push(at, format!("`{field}` is too large: {v} (at most {})", u32::MAX));
                 None
             }
         }
@@ -151,9 +132,7 @@ pub(crate) fn did_you_mean<'a, I>(word: &str, candidates: I) -> String
 where
     I: IntoIterator<Item = &'a str>,
 {
-    closest(word, candidates)
-        .map(|c| format!("; did you mean `{c}`?"))
-        .unwrap_or_default()
+    closest(word, candidates).map(|c| format!("; did you mean `{c}`?")).unwrap_or_default()
 }
 
 /// `` `a`, `b` or `c` ``.
@@ -171,15 +150,7 @@ pub(crate) fn sanitize(text: &str) -> String {
     if !text.chars().any(char::is_control) {
         return text.to_string();
     }
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_debug().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    text.chars().map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() }).collect()
 }
 
 /// Condenses a CEL parser error (multi-line, with a caret drawing and the full token
@@ -200,9 +171,5 @@ pub(crate) fn cel_error(raw: &str) -> String {
             format!("at column {column}: {rest}")
         })
         .collect();
-    if clauses.is_empty() {
-        raw.trim().to_string()
-    } else {
-        clauses.join("; ")
-    }
+    if clauses.is_empty() { raw.trim().to_string() } else { clauses.join("; ") }
 }

@@ -65,20 +65,13 @@ pub(super) fn parse(source: &str) -> FlowDef {
 /// The printed error lines (`FILE:LINE: node X: message`).
 pub(super) fn errors(source: &str) -> Vec<String> {
     match parse_flow("flow.yaml", source) {
-        Ok(flow) => panic!(
-            "expected errors, got a flow with {} nodes",
-            flow.nodes.len()
-        ),
+        Ok(flow) => panic!("expected errors, got a flow with {} nodes", flow.nodes.len()),
         Err(e) => e.0.iter().map(ToString::to_string).collect(),
     }
 }
 
 fn sidecar(job: &str, shards: u32) -> ExecutorDef {
-    ExecutorDef::Sidecar(crate::model::SidecarDef {
-        group: "billing".into(),
-        job: job.into(),
-        shards,
-    })
+    ExecutorDef::Sidecar(crate::model::SidecarDef { group: "billing".into(), job: job.into(), shards })
 }
 
 fn names(flow: &FlowDef, idx: impl IntoIterator<Item = usize>) -> Vec<&str> {
@@ -131,38 +124,18 @@ fn settlement_example_nodes_and_graph() {
             .map(|n| (flow.nodes[n.upstream].id.as_str(), n.kind))
             .collect::<Vec<_>>()
     };
-    assert_eq!(
-        needs("verify"),
-        [
-            ("pull_payments", DepKind::Strong),
-            ("pull_refunds", DepKind::Strong)
-        ]
-    );
+    assert_eq!(needs("verify"), [("pull_payments", DepKind::Strong), ("pull_refunds", DepKind::Strong)]);
     assert_eq!(needs("notify"), [("receivables", DepKind::Weak)]);
-    assert_eq!(
-        needs("confirm"),
-        [
-            ("receivables", DepKind::Strong),
-            ("refund_check", DepKind::Strong)
-        ]
-    );
+    assert_eq!(needs("confirm"), [("receivables", DepKind::Strong), ("refund_check", DepKind::Strong)]);
     assert!(needs("pull_payments").is_empty());
 
-    let when = flow.nodes[idx("refund_check")]
-        .when
-        .as_ref()
-        .expect("refund_check has a when");
+    let when = flow.nodes[idx("refund_check")].when.as_ref().expect("refund_check has a when");
     assert_eq!(when.source(), "nodes.pull_refunds.outputs.refund_count > 0");
 
     // Downstream mirrors needs; topo is file order here (already a valid order).
-    let down: Vec<(&str, DepKind)> = flow.downstream[idx("receivables")]
-        .iter()
-        .map(|(d, k)| (flow.nodes[*d].id.as_str(), *k))
-        .collect();
-    assert_eq!(
-        down,
-        [("notify", DepKind::Weak), ("confirm", DepKind::Strong)]
-    );
+    let down: Vec<(&str, DepKind)> =
+        flow.downstream[idx("receivables")].iter().map(|(d, k)| (flow.nodes[*d].id.as_str(), *k)).collect();
+    assert_eq!(down, [("notify", DepKind::Weak), ("confirm", DepKind::Strong)]);
     assert_eq!(names(&flow, flow.topo.iter().copied()), ids);
 }
 
@@ -170,40 +143,19 @@ fn settlement_example_nodes_and_graph() {
 fn settlement_example_actions_and_policies() {
     let flow = parse(SETTLEMENT);
     let node = |id: &str| &flow.nodes[flow.node_index(id).expect("node exists")];
-    assert_eq!(
-        node("pull_payments").action_exec(),
-        Some(&sidecar("pull-payments", 1))
-    );
-    assert_eq!(
-        node("export").action_exec(),
-        Some(&sidecar("export-statement", 4))
-    );
-    let Some(ExecutorDef::Http(http)) = node("verify").action_exec() else {
-        panic!("verify is http")
-    };
-    assert_eq!(
-        (http.url.as_str(), http.method.as_str()),
-        ("http://recon.internal/verify", "POST")
-    );
-    let Some(ExecutorDef::Http(http)) = node("notify").action_exec() else {
-        panic!("notify is http")
-    };
+    assert_eq!(node("pull_payments").action_exec(), Some(&sidecar("pull-payments", 1)));
+    assert_eq!(node("export").action_exec(), Some(&sidecar("export-statement", 4)));
+    let Some(ExecutorDef::Http(http)) = node("verify").action_exec() else { panic!("verify is http") };
+    assert_eq!((http.url.as_str(), http.method.as_str()), ("http://recon.internal/verify", "POST"));
+    let Some(ExecutorDef::Http(http)) = node("notify").action_exec() else { panic!("notify is http") };
     assert_eq!(http.method, "GET");
 
-    let NodeAction::Manual(manual) = &node("confirm").action else {
-        panic!("confirm is manual")
-    };
+    let NodeAction::Manual(manual) = &node("confirm").action else { panic!("confirm is manual") };
     assert!(node("confirm").is_manual());
-    assert_eq!(
-        manual.prompt,
-        "Balance diff is {{ nodes.receivables.outputs.diff }}"
-    );
+    assert_eq!(manual.prompt, "Balance diff is {{ nodes.receivables.outputs.diff }}");
     assert_eq!(manual.alert_after, Some(Duration::from_secs(12 * 3600)));
     assert_eq!(manual.fallback_after, Some(Duration::from_secs(36 * 3600)));
-    assert_eq!(
-        manual.fallback,
-        Some(sidecar("draft-from-last-template", 1))
-    );
+    assert_eq!(manual.fallback, Some(sidecar("draft-from-last-template", 1)));
 
     let throttle = node("export").throttle.expect("export is throttled");
     assert_eq!((throttle.max_permits, throttle.queue_size), (2, 50));
@@ -285,49 +237,18 @@ nodes:
 "#,
     );
     assert!(flow.observe);
-    assert_eq!(
-        flow.rate_limit,
-        Some(RateLimitDef {
-            count: 10,
-            per: Duration::from_secs(60)
-        })
-    );
+    assert_eq!(flow.rate_limit, Some(RateLimitDef { count: 10, per: Duration::from_secs(60) }));
     assert_eq!(flow.concurrency.on_overlap, OnOverlap::CancelPrevious);
     assert_eq!(flow.concurrency.max_active_runs, 0);
     let routing = flow.routing.as_ref().expect("routing");
-    assert_eq!(
-        (
-            routing.default,
-            routing.rules.len(),
-            routing.rules[0].version
-        ),
-        (3, 1, 4)
-    );
-    let TriggerDef::Cron(c) = &flow.triggers[0] else {
-        panic!("cron")
-    };
-    assert_eq!(
-        (c.expr.as_str(), c.timezone.as_str(), c.misfire),
-        ("@midnight", "UTC", Misfire::RunAll)
-    );
-    assert_eq!(
-        (c.grace, c.catchup_window),
-        (Some(Duration::from_secs(300)), Duration::from_secs(7200))
-    );
-    let Some(ExecutorDef::Builtin(nap)) = flow.nodes[0].action_exec() else {
-        panic!("builtin")
-    };
+    assert_eq!((routing.default, routing.rules.len(), routing.rules[0].version), (3, 1, 4));
+    let TriggerDef::Cron(c) = &flow.triggers[0] else { panic!("cron") };
+    assert_eq!((c.expr.as_str(), c.timezone.as_str(), c.misfire), ("@midnight", "UTC", Misfire::RunAll));
+    assert_eq!((c.grace, c.catchup_window), (Some(Duration::from_secs(300)), Duration::from_secs(7200)));
+    let Some(ExecutorDef::Builtin(nap)) = flow.nodes[0].action_exec() else { panic!("builtin") };
     assert_eq!(nap.kind, BuiltinKind::Sleep(Duration::from_secs(2)));
-    let Some(ExecutorDef::Builtin(boom)) = flow.nodes[1].action_exec() else {
-        panic!("builtin")
-    };
-    assert_eq!(
-        boom.kind,
-        BuiltinKind::Fail {
-            message: "nope".into(),
-            times: Some(2)
-        }
-    );
+    let Some(ExecutorDef::Builtin(boom)) = flow.nodes[1].action_exec() else { panic!("builtin") };
+    assert_eq!(boom.kind, BuiltinKind::Fail { message: "nope".into(), times: Some(2) });
     assert_eq!(boom.outputs.get("k"), Some(&serde_json::json!(1)));
 }
 
@@ -342,43 +263,20 @@ nodes:
   d: {run: {builtin: noop}}
 ",
     );
-    assert_eq!(
-        names(&flow, flow.topo.iter().copied()),
-        ["a", "b", "c", "d"]
-    );
+    assert_eq!(names(&flow, flow.topo.iter().copied()), ["a", "b", "c", "d"]);
     assert_eq!(flow.downstream[2], [(1, DepKind::Strong)]);
 }
 
 #[test]
 fn cron_helpers() {
-    for ok in [
-        "5 1 * * *",
-        "0 5 1 * * *",
-        "@hourly",
-        "@DAILY",
-        "@weekly",
-        "@monthly",
-        "@yearly",
-        "@midnight",
-    ] {
+    for ok in ["5 1 * * *", "0 5 1 * * *", "@hourly", "@DAILY", "@weekly", "@monthly", "@yearly", "@midnight"]
+    {
         assert!(parse_cron(ok).is_ok(), "{ok}");
     }
-    for bad in [
-        "",
-        "* * * *",
-        "0 0 0 1 1 * 2030",
-        "61 * * * *",
-        "@fortnightly",
-    ] {
+    for bad in ["", "* * * *", "0 0 0 1 1 * 2030", "61 * * * *", "@fortnightly"] {
         assert!(parse_cron(bad).is_err(), "{bad}");
     }
     assert!(parse_timezone("Europe/Paris").is_ok());
-    assert_eq!(
-        parse_rate_limit("5/h"),
-        Ok(RateLimitDef {
-            count: 5,
-            per: Duration::from_secs(3600)
-        })
-    );
+    assert_eq!(parse_rate_limit("5/h"), Ok(RateLimitDef { count: 5, per: Duration::from_secs(3600) }));
     assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
 }

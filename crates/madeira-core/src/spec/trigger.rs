@@ -40,10 +40,7 @@ pub fn parse_cron(expr: &str) -> Result<Cron, String> {
             .ok_or_else(|| {
                 let names: Vec<&str> = ALIASES.iter().map(|(a, _)| *a).collect();
                 let hint = did_you_mean(trimmed, names.iter().copied());
-                format!(
-                    "unknown cron alias `{trimmed}`{hint}; use {}",
-                    one_of(&names)
-                )
+                format!("unknown cron alias `{trimmed}`{hint}; use {}", one_of(&names))
             })?
     } else {
         trimmed
@@ -55,17 +52,14 @@ pub fn parse_cron(expr: &str) -> Result<Cron, String> {
              e.g. `5 1 * * *`) or 6 with seconds first"
         ));
     }
-    CronParser::builder()
-        .seconds(Seconds::Optional)
-        .year(Year::Disallowed)
-        .build()
-        .parse(pattern)
-        .map_err(|e| {
+    CronParser::builder().seconds(Seconds::Optional).year(Year::Disallowed).build().parse(pattern).map_err(
+        |e| {
             format!(
                 "bad cron `{expr}`: {e}; fields are minute 0-59, hour 0-23, day 1-31, \
                  month 1-12, weekday 0-7 (6 fields: seconds 0-59 first)"
             )
-        })
+        },
+    )
 }
 
 /// Rejects an expression that parses but names no real date (`0 0 30 2 *`); the
@@ -73,9 +67,9 @@ pub fn parse_cron(expr: &str) -> Result<Cron, String> {
 fn fires(cron: &Cron, expr: &str) -> Result<(), String> {
     let start = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single();
     match start.map(|s| cron.find_next_occurrence(&s, false)) {
-        Some(Err(_)) => Err(format!(
-            "cron `{expr}` never fires (no such date, e.g. 30 February); check day and month"
-        )),
+        Some(Err(_)) => {
+            Err(format!("cron `{expr}` never fires (no such date, e.g. 30 February); check day and month"))
+        }
         _ => Ok(()),
     }
 }
@@ -86,16 +80,12 @@ pub fn parse_timezone(name: &str) -> Result<Tz, String> {
         return Ok(tz);
     }
     let names = TZ_VARIANTS.iter().map(|tz| tz.name());
-    let exact = TZ_VARIANTS
-        .iter()
-        .find(|tz| tz.name().eq_ignore_ascii_case(name));
+    let exact = TZ_VARIANTS.iter().find(|tz| tz.name().eq_ignore_ascii_case(name));
     let hint = match exact {
         Some(tz) => format!("; did you mean `{}`?", tz.name()),
         None => did_you_mean(name, names),
     };
-    Err(format!(
-        "unknown timezone `{name}`{hint}; use an IANA name such as `Asia/Shanghai` or `UTC`"
-    ))
+    Err(format!("unknown timezone `{name}`{hint}; use an IANA name such as `Asia/Shanghai` or `UTC`"))
 }
 
 pub(crate) fn trigger(report: &mut Report, raw: &Span<RawTrigger>) -> Option<TriggerDef> {
@@ -136,22 +126,14 @@ fn event_trigger(
     .collect();
     if !cron_only.is_empty() {
         let fields = one_of(&cron_only).replace(" or ", ", ");
-        report.push(
-            at,
-            format!("{fields} only apply to `cron` triggers, not to `event`"),
-        );
+        report.push(at, format!("{fields} only apply to `cron` triggers, not to `event`"));
     }
     let name = event.value.trim();
     if name.is_empty() {
-        report.push(
-            at.at(event),
-            "`event` is empty; name the event type, e.g. `payment.batch_closed`",
-        );
+        report.push(at.at(event), "`event` is empty; name the event type, e.g. `payment.batch_closed`");
         return None;
     }
-    Some(TriggerDef::Event {
-        event: name.to_string(),
-    })
+    Some(TriggerDef::Event { event: name.to_string() })
 }
 
 fn cron_trigger(
@@ -205,13 +187,7 @@ fn misfire(report: &mut Report, at: At<'_>, raw: &Span<String>) -> Option<Misfir
         "run_all" => Some(Misfire::RunAll),
         other => {
             let hint = did_you_mean(other, MISFIRES.iter().copied());
-            report.push(
-                at.at(raw),
-                format!(
-                    "unknown `misfire` `{other}`{hint}; use {}",
-                    one_of(MISFIRES)
-                ),
-            );
+            report.push(at.at(raw), format!("unknown `misfire` `{other}`{hint}; use {}", one_of(MISFIRES)));
             None
         }
     }

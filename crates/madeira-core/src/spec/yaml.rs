@@ -32,16 +32,10 @@ fn report_error(source: &str, error: &Error, report: &mut Report) {
     let line = location.as_ref().and_then(line_of_location);
     let outline = Outline::read(source, options());
     if let Error::DuplicateMappingKey { key, .. } = error {
-        let dups = outline
-            .as_ref()
-            .map(Outline::duplicates)
-            .unwrap_or_default();
+        let dups = outline.as_ref().map(Outline::duplicates).unwrap_or_default();
         if dups.is_empty() {
             let key = key.as_deref().unwrap_or("?");
-            report.push(
-                At::top(line),
-                format!("duplicate key `{key}`; keep only one"),
-            );
+            report.push(At::top(line), format!("duplicate key `{key}`; keep only one"));
         }
         for dup in dups {
             dup.report(report);
@@ -58,10 +52,7 @@ fn report_error(source: &str, error: &Error, report: &mut Report) {
     {
         message = format!("`{key}`: {message}");
     }
-    let at = At {
-        node: node.as_deref(),
-        line,
-    };
+    let at = At { node: node.as_deref(), line };
     report.push(at, message);
 }
 
@@ -75,9 +66,7 @@ fn innermost(error: &Error) -> &Error {
 
 fn describe(error: &Error) -> String {
     match error {
-        Error::SerdeUnknownField {
-            field, expected, ..
-        } => {
+        Error::SerdeUnknownField { field, expected, .. } => {
             let hint = did_you_mean(field, expected.iter().copied());
             if hint.is_empty() {
                 format!("unknown field `{field}`; expected {}", one_of(expected))
@@ -90,9 +79,7 @@ fn describe(error: &Error) -> String {
             "expected a whole number".to_string()
         }
         Error::InvalidScalar { ty: "bool", .. } => "expected `true` or `false`".to_string(),
-        Error::Eof { .. } => {
-            "unexpected end of file; a flow needs at least `flow:` and `nodes:`".to_string()
-        }
+        Error::Eof { .. } => "unexpected end of file; a flow needs at least `flow:` and `nodes:`".to_string(),
         Error::MultipleDocuments { .. } => {
             "more than one YAML document (`---`); put one flow per file".to_string()
         }
@@ -102,9 +89,7 @@ fn describe(error: &Error) -> String {
             "string scalar" => "expected a single value, not a list or mapping".to_string(),
             other => format!("expected {other}"),
         },
-        Error::Budget { .. } => {
-            "the YAML is too large or nested too deeply (at most 64 levels)".to_string()
-        }
+        Error::Budget { .. } => "the YAML is too large or nested too deeply (at most 64 levels)".to_string(),
         other => DefaultMessageFormatter.format_message(other).into_owned(),
     }
 }

@@ -66,7 +66,8 @@ mod tests {
     #[test]
     fn metadata_and_link_local_are_refused_by_default() {
         let p = HttpPolicy::default();
-        for ip in ["169.254.169.254", "100.100.100.200", "fe80::1", "fd00:ec2::254", "::ffff:169.254.169.254"] {
+        for ip in ["169.254.169.254", "100.100.100.200", "fe80::1", "fd00:ec2::254", "::ffff:169.254.169.254"]
+        {
             let ip: IpAddr = ip.parse().expect("ip");
             assert!(p.refuse_addr(ip).is_some(), "{ip} should be refused");
         }
@@ -77,7 +78,8 @@ mod tests {
 
     #[test]
     fn allowlist_matches_exact_and_suffix() {
-        let p = HttpPolicy { allow_hosts: vec!["recon.internal".into(), "*.corp".into()], ..Default::default() };
+        let p =
+            HttpPolicy { allow_hosts: vec!["recon.internal".into(), "*.corp".into()], ..Default::default() };
         assert!(p.host_allowed("recon.internal"));
         assert!(p.host_allowed("a.b.corp"));
         assert!(!p.host_allowed("corp"));

@@ -15,7 +15,8 @@ pub async fn put(
     body: Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     state.auth.authorize(&headers, Role::Admin)?;
-    let source = std::str::from_utf8(&body).map_err(|_| ApiError::bad_request("flow body is not UTF-8 YAML"))?;
+    let source =
+        std::str::from_utf8(&body).map_err(|_| ApiError::bad_request("flow body is not UTF-8 YAML"))?;
     let def = madeira_core::spec::parse_flow(&format!("{name}.yaml"), source)
         .map_err(|e| ApiError::from(madeira_engine::EngineError::Invalid(e)))?;
     if def.name != name {
@@ -36,7 +37,8 @@ pub async fn get(
 ) -> Result<Json<Value>, ApiError> {
     state.auth.authorize(&headers, Role::Viewer)?;
     let store = state.engine.store();
-    let record = store.get_flow(&name).await?.ok_or_else(|| ApiError::not_found(format!("flow {name} not found")))?;
+    let record =
+        store.get_flow(&name).await?.ok_or_else(|| ApiError::not_found(format!("flow {name} not found")))?;
     let def = state.engine.flow(&name, Some(record.latest_version)).await?;
     Ok(Json(views::flow_detail(&record, &def)))
 }

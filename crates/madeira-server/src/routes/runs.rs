@@ -179,7 +179,8 @@ pub async fn logs(
 ) -> Result<Json<Value>, ApiError> {
     state.auth.authorize(&headers, Role::Viewer)?;
     let store = state.engine.store();
-    let stored = store.load_run(&id).await?.ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
+    let stored =
+        store.load_run(&id).await?.ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
     if !stored.nodes.iter().any(|n| n.node == node) {
         return Err(ApiError::not_found(format!("run {id}: node {node} not found")));
     }

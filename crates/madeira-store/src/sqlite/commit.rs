@@ -105,8 +105,9 @@ async fn write_transitions(tx: &mut Transaction<'_, Sqlite>, batch: &Batch) -> R
 
 async fn write_outputs(tx: &mut Transaction<'_, Sqlite>, batch: &Batch) -> Result<()> {
     for chunk in batch.outputs.chunks(CHUNK) {
-        let mut q: QueryBuilder<Sqlite> =
-            QueryBuilder::new("INSERT OR REPLACE INTO node_outputs (run_id, node, data_version, key, value) ");
+        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "INSERT OR REPLACE INTO node_outputs (run_id, node, data_version, key, value) ",
+        );
         q.push_values(chunk, |mut b, o| {
             b.push_bind(&o.run_id)
                 .push_bind(&o.node)

@@ -69,10 +69,7 @@ fn flow_record(row: &sqlx::sqlite::SqliteRow) -> std::result::Result<FlowRecord,
 }
 
 pub(super) async fn get_flow(pool: &SqlitePool, name: &str) -> Result<Option<FlowRecord>> {
-    let row = sqlx::query(&format!("{FLOW_SELECT} WHERE f.name = ?"))
-        .bind(name)
-        .fetch_optional(pool)
-        .await?;
+    let row = sqlx::query(&format!("{FLOW_SELECT} WHERE f.name = ?")).bind(name).fetch_optional(pool).await?;
     Ok(row.as_ref().map(flow_record).transpose()?)
 }
 
@@ -81,11 +78,7 @@ pub(super) async fn list_flows(pool: &SqlitePool) -> Result<Vec<FlowRecord>> {
     Ok(rows.iter().map(flow_record).collect::<std::result::Result<_, _>>()?)
 }
 
-pub(super) async fn flow_version(
-    pool: &SqlitePool,
-    name: &str,
-    version: u32,
-) -> Result<Option<FlowVersion>> {
+pub(super) async fn flow_version(pool: &SqlitePool, name: &str, version: u32) -> Result<Option<FlowVersion>> {
     let row: Option<(String, i64, String, String, i64)> = sqlx::query_as(
         "SELECT flow, version, source, content_hash, created_at FROM flow_versions \
          WHERE flow = ? AND version = ?",

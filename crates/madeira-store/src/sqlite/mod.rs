@@ -10,12 +10,12 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::SqlitePool;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::{
-    AuditQuery, AuditRecord, Batch, CreateOutcome, FlowRecord, FlowVersion, LogRecord, NewRun,
-    PutFlow, Result, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
+    AuditQuery, AuditRecord, Batch, CreateOutcome, FlowRecord, FlowVersion, LogRecord, NewRun, PutFlow,
+    Result, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
 };
 
 pub struct SqliteStore {
@@ -40,10 +40,7 @@ impl SqliteStore {
             .connect_with(options.clone())
             .await?;
         sqlx::migrate!("../../migrations/sqlite").run(&write).await?;
-        let read = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(options.read_only(true))
-            .await?;
+        let read = SqlitePoolOptions::new().max_connections(4).connect_with(options.read_only(true)).await?;
         Ok(Self { write, read })
     }
 

@@ -5,8 +5,8 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 
 use crate::{
-    AttemptRecord, AuditQuery, AuditRecord, LogRecord, NodeRow, Result, RunQuery, RunRow,
-    StoreError, StoredRun, TransitionRecord,
+    AttemptRecord, AuditQuery, AuditRecord, LogRecord, NodeRow, Result, RunQuery, RunRow, StoreError,
+    StoredRun, TransitionRecord,
 };
 
 const RUN_COLUMNS: &str =
@@ -72,24 +72,25 @@ pub(super) async fn load_run(pool: &SqlitePool, run_id: &str) -> Result<Option<S
         .iter()
         .map(node_row)
         .collect::<Result<Vec<_>>>()?;
-    let attempts = sqlx::query_as::<_, (String, String, i64, i64, Option<i64>, Option<String>, Option<String>)>(
-        "SELECT run_id, node, attempt, started_at, finished_at, outcome, error FROM attempts \
+    let attempts =
+        sqlx::query_as::<_, (String, String, i64, i64, Option<i64>, Option<String>, Option<String>)>(
+            "SELECT run_id, node, attempt, started_at, finished_at, outcome, error FROM attempts \
          WHERE run_id = ? ORDER BY node, attempt",
-    )
-    .bind(run_id)
-    .fetch_all(pool)
-    .await?
-    .into_iter()
-    .map(|(run_id, node, attempt, started_at, finished_at, outcome, error)| AttemptRecord {
-        run_id,
-        node,
-        attempt: attempt as u32,
-        started_at,
-        finished_at,
-        outcome,
-        error,
-    })
-    .collect();
+        )
+        .bind(run_id)
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(|(run_id, node, attempt, started_at, finished_at, outcome, error)| AttemptRecord {
+            run_id,
+            node,
+            attempt: attempt as u32,
+            started_at,
+            finished_at,
+            outcome,
+            error,
+        })
+        .collect();
     Ok(Some(StoredRun { run, nodes, attempts }))
 }
 
@@ -102,7 +103,8 @@ pub(super) async fn unfinished_runs(pool: &SqlitePool) -> Result<Vec<String>> {
 }
 
 pub(super) async fn list_runs(pool: &SqlitePool, query: &RunQuery) -> Result<Vec<RunRow>> {
-    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1"));
+    let mut q: QueryBuilder<Sqlite> =
+        QueryBuilder::new(format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1"));
     if let Some(flow) = &query.flow {
         q.push(" AND flow = ").push_bind(flow);
     }
@@ -156,9 +158,8 @@ pub(super) async fn logs(pool: &SqlitePool, run_id: &str, node: &str) -> Result<
 }
 
 pub(super) async fn audit(pool: &SqlitePool, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
-    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
-        "SELECT at, actor, action, run_id, node, reason, details FROM audit WHERE 1 = 1",
-    );
+    let mut q: QueryBuilder<Sqlite> =
+        QueryBuilder::new("SELECT at, actor, action, run_id, node, reason, details FROM audit WHERE 1 = 1");
     if let Some(run_id) = &query.run_id {
         q.push(" AND run_id = ").push_bind(run_id);
     }

@@ -12,13 +12,12 @@ pub(super) const CHUNK: usize = 500;
 pub(super) async fn create_run(pool: &SqlitePool, run: &NewRun) -> Result<CreateOutcome> {
     let mut tx = pool.begin().await?;
     if let Some(key) = &run.idempotency_key {
-        let existing: Option<(String, i64)> = sqlx::query_as(
-            "SELECT id, version FROM runs WHERE flow = ? AND idempotency_key = ?",
-        )
-        .bind(&run.flow)
-        .bind(key)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let existing: Option<(String, i64)> =
+            sqlx::query_as("SELECT id, version FROM runs WHERE flow = ? AND idempotency_key = ?")
+                .bind(&run.flow)
+                .bind(key)
+                .fetch_optional(&mut *tx)
+                .await?;
         if let Some((run_id, version)) = existing {
             return Ok(CreateOutcome::Existing { run_id, version: version as u32 });
         }
@@ -80,9 +79,7 @@ pub(super) async fn create_run(pool: &SqlitePool, run: &NewRun) -> Result<Create
 
 /// Records QUEUED -> RUNNING, checked against the run table.
 async fn started(tx: &mut Transaction<'_, Sqlite>, run_id: &str, actor: &str, now_ms: i64) -> Result<()> {
-    let to = RunState::Queued
-        .apply(RunCause::Started)
-        .map_err(|e| StoreError::Refused(e.to_string()))?;
+    let to = RunState::Queued.apply(RunCause::Started).map_err(|e| StoreError::Refused(e.to_string()))?;
     record_run_transition(tx, run_id, Some(RunState::Queued), to, RunCause::Started.as_str(), actor, now_ms)
         .await
 }
@@ -118,11 +115,10 @@ pub(super) async fn promote_queued(
     now_ms: i64,
 ) -> Result<Option<String>> {
     let mut tx = pool.begin().await?;
-    let (active,): (i64,) =
-        sqlx::query_as("SELECT COUNT(*) FROM runs WHERE flow = ? AND state = 'RUNNING'")
-            .bind(flow)
-            .fetch_one(&mut *tx)
-            .await?;
+    let (active,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM runs WHERE flow = ? AND state = 'RUNNING'")
+        .bind(flow)
+        .fetch_one(&mut *tx)
+        .await?;
     if max_active_runs != 0 && active >= i64::from(max_active_runs) {
         return Ok(None);
     }
@@ -131,7 +127,9 @@ pub(super) async fn promote_queued(
             .bind(flow)
             .fetch_optional(&mut *tx)
             .await?;
-    let Some((run_id,)) = next else { return Ok(None) };
+    let Some((run_id,)) = next else {
+        return Ok(None);
+    };
     sqlx::query("UPDATE runs SET state = 'RUNNING', started_at = ? WHERE id = ?")
         .bind(now_ms)
         .bind(&run_id)
@@ -187,7 +185,8 @@ pub(super) async fn prune(pool: &SqlitePool, before_ms: i64, batch: u32) -> Resu
     }
     let mut deleted = 0;
     for (id,) in &ids {
-        deleted += sqlx::query("DELETE FROM runs WHERE id = ?").bind(id).execute(&mut *tx).await?.rows_affected();
+        deleted +=
+            sqlx::query("DELETE FROM runs WHERE id = ?").bind(id).execute(&mut *tx).await?.rows_affected();
     }
     sqlx::query("DELETE FROM audit WHERE id IN (SELECT id FROM audit WHERE at < ? LIMIT ?)")
         .bind(before_ms)

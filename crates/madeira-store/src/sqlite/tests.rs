@@ -61,13 +61,22 @@ async fn overlap_policies_are_decided_in_the_store() {
     assert!(matches!(queued, CreateOutcome::Created { state: RunState::Queued, .. }));
     assert_eq!(s.promote_queued("f", 1, 20).await.expect("promote"), None, "r1 still active");
     let mut batch = Batch::default();
-    batch.runs.push(RunWrite { run_id: "r1".into(), state: RunState::Success, started_at: None, finished_at: Some(30) });
+    batch.runs.push(RunWrite {
+        run_id: "r1".into(),
+        state: RunState::Success,
+        started_at: None,
+        finished_at: Some(30),
+    });
     s.commit(&batch).await.expect("commit");
     assert_eq!(s.promote_queued("f", 1, 40).await.expect("promote"), Some("r3".into()));
     let cancel = s.create_run(&new_run("r4", None, 1, Overlap::CancelPrevious)).await.expect("r4");
     assert_eq!(
         cancel,
-        CreateOutcome::Created { run_id: "r4".into(), state: RunState::Queued, cancel_previous: vec!["r3".into()] }
+        CreateOutcome::Created {
+            run_id: "r4".into(),
+            state: RunState::Queued,
+            cancel_previous: vec!["r3".into()]
+        }
     );
 }
 
@@ -83,7 +92,12 @@ async fn commit_writes_nodes_and_transitions_together_and_prune_removes_old_runs
     node.reads = vec![(1, 2)];
     let batch = Batch {
         nodes: vec![node.clone()],
-        runs: vec![RunWrite { run_id: "r1".into(), state: RunState::Success, started_at: None, finished_at: Some(50) }],
+        runs: vec![RunWrite {
+            run_id: "r1".into(),
+            state: RunState::Success,
+            started_at: None,
+            finished_at: Some(50),
+        }],
         transitions: vec![TransitionRecord {
             run_id: "r1".into(),
             node: Some("a".into()),

@@ -89,7 +89,10 @@ async fn trigger(engine: &EngineHandle, flow: &str) -> Result<String> {
 }
 
 /// Waits until every run in `ids` has finished; errors past the deadline.
-async fn wait_all(events: &mut tokio::sync::broadcast::Receiver<madeira_engine::RunEvent>, mut ids: HashSet<String>) -> Result<()> {
+async fn wait_all(
+    events: &mut tokio::sync::broadcast::Receiver<madeira_engine::RunEvent>,
+    mut ids: HashSet<String>,
+) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(300);
     while !ids.is_empty() {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -101,7 +104,9 @@ async fn wait_all(events: &mut tokio::sync::broadcast::Receiver<madeira_engine::
                 ids.remove(&e.run_id);
             }
             Ok(Ok(_)) => {}
-            Ok(Err(RecvError::Lagged(n))) => bail!("event stream lagged by {n}; cannot count completions"),
+            Ok(Err(RecvError::Lagged(n))) => {
+                bail!("event stream lagged by {n}; cannot count completions")
+            }
             Ok(Err(RecvError::Closed)) => bail!("engine stopped"),
             Err(_) => bail!("{} run(s) unfinished after 300 s", ids.len()),
         }
@@ -138,12 +143,21 @@ async fn idle() -> Result<Value> {
     Ok(json!({"scenario": "idle", "rss_mb": rss_kb("VmRSS") as f64 / 1024.0}))
 }
 
-fn report(name: &str, engine: &EngineHandle, before: madeira_engine::StatsSnapshot, wall: Duration, nodes: usize, runs: usize) -> Value {
+fn report(
+    name: &str,
+    engine: &EngineHandle,
+    before: madeira_engine::StatsSnapshot,
+    wall: Duration,
+    nodes: usize,
+    runs: usize,
+) -> Value {
     let after = engine.stats().snapshot(true);
     let transitions = after.transitions - before.transitions;
     let mut lat = after.dispatch_latency_us;
     lat.sort_unstable();
-    let pct = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1))).copied().unwrap_or(0);
+    let pct = |p: f64| {
+        lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1))).copied().unwrap_or(0)
+    };
     json!({
         "scenario": name,
         "runs": runs,

@@ -35,7 +35,9 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Skip(a) => node_action(a, "skip").await,
         Command::Cancel { run_id, reason, server } => {
             let body = Body::Json(json!({"reason": reason}));
-            let reply = Client::new(&server)?.call(Method::POST, &format!("/runs/{run_id}/cancel"), Some(body), &[]).await?;
+            let reply = Client::new(&server)?
+                .call(Method::POST, &format!("/runs/{run_id}/cancel"), Some(body), &[])
+                .await?;
             print(&server, reply.body, |b| format!("run {} cancelled", str_of(&b["run_id"])))
         }
         Command::Logs { run_id, node, server } => {
@@ -71,7 +73,8 @@ async fn apply(files: &[std::path::PathBuf], server: &ServerArgs) -> Result<Exit
         let source = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         let def = madeira_core::spec::parse_flow(&file.display().to_string(), &source)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let reply = client.call(Method::PUT, &format!("/flows/{}", def.name), Some(Body::Yaml(source)), &[]).await?;
+        let reply =
+            client.call(Method::PUT, &format!("/flows/{}", def.name), Some(Body::Yaml(source)), &[]).await?;
         results.push(reply.body);
     }
     print(server, json!({"applied": results}), |v| {
@@ -103,14 +106,24 @@ fn parse_params(params: &[String]) -> Result<Map<String, Value>> {
 async fn trigger(args: RunArgs) -> Result<ExitCode> {
     let client = Client::new(&args.server)?;
     let params = parse_params(&args.params)?;
-    let headers: Vec<(&str, String)> = args.idempotency_key.iter().map(|k| ("Idempotency-Key", k.clone())).collect();
+    let headers: Vec<(&str, String)> =
+        args.idempotency_key.iter().map(|k| ("Idempotency-Key", k.clone())).collect();
     let reply = client
-        .call(Method::POST, &format!("/flows/{}/runs", args.flow), Some(Body::Json(json!({"params": params}))), &headers)
+        .call(
+            Method::POST,
+            &format!("/flows/{}/runs", args.flow),
+            Some(Body::Json(json!({"params": params}))),
+            &headers,
+        )
         .await?;
     let run_id = str_of(&reply.body["run_id"]);
     if !args.wait {
-        return print(&args.server, reply.body, |b| {
-            format!("run {} of {} v{}", str_of(&b["run_id"]), str_of(&b["flow"]), b["version"])
+        let mut body = reply.body;
+        body["existing"] = json!(reply.status == reqwest::StatusCode::OK);
+        return print(&args.server, body, |b| {
+            let existing =
+                if b["existing"] == json!(true) { " (already made by this idempotency key)" } else { "" };
+            format!("run {} of {} v{}{existing}", str_of(&b["run_id"]), str_of(&b["flow"]), b["version"])
         });
     }
     if args.server.output == Output::Text {
@@ -132,7 +145,9 @@ async fn node_action(args: NodeActionArgs, action: &str) -> Result<ExitCode> {
     let body = json!({"reason": args.reason, "downstream": args.downstream});
     let path = format!("/runs/{}/nodes/{}/{action}", args.run_id, args.node);
     let reply = client.call(Method::POST, &path, Some(Body::Json(body)), &[]).await?;
-    print(&args.server, reply.body, |b| format!("{} {}: {}", str_of(&b["run_id"]), str_of(&b["node"]), str_of(&b["action"])))
+    print(&args.server, reply.body, |b| {
+        format!("{} {}: {}", str_of(&b["run_id"]), str_of(&b["node"]), str_of(&b["action"]))
+    })
 }
 
 fn str_of(v: &Value) -> String {
@@ -177,7 +192,10 @@ pub fn show_text(run: &Value) -> String {
         run["version"],
         str_of(&run["status"])
     );
-    out.push_str(&format!("{:<20} {:<15} {:>8} {:>4} {:<6} {}\n", "NODE", "STATUS", "ATTEMPTS", "DATA", "STALE", "REASON"));
+    out.push_str(&format!(
+        "{:<20} {:<15} {:>8} {:>4} {:<6} {}\n",
+        "NODE", "STATUS", "ATTEMPTS", "DATA", "STALE", "REASON"
+    ));
     for name in run["order"].as_array().into_iter().flatten() {
         let name = str_of(name);
         let n = &run["nodes"][&name];

@@ -43,9 +43,20 @@ pub async fn run() -> Result<ExitCode> {
 
     let stats = engine.stats().snapshot(false);
     println!("\nSummary");
-    println!("  daily-settlement  {}  ({} transitions, {:.2}s)", settlement.status, settlement.transitions, settlement.seconds);
-    println!("  stock-sync        {}  ({} transitions, {:.2}s)", stock.status, stock.transitions, stock.seconds);
-    println!("  {} transitions in {} group commits, {:.2}s in all", stats.transitions, stats.commits, started.elapsed().as_secs_f64());
+    println!(
+        "  daily-settlement  {}  ({} transitions, {:.2}s)",
+        settlement.status, settlement.transitions, settlement.seconds
+    );
+    println!(
+        "  stock-sync        {}  ({} transitions, {:.2}s)",
+        stock.status, stock.transitions, stock.seconds
+    );
+    println!(
+        "  {} transitions in {} group commits, {:.2}s in all",
+        stats.transitions,
+        stats.commits,
+        started.elapsed().as_secs_f64()
+    );
     println!("  inspect: madeira show {} (against `madeira dev`)", settlement.run_id);
     plane.shutdown().await;
     if settlement.status != "SUCCESS" || stock.status != "FAILED" {
@@ -101,12 +112,13 @@ async fn watch_run(engine: &EngineHandle, flow: &str, auto_confirm: bool) -> Res
     let mut transitions = 0;
     let mut since: HashMap<String, Instant> = HashMap::new();
     loop {
-        let event = match tokio::time::timeout(DEADLINE.saturating_sub(started.elapsed()), events.recv()).await {
-            Ok(Ok(e)) => e,
-            Ok(Err(RecvError::Lagged(_))) => continue,
-            Ok(Err(RecvError::Closed)) => bail!("engine stopped"),
-            Err(_) => bail!("run {} did not finish within {DEADLINE:?}", run.run_id),
-        };
+        let event =
+            match tokio::time::timeout(DEADLINE.saturating_sub(started.elapsed()), events.recv()).await {
+                Ok(Ok(e)) => e,
+                Ok(Err(RecvError::Lagged(_))) => continue,
+                Ok(Err(RecvError::Closed)) => bail!("engine stopped"),
+                Err(_) => bail!("run {} did not finish within {DEADLINE:?}", run.run_id),
+            };
         if event.run_id != run.run_id {
             continue;
         }
@@ -146,7 +158,9 @@ fn print_event(event: &RunEvent, started: Instant, since: &mut HashMap<String, I
     let Some(node) = &event.node else { return };
     let elapsed = started.elapsed().as_secs_f64();
     let took = match event.from.as_str() {
-        "RUNNING" => since.get(node).map(|t| format!(" after {} ms", t.elapsed().as_millis())).unwrap_or_default(),
+        "RUNNING" => {
+            since.get(node).map(|t| format!(" after {} ms", t.elapsed().as_millis())).unwrap_or_default()
+        }
         _ => String::new(),
     };
     if event.to == "RUNNING" {
@@ -167,8 +181,12 @@ fn print_event(event: &RunEvent, started: Instant, since: &mut HashMap<String, I
 
 /// The manual node's prompt with `{{ nodes.X.outputs.K }}` filled in.
 fn render(snap: &madeira_core::RunSnapshot, node: &str, nodes: &serde_json::Value) -> String {
-    let Some(def) = snap.flow.nodes.iter().find(|n| n.id == node) else { return String::new() };
-    let madeira_core::NodeAction::Manual(manual) = &def.action else { return String::new() };
+    let Some(def) = snap.flow.nodes.iter().find(|n| n.id == node) else {
+        return String::new();
+    };
+    let madeira_core::NodeAction::Manual(manual) = &def.action else {
+        return String::new();
+    };
     let mut text = manual.prompt.clone();
     while let (Some(start), Some(end)) = (text.find("{{"), text.find("}}")) {
         if end < start {
@@ -190,11 +208,20 @@ async fn print_alert(engine: &EngineHandle, run_id: &str) -> Result<()> {
     let snap = engine.snapshot(run_id).await?;
     println!("Alert that would be sent (critical, grouped by root cause):");
     for cause in madeira_core::rootcause::root_causes(&snap) {
-        println!("  ┌ [critical] MadeiraRunFailed · flow {} · root cause: node {}", snap.flow.name, cause.node);
+        println!(
+            "  ┌ [critical] MadeiraRunFailed · flow {} · root cause: node {}",
+            snap.flow.name, cause.node
+        );
         println!("  │ error: {} (after {} attempts)", cause.error.as_deref().unwrap_or("-"), cause.attempts);
-        println!("  │ skipped because of it: {}", if cause.skipped.is_empty() { "-".into() } else { cause.skipped.join(", ") });
+        println!(
+            "  │ skipped because of it: {}",
+            if cause.skipped.is_empty() { "-".into() } else { cause.skipped.join(", ") }
+        );
         println!("  │ logs:  madeira logs {run_id} {}", cause.node);
-        println!("  └ act:   madeira rerun {run_id} {} --downstream   |   madeira mark-success {run_id} {}", cause.node, cause.node);
+        println!(
+            "  └ act:   madeira rerun {run_id} {} --downstream   |   madeira mark-success {run_id} {}",
+            cause.node, cause.node
+        );
     }
     Ok(())
 }

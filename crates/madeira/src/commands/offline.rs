@@ -32,7 +32,12 @@ pub fn validate(files: &[PathBuf], output: Output) -> Result<ExitCode> {
                 println!("{line}");
             }
             for v in &valid {
-                eprintln!("{}: flow {} is valid ({} nodes)", v["file"].as_str().unwrap_or(""), v["flow"].as_str().unwrap_or(""), v["nodes"]);
+                eprintln!(
+                    "{}: flow {} is valid ({} nodes)",
+                    v["file"].as_str().unwrap_or(""),
+                    v["flow"].as_str().unwrap_or(""),
+                    v["nodes"]
+                );
             }
         }
     }
@@ -47,7 +52,8 @@ pub fn cron(command: CronCommand) -> Result<ExitCode> {
             .with_timezone(&chrono::Utc),
         None => chrono::Utc::now(),
     };
-    let fires = madeira_core::schedule::next_fires(&expr, &timezone, from, count).map_err(anyhow::Error::msg)?;
+    let fires =
+        madeira_core::schedule::next_fires(&expr, &timezone, from, count).map_err(anyhow::Error::msg)?;
     let lines: Vec<String> = fires.iter().map(|t| t.to_rfc3339()).collect();
     match output {
         Output::Json => println!("{}", json!({"expr": expr, "timezone": timezone, "next": lines})),

@@ -19,9 +19,20 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
     let http = config.http_addr(&file, "0.0.0.0:7070")?;
     let store_url = config.store.clone().ok_or_else(|| ConfigError {
         file: file.clone(),
-        message: "store is not set: give `store: sqlite:///var/lib/madeira/madeira.db` (or MADEIRA_STORE)".into(),
+        message: "store is not set: give `store: sqlite:///var/lib/madeira/madeira.db` (or MADEIRA_STORE)"
+            .into(),
     })?;
-    let engine = EngineOptions { retention: config.retention(&file)?, http: config.http_executor.clone(), ..Default::default() };
+    let engine = EngineOptions {
+        retention: config.retention(&file)?,
+        http: config.http_executor.clone(),
+        ..Default::default()
+    };
+    if let Some(grpc) = &config.grpc {
+        tracing::warn!(grpc = %grpc, "grpc is set but this build has no sidecar endpoint yet; ignoring it");
+    }
+    if config.redis.is_some() {
+        tracing::warn!("redis is set but this build runs a single replica on SQLite; ignoring it");
+    }
     let plane = ControlPlane::start(PlaneOptions { store_url, engine, auth, http: Some(http) }).await?;
     if let Some(dir) = &config.flows {
         plane.apply_dir(dir).await?;
@@ -38,16 +49,28 @@ pub async fn dev(args: DevArgs) -> Result<ExitCode> {
         bail!("--http {http}: dev mode has no authentication and listens on loopback only; use 127.0.0.1");
     }
     if args.jobs.is_some() {
-        bail!("--jobs needs the sidecar, which this build does not include yet; use builtin or http executors");
+        bail!(
+            "--jobs needs the sidecar, which this build does not include yet; use builtin or http executors"
+        );
     }
     let config = match &args.config {
         Some(path) => ServerConfig::load(path)?,
         None => ServerConfig::default(),
     };
     let file = args.config.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
-    let engine = EngineOptions { retention: config.retention(&file)?, http: config.http_executor.clone(), ..Default::default() };
+    let engine = EngineOptions {
+        retention: config.retention(&file)?,
+        http: config.http_executor.clone(),
+        ..Default::default()
+    };
     let store_url = sqlite_url_in(&args.data)?;
-    let plane = ControlPlane::start(PlaneOptions { store_url, engine, auth: AuthConfig::default(), http: Some(http) }).await?;
+    let plane = ControlPlane::start(PlaneOptions {
+        store_url,
+        engine,
+        auth: AuthConfig::default(),
+        http: Some(http),
+    })
+    .await?;
     if let Some(dir) = &args.flows {
         let n = plane.apply_dir(dir).await?;
         tracing::info!(flows = n, dir = %dir.display(), "flows applied");

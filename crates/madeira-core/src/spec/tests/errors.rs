@@ -12,18 +12,14 @@ fn assert_errors(source: &str, expected: &[&str]) {
 /// Asserts that one error equals `expected`.
 fn assert_has(source: &str, expected: &str) {
     let got = errors(source);
-    assert!(
-        got.iter().any(|e| e == expected),
-        "missing {expected:?} in {got:#?}"
-    );
+    assert!(got.iter().any(|e| e == expected), "missing {expected:?} in {got:#?}");
 }
 
 /// Asserts that one error starts with `prefix` and contains `needle`.
 fn assert_like(source: &str, prefix: &str, needle: &str) {
     let got = errors(source);
     assert!(
-        got.iter()
-            .any(|e| e.starts_with(prefix) && e.contains(needle)),
+        got.iter().any(|e| e.starts_with(prefix) && e.contains(needle)),
         "no error starting {prefix:?} containing {needle:?} in {got:#?}"
     );
 }
@@ -34,9 +30,7 @@ const NOOP: &str = "{run: {builtin: noop}}";
 fn missing_and_invalid_flow_name() {
     assert_errors(
         &format!("nodes:\n  a: {NOOP}\n"),
-        &[
-            "flow.yaml:1: missing `flow`; name the flow at the top of the file, e.g. `flow: daily-settlement`",
-        ],
+        &["flow.yaml:1: missing `flow`; name the flow at the top of the file, e.g. `flow: daily-settlement`"],
     );
     assert_errors(
         &format!("description: x\nflow: Daily_Settlement\nnodes:\n  a: {NOOP}\n"),
@@ -45,27 +39,17 @@ fn missing_and_invalid_flow_name() {
         ],
     );
     let long = "a".repeat(64);
-    assert_like(
-        &format!("flow: {long}\nnodes:\n  a: {NOOP}\n"),
-        "flow.yaml:1: flow name",
-        "1 to 63",
-    );
+    assert_like(&format!("flow: {long}\nnodes:\n  a: {NOOP}\n"), "flow.yaml:1: flow name", "1 to 63");
 }
 
 #[test]
 fn invalid_node_id_suggests_a_fix() {
     assert_errors(
         &format!("flow: f\nnodes:\n  ok: {NOOP}\n  Pull-Payments: {NOOP}\n"),
-        &[
-            "flow.yaml:4: node Pull-Payments: node id `Pull-Payments` must start with a lowercase letter \
-           and use only a-z, 0-9 and `_` (conditions read it as `nodes.pull_payments`); try `pull_payments`",
-        ],
+        &["flow.yaml:4: node Pull-Payments: node id `Pull-Payments` must start with a lowercase letter \
+           and use only a-z, 0-9 and `_` (conditions read it as `nodes.pull_payments`); try `pull_payments`"],
     );
-    assert_like(
-        &format!("flow: f\nnodes:\n  1st: {NOOP}\n"),
-        "flow.yaml:3: node 1st: ",
-        "try `n_1st`",
-    );
+    assert_like(&format!("flow: f\nnodes:\n  1st: {NOOP}\n"), "flow.yaml:3: node 1st: ", "try `n_1st`");
 }
 
 #[test]
@@ -90,9 +74,7 @@ fn unknown_needs_self_dependency_and_repeats() {
         &format!(
             "flow: f\nnodes:\n  pull_payments: {NOOP}\n  verify:\n    needs: [pul_payments]\n    run: {{builtin: noop}}\n"
         ),
-        &[
-            "flow.yaml:5: node verify: needs unknown node `pul_payments`; did you mean `pull_payments`?",
-        ],
+        &["flow.yaml:5: node verify: needs unknown node `pul_payments`; did you mean `pull_payments`?"],
     );
     assert_errors(
         "flow: f\nnodes:\n  a:\n    needs:\n      - a\n    run: {builtin: noop}\n",
@@ -139,10 +121,8 @@ nodes:
 fn bad_durations() {
     assert_errors(
         "flow: f\nnodes:\n  a:\n    run: {builtin: noop}\n    timeout: 10 minutes please\n",
-        &[
-            "flow.yaml:5: node a: `timeout`: bad duration `10 minutes please`: expected number at 11; \
-           write it like `30s`, `5m` or `1h30m`",
-        ],
+        &["flow.yaml:5: node a: `timeout`: bad duration `10 minutes please`: expected number at 11; \
+           write it like `30s`, `5m` or `1h30m`"],
     );
     assert_like(
         "flow: f\ndefaults: {timeout: 0s}\nnodes:\n  a: {run: {builtin: noop}}\n",
@@ -171,28 +151,15 @@ nodes:
 ";
     let got = errors(source);
     assert_eq!(got.len(), 5, "{got:#?}");
-    assert!(
-        got[0].starts_with("flow.yaml:3: bad cron `5 1 * *`: 4 fields; write 5"),
-        "{got:#?}"
-    );
+    assert!(got[0].starts_with("flow.yaml:3: bad cron `5 1 * *`: 4 fields; write 5"), "{got:#?}");
     assert_eq!(
         got[1],
         "flow.yaml:4: unknown timezone `Asia/Shangai`; did you mean `Asia/Shanghai`?; \
          use an IANA name such as `Asia/Shanghai` or `UTC`"
     );
-    assert!(
-        got[2].starts_with("flow.yaml:5: unknown cron alias `@fortnightly`; use `@yearly`"),
-        "{got:#?}"
-    );
-    assert!(
-        got[3].starts_with("flow.yaml:6: bad cron `61 * * * *`"),
-        "{got:#?}"
-    );
-    assert!(
-        got[4].starts_with(
-            "flow.yaml:8: unknown timezone `europe/paris`; did you mean `Europe/Paris`?"
-        )
-    );
+    assert!(got[2].starts_with("flow.yaml:5: unknown cron alias `@fortnightly`; use `@yearly`"), "{got:#?}");
+    assert!(got[3].starts_with("flow.yaml:6: bad cron `61 * * * *`"), "{got:#?}");
+    assert!(got[4].starts_with("flow.yaml:8: unknown timezone `europe/paris`; did you mean `Europe/Paris`?"));
 }
 
 #[test]
@@ -268,10 +235,8 @@ fn routing_rules_read_params_only() {
 fn manual_and_run_exclusive() {
     assert_errors(
         "flow: f\nnodes:\n  a:\n    run: {builtin: noop}\n    manual: {prompt: ok?}\n",
-        &[
-            "flow.yaml:5: node a: has both `run` and `manual`; a manual node waits for a person, \
-           so move the automatic action to `manual.fallback` or drop `manual`",
-        ],
+        &["flow.yaml:5: node a: has both `run` and `manual`; a manual node waits for a person, \
+           so move the automatic action to `manual.fallback` or drop `manual`"],
     );
     assert_errors(
         "flow: f\nnodes:\n  a: {}\n  b:\n",
@@ -362,10 +327,8 @@ nodes:
 ";
     assert_errors(
         source,
-        &[
-            "flow.yaml:7: node a: `fallback_after` (6h) must be later than `alert_after` (12h): \
-           people are alerted first, then the fallback runs",
-        ],
+        &["flow.yaml:7: node a: `fallback_after` (6h) must be later than `alert_after` (12h): \
+           people are alerted first, then the fallback runs"],
     );
     assert_like(
         "flow: f\nnodes:\n  a: {manual: {fallback: {builtin: noop}}}\n",
@@ -413,10 +376,7 @@ fn malformed_yaml_has_a_line() {
         "flow: f\nobserve: yes\nnodes:\n  a: {run: {builtin: noop}}\n",
         &["flow.yaml:2: `observe`: invalid boolean (strict mode expects true/false)"],
     );
-    assert_errors(
-        "flow: f\nnodes: 3\n",
-        &["flow.yaml:2: `nodes`: expected a mapping, e.g. `{key: value}`"],
-    );
+    assert_errors("flow: f\nnodes: 3\n", &["flow.yaml:2: `nodes`: expected a mapping, e.g. `{key: value}`"]);
     assert_like(
         "flow: f\nnodes:\n  a: {needs: [[b]], run: {builtin: noop}}\n",
         "flow.yaml:3: node a: ",
@@ -447,9 +407,7 @@ fn yaml_1_1_booleans_are_plain_names() {
 fn cron_that_never_fires() {
     assert_errors(
         "flow: f\ntriggers:\n  - cron: '0 0 30 2 *'\nnodes:\n  a: {run: {builtin: noop}}\n",
-        &[
-            "flow.yaml:3: cron `0 0 30 2 *` never fires (no such date, e.g. 30 February); check day and month",
-        ],
+        &["flow.yaml:3: cron `0 0 30 2 *` never fires (no such date, e.g. 30 February); check day and month"],
     );
 }
 
@@ -475,19 +433,9 @@ nodes:
 ";
     let got = errors(source);
     assert_eq!(got.len(), 6, "{got:#?}");
-    let lines: Vec<&str> = got
-        .iter()
-        .map(|e| e.split(": ").next().unwrap_or_default())
-        .collect();
+    let lines: Vec<&str> = got.iter().map(|e| e.split(": ").next().unwrap_or_default()).collect();
     assert_eq!(
         lines,
-        [
-            "flow.yaml:1",
-            "flow.yaml:3",
-            "flow.yaml:3",
-            "flow.yaml:4",
-            "flow.yaml:5",
-            "flow.yaml:5"
-        ]
+        ["flow.yaml:1", "flow.yaml:3", "flow.yaml:3", "flow.yaml:4", "flow.yaml:5", "flow.yaml:5"]
     );
 }

@@ -133,11 +133,7 @@ fn check(source: &str) -> Result<(), TestCaseError> {
                     e.line,
                     line_count
                 );
-                prop_assert!(
-                    !e.to_string().contains('\n'),
-                    "multi-line error {:?}",
-                    e.to_string()
-                );
+                prop_assert!(!e.to_string().contains('\n'), "multi-line error {:?}", e.to_string());
             }
         }
     }
