@@ -15,7 +15,8 @@ use tracing::{debug, error, info, warn};
 
 use crate::envelope::Envelope;
 use crate::executor::{AttemptResult, Executors, Job};
-use crate::record::Work;
+use crate::observer::{AttemptOutcome, EngineObserver};
+use crate::record::{FinishedAttempt, Work};
 use crate::stats::EngineStats;
 use crate::throttle::{Throttle, Waiter};
 use crate::timers::{Timer, TimerKind, Timers};
@@ -27,6 +28,7 @@ const LOG_TAIL_BYTES: usize = 64 * 1024;
 pub(crate) struct Parts {
     pub store: Arc<dyn Store>,
     pub executors: Arc<Executors>,
+    pub observers: Vec<Arc<dyn EngineObserver>>,
     pub options: EngineOptions,
     pub rx: mpsc::Receiver<Envelope>,
     pub tx: mpsc::Sender<Envelope>,
@@ -187,6 +189,7 @@ impl Engine {
                     return;
                 }
                 let _ = self.apply(&run_id, Command::Recover, "engine", work);
+                work.resumed.push(run_id);
             }
             Envelope::Command { run_id, cmd, actor, audit, reply } => {
                 let result = match self.ensure_loaded(&run_id).await {
@@ -265,7 +268,7 @@ impl Engine {
                 Action::Ready { node } => self.on_ready(run_id, node, Instant::now(), work),
                 Action::ReleasePermit { node } => {
                     if flow.nodes[node].throttle.is_some() {
-                        self.release_permit(&flow.name, node, work);
+                        self.release_permit(&flow.name, node, &flow.nodes[node].id, work);
                     }
                 }
                 Action::Execute { node, attempt, .. } => {
@@ -289,22 +292,25 @@ impl Engine {
             if !self.throttle.try_acquire(&flow.name, node, throttle.max_permits) {
                 let waiter = Waiter { run_id: run_id.to_string(), node, ready_at };
                 self.throttle.enqueue(&flow.name, waiter);
+                work.throttled.insert((flow.name.clone(), node), flow.nodes[node].id.clone());
                 return;
             }
             work.acquired.push((flow.name.clone(), node));
+            work.throttled.insert((flow.name.clone(), node), flow.nodes[node].id.clone());
         }
         work.ready_at.insert((run_id.to_string(), node), ready_at);
         if let Err(e) = self.apply(run_id, Command::Dispatch { node }, "engine", work) {
             debug!(run_id = %run_id, error = %e, "dispatch not applied");
             if flow.nodes[node].throttle.is_some() {
-                self.release_permit(&flow.name, node, work);
+                self.release_permit(&flow.name, node, &flow.nodes[node].id, work);
             }
         }
     }
 
     /// Gives a permit back, handing it straight to the next waiter that still
     /// wants it.
-    fn release_permit(&mut self, flow: &str, node: usize, work: &mut Work) {
+    fn release_permit(&mut self, flow: &str, node: usize, name: &str, work: &mut Work) {
+        work.throttled.insert((flow.to_string(), node), name.to_string());
         while let Some(waiter) = self.throttle.release(flow, node) {
             work.ready_at.insert((waiter.run_id.clone(), node), waiter.ready_at);
             if self.apply(&waiter.run_id, Command::Dispatch { node }, "engine", work).is_ok() {
@@ -361,13 +367,23 @@ impl Engine {
             attempt,
             content: tail(result.log(), LOG_TAIL_BYTES).to_string(),
         };
+        let finished_at = now_ms();
+        work.finished.push(FinishedAttempt {
+            run_id: run_id.to_string(),
+            flow: snap.flow.name.clone(),
+            node: name.clone(),
+            attempt,
+            outcome,
+            error: error.clone(),
+            duration: Duration::from_millis(u64::try_from(finished_at - started_at).unwrap_or(0)),
+        });
         work.attempt_finished(
             AttemptRecord {
                 run_id: run_id.to_string(),
                 node: name,
                 attempt,
                 started_at,
-                finished_at: Some(now_ms()),
+                finished_at: Some(finished_at),
                 outcome: Some(outcome.to_string()),
                 error,
             },
@@ -390,6 +406,7 @@ impl Engine {
         }
         let name = snap.flow.nodes[node].id.clone();
         warn!(run_id = %run_id, flow = %snap.flow.name, node = %name, "manual confirmation overdue");
+        work.overdue.push((run_id.to_string(), name.clone()));
         work.audit(AuditRecord {
             at: now_ms(),
             actor: "engine".into(),
@@ -402,6 +419,7 @@ impl Engine {
     }
 
     async fn after_commit(&mut self, work: Work) {
+        self.notify_observers(&work);
         for event in work.events {
             let _ = self.p.events.send(event);
         }
@@ -413,7 +431,15 @@ impl Engine {
             match action {
                 Action::Execute { node, attempt, fallback } => {
                     if let Some(ready_at) = work.ready_at.get(&(run_id.clone(), node)) {
-                        self.p.stats.dispatched(ready_at.elapsed());
+                        let latency = ready_at.elapsed();
+                        self.p.stats.dispatched(latency);
+                        if let Some(snap) = self.runs.get(&run_id) {
+                            let name = &snap.flow.nodes[node].id;
+                            self.p
+                                .observers
+                                .iter()
+                                .for_each(|o| o.dispatched(&snap.flow.name, name, latency));
+                        }
                     }
                     self.execute(&run_id, node, attempt, fallback);
                 }
@@ -429,6 +455,7 @@ impl Engine {
                 Action::RunFinished { state } => {
                     if let Some(snap) = self.runs.remove(&run_id) {
                         info!(run_id = %run_id, flow = %snap.flow.name, state = %state, "run finished");
+                        self.p.observers.iter().for_each(|o| o.run_finished(&snap));
                         if snap.flow.concurrency.max_active_runs > 0 {
                             finished_flows
                                 .push((snap.flow.name.clone(), snap.flow.concurrency.max_active_runs));
@@ -441,6 +468,41 @@ impl Engine {
         finished_flows.dedup();
         for (flow, _) in finished_flows {
             self.promote(&flow).await;
+        }
+    }
+
+    fn notify_observers(&self, work: &Work) {
+        if self.p.observers.is_empty() {
+            return;
+        }
+        for o in &self.p.observers {
+            o.transitions(&work.events);
+        }
+        for f in &work.finished {
+            let outcome = AttemptOutcome {
+                run_id: &f.run_id,
+                flow: &f.flow,
+                node: &f.node,
+                attempt: f.attempt,
+                outcome: f.outcome,
+                error: f.error.as_deref(),
+                duration: f.duration,
+            };
+            self.p.observers.iter().for_each(|o| o.attempt_finished(&outcome));
+        }
+        for run_id in &work.resumed {
+            if let Some(snap) = self.runs.get(run_id) {
+                self.p.observers.iter().for_each(|o| o.run_resumed(snap));
+            }
+        }
+        for ((flow, node), name) in &work.throttled {
+            let (in_use, waiting) = (self.throttle.in_use(flow, *node), self.throttle.depth(flow, *node));
+            self.p.observers.iter().for_each(|o| o.throttle(flow, name, in_use, waiting));
+        }
+        for (run_id, node) in &work.overdue {
+            if let Some(snap) = self.runs.get(run_id) {
+                self.p.observers.iter().for_each(|o| o.confirm_overdue(snap, node));
+            }
         }
     }
 

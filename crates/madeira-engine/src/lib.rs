@@ -10,6 +10,7 @@ mod envelope;
 pub mod executor;
 mod flows;
 mod handle;
+mod observer;
 mod record;
 mod retention;
 mod snapshot;
@@ -28,6 +29,7 @@ pub use engine_loop::Engine;
 pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};
 pub use flows::{ApplyOutcome, FlowCache};
 pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, TriggerRequest};
+pub use observer::{AttemptOutcome, EngineObserver};
 pub use stats::{EngineStats, StatsSnapshot};
 
 /// Engine settings (from the server config).
@@ -101,7 +103,12 @@ pub struct RunEvent {
 }
 
 /// Builds the engine and its handle. Run the engine with `Engine::run`.
-pub fn build(store: Arc<dyn Store>, executors: Executors, options: EngineOptions) -> (Engine, EngineHandle) {
+pub fn build(
+    store: Arc<dyn Store>,
+    executors: Executors,
+    observers: Vec<Arc<dyn EngineObserver>>,
+    options: EngineOptions,
+) -> (Engine, EngineHandle) {
     let (tx, rx) = mpsc::channel(65_536);
     let (events, _) = broadcast::channel(16_384);
     let flows = FlowCache::default();
@@ -110,6 +117,7 @@ pub fn build(store: Arc<dyn Store>, executors: Executors, options: EngineOptions
     let engine = Engine::new(engine_loop::Parts {
         store,
         executors: Arc::new(executors),
+        observers,
         options,
         rx,
         tx,

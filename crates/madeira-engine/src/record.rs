@@ -2,7 +2,7 @@
 //! outputs, attempts, audit) and what happens after it is durable (events, actions,
 //! replies).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
 use madeira_core::{Action, Cause, Plan, RunSnapshot};
@@ -25,6 +25,24 @@ pub(crate) struct Work {
     pub ready_at: HashMap<(String, usize), Instant>,
     /// Permits taken in this batch, given back if the commit fails.
     pub acquired: Vec<(String, usize)>,
+    /// Throttled `(flow, node)` whose permits or queue changed.
+    pub throttled: BTreeMap<(String, usize), String>,
+    /// Finished attempts: `(run_id, flow, node, attempt, outcome, error, duration)`.
+    pub finished: Vec<FinishedAttempt>,
+    /// Runs the engine took charge of in this batch.
+    pub resumed: Vec<String>,
+    /// `(run_id, node)` whose confirmation is overdue.
+    pub overdue: Vec<(String, String)>,
+}
+
+pub(crate) struct FinishedAttempt {
+    pub run_id: String,
+    pub flow: String,
+    pub node: String,
+    pub attempt: u32,
+    pub outcome: &'static str,
+    pub error: Option<String>,
+    pub duration: std::time::Duration,
 }
 
 impl Work {

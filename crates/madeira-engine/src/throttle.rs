@@ -45,4 +45,12 @@ impl Throttle {
         }
         None
     }
+
+    pub fn in_use(&self, flow: &str, node: usize) -> u32 {
+        self.in_use.get(&(flow.to_string(), node)).copied().unwrap_or(0)
+    }
+
+    pub fn depth(&self, flow: &str, node: usize) -> usize {
+        self.waiting.get(&(flow.to_string(), node)).map_or(0, VecDeque::len)
+    }
 }

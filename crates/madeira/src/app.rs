@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use madeira_engine::{EngineHandle, EngineOptions, Executors};
+use madeira_engine::{EngineHandle, EngineObserver, EngineOptions, Executors};
 use madeira_server::{AppState, AuthConfig};
 use madeira_store::Store;
 use madeira_store::sqlite::SqliteStore;
@@ -24,6 +24,8 @@ pub struct ControlPlane {
 
 pub struct PlaneOptions {
     pub store_url: String,
+    /// Metrics, alerts: told about every committed change.
+    pub observers: Vec<Arc<dyn EngineObserver>>,
     pub engine: EngineOptions,
     pub auth: AuthConfig,
     /// Serve the API here (`None`: engine only).
@@ -50,7 +52,7 @@ impl ControlPlane {
     pub async fn start(options: PlaneOptions) -> Result<Self> {
         let store = open_store(&options.store_url).await?;
         let executors = Executors::new(options.engine.http.clone());
-        let (engine, handle) = madeira_engine::build(store, executors, options.engine);
+        let (engine, handle) = madeira_engine::build(store, executors, options.observers, options.engine);
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
         let engine_cancel = cancel.clone();

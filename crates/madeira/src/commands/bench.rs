@@ -20,6 +20,7 @@ use crate::cli::{BenchArgs, Output};
 pub async fn run(args: BenchArgs) -> Result<ExitCode> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let plane = ControlPlane::start(PlaneOptions {
+        observers: Vec::new(),
         store_url: sqlite_url_in(dir.path())?,
         engine: Default::default(),
         auth: AuthConfig::default(),

@@ -21,6 +21,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 pub async fn run() -> Result<ExitCode> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let plane = ControlPlane::start(PlaneOptions {
+        observers: Vec::new(),
         store_url: sqlite_url_in(dir.path())?,
         engine: Default::default(),
         auth: AuthConfig::default(),

@@ -33,7 +33,14 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
     if config.redis.is_some() {
         tracing::warn!("redis is set but this build runs a single replica on SQLite; ignoring it");
     }
-    let plane = ControlPlane::start(PlaneOptions { store_url, engine, auth, http: Some(http) }).await?;
+    let plane = ControlPlane::start(PlaneOptions {
+        observers: Vec::new(),
+        store_url,
+        engine,
+        auth,
+        http: Some(http),
+    })
+    .await?;
     if let Some(dir) = &config.flows {
         plane.apply_dir(dir).await?;
     }
@@ -65,6 +72,7 @@ pub async fn dev(args: DevArgs) -> Result<ExitCode> {
     };
     let store_url = sqlite_url_in(&args.data)?;
     let plane = ControlPlane::start(PlaneOptions {
+        observers: Vec::new(),
         store_url,
         engine,
         auth: AuthConfig::default(),

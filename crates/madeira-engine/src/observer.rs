@@ -1,0 +1,39 @@
+//! Hooks for the components that watch the engine (metrics, alerts). The engine
+//! calls every observer synchronously after a commit is durable, in commit order;
+//! observers must be cheap and must not block (hand work to their own task).
+
+use std::time::Duration;
+
+use madeira_core::RunSnapshot;
+
+use crate::RunEvent;
+
+/// How one attempt ended, as observers see it.
+#[derive(Debug, Clone)]
+pub struct AttemptOutcome<'a> {
+    pub run_id: &'a str,
+    pub flow: &'a str,
+    pub node: &'a str,
+    pub attempt: u32,
+    /// `SUCCESS`, `FAILED` or `RETRYABLE` (a failure that may be retried).
+    pub outcome: &'a str,
+    pub error: Option<&'a str>,
+    pub duration: Duration,
+}
+
+#[allow(unused_variables)]
+pub trait EngineObserver: Send + Sync {
+    /// Every committed state change, in order.
+    fn transitions(&self, events: &[RunEvent]) {}
+    /// A node went from ready to running after `latency`.
+    fn dispatched(&self, flow: &str, node: &str, latency: Duration) {}
+    fn attempt_finished(&self, outcome: &AttemptOutcome<'_>) {}
+    /// A run reached SUCCESS, FAILED or CANCELLED (its final snapshot).
+    fn run_finished(&self, snap: &RunSnapshot) {}
+    /// The engine took charge of an unfinished run (start, restart, promotion).
+    fn run_resumed(&self, snap: &RunSnapshot) {}
+    /// Permits in use and waiters of a throttled node changed.
+    fn throttle(&self, flow: &str, node: &str, in_use: u32, waiting: usize) {}
+    /// A MANUAL_CONFIRM node passed its `alert_after`.
+    fn confirm_overdue(&self, snap: &RunSnapshot, node: &str) {}
+}
