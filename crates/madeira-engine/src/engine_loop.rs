@@ -570,6 +570,7 @@ impl Engine {
             executor,
             input,
             timeout: def.timeout,
+            traceparent: None,
         };
         let token = CancellationToken::new();
         self.running.insert((run_id.to_string(), node), token.clone());

@@ -36,4 +36,9 @@ pub trait EngineObserver: Send + Sync {
     fn throttle(&self, flow: &str, node: &str, in_use: u32, waiting: usize) {}
     /// A MANUAL_CONFIRM node passed its `alert_after`.
     fn confirm_overdue(&self, snap: &RunSnapshot, node: &str) {}
+    /// A cron trigger fired a run `lateness` after its scheduled instant.
+    fn cron_fired(&self, flow: &str, lateness: Duration) {}
+    /// The next scheduled fire instant of a flow (Unix seconds), or `None` when paused
+    /// or unscheduled.
+    fn next_run(&self, flow: &str, at_unix_seconds: Option<f64>) {}
 }

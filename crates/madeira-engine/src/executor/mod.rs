@@ -29,6 +29,9 @@ pub struct Job {
     /// `{"params": {...}, "nodes": {"X": {"status", "outputs", "data_version"}}}`.
     pub input: Json,
     pub timeout: Duration,
+    /// W3C `traceparent` of the attempt's span, handed to the job (env `TRACEPARENT`,
+    /// or the `traceparent` header for http); `None` when tracing is off.
+    pub traceparent: Option<String>,
 }
 
 /// How an attempt ended.
