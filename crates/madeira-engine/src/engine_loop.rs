@@ -26,6 +26,7 @@ use crate::{EngineError, EngineOptions, FlowCache, RunEvent, clock::now_ms, rete
 const LOG_TAIL_BYTES: usize = 64 * 1024;
 
 pub(crate) struct Parts {
+    pub creator: Option<mpsc::Receiver<crate::creator::CreateRequest>>,
     pub store: Arc<dyn Store>,
     pub executors: Arc<Executors>,
     pub observers: Vec<Arc<dyn EngineObserver>>,
@@ -65,6 +66,10 @@ impl Engine {
     pub async fn run(mut self, cancel: CancellationToken) {
         self.reconcile().await;
         let retention = retention::spawn(self.p.store.clone(), self.p.options.clone(), cancel.clone());
+        if let Some(rx) = self.p.creator.take() {
+            let creator = crate::creator::run(self.p.store.clone(), rx, self.p.tx.clone(), cancel.clone());
+            self.tasks.spawn(creator);
+        }
         let mut sweep = tokio::time::interval(self.p.options.sweep_every);
         sweep.tick().await;
         loop {
@@ -125,7 +130,7 @@ impl Engine {
                 Ok(Some(stored)) if stored.run.state == RunState::Queued.as_str() => {
                     queued_flows.push(stored.run.flow.clone());
                 }
-                Ok(Some(_)) => self.pending.push_back(Envelope::Resume { run_id }),
+                Ok(Some(_)) => self.pending.push_back(Envelope::Resume { run_id, fresh: None }),
                 Ok(None) => {}
                 Err(e) => error!(run_id = %run_id, error = %e, "reconcile: cannot load run"),
             }
@@ -175,15 +180,18 @@ impl Engine {
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(1)).await;
             for run_id in touched {
-                let _ = tx.send(Envelope::Resume { run_id }).await;
+                let _ = tx.send(Envelope::Resume { run_id, fresh: None }).await;
             }
         });
     }
 
     async fn apply_envelope(&mut self, envelope: Envelope, work: &mut Work) {
         match envelope {
-            Envelope::Resume { run_id } => {
+            Envelope::Resume { run_id, fresh } => {
                 self.runs.remove(&run_id);
+                if let Some(snap) = fresh {
+                    self.runs.insert(run_id.clone(), *snap);
+                }
                 if let Err(e) = self.ensure_loaded(&run_id).await {
                     error!(run_id = %run_id, error = %e, "cannot resume run");
                     return;
@@ -517,7 +525,7 @@ impl Engine {
         let max = def.concurrency.max_active_runs;
         loop {
             match self.p.store.promote_queued(flow, max, now_ms()).await {
-                Ok(Some(run_id)) => self.pending.push_back(Envelope::Resume { run_id }),
+                Ok(Some(run_id)) => self.pending.push_back(Envelope::Resume { run_id, fresh: None }),
                 Ok(None) => break,
                 Err(e) => {
                     error!(flow = %flow, error = %e, "cannot promote queued run");

@@ -11,7 +11,11 @@ pub(crate) type Reply = oneshot::Sender<Result<(), EngineError>>;
 pub(crate) enum Envelope {
     /// Load the run (created or promoted in the store, or found at start) and
     /// evaluate every node.
-    Resume { run_id: String },
+    Resume {
+        run_id: String,
+        /// The snapshot of a run just created RUNNING (saves loading it back).
+        fresh: Option<Box<madeira_core::RunSnapshot>>,
+    },
     /// An operator action or internal command on one run.
     Command {
         run_id: String,

@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use madeira_core::{Command, FlowDef, RunState};
+use madeira_core::{Command, FlowDef};
 use madeira_store::{CreateOutcome, NewRun, Overlap, Store};
 use serde_json::Value as Json;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
+use crate::creator::CreateRequest;
 use crate::envelope::Envelope;
 use crate::stats::EngineStats;
 use crate::{ApplyOutcome, EngineError, FlowCache, RunEvent, clock::now_ms};
@@ -15,6 +16,7 @@ use crate::{ApplyOutcome, EngineError, FlowCache, RunEvent, clock::now_ms};
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: mpsc::Sender<Envelope>,
+    create: mpsc::Sender<CreateRequest>,
     store: Arc<dyn Store>,
     flows: FlowCache,
     events: broadcast::Sender<RunEvent>,
@@ -77,12 +79,13 @@ pub struct ActionRequest {
 impl EngineHandle {
     pub(crate) fn new(
         tx: mpsc::Sender<Envelope>,
+        create: mpsc::Sender<CreateRequest>,
         store: Arc<dyn Store>,
         flows: FlowCache,
         events: broadcast::Sender<RunEvent>,
         stats: Arc<EngineStats>,
     ) -> Self {
-        Self { tx, store, flows, events, stats }
+        Self { tx, create, store, flows, events, stats }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -146,14 +149,17 @@ impl EngineHandle {
             actor: req.actor.clone(),
             now_ms: now_ms(),
         };
-        match self.store.create_run(&run).await? {
+        let (reply, answer) = oneshot::channel();
+        let request = CreateRequest { run, flow: def, reply };
+        self.create.send(request).await.map_err(|_| EngineError::ShuttingDown)?;
+        match answer.await.map_err(|_| EngineError::ShuttingDown)?? {
             CreateOutcome::Existing { run_id, version } => {
                 Ok(TriggerOutcome { run_id, flow: req.flow, version, created: false })
             }
             CreateOutcome::Skipped { active } => {
                 Err(EngineError::OverlapSkipped { flow: req.flow, active: active.len() })
             }
-            CreateOutcome::Created { run_id, state, cancel_previous } => {
+            CreateOutcome::Created { run_id, cancel_previous, .. } => {
                 for previous in cancel_previous {
                     let cancel = Envelope::Command {
                         run_id: previous,
@@ -166,9 +172,6 @@ impl EngineHandle {
                         reply: None,
                     };
                     self.send(cancel).await?;
-                }
-                if state == RunState::Running {
-                    self.send(Envelope::Resume { run_id: run_id.clone() }).await?;
                 }
                 Ok(TriggerOutcome { run_id, flow: req.flow, version, created: true })
             }

@@ -5,6 +5,7 @@
 //! timers, answers callers). Recovery on start resumes every unfinished run.
 
 mod clock;
+mod creator;
 mod engine_loop;
 mod envelope;
 pub mod executor;
@@ -49,7 +50,7 @@ pub struct EngineOptions {
 impl Default for EngineOptions {
     fn default() -> Self {
         Self {
-            batch_max: 1024,
+            batch_max: 128,
             retention: Duration::from_secs(30 * 24 * 3600),
             sweep_every: Duration::from_secs(60),
             max_output_bytes: 64 * 1024,
@@ -110,11 +111,14 @@ pub fn build(
     options: EngineOptions,
 ) -> (Engine, EngineHandle) {
     let (tx, rx) = mpsc::channel(65_536);
+    let (create_tx, create_rx) = mpsc::channel(16_384);
     let (events, _) = broadcast::channel(16_384);
     let flows = FlowCache::default();
     let stats = Arc::new(EngineStats::default());
-    let handle = EngineHandle::new(tx.clone(), store.clone(), flows.clone(), events.clone(), stats.clone());
+    let handle =
+        EngineHandle::new(tx.clone(), create_tx, store.clone(), flows.clone(), events.clone(), stats.clone());
     let engine = Engine::new(engine_loop::Parts {
+        creator: Some(create_rx),
         store,
         executors: Arc::new(executors),
         observers,

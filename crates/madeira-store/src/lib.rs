@@ -43,6 +43,15 @@ pub trait Store: Send + Sync + 'static {
     /// its node rows, honouring the idempotency key and `on_overlap` in one
     /// transaction.
     async fn create_run(&self, run: &NewRun) -> Result<CreateOutcome>;
+    /// `create_run` for several runs in one transaction (one durable commit), each
+    /// decided after the ones before it. Backends without batching loop.
+    async fn create_runs(&self, runs: &[NewRun]) -> Result<Vec<CreateOutcome>> {
+        let mut out = Vec::with_capacity(runs.len());
+        for run in runs {
+            out.push(self.create_run(run).await?);
+        }
+        Ok(out)
+    }
     /// Starts the oldest QUEUED run of `flow` if `max_active_runs` leaves room.
     async fn promote_queued(&self, flow: &str, max_active_runs: u32, now_ms: i64) -> Result<Option<String>>;
     /// Writes a batch of state changes and their records in one transaction.

@@ -68,7 +68,11 @@ impl Store for SqliteStore {
         flows::set_paused(&self.write, name, paused, now_ms).await
     }
     async fn create_run(&self, run: &NewRun) -> Result<CreateOutcome> {
-        runs::create_run(&self.write, run).await
+        let mut outcomes = runs::create_runs(&self.write, std::slice::from_ref(run)).await?;
+        outcomes.pop().ok_or_else(|| StoreError::Refused("no outcome for the run".into()))
+    }
+    async fn create_runs(&self, runs: &[NewRun]) -> Result<Vec<CreateOutcome>> {
+        runs::create_runs(&self.write, runs).await
     }
     async fn promote_queued(&self, flow: &str, max: u32, now_ms: i64) -> Result<Option<String>> {
         runs::promote_queued(&self.write, flow, max, now_ms).await
@@ -77,7 +81,7 @@ impl Store for SqliteStore {
         commit::commit(&self.write, batch).await
     }
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>> {
-        read::load_run(&self.write, run_id).await
+        read::load_run(&self.read, run_id).await
     }
     async fn unfinished_runs(&self) -> Result<Vec<String>> {
         read::unfinished_runs(&self.write).await

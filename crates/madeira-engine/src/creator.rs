@@ -1,0 +1,72 @@
+//! Run creation, group-committed: concurrent triggers are collected and created in
+//! one store transaction (idempotency key and `on_overlap` still decided inside it,
+//! run by run), so a burst of triggers costs one durable commit, not one each. A
+//! run created RUNNING goes straight to the engine with its fresh snapshot.
+
+use std::sync::Arc;
+
+use madeira_core::{FlowDef, RunSnapshot, RunState};
+use madeira_store::{CreateOutcome, NewRun, Store};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::error;
+
+use crate::EngineError;
+use crate::envelope::Envelope;
+
+const MAX_BATCH: usize = 512;
+
+pub(crate) struct CreateRequest {
+    pub run: NewRun,
+    pub flow: Arc<FlowDef>,
+    pub reply: oneshot::Sender<Result<CreateOutcome, EngineError>>,
+}
+
+pub(crate) async fn run(
+    store: Arc<dyn Store>,
+    mut rx: mpsc::Receiver<CreateRequest>,
+    engine: mpsc::Sender<Envelope>,
+    cancel: CancellationToken,
+) {
+    loop {
+        let first = tokio::select! {
+            _ = cancel.cancelled() => return,
+            request = rx.recv() => match request {
+                Some(r) => r,
+                None => return,
+            },
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        let runs: Vec<NewRun> = batch.iter().map(|r| r.run.clone()).collect();
+        match store.create_runs(&runs).await {
+            Ok(outcomes) => {
+                for (request, outcome) in batch.into_iter().zip(outcomes) {
+                    if let CreateOutcome::Created { run_id, state: RunState::Running, .. } = &outcome {
+                        let mut snap = RunSnapshot::new(run_id.clone(), request.flow, request.run.params);
+                        snap.state = RunState::Running;
+                        let resume = Envelope::Resume { run_id: run_id.clone(), fresh: Some(Box::new(snap)) };
+                        if engine.send(resume).await.is_err() {
+                            let _ = request.reply.send(Err(EngineError::ShuttingDown));
+                            continue;
+                        }
+                    }
+                    let _ = request.reply.send(Ok(outcome));
+                }
+            }
+            Err(e) => {
+                error!(error = %e, runs = runs.len(), "creating runs failed");
+                let message = e.to_string();
+                for request in batch {
+                    let e = madeira_store::StoreError::Refused(format!("run not created: {message}"));
+                    let _ = request.reply.send(Err(EngineError::Store(e)));
+                }
+            }
+        }
+    }
+}
