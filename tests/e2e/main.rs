@@ -6,3 +6,4 @@ mod cli;
 mod recovery;
 mod semantics;
 mod support;
+mod triggers;

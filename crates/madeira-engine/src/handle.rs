@@ -21,6 +21,8 @@ pub struct EngineHandle {
     flows: FlowCache,
     events: broadcast::Sender<RunEvent>,
     stats: Arc<EngineStats>,
+    /// Names of flows whose definition or pause state changed (for the scheduler).
+    flow_changes: broadcast::Sender<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -85,7 +87,8 @@ impl EngineHandle {
         events: broadcast::Sender<RunEvent>,
         stats: Arc<EngineStats>,
     ) -> Self {
-        Self { tx, create, store, flows, events, stats }
+        let (flow_changes, _) = broadcast::channel(4096);
+        Self { tx, create, store, flows, events, stats, flow_changes }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -102,7 +105,89 @@ impl EngineHandle {
 
     /// Validates and stores a flow (a new version only when its content changed).
     pub async fn apply_flow(&self, file: &str, source: &str) -> Result<ApplyOutcome, EngineError> {
-        self.flows.apply(self.store.as_ref(), file, source).await
+        let outcome = self.flows.apply(self.store.as_ref(), file, source).await?;
+        if outcome.created {
+            let _ = self.flow_changes.send(outcome.flow.clone());
+        }
+        Ok(outcome)
+    }
+
+    /// Flow names whose schedule may have changed (applied, paused, resumed).
+    pub fn subscribe_flow_changes(&self) -> broadcast::Receiver<String> {
+        self.flow_changes.subscribe()
+    }
+
+    /// Pauses or resumes a flow's triggers, audited with the actor.
+    pub async fn set_paused(
+        &self,
+        flow: &str,
+        paused: bool,
+        actor: &str,
+        reason: Option<String>,
+    ) -> Result<(), EngineError> {
+        if !self.store.set_paused(flow, paused, now_ms()).await? {
+            return Err(EngineError::FlowNotFound(flow.to_string()));
+        }
+        let audit = madeira_store::AuditRecord {
+            at: now_ms(),
+            actor: actor.to_string(),
+            action: if paused { "pause" } else { "resume" }.to_string(),
+            run_id: None,
+            node: None,
+            reason,
+            details: Some(serde_json::json!({"flow": flow})),
+        };
+        self.store.commit(&madeira_store::Batch { audit: vec![audit], ..Default::default() }).await?;
+        let _ = self.flow_changes.send(flow.to_string());
+        Ok(())
+    }
+
+    /// The latest versions of the unpaused flows that listen to event `kind`.
+    pub async fn event_flows(&self, kind: &str) -> Result<Vec<Arc<FlowDef>>, EngineError> {
+        let mut out = Vec::new();
+        for record in self.store.list_flows().await? {
+            if record.paused {
+                continue;
+            }
+            let def = self.flows.get(self.store.as_ref(), &record.name, record.latest_version).await?;
+            let listens = def
+                .triggers
+                .iter()
+                .any(|t| matches!(t, madeira_core::TriggerDef::Event { event } if event == kind));
+            if listens && !def.observe {
+                out.push(def);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Triggers every flow whose triggers list event `kind`, with the payload as
+    /// params and `event:<kind>:<id>` as idempotency key: a redelivered event returns
+    /// the same runs. Flows refusing by `on_overlap: skip` are left out.
+    pub async fn fire_event(
+        &self,
+        kind: &str,
+        id: &str,
+        payload: Json,
+        actor: &str,
+    ) -> Result<Vec<TriggerOutcome>, EngineError> {
+        let mut outcomes = Vec::new();
+        for def in self.event_flows(kind).await? {
+            let request = TriggerRequest {
+                flow: def.name.clone(),
+                params: payload.clone(),
+                idempotency_key: Some(format!("event:{kind}:{id}")),
+                trigger: "event".into(),
+                actor: actor.to_string(),
+                version: None,
+            };
+            match self.trigger(request).await {
+                Ok(outcome) => outcomes.push(outcome),
+                Err(EngineError::OverlapSkipped { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(outcomes)
     }
 
     /// The parsed flow at `version` (latest when `None`).

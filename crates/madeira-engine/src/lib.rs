@@ -14,6 +14,7 @@ mod handle;
 mod observer;
 mod record;
 mod retention;
+mod scheduler;
 mod snapshot;
 mod stats;
 mod throttle;
@@ -31,6 +32,7 @@ pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};
 pub use flows::{ApplyOutcome, FlowCache};
 pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, TriggerRequest};
 pub use observer::{AttemptOutcome, EngineObserver};
+pub use scheduler::Scheduler;
 pub use stats::{EngineStats, StatsSnapshot};
 
 /// Engine settings (from the server config).

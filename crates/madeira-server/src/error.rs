@@ -36,8 +36,15 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let retry_after = self.details.get("retry_after_seconds").and_then(Json_::as_u64);
         let body = json!({"error": {"code": self.code, "message": self.message, "details": self.details}});
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = retry_after
+            && let Ok(value) = axum::http::HeaderValue::from_str(&secs.to_string())
+        {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, value);
+        }
+        response
     }
 }
 

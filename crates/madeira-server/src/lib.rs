@@ -4,6 +4,7 @@
 
 mod auth;
 mod error;
+mod ratelimit;
 mod routes;
 mod views;
 
@@ -28,11 +29,34 @@ pub struct AppState {
     pub auth: Arc<AuthConfig>,
     /// Flips once (migrations ran, store answered): `/readyz` answers 200 after it.
     pub ready: Arc<AtomicBool>,
+    pub rate_limits: Arc<ratelimit::RateLimits>,
 }
 
 impl AppState {
     pub fn new(engine: EngineHandle, auth: AuthConfig) -> Self {
-        Self { engine, auth: Arc::new(auth), ready: Arc::new(AtomicBool::new(false)) }
+        Self {
+            engine,
+            auth: Arc::new(auth),
+            ready: Arc::new(AtomicBool::new(false)),
+            rate_limits: Arc::new(ratelimit::RateLimits::default()),
+        }
+    }
+
+    /// Takes one trigger from `flow`'s rate limit, or answers 429 with Retry-After.
+    pub fn check_rate(
+        &self,
+        flow: &str,
+        limit: Option<madeira_core::model::RateLimitDef>,
+    ) -> Result<(), ApiError> {
+        self.rate_limits.check(flow, limit).map_err(|wait| {
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            ApiError::new(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("flow {flow}: trigger rate limit reached; retry in {secs}s or raise `rate_limit`"),
+            )
+            .with_details(serde_json::json!({"retry_after_seconds": secs}))
+        })
     }
 
     pub fn mark_ready(&self) {

@@ -57,6 +57,9 @@ pub trait Store: Send + Sync + 'static {
     /// Writes a batch of state changes and their records in one transaction.
     async fn commit(&self, batch: &Batch) -> Result<()>;
 
+    /// The idempotency key of the latest cron run of `flow` (`cron:<flow>:<instant>`),
+    /// from which the scheduler knows the last tick it fired.
+    async fn last_cron_key(&self, flow: &str) -> Result<Option<String>>;
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>>;
     /// Ids of runs that are QUEUED or RUNNING (for recovery).
     async fn unfinished_runs(&self) -> Result<Vec<String>>;

@@ -52,9 +52,12 @@ impl ControlPlane {
     pub async fn start(options: PlaneOptions) -> Result<Self> {
         let store = open_store(&options.store_url).await?;
         let executors = Executors::new(options.engine.http.clone());
+        let observers = options.observers.clone();
         let (engine, handle) = madeira_engine::build(store, executors, options.observers, options.engine);
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
+        let scheduler = madeira_engine::Scheduler::new(handle.clone(), observers);
+        tasks.push(tokio::spawn(scheduler.run(cancel.clone())));
         let engine_cancel = cancel.clone();
         tasks.push(tokio::spawn(engine.run(engine_cancel)));
         let mut http_addr = None;

@@ -82,6 +82,22 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Stop a flow's triggers (cron and events) until resumed.
+    Pause {
+        flow: String,
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Resume a paused flow; missed ticks follow its misfire policy.
+    Resume {
+        flow: String,
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// List flows.
     Flows {
         #[command(flatten)]

@@ -4,6 +4,7 @@ mod audit;
 mod flows;
 mod health;
 mod runs;
+mod triggers;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -18,6 +19,8 @@ pub fn router(state: AppState) -> Router {
         .route("/flows", get(flows::list))
         .route("/flows/{name}", get(flows::get).put(flows::put))
         .route("/flows/{name}/runs", post(runs::trigger))
+        .route("/flows/{name}/{action}", post(triggers::pause))
+        .route("/events", post(triggers::event))
         .route("/runs", get(runs::list))
         .route("/runs/{id}", get(runs::show))
         .route("/runs/{id}/cancel", post(runs::cancel))

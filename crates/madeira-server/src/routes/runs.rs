@@ -41,6 +41,8 @@ pub async fn trigger(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let actor = state.auth.authorize(&headers, Role::Operator)?;
     let body: TriggerBody = json_body(&body)?;
+    let def = state.engine.flow(&flow, None).await?;
+    state.check_rate(&flow, def.rate_limit)?;
     let key = match headers.get("idempotency-key") {
         Some(v) => Some(
             v.to_str()

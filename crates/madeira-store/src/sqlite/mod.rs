@@ -80,6 +80,9 @@ impl Store for SqliteStore {
     async fn commit(&self, batch: &Batch) -> Result<()> {
         commit::commit(&self.write, batch).await
     }
+    async fn last_cron_key(&self, flow: &str) -> Result<Option<String>> {
+        read::last_cron_key(&self.read, flow).await
+    }
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>> {
         read::load_run(&self.read, run_id).await
     }

@@ -188,3 +188,15 @@ pub(super) async fn audit(pool: &SqlitePool, query: &AuditQuery) -> Result<Vec<A
         })
         .collect()
 }
+
+pub(super) async fn last_cron_key(pool: &SqlitePool, flow: &str) -> Result<Option<String>> {
+    // Keys are `cron:<flow>:<RFC 3339 UTC with milliseconds>`: they sort by instant.
+    let row: Option<(String,)> = sqlx::query_as(
+        "SELECT idempotency_key FROM runs WHERE flow = ? AND idempotency_key LIKE 'cron:%' \
+         ORDER BY idempotency_key DESC LIMIT 1",
+    )
+    .bind(flow)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(key,)| key))
+}

@@ -15,6 +15,8 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Apply { files, server } => apply(&files, &server).await,
         Command::Flows { server } => print(&server, Client::new(&server)?.get("/flows").await?, flows_text),
         Command::Run(args) => trigger(args).await,
+        Command::Pause { flow, reason, server } => pause(&flow, "pause", reason, &server).await,
+        Command::Resume { flow, reason, server } => pause(&flow, "resume", reason, &server).await,
         Command::Runs { flow, status, limit, server } => {
             let mut query = format!("/runs?limit={limit}");
             if let Some(f) = flow {
@@ -90,6 +92,16 @@ async fn apply(files: &[std::path::PathBuf], server: &ServerArgs) -> Result<Exit
                     .join("\n")
             })
             .unwrap_or_default()
+    })
+}
+
+async fn pause(flow: &str, action: &str, reason: Option<String>, server: &ServerArgs) -> Result<ExitCode> {
+    let body = Body::Json(json!({"reason": reason}));
+    let reply =
+        Client::new(server)?.call(Method::POST, &format!("/flows/{flow}/{action}"), Some(body), &[]).await?;
+    print(server, reply.body, |b| {
+        let state = if b["paused"] == json!(true) { "paused" } else { "resumed" };
+        format!("flow {} {state}", str_of(&b["flow"]))
     })
 }
 
