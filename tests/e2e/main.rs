@@ -3,6 +3,7 @@
 
 mod api;
 mod cli;
+mod governance;
 mod recovery;
 mod semantics;
 mod support;

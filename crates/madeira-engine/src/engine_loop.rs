@@ -30,6 +30,7 @@ pub(crate) struct Parts {
     pub store: Arc<dyn Store>,
     pub executors: Arc<Executors>,
     pub observers: Vec<Arc<dyn EngineObserver>>,
+    pub throttle_view: crate::throttle::ThrottleView,
     pub options: EngineOptions,
     pub rx: mpsc::Receiver<Envelope>,
     pub tx: mpsc::Sender<Envelope>,
@@ -166,8 +167,12 @@ impl Engine {
         touched.extend(work.batch.attempts.iter().map(|a| a.run_id.clone()));
         touched.sort();
         touched.dedup();
-        for (flow, node) in work.acquired {
-            self.throttle.release(&flow, node);
+        for (flow, node, run_id) in work.acquired {
+            if let Some(waiter) = self.throttle.release(&flow, node, &run_id) {
+                // It was handed the permit in a batch that never happened: put it back.
+                self.throttle.release(&flow, node, &waiter.run_id);
+                self.throttle.enqueue(&flow, waiter);
+            }
         }
         for run_id in &touched {
             self.runs.remove(run_id);
@@ -276,7 +281,7 @@ impl Engine {
                 Action::Ready { node } => self.on_ready(run_id, node, Instant::now(), work),
                 Action::ReleasePermit { node } => {
                     if flow.nodes[node].throttle.is_some() {
-                        self.release_permit(&flow.name, node, &flow.nodes[node].id, work);
+                        self.release_permit(&flow.name, node, run_id, &flow.nodes[node].id, work);
                     }
                 }
                 Action::Execute { node, attempt, .. } => {
@@ -297,33 +302,35 @@ impl Engine {
         };
         let flow = snap.flow.clone();
         if let Some(throttle) = flow.nodes[node].throttle {
-            if !self.throttle.try_acquire(&flow.name, node, throttle.max_permits) {
+            if !self.throttle.try_acquire(&flow.name, node, run_id, throttle.max_permits) {
                 let waiter = Waiter { run_id: run_id.to_string(), node, ready_at };
                 self.throttle.enqueue(&flow.name, waiter);
                 work.throttled.insert((flow.name.clone(), node), flow.nodes[node].id.clone());
                 return;
             }
-            work.acquired.push((flow.name.clone(), node));
+            work.acquired.push((flow.name.clone(), node, run_id.to_string()));
             work.throttled.insert((flow.name.clone(), node), flow.nodes[node].id.clone());
         }
         work.ready_at.insert((run_id.to_string(), node), ready_at);
         if let Err(e) = self.apply(run_id, Command::Dispatch { node }, "engine", work) {
             debug!(run_id = %run_id, error = %e, "dispatch not applied");
             if flow.nodes[node].throttle.is_some() {
-                self.release_permit(&flow.name, node, &flow.nodes[node].id, work);
+                self.release_permit(&flow.name, node, run_id, &flow.nodes[node].id, work);
             }
         }
     }
 
-    /// Gives a permit back, handing it straight to the next waiter that still
-    /// wants it.
-    fn release_permit(&mut self, flow: &str, node: usize, name: &str, work: &mut Work) {
+    /// `run_id` gives its permit back, which goes straight to the next waiter that
+    /// still wants it.
+    fn release_permit(&mut self, flow: &str, node: usize, run_id: &str, name: &str, work: &mut Work) {
         work.throttled.insert((flow.to_string(), node), name.to_string());
-        while let Some(waiter) = self.throttle.release(flow, node) {
+        let mut holder = run_id.to_string();
+        while let Some(waiter) = self.throttle.release(flow, node, &holder) {
             work.ready_at.insert((waiter.run_id.clone(), node), waiter.ready_at);
             if self.apply(&waiter.run_id, Command::Dispatch { node }, "engine", work).is_ok() {
                 return;
             }
+            holder = waiter.run_id;
         }
     }
 
@@ -480,6 +487,13 @@ impl Engine {
     }
 
     fn notify_observers(&self, work: &Work) {
+        for ((flow, node), name) in &work.throttled {
+            let state = crate::throttle::ThrottleState {
+                in_use: self.throttle.in_use(flow, *node),
+                waiting: self.throttle.waiting_runs(flow, *node),
+            };
+            self.p.throttle_view.set(flow, name, state);
+        }
         if self.p.observers.is_empty() {
             return;
         }

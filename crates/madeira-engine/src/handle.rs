@@ -23,6 +23,7 @@ pub struct EngineHandle {
     stats: Arc<EngineStats>,
     /// Names of flows whose definition or pause state changed (for the scheduler).
     flow_changes: broadcast::Sender<String>,
+    throttle_view: crate::ThrottleView,
 }
 
 #[derive(Debug, Clone)]
@@ -86,9 +87,10 @@ impl EngineHandle {
         flows: FlowCache,
         events: broadcast::Sender<RunEvent>,
         stats: Arc<EngineStats>,
+        throttle_view: crate::ThrottleView,
     ) -> Self {
         let (flow_changes, _) = broadcast::channel(4096);
-        Self { tx, create, store, flows, events, stats, flow_changes }
+        Self { tx, create, store, flows, events, stats, flow_changes, throttle_view }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -97,6 +99,11 @@ impl EngineHandle {
 
     pub fn subscribe(&self) -> broadcast::Receiver<RunEvent> {
         self.events.subscribe()
+    }
+
+    /// Permits in use and waiting runs of a throttled node.
+    pub fn throttle_state(&self, flow: &str, node: &str) -> crate::ThrottleState {
+        self.throttle_view.get(flow, node)
     }
 
     pub fn stats(&self) -> &EngineStats {
@@ -231,6 +238,17 @@ impl EngineHandle {
                 madeira_core::OnOverlap::Skip => Overlap::Skip,
                 madeira_core::OnOverlap::CancelPrevious => Overlap::CancelPrevious,
             },
+            throttles: def
+                .nodes
+                .iter()
+                .filter_map(|n| {
+                    n.throttle.map(|t| madeira_store::ThrottleClaim {
+                        node: n.id.clone(),
+                        max_permits: t.max_permits,
+                        queue_size: t.queue_size,
+                    })
+                })
+                .collect(),
             actor: req.actor.clone(),
             now_ms: now_ms(),
         };
@@ -240,6 +258,9 @@ impl EngineHandle {
         match answer.await.map_err(|_| EngineError::ShuttingDown)?? {
             CreateOutcome::Existing { run_id, version } => {
                 Ok(TriggerOutcome { run_id, flow: req.flow, version, created: false })
+            }
+            CreateOutcome::Throttled { node, claims, max_permits, queue_size } => {
+                Err(EngineError::QueueFull { flow: req.flow, node, claims, max_permits, queue_size })
             }
             CreateOutcome::Skipped { active } => {
                 Err(EngineError::OverlapSkipped { flow: req.flow, active: active.len() })

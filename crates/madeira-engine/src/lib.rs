@@ -34,6 +34,7 @@ pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, Tr
 pub use observer::{AttemptOutcome, EngineObserver};
 pub use scheduler::Scheduler;
 pub use stats::{EngineStats, StatsSnapshot};
+pub use throttle::{ThrottleState, ThrottleView};
 
 /// Engine settings (from the server config).
 #[derive(Debug, Clone)]
@@ -82,6 +83,11 @@ pub enum EngineError {
     Refused { run: String, refusal: madeira_core::Refusal },
     #[error("flow {flow} already has {active} active run(s) and on_overlap is skip")]
     OverlapSkipped { flow: String, active: usize },
+    #[error(
+        "flow {flow}: node {node} is full ({claims} runs hold or wait for its {max_permits} permits, queue_size \
+         {queue_size}); retry later or raise throttle.queue_size"
+    )]
+    QueueFull { flow: String, node: String, claims: u32, max_permits: u32, queue_size: u32 },
     #[error("flow {0} is observe-only: its runs are reported by `madeira exec`, never dispatched")]
     ObserveOnly(String),
     #[error("flow {flow}: routing: {message}")]
@@ -117,13 +123,22 @@ pub fn build(
     let (events, _) = broadcast::channel(16_384);
     let flows = FlowCache::default();
     let stats = Arc::new(EngineStats::default());
-    let handle =
-        EngineHandle::new(tx.clone(), create_tx, store.clone(), flows.clone(), events.clone(), stats.clone());
+    let throttle_view = ThrottleView::default();
+    let handle = EngineHandle::new(
+        tx.clone(),
+        create_tx,
+        store.clone(),
+        flows.clone(),
+        events.clone(),
+        stats.clone(),
+        throttle_view.clone(),
+    );
     let engine = Engine::new(engine_loop::Parts {
         creator: Some(create_rx),
         store,
         executors: Arc::new(executors),
         observers,
+        throttle_view,
         options,
         rx,
         tx,

@@ -73,6 +73,11 @@ impl From<EngineError> for ApiError {
                 Self::new(StatusCode::CONFLICT, "overlap_skipped", message)
                     .with_details(json!({"active": active}))
             }
+            EngineError::QueueFull { ref node, max_permits, queue_size, .. } => {
+                let details = json!({"node": node, "max_permits": max_permits, "queue_size": queue_size,
+                                     "retry_after_seconds": 1});
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "queue_full", message).with_details(details)
+            }
             EngineError::ObserveOnly(_) => Self::new(StatusCode::CONFLICT, "observe_only", message),
             EngineError::Routing { .. } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "routing", message),
             EngineError::ShuttingDown => Self::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", message),

@@ -37,6 +37,8 @@ pub trait Store: Send + Sync + 'static {
     async fn get_flow(&self, name: &str) -> Result<Option<FlowRecord>>;
     async fn list_flows(&self) -> Result<Vec<FlowRecord>>;
     async fn flow_version(&self, name: &str, version: u32) -> Result<Option<FlowVersion>>;
+    /// Every stored version of a flow, oldest first.
+    async fn flow_versions(&self, name: &str) -> Result<Vec<FlowVersion>>;
     async fn set_paused(&self, name: &str, paused: bool, now_ms: i64) -> Result<bool>;
 
     /// Creates a run (QUEUED, or RUNNING when `max_active_runs` leaves room) with

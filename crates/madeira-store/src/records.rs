@@ -50,8 +50,18 @@ pub struct NewRun {
     /// 0 = unlimited.
     pub max_active_runs: u32,
     pub overlap: Overlap,
+    /// Throttled nodes of the flow: the run is refused when one of them already has
+    /// `max_permits + queue_size` claims (running, waiting, or still to come).
+    pub throttles: Vec<ThrottleClaim>,
     pub actor: String,
     pub now_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThrottleClaim {
+    pub node: String,
+    pub max_permits: u32,
+    pub queue_size: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +79,13 @@ pub enum CreateOutcome {
     /// `on_overlap: skip` and the flow is at `max_active_runs`.
     Skipped {
         active: Vec<String>,
+    },
+    /// A throttled node's queue is full; nothing was stored.
+    Throttled {
+        node: String,
+        claims: u32,
+        max_permits: u32,
+        queue_size: u32,
     },
 }
 

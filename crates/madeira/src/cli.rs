@@ -98,8 +98,10 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// List flows.
+    /// List flows, or a flow's version history.
     Flows {
+        #[command(subcommand)]
+        command: Option<FlowsCommand>,
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -203,6 +205,18 @@ pub struct NodeActionArgs {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum FlowsCommand {
+    /// The versions of a flow; `--diff A B` shows what changed between two.
+    History {
+        name: String,
+        #[arg(long, num_args = 2, value_names = ["A", "B"])]
+        diff: Option<Vec<u32>>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum CronCommand {
     /// Print the next fire instants of a cron expression.
     Next {
@@ -227,6 +241,9 @@ pub struct BenchArgs {
     /// Concurrent runs in the settlement scenario.
     #[arg(long, default_value_t = 500)]
     pub runs: usize,
+    /// Cron flows in the cron scenario (all firing at the same instant).
+    #[arg(long, default_value_t = 10_000)]
+    pub flows: usize,
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
 }

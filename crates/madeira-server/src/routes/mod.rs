@@ -19,6 +19,8 @@ pub fn router(state: AppState) -> Router {
         .route("/flows", get(flows::list))
         .route("/flows/{name}", get(flows::get).put(flows::put))
         .route("/flows/{name}/runs", post(runs::trigger))
+        .route("/flows/{name}/versions", get(flows::versions))
+        .route("/flows/{name}/versions/{version}", get(flows::version))
         .route("/flows/{name}/{action}", post(triggers::pause))
         .route("/events", post(triggers::event))
         .route("/runs", get(runs::list))

@@ -123,7 +123,22 @@ pub async fn show(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
     let def = state.engine.flow(&stored.run.flow, Some(stored.run.version)).await?;
-    Ok(Json(views::run_detail(&stored, &def)))
+    let mut view = views::run_detail(&stored, &def);
+    for node in def.nodes.iter().filter(|n| n.throttle.is_some()) {
+        let (Some(throttle), Some(entry)) = (node.throttle, view["nodes"].get_mut(&node.id)) else {
+            continue;
+        };
+        let live = state.engine.throttle_state(&def.name, &node.id);
+        let position = live.waiting.iter().position(|r| *r == id).map(|p| p + 1);
+        entry["throttle"] = json!({
+            "max_permits": throttle.max_permits,
+            "queue_size": throttle.queue_size,
+            "permits_in_use": live.in_use,
+            "queue_depth": live.waiting.len(),
+            "queue_position": position,
+        });
+    }
+    Ok(Json(view))
 }
 
 pub async fn cancel(

@@ -64,6 +64,9 @@ impl Store for SqliteStore {
     async fn flow_version(&self, name: &str, version: u32) -> Result<Option<FlowVersion>> {
         flows::flow_version(&self.read, name, version).await
     }
+    async fn flow_versions(&self, name: &str) -> Result<Vec<FlowVersion>> {
+        flows::flow_versions(&self.read, name).await
+    }
     async fn set_paused(&self, name: &str, paused: bool, now_ms: i64) -> Result<bool> {
         flows::set_paused(&self.write, name, paused, now_ms).await
     }

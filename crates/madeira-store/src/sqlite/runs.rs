@@ -1,6 +1,8 @@
 //! Run creation (idempotency key and `on_overlap` decided inside one transaction),
 //! promotion of queued runs, logs and retention.
 
+use std::collections::HashMap;
+
 use madeira_core::{RunCause, RunState};
 use sqlx::{QueryBuilder, Sqlite, SqlitePool, Transaction};
 
@@ -12,14 +14,23 @@ pub(super) const CHUNK: usize = 500;
 pub(super) async fn create_runs(pool: &SqlitePool, runs: &[NewRun]) -> Result<Vec<CreateOutcome>> {
     let mut tx = pool.begin().await?;
     let mut outcomes = Vec::with_capacity(runs.len());
+    let mut claims = HashMap::new();
     for run in runs {
-        outcomes.push(create_in(&mut tx, run).await?);
+        outcomes.push(create_in(&mut tx, run, &mut claims).await?);
     }
     tx.commit().await?;
     Ok(outcomes)
 }
 
-async fn create_in(tx: &mut Transaction<'_, Sqlite>, run: &NewRun) -> Result<CreateOutcome> {
+/// Claims on throttled `(flow, node)`, counted once per transaction and then kept
+/// up to date as runs are created in it (this transaction is the only writer).
+type Claims = HashMap<(String, String), i64>;
+
+async fn create_in(
+    tx: &mut Transaction<'_, Sqlite>,
+    run: &NewRun,
+    cache: &mut Claims,
+) -> Result<CreateOutcome> {
     if let Some(key) = &run.idempotency_key {
         let existing: Option<(String, i64)> =
             sqlx::query_as("SELECT id, version FROM runs WHERE flow = ? AND idempotency_key = ?")
@@ -29,6 +40,33 @@ async fn create_in(tx: &mut Transaction<'_, Sqlite>, run: &NewRun) -> Result<Cre
                 .await?;
         if let Some((run_id, version)) = existing {
             return Ok(CreateOutcome::Existing { run_id, version: version as u32 });
+        }
+    }
+    for claim in &run.throttles {
+        let key = (run.flow.clone(), claim.node.clone());
+        let claims = match cache.get(&key) {
+            Some(n) => *n,
+            None => {
+                let (n,): (i64,) = sqlx::query_as(
+                    "SELECT COUNT(*) FROM nodes n JOIN runs r ON r.id = n.run_id \
+                     WHERE r.flow = ? AND r.state IN ('RUNNING', 'QUEUED') AND n.node = ? \
+                     AND n.state IN ('INIT', 'RETRYING', 'RUNNING')",
+                )
+                .bind(&run.flow)
+                .bind(&claim.node)
+                .fetch_one(&mut **tx)
+                .await?;
+                cache.insert(key.clone(), n);
+                n
+            }
+        };
+        if claims >= i64::from(claim.max_permits) + i64::from(claim.queue_size) {
+            return Ok(CreateOutcome::Throttled {
+                node: claim.node.clone(),
+                claims: claims as u32,
+                max_permits: claim.max_permits,
+                queue_size: claim.queue_size,
+            });
         }
     }
     let (active, room) = if run.max_active_runs == 0 {
@@ -85,6 +123,9 @@ async fn create_in(tx: &mut Transaction<'_, Sqlite>, run: &NewRun) -> Result<Cre
     record_run_transition(tx, &run.id, None, RunState::Queued, "created", &run.actor, run.now_ms).await?;
     if state == RunState::Running {
         started(tx, &run.id, &run.actor, run.now_ms).await?;
+    }
+    for claim in &run.throttles {
+        *cache.entry((run.flow.clone(), claim.node.clone())).or_default() += 1;
     }
     Ok(CreateOutcome::Created { run_id: run.id.clone(), state, cancel_previous })
 }

@@ -23,6 +23,7 @@ fn new_run(id: &str, key: Option<&str>, max: u32, overlap: Overlap) -> NewRun {
         node_names: vec!["a".into(), "b".into()],
         max_active_runs: max,
         overlap,
+        throttles: Vec::new(),
         actor: "test".into(),
         now_ms: 10,
     }

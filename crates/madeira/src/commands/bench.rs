@@ -35,7 +35,11 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
             "chain" => one_run(&engine, "bench-chain", &chain_flow(100), 100).await?,
             "fanout" => one_run(&engine, "bench-fanout", &fanout_flow(1000), 1001).await?,
             "settlement" => settlement(&engine, args.runs).await?,
-            other => bail!("unknown scenario `{other}`: use idle, chain, fanout or settlement"),
+            "cron" => cron(&engine, args.flows).await?,
+            "throttle" => throttle(&engine, 1000).await?,
+            other => {
+                bail!("unknown scenario `{other}`: use idle, chain, fanout, settlement, throttle or cron")
+            }
         };
         if args.output == Output::Text {
             print_result(&result);
@@ -139,6 +143,88 @@ async fn settlement(engine: &EngineHandle, runs: usize) -> Result<Value> {
     Ok(report("settlement", engine, before, wall, 8 * runs, runs))
 }
 
+/// `flows` flows all firing at second 0 of every minute: the lateness of their
+/// runs' start after the first minute boundary once all are loaded, and the RSS
+/// with all of them scheduled.
+async fn cron(engine: &EngineHandle, flows: usize) -> Result<Value> {
+    let started = Instant::now();
+    for i in 0..flows {
+        let yaml = format!(
+            "flow: cron-{i}\ntriggers:\n  - cron: \"0 * * * * *\"\n    misfire: skip\nnodes:\n  a: {{run: {{builtin: noop}}}}\n"
+        );
+        engine.apply_flow(&format!("cron-{i}.yaml"), &yaml).await?;
+    }
+    let applied = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await; // let the scheduler finish loading
+    let rss_loaded_mb = rss_kb("VmRSS") as f64 / 1024.0;
+    let now = chrono::Utc::now();
+    let boundary = now + chrono::Duration::seconds(60 - i64::from(chrono::Timelike::second(&now)));
+    let boundary = chrono::DurationRound::duration_trunc(boundary, chrono::Duration::minutes(1))?;
+    let key_suffix = boundary.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let deadline = Instant::now() + Duration::from_secs(200);
+    let lateness = loop {
+        let query = madeira_store::RunQuery { limit: (flows * 3) as u32, ..Default::default() };
+        let runs = engine.store().list_runs(&query).await?;
+        let of_tick: Vec<_> = runs
+            .iter()
+            .filter(|r| r.idempotency_key.as_deref().is_some_and(|k| k.ends_with(&key_suffix)))
+            .collect();
+        if of_tick.len() >= flows && of_tick.iter().all(|r| r.started_at.is_some()) {
+            let tick_ms = boundary.timestamp_millis();
+            let mut late: Vec<i64> =
+                of_tick.iter().filter_map(|r| r.started_at.map(|s| s - tick_ms)).collect();
+            late.sort_unstable();
+            break late;
+        }
+        if Instant::now() > deadline {
+            bail!("only {} of {flows} runs for {key_suffix} after 200 s", of_tick.len());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let pct = |p: f64| lateness[((lateness.len() as f64 * p) as usize).min(lateness.len() - 1)];
+    Ok(json!({
+        "scenario": "cron",
+        "flows": flows,
+        "apply_s": applied.as_secs_f64(),
+        "rss_with_flows_loaded_mb": rss_loaded_mb,
+        "lateness_p50_ms": pct(0.50),
+        "lateness_p99_ms": pct(0.99),
+        "lateness_max_ms": lateness.last().copied().unwrap_or(0),
+    }))
+}
+
+/// `runs` runs contending for one node with `max_permits: 4`, against the same flow
+/// unthrottled: throughput, time in queue (ready → running), overhead per attempt.
+async fn throttle(engine: &EngineHandle, runs: usize) -> Result<Value> {
+    let mut results = Vec::new();
+    for (flow, throttle) in
+        [("bench-free", ""), ("bench-gated", "    throttle: {max_permits: 4, queue_size: 100000}\n")]
+    {
+        let yaml = format!("flow: {flow}\nnodes:\n  hot:\n{throttle}    run: {{builtin: noop}}\n");
+        engine.apply_flow(flow, &yaml).await?;
+        engine.stats().snapshot(true);
+        let mut events = engine.subscribe();
+        let started = Instant::now();
+        let ids = try_join_all((0..runs).map(|_| trigger(engine, flow))).await?;
+        wait_all(&mut events, ids.into_iter().collect()).await?;
+        let wall = started.elapsed();
+        let mut lat = engine.stats().snapshot(true).dispatch_latency_us;
+        lat.sort_unstable();
+        let p99 = lat.get((lat.len() * 99 / 100).min(lat.len().saturating_sub(1))).copied().unwrap_or(0);
+        results.push((wall, p99));
+    }
+    let (free, gated) = (results[0], results[1]);
+    Ok(json!({
+        "scenario": "throttle",
+        "runs": runs,
+        "throughput_runs_per_s": runs as f64 / gated.0.as_secs_f64(),
+        "queue_p99_ms": gated.1 as f64 / 1000.0,
+        "unthrottled_wall_ms": free.0.as_secs_f64() * 1000.0,
+        "throttled_wall_ms": gated.0.as_secs_f64() * 1000.0,
+        "overhead_per_attempt_us": (gated.0.as_secs_f64() - free.0.as_secs_f64()) * 1e6 / runs as f64,
+    }))
+}
+
 async fn idle() -> Result<Value> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     Ok(json!({"scenario": "idle", "rss_mb": rss_kb("VmRSS") as f64 / 1024.0}))
@@ -175,6 +261,30 @@ fn report(
 }
 
 fn print_result(r: &Value) {
+    if r["scenario"] == "cron" {
+        println!(
+            "cron        {} flows firing at one instant: start lateness p50 {} ms p99 {} ms max {} ms; RSS with all loaded {:.1} MB (applied in {:.1} s)",
+            r["flows"],
+            r["lateness_p50_ms"],
+            r["lateness_p99_ms"],
+            r["lateness_max_ms"],
+            r["rss_with_flows_loaded_mb"].as_f64().unwrap_or(0.0),
+            r["apply_s"].as_f64().unwrap_or(0.0)
+        );
+        return;
+    }
+    if r["scenario"] == "throttle" {
+        println!(
+            "throttle    {} runs on one node, max_permits 4: {:.0} runs/s, time in queue p99 {:.1} ms, throttle overhead {:.0} µs/attempt ({:.0} ms vs {:.0} ms unthrottled)",
+            r["runs"],
+            r["throughput_runs_per_s"].as_f64().unwrap_or(0.0),
+            r["queue_p99_ms"].as_f64().unwrap_or(0.0),
+            r["overhead_per_attempt_us"].as_f64().unwrap_or(0.0),
+            r["throttled_wall_ms"].as_f64().unwrap_or(0.0),
+            r["unthrottled_wall_ms"].as_f64().unwrap_or(0.0)
+        );
+        return;
+    }
     if r["scenario"] == "idle" {
         println!("idle        RSS {:.1} MB", r["rss_mb"].as_f64().unwrap_or(0.0));
         return;
