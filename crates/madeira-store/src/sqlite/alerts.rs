@@ -137,7 +137,8 @@ async fn open(pool: &SqlitePool) -> Result<OpenAlerts> {
 }
 
 async fn list(pool: &SqlitePool, query: &AlertQuery) -> Result<Vec<AlertRow>> {
-    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(format!("SELECT {ALERT_COLUMNS} FROM alerts WHERE 1=1"));
+    let mut q: QueryBuilder<Sqlite> =
+        QueryBuilder::new(format!("SELECT {ALERT_COLUMNS} FROM alerts WHERE 1=1"));
     if let Some(status) = &query.status {
         q.push(" AND status = ").push_bind(status);
     }
@@ -208,7 +209,13 @@ mod tests {
         }
     }
 
-    fn delivery(id: &str, alert: Option<&str>, kind: &str, status: &str, digest: Option<&str>) -> DeliveryRow {
+    fn delivery(
+        id: &str,
+        alert: Option<&str>,
+        kind: &str,
+        status: &str,
+        digest: Option<&str>,
+    ) -> DeliveryRow {
         DeliveryRow {
             id: id.into(),
             alert_id: alert.map(str::to_string),
