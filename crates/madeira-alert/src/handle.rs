@@ -42,6 +42,15 @@ impl AlertHandle {
         let _ = self.tx.send(Input::Resolve { key: key.to_string() });
     }
 
+    /// Waits until every event sent before this call has been aggregated and every
+    /// channel has done what is due now (tests and benchmarks step a manual clock
+    /// with it).
+    pub async fn settled(&self) -> Result<(), AlertError> {
+        let (reply, done) = oneshot::channel();
+        self.tx.send(Input::Settle(reply)).map_err(|_| AlertError::ShuttingDown)?;
+        done.await.map_err(|_| AlertError::ShuttingDown)
+    }
+
     /// Configured channels: name and type (never their URLs).
     pub fn channels(&self) -> Vec<Json> {
         self.channels.iter().map(|(name, kind)| json!({"name": name, "type": kind.as_str()})).collect()

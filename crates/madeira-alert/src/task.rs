@@ -28,6 +28,7 @@ pub(crate) enum Input {
     Raise(Raise),
     Resolve { key: String },
     Test { channel: String, reply: oneshot::Sender<TestOutcome> },
+    Settle(oneshot::Sender<()>),
 }
 
 pub struct AlertTask {
@@ -86,6 +87,7 @@ impl AlertTask {
     async fn process(&mut self, batch: Vec<Input>) {
         let now = self.shared.clock.now_ms();
         let mut out = Changes::default();
+        let mut settle = Vec::new();
         for input in batch {
             match input {
                 Input::Failed(f) => self.agg.failure(f, now, &mut out),
@@ -93,10 +95,33 @@ impl AlertTask {
                 Input::Raise(r) => self.agg.raise(r, now, &mut out),
                 Input::Resolve { key } => self.agg.resolve_key(&key, now, &mut out),
                 Input::Test { channel, reply } => self.test(channel, reply, now),
+                Input::Settle(reply) => settle.push(reply),
             }
         }
         self.agg.flush_due(now, &mut out);
         self.apply(out).await;
+        for reply in settle {
+            self.settle_workers(reply);
+        }
+    }
+
+    /// Answers `reply` once every worker has handled what it was given so far.
+    fn settle_workers(&self, reply: oneshot::Sender<()>) {
+        let acks: Vec<_> = self
+            .workers
+            .values()
+            .map(|worker| {
+                let (tx, rx) = oneshot::channel();
+                let _ = worker.send(WorkerMsg::Settle(tx));
+                rx
+            })
+            .collect();
+        tokio::spawn(async move {
+            for ack in acks {
+                let _ = ack.await;
+            }
+            let _ = reply.send(());
+        });
     }
 
     fn test(&self, channel: String, reply: oneshot::Sender<TestOutcome>, now: i64) {

@@ -59,6 +59,8 @@ pub(crate) enum WorkerMsg {
     Deliver(Vec<Queued>),
     /// An alert already firing (after a restart), for Alertmanager's re-sends.
     Track(Arc<Alert>),
+    /// Answer once everything received before is done and nothing is due now.
+    Settle(oneshot::Sender<()>),
 }
 
 pub(crate) struct Worker {
@@ -72,6 +74,7 @@ pub(crate) struct Worker {
     failures: u32,
     firing: BTreeMap<String, Arc<Alert>>,
     next_resend: i64,
+    settle: Vec<oneshot::Sender<()>>,
 }
 
 impl Worker {
@@ -94,6 +97,7 @@ impl Worker {
             failures: 0,
             firing: BTreeMap::new(),
             next_resend: 0,
+            settle: Vec::new(),
         };
         (worker, tx)
     }
@@ -109,6 +113,9 @@ impl Worker {
             if wake.is_some_and(|t| t <= now) {
                 self.step(now).await;
                 continue;
+            }
+            for waiter in self.settle.drain(..) {
+                let _ = waiter.send(());
             }
             let sleep = match wake {
                 Some(at) => self.shared.clock.sleep_until(at),
@@ -142,6 +149,7 @@ impl Worker {
                     }
                 }
             }
+            WorkerMsg::Settle(waiter) => self.settle.push(waiter),
             WorkerMsg::Track(alert) => {
                 if self.spec.kind.batches() {
                     self.firing.insert(alert.id.clone(), alert);
