@@ -28,11 +28,19 @@ pub struct AppState {
     pub auth: Arc<AuthConfig>,
     /// Flips once (migrations ran, store answered): `/readyz` answers 200 after it.
     pub ready: Arc<AtomicBool>,
+    /// Alerting (`GET /alerts`, `POST /alerts/test`); `None` answers 503 there.
+    pub alerts: Option<madeira_alert::AlertHandle>,
 }
 
 impl AppState {
     pub fn new(engine: EngineHandle, auth: AuthConfig) -> Self {
-        Self { engine, auth: Arc::new(auth), ready: Arc::new(AtomicBool::new(false)) }
+        Self { engine, auth: Arc::new(auth), ready: Arc::new(AtomicBool::new(false)), alerts: None }
+    }
+
+    /// Serves the alert endpoints from `alerts`.
+    pub fn with_alerts(mut self, alerts: madeira_alert::AlertHandle) -> Self {
+        self.alerts = Some(alerts);
+        self
     }
 
     pub fn mark_ready(&self) {

@@ -126,6 +126,9 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Alerts (firing, resolved) with each delivery's status; `alerts test CHANNEL`
+    /// sends a test message.
+    Alerts(AlertsArgs),
     /// The audit log of operator actions.
     Audit {
         #[arg(long)]
@@ -186,6 +189,32 @@ pub struct NodeActionArgs {
     pub server: ServerArgs,
 }
 
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct AlertsArgs {
+    #[command(subcommand)]
+    pub command: Option<AlertsCommand>,
+    /// pending, firing or resolved.
+    #[arg(long)]
+    pub status: Option<String>,
+    #[arg(long)]
+    pub flow: Option<String>,
+    #[arg(long, default_value_t = 20)]
+    pub limit: u32,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AlertsCommand {
+    /// Send a test message on a channel now.
+    Test {
+        channel: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 pub enum CronCommand {
     /// Print the next fire instants of a cron expression.
@@ -205,7 +234,7 @@ pub enum CronCommand {
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Which scenarios to run.
+    /// Which scenarios to run (also: `alerts`, 10,000 failure events through alert aggregation).
     #[arg(long, value_delimiter = ',', default_value = "idle,chain,fanout,settlement")]
     pub scenarios: Vec<String>,
     /// Concurrent runs in the settlement scenario.
