@@ -19,9 +19,11 @@ use crate::channel::{self, Answer, Outgoing};
 use crate::clock::Clock;
 use crate::config::ChannelSpec;
 use crate::metrics::AlertMetrics;
-use crate::model::{Alert, AlertStatus};
+use crate::model::Alert;
 use crate::render::{Content, Mentions};
 use crate::window::Window;
+
+mod batch;
 
 /// What every worker shares.
 pub(crate) struct Shared {
@@ -275,68 +277,6 @@ impl Worker {
         }
     }
 
-    async fn send_batch(&mut self, now: i64) {
-        let mut items: Vec<Queued> = self.queue.drain(..).collect();
-        for q in &items {
-            if let Item::Alert(alert) = &q.item {
-                match alert.status {
-                    AlertStatus::Resolved => self.firing.remove(&alert.id),
-                    _ => self.firing.insert(alert.id.clone(), alert.clone()),
-                };
-            }
-        }
-        let mut alerts: Vec<Arc<Alert>> = items
-            .iter()
-            .filter_map(|q| match &q.item {
-                Item::Alert(a) if a.status == AlertStatus::Resolved => Some(a.clone()),
-                _ => None,
-            })
-            .collect();
-        alerts.extend(self.firing.values().cloned());
-        let answer = self.post(&Content::Digest(alerts), &Mentions::default(), now).await;
-        let delivered = answer == Answer::Ok;
-        let mut rows = Vec::new();
-        let mut give_up = false;
-        for q in &mut items {
-            if delivered {
-                self.count_sent(q);
-            }
-            give_up |= self.record(&mut q.row, &answer, now);
-            rows.push(q.row.clone());
-        }
-        if items.is_empty() {
-            self.record(&mut DeliveryRow::default_for(&self.spec.name, now), &answer, now);
-        }
-        if delivered || items.is_empty() {
-            self.next_resend = now + self.shared.resend_every_ms;
-        }
-        self.save(rows).await;
-        if !delivered && !give_up {
-            self.queue.extend(items.into_iter().filter(|q| q.row.status == "pending"));
-        }
-    }
-
-    async fn send_test(&mut self, mut q: Queued, now: i64) {
-        let answer = self.post(&Content::Test { channel: self.spec.name.clone() }, &q.mentions, now).await;
-        let (delivered, error) = match &answer {
-            Answer::Ok => (true, None),
-            Answer::SlowDown(e) | Answer::Failed(e) => (false, Some(self.spec.scrubber.scrub(e))),
-        };
-        q.row.attempts += 1;
-        q.row.status = if delivered { "sent" } else { "failed" }.into();
-        q.row.sent_at = delivered.then_some(now);
-        q.row.last_error = error.clone();
-        if delivered {
-            self.shared.metrics.sent(&self.spec.name, "test", 1);
-        } else {
-            self.shared.metrics.failure(&self.spec.name);
-        }
-        self.save(vec![q.row.clone()]).await;
-        if let Item::Test(reply) = q.item {
-            let _ = reply.send(TestOutcome { channel: self.spec.name.clone(), delivered, error });
-        }
-    }
-
     /// Updates a delivery after an attempt and the channel's backoff; returns true
     /// when the delivery is given up.
     fn record(&mut self, row: &mut DeliveryRow, answer: &Answer, now: i64) -> bool {
@@ -346,8 +286,6 @@ impl Worker {
                 row.status = "sent".into();
                 row.sent_at = Some(now);
                 row.last_error = None;
-                self.failures = 0;
-                self.blocked_until = 0;
                 false
             }
             Answer::SlowDown(e) | Answer::Failed(e) => {
@@ -390,7 +328,10 @@ impl Worker {
     fn after(&mut self, answer: &Answer, now: i64) {
         let channel = &self.spec.name;
         match answer {
-            Answer::Ok => {}
+            Answer::Ok => {
+                self.failures = 0;
+                self.blocked_until = 0;
+            }
             Answer::SlowDown(e) => {
                 self.failures += 1;
                 self.blocked_until = now + self.window_ms();
@@ -420,7 +361,7 @@ impl Worker {
     fn count_sent(&self, q: &Queued) {
         let m = &self.shared.metrics;
         match &q.item {
-            Item::Alert(a) if q.row.kind == "resolved" => m.sent(&self.spec.name, "resolved", 1),
+            Item::Alert(_) if q.row.kind == "resolved" => m.sent(&self.spec.name, "resolved", 1),
             Item::Alert(a) => m.sent(&self.spec.name, a.severity.as_str(), 1),
             Item::Digest(members) => members.iter().for_each(|member| self.count_sent(member)),
             Item::Test(_) => m.sent(&self.spec.name, "test", 1),
@@ -483,26 +424,4 @@ fn describe(e: reqwest::Error) -> String {
         text.push_str(" (cannot connect)");
     }
     text
-}
-
-trait DefaultFor {
-    fn default_for(channel: &str, now: i64) -> Self;
-}
-
-impl DefaultFor for DeliveryRow {
-    /// A throwaway row for a re-send that has no delivery of its own.
-    fn default_for(channel: &str, now: i64) -> Self {
-        DeliveryRow {
-            id: String::new(),
-            alert_id: None,
-            channel: channel.to_string(),
-            kind: "resend".into(),
-            status: "pending".into(),
-            attempts: 0,
-            last_error: None,
-            digest_id: None,
-            created_at: now,
-            sent_at: None,
-        }
-    }
 }
