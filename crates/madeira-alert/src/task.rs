@@ -187,7 +187,7 @@ impl AlertTask {
         queued: &mut HashMap<String, Vec<Queued>>,
     ) {
         let routes = self.router.route(&alert);
-        if routes.is_empty() {
+        if routes.is_empty() && !self.workers.is_empty() {
             info!(alert = %alert.id, summary = %alert.summary, "alert matches no route; recorded only");
         }
         for (channel, mentions) in routes {

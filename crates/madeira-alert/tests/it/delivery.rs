@@ -186,3 +186,35 @@ async fn test_message_reaches_the_channel_and_unknown_channels_are_named() {
     assert_eq!(e.to_string(), "no alert channel named `nope`; configured channels: hook");
     h.stop().await;
 }
+
+#[tokio::test]
+async fn other_sources_raise_warnings_that_group_by_key_and_resolve() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hook = Receiver::start(Mode::Ok).await;
+    let config = json!({"group_wait": "2s", "channels": [{"name": "hook", "type": "webhook", "url": hook.url("/h")}],
+        "routes": [{"severity": "warning", "channels": ["hook"]}]});
+    let h = Harness::start(dir.path(), settings(config, &[]), clock()).await;
+    let raise = || madeira_alert::Raise {
+        key: "sidecar_lost|billing".into(),
+        alertname: "MadeiraSidecarLost".into(),
+        severity: madeira_alert::Severity::Warning,
+        flow: None,
+        node: None,
+        labels: Default::default(),
+        summary: "sidecar group billing: no heartbeat for 30s".into(),
+        description: Some("host pay-01 stopped answering".into()),
+        run_id: None,
+    };
+    h.handle.raise(raise());
+    h.handle.raise(raise());
+    h.advance(3 * SEC, SEC).await;
+    wait_for("one warning", || hook.count() == 1).await;
+    let alert = &hook.delivered()[0].body["alerts"][0];
+    assert_eq!((&alert["severity"], &alert["count"]), (&json!("warning"), &json!(2)));
+    assert_eq!(alert["alertname"], "MadeiraSidecarLost");
+    h.handle.resolve("sidecar_lost|billing");
+    h.advance(SEC, SEC).await;
+    wait_for("resolved", || hook.count() == 2).await;
+    assert_eq!(hook.delivered()[1].body["kind"], "resolved");
+    h.stop().await;
+}
