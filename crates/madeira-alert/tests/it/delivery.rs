@@ -218,3 +218,43 @@ async fn other_sources_raise_warnings_that_group_by_key_and_resolve() {
     assert_eq!(hook.delivered()[1].body["kind"], "resolved");
     h.stop().await;
 }
+
+#[tokio::test]
+async fn an_overdue_confirmation_warns_and_its_answer_resolves() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hook = Receiver::start(Mode::Ok).await;
+    let config =
+        json!({"group_wait": "1s", "channels": [{"name": "hook", "type": "webhook", "url": hook.url("/h")}]});
+    let h = Harness::start(dir.path(), settings(config, &[]), clock()).await;
+    let yaml = "flow: approve\nlabels: {team: fin}\nnodes:\n  prep: {run: {builtin: noop}}\n  confirm: {needs: [prep], manual: {prompt: check the diff, alert_after: 1h}}\n";
+    let flow = std::sync::Arc::new(madeira_core::spec::parse_flow("approve.yaml", yaml).expect("flow"));
+    let mut snap = madeira_core::RunSnapshot::new("run-9".into(), flow, json!({}));
+    drive(&mut snap, Command::Start, &HashMap::new());
+    assert_eq!(snap.nodes[1].state, NodeState::ManualConfirm);
+    let observer = h.handle.observer();
+    observer.confirm_overdue(&snap, "confirm");
+    h.advance(2 * SEC, SEC).await;
+    wait_for("the warning", || hook.count() == 1).await;
+    let alert = &hook.delivered()[0].body["alerts"][0];
+    assert_eq!(
+        (&alert["alertname"], &alert["severity"]),
+        (&json!("MadeiraConfirmOverdue"), &json!("warning"))
+    );
+    assert_eq!((&alert["node"], &alert["description"]), (&json!("confirm"), &json!("check the diff")));
+    let answered = madeira_engine::RunEvent {
+        run_id: "run-9".into(),
+        flow: "approve".into(),
+        node: Some("confirm".into()),
+        from: "MANUAL_CONFIRM".into(),
+        to: "SUCCESS".into(),
+        cause: "confirm".into(),
+        attempt: 0,
+        reason: None,
+        at_ms: 0,
+    };
+    observer.transitions(&[answered]);
+    h.advance(SEC, SEC).await;
+    wait_for("resolved", || hook.count() == 2).await;
+    assert_eq!(hook.delivered()[1].body["kind"], "resolved");
+    h.stop().await;
+}
