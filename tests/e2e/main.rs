@@ -1,6 +1,7 @@
 //! End-to-end tests: each starts the real `madeira` binary (`madeira dev` on a fresh
 //! data directory) and drives it over HTTP and the CLI.
 
+mod alerts;
 mod api;
 mod cli;
 mod governance;

@@ -30,6 +30,8 @@ pub struct AppState {
     /// Flips once (migrations ran, store answered): `/readyz` answers 200 after it.
     pub ready: Arc<AtomicBool>,
     pub rate_limits: Arc<ratelimit::RateLimits>,
+    /// Alerting (`GET /alerts`, `POST /alerts/test`); `None` answers 503 there.
+    pub alerts: Option<madeira_alert::AlertHandle>,
 }
 
 impl AppState {
@@ -39,7 +41,14 @@ impl AppState {
             auth: Arc::new(auth),
             ready: Arc::new(AtomicBool::new(false)),
             rate_limits: Arc::new(ratelimit::RateLimits::default()),
+            alerts: None,
         }
+    }
+
+    /// Serves the alert endpoints from `alerts`.
+    pub fn with_alerts(mut self, alerts: madeira_alert::AlertHandle) -> Self {
+        self.alerts = Some(alerts);
+        self
     }
 
     /// Takes one trigger from `flow`'s rate limit, or answers 429 with Retry-After.

@@ -3,11 +3,13 @@
 //! of SPEC §3: node/run state rows and their transition records are written in one
 //! database transaction, batched (group commit) by the engine.
 
+mod alerts;
 mod records;
 pub mod sqlite;
 
 use async_trait::async_trait;
 
+pub use alerts::*;
 pub use records::*;
 
 /// Errors of the store, with the entity they concern.

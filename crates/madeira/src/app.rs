@@ -7,10 +7,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use madeira_alert::{AlertHandle, AlertMetrics, SystemClock};
 use madeira_engine::{EngineHandle, EngineObserver, EngineOptions, Executors};
 use madeira_server::{AppState, AuthConfig};
-use madeira_store::Store;
 use madeira_store::sqlite::SqliteStore;
+use madeira_store::{AlertStore, Store};
+use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -30,13 +32,16 @@ pub struct PlaneOptions {
     pub auth: AuthConfig,
     /// Serve the API here (`None`: engine only).
     pub http: Option<SocketAddr>,
+    /// Alert channels and routes; without channels alerts are only recorded.
+    pub alerts: madeira_alert::Settings,
 }
 
-/// Opens the store named by `url` (`sqlite://…`).
-pub async fn open_store(url: &str) -> Result<Arc<dyn Store>> {
+/// Opens the store named by `url` (`sqlite://…`): run state, and the alert
+/// aggregate on the same database.
+pub async fn open_store(url: &str) -> Result<(Arc<dyn Store>, Arc<dyn AlertStore>)> {
     if url.starts_with("sqlite:") {
-        let store = SqliteStore::open(url).await.with_context(|| format!("opening store {url}"))?;
-        return Ok(Arc::new(store));
+        let store = Arc::new(SqliteStore::open(url).await.with_context(|| format!("opening store {url}"))?);
+        return Ok((store.clone(), store));
     }
     anyhow::bail!("store `{url}`: only sqlite:// is supported by this build; use sqlite:///path/madeira.db")
 }
@@ -50,21 +55,30 @@ pub fn sqlite_url_in(dir: &Path) -> Result<String> {
 
 impl ControlPlane {
     pub async fn start(options: PlaneOptions) -> Result<Self> {
-        let store = open_store(&options.store_url).await?;
+        let (store, alert_store) = open_store(&options.store_url).await?;
+        let listener = match options.http {
+            Some(addr) => {
+                Some(TcpListener::bind(addr).await.with_context(|| format!("binding HTTP {addr}"))?)
+            }
+            None => None,
+        };
+        let http_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
+        // The observability component will own this registry and serve it on /metrics;
+        // until then the counters work but are not exported.
+        let mut registry = Registry::default();
+        let (alert_task, alerts) = build_alerts(options.alerts, alert_store, http_addr, &mut registry)?;
+        let mut observers = options.observers;
+        observers.push(alerts.observer());
         let executors = Executors::new(options.engine.http.clone());
-        let observers = options.observers.clone();
-        let (engine, handle) = madeira_engine::build(store, executors, options.observers, options.engine);
+        let (engine, handle) = madeira_engine::build(store, executors, observers.clone(), options.engine);
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(engine.run(cancel.clone())));
+        tasks.push(tokio::spawn(alert_task.run(cancel.clone())));
         let scheduler = madeira_engine::Scheduler::new(handle.clone(), observers);
         tasks.push(tokio::spawn(scheduler.run(cancel.clone())));
-        let engine_cancel = cancel.clone();
-        tasks.push(tokio::spawn(engine.run(engine_cancel)));
-        let mut http_addr = None;
-        if let Some(addr) = options.http {
-            let listener = TcpListener::bind(addr).await.with_context(|| format!("binding HTTP {addr}"))?;
-            http_addr = Some(listener.local_addr()?);
-            let state = AppState::new(handle.clone(), options.auth);
+        if let Some(listener) = listener {
+            let state = AppState::new(handle.clone(), options.auth).with_alerts(alerts);
             state.mark_ready();
             let shutdown = cancel.clone();
             tasks.push(tokio::spawn(async move {
@@ -102,6 +116,28 @@ impl ControlPlane {
             let _ = task.await;
         }
     }
+}
+
+/// The alert component; run links default to the API's own address.
+fn build_alerts(
+    mut settings: madeira_alert::Settings,
+    store: Arc<dyn AlertStore>,
+    http_addr: Option<SocketAddr>,
+    registry: &mut Registry,
+) -> Result<(madeira_alert::AlertTask, AlertHandle)> {
+    if settings.external_url.is_none() {
+        match http_addr {
+            Some(addr) if !addr.ip().is_unspecified() => {
+                settings.external_url = Some(format!("http://{addr}"))
+            }
+            Some(_) if !settings.channels.is_empty() => {
+                tracing::warn!("alerts.external_url is not set: alert messages carry run ids without links")
+            }
+            _ => {}
+        }
+    }
+    let metrics = AlertMetrics::register(registry);
+    Ok(madeira_alert::build(settings, store, metrics, Arc::new(SystemClock))?)
 }
 
 /// Resolves on SIGINT or SIGTERM.

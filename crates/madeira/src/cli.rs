@@ -144,6 +144,9 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Alerts (firing, resolved) with each delivery's status; `alerts test CHANNEL`
+    /// sends a test message.
+    Alerts(AlertsArgs),
     /// The audit log of operator actions.
     Audit {
         #[arg(long)]
@@ -204,6 +207,32 @@ pub struct NodeActionArgs {
     pub server: ServerArgs,
 }
 
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct AlertsArgs {
+    #[command(subcommand)]
+    pub command: Option<AlertsCommand>,
+    /// pending, firing or resolved.
+    #[arg(long)]
+    pub status: Option<String>,
+    #[arg(long)]
+    pub flow: Option<String>,
+    #[arg(long, default_value_t = 20)]
+    pub limit: u32,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AlertsCommand {
+    /// Send a test message on a channel now.
+    Test {
+        channel: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 pub enum FlowsCommand {
     /// The versions of a flow; `--diff A B` shows what changed between two.
@@ -235,7 +264,7 @@ pub enum CronCommand {
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Which scenarios to run.
+    /// Which scenarios to run (also: `alerts`, 10,000 failure events through alert aggregation).
     #[arg(long, value_delimiter = ',', default_value = "idle,chain,fanout,settlement")]
     pub scenarios: Vec<String>,
     /// Concurrent runs in the settlement scenario.

@@ -32,6 +32,9 @@ pub struct ServerConfig {
     pub auth: AuthSection,
     #[serde(default)]
     pub http_executor: HttpPolicy,
+    /// Alert channels and routes (SPEC §7).
+    #[serde(default)]
+    pub alerts: madeira_alert::AlertsConfig,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -74,6 +77,13 @@ impl ServerConfig {
                 message: format!("retention: {message}"),
             }),
         }
+    }
+
+    /// The `alerts:` section, with its secrets read from env and files.
+    pub fn alerts(&self, file: &str) -> Result<madeira_alert::Settings, ConfigError> {
+        self.alerts
+            .resolve(&|name| std::env::var(name).ok())
+            .map_err(|e| ConfigError { file: file.to_string(), message: e.to_string() })
     }
 
     /// The HTTP listen address, checked.

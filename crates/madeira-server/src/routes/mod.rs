@@ -1,5 +1,6 @@
 //! Route table and the request helpers shared by handlers.
 
+mod alerts;
 mod audit;
 mod flows;
 mod health;
@@ -30,6 +31,8 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{id}/nodes/{node}/logs", get(runs::logs))
         .route("/runs/{id}/nodes/{node}/{action}", post(runs::node_action))
         .route("/audit", get(audit::list))
+        .route("/alerts", get(alerts::list))
+        .route("/alerts/test", post(alerts::test))
         .fallback(|| async { ApiError::not_found("no such API route; see SPEC §9") });
     Router::new()
         .route("/healthz", get(health::healthz))

@@ -1,6 +1,7 @@
 //! SQLite backend: one file in WAL mode with durable (`synchronous = FULL`)
 //! commits; a single-connection pool serialises writes, a small pool serves reads.
 
+mod alerts;
 mod commit;
 mod flows;
 mod read;

@@ -1,6 +1,7 @@
 //! `madeira bench`: the engine on an embedded SQLite store with durable commits
 //! (WAL, synchronous=FULL). Scenarios: idle RSS; a chain of 100 noop nodes; a
-//! fan-out of 1,000; N concurrent runs of the 8-node settlement DAG. Reports wall
+//! fan-out of 1,000; N concurrent runs of the 8-node settlement DAG; 10,000 failure
+//! events through alert aggregation (`alerts`, see `bench_alerts`). Reports wall
 //! time, per-node overhead, transitions/s, dispatch latency p50/p99 and peak RSS.
 
 use std::collections::HashSet;
@@ -25,6 +26,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
         engine: Default::default(),
         auth: AuthConfig::default(),
         http: None,
+        alerts: Default::default(),
     })
     .await?;
     let engine = plane.engine.clone();
@@ -37,11 +39,14 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
             "settlement" => settlement(&engine, args.runs).await?,
             "cron" => cron(&engine, args.flows).await?,
             "throttle" => throttle(&engine, 1000).await?,
-            other => {
-                bail!("unknown scenario `{other}`: use idle, chain, fanout, settlement, throttle or cron")
-            }
+            "alerts" => super::bench_alerts::run(10_000).await?,
+            other => bail!(
+                "unknown scenario `{other}`: use idle, chain, fanout, settlement, throttle, cron or alerts"
+            ),
         };
-        if args.output == Output::Text {
+        if args.output == Output::Text && result["scenario"] == "alerts" {
+            super::bench_alerts::print(&result);
+        } else if args.output == Output::Text {
             print_result(&result);
         }
         results.push(result);
@@ -306,7 +311,7 @@ fn print_result(r: &Value) {
 }
 
 /// A field of /proc/self/status in kB (0 where unavailable).
-fn rss_kb(field: &str) -> u64 {
+pub(super) fn rss_kb(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -319,6 +324,6 @@ fn rss_kb(field: &str) -> u64 {
 }
 
 /// Resets VmHWM so each scenario reports its own peak (Linux `clear_refs` 5).
-fn reset_peak_rss() {
+pub(super) fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }

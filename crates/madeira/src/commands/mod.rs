@@ -1,6 +1,8 @@
 //! One module per command family; `run` dispatches and returns the exit code.
 
+mod alerts;
 mod bench;
+mod bench_alerts;
 mod client_cmds;
 mod demo;
 mod offline;
@@ -20,6 +22,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench(args) => bench::run(args).await,
         Command::Validate { files, output } => offline::validate(&files, output),
         Command::Cron { command } => offline::cron(command),
+        Command::Alerts(args) => alerts::run(args).await,
         other => client_cmds::run(other).await,
     }
 }

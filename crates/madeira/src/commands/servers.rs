@@ -33,12 +33,14 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
     if config.redis.is_some() {
         tracing::warn!("redis is set but this build runs a single replica on SQLite; ignoring it");
     }
+    let alerts = config.alerts(&file)?;
     let plane = ControlPlane::start(PlaneOptions {
         observers: Vec::new(),
         store_url,
         engine,
         auth,
         http: Some(http),
+        alerts,
     })
     .await?;
     if let Some(dir) = &config.flows {
@@ -70,6 +72,7 @@ pub async fn dev(args: DevArgs) -> Result<ExitCode> {
         http: config.http_executor.clone(),
         ..Default::default()
     };
+    let alerts = config.alerts(&file)?;
     let store_url = sqlite_url_in(&args.data)?;
     let plane = ControlPlane::start(PlaneOptions {
         observers: Vec::new(),
@@ -77,6 +80,7 @@ pub async fn dev(args: DevArgs) -> Result<ExitCode> {
         engine,
         auth: AuthConfig::default(),
         http: Some(http),
+        alerts,
     })
     .await?;
     if let Some(dir) = &args.flows {
