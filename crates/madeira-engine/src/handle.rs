@@ -145,6 +145,7 @@ impl EngineHandle {
             },
             actor: req.actor.clone(),
             now_ms: now_ms(),
+            trace_context: Some(crate::TraceContext::new_root().traceparent()),
         };
         match self.store.create_run(&run).await? {
             CreateOutcome::Existing { run_id, version } => {

@@ -42,7 +42,7 @@ pub(super) async fn create_run(pool: &SqlitePool, run: &NewRun) -> Result<Create
     };
     sqlx::query(
         "INSERT INTO runs (id, flow, version, state, params, idempotency_key, trigger, created_at, \
-         started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         started_at, trace_context) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&run.id)
     .bind(&run.flow)
@@ -53,6 +53,7 @@ pub(super) async fn create_run(pool: &SqlitePool, run: &NewRun) -> Result<Create
     .bind(&run.trigger)
     .bind(run.now_ms)
     .bind((state == RunState::Running).then_some(run.now_ms))
+    .bind(&run.trace_context)
     .execute(&mut *tx)
     .await?;
     for (offset, chunk) in run.node_names.chunks(CHUNK).enumerate() {
