@@ -28,11 +28,33 @@ pub struct AppState {
     pub auth: Arc<AuthConfig>,
     /// Flips once (migrations ran, store answered): `/readyz` answers 200 after it.
     pub ready: Arc<AtomicBool>,
+    /// What `/metrics` renders (`None`: 404).
+    pub metrics: Option<madeira_telemetry::Exposition>,
+    /// The process's log filter, for `PUT /admin/log-level`.
+    pub log_control: Option<madeira_telemetry::LogControl>,
 }
 
 impl AppState {
     pub fn new(engine: EngineHandle, auth: AuthConfig) -> Self {
-        Self { engine, auth: Arc::new(auth), ready: Arc::new(AtomicBool::new(false)) }
+        Self {
+            engine,
+            auth: Arc::new(auth),
+            ready: Arc::new(AtomicBool::new(false)),
+            metrics: None,
+            log_control: None,
+        }
+    }
+
+    /// Serves `/metrics` from `exposition`.
+    pub fn with_metrics(mut self, exposition: madeira_telemetry::Exposition) -> Self {
+        self.metrics = Some(exposition);
+        self
+    }
+
+    /// Lets admins change the log filter through `PUT /admin/log-level`.
+    pub fn with_log_control(mut self, control: madeira_telemetry::LogControl) -> Self {
+        self.log_control = Some(control);
+        self
     }
 
     pub fn mark_ready(&self) {

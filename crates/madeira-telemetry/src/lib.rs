@@ -46,11 +46,13 @@ pub struct TelemetryOptions {
     pub traces: Option<TraceOptions>,
     /// `component` label of `madeira_build_info` (`control-plane`, `sidecar`).
     pub component: String,
+    /// The process's log filter, served by `PUT /admin/log-level`.
+    pub log_control: Option<LogControl>,
 }
 
 impl Default for TelemetryOptions {
     fn default() -> Self {
-        Self { metrics: true, traces: None, component: "control-plane".into() }
+        Self { metrics: true, traces: None, component: "control-plane".into(), log_control: None }
     }
 }
 

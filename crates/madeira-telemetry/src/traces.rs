@@ -21,7 +21,8 @@ use crate::TelemetryError;
 /// Where and as whom spans are exported.
 #[derive(Debug, Clone)]
 pub struct TraceOptions {
-    /// OTLP/gRPC endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`), e.g. `http://collector:4317`.
+    /// OTLP/gRPC endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`), e.g. `http://collector:4317`;
+    /// empty: build every span and discard it (benchmarks).
     pub endpoint: String,
     /// `service.name` of the resource (`OTEL_SERVICE_NAME`, default `madeira`).
     pub service_name: String,
@@ -58,14 +59,18 @@ impl Traces {
     /// connection task lives there). Connecting is lazy: a collector that is down
     /// only costs dropped spans.
     pub fn start(options: &TraceOptions) -> Result<Self, TelemetryError> {
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .with_endpoint(options.endpoint.clone())
-            .with_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
         let config = BatchConfigBuilder::default().with_max_queue_size(options.max_queue).build();
-        let mut processor = BatchSpanProcessor::new(exporter, config);
+        let mut processor = if options.endpoint.is_empty() {
+            BatchSpanProcessor::new(Discard, config)
+        } else {
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(options.endpoint.clone())
+                .with_timeout(Duration::from_secs(10))
+                .build()
+                .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+            BatchSpanProcessor::new(exporter, config)
+        };
         let resource = Resource::builder_empty()
             .with_service_name(options.service_name.clone())
             .with_attribute(KeyValue::new("service.version", options.service_version.clone()))
@@ -92,6 +97,16 @@ impl Traces {
 
     pub fn scope(&self) -> &InstrumentationScope {
         &self.scope
+    }
+}
+
+/// An exporter that drops every batch: the span pipeline without a network.
+#[derive(Debug)]
+struct Discard;
+
+impl opentelemetry_sdk::trace::SpanExporter for Discard {
+    async fn export(&self, _batch: Vec<SpanData>) -> opentelemetry_sdk::error::OTelSdkResult {
+        Ok(())
     }
 }
 

@@ -1,6 +1,11 @@
-//! Assembles a control plane — store, engine, HTTP API — so `serve`, `dev`, the demo,
-//! the benchmark and tests all build the same thing. One shutdown path: cancel the
-//! token, the server drains, the engine stops.
+//! Assembles a control plane — telemetry, store, engine, HTTP API — so `serve`,
+//! `dev`, the demo, the benchmark and tests all build the same thing. One shutdown
+//! path: cancel the token, the server drains, the engine stops, spans are flushed
+//! last.
+//!
+//! Metrics: `Telemetry` owns the one Prometheus registry of the process; every
+//! component registers its families on `telemetry.registry_mut()` in `start`
+//! before it is frozen into the `/metrics` exposition.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -9,8 +14,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use madeira_engine::{EngineHandle, EngineObserver, EngineOptions, Executors};
 use madeira_server::{AppState, AuthConfig};
-use madeira_store::Store;
 use madeira_store::sqlite::SqliteStore;
+use madeira_store::{RunQuery, Store};
+use madeira_telemetry::{MetricsObserver, Telemetry, TelemetryOptions};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +25,8 @@ pub struct ControlPlane {
     pub engine: EngineHandle,
     pub http_addr: Option<SocketAddr>,
     pub cancel: CancellationToken,
+    /// `/metrics` exposition and the span exporter.
+    pub telemetry: madeira_telemetry::Running,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -30,6 +38,8 @@ pub struct PlaneOptions {
     pub auth: AuthConfig,
     /// Serve the API here (`None`: engine only).
     pub http: Option<SocketAddr>,
+    /// Metrics, traces, log filter control.
+    pub telemetry: TelemetryOptions,
 }
 
 /// Opens the store named by `url` (`sqlite://…`).
@@ -50,9 +60,18 @@ pub fn sqlite_url_in(dir: &Path) -> Result<String> {
 
 impl ControlPlane {
     pub async fn start(options: PlaneOptions) -> Result<Self> {
+        let telemetry = Telemetry::new(&options.telemetry).context("starting telemetry")?;
+        // Components register their metric families here: telemetry.registry_mut().
         let store = open_store(&options.store_url).await?;
+        if options.telemetry.metrics {
+            seed_last_success(store.as_ref(), telemetry.metrics_observer()).await;
+        }
         let executors = Executors::new(options.engine.http.clone());
-        let (engine, handle) = madeira_engine::build(store, executors, options.observers, options.engine);
+        let mut observers = options.observers;
+        observers.extend(telemetry.observers());
+        let engine_options = EngineOptions { tracing: telemetry.tracing(), ..options.engine };
+        let (engine, handle) = madeira_engine::build(store, executors, observers, engine_options);
+        let telemetry = telemetry.finish();
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
         let engine_cancel = cancel.clone();
@@ -61,7 +80,10 @@ impl ControlPlane {
         if let Some(addr) = options.http {
             let listener = TcpListener::bind(addr).await.with_context(|| format!("binding HTTP {addr}"))?;
             http_addr = Some(listener.local_addr()?);
-            let state = AppState::new(handle.clone(), options.auth);
+            let mut state = AppState::new(handle.clone(), options.auth).with_metrics(telemetry.exposition.clone());
+            if let Some(control) = options.telemetry.log_control.clone() {
+                state = state.with_log_control(control);
+            }
             state.mark_ready();
             let shutdown = cancel.clone();
             tasks.push(tokio::spawn(async move {
@@ -70,7 +92,7 @@ impl ControlPlane {
                 }
             }));
         }
-        Ok(Self { engine: handle, http_addr, cancel, tasks })
+        Ok(Self { engine: handle, http_addr, cancel, telemetry, tasks })
     }
 
     /// Applies every `*.yaml`/`*.yml` file in `dir`; the first invalid one aborts.
@@ -97,6 +119,28 @@ impl ControlPlane {
         self.cancel.cancel();
         for task in self.tasks {
             let _ = task.await;
+        }
+        self.telemetry.shutdown();
+    }
+}
+
+/// Sets each flow's last-success gauge from the store, so the "has not
+/// succeeded within its interval" alert holds across restarts.
+async fn seed_last_success(store: &dyn Store, observer: &MetricsObserver) {
+    let flows = match store.list_flows().await {
+        Ok(flows) => flows,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot seed last-success metrics");
+            return;
+        }
+    };
+    for flow in flows {
+        let query =
+            RunQuery { flow: Some(flow.name.clone()), state: Some("SUCCESS".into()), before: None, limit: 1 };
+        if let Ok(runs) = store.list_runs(&query).await
+            && let Some(at) = runs.first().and_then(|r| r.finished_at)
+        {
+            observer.seed_last_success(&flow.name, at as f64 / 1000.0);
         }
     }
 }
