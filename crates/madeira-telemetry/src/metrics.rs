@@ -75,6 +75,10 @@ pub struct Metrics {
     pub cron_lateness: HistogramFamily<FlowLabels>,
     pub flow_next_run: Family<FlowLabels, FloatGauge>,
     pub flow_last_success: Family<FlowLabels, FloatGauge>,
+    /// Not in SPEC §8's fixed list: the scheduled instant of the latest cron fire,
+    /// which the "flow has not succeeded since it was due" alert compares with
+    /// the last success.
+    pub flow_last_scheduled: Family<FlowLabels, FloatGauge>,
     pub manual_confirm_pending: Family<NodeLabels, Gauge>,
 }
 
@@ -93,6 +97,7 @@ impl Metrics {
             cron_lateness: Family::new_with_constructor(cron_lateness),
             flow_next_run: Family::default(),
             flow_last_success: Family::default(),
+            flow_last_scheduled: Family::default(),
             manual_confirm_pending: Family::default(),
         };
         let r = registry;
@@ -134,6 +139,11 @@ impl Metrics {
             "madeira_flow_last_success_timestamp_seconds",
             "When the flow's latest successful run finished (Unix seconds)",
             m.flow_last_success.clone(),
+        );
+        r.register(
+            "madeira_flow_last_scheduled_timestamp_seconds",
+            "Scheduled instant of the flow's latest cron fire (Unix seconds)",
+            m.flow_last_scheduled.clone(),
         );
         r.register(
             "madeira_manual_confirm_pending",

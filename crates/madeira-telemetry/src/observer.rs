@@ -152,7 +152,11 @@ impl EngineObserver for MetricsObserver {
     }
 
     fn cron_fired(&self, flow_name: &str, lateness: Duration) {
-        self.metrics.cron_lateness.get_or_create(&flow(flow_name)).observe(lateness.as_secs_f64());
+        let labels = flow(flow_name);
+        self.metrics.cron_lateness.get_or_create(&labels).observe(lateness.as_secs_f64());
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let scheduled = now.saturating_sub(lateness).as_secs_f64();
+        self.metrics.flow_last_scheduled.get_or_create(&labels).set(scheduled);
     }
 
     fn next_run(&self, flow_name: &str, at_unix_seconds: Option<f64>) {
