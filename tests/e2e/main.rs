@@ -3,6 +3,9 @@
 
 mod api;
 mod cli;
+mod observability;
+mod otlp;
+mod prometheus;
 mod recovery;
 mod semantics;
 mod support;

@@ -180,7 +180,12 @@ pub(crate) fn attempt_spans(
 }
 
 /// Reports the span of a run that reached a final state.
-pub(crate) fn run_span(observers: &[Arc<dyn EngineObserver>], run: &RunTrace, snap: &RunSnapshot, end_ms: i64) {
+pub(crate) fn run_span(
+    observers: &[Arc<dyn EngineObserver>],
+    run: &RunTrace,
+    snap: &RunSnapshot,
+    end_ms: i64,
+) {
     let span = SpanEnded {
         kind: SpanKind::Run,
         context: run.context,

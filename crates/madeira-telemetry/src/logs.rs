@@ -22,7 +22,10 @@ impl std::fmt::Debug for LogControl {
 
 impl LogControl {
     /// `apply` parses and installs a filter, or says why it cannot.
-    pub fn new(initial: impl Into<String>, apply: impl Fn(&str) -> Result<(), String> + Send + Sync + 'static) -> Self {
+    pub fn new(
+        initial: impl Into<String>,
+        apply: impl Fn(&str) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
         Self { apply: Arc::new(apply), current: Arc::new(Mutex::new(initial.into())) }
     }
 

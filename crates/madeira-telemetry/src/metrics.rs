@@ -3,7 +3,8 @@
 //! Buckets: node durations span sub-second builtins to multi-hour batch jobs;
 //! dispatch latency spans 100 µs to 10 s; cron lateness 100 ms to an hour.
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -47,6 +48,25 @@ pub struct NodeStatusLabels {
     pub flow: String,
     pub node: String,
     pub status: String,
+}
+
+/// A metric whose `# HELP`/`# TYPE` lines are served even before it has a series,
+/// so dashboards, alert rules and `promtool` see every family from the start.
+#[derive(Debug, Clone)]
+pub struct Declared<M>(pub M);
+
+impl<M: EncodeMetric + std::fmt::Debug + Send + Sync + 'static> EncodeMetric for Declared<M> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        false
+    }
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -101,54 +121,62 @@ impl Metrics {
             manual_confirm_pending: Family::default(),
         };
         let r = registry;
-        r.register("madeira_runs", "Finished runs by final status", m.runs.clone());
-        r.register("madeira_runs_active", "Runs RUNNING now", m.runs_active.clone());
+        r.register("madeira_runs", "Finished runs by final status", Declared(m.runs.clone()));
+        r.register("madeira_runs_active", "Runs RUNNING now", Declared(m.runs_active.clone()));
         r.register(
             "madeira_node_attempts",
             "Finished node attempts by outcome (SUCCESS, FAILED, RETRYABLE)",
-            m.node_attempts.clone(),
+            Declared(m.node_attempts.clone()),
         );
-        r.register("madeira_node_duration_seconds", "Duration of node attempts", m.node_duration.clone());
-        r.register("madeira_node_retries", "Failed attempts that will be retried", m.node_retries.clone());
+        r.register(
+            "madeira_node_duration_seconds",
+            "Duration of node attempts",
+            Declared(m.node_duration.clone()),
+        );
+        r.register(
+            "madeira_node_retries",
+            "Failed attempts that will be retried",
+            Declared(m.node_retries.clone()),
+        );
         r.register(
             "madeira_node_queue_depth",
             "Ready attempts waiting for a throttle permit",
-            m.node_queue_depth.clone(),
+            Declared(m.node_queue_depth.clone()),
         );
         r.register(
             "madeira_node_permits_in_use",
             "Throttle permits held by running attempts",
-            m.node_permits_in_use.clone(),
+            Declared(m.node_permits_in_use.clone()),
         );
         r.register(
             "madeira_dispatch_latency_seconds",
             "Time from a node being ready to its attempt running",
-            m.dispatch_latency.clone(),
+            Declared(m.dispatch_latency.clone()),
         );
         r.register(
             "madeira_cron_lateness_seconds",
             "Time from a cron run's scheduled instant to its start",
-            m.cron_lateness.clone(),
+            Declared(m.cron_lateness.clone()),
         );
         r.register(
             "madeira_flow_next_run_timestamp_seconds",
             "Next scheduled fire instant of the flow (Unix seconds)",
-            m.flow_next_run.clone(),
+            Declared(m.flow_next_run.clone()),
         );
         r.register(
             "madeira_flow_last_success_timestamp_seconds",
             "When the flow's latest successful run finished (Unix seconds)",
-            m.flow_last_success.clone(),
+            Declared(m.flow_last_success.clone()),
         );
         r.register(
             "madeira_flow_last_scheduled_timestamp_seconds",
             "Scheduled instant of the flow's latest cron fire (Unix seconds)",
-            m.flow_last_scheduled.clone(),
+            Declared(m.flow_last_scheduled.clone()),
         );
         r.register(
             "madeira_manual_confirm_pending",
             "Nodes waiting in MANUAL_CONFIRM",
-            m.manual_confirm_pending.clone(),
+            Declared(m.manual_confirm_pending.clone()),
         );
         m
     }

@@ -12,7 +12,8 @@ use prometheus_client::registry::Registry;
 
 /// Registers `madeira_build_info{version, component}`.
 pub fn register_build_info(registry: &mut Registry, version: &str, component: &str) {
-    let labels = vec![("version".to_string(), version.to_string()), ("component".to_string(), component.to_string())];
+    let labels =
+        vec![("version".to_string(), version.to_string()), ("component".to_string(), component.to_string())];
     registry.register("madeira_build", "Build of this madeira process", Info::new(labels));
 }
 
@@ -78,8 +79,18 @@ impl Collector for ProcessCollector {
                 None,
                 cpu.metric_type(),
             )?)?;
-            gauge(&mut enc, "process_resident_memory_bytes", "Resident memory size in bytes", stat.resident_bytes)?;
-            gauge(&mut enc, "process_virtual_memory_bytes", "Virtual memory size in bytes", stat.virtual_bytes)?;
+            gauge(
+                &mut enc,
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                stat.resident_bytes,
+            )?;
+            gauge(
+                &mut enc,
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes",
+                stat.virtual_bytes,
+            )?;
             gauge(
                 &mut enc,
                 "process_start_time_seconds",

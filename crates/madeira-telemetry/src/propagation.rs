@@ -64,7 +64,9 @@ impl Injector for EnvInjector {
 /// `vars` (its environment), continued by a new child span whose context is
 /// returned with the variables to hand on to the wrapped command. `None` when
 /// `vars` carries no valid `TRACEPARENT`.
-pub fn continue_from_env(vars: &HashMap<String, String>) -> Option<(TraceContext, Vec<(&'static str, String)>)> {
+pub fn continue_from_env(
+    vars: &HashMap<String, String>,
+) -> Option<(TraceContext, Vec<(&'static str, String)>)> {
     let propagator = TraceContextPropagator::new();
     let cx = propagator.extract(&EnvCarrier(vars));
     let parent = cx.span().span_context().clone();
@@ -76,13 +78,14 @@ pub fn continue_from_env(vars: &HashMap<String, String>) -> Option<(TraceContext
         span_id: rand::random::<[u8; 8]>(),
         flags: parent.trace_flags().to_u8(),
     };
-    let child_cx = opentelemetry::Context::new().with_remote_span_context(opentelemetry::trace::SpanContext::new(
-        parent.trace_id(),
-        opentelemetry::trace::SpanId::from_bytes(child.span_id),
-        parent.trace_flags(),
-        true,
-        parent.trace_state().clone(),
-    ));
+    let child_cx =
+        opentelemetry::Context::new().with_remote_span_context(opentelemetry::trace::SpanContext::new(
+            parent.trace_id(),
+            opentelemetry::trace::SpanId::from_bytes(child.span_id),
+            parent.trace_flags(),
+            true,
+            parent.trace_state().clone(),
+        ));
     let mut injector = EnvInjector(Vec::new());
     propagator.inject_context(&child_cx, &mut injector);
     Some((child, injector.0))

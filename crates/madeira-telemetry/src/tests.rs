@@ -68,13 +68,22 @@ fn observer_feeds_every_family() {
         sample(&text, "madeira_node_attempts_total{flow=\"settle\",node=\"a\",status=\"RETRYABLE\"}"),
         Some(1.0)
     );
-    assert_eq!(sample(&text, "madeira_node_duration_seconds_bucket{le=\"60.0\",flow=\"settle\",node=\"a\"}"), Some(0.0));
-    assert_eq!(sample(&text, "madeira_node_duration_seconds_bucket{le=\"120.0\",flow=\"settle\",node=\"a\"}"), Some(1.0));
+    assert_eq!(
+        sample(&text, "madeira_node_duration_seconds_bucket{le=\"60.0\",flow=\"settle\",node=\"a\"}"),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&text, "madeira_node_duration_seconds_bucket{le=\"120.0\",flow=\"settle\",node=\"a\"}"),
+        Some(1.0)
+    );
     assert_eq!(sample(&text, "madeira_dispatch_latency_seconds_bucket{le=\"0.0005\"}"), Some(1.0));
     assert_eq!(sample(&text, "madeira_node_queue_depth{flow=\"settle\",node=\"a\"}"), Some(5.0));
     assert_eq!(sample(&text, "madeira_node_permits_in_use{flow=\"settle\",node=\"a\"}"), Some(2.0));
     assert_eq!(sample(&text, "madeira_cron_lateness_seconds_count{flow=\"settle\"}"), Some(1.0));
-    assert_eq!(sample(&text, "madeira_flow_next_run_timestamp_seconds{flow=\"settle\"}"), Some(1_700_000_600.0));
+    assert_eq!(
+        sample(&text, "madeira_flow_next_run_timestamp_seconds{flow=\"settle\"}"),
+        Some(1_700_000_600.0)
+    );
     assert!(text.contains("madeira_build_info{"), "{text}");
     assert!(text.contains("process_resident_memory_bytes "), "{text}");
 }
@@ -97,7 +106,10 @@ fn finished_runs_leave_the_gauges_and_count_once() {
     assert_eq!(sample(&text, "madeira_runs_active{flow=\"settle\"}"), Some(0.0), "{text}");
     assert_eq!(sample(&text, "madeira_manual_confirm_pending{flow=\"settle\",node=\"ok\"}"), Some(0.0));
     assert_eq!(sample(&text, "madeira_runs_total{flow=\"settle\",status=\"SUCCESS\"}"), Some(1.0));
-    assert_eq!(sample(&text, "madeira_flow_last_success_timestamp_seconds{flow=\"settle\"}"), Some(1_700_000_000.0));
+    assert_eq!(
+        sample(&text, "madeira_flow_last_success_timestamp_seconds{flow=\"settle\"}"),
+        Some(1_700_000_000.0)
+    );
 }
 
 #[test]

@@ -76,7 +76,8 @@ impl Traces {
             .with_attribute(KeyValue::new("service.version", options.service_version.clone()))
             .build();
         processor.set_resource(&resource);
-        let scope = InstrumentationScope::builder("madeira").with_version(options.service_version.clone()).build();
+        let scope =
+            InstrumentationScope::builder("madeira").with_version(options.service_version.clone()).build();
         Ok(Self { processor, scope })
     }
 
@@ -178,7 +179,8 @@ pub fn span_data(s: &SpanEnded<'_>, scope: InstrumentationScope) -> SpanData {
         }
     };
     if let Some(error) = s.error {
-        attributes.push(KeyValue::new("error.type", if s.result == "RETRYABLE" { "retryable" } else { "failed" }));
+        attributes
+            .push(KeyValue::new("error.type", if s.result == "RETRYABLE" { "retryable" } else { "failed" }));
         attributes.push(KeyValue::new("error.message", error.to_string()));
     }
     let status = match s.result {

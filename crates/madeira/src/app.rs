@@ -80,7 +80,8 @@ impl ControlPlane {
         if let Some(addr) = options.http {
             let listener = TcpListener::bind(addr).await.with_context(|| format!("binding HTTP {addr}"))?;
             http_addr = Some(listener.local_addr()?);
-            let mut state = AppState::new(handle.clone(), options.auth).with_metrics(telemetry.exposition.clone());
+            let mut state =
+                AppState::new(handle.clone(), options.auth).with_metrics(telemetry.exposition.clone());
             if let Some(control) = options.telemetry.log_control.clone() {
                 state = state.with_log_control(control);
             }

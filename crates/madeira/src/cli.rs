@@ -34,18 +34,17 @@ pub struct Global {
 
 impl Global {
     /// Telemetry settings of servers started by this command.
-    pub fn telemetry(&self, log_control: madeira_telemetry::LogControl) -> madeira_telemetry::TelemetryOptions {
+    pub fn telemetry(
+        &self,
+        log_control: madeira_telemetry::LogControl,
+    ) -> madeira_telemetry::TelemetryOptions {
         let traces = self.otlp_endpoint.as_deref().map(str::trim).filter(|e| !e.is_empty()).map(|endpoint| {
             madeira_telemetry::TraceOptions {
                 service_name: self.otel_service_name.clone(),
                 ..madeira_telemetry::TraceOptions::new(endpoint)
             }
         });
-        madeira_telemetry::TelemetryOptions {
-            traces,
-            log_control: Some(log_control),
-            ..Default::default()
-        }
+        madeira_telemetry::TelemetryOptions { traces, log_control: Some(log_control), ..Default::default() }
     }
 }
 

@@ -30,7 +30,10 @@ pub struct LogLevelBody {
     pub filter: String,
 }
 
-pub async fn get_log_level(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+pub async fn get_log_level(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
     state.auth.authorize(&headers, Role::Viewer)?;
     let control = log_control(&state)?;
     Ok(Json(json!({"filter": control.current()})))

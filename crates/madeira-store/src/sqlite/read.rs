@@ -9,8 +9,7 @@ use crate::{
     StoredRun, TransitionRecord,
 };
 
-const RUN_COLUMNS: &str =
-    "id, flow, version, state, params, idempotency_key, trigger, created_at, started_at, finished_at, \
+const RUN_COLUMNS: &str = "id, flow, version, state, params, idempotency_key, trigger, created_at, started_at, finished_at, \
      trace_context";
 
 fn corrupt(table: &'static str, detail: impl ToString) -> StoreError {

@@ -133,5 +133,8 @@ async fn trace_context_is_kept_with_the_run() {
         panic!("not created");
     };
     let stored = s.load_run(&run_id).await.expect("load").expect("run");
-    assert_eq!(stored.run.trace_context.as_deref(), Some("00-00000000000000000000000000000007-00f067aa0ba902b7-01"));
+    assert_eq!(
+        stored.run.trace_context.as_deref(),
+        Some("00-00000000000000000000000000000007-00f067aa0ba902b7-01")
+    );
 }

@@ -30,7 +30,8 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
         ..telemetry
     };
     let off = TelemetryOptions { metrics: false, traces: None, ..on.clone() };
-    let (dir, plane) = start_plane(if args.telemetry == TelemetryMode::On { on.clone() } else { off }).await?;
+    let (dir, plane) =
+        start_plane(if args.telemetry == TelemetryMode::On { on.clone() } else { off }).await?;
     let mut second = None;
     if args.telemetry == TelemetryMode::Both {
         second = Some(start_plane(on).await?);
