@@ -461,7 +461,9 @@ impl Engine {
                 Action::RunFinished { state } => {
                     let run_trace = self.traces.remove(&run_id);
                     if let Some(snap) = self.runs.remove(&run_id) {
-                        info!(run_id = %run_id, flow = %snap.flow.name, state = %state, "run finished");
+                        let trace_id =
+                            run_trace.as_ref().map(|t| t.context.trace_id_hex()).unwrap_or_default();
+                        info!(run_id = %run_id, flow = %snap.flow.name, state = %state, trace_id = %trace_id, "run finished");
                         if let (true, Some(t)) = (self.p.options.tracing, &run_trace) {
                             trace::run_span(&self.p.observers, t, &snap, now_ms());
                         }
