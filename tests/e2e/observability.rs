@@ -234,3 +234,59 @@ async fn promtool_accepts_the_rules_their_tests_and_a_real_scrape() {
     let lint = promtool(&bin, &["check", "metrics"], Some(&scrape), &alerts);
     assert!(lint.trim().is_empty(), "promtool check metrics found problems:\n{lint}");
 }
+
+async fn scrape(dev: &Dev) -> String {
+    dev.http.get(format!("{}/metrics", dev.base)).send().await.expect("scrape").text().await.expect("body")
+}
+
+#[tokio::test]
+async fn gauges_are_right_after_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut dev = Dev::start_in(dir.path());
+    dev.put_flow(
+        "flow: waits\nnodes:\n  a: {run: {builtin: noop}}\n  ok: {needs: [a], manual: {prompt: sure?}}\n",
+    )
+    .await;
+    let run_id = dev.trigger("waits", json!({})).await;
+    dev.wait_run(&run_id, 20, |r| crate::support::status_of(r, "ok") == "MANUAL_CONFIRM").await;
+    let active = "madeira_runs_active{flow=\"waits\"} 1";
+    let pending = "madeira_manual_confirm_pending{flow=\"waits\",node=\"ok\"} 1";
+    let before = scrape(&dev).await;
+    assert!(before.contains(active) && before.contains(pending), "{before}");
+    dev.kill9();
+    let dev = Dev::start_in(dir.path());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let after = scrape(&dev).await;
+        if after.contains(active) && after.contains(pending) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "gauges not rebuilt after restart:\n{after}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (status, _) =
+        dev.post(&format!("/runs/{run_id}/nodes/ok/confirm"), json!({"reason": "ok"}), &[]).await;
+    assert_eq!(status, 200);
+    dev.finished(&run_id).await;
+    let done = scrape(&dev).await;
+    assert!(done.contains("madeira_runs_active{flow=\"waits\"} 0"), "{done}");
+    assert!(done.contains("madeira_manual_confirm_pending{flow=\"waits\",node=\"ok\"} 0"), "{done}");
+    assert!(done.contains("madeira_runs_total{flow=\"waits\",status=\"SUCCESS\"} 1"), "{done}");
+}
+
+#[tokio::test]
+async fn log_level_changes_at_run_time() {
+    let (_dir, dev) = Dev::start();
+    let url = format!("{}/admin/log-level", dev.base);
+    let resp =
+        dev.http.put(&url).json(&json!({"filter": "info,madeira_engine=debug"})).send().await.expect("put");
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.expect("json");
+    assert_eq!(body["filter"], "info,madeira_engine=debug");
+    let current: Value = dev.http.get(&url).send().await.expect("get").json().await.expect("json");
+    assert_eq!(current["filter"], "info,madeira_engine=debug");
+    let bad = dev.http.put(&url).json(&json!({"filter": "info,=[bad"})).send().await.expect("put");
+    assert_eq!(bad.status(), 400);
+    let current: Value = dev.http.get(&url).send().await.expect("get").json().await.expect("json");
+    assert_eq!(current["filter"], "info,madeira_engine=debug", "a refused filter keeps the old one");
+}
