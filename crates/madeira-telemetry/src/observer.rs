@@ -73,10 +73,14 @@ impl MetricsObserver {
         if e.to == "RETRYING" {
             self.metrics.node_retries.get_or_create(&node(&e.flow, name)).inc();
         }
+        let confirm = NodeState::ManualConfirm.as_str();
+        if e.to != confirm && e.from != confirm {
+            return;
+        }
         let key = (e.run_id.clone(), name.to_string(), e.flow.clone());
-        if e.to == NodeState::ManualConfirm.as_str() {
+        if e.to == confirm {
             self.confirm_entered(live, key);
-        } else if e.from == NodeState::ManualConfirm.as_str() {
+        } else {
             self.confirm_left(live, key);
         }
     }
