@@ -5,7 +5,7 @@
 //! `--telemetry both` runs the chain and fan-out on two engines side by side, one
 //! with metrics and tracing off and one with them on (spans built and exported to
 //! `OTEL_EXPORTER_OTLP_ENDPOINT`, or discarded after the batch processor when it is
-//! unset), alternating `--repeat` times, and reports the median overhead.
+//! unset), `--repeat` times in alternating order, and reports the median overhead.
 
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -88,8 +88,13 @@ async fn start_plane(telemetry: TelemetryOptions) -> Result<(tempfile::TempDir, 
 async fn side_by_side(scenario: &str, off: &EngineHandle, on: &EngineHandle, repeat: usize) -> Result<Value> {
     let mut walls: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     let mut last = [Value::Null, Value::Null];
-    for _ in 0..repeat.max(1) {
-        for (i, engine) in [off, on].into_iter().enumerate() {
+    let engines = [off, on];
+    for rep in 0..repeat.max(1) {
+        // Alternate which goes first, and let the previous run's background work
+        // (WAL checkpoint, span export) settle, so neither side pays for the other.
+        for i in if rep % 2 == 0 { [0, 1] } else { [1, 0] } {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let engine = engines[i];
             let r = match scenario {
                 "chain" => one_run(engine, "bench-chain", &chain_flow(100), 100).await?,
                 _ => one_run(engine, "bench-fanout", &fanout_flow(1000), 1001).await?,
