@@ -2,8 +2,10 @@
 //! `madeira_alerts_sent_total{channel,severity}`,
 //! `madeira_alerts_suppressed_total{channel,reason}` (grouped, merged,
 //! rate_limited) and `madeira_alert_delivery_failures_total{channel}`. Counters
-//! are registered without `_total`; the encoder appends it.
+//! are registered without `_total`; the encoder appends it. Declared, so their
+//! `# HELP`/`# TYPE` lines are served before the first alert.
 
+use madeira_telemetry::Declared;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -24,17 +26,17 @@ impl AlertMetrics {
         registry.register(
             "madeira_alerts_sent",
             "Alert messages delivered, by channel and severity (critical, warning, resolved, test)",
-            metrics.sent.clone(),
+            Declared(metrics.sent.clone()),
         );
         registry.register(
             "madeira_alerts_suppressed",
             "Alerts not sent on their own: grouped into an open alert, merged into a digest, or held back by a receiver's rate limit",
-            metrics.suppressed.clone(),
+            Declared(metrics.suppressed.clone()),
         );
         registry.register(
             "madeira_alert_delivery_failures",
             "Failed delivery attempts (network errors, HTTP errors, robot errcode != 0)",
-            metrics.failures.clone(),
+            Declared(metrics.failures.clone()),
         );
         metrics
     }

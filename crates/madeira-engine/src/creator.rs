@@ -48,9 +48,11 @@ pub(crate) async fn run(
             Ok(outcomes) => {
                 for (request, outcome) in batch.into_iter().zip(outcomes) {
                     if let CreateOutcome::Created { run_id, state: RunState::Running, .. } = &outcome {
+                        let trace = crate::trace::RunTrace::from_new(&request.run);
                         let mut snap = RunSnapshot::new(run_id.clone(), request.flow, request.run.params);
                         snap.state = RunState::Running;
-                        let resume = Envelope::Resume { run_id: run_id.clone(), fresh: Some(Box::new(snap)) };
+                        let fresh = Some(Box::new((snap, trace)));
+                        let resume = Envelope::Resume { run_id: run_id.clone(), fresh };
                         if engine.send(resume).await.is_err() {
                             let _ = request.reply.send(Err(EngineError::ShuttingDown));
                             continue;

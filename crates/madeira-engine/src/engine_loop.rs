@@ -11,7 +11,7 @@ use madeira_store::{AttemptRecord, AuditRecord, LogRecord, Store};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, error, info, warn};
+use tracing::{Instrument, debug, error, info, warn};
 
 use crate::envelope::Envelope;
 use crate::executor::{AttemptResult, Executors, Job};
@@ -20,6 +20,7 @@ use crate::record::{FinishedAttempt, Work};
 use crate::stats::EngineStats;
 use crate::throttle::{Throttle, Waiter};
 use crate::timers::{Timer, TimerKind, Timers};
+use crate::trace::{self, RunTrace};
 use crate::{EngineError, EngineOptions, FlowCache, RunEvent, clock::now_ms, retention, snapshot};
 
 /// Logs are kept to their last 64 KiB per attempt.
@@ -42,6 +43,7 @@ pub(crate) struct Parts {
 pub struct Engine {
     p: Parts,
     runs: HashMap<String, RunSnapshot>,
+    traces: HashMap<String, RunTrace>,
     throttle: Throttle,
     timers: Timers,
     running: HashMap<(String, usize), CancellationToken>,
@@ -54,6 +56,7 @@ impl Engine {
         Self {
             p,
             runs: HashMap::new(),
+            traces: HashMap::new(),
             throttle: Throttle::default(),
             timers: Timers::default(),
             running: HashMap::new(),
@@ -194,8 +197,10 @@ impl Engine {
         match envelope {
             Envelope::Resume { run_id, fresh } => {
                 self.runs.remove(&run_id);
-                if let Some(snap) = fresh {
-                    self.runs.insert(run_id.clone(), *snap);
+                if let Some(fresh) = fresh {
+                    let (snap, trace) = *fresh;
+                    self.runs.insert(run_id.clone(), snap);
+                    self.traces.insert(run_id.clone(), trace);
                 }
                 if let Err(e) = self.ensure_loaded(&run_id).await {
                     error!(run_id = %run_id, error = %e, "cannot resume run");
@@ -259,6 +264,7 @@ impl Engine {
             .await?
             .ok_or_else(|| EngineError::RunNotFound(run_id.to_string()))?;
         let flow = self.p.flows.get(self.p.store.as_ref(), &stored.run.flow, stored.run.version).await?;
+        self.traces.insert(run_id.to_string(), RunTrace::from_stored(&stored.run));
         let snap = snapshot::from_stored(stored, flow)?;
         self.runs.insert(run_id.to_string(), snap);
         Ok(())
@@ -391,6 +397,8 @@ impl Engine {
             outcome,
             error: error.clone(),
             duration: Duration::from_millis(u64::try_from(finished_at - started_at).unwrap_or(0)),
+            started_at_ms: started_at,
+            finished_at_ms: finished_at,
         });
         work.attempt_finished(
             AttemptRecord {
@@ -468,8 +476,14 @@ impl Engine {
                     }
                 }
                 Action::RunFinished { state } => {
+                    let run_trace = self.traces.remove(&run_id);
                     if let Some(snap) = self.runs.remove(&run_id) {
-                        info!(run_id = %run_id, flow = %snap.flow.name, state = %state, "run finished");
+                        let trace_id =
+                            run_trace.as_ref().map(|t| t.context.trace_id_hex()).unwrap_or_default();
+                        info!(run_id = %run_id, flow = %snap.flow.name, state = %state, trace_id = %trace_id, "run finished");
+                        if let (true, Some(t)) = (self.p.options.tracing, &run_trace) {
+                            trace::run_span(&self.p.observers, t, &snap, now_ms());
+                        }
                         self.p.observers.iter().for_each(|o| o.run_finished(&snap));
                         if snap.flow.concurrency.max_active_runs > 0 {
                             finished_flows
@@ -511,6 +525,9 @@ impl Engine {
                 duration: f.duration,
             };
             self.p.observers.iter().for_each(|o| o.attempt_finished(&outcome));
+        }
+        if self.p.options.tracing {
+            trace::attempt_spans(&self.p.observers, &self.traces, &work.finished);
         }
         for run_id in &work.resumed {
             if let Some(snap) = self.runs.get(run_id) {
@@ -583,6 +600,8 @@ impl Engine {
         };
         let upstream = def.needs.iter().map(|need| need.upstream);
         let input = serde_json::json!({ "params": snap.params, "nodes": snap.nodes_json(upstream) });
+        let started_at = snap.nodes[node].started_at_ms.unwrap_or(0);
+        let context = self.traces.get(run_id).map(|t| t.context.attempt(&def.id, attempt, started_at));
         let job = Job {
             run_id: run_id.to_string(),
             flow: snap.flow.name.clone(),
@@ -592,17 +611,21 @@ impl Engine {
             executor,
             input,
             timeout: def.timeout,
-            traceparent: None,
+            traceparent: context.filter(|_| self.p.options.tracing).map(|c| c.traceparent()),
         };
+        let span = context.map_or_else(tracing::Span::none, |c| trace::attempt_log_span(&job, &c));
         let token = CancellationToken::new();
         self.running.insert((run_id.to_string(), node), token.clone());
         let executors = self.p.executors.clone();
         let tx = self.p.tx.clone();
         let run_id = run_id.to_string();
-        self.tasks.spawn(async move {
-            let result = executors.run(job, token).await;
-            let _ = tx.send(Envelope::AttemptDone { run_id, node, attempt, result }).await;
-        });
+        self.tasks.spawn(
+            async move {
+                let result = executors.run(job, token).await;
+                let _ = tx.send(Envelope::AttemptDone { run_id, node, attempt, result }).await;
+            }
+            .instrument(span),
+        );
     }
 }
 

@@ -14,7 +14,7 @@ pub(crate) enum Envelope {
     Resume {
         run_id: String,
         /// The snapshot of a run just created RUNNING (saves loading it back).
-        fresh: Option<Box<madeira_core::RunSnapshot>>,
+        fresh: Option<Box<(madeira_core::RunSnapshot, crate::trace::RunTrace)>>,
     },
     /// An operator action or internal command on one run.
     Command {

@@ -251,6 +251,7 @@ impl EngineHandle {
                 .collect(),
             actor: req.actor.clone(),
             now_ms: now_ms(),
+            trace_context: Some(crate::TraceContext::new_root().traceparent()),
         };
         let (reply, answer) = oneshot::channel();
         let request = CreateRequest { run, flow: def, reply };

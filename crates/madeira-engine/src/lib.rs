@@ -19,6 +19,7 @@ mod snapshot;
 mod stats;
 mod throttle;
 mod timers;
+mod trace;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +36,7 @@ pub use observer::{AttemptOutcome, EngineObserver};
 pub use scheduler::Scheduler;
 pub use stats::{EngineStats, StatsSnapshot};
 pub use throttle::{ThrottleState, ThrottleView};
+pub use trace::{SpanEnded, SpanKind, TraceContext};
 
 /// Engine settings (from the server config).
 #[derive(Debug, Clone)]
@@ -48,6 +50,9 @@ pub struct EngineOptions {
     /// Largest outputs object an attempt may produce, in bytes of JSON.
     pub max_output_bytes: usize,
     pub http: HttpPolicy,
+    /// Hand every attempt its W3C `traceparent` (`Job::traceparent`) and report
+    /// run and attempt spans to observers (`EngineObserver::span_ended`).
+    pub tracing: bool,
 }
 
 impl Default for EngineOptions {
@@ -58,6 +63,7 @@ impl Default for EngineOptions {
             sweep_every: Duration::from_secs(60),
             max_output_bytes: 64 * 1024,
             http: HttpPolicy::default(),
+            tracing: false,
         }
     }
 }

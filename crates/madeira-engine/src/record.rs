@@ -43,6 +43,8 @@ pub(crate) struct FinishedAttempt {
     pub outcome: &'static str,
     pub error: Option<String>,
     pub duration: std::time::Duration,
+    pub started_at_ms: i64,
+    pub finished_at_ms: i64,
 }
 
 impl Work {

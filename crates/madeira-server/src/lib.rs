@@ -32,6 +32,10 @@ pub struct AppState {
     pub rate_limits: Arc<ratelimit::RateLimits>,
     /// Alerting (`GET /alerts`, `POST /alerts/test`); `None` answers 503 there.
     pub alerts: Option<madeira_alert::AlertHandle>,
+    /// What `/metrics` renders (`None`: 404).
+    pub metrics: Option<madeira_telemetry::Exposition>,
+    /// The process's log filter, for `PUT /admin/log-level`.
+    pub log_control: Option<madeira_telemetry::LogControl>,
 }
 
 impl AppState {
@@ -42,7 +46,21 @@ impl AppState {
             ready: Arc::new(AtomicBool::new(false)),
             rate_limits: Arc::new(ratelimit::RateLimits::default()),
             alerts: None,
+            metrics: None,
+            log_control: None,
         }
+    }
+
+    /// Serves `/metrics` from `exposition`.
+    pub fn with_metrics(mut self, exposition: madeira_telemetry::Exposition) -> Self {
+        self.metrics = Some(exposition);
+        self
+    }
+
+    /// Lets admins change the log filter through `PUT /admin/log-level`.
+    pub fn with_log_control(mut self, control: madeira_telemetry::LogControl) -> Self {
+        self.log_control = Some(control);
+        self
     }
 
     /// Serves the alert endpoints from `alerts`.

@@ -55,6 +55,8 @@ pub struct NewRun {
     pub throttles: Vec<ThrottleClaim>,
     pub actor: String,
     pub now_ms: i64,
+    /// W3C `traceparent` of the run's span, kept so the run has one trace for life.
+    pub trace_context: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +123,9 @@ pub struct RunRow {
     pub created_at: i64,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
+    /// W3C `traceparent` of the run's span (`None` for runs older than tracing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_context: Option<String>,
 }
 
 #[derive(Debug, Clone)]

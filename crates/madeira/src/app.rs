@@ -1,6 +1,11 @@
-//! Assembles a control plane — store, engine, HTTP API — so `serve`, `dev`, the demo,
-//! the benchmark and tests all build the same thing. One shutdown path: cancel the
-//! token, the server drains, the engine stops.
+//! Assembles a control plane — telemetry, store, engine, HTTP API — so `serve`,
+//! `dev`, the demo, the benchmark and tests all build the same thing. One shutdown
+//! path: cancel the token, the server drains, the engine stops, spans are flushed
+//! last.
+//!
+//! Metrics: `Telemetry` owns the one Prometheus registry of the process; every
+//! component registers its families on `telemetry.registry_mut()` in `start`
+//! before it is frozen into the `/metrics` exposition.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -11,8 +16,8 @@ use madeira_alert::{AlertHandle, AlertMetrics, SystemClock};
 use madeira_engine::{EngineHandle, EngineObserver, EngineOptions, Executors};
 use madeira_server::{AppState, AuthConfig};
 use madeira_store::sqlite::SqliteStore;
-use madeira_store::{AlertStore, Store};
-use prometheus_client::registry::Registry;
+use madeira_store::{AlertStore, RunQuery, Store};
+use madeira_telemetry::{MetricsObserver, Telemetry, TelemetryOptions};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -21,6 +26,8 @@ pub struct ControlPlane {
     pub engine: EngineHandle,
     pub http_addr: Option<SocketAddr>,
     pub cancel: CancellationToken,
+    /// `/metrics` exposition and the span exporter.
+    pub telemetry: madeira_telemetry::Running,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -34,6 +41,8 @@ pub struct PlaneOptions {
     pub http: Option<SocketAddr>,
     /// Alert channels and routes; without channels alerts are only recorded.
     pub alerts: madeira_alert::Settings,
+    /// Metrics, traces, log filter control.
+    pub telemetry: TelemetryOptions,
 }
 
 /// Opens the store named by `url` (`sqlite://…`): run state, and the alert
@@ -55,7 +64,11 @@ pub fn sqlite_url_in(dir: &Path) -> Result<String> {
 
 impl ControlPlane {
     pub async fn start(options: PlaneOptions) -> Result<Self> {
+        let mut telemetry = Telemetry::new(&options.telemetry).context("starting telemetry")?;
         let (store, alert_store) = open_store(&options.store_url).await?;
+        if options.telemetry.metrics {
+            seed_last_success(store.as_ref(), telemetry.metrics_observer()).await;
+        }
         let listener = match options.http {
             Some(addr) => {
                 Some(TcpListener::bind(addr).await.with_context(|| format!("binding HTTP {addr}"))?)
@@ -63,14 +76,16 @@ impl ControlPlane {
             None => None,
         };
         let http_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
-        // The observability component will own this registry and serve it on /metrics;
-        // until then the counters work but are not exported.
-        let mut registry = Registry::default();
-        let (alert_task, alerts) = build_alerts(options.alerts, alert_store, http_addr, &mut registry)?;
+        // Components register their metric families on the one registry before it is frozen.
+        let (alert_task, alerts) =
+            build_alerts(options.alerts, alert_store, http_addr, telemetry.registry_mut())?;
         let mut observers = options.observers;
         observers.push(alerts.observer());
+        observers.extend(telemetry.observers());
         let executors = Executors::new(options.engine.http.clone());
-        let (engine, handle) = madeira_engine::build(store, executors, observers.clone(), options.engine);
+        let engine_options = EngineOptions { tracing: telemetry.tracing(), ..options.engine };
+        let (engine, handle) = madeira_engine::build(store, executors, observers.clone(), engine_options);
+        let telemetry = telemetry.finish();
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(engine.run(cancel.clone())));
@@ -78,7 +93,12 @@ impl ControlPlane {
         let scheduler = madeira_engine::Scheduler::new(handle.clone(), observers);
         tasks.push(tokio::spawn(scheduler.run(cancel.clone())));
         if let Some(listener) = listener {
-            let state = AppState::new(handle.clone(), options.auth).with_alerts(alerts);
+            let mut state = AppState::new(handle.clone(), options.auth)
+                .with_alerts(alerts)
+                .with_metrics(telemetry.exposition.clone());
+            if let Some(control) = options.telemetry.log_control.clone() {
+                state = state.with_log_control(control);
+            }
             state.mark_ready();
             let shutdown = cancel.clone();
             tasks.push(tokio::spawn(async move {
@@ -87,7 +107,7 @@ impl ControlPlane {
                 }
             }));
         }
-        Ok(Self { engine: handle, http_addr, cancel, tasks })
+        Ok(Self { engine: handle, http_addr, cancel, telemetry, tasks })
     }
 
     /// Applies every `*.yaml`/`*.yml` file in `dir`; the first invalid one aborts.
@@ -115,6 +135,28 @@ impl ControlPlane {
         for task in self.tasks {
             let _ = task.await;
         }
+        self.telemetry.shutdown();
+    }
+}
+
+/// Sets each flow's last-success gauge from the store, so the "has not
+/// succeeded within its interval" alert holds across restarts.
+async fn seed_last_success(store: &dyn Store, observer: &MetricsObserver) {
+    let flows = match store.list_flows().await {
+        Ok(flows) => flows,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot seed last-success metrics");
+            return;
+        }
+    };
+    for flow in flows {
+        let query =
+            RunQuery { flow: Some(flow.name.clone()), state: Some("SUCCESS".into()), before: None, limit: 1 };
+        if let Ok(runs) = store.list_runs(&query).await
+            && let Some(at) = runs.first().and_then(|r| r.finished_at)
+        {
+            observer.seed_last_success(&flow.name, at as f64 / 1000.0);
+        }
     }
 }
 
@@ -123,7 +165,7 @@ fn build_alerts(
     mut settings: madeira_alert::Settings,
     store: Arc<dyn AlertStore>,
     http_addr: Option<SocketAddr>,
-    registry: &mut Registry,
+    registry: &mut prometheus_client::registry::Registry,
 ) -> Result<(madeira_alert::AlertTask, AlertHandle)> {
     if settings.external_url.is_none() {
         match http_addr {

@@ -24,12 +24,41 @@ pub struct Global {
     pub log_level: String,
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Export run and attempt spans over OTLP/gRPC to this endpoint.
+    #[arg(long, global = true, env = "OTEL_EXPORTER_OTLP_ENDPOINT", hide_env_values = true)]
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of exported spans.
+    #[arg(long, global = true, env = "OTEL_SERVICE_NAME", default_value = "madeira")]
+    pub otel_service_name: String,
+}
+
+impl Global {
+    /// Telemetry settings of servers started by this command.
+    pub fn telemetry(
+        &self,
+        log_control: madeira_telemetry::LogControl,
+    ) -> madeira_telemetry::TelemetryOptions {
+        let traces = self.otlp_endpoint.as_deref().map(str::trim).filter(|e| !e.is_empty()).map(|endpoint| {
+            madeira_telemetry::TraceOptions {
+                service_name: self.otel_service_name.clone(),
+                ..madeira_telemetry::TraceOptions::new(endpoint)
+            }
+        });
+        madeira_telemetry::TelemetryOptions { traces, log_control: Some(log_control), ..Default::default() }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LogFormat {
     Text,
     Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TelemetryMode {
+    On,
+    Off,
+    Both,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -267,6 +296,13 @@ pub struct BenchArgs {
     /// Which scenarios to run (also: `alerts`, 10,000 failure events through alert aggregation).
     #[arg(long, value_delimiter = ',', default_value = "idle,chain,fanout,settlement")]
     pub scenarios: Vec<String>,
+    /// Metrics and tracing during the runs: `on`, `off`, or `both` (each chain and
+    /// fan-out scenario run with telemetry off and on, side by side).
+    #[arg(long, value_enum, default_value_t = TelemetryMode::Off)]
+    pub telemetry: TelemetryMode,
+    /// With `--telemetry both`: off/on pairs per scenario (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub repeat: usize,
     /// Concurrent runs in the settlement scenario.
     #[arg(long, default_value_t = 500)]
     pub runs: usize,

@@ -5,12 +5,13 @@ mod audit;
 mod flows;
 mod health;
 mod runs;
+mod telemetry;
 mod triggers;
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use serde::de::DeserializeOwned;
 
 use crate::{ApiError, AppState, MAX_BODY_BYTES};
@@ -37,6 +38,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(telemetry::metrics))
+        .route("/admin/log-level", put(telemetry::put_log_level).get(telemetry::get_log_level))
         .nest("/api/v1", api)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)

@@ -9,8 +9,8 @@ use crate::{
     StoredRun, TransitionRecord,
 };
 
-const RUN_COLUMNS: &str =
-    "id, flow, version, state, params, idempotency_key, trigger, created_at, started_at, finished_at";
+const RUN_COLUMNS: &str = "id, flow, version, state, params, idempotency_key, trigger, created_at, started_at, finished_at, \
+     trace_context";
 
 fn corrupt(table: &'static str, detail: impl ToString) -> StoreError {
     StoreError::Corrupt { table, detail: detail.to_string() }
@@ -29,6 +29,7 @@ fn run_row(row: &SqliteRow) -> Result<RunRow> {
         created_at: row.try_get("created_at")?,
         started_at: row.try_get("started_at")?,
         finished_at: row.try_get("finished_at")?,
+        trace_context: row.try_get("trace_context")?,
     })
 }
 

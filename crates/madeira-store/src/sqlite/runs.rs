@@ -94,7 +94,7 @@ async fn create_in(
     };
     sqlx::query(
         "INSERT INTO runs (id, flow, version, state, params, idempotency_key, trigger, created_at, \
-         started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         started_at, trace_context) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&run.id)
     .bind(&run.flow)
@@ -105,6 +105,7 @@ async fn create_in(
     .bind(&run.trigger)
     .bind(run.now_ms)
     .bind((state == RunState::Running).then_some(run.now_ms))
+    .bind(&run.trace_context)
     .execute(&mut **tx)
     .await?;
     for (offset, chunk) in run.node_names.chunks(CHUNK).enumerate() {

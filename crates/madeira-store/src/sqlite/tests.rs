@@ -26,6 +26,7 @@ fn new_run(id: &str, key: Option<&str>, max: u32, overlap: Overlap) -> NewRun {
         throttles: Vec::new(),
         actor: "test".into(),
         now_ms: 10,
+        trace_context: Some(format!("00-{:0>32}-00f067aa0ba902b7-01", id.len())),
     }
 }
 
@@ -122,4 +123,19 @@ async fn commit_writes_nodes_and_transitions_together_and_prune_removes_old_runs
     assert_eq!(s.prune(60, 100).await.expect("prune"), 1);
     assert!(s.load_run("r1").await.expect("load").is_none());
     assert!(s.transitions("r1").await.expect("transitions").is_empty());
+}
+
+#[tokio::test]
+async fn trace_context_is_kept_with_the_run() {
+    let (_d, s) = store().await;
+    let CreateOutcome::Created { run_id, .. } =
+        s.create_run(&new_run("r-trace", None, 0, Overlap::Queue)).await.expect("create")
+    else {
+        panic!("not created");
+    };
+    let stored = s.load_run(&run_id).await.expect("load").expect("run");
+    assert_eq!(
+        stored.run.trace_context.as_deref(),
+        Some("00-00000000000000000000000000000007-00f067aa0ba902b7-01")
+    );
 }

@@ -3,6 +3,10 @@
 //! fan-out of 1,000; N concurrent runs of the 8-node settlement DAG; 10,000 failure
 //! events through alert aggregation (`alerts`, see `bench_alerts`). Reports wall
 //! time, per-node overhead, transitions/s, dispatch latency p50/p99 and peak RSS.
+//! `--telemetry both` runs the chain and fan-out on two engines side by side, one
+//! with metrics and tracing off and one with them on (spans built and exported to
+//! `OTEL_EXPORTER_OTLP_ENDPOINT`, or discarded after the batch processor when it is
+//! unset), `--repeat` times in alternating order, and reports the median overhead.
 
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -16,22 +20,34 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::app::{ControlPlane, PlaneOptions, sqlite_url_in};
-use crate::cli::{BenchArgs, Output};
+use madeira_telemetry::{TelemetryOptions, TraceOptions};
 
-pub async fn run(args: BenchArgs) -> Result<ExitCode> {
-    let dir = tempfile::tempdir().context("creating a temporary directory")?;
-    let plane = ControlPlane::start(PlaneOptions {
-        observers: Vec::new(),
-        store_url: sqlite_url_in(dir.path())?,
-        engine: Default::default(),
-        auth: AuthConfig::default(),
-        http: None,
-        alerts: Default::default(),
-    })
-    .await?;
+use crate::cli::{BenchArgs, Output, TelemetryMode};
+
+pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCode> {
+    let on = TelemetryOptions {
+        metrics: true,
+        traces: Some(telemetry.traces.clone().unwrap_or_else(|| TraceOptions::new(""))),
+        ..telemetry
+    };
+    let off = TelemetryOptions { metrics: false, traces: None, ..on.clone() };
+    let (dir, plane) =
+        start_plane(if args.telemetry == TelemetryMode::On { on.clone() } else { off }).await?;
+    let mut second = None;
+    if args.telemetry == TelemetryMode::Both {
+        second = Some(start_plane(on).await?);
+    }
     let engine = plane.engine.clone();
     let mut results = Vec::new();
     for scenario in &args.scenarios {
+        if let (Some((_, with)), "chain" | "fanout") = (&second, scenario.as_str()) {
+            let result = side_by_side(scenario, &engine, &with.engine, args.repeat).await?;
+            if args.output == Output::Text {
+                print_comparison(&result);
+            }
+            results.push(result);
+            continue;
+        }
         let result = match scenario.as_str() {
             "idle" => idle().await?,
             "chain" => one_run(&engine, "bench-chain", &chain_flow(100), 100).await?,
@@ -55,7 +71,74 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
         println!("{}", json!({"store": "sqlite (WAL, synchronous=FULL)", "results": results}));
     }
     plane.shutdown().await;
+    if let Some((_, with)) = second {
+        with.shutdown().await;
+    }
+    drop(dir);
     Ok(ExitCode::SUCCESS)
+}
+
+async fn start_plane(telemetry: TelemetryOptions) -> Result<(tempfile::TempDir, ControlPlane)> {
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let plane = ControlPlane::start(PlaneOptions {
+        observers: Vec::new(),
+        telemetry,
+        store_url: sqlite_url_in(dir.path())?,
+        engine: Default::default(),
+        auth: AuthConfig::default(),
+        http: None,
+        alerts: Default::default(),
+    })
+    .await?;
+    Ok((dir, plane))
+}
+
+/// Runs `scenario` alternately with telemetry off and on, `repeat` times each.
+async fn side_by_side(scenario: &str, off: &EngineHandle, on: &EngineHandle, repeat: usize) -> Result<Value> {
+    let mut walls: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut last = [Value::Null, Value::Null];
+    let engines = [off, on];
+    for rep in 0..repeat.max(1) {
+        // Alternate which goes first, and let the previous run's background work
+        // (WAL checkpoint, span export) settle, so neither side pays for the other.
+        for i in if rep % 2 == 0 { [0, 1] } else { [1, 0] } {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let engine = engines[i];
+            let r = match scenario {
+                "chain" => one_run(engine, "bench-chain", &chain_flow(100), 100).await?,
+                _ => one_run(engine, "bench-fanout", &fanout_flow(1000), 1001).await?,
+            };
+            walls[i].push(r["wall_ms"].as_f64().unwrap_or(0.0));
+            last[i] = r;
+        }
+    }
+    let [off_ms, on_ms] = walls.map(|mut w| {
+        w.sort_by(f64::total_cmp);
+        w[w.len() / 2]
+    });
+    Ok(json!({
+        "scenario": scenario,
+        "repeat": repeat.max(1),
+        "telemetry_off_median_wall_ms": off_ms,
+        "telemetry_on_median_wall_ms": on_ms,
+        "overhead_pct": (on_ms - off_ms) / off_ms * 100.0,
+        "off": last[0],
+        "on": last[1],
+    }))
+}
+
+fn print_comparison(r: &Value) {
+    let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+    println!(
+        "{:<11} telemetry off {:.1} ms, on {:.1} ms (median of {}): overhead {:+.1}%",
+        r["scenario"].as_str().unwrap_or(""),
+        f("telemetry_off_median_wall_ms"),
+        f("telemetry_on_median_wall_ms"),
+        r["repeat"],
+        f("overhead_pct"),
+    );
+    print_result(&r["off"]);
+    print_result(&r["on"]);
 }
 
 fn chain_flow(n: usize) -> String {

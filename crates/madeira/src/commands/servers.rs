@@ -7,12 +7,13 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use madeira_engine::EngineOptions;
 use madeira_server::AuthConfig;
+use madeira_telemetry::TelemetryOptions;
 
 use crate::app::{ControlPlane, PlaneOptions, shutdown_signal, sqlite_url_in};
 use crate::cli::DevArgs;
 use crate::config::{ConfigError, ServerConfig};
 
-pub async fn serve(config_path: &Path) -> Result<ExitCode> {
+pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<ExitCode> {
     let file = config_path.display().to_string();
     let config = ServerConfig::load(config_path)?;
     let auth = config.auth(&file)?;
@@ -36,6 +37,7 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
     let alerts = config.alerts(&file)?;
     let plane = ControlPlane::start(PlaneOptions {
         observers: Vec::new(),
+        telemetry: telemetry.clone(),
         store_url,
         engine,
         auth,
@@ -52,7 +54,7 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn dev(args: DevArgs) -> Result<ExitCode> {
+pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode> {
     let http: SocketAddr = args.http.parse().with_context(|| format!("--http `{}`", args.http))?;
     if !http.ip().is_loopback() {
         bail!("--http {http}: dev mode has no authentication and listens on loopback only; use 127.0.0.1");
@@ -76,6 +78,7 @@ pub async fn dev(args: DevArgs) -> Result<ExitCode> {
     let store_url = sqlite_url_in(&args.data)?;
     let plane = ControlPlane::start(PlaneOptions {
         observers: Vec::new(),
+        telemetry: telemetry.clone(),
         store_url,
         engine,
         auth: AuthConfig::default(),
