@@ -11,7 +11,7 @@ pub mod v1 {
 }
 
 pub use v1::{
-    control_message::Msg as ControlMsg, sidecar_message::Msg as SidecarMsg, ControlMessage, SidecarMessage,
+    ControlMessage, SidecarMessage, control_message::Msg as ControlMsg, sidecar_message::Msg as SidecarMsg,
 };
 
 /// The protocol version a sidecar announces in its hello.
