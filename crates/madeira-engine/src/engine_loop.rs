@@ -13,8 +13,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
+mod waiting;
+
 use crate::envelope::Envelope;
 use crate::executor::{AttemptResult, Executors, Job};
+use crate::gate::Gate;
 use crate::observer::{AttemptOutcome, EngineObserver};
 use crate::record::{FinishedAttempt, Work};
 use crate::stats::EngineStats;
@@ -35,6 +38,7 @@ pub(crate) struct Parts {
     pub flows: FlowCache,
     pub events: broadcast::Sender<RunEvent>,
     pub stats: Arc<EngineStats>,
+    pub waiting: crate::gate::WaitingNodes,
 }
 
 pub struct Engine {
@@ -45,10 +49,12 @@ pub struct Engine {
     running: HashMap<(String, usize), CancellationToken>,
     pending: VecDeque<Envelope>,
     tasks: TaskTracker,
+    gate: Gate,
 }
 
 impl Engine {
     pub(crate) fn new(p: Parts) -> Self {
+        let gate = Gate::new(p.waiting.clone());
         Self {
             p,
             runs: HashMap::new(),
@@ -57,6 +63,7 @@ impl Engine {
             running: HashMap::new(),
             pending: VecDeque::new(),
             tasks: TaskTracker::new(),
+            gate,
         }
     }
 
@@ -65,6 +72,12 @@ impl Engine {
     pub async fn run(mut self, cancel: CancellationToken) {
         self.reconcile().await;
         let retention = retention::spawn(self.p.store.clone(), self.p.options.clone(), cancel.clone());
+        let missed = crate::missed::spawn(
+            self.p.store.clone(),
+            self.p.flows.clone(),
+            self.p.observers.clone(),
+            cancel.clone(),
+        );
         let mut sweep = tokio::time::interval(self.p.options.sweep_every);
         sweep.tick().await;
         loop {
@@ -103,6 +116,7 @@ impl Engine {
         self.tasks.close();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
         let _ = retention.await;
+        let _ = missed.await;
         info!("engine stopped");
     }
 
@@ -228,6 +242,13 @@ impl Engine {
                 self.attempt_done(&run_id, node, attempt, result, work);
             }
             Envelope::ConfirmOverdue { run_id, node } => self.confirm_overdue(&run_id, node, work).await,
+            Envelope::ExecutorsChanged => self.recheck_waiting(work).await,
+            Envelope::ObservedDone { run_id, node, result, reply } => {
+                let outcome = self.observed_done(&run_id, node, result, work).await;
+                if let Some(reply) = reply {
+                    work.replies.push((reply, outcome));
+                }
+            }
         }
     }
 
@@ -288,6 +309,10 @@ impl Engine {
             return;
         };
         let flow = snap.flow.clone();
+        if let Some(reason) = self.waiting_reason(&flow, node) {
+            self.park(run_id, node, ready_at, reason);
+            return;
+        }
         if let Some(throttle) = flow.nodes[node].throttle {
             if !self.throttle.try_acquire(&flow.name, node, throttle.max_permits) {
                 let waiter = Waiter { run_id: run_id.to_string(), node, ready_at };
@@ -453,6 +478,7 @@ impl Engine {
                     }
                 }
                 Action::RunFinished { state } => {
+                    self.gate.forget_run(&run_id);
                     if let Some(snap) = self.runs.remove(&run_id) {
                         info!(run_id = %run_id, flow = %snap.flow.name, state = %state, "run finished");
                         self.p.observers.iter().for_each(|o| o.run_finished(&snap));
@@ -550,6 +576,10 @@ impl Engine {
         let Some(snap) = self.runs.get(run_id) else {
             return;
         };
+        if snap.flow.observe {
+            // Observe-only: `madeira exec` reports how the attempt ends.
+            return;
+        }
         let def = &snap.flow.nodes[node];
         let executor: ExecutorDef = match (&def.action, fallback) {
             (NodeAction::Run(executor), _) => executor.clone(),
@@ -568,6 +598,7 @@ impl Engine {
             attempt,
             idempotency_key: snap.idempotency_key(node),
             executor,
+            no_retry_exit_codes: def.retry.no_retry_exit_codes.clone(),
             input,
             timeout: def.timeout,
             traceparent: None,

@@ -19,6 +19,7 @@ pub struct EngineHandle {
     flows: FlowCache,
     events: broadcast::Sender<RunEvent>,
     stats: Arc<EngineStats>,
+    waiting: crate::gate::WaitingNodes,
 }
 
 #[derive(Debug, Clone)]
@@ -81,8 +82,9 @@ impl EngineHandle {
         flows: FlowCache,
         events: broadcast::Sender<RunEvent>,
         stats: Arc<EngineStats>,
+        waiting: crate::gate::WaitingNodes,
     ) -> Self {
-        Self { tx, store, flows, events, stats }
+        Self { tx, store, flows, events, stats, waiting }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -228,6 +230,15 @@ impl EngineHandle {
             self.store.load_run(run_id).await?.ok_or_else(|| EngineError::RunNotFound(run_id.to_string()))?;
         let def = self.flows.get(self.store.as_ref(), &stored.run.flow, stored.run.version).await?;
         crate::snapshot::from_stored(stored, def)
+    }
+
+    /// Nodes waiting in INIT for their executor, with the reason.
+    pub fn waiting(&self) -> &crate::gate::WaitingNodes {
+        &self.waiting
+    }
+
+    pub(crate) async fn send_envelope(&self, envelope: Envelope) -> Result<(), EngineError> {
+        self.send(envelope).await
     }
 
     async fn send(&self, envelope: Envelope) -> Result<(), EngineError> {

@@ -9,7 +9,10 @@ mod engine_loop;
 mod envelope;
 pub mod executor;
 mod flows;
+mod gate;
 mod handle;
+mod missed;
+pub mod observed;
 mod observer;
 mod record;
 mod retention;
@@ -28,7 +31,9 @@ pub use clock::now_ms;
 pub use engine_loop::Engine;
 pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};
 pub use flows::{ApplyOutcome, FlowCache};
+pub use gate::WaitingNodes;
 pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, TriggerRequest};
+pub use observed::ObservedReport;
 pub use observer::{AttemptOutcome, EngineObserver};
 pub use stats::{EngineStats, StatsSnapshot};
 
@@ -113,7 +118,15 @@ pub fn build(
     let (events, _) = broadcast::channel(16_384);
     let flows = FlowCache::default();
     let stats = Arc::new(EngineStats::default());
-    let handle = EngineHandle::new(tx.clone(), store.clone(), flows.clone(), events.clone(), stats.clone());
+    let waiting = WaitingNodes::default();
+    let handle = EngineHandle::new(
+        tx.clone(),
+        store.clone(),
+        flows.clone(),
+        events.clone(),
+        stats.clone(),
+        waiting.clone(),
+    );
     let engine = Engine::new(engine_loop::Parts {
         store,
         executors: Arc::new(executors),
@@ -124,6 +137,7 @@ pub fn build(
         flows,
         events,
         stats,
+        waiting,
     });
     (engine, handle)
 }

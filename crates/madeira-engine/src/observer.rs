@@ -41,4 +41,10 @@ pub trait EngineObserver: Send + Sync {
     /// The next scheduled fire instant of a flow (Unix seconds), or `None` when paused
     /// or unscheduled.
     fn next_run(&self, flow: &str, at_unix_seconds: Option<f64>) {}
+    /// A ready node started (`Some(reason)`) or stopped (`None`) waiting in INIT for
+    /// its executor, e.g. because no live sidecar of its group declares its job.
+    fn node_waiting(&self, run_id: &str, flow: &str, node: &str, reason: Option<&str>) {}
+    /// An observe-only flow's cron instant `scheduled_at_ms` had no run that started
+    /// (or finished) within the trigger's `grace` (`what` says which).
+    fn observed_missed(&self, flow: &str, scheduled_at_ms: i64, what: &str) {}
 }

@@ -193,7 +193,10 @@ fn route(report: &mut Report, at: At<'_>, raw: &RawSidecar) -> Option<SidecarRou
                 let hint = did_you_mean(other, ROUTES.iter().copied());
                 report.push(
                     at.at(r),
-                    format!("unknown route `{other}`{hint}; use {} (or `hash_key` for consistent hashing)", one_of(ROUTES)),
+                    format!(
+                        "unknown route `{other}`{hint}; use {} (or `hash_key` for consistent hashing)",
+                        one_of(ROUTES)
+                    ),
                 );
                 None
             }
