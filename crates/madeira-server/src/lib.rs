@@ -28,11 +28,19 @@ pub struct AppState {
     pub auth: Arc<AuthConfig>,
     /// Flips once (migrations ran, store answered): `/readyz` answers 200 after it.
     pub ready: Arc<AtomicBool>,
+    /// The sidecar fleet (`GET /sidecars`), when the link runs.
+    pub fleet: Option<madeira_fleet::Fleet>,
 }
 
 impl AppState {
     pub fn new(engine: EngineHandle, auth: AuthConfig) -> Self {
-        Self { engine, auth: Arc::new(auth), ready: Arc::new(AtomicBool::new(false)) }
+        Self { engine, auth: Arc::new(auth), ready: Arc::new(AtomicBool::new(false)), fleet: None }
+    }
+
+    /// Serves the fleet view from `fleet`.
+    pub fn with_fleet(mut self, fleet: madeira_fleet::Fleet) -> Self {
+        self.fleet = Some(fleet);
+        self
     }
 
     pub fn mark_ready(&self) {

@@ -20,6 +20,8 @@ pub struct ControlPlane {
     pub http_addr: Option<SocketAddr>,
     pub cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    /// The sidecar link, when enabled.
+    pub fleet: Option<crate::sidecars::FleetParts>,
 }
 
 pub struct PlaneOptions {
@@ -30,6 +32,8 @@ pub struct PlaneOptions {
     pub auth: AuthConfig,
     /// Serve the API here (`None`: engine only).
     pub http: Option<SocketAddr>,
+    /// The gRPC endpoint for sidecars and the in-process sidecar (`None`: no sidecars).
+    pub fleet: Option<crate::sidecars::FleetSetup>,
 }
 
 /// Opens the store named by `url` (`sqlite://…`).
@@ -51,17 +55,33 @@ pub fn sqlite_url_in(dir: &Path) -> Result<String> {
 impl ControlPlane {
     pub async fn start(options: PlaneOptions) -> Result<Self> {
         let store = open_store(&options.store_url).await?;
-        let executors = Executors::new(options.engine.http.clone());
+        let mut executors = Executors::new(options.engine.http.clone());
+        let mut registry = prometheus_client::registry::Registry::default();
+        let fleet = options
+            .fleet
+            .as_ref()
+            .map(|setup| madeira_fleet::Fleet::new(setup.options.clone(), &mut registry));
+        executors.sidecar = fleet.as_ref().map(|f| f.executor());
         let (engine, handle) = madeira_engine::build(store, executors, options.observers, options.engine);
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
         let engine_cancel = cancel.clone();
         tasks.push(tokio::spawn(engine.run(engine_cancel)));
+        let fleet = match (fleet, options.fleet) {
+            (Some(fleet), Some(setup)) => {
+                fleet.attach_engine(handle.clone());
+                Some(crate::sidecars::start(fleet, setup, &mut registry, &cancel, &mut tasks).await?)
+            }
+            _ => None,
+        };
         let mut http_addr = None;
         if let Some(addr) = options.http {
             let listener = TcpListener::bind(addr).await.with_context(|| format!("binding HTTP {addr}"))?;
             http_addr = Some(listener.local_addr()?);
-            let state = AppState::new(handle.clone(), options.auth);
+            let mut state = AppState::new(handle.clone(), options.auth);
+            if let Some(parts) = &fleet {
+                state = state.with_fleet(parts.fleet.clone());
+            }
             state.mark_ready();
             let shutdown = cancel.clone();
             tasks.push(tokio::spawn(async move {
@@ -70,7 +90,7 @@ impl ControlPlane {
                 }
             }));
         }
-        Ok(Self { engine: handle, http_addr, cancel, tasks })
+        Ok(Self { engine: handle, http_addr, cancel, tasks, fleet })
     }
 
     /// Applies every `*.yaml`/`*.yml` file in `dir`; the first invalid one aborts.
@@ -93,7 +113,10 @@ impl ControlPlane {
     }
 
     /// Stops the server and the engine and waits for them.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
+        if let Some(parts) = self.fleet.take() {
+            parts.stop_local_sidecar().await;
+        }
         self.cancel.cancel();
         for task in self.tasks {
             let _ = task.await;

@@ -126,6 +126,23 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Run the sidecar daemon: the jobs declared in its config, on dispatch.
+    Sidecar {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Run a command exactly as given and report it through the local sidecar.
+    Exec(ExecArgs),
+    /// Crontab helpers.
+    Crontab {
+        #[command(subcommand)]
+        command: CrontabCommand,
+    },
+    /// The sidecar fleet: name, group, version, jobs, attempts running, heartbeat age.
+    Sidecars {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// The audit log of operator actions.
     Audit {
         #[arg(long)]
@@ -184,6 +201,46 @@ pub struct NodeActionArgs {
     pub downstream: bool,
     #[command(flatten)]
     pub server: ServerArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The job name the run is reported as.
+    #[arg(long)]
+    pub job: String,
+    /// The observe-only flow to record the run in (default: the job name).
+    #[arg(long)]
+    pub flow: Option<String>,
+    /// The sidecar's Unix socket.
+    #[arg(long, env = "MADEIRA_SIDECAR", default_value = "/run/madeira/sidecar.sock")]
+    pub sidecar: PathBuf,
+    /// The command and its arguments, run without a shell.
+    #[arg(last = true, required = true)]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CrontabCommand {
+    /// Translate crontabs into observe-mode flows, sidecar jobs and a wrapped crontab.
+    Import {
+        /// Crontab files, or /etc/cron.d-style directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Sidecar group of the generated jobs and flows.
+        #[arg(long, default_value = "cron")]
+        group: String,
+        /// How late a run may start (and how long it may take) before a warning.
+        #[arg(long, default_value = "10m")]
+        grace: String,
+        /// Write flows/, sidecar-jobs.yaml and crontab into this directory instead of printing.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Path of the madeira binary in the rewritten crontab.
+        #[arg(long, default_value = "madeira")]
+        madeira: String,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
 }
 
 #[derive(Debug, Subcommand)]

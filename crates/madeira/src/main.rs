@@ -12,6 +12,7 @@ mod client;
 mod commands;
 mod config;
 mod logging;
+mod sidecars;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

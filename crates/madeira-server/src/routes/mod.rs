@@ -4,6 +4,7 @@ mod audit;
 mod flows;
 mod health;
 mod runs;
+mod sidecars;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -25,6 +26,7 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{id}/nodes/{node}/logs", get(runs::logs))
         .route("/runs/{id}/nodes/{node}/{action}", post(runs::node_action))
         .route("/audit", get(audit::list))
+        .route("/sidecars", get(sidecars::list))
         .fallback(|| async { ApiError::not_found("no such API route; see SPEC §9") });
     Router::new()
         .route("/healthz", get(health::healthz))

@@ -12,7 +12,7 @@ use madeira_store::RunQuery;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::json_body;
+use super::{json_body, sidecars};
 use crate::{ApiError, AppState, Role, views};
 
 #[derive(Debug, Default, Deserialize)]
@@ -121,7 +121,9 @@ pub async fn show(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
     let def = state.engine.flow(&stored.run.flow, Some(stored.run.version)).await?;
-    Ok(Json(views::run_detail(&stored, &def)))
+    let mut view = views::run_detail(&stored, &def);
+    sidecars::show_waiting(&mut view, &id, state.engine.waiting());
+    Ok(Json(view))
 }
 
 pub async fn cancel(

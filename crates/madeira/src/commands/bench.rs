@@ -25,6 +25,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
         engine: Default::default(),
         auth: AuthConfig::default(),
         http: None,
+        fleet: None,
     })
     .await?;
     let engine = plane.engine.clone();

@@ -26,6 +26,7 @@ pub async fn run() -> Result<ExitCode> {
         engine: Default::default(),
         auth: AuthConfig::default(),
         http: Some("127.0.0.1:0".parse()?),
+        fleet: None,
     })
     .await?;
     let engine = plane.engine.clone();

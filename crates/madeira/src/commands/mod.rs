@@ -2,9 +2,12 @@
 
 mod bench;
 mod client_cmds;
+mod crontab;
 mod demo;
+mod exec;
 mod offline;
 mod servers;
+mod sidecar;
 
 use std::process::ExitCode;
 
@@ -20,6 +23,9 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench(args) => bench::run(args).await,
         Command::Validate { files, output } => offline::validate(&files, output),
         Command::Cron { command } => offline::cron(command),
+        Command::Sidecar { config } => sidecar::run(&config).await,
+        Command::Exec(args) => exec::run(args).await,
+        Command::Crontab { command } => crontab::run(command),
         other => client_cmds::run(other).await,
     }
 }

@@ -11,6 +11,8 @@ use madeira_server::AuthConfig;
 use crate::app::{ControlPlane, PlaneOptions, shutdown_signal, sqlite_url_in};
 use crate::cli::DevArgs;
 use crate::config::{ConfigError, ServerConfig};
+use crate::sidecars::{FleetSetup, LocalSidecar};
+use madeira_fleet::FleetOptions;
 
 pub async fn serve(config_path: &Path) -> Result<ExitCode> {
     let file = config_path.display().to_string();
@@ -27,9 +29,20 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
         http: config.http_executor.clone(),
         ..Default::default()
     };
-    if let Some(grpc) = &config.grpc {
-        tracing::warn!(grpc = %grpc, "grpc is set but this build has no sidecar endpoint yet; ignoring it");
+    let tokens = config.sidecar_tokens(&file)?;
+    if tokens.is_empty() {
+        tracing::warn!(
+            "auth.sidecar_tokens is empty: every sidecar will be refused until a group token is configured"
+        );
     }
+    let fleet = FleetSetup {
+        grpc: config.grpc_addr(&file, "0.0.0.0:7071")?,
+        options: FleetOptions {
+            tokens: Some(tokens),
+            ..FleetOptions::with_lost_after(config.sidecar_lost_after(&file)?)
+        },
+        local: None,
+    };
     if config.redis.is_some() {
         tracing::warn!("redis is set but this build runs a single replica on SQLite; ignoring it");
     }
@@ -39,12 +52,13 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
         engine,
         auth,
         http: Some(http),
+        fleet: Some(fleet),
     })
     .await?;
     if let Some(dir) = &config.flows {
         plane.apply_dir(dir).await?;
     }
-    tracing::info!(http = ?plane.http_addr, "madeira control plane serving");
+    tracing::info!(http = ?plane.http_addr, grpc = ?plane.fleet.as_ref().map(|f| f.grpc_addr), "madeira control plane serving");
     shutdown_signal().await;
     plane.shutdown().await;
     Ok(ExitCode::SUCCESS)
@@ -55,11 +69,14 @@ pub async fn dev(args: DevArgs) -> Result<ExitCode> {
     if !http.ip().is_loopback() {
         bail!("--http {http}: dev mode has no authentication and listens on loopback only; use 127.0.0.1");
     }
-    if args.jobs.is_some() {
-        bail!(
-            "--jobs needs the sidecar, which this build does not include yet; use builtin or http executors"
-        );
+    let grpc: SocketAddr = args.grpc.parse().with_context(|| format!("--grpc `{}`", args.grpc))?;
+    if !grpc.ip().is_loopback() {
+        bail!("--grpc {grpc}: dev mode has no sidecar tokens and listens on loopback only; use 127.0.0.1");
     }
+    let jobs = match &args.jobs {
+        Some(path) => crate::sidecars::load_jobs(path)?,
+        None => Default::default(),
+    };
     let config = match &args.config {
         Some(path) => ServerConfig::load(path)?,
         None => ServerConfig::default(),
@@ -71,12 +88,23 @@ pub async fn dev(args: DevArgs) -> Result<ExitCode> {
         ..Default::default()
     };
     let store_url = sqlite_url_in(&args.data)?;
+    let data = args.data.canonicalize().unwrap_or_else(|_| args.data.clone());
+    let fleet = FleetSetup {
+        grpc,
+        options: FleetOptions::with_lost_after(config.sidecar_lost_after(&file)?),
+        local: Some(LocalSidecar {
+            jobs,
+            dir: data.join("sidecar"),
+            socket: Some(data.join("sidecar.sock")),
+        }),
+    };
     let plane = ControlPlane::start(PlaneOptions {
         observers: Vec::new(),
         store_url,
         engine,
         auth: AuthConfig::default(),
         http: Some(http),
+        fleet: Some(fleet),
     })
     .await?;
     if let Some(dir) = &args.flows {
@@ -85,6 +113,13 @@ pub async fn dev(args: DevArgs) -> Result<ExitCode> {
     }
     if let Some(addr) = plane.http_addr {
         eprintln!("madeira dev: API on http://{addr}/api/v1 (data in {})", args.data.display());
+    }
+    if let Some(parts) = &plane.fleet {
+        eprintln!(
+            "madeira dev: sidecar link on {} (in-process sidecar of group `local`; exec socket {})",
+            parts.grpc_addr,
+            data.join("sidecar.sock").display()
+        );
     }
     shutdown_signal().await;
     plane.shutdown().await;
