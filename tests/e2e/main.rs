@@ -3,6 +3,8 @@
 
 mod api;
 mod cli;
+mod exec;
 mod recovery;
 mod semantics;
+mod sidecar;
 mod support;

@@ -14,6 +14,8 @@ pub struct Dev {
     pub child: Child,
     pub base: String,
     pub http: reqwest::Client,
+    /// `host:port` of the sidecar link.
+    pub grpc: String,
 }
 
 impl Dev {
@@ -27,24 +29,41 @@ impl Dev {
     /// Starts `madeira dev` with its data in `dir` and an ephemeral port, reading the
     /// bound address from its first line on stderr.
     pub fn start_in(dir: &Path) -> Dev {
+        Dev::start_with(dir, &[])
+    }
+
+    /// As `start_in`, with more arguments (`--jobs FILE`, `--config FILE`, `--grpc ADDR`).
+    pub fn start_with(dir: &Path, extra: &[&str]) -> Dev {
+        let grpc = if extra.contains(&"--grpc") { &[][..] } else { &["--grpc", "127.0.0.1:0"][..] };
         let mut child = Command::new(BIN)
             .args(["dev", "--http", "127.0.0.1:0", "--data"])
             .arg(dir)
+            .args(grpc)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn madeira dev");
         let stderr = child.stderr.take().expect("stderr");
         let mut lines = BufReader::new(stderr).lines();
-        let base = loop {
+        let (mut base, mut grpc) = (None, None);
+        while base.is_none() || grpc.is_none() {
             let line = lines.next().expect("madeira dev exited before serving").expect("read stderr");
             if let Some(rest) = line.strip_prefix("madeira dev: API on ") {
                 let url = rest.split_whitespace().next().expect("url");
-                break url.trim_end_matches("/api/v1").to_string();
+                base = Some(url.trim_end_matches("/api/v1").to_string());
             }
-        };
+            if let Some(rest) = line.strip_prefix("madeira dev: sidecar link on ") {
+                grpc = rest.split_whitespace().next().map(str::to_string);
+            }
+        }
         std::thread::spawn(move || for _ in lines {});
-        Dev { child, base, http: reqwest::Client::new() }
+        Dev {
+            child,
+            base: base.unwrap_or_default(),
+            http: reqwest::Client::new(),
+            grpc: grpc.unwrap_or_default(),
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
