@@ -3,6 +3,7 @@
 
 mod api;
 mod cli;
+mod crontab;
 mod exec;
 mod recovery;
 mod semantics;

@@ -58,6 +58,8 @@ pub struct JobConfig {
     pub clear_env: bool,
     /// Run as this user (the sidecar must be root to switch).
     pub user: Option<String>,
+    /// Text fed to the job's stdin (a crontab line's `%` part); default: none.
+    pub stdin: Option<String>,
     pub timeout: Option<String>,
     pub grace: Option<String>,
     pub max_concurrency: Option<u32>,
@@ -72,6 +74,7 @@ pub struct JobSpec {
     pub env: BTreeMap<String, String>,
     pub clear_env: bool,
     pub user: Option<String>,
+    pub stdin: Option<String>,
     pub timeout: Option<Duration>,
     pub grace: Duration,
     /// 0 = unlimited.
@@ -150,6 +153,7 @@ impl JobConfig {
             env: self.env.clone(),
             clear_env: self.clear_env,
             user: self.user.clone(),
+            stdin: self.stdin.clone(),
             timeout: parse("timeout", &self.timeout)?,
             grace: parse("grace", &self.grace)?.unwrap_or(DEFAULT_GRACE),
             max_concurrency: self.max_concurrency.unwrap_or(0),

@@ -212,7 +212,7 @@ pub struct ExecArgs {
     #[arg(long)]
     pub flow: Option<String>,
     /// The sidecar's Unix socket.
-    #[arg(long, env = "MADEIRA_SIDECAR", default_value = "/run/madeira/sidecar.sock")]
+    #[arg(long, env = "MADEIRA_SIDECAR", default_value = "/var/lib/madeira/spool/sidecar.sock")]
     pub sidecar: PathBuf,
     /// The command and its arguments, run without a shell.
     #[arg(last = true, required = true)]
@@ -238,6 +238,15 @@ pub enum CrontabCommand {
         /// Path of the madeira binary in the rewritten crontab.
         #[arg(long, default_value = "madeira")]
         madeira: String,
+        /// The sidecar's exec socket, set as MADEIRA_SIDECAR in the rewritten crontab.
+        #[arg(long, default_value = "/var/lib/madeira/spool/sidecar.sock")]
+        sidecar: PathBuf,
+        /// Read FILE arguments as system crontabs (with a user column), like /etc/crontab.
+        #[arg(long)]
+        system: bool,
+        /// Schedule timezone when a crontab sets neither CRON_TZ nor TZ.
+        #[arg(long, default_value = "UTC")]
+        timezone: String,
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },

@@ -11,6 +11,7 @@ mod cli;
 mod client;
 mod commands;
 mod config;
+mod crontab;
 mod logging;
 mod sidecars;
 

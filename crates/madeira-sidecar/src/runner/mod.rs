@@ -133,6 +133,12 @@ async fn supervise(
     dir: &Path,
 ) -> Outcome {
     let pgid = child.id().unwrap_or(0);
+    if let (Some(mut stdin), Some(text)) = (child.stdin.take(), job.stdin.clone()) {
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let _ = stdin.write_all(text.as_bytes()).await;
+        });
+    }
     let tail = std::sync::Arc::new(std::sync::Mutex::new(LogTail::new(LOG_TAIL_BYTES)));
     let readers: Vec<_> = [
         child.stdout.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),

@@ -65,7 +65,7 @@ pub(super) async fn prepare(
 
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
-        .stdin(Stdio::null())
+        .stdin(if job.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)

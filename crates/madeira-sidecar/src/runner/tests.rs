@@ -20,6 +20,7 @@ fn job(command: &[&str], timeout: Option<&str>, grace: &str) -> JobSpec {
             env: BTreeMap::from([("JOB_ENV".to_string(), "yes".to_string())]),
             clear_env: false,
             user: None,
+            stdin: None,
             timeout: timeout.map(str::to_string),
             grace: Some(grace.to_string()),
             max_concurrency: None,
@@ -182,4 +183,14 @@ async fn leftover_processes_of_a_finished_job_are_stopped() {
     assert_eq!(out.status, Status::Success, "{}", out.error);
     let child: u32 = wait_for_file(&pids, Duration::from_secs(1)).await.trim().parse().expect("pid");
     assert!(!running(child), "background child {child} still runs");
+}
+
+#[tokio::test]
+async fn stdin_text_is_fed_to_the_job() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut job = job(&["/bin/sh", "-c", "cat > \"$MADEIRA_OUTPUT_FILE\""], None, "1s");
+    job.stdin = Some("{\"from\": \"stdin\"}".into());
+    let out = run_in(dir.path(), &job, &attempt(), CancellationToken::new()).await;
+    assert_eq!(out.status, Status::Success, "{}", out.error);
+    assert_eq!(out.outputs["from"], "stdin");
 }

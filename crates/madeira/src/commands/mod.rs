@@ -2,7 +2,6 @@
 
 mod bench;
 mod client_cmds;
-mod crontab;
 mod demo;
 mod exec;
 mod offline;
@@ -25,7 +24,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Cron { command } => offline::cron(command),
         Command::Sidecar { config } => sidecar::run(&config).await,
         Command::Exec(args) => exec::run(args).await,
-        Command::Crontab { command } => crontab::run(command),
+        Command::Crontab { command } => crate::crontab::run(command),
         other => client_cmds::run(other).await,
     }
 }
