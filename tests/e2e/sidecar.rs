@@ -267,3 +267,30 @@ async fn a_sidecar_restarted_while_the_control_plane_is_down_delivers_its_spool_
     assert_eq!(ran.lines().count(), 1, "the job ran once: {ran}");
     wait_for("the spool to empty", 10, || spooled() == 0).await;
 }
+
+#[tokio::test]
+async fn dev_and_sidecar_stop_on_sigterm_while_connected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut dev = Dev::start_with(&dir.path().join("data"), &[]);
+    let mut sidecar = SidecarProc::start(dir.path(), "s-stop", &dev.grpc, "jobs: {}\n");
+    wait_sidecars(&dev, "billing", 1).await;
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(dev.child.id() as i32, libc::SIGTERM);
+    }
+    let mut exited = None;
+    wait_for("madeira dev to exit", 15, || {
+        exited = dev.child.try_wait().ok().flatten();
+        exited.is_some()
+    })
+    .await;
+    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+    sidecar.signal(libc::SIGTERM);
+    let mut stopped = None;
+    wait_for("the sidecar to exit", 15, || {
+        stopped = sidecar.child.try_wait().ok().flatten();
+        stopped.is_some()
+    })
+    .await;
+    assert!(stopped.is_some_and(|s| s.success()), "{stopped:?}");
+}

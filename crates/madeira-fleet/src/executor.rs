@@ -189,8 +189,13 @@ async fn abort(
             reason: "aborted by the control plane".into(),
         };
         let _ = tx.send(Ok(ControlMessage { msg: Some(ControlMsg::Cancel(cancel)) })).await;
-        // The attempt ends once the sidecar says the process is gone (or is lost).
-        let _ = tokio::time::timeout(Duration::from_secs(300), events.recv()).await;
+        // The attempt ends once the sidecar says the process is gone (or is lost),
+        // unless the control plane itself stops first.
+        let shutdown = fleet.inner.shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::timeout(Duration::from_secs(300), events.recv()) => {}
+            _ = shutdown.cancelled() => {}
+        }
     }
     fleet.state().pending.remove(assignment_id);
     info!(sidecar = %sidecar, assignment = %assignment_id, "attempt aborted");

@@ -81,6 +81,8 @@ pub(crate) struct Inner {
     pub changed: watch::Sender<u64>,
     pub engine: OnceLock<EngineHandle>,
     pub metrics: FleetMetrics,
+    /// Fired when the server stops: every sidecar stream ends.
+    pub shutdown: CancellationToken,
 }
 
 /// Cheap-to-clone handle on the fleet.
@@ -102,6 +104,7 @@ impl Fleet {
             changed: watch::Sender::new(0),
             engine: OnceLock::new(),
             metrics,
+            shutdown: CancellationToken::new(),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -146,12 +149,24 @@ impl Fleet {
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         let service =
             madeira_proto::v1::link_server::LinkServer::new(service::LinkService::new(self.clone()));
-        let result = tonic::transport::Server::builder()
+        let server = tonic::transport::Server::builder()
             .tcp_nodelay(true)
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
             .add_service(service)
-            .serve_with_incoming_shutdown(incoming, cancel.cancelled_owned())
-            .await;
+            .serve_with_incoming_shutdown(incoming, cancel.clone().cancelled_owned());
+        tokio::pin!(server);
+        let shutdown = self.inner.shutdown.clone();
+        let result = tokio::select! {
+            result = &mut server => result,
+            _ = async {
+                cancel.cancelled().await;
+                shutdown.cancel();
+                tokio::time::sleep(Duration::from_secs(3)).await;
+            } => {
+                warn!("sidecar streams did not close within 3s of shutdown; leaving them");
+                Ok(())
+            }
+        };
         let _ = sweep.await;
         Ok(result?)
     }

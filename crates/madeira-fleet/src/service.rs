@@ -105,8 +105,13 @@ async fn connection(
         return;
     }
     fleet.notify();
+    let shutdown = fleet.inner.shutdown.clone();
     loop {
-        match inbound.message().await {
+        let next = tokio::select! {
+            next = inbound.message() => next,
+            _ = shutdown.cancelled() => break,
+        };
+        match next {
             Ok(Some(m)) => {
                 touch(&fleet, &name, conn);
                 handle(&fleet, &name, conn, m, &tx).await;

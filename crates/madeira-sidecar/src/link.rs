@@ -148,10 +148,19 @@ async fn connect_once(
     let _ = tx.send(SidecarMessage { msg: Some(SidecarMsg::Ready(Ready {})) }).await;
     info!(endpoint = %options.endpoint, spooled = pending.len(), "connected to the control plane");
     connected.send_replace(true);
-    let beat = tokio::spawn(heartbeats(shared.clone(), tx.clone(), heartbeat));
-    let result = serve(shared, &mut inbound).await;
-    beat.abort();
-    result
+    // Aborted however this future ends (also when it is dropped on shutdown), so no
+    // sender of the request stream outlives the connection.
+    let _beat = AbortOnDrop(tokio::spawn(heartbeats(shared.clone(), tx.clone(), heartbeat)));
+    drop(tx);
+    serve(shared, &mut inbound).await
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 async fn heartbeats(shared: Arc<Shared>, tx: mpsc::Sender<SidecarMessage>, every: Duration) {
