@@ -272,7 +272,11 @@ pub enum CronCommand {
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Which scenarios to run.
-    #[arg(long, value_delimiter = ',', default_value = "idle,chain,fanout,settlement")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "idle,chain,fanout,settlement,sidecar-chain,sidecar-rss"
+    )]
     pub scenarios: Vec<String>,
     /// Concurrent runs in the settlement scenario.
     #[arg(long, default_value_t = 500)]

@@ -2,6 +2,7 @@
 //! (WAL, synchronous=FULL). Scenarios: idle RSS; a chain of 100 noop nodes; a
 //! fan-out of 1,000; N concurrent runs of the 8-node settlement DAG. Reports wall
 //! time, per-node overhead, transitions/s, dispatch latency p50/p99 and peak RSS.
+//! The sidecar scenarios live in `bench_sidecar`.
 
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -14,21 +15,33 @@ use madeira_server::AuthConfig;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
+use super::bench_sidecar;
 use crate::app::{ControlPlane, PlaneOptions, sqlite_url_in};
 use crate::cli::{BenchArgs, Output};
+use crate::sidecars::{FleetSetup, LocalSidecar};
 
 pub async fn run(args: BenchArgs) -> Result<ExitCode> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let jobs = madeira_sidecar::SidecarConfig::parse("bench", bench_sidecar::JOBS)?.jobs("bench")?;
+    let fleet = FleetSetup {
+        grpc: "127.0.0.1:0".parse()?,
+        options: Default::default(),
+        local: Some(LocalSidecar { jobs, dir: dir.path().join("sidecar"), socket: None }),
+    };
     let plane = ControlPlane::start(PlaneOptions {
         observers: Vec::new(),
         store_url: sqlite_url_in(dir.path())?,
         engine: Default::default(),
         auth: AuthConfig::default(),
         http: None,
-        fleet: None,
+        fleet: Some(fleet),
     })
     .await?;
     let engine = plane.engine.clone();
+    let parts = plane.fleet.as_ref().context("the sidecar link did not start")?;
+    if let Some(mut local) = parts.local.clone() {
+        local.wait_connected(Duration::from_secs(10)).await;
+    }
     let mut results = Vec::new();
     for scenario in &args.scenarios {
         let result = match scenario.as_str() {
@@ -36,9 +49,13 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
             "chain" => one_run(&engine, "bench-chain", &chain_flow(100), 100).await?,
             "fanout" => one_run(&engine, "bench-fanout", &fanout_flow(1000), 1001).await?,
             "settlement" => settlement(&engine, args.runs).await?,
-            other => bail!("unknown scenario `{other}`: use idle, chain, fanout or settlement"),
+            "sidecar-chain" => bench_sidecar::chain(&engine).await?,
+            "sidecar-rss" => bench_sidecar::rss(&engine, &parts.fleet, parts.grpc_addr, dir.path()).await?,
+            other => bail!(
+                "unknown scenario `{other}`: use idle, chain, fanout, settlement, sidecar-chain or sidecar-rss"
+            ),
         };
-        if args.output == Output::Text {
+        if args.output == Output::Text && !bench_sidecar::print(&result) {
             print_result(&result);
         }
         results.push(result);
@@ -78,7 +95,7 @@ nodes:
   export: {needs: [receivables, refund_check], run: {builtin: noop}}
 ";
 
-async fn trigger(engine: &EngineHandle, flow: &str) -> Result<String> {
+pub(super) async fn trigger(engine: &EngineHandle, flow: &str) -> Result<String> {
     let req = TriggerRequest {
         flow: flow.into(),
         params: json!({}),
@@ -91,7 +108,7 @@ async fn trigger(engine: &EngineHandle, flow: &str) -> Result<String> {
 }
 
 /// Waits until every run in `ids` has finished; errors past the deadline.
-async fn wait_all(
+pub(super) async fn wait_all(
     events: &mut tokio::sync::broadcast::Receiver<madeira_engine::RunEvent>,
     mut ids: HashSet<String>,
 ) -> Result<()> {

@@ -1,6 +1,7 @@
 //! One module per command family; `run` dispatches and returns the exit code.
 
 mod bench;
+mod bench_sidecar;
 mod client_cmds;
 mod demo;
 mod exec;
