@@ -48,7 +48,7 @@ async fn receiver() -> (String, Hits) {
 /// `madeira dev --config FILE --log-level debug`, keeping every stderr line.
 fn start_dev(dir: &Path, config: &Path, receiver: &str) -> (Dev, Arc<Mutex<String>>) {
     let mut child = Command::new(BIN)
-        .args(["dev", "--http", "127.0.0.1:0", "--log-level", "debug", "--data"])
+        .args(["dev", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--log-level", "debug", "--data"])
         .arg(dir.join("data"))
         .arg("--config")
         .arg(config)
@@ -77,7 +77,7 @@ fn start_dev(dir: &Path, config: &Path, receiver: &str) -> (Dev, Arc<Mutex<Strin
             sink.lock().expect("logs").push_str(&format!("{line}\n"));
         }
     });
-    (Dev { child, base, http: reqwest::Client::new() }, logs)
+    (Dev { child, base, http: reqwest::Client::new(), grpc: String::new() }, logs)
 }
 
 const FLOW: &str = "flow: settle-alerts

@@ -4,11 +4,14 @@
 mod alerts;
 mod api;
 mod cli;
+mod crontab;
+mod exec;
 mod governance;
 mod observability;
 mod otlp;
 mod prometheus;
 mod recovery;
 mod semantics;
+mod sidecar;
 mod support;
 mod triggers;

@@ -16,11 +16,9 @@ use crate::support::Dev;
 /// alerting) and that this build does not have yet. Each merge that brings one in
 /// must delete it here: the test fails while a listed name is already served.
 const PENDING_FAMILIES_OF_OTHER_COMPONENTS: &[&str] = &[
-    "madeira_sidecars_connected",
     "madeira_sidecar_job_runs_total",
     "madeira_sidecar_job_duration_seconds_bucket",
     "madeira_sidecar_jobs_running",
-    "madeira_sidecar_spool_pending",
 ];
 
 pub fn repo_file(rel: &str) -> PathBuf {

@@ -14,6 +14,8 @@ pub struct Dev {
     pub child: Child,
     pub base: String,
     pub http: reqwest::Client,
+    /// `host:port` of the sidecar link.
+    pub grpc: String,
 }
 
 impl Dev {
@@ -27,14 +29,26 @@ impl Dev {
     /// Starts `madeira dev` with its data in `dir` and an ephemeral port, reading the
     /// bound address from its first line on stderr.
     pub fn start_in(dir: &Path) -> Dev {
-        Dev::start_with_env(dir, &[])
+        Dev::start_with(dir, &[])
     }
 
     /// As `start_in`, with extra environment variables for the server.
     pub fn start_with_env(dir: &Path, env: &[(&str, &str)]) -> Dev {
+        Dev::start_with_all(dir, &[], env)
+    }
+
+    /// As `start_in`, with more arguments (`--jobs FILE`, `--config FILE`, `--grpc ADDR`).
+    pub fn start_with(dir: &Path, extra: &[&str]) -> Dev {
+        Dev::start_with_all(dir, extra, &[])
+    }
+
+    fn start_with_all(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Dev {
+        let grpc = if extra.contains(&"--grpc") { &[][..] } else { &["--grpc", "127.0.0.1:0"][..] };
         let mut child = Command::new(BIN)
             .args(["dev", "--http", "127.0.0.1:0", "--data"])
             .arg(dir)
+            .args(grpc)
+            .args(extra)
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -42,15 +56,24 @@ impl Dev {
             .expect("spawn madeira dev");
         let stderr = child.stderr.take().expect("stderr");
         let mut lines = BufReader::new(stderr).lines();
-        let base = loop {
+        let (mut base, mut grpc) = (None, None);
+        while base.is_none() || grpc.is_none() {
             let line = lines.next().expect("madeira dev exited before serving").expect("read stderr");
             if let Some(rest) = line.strip_prefix("madeira dev: API on ") {
                 let url = rest.split_whitespace().next().expect("url");
-                break url.trim_end_matches("/api/v1").to_string();
+                base = Some(url.trim_end_matches("/api/v1").to_string());
             }
-        };
+            if let Some(rest) = line.strip_prefix("madeira dev: sidecar link on ") {
+                grpc = rest.split_whitespace().next().map(str::to_string);
+            }
+        }
         std::thread::spawn(move || for _ in lines {});
-        Dev { child, base, http: reqwest::Client::new() }
+        Dev {
+            child,
+            base: base.unwrap_or_default(),
+            http: reqwest::Client::new(),
+            grpc: grpc.unwrap_or_default(),
+        }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -4,6 +4,7 @@
 //! function of its inputs, so it is property-tested in isolation.
 
 pub mod expr;
+pub mod keyexpr;
 pub mod model;
 pub mod plan;
 pub mod retry;

@@ -200,4 +200,16 @@ pub struct SidecarDef {
     pub group: String,
     pub job: String,
     pub shards: u32,
+    /// How an attempt picks a sidecar of the group.
+    pub route: SidecarRoute,
+}
+
+/// Routing within a sidecar group.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum SidecarRoute {
+    #[default]
+    RoundRobin,
+    LeastBusy,
+    /// Consistent hashing on the value of a CEL expression (`hash_key`).
+    Hash(crate::keyexpr::KeyExpr),
 }

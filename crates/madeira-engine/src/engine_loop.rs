@@ -13,8 +13,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, warn};
 
+mod waiting;
+
 use crate::envelope::Envelope;
 use crate::executor::{AttemptResult, Executors, Job};
+use crate::gate::Gate;
 use crate::observer::{AttemptOutcome, EngineObserver};
 use crate::record::{FinishedAttempt, Work};
 use crate::stats::EngineStats;
@@ -38,6 +41,7 @@ pub(crate) struct Parts {
     pub flows: FlowCache,
     pub events: broadcast::Sender<RunEvent>,
     pub stats: Arc<EngineStats>,
+    pub waiting: crate::gate::WaitingNodes,
 }
 
 pub struct Engine {
@@ -49,10 +53,12 @@ pub struct Engine {
     running: HashMap<(String, usize), CancellationToken>,
     pending: VecDeque<Envelope>,
     tasks: TaskTracker,
+    gate: Gate,
 }
 
 impl Engine {
     pub(crate) fn new(p: Parts) -> Self {
+        let gate = Gate::new(p.waiting.clone());
         Self {
             p,
             runs: HashMap::new(),
@@ -62,6 +68,7 @@ impl Engine {
             running: HashMap::new(),
             pending: VecDeque::new(),
             tasks: TaskTracker::new(),
+            gate,
         }
     }
 
@@ -74,6 +81,12 @@ impl Engine {
             let creator = crate::creator::run(self.p.store.clone(), rx, self.p.tx.clone(), cancel.clone());
             self.tasks.spawn(creator);
         }
+        let missed = crate::missed::spawn(
+            self.p.store.clone(),
+            self.p.flows.clone(),
+            self.p.observers.clone(),
+            cancel.clone(),
+        );
         let mut sweep = tokio::time::interval(self.p.options.sweep_every);
         sweep.tick().await;
         loop {
@@ -112,6 +125,7 @@ impl Engine {
         self.tasks.close();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
         let _ = retention.await;
+        let _ = missed.await;
         info!("engine stopped");
     }
 
@@ -246,6 +260,13 @@ impl Engine {
                 self.attempt_done(&run_id, node, attempt, result, work);
             }
             Envelope::ConfirmOverdue { run_id, node } => self.confirm_overdue(&run_id, node, work).await,
+            Envelope::ExecutorsChanged => self.recheck_waiting(work).await,
+            Envelope::ObservedDone { run_id, node, result, reply } => {
+                let outcome = self.observed_done(&run_id, node, result, work).await;
+                if let Some(reply) = reply {
+                    work.replies.push((reply, outcome));
+                }
+            }
         }
     }
 
@@ -307,6 +328,10 @@ impl Engine {
             return;
         };
         let flow = snap.flow.clone();
+        if let Some(reason) = self.waiting_reason(&flow, node) {
+            self.park(run_id, node, ready_at, reason);
+            return;
+        }
         if let Some(throttle) = flow.nodes[node].throttle {
             if !self.throttle.try_acquire(&flow.name, node, run_id, throttle.max_permits) {
                 let waiter = Waiter { run_id: run_id.to_string(), node, ready_at };
@@ -477,6 +502,7 @@ impl Engine {
                 }
                 Action::RunFinished { state } => {
                     let run_trace = self.traces.remove(&run_id);
+                    self.gate.forget_run(&run_id);
                     if let Some(snap) = self.runs.remove(&run_id) {
                         let trace_id =
                             run_trace.as_ref().map(|t| t.context.trace_id_hex()).unwrap_or_default();
@@ -589,6 +615,10 @@ impl Engine {
         let Some(snap) = self.runs.get(run_id) else {
             return;
         };
+        if snap.flow.observe {
+            // Observe-only: `madeira exec` reports how the attempt ends.
+            return;
+        }
         let def = &snap.flow.nodes[node];
         let executor: ExecutorDef = match (&def.action, fallback) {
             (NodeAction::Run(executor), _) => executor.clone(),
@@ -609,6 +639,7 @@ impl Engine {
             attempt,
             idempotency_key: snap.idempotency_key(node),
             executor,
+            no_retry_exit_codes: def.retry.no_retry_exit_codes.clone(),
             input,
             timeout: def.timeout,
             traceparent: context.filter(|_| self.p.options.tracing).map(|c| c.traceparent()),

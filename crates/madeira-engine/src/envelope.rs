@@ -29,4 +29,8 @@ pub(crate) enum Envelope {
     AttemptDone { run_id: String, node: usize, attempt: u32, result: AttemptResult },
     /// A MANUAL_CONFIRM node passed its `alert_after`.
     ConfirmOverdue { run_id: String, node: usize },
+    /// An executor's availability changed: look at the nodes waiting for it again.
+    ExecutorsChanged,
+    /// A `madeira exec` run of an observe-only flow ended (`node` is its index).
+    ObservedDone { run_id: String, node: usize, result: AttemptResult, reply: Option<Reply> },
 }

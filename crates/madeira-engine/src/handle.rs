@@ -24,6 +24,7 @@ pub struct EngineHandle {
     /// Names of flows whose definition or pause state changed (for the scheduler).
     flow_changes: broadcast::Sender<String>,
     throttle_view: crate::ThrottleView,
+    waiting: crate::gate::WaitingNodes,
 }
 
 #[derive(Debug, Clone)]
@@ -79,18 +80,32 @@ pub struct ActionRequest {
     pub reason: Option<String>,
 }
 
+/// What a handle shares with the engine it talks to.
+pub(crate) struct Shared {
+    pub tx: mpsc::Sender<Envelope>,
+    pub create: mpsc::Sender<CreateRequest>,
+    pub store: Arc<dyn Store>,
+    pub flows: FlowCache,
+    pub events: broadcast::Sender<RunEvent>,
+    pub stats: Arc<EngineStats>,
+    pub throttle_view: crate::ThrottleView,
+    pub waiting: crate::gate::WaitingNodes,
+}
+
 impl EngineHandle {
-    pub(crate) fn new(
-        tx: mpsc::Sender<Envelope>,
-        create: mpsc::Sender<CreateRequest>,
-        store: Arc<dyn Store>,
-        flows: FlowCache,
-        events: broadcast::Sender<RunEvent>,
-        stats: Arc<EngineStats>,
-        throttle_view: crate::ThrottleView,
-    ) -> Self {
+    pub(crate) fn new(s: Shared) -> Self {
         let (flow_changes, _) = broadcast::channel(4096);
-        Self { tx, create, store, flows, events, stats, flow_changes, throttle_view }
+        Self {
+            tx: s.tx,
+            create: s.create,
+            store: s.store,
+            flows: s.flows,
+            events: s.events,
+            stats: s.stats,
+            flow_changes,
+            throttle_view: s.throttle_view,
+            waiting: s.waiting,
+        }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -338,6 +353,15 @@ impl EngineHandle {
             self.store.load_run(run_id).await?.ok_or_else(|| EngineError::RunNotFound(run_id.to_string()))?;
         let def = self.flows.get(self.store.as_ref(), &stored.run.flow, stored.run.version).await?;
         crate::snapshot::from_stored(stored, def)
+    }
+
+    /// Nodes waiting in INIT for their executor, with the reason.
+    pub fn waiting(&self) -> &crate::gate::WaitingNodes {
+        &self.waiting
+    }
+
+    pub(crate) async fn send_envelope(&self, envelope: Envelope) -> Result<(), EngineError> {
+        self.send(envelope).await
     }
 
     async fn send(&self, envelope: Envelope) -> Result<(), EngineError> {

@@ -10,7 +10,10 @@ mod engine_loop;
 mod envelope;
 pub mod executor;
 mod flows;
+mod gate;
 mod handle;
+mod missed;
+pub mod observed;
 mod observer;
 mod record;
 mod retention;
@@ -31,7 +34,9 @@ pub use clock::now_ms;
 pub use engine_loop::Engine;
 pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};
 pub use flows::{ApplyOutcome, FlowCache};
+pub use gate::WaitingNodes;
 pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, TriggerRequest};
+pub use observed::ObservedReport;
 pub use observer::{AttemptOutcome, EngineObserver};
 pub use scheduler::Scheduler;
 pub use stats::{EngineStats, StatsSnapshot};
@@ -130,15 +135,17 @@ pub fn build(
     let flows = FlowCache::default();
     let stats = Arc::new(EngineStats::default());
     let throttle_view = ThrottleView::default();
-    let handle = EngineHandle::new(
-        tx.clone(),
-        create_tx,
-        store.clone(),
-        flows.clone(),
-        events.clone(),
-        stats.clone(),
-        throttle_view.clone(),
-    );
+    let waiting = WaitingNodes::default();
+    let handle = EngineHandle::new(handle::Shared {
+        tx: tx.clone(),
+        create: create_tx,
+        store: store.clone(),
+        flows: flows.clone(),
+        events: events.clone(),
+        stats: stats.clone(),
+        throttle_view: throttle_view.clone(),
+        waiting: waiting.clone(),
+    });
     let engine = Engine::new(engine_loop::Parts {
         creator: Some(create_rx),
         store,
@@ -151,6 +158,7 @@ pub fn build(
         flows,
         events,
         stats,
+        waiting,
     });
     (engine, handle)
 }

@@ -44,4 +44,10 @@ pub trait EngineObserver: Send + Sync {
     /// A run span (run reached a final state) or an attempt span ended; only when
     /// `EngineOptions::tracing` is on.
     fn span_ended(&self, span: &SpanEnded<'_>) {}
+    /// A ready node started (`Some(reason)`) or stopped (`None`) waiting in INIT for
+    /// its executor, e.g. because no live sidecar of its group declares its job.
+    fn node_waiting(&self, run_id: &str, flow: &str, node: &str, reason: Option<&str>) {}
+    /// An observe-only flow's cron instant `scheduled_at_ms` had no run that started
+    /// (or finished) within the trigger's `grace` (`what` says which).
+    fn observed_missed(&self, flow: &str, scheduled_at_ms: i64, what: &str) {}
 }

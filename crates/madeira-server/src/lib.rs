@@ -36,6 +36,8 @@ pub struct AppState {
     pub metrics: Option<madeira_telemetry::Exposition>,
     /// The process's log filter, for `PUT /admin/log-level`.
     pub log_control: Option<madeira_telemetry::LogControl>,
+    /// The sidecar fleet (`GET /sidecars`), when the link runs.
+    pub fleet: Option<madeira_fleet::Fleet>,
 }
 
 impl AppState {
@@ -48,7 +50,14 @@ impl AppState {
             alerts: None,
             metrics: None,
             log_control: None,
+            fleet: None,
         }
+    }
+
+    /// Serves the fleet view from `fleet`.
+    pub fn with_fleet(mut self, fleet: madeira_fleet::Fleet) -> Self {
+        self.fleet = Some(fleet);
+        self
     }
 
     /// Serves `/metrics` from `exposition`.

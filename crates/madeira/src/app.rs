@@ -29,6 +29,8 @@ pub struct ControlPlane {
     /// `/metrics` exposition and the span exporter.
     pub telemetry: madeira_telemetry::Running,
     tasks: Vec<JoinHandle<()>>,
+    /// The sidecar link, when enabled.
+    pub fleet: Option<crate::sidecars::FleetParts>,
 }
 
 pub struct PlaneOptions {
@@ -43,6 +45,8 @@ pub struct PlaneOptions {
     pub alerts: madeira_alert::Settings,
     /// Metrics, traces, log filter control.
     pub telemetry: TelemetryOptions,
+    /// The gRPC endpoint for sidecars and the in-process sidecar (`None`: no sidecars).
+    pub fleet: Option<crate::sidecars::FleetSetup>,
 }
 
 /// Opens the store named by `url` (`sqlite://…`): run state, and the alert
@@ -82,20 +86,36 @@ impl ControlPlane {
         let mut observers = options.observers;
         observers.push(alerts.observer());
         observers.extend(telemetry.observers());
-        let executors = Executors::new(options.engine.http.clone());
+        let mut executors = Executors::new(options.engine.http.clone());
+        let fleet = options
+            .fleet
+            .as_ref()
+            .map(|setup| madeira_fleet::Fleet::new(setup.options.clone(), telemetry.registry_mut()));
+        executors.sidecar = fleet.as_ref().map(|f| f.executor());
         let engine_options = EngineOptions { tracing: telemetry.tracing(), ..options.engine };
         let (engine, handle) = madeira_engine::build(store, executors, observers.clone(), engine_options);
-        let telemetry = telemetry.finish();
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(engine.run(cancel.clone())));
         tasks.push(tokio::spawn(alert_task.run(cancel.clone())));
         let scheduler = madeira_engine::Scheduler::new(handle.clone(), observers);
         tasks.push(tokio::spawn(scheduler.run(cancel.clone())));
+        let fleet = match (fleet, options.fleet) {
+            (Some(fleet), Some(setup)) => {
+                fleet.attach_engine(handle.clone());
+                let registry = telemetry.registry_mut();
+                Some(crate::sidecars::start(fleet, setup, registry, &cancel, &mut tasks).await?)
+            }
+            _ => None,
+        };
+        let telemetry = telemetry.finish();
         if let Some(listener) = listener {
             let mut state = AppState::new(handle.clone(), options.auth)
                 .with_alerts(alerts)
                 .with_metrics(telemetry.exposition.clone());
+            if let Some(parts) = &fleet {
+                state = state.with_fleet(parts.fleet.clone());
+            }
             if let Some(control) = options.telemetry.log_control.clone() {
                 state = state.with_log_control(control);
             }
@@ -107,7 +127,7 @@ impl ControlPlane {
                 }
             }));
         }
-        Ok(Self { engine: handle, http_addr, cancel, telemetry, tasks })
+        Ok(Self { engine: handle, http_addr, cancel, telemetry, tasks, fleet })
     }
 
     /// Applies every `*.yaml`/`*.yml` file in `dir`; the first invalid one aborts.
@@ -130,7 +150,10 @@ impl ControlPlane {
     }
 
     /// Stops the server and the engine and waits for them.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
+        if let Some(parts) = self.fleet.take() {
+            parts.stop_local_sidecar().await;
+        }
         self.cancel.cancel();
         for task in self.tasks {
             let _ = task.await;

@@ -176,6 +176,23 @@ pub enum Command {
     /// Alerts (firing, resolved) with each delivery's status; `alerts test CHANNEL`
     /// sends a test message.
     Alerts(AlertsArgs),
+    /// Run the sidecar daemon: the jobs declared in its config, on dispatch.
+    Sidecar {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Run a command exactly as given and report it through the local sidecar.
+    Exec(ExecArgs),
+    /// Crontab helpers.
+    Crontab {
+        #[command(subcommand)]
+        command: CrontabCommand,
+    },
+    /// The sidecar fleet: name, group, version, jobs, attempts running, heartbeat age.
+    Sidecars {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// The audit log of operator actions.
     Audit {
         #[arg(long)]
@@ -274,6 +291,55 @@ pub enum FlowsCommand {
     },
 }
 
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The job name the run is reported as.
+    #[arg(long)]
+    pub job: String,
+    /// The observe-only flow to record the run in (default: the job name).
+    #[arg(long)]
+    pub flow: Option<String>,
+    /// The sidecar's Unix socket.
+    #[arg(long, env = "MADEIRA_SIDECAR", default_value = "/var/lib/madeira/spool/sidecar.sock")]
+    pub sidecar: PathBuf,
+    /// The command and its arguments, run without a shell.
+    #[arg(last = true, required = true)]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CrontabCommand {
+    /// Translate crontabs into observe-mode flows, sidecar jobs and a wrapped crontab.
+    Import {
+        /// Crontab files, or /etc/cron.d-style directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Sidecar group of the generated jobs and flows.
+        #[arg(long, default_value = "cron")]
+        group: String,
+        /// How late a run may start (and how long it may take) before a warning.
+        #[arg(long, default_value = "10m")]
+        grace: String,
+        /// Write flows/, sidecar-jobs.yaml and crontab into this directory instead of printing.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Path of the madeira binary in the rewritten crontab.
+        #[arg(long, default_value = "madeira")]
+        madeira: String,
+        /// The sidecar's exec socket, set as MADEIRA_SIDECAR in the rewritten crontab.
+        #[arg(long, default_value = "/var/lib/madeira/spool/sidecar.sock")]
+        sidecar: PathBuf,
+        /// Read FILE arguments as system crontabs (with a user column), like /etc/crontab.
+        #[arg(long)]
+        system: bool,
+        /// Schedule timezone when a crontab sets neither CRON_TZ nor TZ.
+        #[arg(long, default_value = "UTC")]
+        timezone: String,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 pub enum CronCommand {
     /// Print the next fire instants of a cron expression.
@@ -293,8 +359,12 @@ pub enum CronCommand {
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Which scenarios to run (also: `alerts`, 10,000 failure events through alert aggregation).
-    #[arg(long, value_delimiter = ',', default_value = "idle,chain,fanout,settlement")]
+    /// Which scenarios to run (also: `alerts`, `cron`, `throttle`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "idle,chain,fanout,settlement,sidecar-chain,sidecar-rss"
+    )]
     pub scenarios: Vec<String>,
     /// Metrics and tracing during the runs: `on`, `off`, or `both` (each chain and
     /// fan-out scenario run with telemetry off and on, side by side).

@@ -35,6 +35,8 @@ pub struct ServerConfig {
     /// Alert channels and routes (SPEC §7).
     #[serde(default)]
     pub alerts: madeira_alert::AlertsConfig,
+    /// A sidecar silent this long is lost and its attempts move (default 30s).
+    pub sidecar_lost_after: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -42,6 +44,17 @@ pub struct ServerConfig {
 pub struct AuthSection {
     #[serde(default)]
     pub tokens: Vec<TokenSpec>,
+    /// One token per sidecar group (SPEC §10).
+    #[serde(default)]
+    pub sidecar_tokens: Vec<SidecarTokenSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SidecarTokenSpec {
+    pub group: String,
+    pub token_env: Option<String>,
+    pub token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -93,6 +106,57 @@ impl ServerConfig {
             file: file.to_string(),
             message: format!("http: `{text}` is not an address like 0.0.0.0:7070 ({e})"),
         })
+    }
+
+    /// `sidecar_lost_after`, default 30s.
+    pub fn sidecar_lost_after(&self, file: &str) -> Result<Duration, ConfigError> {
+        match &self.sidecar_lost_after {
+            None => Ok(Duration::from_secs(30)),
+            Some(text) => madeira_core::spec::parse_duration(text).map_err(|message| ConfigError {
+                file: file.to_string(),
+                message: format!("sidecar_lost_after: {message}"),
+            }),
+        }
+    }
+
+    /// The gRPC listen address for sidecars, checked.
+    pub fn grpc_addr(&self, file: &str, default: &str) -> Result<SocketAddr, ConfigError> {
+        let text = self.grpc.as_deref().unwrap_or(default);
+        text.parse().map_err(|e| ConfigError {
+            file: file.to_string(),
+            message: format!("grpc: `{text}` is not an address like 0.0.0.0:7071 ({e})"),
+        })
+    }
+
+    /// Sidecar group tokens, read from their env variables or files.
+    pub fn sidecar_tokens(&self, file: &str) -> Result<Vec<madeira_fleet::GroupToken>, ConfigError> {
+        let err = |message: String| ConfigError { file: file.to_string(), message };
+        let mut out = Vec::new();
+        for spec in &self.auth.sidecar_tokens {
+            let token = match (&spec.token_env, &spec.token_file) {
+                (Some(var), None) => std::env::var(var).map_err(|_| {
+                    err(format!("auth.sidecar_tokens `{}`: env variable {var} is not set", spec.group))
+                })?,
+                (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
+                    err(format!("auth.sidecar_tokens `{}`: cannot read {}: {e}", spec.group, path.display()))
+                })?,
+                _ => {
+                    return Err(err(format!(
+                        "auth.sidecar_tokens `{}`: give exactly one of token_env or token_file",
+                        spec.group
+                    )));
+                }
+            };
+            let token = token.trim().to_string();
+            if token.len() < 16 {
+                return Err(err(format!(
+                    "auth.sidecar_tokens `{}`: the token is shorter than 16 characters; use a random one",
+                    spec.group
+                )));
+            }
+            out.push(madeira_fleet::GroupToken { group: spec.group.clone(), token });
+        }
+        Ok(out)
     }
 
     /// Bearer tokens read from their env variables or files; refuses an empty set.

@@ -11,7 +11,9 @@ mod cli;
 mod client;
 mod commands;
 mod config;
+mod crontab;
 mod logging;
+mod sidecars;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

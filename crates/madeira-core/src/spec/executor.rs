@@ -1,7 +1,8 @@
 //! Executors, the shape shared by `run` and `manual.fallback`: exactly one of
 //! `builtin` (noop, sleep, fail), `http` (URL and method checked) or `sidecar`.
 
-use crate::model::{BuiltinDef, BuiltinKind, ExecutorDef, HttpDef, SidecarDef};
+use crate::keyexpr::KeyExpr;
+use crate::model::{BuiltinDef, BuiltinKind, ExecutorDef, HttpDef, SidecarDef, SidecarRoute};
 
 use super::raw::{RawExecutor, RawHttp, RawSidecar, Span};
 use super::report::{At, Report, did_you_mean, one_of};
@@ -165,5 +166,41 @@ fn sidecar(report: &mut Report, at: At<'_>, raw: &RawSidecar) -> Option<SidecarD
         Some(s) => report.limit(at, "shards", s, 1),
         None => Some(1),
     };
-    Some(SidecarDef { group: group?, job: job?, shards: shards? })
+    let route = route(report, at, raw);
+    Some(SidecarDef { group: group?, job: job?, shards: shards?, route: route? })
+}
+
+const ROUTES: &[&str] = &["round_robin", "least_busy"];
+
+/// `route: round_robin | least_busy`, or `hash_key: CEL` for consistent hashing.
+fn route(report: &mut Report, at: At<'_>, raw: &RawSidecar) -> Option<SidecarRoute> {
+    match (&raw.route, &raw.hash_key) {
+        (Some(r), Some(_)) => {
+            report.push(at.at(r), "give either `route` or `hash_key` (consistent hashing), not both");
+            None
+        }
+        (None, Some(key)) => match KeyExpr::compile(&key.value) {
+            Ok(expr) => Some(SidecarRoute::Hash(expr)),
+            Err(e) => {
+                report.push(at.at(key), format!("bad `hash_key` `{}`: {e}", key.value));
+                None
+            }
+        },
+        (Some(r), None) => match r.value.as_str() {
+            "round_robin" => Some(SidecarRoute::RoundRobin),
+            "least_busy" => Some(SidecarRoute::LeastBusy),
+            other => {
+                let hint = did_you_mean(other, ROUTES.iter().copied());
+                report.push(
+                    at.at(r),
+                    format!(
+                        "unknown route `{other}`{hint}; use {} (or `hash_key` for consistent hashing)",
+                        one_of(ROUTES)
+                    ),
+                );
+                None
+            }
+        },
+        (None, None) => Some(SidecarRoute::RoundRobin),
+    }
 }

@@ -128,6 +128,10 @@ pub(crate) struct RawSidecar {
     pub group: Option<Span<String>>,
     pub job: Option<Span<String>>,
     pub shards: Option<Span<i64>>,
+    /// `round_robin` (default) or `least_busy`.
+    pub route: Option<Span<String>>,
+    /// CEL over `params`/`nodes`: consistent hashing on its value.
+    pub hash_key: Option<Span<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -71,7 +71,12 @@ pub(super) fn errors(source: &str) -> Vec<String> {
 }
 
 fn sidecar(job: &str, shards: u32) -> ExecutorDef {
-    ExecutorDef::Sidecar(crate::model::SidecarDef { group: "billing".into(), job: job.into(), shards })
+    ExecutorDef::Sidecar(crate::model::SidecarDef {
+        group: "billing".into(),
+        job: job.into(),
+        shards,
+        route: Default::default(),
+    })
 }
 
 fn names(flow: &FlowDef, idx: impl IntoIterator<Item = usize>) -> Vec<&str> {

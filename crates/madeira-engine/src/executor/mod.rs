@@ -26,6 +26,8 @@ pub struct Job {
     pub attempt: u32,
     pub idempotency_key: String,
     pub executor: ExecutorDef,
+    /// Exit codes that fail the node at once (`retry.no_retry_exit_codes`).
+    pub no_retry_exit_codes: Vec<i32>,
     /// `{"params": {...}, "nodes": {"X": {"status", "outputs", "data_version"}}}`.
     pub input: Json,
     pub timeout: Duration,
@@ -60,6 +62,13 @@ pub trait Executor: Send + Sync {
     /// Runs `job` until it ends or `cancel` fires (then it stops the work and
     /// returns once it is gone).
     async fn execute(&self, job: Job, cancel: CancellationToken) -> AttemptResult;
+
+    /// Why an attempt of `def` cannot start now (e.g. no live sidecar declares the
+    /// job); the node then waits in INIT with this reason until the executor says
+    /// otherwise through `EngineHandle::executors_changed`.
+    fn waiting_reason(&self, _def: &ExecutorDef) -> Option<String> {
+        None
+    }
 }
 
 /// The executors the engine dispatches to, by kind.
@@ -74,8 +83,21 @@ impl Executors {
         Self { http: HttpExecutor::new(http), sidecar: None }
     }
 
-    /// Runs `job` with its timeout; a timeout is a retryable failure.
+    /// Why a node running `def` must wait in INIT before it is dispatched.
+    pub fn waiting_reason(&self, def: &ExecutorDef) -> Option<String> {
+        match (def, &self.sidecar) {
+            (ExecutorDef::Sidecar(_), Some(sidecar)) => sidecar.waiting_reason(def),
+            _ => None,
+        }
+    }
+
+    /// Runs `job` with its timeout; a timeout is a retryable failure. Sidecar jobs
+    /// time out cooperatively on the sidecar (SIGTERM, grace, SIGKILL): the attempt
+    /// ends only once the process is gone, so no timeout is imposed here.
     pub async fn run(&self, job: Job, cancel: CancellationToken) -> AttemptResult {
+        if let (ExecutorDef::Sidecar(_), Some(sidecar)) = (&job.executor, &self.sidecar) {
+            return sidecar.execute(job, cancel).await;
+        }
         let timeout = job.timeout;
         let work = async {
             match &job.executor {

@@ -5,6 +5,7 @@ mod audit;
 mod flows;
 mod health;
 mod runs;
+mod sidecars;
 mod telemetry;
 mod triggers;
 
@@ -34,6 +35,7 @@ pub fn router(state: AppState) -> Router {
         .route("/audit", get(audit::list))
         .route("/alerts", get(alerts::list))
         .route("/alerts/test", post(alerts::test))
+        .route("/sidecars", get(sidecars::list))
         .fallback(|| async { ApiError::not_found("no such API route; see SPEC §9") });
     Router::new()
         .route("/healthz", get(health::healthz))

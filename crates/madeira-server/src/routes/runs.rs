@@ -12,7 +12,7 @@ use madeira_store::RunQuery;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::json_body;
+use super::{json_body, sidecars};
 use crate::{ApiError, AppState, Role, views};
 
 #[derive(Debug, Default, Deserialize)]
@@ -138,6 +138,7 @@ pub async fn show(
             "queue_position": position,
         });
     }
+    sidecars::show_waiting(&mut view, &id, state.engine.waiting());
     Ok(Json(view))
 }
 

@@ -7,6 +7,7 @@
 //! with metrics and tracing off and one with them on (spans built and exported to
 //! `OTEL_EXPORTER_OTLP_ENDPOINT`, or discarded after the batch processor when it is
 //! unset), `--repeat` times in alternating order, and reports the median overhead.
+//! The sidecar scenarios live in `bench_sidecar`.
 
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -19,10 +20,12 @@ use madeira_server::AuthConfig;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
+use super::bench_sidecar;
 use crate::app::{ControlPlane, PlaneOptions, sqlite_url_in};
 use madeira_telemetry::{TelemetryOptions, TraceOptions};
 
 use crate::cli::{BenchArgs, Output, TelemetryMode};
+use crate::sidecars::{FleetSetup, LocalSidecar};
 
 pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCode> {
     let on = TelemetryOptions {
@@ -32,12 +35,16 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
     };
     let off = TelemetryOptions { metrics: false, traces: None, ..on.clone() };
     let (dir, plane) =
-        start_plane(if args.telemetry == TelemetryMode::On { on.clone() } else { off }).await?;
+        start_plane(if args.telemetry == TelemetryMode::On { on.clone() } else { off }, true).await?;
     let mut second = None;
     if args.telemetry == TelemetryMode::Both {
-        second = Some(start_plane(on).await?);
+        second = Some(start_plane(on, false).await?);
     }
     let engine = plane.engine.clone();
+    let parts = plane.fleet.as_ref().context("the sidecar link did not start")?;
+    if let Some(mut local) = parts.local.clone() {
+        local.wait_connected(Duration::from_secs(10)).await;
+    }
     let mut results = Vec::new();
     for scenario in &args.scenarios {
         if let (Some((_, with)), "chain" | "fanout") = (&second, scenario.as_str()) {
@@ -56,13 +63,16 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
             "cron" => cron(&engine, args.flows).await?,
             "throttle" => throttle(&engine, 1000).await?,
             "alerts" => super::bench_alerts::run(10_000).await?,
+            "sidecar-chain" => bench_sidecar::chain(&engine).await?,
+            "sidecar-rss" => bench_sidecar::rss(&engine, &parts.fleet, parts.grpc_addr, dir.path()).await?,
             other => bail!(
-                "unknown scenario `{other}`: use idle, chain, fanout, settlement, throttle, cron or alerts"
+                "unknown scenario `{other}`: use idle, chain, fanout, settlement, throttle, cron, alerts, \
+                 sidecar-chain or sidecar-rss"
             ),
         };
         if args.output == Output::Text && result["scenario"] == "alerts" {
             super::bench_alerts::print(&result);
-        } else if args.output == Output::Text {
+        } else if args.output == Output::Text && !bench_sidecar::print(&result) {
             print_result(&result);
         }
         results.push(result);
@@ -78,9 +88,25 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-async fn start_plane(telemetry: TelemetryOptions) -> Result<(tempfile::TempDir, ControlPlane)> {
+/// A plane on a fresh temporary store; with `sidecar`, an in-process sidecar with
+/// the benchmark's jobs too.
+async fn start_plane(
+    telemetry: TelemetryOptions,
+    sidecar: bool,
+) -> Result<(tempfile::TempDir, ControlPlane)> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let fleet = if sidecar {
+        let jobs = madeira_sidecar::SidecarConfig::parse("bench", bench_sidecar::JOBS)?.jobs("bench")?;
+        Some(FleetSetup {
+            grpc: "127.0.0.1:0".parse()?,
+            options: Default::default(),
+            local: Some(LocalSidecar { jobs, dir: dir.path().join("sidecar"), socket: None }),
+        })
+    } else {
+        None
+    };
     let plane = ControlPlane::start(PlaneOptions {
+        fleet,
         observers: Vec::new(),
         telemetry,
         store_url: sqlite_url_in(dir.path())?,
@@ -169,7 +195,7 @@ nodes:
   export: {needs: [receivables, refund_check], run: {builtin: noop}}
 ";
 
-async fn trigger(engine: &EngineHandle, flow: &str) -> Result<String> {
+pub(super) async fn trigger(engine: &EngineHandle, flow: &str) -> Result<String> {
     let req = TriggerRequest {
         flow: flow.into(),
         params: json!({}),
@@ -182,7 +208,7 @@ async fn trigger(engine: &EngineHandle, flow: &str) -> Result<String> {
 }
 
 /// Waits until every run in `ids` has finished; errors past the deadline.
-async fn wait_all(
+pub(super) async fn wait_all(
     events: &mut tokio::sync::broadcast::Receiver<madeira_engine::RunEvent>,
     mut ids: HashSet<String>,
 ) -> Result<()> {

@@ -61,6 +61,9 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             }
             print(&server, Client::new(&server)?.get(&query).await?, audit_text)
         }
+        Command::Sidecars { server } => {
+            print(&server, Client::new(&server)?.get("/sidecars").await?, super::sidecar::fleet_text)
+        }
         _ => bail!("not a client command"),
     }
 }

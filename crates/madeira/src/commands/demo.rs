@@ -13,14 +13,23 @@ use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::app::{ControlPlane, PlaneOptions, sqlite_url_in};
+use crate::sidecars::{FleetSetup, LocalSidecar};
+use madeira_sidecar::SidecarConfig;
 
 const SETTLEMENT: &str = include_str!("../../../../examples/daily-settlement.yaml");
 const STOCK_SYNC: &str = include_str!("../../../../examples/stock-sync.yaml");
+const JOBS: &str = include_str!("../../../../examples/jobs.yaml");
 const DEADLINE: Duration = Duration::from_secs(60);
 
 pub async fn run() -> Result<ExitCode> {
     let telemetry = madeira_telemetry::TelemetryOptions { metrics: false, ..Default::default() };
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let jobs = SidecarConfig::parse("examples/jobs.yaml", JOBS)?.jobs("examples/jobs.yaml")?;
+    let fleet = FleetSetup {
+        grpc: "127.0.0.1:0".parse()?,
+        options: Default::default(),
+        local: Some(LocalSidecar { jobs, dir: dir.path().join("sidecar"), socket: None }),
+    };
     let plane = ControlPlane::start(PlaneOptions {
         observers: Vec::new(),
         telemetry: telemetry.clone(),
@@ -29,10 +38,17 @@ pub async fn run() -> Result<ExitCode> {
         auth: AuthConfig::default(),
         http: Some("127.0.0.1:0".parse()?),
         alerts: Default::default(),
+        fleet: Some(fleet),
     })
     .await?;
+    if let Some(mut local) = plane.fleet.as_ref().and_then(|f| f.local.clone())
+        && !local.wait_connected(Duration::from_secs(10)).await
+    {
+        bail!("the in-process sidecar did not connect");
+    }
     let engine = plane.engine.clone();
     println!("Madeira demo — embedded SQLite at {}", dir.path().join("madeira.db").display());
+    println!("Jobs run as real processes on the in-process sidecar (group `local`, examples/jobs.yaml).");
     if let Some(addr) = plane.http_addr {
         println!("API while it runs: http://{addr}/api/v1/runs\n");
     }
@@ -42,6 +58,7 @@ pub async fn run() -> Result<ExitCode> {
 
     let started = Instant::now();
     let settlement = watch_run(&engine, "daily-settlement", true).await?;
+    print_logs(&engine, &settlement.run_id, &["pull_refunds", "receivables", "export"]).await?;
     let stock = watch_run(&engine, "stock-sync", false).await?;
     print_alert(&engine, &stock.run_id).await?;
 
@@ -227,5 +244,19 @@ async fn print_alert(engine: &EngineHandle, run_id: &str) -> Result<()> {
             cause.node, cause.node
         );
     }
+    Ok(())
+}
+
+/// Prints what the sidecar kept of some nodes' output (the last 64 KiB per attempt).
+async fn print_logs(engine: &EngineHandle, run_id: &str, nodes: &[&str]) -> Result<()> {
+    println!("Output kept from the job processes (madeira logs RUN NODE):");
+    for node in nodes {
+        for log in engine.store().logs(run_id, node).await? {
+            for line in log.content.lines().filter(|l| !l.trim().is_empty()).take(4) {
+                println!("  {node:<13} #{} │ {line}", log.attempt);
+            }
+        }
+    }
+    println!();
     Ok(())
 }

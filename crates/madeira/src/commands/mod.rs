@@ -3,10 +3,13 @@
 mod alerts;
 mod bench;
 mod bench_alerts;
+mod bench_sidecar;
 mod client_cmds;
 mod demo;
+mod exec;
 mod offline;
 mod servers;
+mod sidecar;
 
 use std::process::ExitCode;
 
@@ -26,6 +29,9 @@ pub async fn run(cli: Cli, telemetry: TelemetryOptions) -> Result<ExitCode> {
         Command::Validate { files, output } => offline::validate(&files, output),
         Command::Cron { command } => offline::cron(command),
         Command::Alerts(args) => alerts::run(args).await,
+        Command::Sidecar { config } => sidecar::run(&config).await,
+        Command::Exec(args) => exec::run(args).await,
+        Command::Crontab { command } => crate::crontab::run(command),
         other => client_cmds::run(other).await,
     }
 }

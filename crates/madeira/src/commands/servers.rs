@@ -12,6 +12,8 @@ use madeira_telemetry::TelemetryOptions;
 use crate::app::{ControlPlane, PlaneOptions, shutdown_signal, sqlite_url_in};
 use crate::cli::DevArgs;
 use crate::config::{ConfigError, ServerConfig};
+use crate::sidecars::{FleetSetup, LocalSidecar};
+use madeira_fleet::FleetOptions;
 
 pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<ExitCode> {
     let file = config_path.display().to_string();
@@ -28,9 +30,20 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         http: config.http_executor.clone(),
         ..Default::default()
     };
-    if let Some(grpc) = &config.grpc {
-        tracing::warn!(grpc = %grpc, "grpc is set but this build has no sidecar endpoint yet; ignoring it");
+    let tokens = config.sidecar_tokens(&file)?;
+    if tokens.is_empty() {
+        tracing::warn!(
+            "auth.sidecar_tokens is empty: every sidecar will be refused until a group token is configured"
+        );
     }
+    let fleet = FleetSetup {
+        grpc: config.grpc_addr(&file, "0.0.0.0:7071")?,
+        options: FleetOptions {
+            tokens: Some(tokens),
+            ..FleetOptions::with_lost_after(config.sidecar_lost_after(&file)?)
+        },
+        local: None,
+    };
     if config.redis.is_some() {
         tracing::warn!("redis is set but this build runs a single replica on SQLite; ignoring it");
     }
@@ -43,12 +56,13 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         auth,
         http: Some(http),
         alerts,
+        fleet: Some(fleet),
     })
     .await?;
     if let Some(dir) = &config.flows {
         plane.apply_dir(dir).await?;
     }
-    tracing::info!(http = ?plane.http_addr, "madeira control plane serving");
+    tracing::info!(http = ?plane.http_addr, grpc = ?plane.fleet.as_ref().map(|f| f.grpc_addr), "madeira control plane serving");
     shutdown_signal().await;
     plane.shutdown().await;
     Ok(ExitCode::SUCCESS)
@@ -59,11 +73,14 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
     if !http.ip().is_loopback() {
         bail!("--http {http}: dev mode has no authentication and listens on loopback only; use 127.0.0.1");
     }
-    if args.jobs.is_some() {
-        bail!(
-            "--jobs needs the sidecar, which this build does not include yet; use builtin or http executors"
-        );
+    let grpc: SocketAddr = args.grpc.parse().with_context(|| format!("--grpc `{}`", args.grpc))?;
+    if !grpc.ip().is_loopback() {
+        bail!("--grpc {grpc}: dev mode has no sidecar tokens and listens on loopback only; use 127.0.0.1");
     }
+    let jobs = match &args.jobs {
+        Some(path) => crate::sidecars::load_jobs(path)?,
+        None => Default::default(),
+    };
     let config = match &args.config {
         Some(path) => ServerConfig::load(path)?,
         None => ServerConfig::default(),
@@ -76,6 +93,16 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
     };
     let alerts = config.alerts(&file)?;
     let store_url = sqlite_url_in(&args.data)?;
+    let data = args.data.canonicalize().unwrap_or_else(|_| args.data.clone());
+    let fleet = FleetSetup {
+        grpc,
+        options: FleetOptions::with_lost_after(config.sidecar_lost_after(&file)?),
+        local: Some(LocalSidecar {
+            jobs,
+            dir: data.join("sidecar"),
+            socket: Some(data.join("sidecar.sock")),
+        }),
+    };
     let plane = ControlPlane::start(PlaneOptions {
         observers: Vec::new(),
         telemetry: telemetry.clone(),
@@ -84,6 +111,7 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         auth: AuthConfig::default(),
         http: Some(http),
         alerts,
+        fleet: Some(fleet),
     })
     .await?;
     if let Some(dir) = &args.flows {
@@ -92,6 +120,13 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
     }
     if let Some(addr) = plane.http_addr {
         eprintln!("madeira dev: API on http://{addr}/api/v1 (data in {})", args.data.display());
+    }
+    if let Some(parts) = &plane.fleet {
+        eprintln!(
+            "madeira dev: sidecar link on {} (in-process sidecar of group `local`; exec socket {})",
+            parts.grpc_addr,
+            data.join("sidecar.sock").display()
+        );
     }
     shutdown_signal().await;
     plane.shutdown().await;

@@ -303,6 +303,16 @@ fn executor_details() {
         "did you mean `POST`?",
     );
     assert_like(
+        "flow: f\nnodes:\n  a: {run: {sidecar: {group: g, job: j, route: leastbusy}}}\n",
+        "flow.yaml:3: node a: ",
+        "did you mean `least_busy`?",
+    );
+    assert_like(
+        "flow: f\nnodes:\n  a: {run: {sidecar: {group: g, job: j, hash_key: 'params.'}}}\n",
+        "flow.yaml:3: node a: ",
+        "bad `hash_key`",
+    );
+    assert_like(
         "flow: f\nnodes:\n  a: {run: {sidecar: {group: g}}}\n",
         "flow.yaml:3: node a: ",
         "needs `job`",

@@ -1,0 +1,71 @@
+//! CEL key expressions (`sidecar.hash_key`): evaluated over `params` and `nodes`
+//! to a string that picks a sidecar by consistent hashing.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::Value as Json;
+
+use crate::expr::ExprError;
+
+/// A compiled CEL expression whose value, as text, is a routing key.
+#[derive(Clone)]
+pub struct KeyExpr {
+    source: String,
+    program: Arc<cel::Program>,
+}
+
+impl fmt::Debug for KeyExpr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeyExpr({:?})", self.source)
+    }
+}
+
+impl PartialEq for KeyExpr {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl KeyExpr {
+    pub fn compile(source: &str) -> Result<Self, ExprError> {
+        let program = cel::Program::compile(source).map_err(|e| ExprError(e.to_string()))?;
+        Ok(Self { source: source.to_string(), program: Arc::new(program) })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The key: strings as they are, numbers and booleans printed, null empty.
+    pub fn eval(&self, params: &Json, nodes: &Json) -> Result<String, ExprError> {
+        let mut ctx = cel::Context::default();
+        ctx.add_variable("params", params).map_err(|e| ExprError(e.to_string()))?;
+        ctx.add_variable("nodes", nodes).map_err(|e| ExprError(e.to_string()))?;
+        match self.program.execute(&ctx) {
+            Ok(cel::Value::String(s)) => Ok(s.to_string()),
+            Ok(cel::Value::Int(i)) => Ok(i.to_string()),
+            Ok(cel::Value::UInt(u)) => Ok(u.to_string()),
+            Ok(cel::Value::Float(f)) => Ok(f.to_string()),
+            Ok(cel::Value::Bool(b)) => Ok(b.to_string()),
+            Ok(cel::Value::Null) => Ok(String::new()),
+            Ok(other) => Ok(format!("{other:?}")),
+            Err(e) => Err(ExprError(format!("`{}`: {e}", self.source))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn evaluates_to_text() {
+        let k = KeyExpr::compile("params.tenant").expect("compiles");
+        assert_eq!(k.eval(&json!({"tenant": "t1"}), &json!({})).expect("evaluates"), "t1");
+        let n = KeyExpr::compile("params.shop_id").expect("compiles");
+        assert_eq!(n.eval(&json!({"shop_id": 123}), &json!({})).expect("evaluates"), "123");
+        assert!(KeyExpr::compile("params.").is_err());
+    }
+}

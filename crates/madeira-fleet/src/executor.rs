@@ -1,0 +1,272 @@
+//! `SidecarExecutor`: runs an attempt of a `sidecar` node on a live sidecar of its
+//! group that declares the job. `shards: N` fans the attempt into N assignments
+//! (MADEIRA_SHARD_INDEX/TOTAL); the node succeeds when every shard has, and a retry
+//! only runs the shards that have not. An assignment on a sidecar that is lost or
+//! refuses it moves to another sidecar of the group.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use madeira_core::ExecutorDef;
+use madeira_core::model::{SidecarDef, SidecarRoute};
+use madeira_engine::{AttemptResult, Executor, Job};
+use madeira_proto::v1::{Assignment, AttemptResult as Reported, Cancel, Outcome};
+use madeira_proto::{ControlMessage, ControlMsg};
+use serde_json::{Map, Value as Json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::Fleet;
+use crate::registry::{Event, Outbound, Pending};
+use crate::routing::{Candidate, pick};
+
+/// Successful shard outputs by idempotency key, kept until every shard succeeded.
+type ShardMemo = HashMap<String, BTreeMap<u32, Map<String, Json>>>;
+
+pub struct SidecarExecutor {
+    fleet: Fleet,
+    memo: Arc<Mutex<ShardMemo>>,
+}
+
+impl SidecarExecutor {
+    pub fn new(fleet: Fleet) -> Self {
+        Self { fleet, memo: Arc::default() }
+    }
+
+    fn memo(&self) -> std::sync::MutexGuard<'_, ShardMemo> {
+        self.memo.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// How one shard ended.
+enum ShardEnd {
+    Done(Box<Reported>),
+    Failed { error: String, retryable: bool },
+}
+
+#[async_trait]
+impl Executor for SidecarExecutor {
+    async fn execute(&self, job: Job, cancel: CancellationToken) -> AttemptResult {
+        let ExecutorDef::Sidecar(def) = &job.executor else {
+            return AttemptResult::failure("not a sidecar node", false);
+        };
+        let total = def.shards.max(1);
+        let done: BTreeMap<u32, Map<String, Json>> =
+            self.memo().get(&job.idempotency_key).cloned().unwrap_or_default();
+        let todo: Vec<u32> = (0..total).filter(|i| !done.contains_key(i)).collect();
+        let runs = todo.iter().map(|&shard| run_shard(&self.fleet, &job, def, shard, total, cancel.clone()));
+        let ends = futures::future::join_all(runs).await;
+        let mut outputs = done;
+        let mut failures = Vec::new();
+        let mut logs = String::new();
+        for (shard, end) in todo.into_iter().zip(ends) {
+            match end {
+                ShardEnd::Done(r) => {
+                    if total > 1 {
+                        logs.push_str(&format!("--- shard {shard}/{total} ---\n"));
+                    }
+                    logs.push_str(&String::from_utf8_lossy(&r.log_tail));
+                    match Outcome::try_from(r.outcome) {
+                        Ok(Outcome::Success) => {
+                            let map = match serde_json::from_str::<Json>(&r.outputs_json) {
+                                Ok(Json::Object(map)) => map,
+                                _ => Map::new(),
+                            };
+                            outputs.insert(shard, map);
+                        }
+                        Ok(Outcome::Failed) => failures.push((shard, r.error.clone(), false)),
+                        _ => failures.push((shard, r.error.clone(), true)),
+                    }
+                }
+                ShardEnd::Failed { error, retryable } => {
+                    logs.push_str(&format!("[madeira] shard {shard}: {error}\n"));
+                    failures.push((shard, error, retryable));
+                }
+            }
+        }
+        if failures.is_empty() {
+            self.memo().remove(&job.idempotency_key);
+            let outputs = if total == 1 {
+                outputs.into_values().next().unwrap_or_default()
+            } else {
+                let list: Vec<Json> = outputs.into_values().map(Json::Object).collect();
+                Map::from_iter([("shards".to_string(), Json::Array(list))])
+            };
+            return AttemptResult::Success { outputs, log: logs };
+        }
+        if total > 1 {
+            self.memo().insert(job.idempotency_key.clone(), outputs);
+        }
+        let retryable = failures.iter().all(|(_, _, r)| *r);
+        let error = if total == 1 {
+            failures[0].1.clone()
+        } else {
+            let parts: Vec<String> = failures.iter().map(|(s, e, _)| format!("shard {s}: {e}")).collect();
+            format!("{} of {total} shards failed: {}", failures.len(), parts.join("; "))
+        };
+        AttemptResult::Failure { error, retryable, log: logs }
+    }
+
+    fn waiting_reason(&self, def: &ExecutorDef) -> Option<String> {
+        let ExecutorDef::Sidecar(def) = def else {
+            return None;
+        };
+        let state = self.fleet.state();
+        let live = state.sidecars.values().any(|s| s.live() && s.group == def.group && s.declares(&def.job));
+        (!live).then(|| format!("no live sidecar of group `{}` declares job `{}`", def.group, def.job))
+    }
+}
+
+/// Runs one shard to its end, moving it when its sidecar is lost or refuses.
+async fn run_shard(
+    fleet: &Fleet,
+    job: &Job,
+    def: &SidecarDef,
+    shard: u32,
+    total: u32,
+    cancel: CancellationToken,
+) -> ShardEnd {
+    let key = (job.idempotency_key.clone(), shard);
+    if let Some((result, _)) = fleet.state().inbox.remove(&key) {
+        info!(run_id = %job.run_id, node = %job.node, shard, "using the result a sidecar delivered after a restart");
+        return ShardEnd::Done(Box::new(result));
+    }
+    let mut excluded: HashSet<String> = HashSet::new();
+    let mut last_error = String::new();
+    loop {
+        let (tx_events, mut events) = mpsc::unbounded_channel();
+        let placed = place(fleet, job, def, shard, total, &excluded, tx_events);
+        let Some((sidecar, assignment_id, tx)) = placed else {
+            let waited = tokio::select! {
+                live = fleet.wait_live(&def.group, &def.job, fleet.inner.options.lost_after) => live,
+                _ = cancel.cancelled() => return ShardEnd::Failed { error: "aborted".into(), retryable: false },
+            };
+            if waited && excluded.is_empty() {
+                continue;
+            }
+            let why = if last_error.is_empty() {
+                format!("no live sidecar of group `{}` declares job `{}`", def.group, def.job)
+            } else {
+                last_error
+            };
+            return ShardEnd::Failed { error: why, retryable: true };
+        };
+        tokio::select! {
+            event = events.recv() => match event {
+                Some(Event::Result(r)) => return ShardEnd::Done(r),
+                Some(Event::Refused { sidecar, reason }) => {
+                    last_error = format!("sidecar {sidecar} refused: {reason}");
+                    excluded.insert(sidecar);
+                }
+                Some(Event::Lost { sidecar }) => {
+                    warn!(run_id = %job.run_id, node = %job.node, shard, sidecar = %sidecar, "sidecar lost mid-attempt; moving the attempt");
+                    last_error = format!("sidecar {sidecar} was lost");
+                    excluded.insert(sidecar);
+                }
+                None => return ShardEnd::Failed { error: "the fleet dropped the attempt".into(), retryable: true },
+            },
+            _ = cancel.cancelled() => {
+                return abort(fleet, &sidecar, &assignment_id, tx, &mut events).await;
+            }
+        }
+    }
+}
+
+/// Cancels the assignment and waits for the sidecar to report it gone.
+async fn abort(
+    fleet: &Fleet,
+    sidecar: &str,
+    assignment_id: &str,
+    tx: Option<Outbound>,
+    events: &mut mpsc::UnboundedReceiver<Event>,
+) -> ShardEnd {
+    if let Some(tx) = tx {
+        let cancel = Cancel {
+            assignment_id: assignment_id.to_string(),
+            reason: "aborted by the control plane".into(),
+        };
+        let _ = tx.send(Ok(ControlMessage { msg: Some(ControlMsg::Cancel(cancel)) })).await;
+        // The attempt ends once the sidecar says the process is gone (or is lost),
+        // unless the control plane itself stops first.
+        let shutdown = fleet.inner.shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::timeout(Duration::from_secs(300), events.recv()) => {}
+            _ = shutdown.cancelled() => {}
+        }
+    }
+    fleet.state().pending.remove(assignment_id);
+    info!(sidecar = %sidecar, assignment = %assignment_id, "attempt aborted");
+    ShardEnd::Failed { error: "aborted".into(), retryable: false }
+}
+
+/// Chooses a sidecar, registers the waiter and sends the assignment (or adopts an
+/// attempt a reconnecting sidecar still runs). `None` when no sidecar can take it.
+fn place(
+    fleet: &Fleet,
+    job: &Job,
+    def: &SidecarDef,
+    shard: u32,
+    total: u32,
+    excluded: &HashSet<String>,
+    events: mpsc::UnboundedSender<Event>,
+) -> Option<(String, String, Option<Outbound>)> {
+    let mut state = fleet.state();
+    let key = (job.idempotency_key.clone(), shard);
+    if let Some(orphan) = state.orphans.remove(&key)
+        && state.sidecars.contains_key(&orphan.sidecar)
+    {
+        info!(run_id = %job.run_id, node = %job.node, sidecar = %orphan.sidecar, "adopting the attempt the sidecar still runs");
+        let tx = state.sidecars.get(&orphan.sidecar).and_then(|s| s.tx.clone());
+        state
+            .pending
+            .insert(orphan.assignment_id.clone(), Pending { sidecar: orphan.sidecar.clone(), events });
+        return Some((orphan.sidecar, orphan.assignment_id, tx));
+    }
+    let candidates: Vec<Candidate> = state
+        .sidecars
+        .iter()
+        .filter(|(name, s)| {
+            s.live() && s.group == def.group && s.declares(&def.job) && !excluded.contains(*name)
+        })
+        .map(|(name, _)| Candidate { name: name.clone(), busy: state.busy(name) })
+        .collect();
+    let route_key = match &def.route {
+        SidecarRoute::Hash(expr) => {
+            let empty = Json::Object(Map::new());
+            let params = job.input.get("params").unwrap_or(&empty);
+            let nodes = job.input.get("nodes").unwrap_or(&empty);
+            let k = expr.eval(params, nodes).unwrap_or_default();
+            if total > 1 { format!("{k}#{shard}") } else { k }
+        }
+        _ => String::new(),
+    };
+    let counter = state.round_robin.entry((def.group.clone(), def.job.clone())).or_insert(0);
+    let chosen = pick(&def.route, &candidates, counter, &route_key)?;
+    let name = candidates[chosen].name.clone();
+    let tx = state.sidecars.get(&name).and_then(|s| s.tx.clone())?;
+    let assignment_id = uuid::Uuid::now_v7().to_string();
+    let assignment = Assignment {
+        assignment_id: assignment_id.clone(),
+        job: def.job.clone(),
+        run_id: job.run_id.clone(),
+        flow: job.flow.clone(),
+        node: job.node.clone(),
+        attempt: job.attempt,
+        idempotency_key: job.idempotency_key.clone(),
+        input_json: job.input.to_string(),
+        timeout_ms: u64::try_from(job.timeout.as_millis()).unwrap_or(u64::MAX),
+        traceparent: job.traceparent.clone().unwrap_or_default(),
+        shard_index: shard,
+        shard_total: if total > 1 { total } else { 0 },
+        no_retry_exit_codes: job.no_retry_exit_codes.clone(),
+    };
+    let message = ControlMessage { msg: Some(ControlMsg::Assign(assignment)) };
+    if tx.try_send(Ok(message)).is_err() {
+        return None;
+    }
+    state.pending.insert(assignment_id.clone(), Pending { sidecar: name.clone(), events });
+    Some((name, assignment_id, Some(tx)))
+}

@@ -1,0 +1,298 @@
+//! The gRPC `Link` service: authenticates a sidecar by its group's token, takes
+//! its hello, then handles heartbeats, results, refusals and exec reports on the
+//! stream until it ends. Every report is acknowledged once taken; a report id seen
+//! before is acknowledged again and otherwise ignored.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant, SystemTime};
+
+use madeira_engine::ObservedReport;
+use madeira_proto::v1::link_server::Link;
+use madeira_proto::v1::{Ack, AttemptResult, ExecReport, Hello, Refused, Reject, Welcome};
+use madeira_proto::{ControlMessage, ControlMsg, SidecarMessage, SidecarMsg};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{debug, info, warn};
+
+use crate::Fleet;
+use crate::registry::{Event, Orphan, Outbound, Sidecar};
+
+pub(crate) struct LinkService {
+    fleet: Fleet,
+}
+
+impl LinkService {
+    pub fn new(fleet: Fleet) -> Self {
+        Self { fleet }
+    }
+
+    /// The group the presented token belongs to; `Ok(None)` without auth.
+    fn authenticate<T>(&self, request: &Request<T>) -> Result<Option<String>, Status> {
+        let Some(tokens) = &self.fleet.inner.options.tokens else {
+            return Ok(None);
+        };
+        let presented = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| Status::unauthenticated("missing `authorization: Bearer <group token>`"))?;
+        tokens
+            .iter()
+            .find(|t| constant_time_eq(t.token.as_bytes(), presented.trim().as_bytes()))
+            .map(|t| Some(t.group.clone()))
+            .ok_or_else(|| Status::unauthenticated("unknown sidecar token"))
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[tonic::async_trait]
+impl Link for LinkService {
+    type AttachStream = ReceiverStream<Result<ControlMessage, Status>>;
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<SidecarMessage>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let group = self.authenticate(&request)?;
+        let inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(1024);
+        tokio::spawn(connection(self.fleet.clone(), group, inbound, tx));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+fn msg(m: ControlMsg) -> Result<ControlMessage, Status> {
+    Ok(ControlMessage { msg: Some(m) })
+}
+
+async fn connection(
+    fleet: Fleet,
+    group: Option<String>,
+    mut inbound: Streaming<SidecarMessage>,
+    tx: Outbound,
+) {
+    let hello = match tokio::time::timeout(Duration::from_secs(10), inbound.message()).await {
+        Ok(Ok(Some(SidecarMessage { msg: Some(SidecarMsg::Hello(hello)) }))) => hello,
+        _ => {
+            let _ =
+                tx.send(msg(ControlMsg::Reject(Reject { reason: "expected a hello first".into() }))).await;
+            return;
+        }
+    };
+    if let Some(group) = &group
+        && *group != hello.group
+    {
+        let reason = format!("this token belongs to group `{group}`, not `{}`", hello.group);
+        warn!(sidecar = %hello.name, "{reason}");
+        let _ = tx.send(msg(ControlMsg::Reject(Reject { reason }))).await;
+        return;
+    }
+    let name = hello.name.clone();
+    let conn = register(&fleet, hello, tx.clone());
+    let welcome = Welcome {
+        heartbeat_ms: u64::try_from(fleet.inner.options.heartbeat.as_millis()).unwrap_or(5000),
+        lost_after_ms: u64::try_from(fleet.inner.options.lost_after.as_millis()).unwrap_or(30_000),
+    };
+    if tx.send(msg(ControlMsg::Welcome(welcome))).await.is_err() {
+        return;
+    }
+    fleet.notify();
+    let shutdown = fleet.inner.shutdown.clone();
+    loop {
+        let next = tokio::select! {
+            next = inbound.message() => next,
+            _ = shutdown.cancelled() => break,
+        };
+        match next {
+            Ok(Some(m)) => {
+                touch(&fleet, &name, conn);
+                handle(&fleet, &name, conn, m, &tx).await;
+            }
+            Ok(None) => break,
+            Err(e) => {
+                debug!(sidecar = %name, error = %e, "link stream error");
+                break;
+            }
+        }
+    }
+    {
+        let mut state = fleet.state();
+        if let Some(s) = state.sidecars.get_mut(&name).filter(|s| s.conn == conn) {
+            s.tx = None;
+            s.ready = false;
+        }
+    }
+    info!(sidecar = %name, "sidecar disconnected");
+    fleet.notify();
+}
+
+/// Registers (or re-registers) the sidecar; returns its connection number.
+fn register(fleet: &Fleet, hello: Hello, tx: Outbound) -> u64 {
+    let mut state = fleet.state();
+    state.next_conn += 1;
+    let conn = state.next_conn;
+    let hello_running: HashSet<String> = hello.running.iter().map(|r| r.assignment_id.clone()).collect();
+    for r in &hello.running {
+        if !state.pending.contains_key(&r.assignment_id) {
+            let orphan = Orphan {
+                sidecar: hello.name.clone(),
+                assignment_id: r.assignment_id.clone(),
+                since: Instant::now(),
+            };
+            state.orphans.insert((r.idempotency_key.clone(), r.shard_index), orphan);
+        }
+    }
+    info!(
+        sidecar = %hello.name, group = %hello.group, version = %hello.version,
+        jobs = hello.jobs.len(), running = hello.running.len(), spooled = hello.spooled, "sidecar attached"
+    );
+    state.sidecars.insert(
+        hello.name.clone(),
+        Sidecar {
+            group: hello.group,
+            version: hello.version,
+            jobs: hello.jobs,
+            conn,
+            tx: Some(tx),
+            ready: false,
+            last_seen: Instant::now(),
+            last_seen_at: SystemTime::now(),
+            reported_running: u32::try_from(hello.running.len()).unwrap_or(u32::MAX),
+            hello_running,
+        },
+    );
+    conn
+}
+
+fn touch(fleet: &Fleet, name: &str, conn: u64) {
+    if let Some(s) = fleet.state().sidecars.get_mut(name).filter(|s| s.conn == conn) {
+        s.last_seen = Instant::now();
+        s.last_seen_at = SystemTime::now();
+    }
+}
+
+async fn handle(fleet: &Fleet, name: &str, conn: u64, m: SidecarMessage, tx: &Outbound) {
+    match m.msg {
+        Some(SidecarMsg::Heartbeat(beat)) => {
+            if let Some(s) = fleet.state().sidecars.get_mut(name).filter(|s| s.conn == conn) {
+                s.reported_running = beat.running;
+            }
+        }
+        Some(SidecarMsg::Ready(_)) => ready(fleet, name, conn),
+        Some(SidecarMsg::Result(result)) => {
+            let id = result.report_id.clone();
+            take_result(fleet, name, result);
+            let _ = tx.send(msg(ControlMsg::Ack(Ack { report_id: id }))).await;
+        }
+        Some(SidecarMsg::Refused(refused)) => {
+            let id = refused.report_id.clone();
+            take_refusal(fleet, name, refused);
+            let _ = tx.send(msg(ControlMsg::Ack(Ack { report_id: id }))).await;
+        }
+        Some(SidecarMsg::Exec(report)) => {
+            let id = report.report_id.clone();
+            if take_exec(fleet, name, report).await {
+                let _ = tx.send(msg(ControlMsg::Ack(Ack { report_id: id }))).await;
+            }
+        }
+        Some(SidecarMsg::Log(_)) | Some(SidecarMsg::Started(_)) | Some(SidecarMsg::Hello(_)) | None => {}
+    }
+}
+
+/// The spool is delivered: attempts the control plane placed here that the
+/// sidecar neither runs nor reported are gone (it restarted); move them.
+fn ready(fleet: &Fleet, name: &str, conn: u64) {
+    {
+        let mut state = fleet.state();
+        let Some(s) = state.sidecars.get_mut(name).filter(|s| s.conn == conn) else {
+            return;
+        };
+        s.ready = true;
+        let running = s.hello_running.clone();
+        let vanished: Vec<String> = state
+            .pending
+            .iter()
+            .filter(|(id, p)| p.sidecar == name && !running.contains(*id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in vanished {
+            if let Some(p) = state.pending.remove(&id) {
+                warn!(sidecar = %name, assignment = %id, "sidecar came back without this attempt; moving it");
+                let _ = p.events.send(Event::Lost { sidecar: name.to_string() });
+            }
+        }
+    }
+    fleet.notify();
+}
+
+fn take_result(fleet: &Fleet, name: &str, result: AttemptResult) {
+    let mut state = fleet.state();
+    if !state.first_time(&result.report_id) {
+        debug!(report = %result.report_id, "result delivered again; already taken");
+        return;
+    }
+    let key = (result.idempotency_key.clone(), result.shard_index);
+    if state.orphans.get(&key).is_some_and(|o| o.assignment_id == result.assignment_id) {
+        state.orphans.remove(&key);
+    }
+    match state.pending.remove(&result.assignment_id) {
+        Some(p) => {
+            let _ = p.events.send(Event::Result(Box::new(result)));
+        }
+        None => {
+            info!(sidecar = %name, run_id = %result.run_id, node = %result.node, "result with nobody waiting kept for the next dispatch of its attempt");
+            state.inbox.insert(key, (result, Instant::now()));
+        }
+    }
+}
+
+fn take_refusal(fleet: &Fleet, name: &str, refused: Refused) {
+    let mut state = fleet.state();
+    if !state.first_time(&refused.report_id) {
+        return;
+    }
+    warn!(sidecar = %name, job = %refused.job, run_id = %refused.run_id, node = %refused.node, reason = %refused.reason, "sidecar refused an assignment");
+    if let Some(p) = state.pending.remove(&refused.assignment_id) {
+        let _ = p.events.send(Event::Refused { sidecar: name.to_string(), reason: refused.reason });
+    }
+}
+
+/// Records an exec report through the engine; true once it is durable.
+async fn take_exec(fleet: &Fleet, name: &str, report: ExecReport) -> bool {
+    let Some(engine) = fleet.inner.engine.get().cloned() else {
+        return false;
+    };
+    let group = fleet.state().sidecars.get(name).map(|s| s.group.clone()).unwrap_or_default();
+    let observed = ObservedReport {
+        exec_id: report.exec_id,
+        flow: report.flow,
+        job: report.job,
+        group,
+        host: report.host,
+        finished: report.finished,
+        started_at_ms: report.started_at_ms,
+        finished_at_ms: report.finished_at_ms,
+        exit_code: report.exit_code,
+        signal: report.signal,
+        log_tail: String::from_utf8_lossy(&report.log_tail).into_owned(),
+    };
+    match engine.observe_exec(observed).await {
+        Ok(run_id) => {
+            debug!(sidecar = %name, run_id = %run_id, "exec report recorded");
+            true
+        }
+        Err(e) => {
+            warn!(sidecar = %name, error = %e, "exec report not recorded; dropped");
+            // A report that can never be recorded is acknowledged so it is not redelivered forever.
+            !matches!(e, madeira_engine::EngineError::ShuttingDown | madeira_engine::EngineError::Store(_))
+        }
+    }
+}

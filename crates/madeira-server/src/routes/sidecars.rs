@@ -1,0 +1,38 @@
+//! `GET /sidecars`: the fleet view (name, group, version, declared jobs, attempts
+//! running, last heartbeat age), plus the nodes waiting in INIT for a sidecar.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use madeira_engine::WaitingNodes;
+use serde_json::{Value, json};
+
+use crate::{ApiError, AppState, Role};
+
+pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    state.auth.authorize(&headers, Role::Viewer)?;
+    let sidecars = state.fleet.as_ref().map(|f| f.sidecars()).unwrap_or_default();
+    let waiting: Vec<Value> = state
+        .engine
+        .waiting()
+        .list()
+        .into_iter()
+        .map(|(run_id, node, reason)| json!({"run_id": run_id, "node": node, "reason": reason}))
+        .collect();
+    Ok(Json(json!({"sidecars": sidecars, "waiting": waiting})))
+}
+
+/// Marks INIT nodes of run `run_id` that wait for a sidecar, with the reason.
+pub(crate) fn show_waiting(view: &mut Value, run_id: &str, waiting: &WaitingNodes) {
+    let Some(nodes) = view.get_mut("nodes").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for (name, node) in nodes.iter_mut() {
+        if node["status"] == "INIT"
+            && let Some(reason) = waiting.reason(run_id, name)
+        {
+            node["reason"] = Value::from(reason);
+            node["waiting"] = Value::from(true);
+        }
+    }
+}

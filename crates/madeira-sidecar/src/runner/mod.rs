@@ -1,0 +1,311 @@
+//! Runs one attempt of a declared job as a real process: argv without a shell, in
+//! its own process group, with the SPEC §4 environment and input/output files;
+//! stdout and stderr streamed and their last 64 KiB kept. A timeout or a cancel
+//! sends SIGTERM to the whole group, waits `grace`, then SIGKILL; the attempt ends
+//! only once every process of the group is gone (a forked grandchild included).
+
+pub mod group;
+mod logtail;
+mod spawn;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value as Json};
+use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+pub use logtail::LogTail;
+
+use crate::config::JobSpec;
+
+/// Bytes of output kept per attempt.
+pub const LOG_TAIL_BYTES: usize = 64 * 1024;
+/// Largest output file read.
+const MAX_OUTPUT_FILE: u64 = 1024 * 1024;
+
+/// One attempt to run, as assigned by the control plane.
+#[derive(Debug, Clone, Default)]
+pub struct Attempt {
+    pub assignment_id: String,
+    pub run_id: String,
+    pub flow: String,
+    pub node: String,
+    pub attempt: u32,
+    pub idempotency_key: String,
+    /// `{"params": {...}, "nodes": {...}}`.
+    pub input: Json,
+    /// The node's timeout; the shorter of it and the job's applies.
+    pub timeout: Option<Duration>,
+    pub traceparent: Option<String>,
+    /// `(index, total)` when the node is sharded.
+    pub shard: Option<(u32, u32)>,
+    pub no_retry_exit_codes: Vec<i32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Success,
+    /// Not worth retrying (bad template, missing program, a `no_retry_exit_codes` code).
+    Failed,
+    Retryable,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub status: Status,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub error: String,
+    pub outputs: Map<String, Json>,
+    pub log_tail: Vec<u8>,
+    pub duration: Duration,
+    /// Stopped by `cancel` (the caller names why).
+    pub cancelled: bool,
+}
+
+impl Outcome {
+    fn early(status: Status, error: String) -> Self {
+        Self {
+            status,
+            exit_code: None,
+            signal: None,
+            log_tail: format!("{error}\n").into_bytes(),
+            error,
+            outputs: Map::new(),
+            duration: Duration::ZERO,
+            cancelled: false,
+        }
+    }
+}
+
+/// What the runner needs from the sidecar around it.
+pub struct RunCtx<'a> {
+    /// Per-attempt directories (input and output files) are made here.
+    pub work_root: &'a Path,
+    /// Environment variables of the sidecar never handed to jobs (its token).
+    pub hide_env: &'a [String],
+    /// Live output chunks (best effort: dropped when the receiver lags).
+    pub log_sink: Option<mpsc::Sender<Vec<u8>>>,
+}
+
+/// Runs `attempt` of `job` until it ends, times out or `cancel` fires.
+pub async fn run(job: &JobSpec, attempt: &Attempt, ctx: RunCtx<'_>, cancel: CancellationToken) -> Outcome {
+    let started = Instant::now();
+    let dir = ctx.work_root.join(sanitize(&attempt.assignment_id));
+    let mut outcome = match spawn::prepare(job, attempt, &dir, ctx.hide_env).await {
+        Ok(mut command) => match command.spawn() {
+            Ok(child) => supervise(job, attempt, child, ctx.log_sink, cancel, &dir).await,
+            Err(e) => {
+                let status = match e.kind() {
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => Status::Failed,
+                    _ => Status::Retryable,
+                };
+                Outcome::early(status, format!("cannot start `{}`: {e}", spawn::program(job)))
+            }
+        },
+        Err(e) => Outcome::early(Status::Failed, e),
+    };
+    if let Err(e) = tokio::fs::remove_dir_all(&dir).await
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the attempt directory");
+    }
+    outcome.duration = started.elapsed();
+    outcome
+}
+
+/// Why the process stopped being awaited.
+enum Stop {
+    Exited(std::io::Result<std::process::ExitStatus>),
+    TimedOut(Duration),
+    Cancelled,
+}
+
+async fn supervise(
+    job: &JobSpec,
+    attempt: &Attempt,
+    mut child: tokio::process::Child,
+    sink: Option<mpsc::Sender<Vec<u8>>>,
+    cancel: CancellationToken,
+    dir: &Path,
+) -> Outcome {
+    let pgid = child.id().unwrap_or(0);
+    if let (Some(mut stdin), Some(text)) = (child.stdin.take(), job.stdin.clone()) {
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let _ = stdin.write_all(text.as_bytes()).await;
+        });
+    }
+    let tail = std::sync::Arc::new(std::sync::Mutex::new(LogTail::new(LOG_TAIL_BYTES)));
+    let readers: Vec<_> = [
+        child.stdout.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        child.stderr.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|stream| tokio::spawn(pump(stream, tail.clone(), sink.clone())))
+    .collect();
+    let mut waiter = tokio::spawn(async move { child.wait().await });
+    let timeout = match (job.timeout, attempt.timeout) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let sleep = async {
+        match timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    let stop = tokio::select! {
+        status = &mut waiter => Stop::Exited(status.unwrap_or_else(|e| Err(std::io::Error::other(e)))),
+        _ = sleep => Stop::TimedOut(timeout.unwrap_or_default()),
+        _ = cancel.cancelled() => Stop::Cancelled,
+    };
+    let mut note = None;
+    let status = match stop {
+        Stop::Exited(status) => {
+            if group::alive(pgid) {
+                let killed = group::terminate(pgid, job.grace).await;
+                note = Some(format!(
+                    "the job left processes behind in its group; they got SIGTERM{}",
+                    if killed { " and, after the grace, SIGKILL" } else { "" }
+                ));
+            }
+            status
+        }
+        Stop::TimedOut(_) | Stop::Cancelled => {
+            let killed = group::terminate(pgid, job.grace).await;
+            let why = match stop {
+                Stop::TimedOut(t) => format!("timed out after {}", humantime::format_duration(t)),
+                _ => "cancelled".to_string(),
+            };
+            note = Some(format!(
+                "{why}: SIGTERM sent to the process group{}",
+                if killed {
+                    format!(", SIGKILL after {} grace", humantime::format_duration(job.grace))
+                } else {
+                    String::new()
+                }
+            ));
+            let status = waiter.await.unwrap_or_else(|e| Err(std::io::Error::other(e)));
+            return finish(attempt, status, note, tail, readers, dir, Some(matches!(stop, Stop::Cancelled)))
+                .await;
+        }
+    };
+    finish(attempt, status, note, tail, readers, dir, None).await
+}
+
+/// Collects the output and classifies the end. `stopped` is `Some(cancelled)` when
+/// the sidecar stopped the job (timeout: `Some(false)`).
+async fn finish(
+    attempt: &Attempt,
+    status: std::io::Result<std::process::ExitStatus>,
+    note: Option<String>,
+    tail: std::sync::Arc<std::sync::Mutex<LogTail>>,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+    dir: &Path,
+    stopped: Option<bool>,
+) -> Outcome {
+    for reader in readers {
+        let abort = reader.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(2), reader).await.is_err() {
+            abort.abort();
+        }
+    }
+    let push_note = |text: &str| {
+        let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
+        t.push(format!("[madeira] {text}\n").as_bytes());
+    };
+    if let Some(note) = &note {
+        push_note(note);
+    }
+    let (exit_code, signal) = match &status {
+        Ok(s) => (s.code(), std::os::unix::process::ExitStatusExt::signal(s)),
+        Err(_) => (None, None),
+    };
+    let (status, error, outputs) = match (stopped, &status) {
+        (Some(_), _) => (Status::Retryable, note.clone().unwrap_or_else(|| "stopped".into()), Map::new()),
+        (None, Err(e)) => (Status::Retryable, format!("cannot wait for the job: {e}"), Map::new()),
+        (None, Ok(s)) if s.success() => match read_outputs(&dir.join("output.json")).await {
+            Ok(outputs) => (Status::Success, String::new(), outputs),
+            Err(e) => (Status::Failed, e, Map::new()),
+        },
+        (None, Ok(_)) => match (exit_code, signal) {
+            (Some(code), _) if attempt.no_retry_exit_codes.contains(&code) => {
+                (Status::Failed, format!("exit code {code} (listed in no_retry_exit_codes)"), Map::new())
+            }
+            (Some(code), _) => (Status::Retryable, format!("exit code {code}"), Map::new()),
+            (None, Some(sig)) => (Status::Retryable, format!("killed by signal {sig}"), Map::new()),
+            (None, None) => (Status::Retryable, "ended without an exit code".into(), Map::new()),
+        },
+    };
+    if status != Status::Success && stopped.is_none() {
+        push_note(&error);
+    }
+    let log_tail = tail.lock().unwrap_or_else(|p| p.into_inner()).bytes();
+    Outcome {
+        status,
+        exit_code,
+        signal,
+        error,
+        outputs,
+        log_tail,
+        duration: Duration::ZERO,
+        cancelled: stopped == Some(true),
+    }
+}
+
+async fn pump(
+    mut stream: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    tail: std::sync::Arc<std::sync::Mutex<LogTail>>,
+    sink: Option<mpsc::Sender<Vec<u8>>>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                tail.lock().unwrap_or_else(|p| p.into_inner()).push(&buf[..n]);
+                if let Some(sink) = &sink {
+                    let _ = sink.try_send(buf[..n].to_vec());
+                }
+            }
+        }
+    }
+}
+
+/// The job's output file as a JSON object; absent or empty means `{}`.
+async fn read_outputs(path: &Path) -> Result<Map<String, Json>, String> {
+    let meta = match tokio::fs::metadata(path).await {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Map::new()),
+        Err(e) => return Err(format!("cannot read MADEIRA_OUTPUT_FILE: {e}")),
+    };
+    if meta.len() > MAX_OUTPUT_FILE {
+        return Err(format!(
+            "MADEIRA_OUTPUT_FILE is {} bytes; at most {MAX_OUTPUT_FILE} are read",
+            meta.len()
+        ));
+    }
+    let text =
+        tokio::fs::read_to_string(path).await.map_err(|e| format!("cannot read MADEIRA_OUTPUT_FILE: {e}"))?;
+    if text.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    match serde_json::from_str::<Json>(&text) {
+        Ok(Json::Object(map)) => Ok(map),
+        Ok(_) => Err("MADEIRA_OUTPUT_FILE must hold a JSON object".into()),
+        Err(e) => Err(format!("MADEIRA_OUTPUT_FILE is not valid JSON: {e}")),
+    }
+}
+
+/// A directory name made only of safe characters.
+fn sanitize(id: &str) -> String {
+    id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,135 @@
+//! Building the job's command: rendered argv (no shell), its own process group,
+//! the SPEC §4 environment, the input file, and an optional user switch.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Stdio;
+
+use serde_json::{Value as Json, json};
+use tokio::process::Command;
+
+use super::Attempt;
+use crate::config::JobSpec;
+
+pub(super) fn program(job: &JobSpec) -> String {
+    job.command.first().and_then(|t| t.render(&Json::Null).ok()).unwrap_or_default()
+}
+
+/// The variables templates can read.
+fn template_vars(attempt: &Attempt) -> Json {
+    let (index, total) = attempt.shard.unwrap_or((0, 1));
+    json!({
+        "params": attempt.input.get("params").cloned().unwrap_or(Json::Object(Default::default())),
+        "nodes": attempt.input.get("nodes").cloned().unwrap_or(Json::Object(Default::default())),
+        "run_id": attempt.run_id,
+        "flow": attempt.flow,
+        "node": attempt.node,
+        "attempt": attempt.attempt,
+        "idempotency_key": attempt.idempotency_key,
+        "shard_index": index,
+        "shard_total": total,
+    })
+}
+
+/// Renders the argv, writes the input file into `dir`, and builds the command.
+pub(super) async fn prepare(
+    job: &JobSpec,
+    attempt: &Attempt,
+    dir: &Path,
+    hide_env: &[String],
+) -> Result<Command, String> {
+    let vars = template_vars(attempt);
+    let argv = job
+        .command
+        .iter()
+        .enumerate()
+        .map(|(i, t)| t.render(&vars).map_err(|e| format!("job `{}`: command[{i}]: {e}", job.name)))
+        .collect::<Result<Vec<String>, String>>()?;
+    let user = match &job.user {
+        Some(name) => Some(lookup_user(name)?),
+        None => None,
+    };
+    tokio::fs::create_dir_all(dir).await.map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let input = dir.join("input.json");
+    let output = dir.join("output.json");
+    tokio::fs::write(&input, attempt.input.to_string())
+        .await
+        .map_err(|e| format!("cannot write {}: {e}", input.display()))?;
+    let _ = tokio::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).await;
+    if let Some(u) = &user {
+        for path in [dir, input.as_path()] {
+            std::os::unix::fs::chown(path, Some(u.uid), Some(u.gid))
+                .map_err(|e| format!("cannot hand {} to user {}: {e}", path.display(), u.name))?;
+        }
+    }
+
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .stdin(if job.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    if job.clear_env {
+        cmd.env_clear();
+    }
+    for var in hide_env {
+        cmd.env_remove(var);
+    }
+    if let Some(u) = &user {
+        cmd.uid(u.uid).gid(u.gid).env("HOME", &u.home).env("USER", &u.name).env("LOGNAME", &u.name);
+    }
+    cmd.envs(&job.env);
+    let (index, total) = attempt.shard.unwrap_or((0, 0));
+    cmd.env("MADEIRA_RUN_ID", &attempt.run_id)
+        .env("MADEIRA_FLOW", &attempt.flow)
+        .env("MADEIRA_NODE", &attempt.node)
+        .env("MADEIRA_JOB", &job.name)
+        .env("MADEIRA_ATTEMPT", attempt.attempt.to_string())
+        .env("MADEIRA_IDEMPOTENCY_KEY", &attempt.idempotency_key)
+        .env("MADEIRA_INPUT_FILE", &input)
+        .env("MADEIRA_OUTPUT_FILE", &output);
+    if total > 0 {
+        cmd.env("MADEIRA_SHARD_INDEX", index.to_string()).env("MADEIRA_SHARD_TOTAL", total.to_string());
+    }
+    if let Some(tp) = &attempt.traceparent {
+        cmd.env("TRACEPARENT", tp);
+    }
+    if let Some(workdir) = &job.workdir {
+        cmd.current_dir(workdir);
+    }
+    Ok(cmd)
+}
+
+struct User {
+    name: String,
+    uid: u32,
+    gid: u32,
+    home: String,
+}
+
+/// Finds `name` in /etc/passwd. Switching needs root unless it is the current user.
+fn lookup_user(name: &str) -> Result<User, String> {
+    let passwd =
+        std::fs::read_to_string("/etc/passwd").map_err(|e| format!("cannot read /etc/passwd: {e}"))?;
+    let user = passwd
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() >= 6 && f[0] == name)
+        .and_then(|f| {
+            Some(User {
+                name: name.to_string(),
+                uid: f[2].parse().ok()?,
+                gid: f[3].parse().ok()?,
+                home: f[5].to_string(),
+            })
+        })
+        .ok_or_else(|| format!("user `{name}` is not in /etc/passwd"))?;
+    // SAFETY: geteuid(2) has no preconditions and touches no memory.
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 && euid != user.uid {
+        return Err(format!("the job runs as `{name}` but the sidecar is not root and cannot switch user"));
+    }
+    Ok(user)
+}

@@ -1,0 +1,196 @@
+//! Runner tests with real processes.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::config::{JobConfig, SidecarConfig};
+
+fn job(command: &[&str], timeout: Option<&str>, grace: &str) -> JobSpec {
+    let mut config = SidecarConfig::default();
+    config.jobs.insert(
+        "j".into(),
+        JobConfig {
+            command: command.iter().map(|s| s.to_string()).collect(),
+            workdir: None,
+            env: BTreeMap::from([("JOB_ENV".to_string(), "yes".to_string())]),
+            clear_env: false,
+            user: None,
+            stdin: None,
+            timeout: timeout.map(str::to_string),
+            grace: Some(grace.to_string()),
+            max_concurrency: None,
+        },
+    );
+    config.jobs("test").expect("valid job").remove("j").expect("job j")
+}
+
+fn attempt() -> Attempt {
+    Attempt {
+        assignment_id: "a-1".into(),
+        run_id: "run-1".into(),
+        flow: "f".into(),
+        node: "n".into(),
+        attempt: 2,
+        idempotency_key: "run-1:n:v1".into(),
+        input: json!({"params": {"date": "2026-11-30 x;y"}, "nodes": {"up": {"status": "SUCCESS", "outputs": {"k": 1}, "data_version": 1}}}),
+        timeout: None,
+        traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+        shard: Some((1, 4)),
+        no_retry_exit_codes: vec![3],
+    }
+}
+
+async fn run_in(dir: &Path, job: &JobSpec, attempt: &Attempt, cancel: CancellationToken) -> Outcome {
+    let ctx = RunCtx { work_root: dir, hide_env: &[], log_sink: None };
+    run(job, attempt, ctx, cancel).await
+}
+
+#[tokio::test]
+async fn hands_the_spec_environment_and_reads_outputs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = r#"
+printf '{"trace":"%s","key":"%s","shard":"%s/%s","attempt":"%s","env":"%s","arg":"%s","input":%s}' \
+  "$TRACEPARENT" "$MADEIRA_IDEMPOTENCY_KEY" "$MADEIRA_SHARD_INDEX" "$MADEIRA_SHARD_TOTAL" \
+  "$MADEIRA_ATTEMPT" "$JOB_ENV" "$1" "$(cat "$MADEIRA_INPUT_FILE")" > "$MADEIRA_OUTPUT_FILE"
+echo to-stdout; echo to-stderr >&2
+"#;
+    let job = job(&["/bin/sh", "-c", script, "sh", "{{ params.date }}"], None, "1s");
+    let out = run_in(dir.path(), &job, &attempt(), CancellationToken::new()).await;
+    assert_eq!(out.status, Status::Success, "{}", out.error);
+    assert_eq!(out.outputs["trace"], "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+    assert_eq!(out.outputs["key"], "run-1:n:v1");
+    assert_eq!(out.outputs["shard"], "1/4");
+    assert_eq!(out.outputs["attempt"], "2");
+    assert_eq!(out.outputs["env"], "yes");
+    assert_eq!(out.outputs["arg"], "2026-11-30 x;y", "a templated value is one argument");
+    assert_eq!(out.outputs["input"]["nodes"]["up"]["outputs"]["k"], 1);
+    let log = String::from_utf8_lossy(&out.log_tail);
+    assert!(log.contains("to-stdout") && log.contains("to-stderr"), "{log}");
+    assert!(std::fs::read_dir(dir.path()).expect("dir").next().is_none(), "attempt dir removed");
+}
+
+#[tokio::test]
+async fn exit_codes_are_classified() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let no_retry = run_in(
+        dir.path(),
+        &job(&["/bin/sh", "-c", "exit 3"], None, "1s"),
+        &attempt(),
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!((no_retry.status, no_retry.exit_code), (Status::Failed, Some(3)));
+    let retry = run_in(
+        dir.path(),
+        &job(&["/bin/sh", "-c", "exit 4"], None, "1s"),
+        &attempt(),
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!((retry.status, retry.exit_code), (Status::Retryable, Some(4)));
+    let missing =
+        run_in(dir.path(), &job(&["/nonexistent/prog"], None, "1s"), &attempt(), CancellationToken::new())
+            .await;
+    assert_eq!(missing.status, Status::Failed);
+    let bad_output = run_in(
+        dir.path(),
+        &job(&["/bin/sh", "-c", "echo '[1]' > $MADEIRA_OUTPUT_FILE"], None, "1s"),
+        &attempt(),
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(bad_output.status, Status::Failed, "{}", bad_output.error);
+}
+
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()).is_some_and(|s| s != "Z")
+        }
+        Err(_) => false,
+    }
+}
+
+async fn wait_for_file(path: &Path, deadline: Duration) -> String {
+    let end = Instant::now() + deadline;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && text.ends_with('\n')
+        {
+            return text;
+        }
+        assert!(Instant::now() < end, "{} never appeared", path.display());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_job_ignoring_sigterm_is_killed_after_grace_with_its_grandchild() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pids = dir.path().join("pids");
+    let script = format!(
+        "trap '' TERM; (trap '' TERM; sleep 600) & echo $! > {p}.tmp; mv {p}.tmp {p}; echo >> {p}; sleep 600",
+        p = pids.display()
+    );
+    let job = job(&["/bin/sh", "-c", &script], Some("500ms"), "300ms");
+    let work = dir.path().join("work");
+    let started = Instant::now();
+    let out = run_in(&work, &job, &attempt(), CancellationToken::new()).await;
+    let elapsed = started.elapsed();
+    assert_eq!(out.status, Status::Retryable);
+    assert!(out.error.contains("timed out"), "{}", out.error);
+    assert!(String::from_utf8_lossy(&out.log_tail).contains("SIGKILL"), "killed after grace");
+    assert!(elapsed >= Duration::from_millis(800), "waited the grace: {elapsed:?}");
+    let grandchild: u32 = wait_for_file(&pids, Duration::from_secs(1)).await.trim().parse().expect("pid");
+    assert!(!running(grandchild), "grandchild {grandchild} still runs");
+}
+
+#[tokio::test]
+async fn a_cooperative_job_stops_on_sigterm_and_cancel_is_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = job(&["/bin/sh", "-c", "echo started; sleep 600"], None, "10s");
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        trigger.cancel();
+    });
+    let started = Instant::now();
+    let out = run_in(dir.path(), &job, &attempt(), cancel).await;
+    assert!(out.cancelled);
+    assert!(started.elapsed() < Duration::from_secs(5), "sh exits on SIGTERM, no need for the grace");
+    assert!(!String::from_utf8_lossy(&out.log_tail).contains("SIGKILL"));
+}
+
+#[tokio::test]
+async fn leftover_processes_of_a_finished_job_are_stopped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pids = dir.path().join("pids");
+    let script =
+        format!("sleep 600 & echo $! > {p}.tmp; mv {p}.tmp {p}; echo >> {p}; exit 0", p = pids.display());
+    let out = run_in(
+        &dir.path().join("w"),
+        &job(&["/bin/sh", "-c", &script], None, "1s"),
+        &attempt(),
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(out.status, Status::Success, "{}", out.error);
+    let child: u32 = wait_for_file(&pids, Duration::from_secs(1)).await.trim().parse().expect("pid");
+    assert!(!running(child), "background child {child} still runs");
+}
+
+#[tokio::test]
+async fn stdin_text_is_fed_to_the_job() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut job = job(&["/bin/sh", "-c", "cat > \"$MADEIRA_OUTPUT_FILE\""], None, "1s");
+    job.stdin = Some("{\"from\": \"stdin\"}".into());
+    let out = run_in(dir.path(), &job, &attempt(), CancellationToken::new()).await;
+    assert_eq!(out.status, Status::Success, "{}", out.error);
+    assert_eq!(out.outputs["from"], "stdin");
+}

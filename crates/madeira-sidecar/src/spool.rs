@@ -1,0 +1,170 @@
+//! The disk spool: every report (result, refusal, exec report) is written here
+//! before it is sent and removed only when the control plane acknowledges it, so a
+//! report survives a lost connection, a control-plane outage and a sidecar restart.
+//! Files are written to a temporary name, synced, then renamed.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use madeira_proto::SidecarMessage;
+use prometheus_client::metrics::gauge::Gauge;
+use prost::Message;
+
+/// Spool errors name the file.
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    #[error("spool {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
+    move |source| SpoolError::Io { path: path.display().to_string(), source }
+}
+
+/// Pending reports on disk, oldest first.
+pub struct Spool {
+    dir: PathBuf,
+    /// report id → file name, ordered by file name (time, then sequence).
+    index: Mutex<BTreeMap<String, String>>,
+    seq: AtomicU64,
+    pending: Gauge,
+}
+
+impl Spool {
+    /// Opens (creating) the spool in `dir` and indexes what an earlier process left.
+    pub fn open(dir: &Path, pending: Gauge) -> Result<Self, SpoolError> {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let mut index = BTreeMap::new();
+        for entry in std::fs::read_dir(dir).map_err(io(dir))?.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if let Some(stem) = name.strip_suffix(".report")
+                && let Some(id) = stem.splitn(3, '-').nth(2)
+            {
+                index.insert(id.to_string(), name);
+            } else if name.ends_with(".tmp") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        pending.set(i64::try_from(index.len()).unwrap_or(i64::MAX));
+        Ok(Self { dir: dir.to_path_buf(), index: Mutex::new(index), seq: AtomicU64::new(0), pending })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
+        self.index.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Durably stores `msg` under `id` (a second put of the same id is a no-op).
+    pub fn put(&self, id: &str, msg: &SidecarMessage) -> Result<(), SpoolError> {
+        if self.lock().contains_key(id) {
+            return Ok(());
+        }
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{millis:015}{seq:06}-{seq}-{}.report", sanitize(id));
+        let tmp = self.dir.join(format!("{name}.tmp"));
+        let path = self.dir.join(&name);
+        let mut file = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        file.write_all(&msg.encode_to_vec()).map_err(io(&tmp))?;
+        file.sync_all().map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        if let Ok(d) = std::fs::File::open(&self.dir) {
+            let _ = d.sync_all();
+        }
+        let mut index = self.lock();
+        index.insert(id.to_string(), name);
+        self.pending.set(i64::try_from(index.len()).unwrap_or(i64::MAX));
+        Ok(())
+    }
+
+    /// Forgets `id` once the control plane has it.
+    pub fn remove(&self, id: &str) -> Result<(), SpoolError> {
+        let name = {
+            let mut index = self.lock();
+            let name = index.remove(&sanitize(id)).or_else(|| index.remove(id));
+            self.pending.set(i64::try_from(index.len()).unwrap_or(i64::MAX));
+            name
+        };
+        if let Some(name) = name {
+            let path = self.dir.join(name);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&path)(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Every pending report, oldest first. Unreadable files are skipped and logged.
+    pub fn pending(&self) -> Vec<(String, SidecarMessage)> {
+        let mut entries: Vec<(String, String)> =
+            self.lock().iter().map(|(id, name)| (id.clone(), name.clone())).collect();
+        entries.sort_by(|a, b| a.1.cmp(&b.1));
+        entries
+            .into_iter()
+            .filter_map(|(id, name)| {
+                let path = self.dir.join(&name);
+                match std::fs::read(&path).map(|bytes| SidecarMessage::decode(bytes.as_slice())) {
+                    Ok(Ok(msg)) => Some((id, msg)),
+                    Ok(Err(e)) => {
+                        tracing::error!(file = %path.display(), error = %e, "corrupt spool file skipped");
+                        None
+                    }
+                    Err(e) => {
+                        tracing::error!(file = %path.display(), error = %e, "unreadable spool file skipped");
+                        None
+                    }
+                }
+            })
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Report ids are UUIDs; anything else is made file-name safe.
+fn sanitize(id: &str) -> String {
+    id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use madeira_proto::SidecarMsg;
+    use madeira_proto::v1::Heartbeat;
+
+    fn msg(n: u32) -> SidecarMessage {
+        SidecarMessage { msg: Some(SidecarMsg::Heartbeat(Heartbeat { running: n })) }
+    }
+
+    #[test]
+    fn survives_a_reopen_in_order_and_forgets_acked_reports() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spool = Spool::open(dir.path(), Gauge::default()).expect("open");
+        for i in 0..3 {
+            spool.put(&format!("r{i}"), &msg(i)).expect("put");
+        }
+        spool.put("r1", &msg(99)).expect("duplicate put is a no-op");
+        spool.remove("r0").expect("remove");
+        drop(spool);
+        let gauge = Gauge::default();
+        let spool = Spool::open(dir.path(), gauge.clone()).expect("reopen");
+        assert_eq!(gauge.get(), 2);
+        let pending = spool.pending();
+        let ids: Vec<&str> = pending.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["r1", "r2"]);
+        assert_eq!(pending[0].1, msg(1));
+    }
+}

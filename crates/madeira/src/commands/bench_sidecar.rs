@@ -1,0 +1,174 @@
+//! Sidecar scenarios of `madeira bench`: a chain of 40 sidecar nodes each running
+//! `/bin/true` through the in-process sidecar (total and per-node overhead, the
+//! process spawn included), and a real `madeira sidecar` daemon's RSS idle and with
+//! 200 jobs running at once.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use madeira_engine::EngineHandle;
+use madeira_fleet::Fleet;
+use serde_json::{Value, json};
+
+use super::bench::{trigger, wait_all};
+
+/// The in-process sidecar's jobs in the bench.
+pub const JOBS: &str = "jobs:\n  true:\n    command: [\"/bin/true\"]\n";
+
+const CHAIN: usize = 40;
+const PARALLEL: usize = 200;
+
+fn chain_flow(n: usize) -> String {
+    let mut yaml = String::from(
+        "flow: bench-sidecar-chain\nnodes:\n  n0: {run: {sidecar: {group: local, job: true}}}\n",
+    );
+    for i in 1..n {
+        yaml.push_str(&format!(
+            "  n{i}: {{needs: [n{}], run: {{sidecar: {{group: local, job: true}}}}}}\n",
+            i - 1
+        ));
+    }
+    yaml
+}
+
+/// 40 chained nodes, each a real `/bin/true` process on the in-process sidecar.
+pub async fn chain(engine: &EngineHandle) -> Result<Value> {
+    engine.apply_flow("bench-sidecar-chain", &chain_flow(CHAIN)).await?;
+    // One warm-up run (first spawn, page cache), then the measured one.
+    for round in 0..2 {
+        let mut events = engine.subscribe();
+        let started = Instant::now();
+        let run_id = trigger(engine, "bench-sidecar-chain").await?;
+        wait_all(&mut events, HashSet::from([run_id])).await?;
+        let wall = started.elapsed();
+        if round == 1 {
+            return Ok(json!({
+                "scenario": "sidecar-chain",
+                "nodes": CHAIN,
+                "wall_ms": wall.as_secs_f64() * 1000.0,
+                "per_node_ms": wall.as_secs_f64() * 1000.0 / CHAIN as f64,
+            }));
+        }
+    }
+    bail!("unreachable")
+}
+
+fn parallel_flow() -> String {
+    let mut yaml = String::from("flow: bench-sidecar-parallel\nnodes:\n");
+    for i in 0..PARALLEL {
+        yaml.push_str(&format!("  p{i}: {{run: {{sidecar: {{group: bench, job: hold}}}}}}\n"));
+    }
+    yaml
+}
+
+/// A `madeira sidecar` daemon: RSS when idle, then the peak with 200 jobs running.
+pub async fn rss(
+    engine: &EngineHandle,
+    fleet: &Fleet,
+    grpc: std::net::SocketAddr,
+    dir: &Path,
+) -> Result<Value> {
+    let release = dir.join("release");
+    let config = dir.join("bench-sidecar.yaml");
+    let text = format!(
+        "name: bench-01\ngroup: bench\ncontrol_plane: http://{grpc}\nspool_dir: {}\njobs:\n  hold:\n    command: [\"/bin/sh\", \"-c\", \"while [ ! -e {} ]; do sleep 0.05; done\"]\n",
+        dir.join("bench-spool").display(),
+        release.display()
+    );
+    std::fs::write(&config, text)?;
+    let exe = std::env::current_exe().context("locating the madeira binary")?;
+    let mut child = Command::new(exe)
+        .args(["sidecar", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting `madeira sidecar`")?;
+    let pid = child.id();
+    let result = measure(engine, fleet, pid, &release).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
+
+async fn measure(engine: &EngineHandle, fleet: &Fleet, pid: u32, release: &Path) -> Result<Value> {
+    if !fleet.wait_live("bench", "hold", Duration::from_secs(20)).await {
+        bail!("the bench sidecar did not connect");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle = rss_kb(pid, "VmRSS");
+    engine.apply_flow("bench-sidecar-parallel", &parallel_flow()).await?;
+    let mut events = engine.subscribe();
+    let run_id = trigger(engine, "bench-sidecar-parallel").await?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut peak = idle;
+    while children(pid) < PARALLEL {
+        peak = peak.max(rss_kb(pid, "VmRSS"));
+        if Instant::now() > deadline {
+            bail!("only {} of {PARALLEL} jobs started", children(pid));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for _ in 0..10 {
+        peak = peak.max(rss_kb(pid, "VmRSS"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    std::fs::write(release, b"go")?;
+    wait_all(&mut events, HashSet::from([run_id])).await?;
+    Ok(json!({
+        "scenario": "sidecar-rss",
+        "idle_rss_mb": idle as f64 / 1024.0,
+        "jobs_running": PARALLEL,
+        "rss_with_jobs_mb": peak as f64 / 1024.0,
+    }))
+}
+
+/// Direct children of `pid` (Linux: /proc/*/stat, field 4 is the parent).
+fn children(pid: u32) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            stat.rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()))
+                == Some(pid)
+        })
+        .count()
+}
+
+fn rss_kb(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+pub fn print(r: &Value) -> bool {
+    match r["scenario"].as_str() {
+        Some("sidecar-chain") => println!(
+            "sidecar-chain {} nodes of /bin/true: {:.1} ms wall, {:.2} ms/node (spawn included)",
+            r["nodes"],
+            r["wall_ms"].as_f64().unwrap_or(0.0),
+            r["per_node_ms"].as_f64().unwrap_or(0.0)
+        ),
+        Some("sidecar-rss") => println!(
+            "sidecar-rss `madeira sidecar` RSS idle {:.1} MB, with {} jobs running {:.1} MB",
+            r["idle_rss_mb"].as_f64().unwrap_or(0.0),
+            r["jobs_running"],
+            r["rss_with_jobs_mb"].as_f64().unwrap_or(0.0)
+        ),
+        _ => return false,
+    }
+    true
+}

@@ -1,0 +1,120 @@
+//! The control plane's sidecar parts: the gRPC link (fleet) on a bound listener,
+//! and in `dev`/`demo`/`bench` an in-process sidecar of group `local` that
+//! connects to it like any other sidecar and serves the exec socket.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use madeira_fleet::{Fleet, FleetOptions};
+use madeira_sidecar::{
+    Identity, JobSpec, LinkOptions, Sidecar, SidecarHandle, SidecarMetrics, SidecarOptions,
+};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How to run the sidecar link.
+#[derive(Debug, Clone)]
+pub struct FleetSetup {
+    pub grpc: SocketAddr,
+    pub options: FleetOptions,
+    /// Run an in-process sidecar of group `local` with these jobs.
+    pub local: Option<LocalSidecar>,
+}
+
+/// The in-process sidecar of `dev`, `demo` and `bench`.
+#[derive(Debug, Clone)]
+pub struct LocalSidecar {
+    pub jobs: BTreeMap<String, JobSpec>,
+    /// Spool and per-attempt work directories.
+    pub dir: PathBuf,
+    /// `madeira exec` socket.
+    pub socket: Option<PathBuf>,
+}
+
+/// What runs once the link is up.
+pub struct FleetParts {
+    pub fleet: Fleet,
+    pub grpc_addr: SocketAddr,
+    pub local: Option<SidecarHandle>,
+    local_cancel: CancellationToken,
+    local_task: Option<JoinHandle<()>>,
+}
+
+impl FleetParts {
+    /// Drains the in-process sidecar (running jobs finish or are stopped).
+    pub async fn stop_local_sidecar(mut self) {
+        self.local_cancel.cancel();
+        if let Some(task) = self.local_task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Binds the gRPC endpoint, serves the fleet, and starts the local sidecar.
+pub async fn start(
+    fleet: Fleet,
+    setup: FleetSetup,
+    registry: &mut Registry,
+    cancel: &CancellationToken,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Result<FleetParts> {
+    let listener =
+        TcpListener::bind(setup.grpc).await.with_context(|| format!("binding gRPC {}", setup.grpc))?;
+    let grpc_addr = listener.local_addr()?;
+    madeira_fleet::announce(grpc_addr);
+    let serving = fleet.clone();
+    let shutdown = cancel.clone();
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = serving.serve(listener, shutdown).await {
+            tracing::error!(error = %e, "sidecar link stopped");
+        }
+    }));
+    let local_cancel = CancellationToken::new();
+    let (local, local_task) = match setup.local {
+        Some(local) => {
+            let sidecar = local_sidecar(local, grpc_addr, registry)?;
+            let handle = sidecar.handle();
+            let task = tokio::spawn(sidecar.run(local_cancel.clone()));
+            (Some(handle), Some(task))
+        }
+        None => (None, None),
+    };
+    Ok(FleetParts { fleet, grpc_addr, local, local_cancel, local_task })
+}
+
+fn local_sidecar(local: LocalSidecar, grpc: SocketAddr, registry: &mut Registry) -> Result<Sidecar> {
+    let options = SidecarOptions {
+        identity: Identity {
+            name: format!("local@{}", madeira_sidecar::config::host_name()),
+            group: "local".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+        link: LinkOptions {
+            endpoint: format!("http://{grpc}"),
+            token: None,
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_secs(2),
+        },
+        jobs: local.jobs,
+        spool_dir: local.dir,
+        socket: local.socket,
+        shutdown_grace: Duration::from_secs(10),
+        hide_env: Vec::new(),
+        metrics: SidecarMetrics::register(registry),
+    };
+    Sidecar::new(options).context("starting the in-process sidecar")
+}
+
+/// Reads the `jobs:` map of a sidecar config (what `dev --jobs FILE` takes).
+pub fn load_jobs(path: &std::path::Path) -> Result<BTreeMap<String, JobSpec>> {
+    let file = path.display().to_string();
+    let bad =
+        |e: madeira_sidecar::ConfigError| crate::config::ConfigError { file: e.file, message: e.message };
+    let config = madeira_sidecar::SidecarConfig::load(path).map_err(bad)?;
+    Ok(config.jobs(&file).map_err(bad)?)
+}

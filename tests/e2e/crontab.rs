@@ -1,0 +1,99 @@
+//! `madeira crontab import` on an /etc/cron.d-style directory: flows that
+//! validate, a jobs config, rewritten lines that run (as cron would run them) and
+//! report through the sidecar, and every line it could not translate reported.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support::{BIN, Dev};
+
+const WEB: &str = "# web jobs\nSHELL=/bin/sh\nMAILTO=root\n*/10 * * * * www-data /usr/bin/php /var/www/cron.php\n0 4 * * 0 root /usr/sbin/logrotate /etc/logrotate.conf\n61 * * * * root /opt/bad-minute.sh\n";
+const BILLING: &str = "API_TOKEN=abcdef0123456789\n30 1 * * * billing printf 'settled \\%s' \"$API_TOKEN\" > /dev/null%stdin text\n#15 2 * * * billing /opt/old.sh\n";
+
+#[tokio::test]
+async fn imports_a_cron_d_directory_with_nothing_dropped_silently() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let crond = dir.path().join("cron.d");
+    std::fs::create_dir_all(&crond).expect("mkdir");
+    std::fs::write(crond.join("web"), WEB).expect("web");
+    std::fs::write(crond.join("billing"), BILLING).expect("billing");
+    std::fs::write(crond.join("billing~"), BILLING).expect("backup file");
+    let out = Command::new(BIN).args(["crontab", "import"]).arg(&crond).output().expect("run import");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "an untranslated line makes it exit 1\n{stderr}");
+    assert!(stderr.contains("cron.d/web:6: error: not translated"), "{stderr}");
+    assert!(stderr.contains("cron.d/billing~:1: warning: skipped"), "{stderr}");
+    assert!(stderr.contains("cron.d/billing:3: info: commented-out job"), "{stderr}");
+    assert!(stderr.contains("API_TOKEN looks like a secret"), "{stderr}");
+    assert!(!stdout.contains("abcdef0123456789") && !stderr.contains("abcdef0123456789"), "secret echoed");
+    assert!(stdout.contains("61 * * * * root /opt/bad-minute.sh"), "untranslated line kept");
+    assert!(
+        stdout.contains("flow: php") && stdout.contains("flow: logrotate") && stdout.contains("flow: printf")
+    );
+
+    let written = dir.path().join("out");
+    let out = Command::new(BIN)
+        .args(["crontab", "import", "--out"])
+        .arg(&written)
+        .arg(&crond)
+        .output()
+        .expect("import --out");
+    assert_eq!(out.status.code(), Some(1));
+    let flows: Vec<_> =
+        std::fs::read_dir(written.join("flows")).expect("flows").flatten().map(|e| e.path()).collect();
+    assert_eq!(flows.len(), 3);
+    let valid = Command::new(BIN).arg("validate").args(&flows).output().expect("validate");
+    assert!(valid.status.success(), "{}", String::from_utf8_lossy(&valid.stdout));
+    let jobs = std::fs::read_to_string(written.join("sidecar-jobs.yaml")).expect("jobs");
+    assert!(jobs.contains("user: \"www-data\"") && jobs.contains("stdin: \"stdin text\""), "{jobs}");
+    let crontab = std::fs::read_to_string(written.join("crontab.billing")).expect("crontab");
+    assert!(crontab.contains("API_TOKEN=abcdef0123456789"), "the installable crontab keeps the env line");
+
+    // Run the rewritten billing line as cron would: `%` → stdin, `\%` → `%`, via sh -c.
+    let data = dir.path().join("data");
+    let dev = Dev::start_with(&data, &[]);
+    let line = crontab.lines().find(|l| l.starts_with("30 1 * * * billing ")).expect("wrapped line");
+    let command =
+        line.splitn(7, ' ').nth(6).expect("command").replace("madeira exec", &format!("{BIN} exec"));
+    let (command, stdin) = cron_split(&command);
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", &command])
+        .env("MADEIRA_SIDECAR", data.join("sidecar.sock"))
+        .env("API_TOKEN", "x")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the wrapped line");
+    use std::io::Write;
+    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("write stdin");
+    let done = child.wait_with_output().expect("wait");
+    assert!(done.status.success(), "{done:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, runs) = dev.get("/runs?flow=printf").await;
+        if runs["runs"][0]["status"] == "SUCCESS" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "wrapped run not recorded: {runs}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Cron's reading of a command: `\%` is `%`, the first `%` starts stdin, later ones are newlines.
+fn cron_split(raw: &str) -> (String, String) {
+    let mut parts: Vec<String> = vec![String::new()];
+    let mut chars = raw.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'%') => {
+                parts.last_mut().expect("part").push('%');
+                chars.next();
+            }
+            '%' => parts.push(String::new()),
+            c => parts.last_mut().expect("part").push(c),
+        }
+    }
+    let command = parts.remove(0);
+    (command, parts.join("\n"))
+}

@@ -1,0 +1,109 @@
+//! `madeira exec`: the wrapped command's exit status, stdout and stderr are exactly
+//! those of the command alone, with or without a sidecar; the run is recorded in an
+//! observe-only flow; a missed cron instant of such a flow is audited.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{BIN, Dev};
+
+const SCRIPT: &str = r#"printf 'bin\000ary\377\n'; printf 'to stderr\n' >&2; printf 'no newline'; exit 42"#;
+
+fn direct(args: &[&str]) -> Output {
+    Command::new(args[0]).args(&args[1..]).output().expect("run directly")
+}
+
+fn wrapped(socket: &std::path::Path, job: &str, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(["exec", "--job", job, "--sidecar"])
+        .arg(socket)
+        .arg("--")
+        .args(args)
+        .output()
+        .expect("run madeira exec")
+}
+
+#[tokio::test]
+async fn exec_preserves_exit_code_and_output_byte_for_byte_and_reports_the_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let dev = Dev::start_with(&data, &[]);
+    let socket = data.join("sidecar.sock");
+    let args = ["/bin/sh", "-c", SCRIPT];
+    let alone = direct(&args);
+    let through = wrapped(&socket, "nightly-report", &args);
+    assert_eq!(through.status.code(), Some(42));
+    assert_eq!(through.status.code(), alone.status.code());
+    assert_eq!(through.stdout, alone.stdout, "stdout byte for byte");
+    assert_eq!(through.stderr, alone.stderr, "stderr byte for byte");
+
+    let ok = wrapped(&socket, "nightly-report", &["/bin/echo", "fine"]);
+    assert_eq!((ok.status.code(), ok.stdout.as_slice()), (Some(0), &b"fine\n"[..]));
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let runs = loop {
+        let (_, body) = dev.get("/runs?flow=nightly-report").await;
+        if body["runs"]
+            .as_array()
+            .is_some_and(|r| r.len() == 2 && r.iter().all(|r| r["finished_at"] != Value::Null))
+        {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "wrapped runs not recorded: {body}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    let statuses: Vec<&str> =
+        runs["runs"].as_array().into_iter().flatten().filter_map(|r| r["status"].as_str()).collect();
+    assert_eq!(statuses, ["SUCCESS", "FAILED"], "newest first: {runs}");
+    let failed = runs["runs"][1]["run_id"].as_str().expect("run id");
+    let (_, run) = dev.get(&format!("/runs/{failed}")).await;
+    let node = &run["nodes"]["nightly_report"];
+    assert!(node["reason"].as_str().is_some_and(|r| r.contains("exit code 42")), "{run}");
+    let (_, logs) = dev.get(&format!("/runs/{failed}/nodes/nightly_report/logs")).await;
+    assert!(logs.to_string().contains("to stderr"), "{logs}");
+    let (_, flow) = dev.get("/flows/nightly-report").await;
+    assert_eq!(flow["observe"], true, "{flow}");
+}
+
+#[test]
+fn exec_without_a_sidecar_still_runs_the_command_and_says_so() {
+    let args = ["/bin/sh", "-c", SCRIPT];
+    let alone = direct(&args);
+    let through = wrapped(std::path::Path::new("/nonexistent/madeira.sock"), "x", &args);
+    assert_eq!(through.status.code(), alone.status.code());
+    assert_eq!(through.stdout, alone.stdout);
+    let stderr = String::from_utf8_lossy(&through.stderr);
+    assert!(stderr.starts_with("madeira exec: no sidecar answers"), "{stderr}");
+    assert!(through.stderr.ends_with(&alone.stderr), "the command's stderr follows unchanged");
+}
+
+#[test]
+fn exec_dies_of_the_same_signal() {
+    use std::os::unix::process::ExitStatusExt;
+    let through =
+        wrapped(std::path::Path::new("/nonexistent/madeira.sock"), "x", &["/bin/sh", "-c", "kill -TERM $$"]);
+    assert_eq!(through.status.signal(), Some(libc::SIGTERM));
+}
+
+#[tokio::test]
+async fn a_missed_cron_instant_of_an_observed_flow_is_audited() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = Dev::start_with(&dir.path().join("data"), &[]);
+    dev.put_flow(
+        "flow: watched\nobserve: true\ntriggers:\n  - cron: \"*/2 * * * * *\"\n    grace: 1s\nnodes:\n  watched: {run: {sidecar: {group: cron, job: watched}}}\n",
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, audit) = dev.get("/audit?limit=20").await;
+        let missed = audit.to_string().contains("missed_run");
+        if missed {
+            assert!(audit.to_string().contains("did not start within its grace"), "{audit}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no missed run audited: {audit}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
