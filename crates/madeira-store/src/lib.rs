@@ -1,10 +1,15 @@
 //! Durable state of Madeira. The engine and server see only the `Store` trait;
-//! each backend lives in its own module (`sqlite` now). `commit` is the single exit
+//! each backend lives in its own module (`sqlite`, `postgres`). `commit` is the single exit
 //! of SPEC §3: node/run state rows and their transition records are written in one
 //! database transaction, batched (group commit) by the engine.
 
+pub mod postgres;
 mod records;
 pub mod sqlite;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
+#[cfg(test)]
+mod tests;
 
 use async_trait::async_trait;
 
@@ -62,4 +67,10 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes up to `batch` finished runs (and everything about them) finished
     /// before `before_ms`, and audit rows older than it. Returns runs deleted.
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64>;
+}
+
+/// `reads` as stored: `[[upstream idx, data_version], ...]`.
+pub(crate) fn reads_json(reads: &[(usize, u32)]) -> String {
+    let pairs: Vec<[u64; 2]> = reads.iter().map(|(u, v)| [*u as u64, u64::from(*v)]).collect();
+    serde_json::to_string(&pairs).unwrap_or_else(|_| "[]".to_string())
 }

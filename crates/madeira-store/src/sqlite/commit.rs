@@ -4,7 +4,7 @@
 use sqlx::{QueryBuilder, Sqlite, SqlitePool, Transaction};
 
 use super::runs::CHUNK;
-use crate::{Batch, Result};
+use crate::{Batch, Result, reads_json};
 
 pub(super) async fn commit(pool: &SqlitePool, batch: &Batch) -> Result<()> {
     if batch.is_empty() {
@@ -58,11 +58,6 @@ async fn write_nodes(tx: &mut Transaction<'_, Sqlite>, batch: &Batch) -> Result<
         q.build().execute(&mut **tx).await?;
     }
     Ok(())
-}
-
-pub(super) fn reads_json(reads: &[(usize, u32)]) -> String {
-    let pairs: Vec<[u64; 2]> = reads.iter().map(|(u, v)| [*u as u64, u64::from(*v)]).collect();
-    serde_json::to_string(&pairs).unwrap_or_else(|_| "[]".to_string())
 }
 
 async fn write_runs(tx: &mut Transaction<'_, Sqlite>, batch: &Batch) -> Result<()> {

@@ -101,6 +101,3 @@ impl Store for SqliteStore {
         runs::prune(&self.write, before_ms, batch).await
     }
 }
-
-#[cfg(test)]
-mod tests;

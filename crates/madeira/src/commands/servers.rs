@@ -19,7 +19,7 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
     let http = config.http_addr(&file, "0.0.0.0:7070")?;
     let store_url = config.store.clone().ok_or_else(|| ConfigError {
         file: file.clone(),
-        message: "store is not set: give `store: sqlite:///var/lib/madeira/madeira.db` (or MADEIRA_STORE)"
+        message: "store is not set: give `store: postgres://madeira@db/madeira` or `sqlite:///var/lib/madeira/madeira.db` (or MADEIRA_STORE)"
             .into(),
     })?;
     let engine = EngineOptions {

@@ -1,0 +1,118 @@
+//! PostgreSQL backend: the same schema and semantics as the SQLite one, for
+//! production and several control-plane replicas on one database. Commits are
+//! durable (`synchronous_commit` as configured on the server, `on` by default);
+//! decisions that SQLite serialises with its single writer (run creation with
+//! idempotency and overlap, promotion of queued runs, flow versions) take a
+//! transaction-scoped advisory lock per flow here, so replicas never race on them.
+
+mod commit;
+mod flows;
+mod read;
+mod runs;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::{
+    AuditQuery, AuditRecord, Batch, CreateOutcome, FlowRecord, FlowVersion, LogRecord, NewRun, PutFlow,
+    Result, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
+};
+
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+/// Pool settings for `PostgresStore::open_with`.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self { max_connections: 8, acquire_timeout: Duration::from_secs(10) }
+    }
+}
+
+impl PostgresStore {
+    /// Connects to `url` (`postgres://user@host/db`) and applies the migrations
+    /// (sqlx takes an advisory lock, so replicas starting together are safe).
+    pub async fn open(url: &str) -> Result<Self> {
+        Self::open_with(url, &PgOptions::default()).await
+    }
+
+    pub async fn open_with(url: &str, options: &PgOptions) -> Result<Self> {
+        let connect = PgConnectOptions::from_str(url)
+            .map_err(|e| StoreError::BadUrl { url: url.to_string(), reason: e.to_string() })?
+            .application_name("madeira");
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await?;
+        sqlx::migrate!("../../migrations/postgres").run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    /// The connection pool (for LISTEN/NOTIFY and tests).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn put_flow(&self, name: &str, source: &str, hash: &str, now_ms: i64) -> Result<PutFlow> {
+        flows::put_flow(&self.pool, name, source, hash, now_ms).await
+    }
+    async fn get_flow(&self, name: &str) -> Result<Option<FlowRecord>> {
+        flows::get_flow(&self.pool, name).await
+    }
+    async fn list_flows(&self) -> Result<Vec<FlowRecord>> {
+        flows::list_flows(&self.pool).await
+    }
+    async fn flow_version(&self, name: &str, version: u32) -> Result<Option<FlowVersion>> {
+        flows::flow_version(&self.pool, name, version).await
+    }
+    async fn set_paused(&self, name: &str, paused: bool, now_ms: i64) -> Result<bool> {
+        flows::set_paused(&self.pool, name, paused, now_ms).await
+    }
+    async fn create_run(&self, run: &NewRun) -> Result<CreateOutcome> {
+        runs::create_run(&self.pool, run).await
+    }
+    async fn promote_queued(&self, flow: &str, max: u32, now_ms: i64) -> Result<Option<String>> {
+        runs::promote_queued(&self.pool, flow, max, now_ms).await
+    }
+    async fn commit(&self, batch: &Batch) -> Result<()> {
+        commit::commit(&self.pool, batch).await
+    }
+    async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>> {
+        read::load_run(&self.pool, run_id).await
+    }
+    async fn unfinished_runs(&self) -> Result<Vec<String>> {
+        read::unfinished_runs(&self.pool).await
+    }
+    async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRow>> {
+        read::list_runs(&self.pool, query).await
+    }
+    async fn transitions(&self, run_id: &str) -> Result<Vec<TransitionRecord>> {
+        read::transitions(&self.pool, run_id).await
+    }
+    async fn put_log(&self, log: &LogRecord) -> Result<()> {
+        runs::put_log(&self.pool, log).await
+    }
+    async fn logs(&self, run_id: &str, node: &str) -> Result<Vec<LogRecord>> {
+        read::logs(&self.pool, run_id, node).await
+    }
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
+        read::audit(&self.pool, query).await
+    }
+    async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64> {
+        runs::prune(&self.pool, before_ms, batch).await
+    }
+}
