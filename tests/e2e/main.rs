@@ -2,6 +2,7 @@
 //! data directory) and drives it over HTTP and the CLI.
 
 mod api;
+mod auth;
 mod cli;
 mod recovery;
 mod semantics;

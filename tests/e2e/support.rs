@@ -27,24 +27,43 @@ impl Dev {
     /// Starts `madeira dev` with its data in `dir` and an ephemeral port, reading the
     /// bound address from its first line on stderr.
     pub fn start_in(dir: &Path) -> Dev {
-        let mut child = Command::new(BIN)
-            .args(["dev", "--http", "127.0.0.1:0", "--data"])
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn madeira dev");
+        let mut cmd = Command::new(BIN);
+        cmd.args(["dev", "--http", "127.0.0.1:0", "--data"]).arg(dir);
+        Dev::spawn(cmd, "madeira dev: API on ", None)
+    }
+
+    /// Starts `madeira serve --config FILE` with extra environment; requests carry
+    /// `token` as a bearer token.
+    pub fn serve(config: &Path, env: &[(&str, &str)], token: Option<&str>) -> Dev {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve").arg("--config").arg(config).envs(env.iter().copied());
+        Dev::spawn(cmd, "madeira serve: API on ", token)
+    }
+
+    /// Spawns `cmd` and reads the bound address from the stderr line starting with
+    /// `banner`; the rest of stderr is drained (and echoed when `MADEIRA_TEST_ECHO`).
+    fn spawn(mut cmd: Command, banner: &str, token: Option<&str>) -> Dev {
+        let mut child =
+            cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn madeira server");
         let stderr = child.stderr.take().expect("stderr");
         let mut lines = BufReader::new(stderr).lines();
         let base = loop {
-            let line = lines.next().expect("madeira dev exited before serving").expect("read stderr");
-            if let Some(rest) = line.strip_prefix("madeira dev: API on ") {
+            let line = lines.next().expect("madeira exited before serving").expect("read stderr");
+            if let Some(rest) = line.strip_prefix(banner) {
                 let url = rest.split_whitespace().next().expect("url");
                 break url.trim_end_matches("/api/v1").to_string();
             }
         };
-        std::thread::spawn(move || for _ in lines {});
-        Dev { child, base, http: reqwest::Client::new() }
+        let echo = std::env::var_os("MADEIRA_TEST_ECHO").is_some();
+        let tag = base.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if echo {
+                    eprintln!("[{tag}] {line}");
+                }
+            }
+        });
+        Dev { child, base, http: client(token) }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -117,6 +136,16 @@ impl Dev {
         }
         let _ = self.child.wait();
     }
+}
+
+/// An HTTP client that sends `token` as a bearer token on every request.
+pub fn client(token: Option<&str>) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = token {
+        let value = format!("Bearer {token}").parse().expect("header value");
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    reqwest::Client::builder().default_headers(headers).build().expect("client")
 }
 
 impl Drop for Dev {

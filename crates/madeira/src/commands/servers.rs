@@ -44,6 +44,9 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
     if let Some(dir) = &config.flows {
         plane.apply_dir(dir).await?;
     }
+    if let Some(addr) = plane.http_addr {
+        eprintln!("madeira serve: API on http://{addr}/api/v1");
+    }
     tracing::info!(http = ?plane.http_addr, "madeira control plane serving");
     shutdown_signal().await;
     plane.shutdown().await;
