@@ -3,6 +3,7 @@
 //! of SPEC §3: node/run state rows and their transition records are written in one
 //! database transaction, batched (group commit) by the engine.
 
+mod lease;
 pub mod postgres;
 mod records;
 pub mod sqlite;
@@ -13,6 +14,7 @@ mod tests;
 
 use async_trait::async_trait;
 
+pub use lease::{Claim, Lease, UNCLAIMED_GRACE_MS};
 pub use records::*;
 
 /// Errors of the store, with the entity they concern.
@@ -30,6 +32,8 @@ pub enum StoreError {
     FlowNotFound(String),
     #[error("refused by state machine: {0}")]
     Refused(String),
+    #[error("replica {owner} no longer holds run(s) {}: another replica took them over", runs.join(", "))]
+    LeaseLost { owner: String, runs: Vec<String> },
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -63,6 +67,16 @@ pub trait Store: Send + Sync + 'static {
     async fn logs(&self, run_id: &str, node: &str) -> Result<Vec<LogRecord>>;
 
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>>;
+
+    /// Takes `run_id` for `lease.owner` when it is unowned, already its own, or its
+    /// lease expired; with `steal_idle`, also when no node of it is RUNNING (an
+    /// operator action on a run another replica holds but is not executing).
+    async fn claim_run(&self, run_id: &str, lease: &Lease, steal_idle: bool) -> Result<Claim>;
+    /// Takes up to `limit` RUNNING runs whose lease expired (or that nobody claimed
+    /// for `UNCLAIMED_GRACE_MS`); each is claimed by one replica only. Returns them.
+    async fn claim_expired(&self, lease: &Lease, limit: u32) -> Result<Vec<String>>;
+    /// Extends every lease `lease.owner` holds to `lease.until_ms`.
+    async fn renew_leases(&self, lease: &Lease) -> Result<u64>;
 
     /// Deletes up to `batch` finished runs (and everything about them) finished
     /// before `before_ms`, and audit rows older than it. Returns runs deleted.

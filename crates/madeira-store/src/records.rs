@@ -179,6 +179,9 @@ pub struct LogRecord {
 /// One group commit: everything in it is durable together, or nothing is.
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
+    /// When set, the commit is fenced: it fails with `LeaseLost`, writing nothing,
+    /// unless this replica holds every run the batch touches.
+    pub owner: Option<String>,
     pub runs: Vec<RunWrite>,
     pub nodes: Vec<NodeRow>,
     pub transitions: Vec<TransitionRecord>,

@@ -7,6 +7,7 @@
 
 mod commit;
 mod flows;
+mod lease;
 mod read;
 mod runs;
 
@@ -18,8 +19,8 @@ use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::{
-    AuditQuery, AuditRecord, Batch, CreateOutcome, FlowRecord, FlowVersion, LogRecord, NewRun, PutFlow,
-    Result, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
+    AuditQuery, AuditRecord, Batch, Claim, CreateOutcome, FlowRecord, FlowVersion, Lease, LogRecord, NewRun,
+    PutFlow, Result, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
 };
 
 pub struct PostgresStore {
@@ -111,6 +112,15 @@ impl Store for PostgresStore {
     }
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
         read::audit(&self.pool, query).await
+    }
+    async fn claim_run(&self, run_id: &str, lease: &Lease, steal_idle: bool) -> Result<Claim> {
+        lease::claim_run(&self.pool, run_id, lease, steal_idle).await
+    }
+    async fn claim_expired(&self, lease: &Lease, limit: u32) -> Result<Vec<String>> {
+        lease::claim_expired(&self.pool, lease, limit).await
+    }
+    async fn renew_leases(&self, lease: &Lease) -> Result<u64> {
+        lease::renew_leases(&self.pool, lease).await
     }
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64> {
         runs::prune(&self.pool, before_ms, batch).await

@@ -11,6 +11,9 @@ pub(super) async fn commit(pool: &SqlitePool, batch: &Batch) -> Result<()> {
         return Ok(());
     }
     let mut tx = pool.begin().await?;
+    if let Some(owner) = &batch.owner {
+        super::lease::fence(&mut tx, owner, &crate::lease::touched_runs(batch)).await?;
+    }
     write_nodes(&mut tx, batch).await?;
     write_runs(&mut tx, batch).await?;
     write_transitions(&mut tx, batch).await?;

@@ -3,6 +3,7 @@
 
 mod commit;
 mod flows;
+mod lease;
 mod read;
 mod runs;
 
@@ -14,8 +15,8 @@ use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::{
-    AuditQuery, AuditRecord, Batch, CreateOutcome, FlowRecord, FlowVersion, LogRecord, NewRun, PutFlow,
-    Result, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
+    AuditQuery, AuditRecord, Batch, Claim, CreateOutcome, FlowRecord, FlowVersion, Lease, LogRecord, NewRun,
+    PutFlow, Result, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
 };
 
 pub struct SqliteStore {
@@ -96,6 +97,15 @@ impl Store for SqliteStore {
     }
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
         read::audit(&self.read, query).await
+    }
+    async fn claim_run(&self, run_id: &str, lease: &Lease, steal_idle: bool) -> Result<Claim> {
+        lease::claim_run(&self.write, run_id, lease, steal_idle).await
+    }
+    async fn claim_expired(&self, lease: &Lease, limit: u32) -> Result<Vec<String>> {
+        lease::claim_expired(&self.write, lease, limit).await
+    }
+    async fn renew_leases(&self, lease: &Lease) -> Result<u64> {
+        lease::renew_leases(&self.write, lease).await
     }
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64> {
         runs::prune(&self.write, before_ms, batch).await

@@ -2,6 +2,7 @@
 //! PostgreSQL on a fresh database per test (`MADEIRA_TEST_PG_URL`; skipped without
 //! a server unless `CI=true`). Each test body lives once in `suite.rs`.
 
+mod lease;
 mod suite;
 
 use crate::Store;
@@ -37,7 +38,7 @@ macro_rules! on_every_backend {
                 #[tokio::test]
                 async fn $name() {
                     let f = super::sqlite().await;
-                    super::suite::$name(f.store.as_ref()).await;
+                    super::bodies::$name(f.store.as_ref()).await;
                 }
             )*
         }
@@ -46,14 +47,22 @@ macro_rules! on_every_backend {
                 #[tokio::test]
                 async fn $name() {
                     let Some(f) = super::postgres().await else { return };
-                    super::suite::$name(f.store.as_ref()).await;
+                    super::bodies::$name(f.store.as_ref()).await;
                 }
             )*
         }
     };
 }
 
+mod bodies {
+    pub(super) use super::lease::*;
+    pub(super) use super::suite::*;
+}
+
 on_every_backend!(
+    claims_follow_owner_and_expiry,
+    commits_are_fenced_on_the_owner,
+    expired_runs_are_taken_over_once,
     flow_versions_only_change_with_content,
     flows_list_and_pause,
     idempotency_key_returns_existing_run,

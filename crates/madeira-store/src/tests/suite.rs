@@ -5,7 +5,7 @@ use serde_json::json;
 
 use crate::*;
 
-pub(super) fn new_run(id: &str, key: Option<&str>, max: u32, overlap: Overlap) -> NewRun {
+pub(crate) fn new_run(id: &str, key: Option<&str>, max: u32, overlap: Overlap) -> NewRun {
     NewRun {
         id: id.into(),
         flow: "f".into(),
@@ -21,7 +21,7 @@ pub(super) fn new_run(id: &str, key: Option<&str>, max: u32, overlap: Overlap) -
     }
 }
 
-pub(super) async fn flow_versions_only_change_with_content(s: &dyn Store) {
+pub(crate) async fn flow_versions_only_change_with_content(s: &dyn Store) {
     assert_eq!(s.put_flow("f", "x", "h1", 1).await.expect("put"), PutFlow { version: 1, created: true });
     assert_eq!(s.put_flow("f", "x", "h1", 2).await.expect("put"), PutFlow { version: 1, created: false });
     assert_eq!(s.put_flow("f", "y", "h2", 3).await.expect("put"), PutFlow { version: 2, created: true });
@@ -29,7 +29,7 @@ pub(super) async fn flow_versions_only_change_with_content(s: &dyn Store) {
     assert_eq!(s.flow_version("f", 1).await.expect("v1").map(|v| v.source), Some("x".into()));
 }
 
-pub(super) async fn idempotency_key_returns_existing_run(s: &dyn Store) {
+pub(crate) async fn idempotency_key_returns_existing_run(s: &dyn Store) {
     let first = s.create_run(&new_run("r1", Some("k"), 0, Overlap::Queue)).await.expect("create");
     assert!(matches!(first, CreateOutcome::Created { state: RunState::Running, .. }));
     let second = s.create_run(&new_run("r2", Some("k"), 0, Overlap::Queue)).await.expect("create");
@@ -40,7 +40,7 @@ pub(super) async fn idempotency_key_returns_existing_run(s: &dyn Store) {
     assert!(s.load_run("r2").await.expect("load").is_none());
 }
 
-pub(super) async fn overlap_policies_are_decided_in_the_store(s: &dyn Store) {
+pub(crate) async fn overlap_policies_are_decided_in_the_store(s: &dyn Store) {
     s.create_run(&new_run("r1", None, 1, Overlap::Skip)).await.expect("r1");
     let skipped = s.create_run(&new_run("r2", None, 1, Overlap::Skip)).await.expect("r2");
     assert_eq!(skipped, CreateOutcome::Skipped { active: vec!["r1".into()] });
@@ -67,7 +67,7 @@ pub(super) async fn overlap_policies_are_decided_in_the_store(s: &dyn Store) {
     );
 }
 
-pub(super) async fn commit_writes_nodes_and_transitions_together_and_prune_removes_old_runs(s: &dyn Store) {
+pub(crate) async fn commit_writes_nodes_and_transitions_together_and_prune_removes_old_runs(s: &dyn Store) {
     s.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("create");
     let mut stored = s.load_run("r1").await.expect("load").expect("exists");
     let node = &mut stored.nodes[0];
@@ -108,7 +108,7 @@ pub(super) async fn commit_writes_nodes_and_transitions_together_and_prune_remov
     assert!(s.transitions("r1").await.expect("transitions").is_empty());
 }
 
-pub(super) async fn flows_list_and_pause(s: &dyn Store) {
+pub(crate) async fn flows_list_and_pause(s: &dyn Store) {
     s.put_flow("b", "src-b", "hb", 1).await.expect("put b");
     s.put_flow("a", "src-a", "ha", 2).await.expect("put a");
     let names: Vec<String> = s.list_flows().await.expect("list").into_iter().map(|f| f.name).collect();
@@ -122,7 +122,7 @@ pub(super) async fn flows_list_and_pause(s: &dyn Store) {
     assert!(s.flow_version("a", 2).await.expect("v2").is_none());
 }
 
-pub(super) async fn concurrent_triggers_with_one_key_make_one_run(s: &dyn Store) {
+pub(crate) async fn concurrent_triggers_with_one_key_make_one_run(s: &dyn Store) {
     let runs: Vec<NewRun> =
         (0..8).map(|i| new_run(&format!("r{i}"), Some("same-key"), 0, Overlap::Queue)).collect();
     let outcomes = futures::future::join_all(runs.iter().map(|r| s.create_run(r))).await;
@@ -151,7 +151,7 @@ pub(super) async fn concurrent_triggers_with_one_key_make_one_run(s: &dyn Store)
     assert_eq!(running.len(), 2, "max_active_runs holds under concurrent triggers");
 }
 
-pub(super) async fn outputs_attempts_logs_and_audit_round_trip(s: &dyn Store) {
+pub(crate) async fn outputs_attempts_logs_and_audit_round_trip(s: &dyn Store) {
     s.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("create");
     let attempt = AttemptRecord {
         run_id: "r1".into(),
@@ -214,7 +214,7 @@ pub(super) async fn outputs_attempts_logs_and_audit_round_trip(s: &dyn Store) {
     assert!(none.is_empty());
 }
 
-pub(super) async fn run_listing_filters_and_pages_newest_first(s: &dyn Store) {
+pub(crate) async fn run_listing_filters_and_pages_newest_first(s: &dyn Store) {
     for i in 0..5 {
         let mut run = new_run(&format!("r{i}"), None, 0, Overlap::Queue);
         if i % 2 == 1 {
