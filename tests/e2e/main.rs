@@ -5,5 +5,6 @@ mod api;
 mod auth;
 mod cli;
 mod recovery;
+mod replicas;
 mod semantics;
 mod support;

@@ -15,6 +15,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::envelope::Envelope;
 use crate::executor::{AttemptResult, Executors, Job};
+use crate::lease::Holder;
 use crate::observer::{AttemptOutcome, EngineObserver};
 use crate::record::{FinishedAttempt, Work};
 use crate::stats::EngineStats;
@@ -45,11 +46,14 @@ pub struct Engine {
     running: HashMap<(String, usize), CancellationToken>,
     pending: VecDeque<Envelope>,
     tasks: TaskTracker,
+    holder: Holder,
 }
 
 impl Engine {
     pub(crate) fn new(p: Parts) -> Self {
+        let holder = Holder { owner: p.options.replica_id.clone(), lease: p.options.lease };
         Self {
+            holder,
             p,
             runs: HashMap::new(),
             throttle: Throttle::default(),
@@ -65,6 +69,8 @@ impl Engine {
     pub async fn run(mut self, cancel: CancellationToken) {
         self.reconcile().await;
         let retention = retention::spawn(self.p.store.clone(), self.p.options.clone(), cancel.clone());
+        let leases =
+            crate::lease::spawn(self.p.store.clone(), self.holder.clone(), self.p.tx.clone(), cancel.clone());
         let mut sweep = tokio::time::interval(self.p.options.sweep_every);
         sweep.tick().await;
         loop {
@@ -103,6 +109,7 @@ impl Engine {
         self.tasks.close();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
         let _ = retention.await;
+        let _ = leases.await;
         info!("engine stopped");
     }
 
@@ -142,6 +149,7 @@ impl Engine {
             self.apply_envelope(envelope, &mut work).await;
         }
         work.finish(&self.runs);
+        work.batch.owner = Some(self.holder.owner.clone());
         let transitions = work.batch.transitions.len();
         match self.p.store.commit(&work.batch).await {
             Ok(()) => {
@@ -167,6 +175,16 @@ impl Engine {
         for run_id in &touched {
             self.runs.remove(run_id);
         }
+        if let madeira_store::StoreError::LeaseLost { runs, .. } = &e {
+            // Another replica resumes these; stop our attempts of them.
+            self.running.retain(|(run_id, _), token| {
+                let lost = runs.contains(run_id);
+                if lost {
+                    token.cancel();
+                }
+                !lost
+            });
+        }
         for (reply, _) in work.replies {
             let _ = reply
                 .send(Err(EngineError::Store(madeira_store::StoreError::Refused(format!("not saved: {e}")))));
@@ -184,15 +202,22 @@ impl Engine {
         match envelope {
             Envelope::Resume { run_id } => {
                 self.runs.remove(&run_id);
-                if let Err(e) = self.ensure_loaded(&run_id).await {
-                    error!(run_id = %run_id, error = %e, "cannot resume run");
-                    return;
+                match self.ensure_loaded(&run_id, false).await {
+                    Ok(()) => {}
+                    Err(EngineError::HeldElsewhere { owner, .. }) => {
+                        debug!(run_id = %run_id, owner = %owner, "run held by another replica");
+                        return;
+                    }
+                    Err(e) => {
+                        error!(run_id = %run_id, error = %e, "cannot resume run");
+                        return;
+                    }
                 }
                 let _ = self.apply(&run_id, Command::Recover, "engine", work);
                 work.resumed.push(run_id);
             }
             Envelope::Command { run_id, cmd, actor, audit, reply } => {
-                let result = match self.ensure_loaded(&run_id).await {
+                let result = match self.ensure_loaded(&run_id, true).await {
                     Ok(()) => self.apply(&run_id, cmd.clone(), &actor, work),
                     Err(e) => Err(e),
                 };
@@ -221,8 +246,8 @@ impl Engine {
             }
             Envelope::AttemptDone { run_id, node, attempt, result } => {
                 self.running.remove(&(run_id.clone(), node));
-                if let Err(e) = self.ensure_loaded(&run_id).await {
-                    warn!(run_id = %run_id, error = %e, "result for an unknown run dropped");
+                if let Err(e) = self.ensure_loaded(&run_id, false).await {
+                    warn!(run_id = %run_id, error = %e, "result for a run this replica does not hold dropped");
                     return;
                 }
                 self.attempt_done(&run_id, node, attempt, result, work);
@@ -235,9 +260,19 @@ impl Engine {
         self.runs.get(run_id).and_then(|s| s.flow.nodes.get(node)).map(|n| n.id.clone())
     }
 
-    async fn ensure_loaded(&mut self, run_id: &str) -> Result<(), EngineError> {
+    /// Makes sure this replica holds `run_id` (claiming it by lease; `steal_idle`
+    /// for commands, which may take a run whose holder has nothing in flight) and
+    /// has its snapshot in memory.
+    async fn ensure_loaded(&mut self, run_id: &str, steal_idle: bool) -> Result<(), EngineError> {
         if self.runs.contains_key(run_id) {
             return Ok(());
+        }
+        match self.p.store.claim_run(run_id, &self.holder.lease_now(), steal_idle).await? {
+            madeira_store::Claim::Held => {}
+            madeira_store::Claim::Missing => return Err(EngineError::RunNotFound(run_id.to_string())),
+            madeira_store::Claim::Other { owner } => {
+                return Err(EngineError::HeldElsewhere { run: run_id.to_string(), owner });
+            }
         }
         let stored = self
             .p
@@ -395,7 +430,7 @@ impl Engine {
     }
 
     async fn confirm_overdue(&mut self, run_id: &str, node: usize, work: &mut Work) {
-        if self.ensure_loaded(run_id).await.is_err() {
+        if self.ensure_loaded(run_id, false).await.is_err() {
             return;
         }
         let Some(snap) = self.runs.get(run_id) else {

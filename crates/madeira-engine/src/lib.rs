@@ -10,6 +10,7 @@ mod envelope;
 pub mod executor;
 mod flows;
 mod handle;
+mod lease;
 mod observer;
 mod record;
 mod retention;
@@ -44,6 +45,12 @@ pub struct EngineOptions {
     /// Largest outputs object an attempt may produce, in bytes of JSON.
     pub max_output_bytes: usize,
     pub http: HttpPolicy,
+    /// This replica's name, written as the owner of the runs it holds. Replicas
+    /// sharing a store need distinct ones; a restarted replica with the same name
+    /// takes its runs back at once, others after `lease`.
+    pub replica_id: String,
+    /// How long a replica's hold on a run lasts without renewal (renewed every third).
+    pub lease: Duration,
 }
 
 impl Default for EngineOptions {
@@ -54,6 +61,8 @@ impl Default for EngineOptions {
             sweep_every: Duration::from_secs(60),
             max_output_bytes: 64 * 1024,
             http: HttpPolicy::default(),
+            replica_id: "local".to_string(),
+            lease: Duration::from_secs(15),
         }
     }
 }
@@ -83,6 +92,8 @@ pub enum EngineError {
     ObserveOnly(String),
     #[error("flow {flow}: routing: {message}")]
     Routing { flow: String, message: String },
+    #[error("run {run} is held by replica {owner}, which has attempts of it in flight; retry once they end")]
+    HeldElsewhere { run: String, owner: String },
     #[error("the engine is shutting down")]
     ShuttingDown,
 }

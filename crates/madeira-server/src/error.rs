@@ -69,6 +69,10 @@ impl From<EngineError> for ApiError {
             EngineError::ObserveOnly(_) => Self::new(StatusCode::CONFLICT, "observe_only", message),
             EngineError::Routing { .. } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "routing", message),
             EngineError::ShuttingDown => Self::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", message),
+            EngineError::HeldElsewhere { owner, .. } => {
+                Self::new(StatusCode::CONFLICT, "held_elsewhere", message)
+                    .with_details(json!({"replica": owner}))
+            }
             EngineError::Store(_) | EngineError::BadStoredFlow { .. } => {
                 tracing::error!(error = %message, "internal error");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)

@@ -25,6 +25,8 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
     let engine = EngineOptions {
         retention: config.retention(&file)?,
         http: config.http_executor.clone(),
+        replica_id: config.replica_id(),
+        lease: config.lease(&file)?,
         ..Default::default()
     };
     if let Some(grpc) = &config.grpc {
@@ -33,6 +35,7 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
     if config.redis.is_some() {
         tracing::warn!("redis is set but this build runs a single replica on SQLite; ignoring it");
     }
+    let replica = engine.replica_id.clone();
     let plane = ControlPlane::start(PlaneOptions {
         observers: Vec::new(),
         store_url,
@@ -47,7 +50,7 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
     if let Some(addr) = plane.http_addr {
         eprintln!("madeira serve: API on http://{addr}/api/v1");
     }
-    tracing::info!(http = ?plane.http_addr, "madeira control plane serving");
+    tracing::info!(http = ?plane.http_addr, replica = %replica, "madeira control plane serving");
     shutdown_signal().await;
     plane.shutdown().await;
     Ok(ExitCode::SUCCESS)
@@ -71,6 +74,8 @@ pub async fn dev(args: DevArgs) -> Result<ExitCode> {
     let engine = EngineOptions {
         retention: config.retention(&file)?,
         http: config.http_executor.clone(),
+        // One dev control plane per data directory: a restart takes its runs back at once.
+        replica_id: "dev".to_string(),
         ..Default::default()
     };
     let store_url = sqlite_url_in(&args.data)?;
