@@ -211,6 +211,12 @@ pub struct BenchArgs {
     /// Concurrent runs in the settlement scenario.
     #[arg(long, default_value_t = 500)]
     pub runs: usize,
+    /// Store to benchmark (`postgres://…` or `sqlite://…`); default: a temporary SQLite file.
+    #[arg(long)]
+    pub store: Option<String>,
+    /// Control-plane replicas (engines) sharing the store, triggered in turn.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
 }

@@ -1,7 +1,10 @@
-//! `madeira bench`: the engine on an embedded SQLite store with durable commits
-//! (WAL, synchronous=FULL). Scenarios: idle RSS; a chain of 100 noop nodes; a
-//! fan-out of 1,000; N concurrent runs of the 8-node settlement DAG. Reports wall
-//! time, per-node overhead, transitions/s, dispatch latency p50/p99 and peak RSS.
+//! `madeira bench`: the engine with durable commits, on a temporary SQLite store
+//! (WAL, synchronous=FULL) or the store given by `--store` (e.g. PostgreSQL), with
+//! `--replicas N` engines sharing it (each holding the runs it claims, as separate
+//! replicas would). Scenarios: idle RSS; a chain of 100 noop nodes; a fan-out of
+//! 1,000; N concurrent runs of the 8-node settlement DAG, triggered across the
+//! replicas in turn. Reports wall time, per-node overhead, transitions/s, dispatch
+//! latency p50/p99 and peak RSS.
 
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -9,32 +12,47 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use futures::future::try_join_all;
-use madeira_engine::{EngineHandle, TriggerRequest};
+use madeira_engine::{EngineHandle, EngineOptions, RunEvent, TriggerRequest};
 use madeira_server::AuthConfig;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc;
 
-use crate::app::{ControlPlane, PlaneOptions, sqlite_url_in};
+use crate::app::{ControlPlane, PlaneOptions, redact, sqlite_url_in};
 use crate::cli::{BenchArgs, Output};
 
 pub async fn run(args: BenchArgs) -> Result<ExitCode> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
-    let plane = ControlPlane::start(PlaneOptions {
-        observers: Vec::new(),
-        store_url: sqlite_url_in(dir.path())?,
-        engine: Default::default(),
-        auth: AuthConfig::default(),
-        http: None,
-    })
-    .await?;
-    let engine = plane.engine.clone();
+    let (store_url, store_label) = match &args.store {
+        Some(url) if url.starts_with("sqlite:") => {
+            (url.clone(), "sqlite (WAL, synchronous=FULL)".to_string())
+        }
+        Some(url) => (url.clone(), format!("{} (synchronous_commit as configured)", redact(url))),
+        None => (sqlite_url_in(dir.path())?, "sqlite (WAL, synchronous=FULL)".to_string()),
+    };
+    let mut planes = Vec::new();
+    for i in 0..args.replicas.max(1) {
+        let engine =
+            EngineOptions { replica_id: format!("bench-{}-{i}", std::process::id()), ..Default::default() };
+        planes.push(
+            ControlPlane::start(PlaneOptions {
+                observers: Vec::new(),
+                store_url: store_url.clone(),
+                engine,
+                auth: AuthConfig::default(),
+                http: None,
+            })
+            .await?,
+        );
+    }
+    let engines = Engines(planes.iter().map(|p| p.engine.clone()).collect());
     let mut results = Vec::new();
     for scenario in &args.scenarios {
         let result = match scenario.as_str() {
             "idle" => idle().await?,
-            "chain" => one_run(&engine, "bench-chain", &chain_flow(100), 100).await?,
-            "fanout" => one_run(&engine, "bench-fanout", &fanout_flow(1000), 1001).await?,
-            "settlement" => settlement(&engine, args.runs).await?,
+            "chain" => one_run(&engines, "bench-chain", &chain_flow(100), 100).await?,
+            "fanout" => one_run(&engines, "bench-fanout", &fanout_flow(1000), 1001).await?,
+            "settlement" => settlement(&engines, args.runs).await?,
             other => bail!("unknown scenario `{other}`: use idle, chain, fanout or settlement"),
         };
         if args.output == Output::Text {
@@ -43,10 +61,57 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
         results.push(result);
     }
     if args.output == Output::Json {
-        println!("{}", json!({"store": "sqlite (WAL, synchronous=FULL)", "results": results}));
+        println!("{}", json!({"store": store_label, "replicas": engines.0.len(), "results": results}));
+    } else {
+        println!("store: {store_label}; replicas: {}", engines.0.len());
     }
-    plane.shutdown().await;
+    for plane in planes {
+        plane.shutdown().await;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The replicas' engines.
+struct Engines(Vec<EngineHandle>);
+
+impl Engines {
+    /// The engine that takes the `i`-th trigger.
+    fn pick(&self, i: usize) -> &EngineHandle {
+        &self.0[i % self.0.len()]
+    }
+
+    /// Every replica's run events, merged (a lag is reported as an error).
+    fn subscribe(&self) -> mpsc::UnboundedReceiver<Result<RunEvent, String>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        for engine in &self.0 {
+            let mut events = engine.subscribe();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                loop {
+                    let item = match events.recv().await {
+                        Ok(e) => Ok(e),
+                        Err(RecvError::Lagged(n)) => Err(format!("event stream lagged by {n}")),
+                        Err(RecvError::Closed) => return,
+                    };
+                    if tx.send(item).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        rx
+    }
+
+    /// Counters summed and latencies pooled over every replica.
+    fn stats(&self) -> madeira_engine::StatsSnapshot {
+        let mut total = madeira_engine::StatsSnapshot::default();
+        for s in self.0.iter().map(|e| e.stats().snapshot(true)) {
+            total.transitions += s.transitions;
+            total.commits += s.commits;
+            total.dispatch_latency_us.extend(s.dispatch_latency_us);
+        }
+        total
+    }
 }
 
 fn chain_flow(n: usize) -> String {
@@ -91,52 +156,52 @@ async fn trigger(engine: &EngineHandle, flow: &str) -> Result<String> {
 
 /// Waits until every run in `ids` has finished; errors past the deadline.
 async fn wait_all(
-    events: &mut tokio::sync::broadcast::Receiver<madeira_engine::RunEvent>,
+    events: &mut mpsc::UnboundedReceiver<Result<RunEvent, String>>,
     mut ids: HashSet<String>,
 ) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(300);
     while !ids.is_empty() {
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, events.recv()).await {
-            Ok(Ok(e)) if e.node.is_none() && matches!(e.to.as_str(), "SUCCESS" | "FAILED" | "CANCELLED") => {
+            Ok(Some(Ok(e)))
+                if e.node.is_none() && matches!(e.to.as_str(), "SUCCESS" | "FAILED" | "CANCELLED") =>
+            {
                 if e.to != "SUCCESS" && ids.contains(&e.run_id) {
                     bail!("run {} ended {}", e.run_id, e.to);
                 }
                 ids.remove(&e.run_id);
             }
-            Ok(Ok(_)) => {}
-            Ok(Err(RecvError::Lagged(n))) => {
-                bail!("event stream lagged by {n}; cannot count completions")
-            }
-            Ok(Err(RecvError::Closed)) => bail!("engine stopped"),
+            Ok(Some(Ok(_))) => {}
+            Ok(Some(Err(lag))) => bail!("{lag}; cannot count completions"),
+            Ok(None) => bail!("engines stopped"),
             Err(_) => bail!("{} run(s) unfinished after 300 s", ids.len()),
         }
     }
     Ok(())
 }
 
-async fn one_run(engine: &EngineHandle, flow: &str, yaml: &str, nodes: usize) -> Result<Value> {
-    engine.apply_flow(flow, yaml).await?;
+async fn one_run(engines: &Engines, flow: &str, yaml: &str, nodes: usize) -> Result<Value> {
+    engines.pick(0).apply_flow(flow, yaml).await?;
     reset_peak_rss();
-    let before = engine.stats().snapshot(true);
-    let mut events = engine.subscribe();
+    let before = engines.stats();
+    let mut events = engines.subscribe();
     let started = Instant::now();
-    let run_id = trigger(engine, flow).await?;
+    let run_id = trigger(engines.pick(0), flow).await?;
     wait_all(&mut events, HashSet::from([run_id])).await?;
     let wall = started.elapsed();
-    Ok(report(flow.trim_start_matches("bench-"), engine, before, wall, nodes, 1))
+    Ok(report(flow.trim_start_matches("bench-"), engines, before, wall, nodes, 1))
 }
 
-async fn settlement(engine: &EngineHandle, runs: usize) -> Result<Value> {
-    engine.apply_flow("bench-settlement", SETTLEMENT_DAG).await?;
+async fn settlement(engines: &Engines, runs: usize) -> Result<Value> {
+    engines.pick(0).apply_flow("bench-settlement", SETTLEMENT_DAG).await?;
     reset_peak_rss();
-    let before = engine.stats().snapshot(true);
-    let mut events = engine.subscribe();
+    let before = engines.stats();
+    let mut events = engines.subscribe();
     let started = Instant::now();
-    let ids = try_join_all((0..runs).map(|_| trigger(engine, "bench-settlement"))).await?;
+    let ids = try_join_all((0..runs).map(|i| trigger(engines.pick(i), "bench-settlement"))).await?;
     wait_all(&mut events, ids.into_iter().collect()).await?;
     let wall = started.elapsed();
-    Ok(report("settlement", engine, before, wall, 8 * runs, runs))
+    Ok(report("settlement", engines, before, wall, 8 * runs, runs))
 }
 
 async fn idle() -> Result<Value> {
@@ -146,13 +211,13 @@ async fn idle() -> Result<Value> {
 
 fn report(
     name: &str,
-    engine: &EngineHandle,
+    engines: &Engines,
     before: madeira_engine::StatsSnapshot,
     wall: Duration,
     nodes: usize,
     runs: usize,
 ) -> Value {
-    let after = engine.stats().snapshot(true);
+    let after = engines.stats();
     let transitions = after.transitions - before.transitions;
     let mut lat = after.dispatch_latency_us;
     lat.sort_unstable();
