@@ -23,6 +23,8 @@ use crate::throttle::{Throttle, Waiter};
 use crate::timers::{Timer, TimerKind, Timers};
 use crate::{EngineError, EngineOptions, FlowCache, RunEvent, clock::now_ms, retention, snapshot};
 
+mod ownership;
+
 /// Logs are kept to their last 64 KiB per attempt.
 const LOG_TAIL_BYTES: usize = 64 * 1024;
 
@@ -176,14 +178,7 @@ impl Engine {
             self.runs.remove(run_id);
         }
         if let madeira_store::StoreError::LeaseLost { runs, .. } = &e {
-            // Another replica resumes these; stop our attempts of them.
-            self.running.retain(|(run_id, _), token| {
-                let lost = runs.contains(run_id);
-                if lost {
-                    token.cancel();
-                }
-                !lost
-            });
+            self.lost(runs);
         }
         for (reply, _) in work.replies {
             let _ = reply
@@ -216,6 +211,7 @@ impl Engine {
                 let _ = self.apply(&run_id, Command::Recover, "engine", work);
                 work.resumed.push(run_id);
             }
+            Envelope::Adopt { stored } => self.adopt(*stored, work).await,
             Envelope::Command { run_id, cmd, actor, audit, reply } => {
                 let result = match self.ensure_loaded(&run_id, true).await {
                     Ok(()) => self.apply(&run_id, cmd.clone(), &actor, work),
@@ -267,13 +263,7 @@ impl Engine {
         if self.runs.contains_key(run_id) {
             return Ok(());
         }
-        match self.p.store.claim_run(run_id, &self.holder.lease_now(), steal_idle).await? {
-            madeira_store::Claim::Held => {}
-            madeira_store::Claim::Missing => return Err(EngineError::RunNotFound(run_id.to_string())),
-            madeira_store::Claim::Other { owner } => {
-                return Err(EngineError::HeldElsewhere { run: run_id.to_string(), owner });
-            }
-        }
+        self.claim(run_id, steal_idle).await?;
         let stored = self
             .p
             .store

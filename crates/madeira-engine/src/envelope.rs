@@ -12,6 +12,9 @@ pub(crate) enum Envelope {
     /// Load the run (created or promoted in the store, or found at start) and
     /// evaluate every node.
     Resume { run_id: String },
+    /// A run this replica just created and claimed, loaded off the loop (saves the
+    /// loop two round trips per new run); handled like `Resume`.
+    Adopt { stored: Box<madeira_store::StoredRun> },
     /// An operator action or internal command on one run.
     Command {
         run_id: String,

@@ -9,6 +9,7 @@ use serde_json::Value as Json;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::envelope::Envelope;
+use crate::lease::Holder;
 use crate::stats::EngineStats;
 use crate::{ApplyOutcome, EngineError, FlowCache, RunEvent, clock::now_ms};
 
@@ -19,6 +20,7 @@ pub struct EngineHandle {
     flows: FlowCache,
     events: broadcast::Sender<RunEvent>,
     stats: Arc<EngineStats>,
+    holder: Holder,
 }
 
 #[derive(Debug, Clone)]
@@ -81,8 +83,9 @@ impl EngineHandle {
         flows: FlowCache,
         events: broadcast::Sender<RunEvent>,
         stats: Arc<EngineStats>,
+        holder: Holder,
     ) -> Self {
-        Self { tx, store, flows, events, stats }
+        Self { tx, store, flows, events, stats, holder }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -168,10 +171,24 @@ impl EngineHandle {
                     self.send(cancel).await?;
                 }
                 if state == RunState::Running {
-                    self.send(Envelope::Resume { run_id: run_id.clone() }).await?;
+                    self.send(self.adopt(&run_id).await).await?;
                 }
                 Ok(TriggerOutcome { run_id, flow: req.flow, version, created: true })
             }
+        }
+    }
+
+    /// Claims a run this replica just created and loads it here, off the engine
+    /// loop; falls back to a plain `Resume` (the loop claims and loads) on any miss.
+    async fn adopt(&self, run_id: &str) -> Envelope {
+        let resume = Envelope::Resume { run_id: run_id.to_string() };
+        match self.store.claim_run(run_id, &self.holder.lease_now(), false).await {
+            Ok(madeira_store::Claim::Held) => {}
+            _ => return resume,
+        }
+        match self.store.load_run(run_id).await {
+            Ok(Some(stored)) => Envelope::Adopt { stored: Box::new(stored) },
+            _ => resume,
         }
     }
 

@@ -124,7 +124,9 @@ pub fn build(
     let (events, _) = broadcast::channel(16_384);
     let flows = FlowCache::default();
     let stats = Arc::new(EngineStats::default());
-    let handle = EngineHandle::new(tx.clone(), store.clone(), flows.clone(), events.clone(), stats.clone());
+    let holder = lease::Holder { owner: options.replica_id.clone(), lease: options.lease };
+    let handle =
+        EngineHandle::new(tx.clone(), store.clone(), flows.clone(), events.clone(), stats.clone(), holder);
     let engine = Engine::new(engine_loop::Parts {
         store,
         executors: Arc::new(executors),
