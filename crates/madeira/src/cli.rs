@@ -206,7 +206,7 @@ pub enum CronCommand {
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Which scenarios to run.
-    #[arg(long, value_delimiter = ',', default_value = "idle,chain,fanout,settlement")]
+    #[arg(long, value_delimiter = ',', default_value = "idle,chain,fanout,settlement,steady")]
     pub scenarios: Vec<String>,
     /// Concurrent runs in the settlement scenario.
     #[arg(long, default_value_t = 500)]
@@ -214,6 +214,9 @@ pub struct BenchArgs {
     /// Store to benchmark (`postgres://…` or `sqlite://…`); default: a temporary SQLite file.
     #[arg(long)]
     pub store: Option<String>,
+    /// Runs per second started by the `steady` scenario (its run count is `--runs`).
+    #[arg(long, default_value_t = 400)]
+    pub rate: u32,
     /// Control-plane replicas (engines) sharing the store, triggered in turn.
     #[arg(long, default_value_t = 1)]
     pub replicas: usize,

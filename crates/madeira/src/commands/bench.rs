@@ -53,7 +53,8 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
             "chain" => one_run(&engines, "bench-chain", &chain_flow(100), 100).await?,
             "fanout" => one_run(&engines, "bench-fanout", &fanout_flow(1000), 1001).await?,
             "settlement" => settlement(&engines, args.runs).await?,
-            other => bail!("unknown scenario `{other}`: use idle, chain, fanout or settlement"),
+            "steady" => steady(&engines, args.runs, args.rate).await?,
+            other => bail!("unknown scenario `{other}`: use idle, chain, fanout, settlement or steady"),
         };
         if args.output == Output::Text {
             print_result(&result);
@@ -202,6 +203,32 @@ async fn settlement(engines: &Engines, runs: usize) -> Result<Value> {
     wait_all(&mut events, ids.into_iter().collect()).await?;
     let wall = started.elapsed();
     Ok(report("settlement", engines, before, wall, 8 * runs, runs))
+}
+
+/// Settlement runs started at a steady `rate` per second across the replicas (not
+/// all at once): dispatch latency under sustained load rather than a burst.
+async fn steady(engines: &Engines, runs: usize, rate: u32) -> Result<Value> {
+    engines.pick(0).apply_flow("bench-settlement", SETTLEMENT_DAG).await?;
+    reset_peak_rss();
+    let before = engines.stats();
+    let mut events = engines.subscribe();
+    let started = Instant::now();
+    let mut pace = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate.max(1))));
+    let mut pending = Vec::with_capacity(runs);
+    for i in 0..runs {
+        pace.tick().await;
+        let engine = engines.pick(i).clone();
+        pending.push(tokio::spawn(async move { trigger(&engine, "bench-settlement").await }));
+    }
+    let mut ids = HashSet::new();
+    for task in pending {
+        ids.insert(task.await.context("trigger task")??);
+    }
+    wait_all(&mut events, ids).await?;
+    let wall = started.elapsed();
+    let mut result = report("steady", engines, before, wall, 8 * runs, runs);
+    result["rate_per_s"] = json!(rate);
+    Ok(result)
 }
 
 async fn idle() -> Result<Value> {

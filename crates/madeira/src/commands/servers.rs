@@ -33,7 +33,9 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
         tracing::warn!(grpc = %grpc, "grpc is set but this build has no sidecar endpoint yet; ignoring it");
     }
     if config.redis.is_some() {
-        tracing::warn!("redis is set but this build coordinates replicas through the store only; ignoring it");
+        tracing::warn!(
+            "redis is set but this build coordinates replicas through the store only; ignoring it"
+        );
     }
     let replica = engine.replica_id.clone();
     let plane = ControlPlane::start(PlaneOptions {
