@@ -78,6 +78,16 @@ pub trait Store: Send + Sync + 'static {
     /// Extends every lease `lease.owner` holds to `lease.until_ms`.
     async fn renew_leases(&self, lease: &Lease) -> Result<u64>;
 
+    /// Queues an operator action for the replica `cmd.target`; returns its id.
+    async fn send_command(&self, cmd: &RunCommand) -> Result<i64>;
+    /// Takes (once) every command queued for `target`, oldest first.
+    async fn take_commands(&self, target: &str, now_ms: i64) -> Result<Vec<RunCommand>>;
+    async fn answer_command(&self, id: i64, answer: &str, now_ms: i64) -> Result<()>;
+    /// The answer, once written.
+    async fn command_answer(&self, id: i64) -> Result<Option<String>>;
+    /// Withdraws a command nobody took yet; false when it was already taken.
+    async fn withdraw_command(&self, id: i64) -> Result<bool>;
+
     /// Deletes up to `batch` finished runs (and everything about them) finished
     /// before `before_ms`, and audit rows older than it. Returns runs deleted.
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64>;

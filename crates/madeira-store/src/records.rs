@@ -219,3 +219,18 @@ pub struct AuditQuery {
     pub since_ms: Option<i64>,
     pub limit: u32,
 }
+
+/// An operator action forwarded to the replica holding its run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunCommand {
+    /// Assigned by `send_command`.
+    pub id: i64,
+    pub run_id: String,
+    /// The holder's replica id.
+    pub target: String,
+    pub action: String,
+    pub node: Option<String>,
+    pub actor: String,
+    pub reason: Option<String>,
+    pub created_at: i64,
+}

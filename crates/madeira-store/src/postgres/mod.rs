@@ -5,6 +5,7 @@
 //! idempotency and overlap, promotion of queued runs, flow versions) take a
 //! transaction-scoped advisory lock per flow here, so replicas never race on them.
 
+mod commands;
 mod commit;
 mod flows;
 mod lease;
@@ -20,7 +21,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::{
     AuditQuery, AuditRecord, Batch, Claim, CreateOutcome, FlowRecord, FlowVersion, Lease, LogRecord, NewRun,
-    PutFlow, Result, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
+    PutFlow, Result, RunCommand, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
 };
 
 pub struct PostgresStore {
@@ -121,6 +122,21 @@ impl Store for PostgresStore {
     }
     async fn renew_leases(&self, lease: &Lease) -> Result<u64> {
         lease::renew_leases(&self.pool, lease).await
+    }
+    async fn send_command(&self, cmd: &RunCommand) -> Result<i64> {
+        commands::send_command(&self.pool, cmd).await
+    }
+    async fn take_commands(&self, target: &str, now_ms: i64) -> Result<Vec<RunCommand>> {
+        commands::take_commands(&self.pool, target, now_ms).await
+    }
+    async fn answer_command(&self, id: i64, answer: &str, now_ms: i64) -> Result<()> {
+        commands::answer_command(&self.pool, id, answer, now_ms).await
+    }
+    async fn command_answer(&self, id: i64) -> Result<Option<String>> {
+        commands::command_answer(&self.pool, id).await
+    }
+    async fn withdraw_command(&self, id: i64) -> Result<bool> {
+        commands::withdraw_command(&self.pool, id).await
     }
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64> {
         runs::prune(&self.pool, before_ms, batch).await

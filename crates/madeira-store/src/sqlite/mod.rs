@@ -1,6 +1,7 @@
 //! SQLite backend: one file in WAL mode with durable (`synchronous = FULL`)
 //! commits; a single-connection pool serialises writes, a small pool serves reads.
 
+mod commands;
 mod commit;
 mod flows;
 mod lease;
@@ -16,7 +17,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 
 use crate::{
     AuditQuery, AuditRecord, Batch, Claim, CreateOutcome, FlowRecord, FlowVersion, Lease, LogRecord, NewRun,
-    PutFlow, Result, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
+    PutFlow, Result, RunCommand, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
 };
 
 pub struct SqliteStore {
@@ -106,6 +107,21 @@ impl Store for SqliteStore {
     }
     async fn renew_leases(&self, lease: &Lease) -> Result<u64> {
         lease::renew_leases(&self.write, lease).await
+    }
+    async fn send_command(&self, cmd: &RunCommand) -> Result<i64> {
+        commands::send_command(&self.write, cmd).await
+    }
+    async fn take_commands(&self, target: &str, now_ms: i64) -> Result<Vec<RunCommand>> {
+        commands::take_commands(&self.write, target, now_ms).await
+    }
+    async fn answer_command(&self, id: i64, answer: &str, now_ms: i64) -> Result<()> {
+        commands::answer_command(&self.write, id, answer, now_ms).await
+    }
+    async fn command_answer(&self, id: i64) -> Result<Option<String>> {
+        commands::command_answer(&self.write, id).await
+    }
+    async fn withdraw_command(&self, id: i64) -> Result<bool> {
+        commands::withdraw_command(&self.write, id).await
     }
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64> {
         runs::prune(&self.write, before_ms, batch).await

@@ -86,3 +86,33 @@ pub(crate) async fn expired_runs_are_taken_over_once(s: &dyn Store) {
         ["orphan"]
     );
 }
+
+pub(crate) async fn forwarded_commands_are_taken_once_and_answered(s: &dyn Store) {
+    let cmd = |run: &str, target: &str| RunCommand {
+        id: 0,
+        run_id: run.into(),
+        target: target.into(),
+        action: "confirm".into(),
+        node: Some("gate".into()),
+        actor: "sre".into(),
+        reason: Some("ok".into()),
+        created_at: 5,
+    };
+    let first = s.send_command(&cmd("r1", "a")).await.expect("send");
+    let second = s.send_command(&cmd("r2", "a")).await.expect("send");
+    let other = s.send_command(&cmd("r3", "b")).await.expect("send");
+    let (t1, t2) = futures::join!(s.take_commands("a", 10), s.take_commands("a", 10));
+    let mut taken: Vec<i64> = t1.expect("take").into_iter().chain(t2.expect("take")).map(|c| c.id).collect();
+    taken.sort();
+    assert_eq!(taken, [first, second], "each command is taken once, by its target only");
+    assert!(s.take_commands("a", 11).await.expect("again").is_empty());
+    assert!(!s.withdraw_command(first).await.expect("withdraw taken"), "a taken command stays");
+    assert_eq!(s.command_answer(first).await.expect("answer"), None);
+    s.answer_command(first, r#"{"ok":true}"#, 12).await.expect("answer");
+    assert_eq!(s.command_answer(first).await.expect("answer").as_deref(), Some(r#"{"ok":true}"#));
+    assert!(s.withdraw_command(other).await.expect("withdraw"), "nobody took it");
+    assert!(s.take_commands("b", 13).await.expect("b").is_empty());
+    let b = s.send_command(&cmd("r4", "b")).await.expect("send");
+    let got = s.take_commands("b", 14).await.expect("b");
+    assert_eq!(got, vec![RunCommand { id: b, ..cmd("r4", "b") }]);
+}

@@ -63,6 +63,7 @@ on_every_backend!(
     claims_follow_owner_and_expiry,
     commits_are_fenced_on_the_owner,
     expired_runs_are_taken_over_once,
+    forwarded_commands_are_taken_once_and_answered,
     flow_versions_only_change_with_content,
     flows_list_and_pause,
     idempotency_key_returns_existing_run,
