@@ -4,6 +4,7 @@
 mod api;
 mod auth;
 mod cli;
+mod forwarding;
 mod recovery;
 mod replicas;
 mod semantics;

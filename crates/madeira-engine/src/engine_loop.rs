@@ -29,6 +29,10 @@ mod ownership;
 const LOG_TAIL_BYTES: usize = 64 * 1024;
 
 pub(crate) struct Parts {
+    /// This engine's own handle (the inbox of forwarded actions acts through it).
+    pub handle: crate::EngineHandle,
+    /// Taken by `run` to start the Redis publisher.
+    pub publisher: Option<crate::wake::Publisher>,
     pub store: Arc<dyn Store>,
     pub executors: Arc<Executors>,
     pub observers: Vec<Arc<dyn EngineObserver>>,
@@ -73,6 +77,10 @@ impl Engine {
         let retention = retention::spawn(self.p.store.clone(), self.p.options.clone(), cancel.clone());
         let leases =
             crate::lease::spawn(self.p.store.clone(), self.holder.clone(), self.p.tx.clone(), cancel.clone());
+        let mut helpers = vec![leases, self.p.handle.spawn_inbox(self.p.options.inbox_poll, cancel.clone())];
+        if let Some(publisher) = self.p.publisher.take() {
+            helpers.extend(self.p.handle.wake.spawn(&self.holder.owner, publisher, cancel.clone()));
+        }
         let mut sweep = tokio::time::interval(self.p.options.sweep_every);
         sweep.tick().await;
         loop {
@@ -111,7 +119,9 @@ impl Engine {
         self.tasks.close();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
         let _ = retention.await;
-        let _ = leases.await;
+        for helper in helpers {
+            let _ = helper.await;
+        }
         info!("engine stopped");
     }
 

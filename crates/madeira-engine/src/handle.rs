@@ -11,16 +11,29 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use crate::envelope::Envelope;
 use crate::lease::Holder;
 use crate::stats::EngineStats;
+use crate::wake::Wake;
 use crate::{ApplyOutcome, EngineError, FlowCache, RunEvent, clock::now_ms};
 
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: mpsc::Sender<Envelope>,
-    store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn Store>,
     flows: FlowCache,
     events: broadcast::Sender<RunEvent>,
     stats: Arc<EngineStats>,
-    holder: Holder,
+    pub(crate) holder: Holder,
+    pub(crate) wake: Wake,
+}
+
+/// What a handle shares with its engine.
+pub(crate) struct Shared {
+    pub tx: mpsc::Sender<Envelope>,
+    pub store: Arc<dyn Store>,
+    pub flows: FlowCache,
+    pub events: broadcast::Sender<RunEvent>,
+    pub stats: Arc<EngineStats>,
+    pub holder: Holder,
+    pub wake: Wake,
 }
 
 #[derive(Debug, Clone)]
@@ -77,15 +90,9 @@ pub struct ActionRequest {
 }
 
 impl EngineHandle {
-    pub(crate) fn new(
-        tx: mpsc::Sender<Envelope>,
-        store: Arc<dyn Store>,
-        flows: FlowCache,
-        events: broadcast::Sender<RunEvent>,
-        stats: Arc<EngineStats>,
-        holder: Holder,
-    ) -> Self {
-        Self { tx, store, flows, events, stats, holder }
+    pub(crate) fn new(shared: Shared) -> Self {
+        let Shared { tx, store, flows, events, stats, holder, wake } = shared;
+        Self { tx, store, flows, events, stats, holder, wake }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -202,8 +209,17 @@ impl EngineHandle {
     }
 
     /// Applies an operator action through the engine; answers once it is durable
-    /// (or refused, naming the current state).
+    /// (or refused, naming the current state). A run another replica holds gets
+    /// the action forwarded to that replica.
     pub async fn act(&self, req: ActionRequest) -> Result<(), EngineError> {
+        match self.act_here(req.clone()).await {
+            Err(EngineError::HeldElsewhere { owner, .. }) => self.forward(req, owner).await,
+            other => other,
+        }
+    }
+
+    /// Applies an operator action through this replica's engine.
+    pub(crate) async fn act_here(&self, req: ActionRequest) -> Result<(), EngineError> {
         let stored = self
             .store
             .load_run(&req.run_id)

@@ -9,6 +9,7 @@ mod engine_loop;
 mod envelope;
 pub mod executor;
 mod flows;
+mod forward;
 mod handle;
 mod lease;
 mod observer;
@@ -18,6 +19,7 @@ mod snapshot;
 mod stats;
 mod throttle;
 mod timers;
+mod wake;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,6 +53,10 @@ pub struct EngineOptions {
     pub replica_id: String,
     /// How long a replica's hold on a run lasts without renewal (renewed every third).
     pub lease: Duration,
+    /// Redis for cross-replica wake-ups (`None`: the store is polled instead).
+    pub redis: Option<String>,
+    /// How often the inbox of forwarded actions is polled while wake-ups are down.
+    pub inbox_poll: Duration,
 }
 
 impl Default for EngineOptions {
@@ -63,6 +69,8 @@ impl Default for EngineOptions {
             http: HttpPolicy::default(),
             replica_id: "local".to_string(),
             lease: Duration::from_secs(15),
+            redis: None,
+            inbox_poll: Duration::from_millis(250),
         }
     }
 }
@@ -94,6 +102,11 @@ pub enum EngineError {
     Routing { flow: String, message: String },
     #[error("run {run} is held by replica {owner}, which has attempts of it in flight; retry once they end")]
     HeldElsewhere { run: String, owner: String },
+    #[error("replica {owner} holds the run but did not take the action in time; nothing was done")]
+    HolderSilent { owner: String },
+    /// The holder of the run refused or failed the forwarded action.
+    #[error("{message}")]
+    Remote { code: String, message: String, state: Option<String> },
     #[error("the engine is shutting down")]
     ShuttingDown,
 }
@@ -125,9 +138,19 @@ pub fn build(
     let flows = FlowCache::default();
     let stats = Arc::new(EngineStats::default());
     let holder = lease::Holder { owner: options.replica_id.clone(), lease: options.lease };
-    let handle =
-        EngineHandle::new(tx.clone(), store.clone(), flows.clone(), events.clone(), stats.clone(), holder);
+    let (wake, publisher) = wake::Wake::new(options.redis.clone());
+    let handle = EngineHandle::new(handle::Shared {
+        tx: tx.clone(),
+        store: store.clone(),
+        flows: flows.clone(),
+        events: events.clone(),
+        stats: stats.clone(),
+        holder,
+        wake,
+    });
     let engine = Engine::new(engine_loop::Parts {
+        handle: handle.clone(),
+        publisher: Some(publisher),
         store,
         executors: Arc::new(executors),
         observers,

@@ -97,6 +97,20 @@ impl ServerConfig {
             .unwrap_or_else(|| "madeira".to_string())
     }
 
+    /// The Redis URL for cross-replica wake-ups, checked (`redis://` or `rediss://`).
+    pub fn redis_url(&self, file: &str) -> Result<Option<String>, ConfigError> {
+        match self.redis.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
+            None => Ok(None),
+            Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
+                Ok(Some(url.to_string()))
+            }
+            Some(_) => Err(ConfigError {
+                file: file.to_string(),
+                message: "redis: give a URL like redis://cache.internal:6379/0 (or MADEIRA_REDIS)".into(),
+            }),
+        }
+    }
+
     pub fn lease(&self, file: &str) -> Result<Duration, ConfigError> {
         let err =
             |message: String| ConfigError { file: file.to_string(), message: format!("lease: {message}") };

@@ -27,15 +27,11 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
         http: config.http_executor.clone(),
         replica_id: config.replica_id(),
         lease: config.lease(&file)?,
+        redis: config.redis_url(&file)?,
         ..Default::default()
     };
     if let Some(grpc) = &config.grpc {
         tracing::warn!(grpc = %grpc, "grpc is set but this build has no sidecar endpoint yet; ignoring it");
-    }
-    if config.redis.is_some() {
-        tracing::warn!(
-            "redis is set but this build coordinates replicas through the store only; ignoring it"
-        );
     }
     let replica = engine.replica_id.clone();
     let plane = ControlPlane::start(PlaneOptions {
