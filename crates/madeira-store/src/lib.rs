@@ -78,6 +78,11 @@ pub trait Store: Send + Sync + 'static {
     /// Extends every lease `lease.owner` holds to `lease.until_ms`.
     async fn renew_leases(&self, lease: &Lease) -> Result<u64>;
 
+    /// Takes a permit of `key`'s node for its run if fewer than `max` RUNNING runs
+    /// hold one (a run that already holds it keeps it). Serialised per node across
+    /// replicas. Freed by `Batch::permit_releases`.
+    async fn try_permit(&self, key: &PermitKey, owner: &str, max: u32, now_ms: i64) -> Result<bool>;
+
     /// Queues an operator action for the replica `cmd.target`; returns its id.
     async fn send_command(&self, cmd: &RunCommand) -> Result<i64>;
     /// Takes (once) every command queued for `target`, oldest first.

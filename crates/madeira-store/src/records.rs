@@ -189,6 +189,8 @@ pub struct Batch {
     pub attempts: Vec<AttemptRecord>,
     pub audit: Vec<AuditRecord>,
     pub logs: Vec<LogRecord>,
+    /// Throttle permits given back with this batch's transitions.
+    pub permit_releases: Vec<PermitKey>,
 }
 
 impl Batch {
@@ -200,6 +202,7 @@ impl Batch {
             && self.attempts.is_empty()
             && self.audit.is_empty()
             && self.logs.is_empty()
+            && self.permit_releases.is_empty()
     }
 }
 
@@ -233,4 +236,12 @@ pub struct RunCommand {
     pub actor: String,
     pub reason: Option<String>,
     pub created_at: i64,
+}
+
+/// One run's permit of a throttled node (`throttle.max_permits`, global across replicas).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PermitKey {
+    pub flow: String,
+    pub node: String,
+    pub run_id: String,
 }

@@ -20,6 +20,7 @@ pub(super) async fn commit(pool: &PgPool, batch: &Batch) -> Result<()> {
     write_outputs(&mut tx, batch).await?;
     write_attempts(&mut tx, batch).await?;
     write_audit(&mut tx, batch).await?;
+    super::permits::release(&mut tx, &batch.permit_releases).await?;
     for log in &batch.logs {
         super::runs::put_log_in(&mut tx, log).await?;
     }

@@ -9,6 +9,7 @@ mod commands;
 mod commit;
 mod flows;
 mod lease;
+mod permits;
 mod read;
 mod runs;
 
@@ -21,7 +22,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::{
     AuditQuery, AuditRecord, Batch, Claim, CreateOutcome, FlowRecord, FlowVersion, Lease, LogRecord, NewRun,
-    PutFlow, Result, RunCommand, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
+    PermitKey, PutFlow, Result, RunCommand, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
 };
 
 pub struct PostgresStore {
@@ -122,6 +123,9 @@ impl Store for PostgresStore {
     }
     async fn renew_leases(&self, lease: &Lease) -> Result<u64> {
         lease::renew_leases(&self.pool, lease).await
+    }
+    async fn try_permit(&self, key: &PermitKey, owner: &str, max: u32, now_ms: i64) -> Result<bool> {
+        permits::try_permit(&self.pool, key, owner, max, now_ms).await
     }
     async fn send_command(&self, cmd: &RunCommand) -> Result<i64> {
         commands::send_command(&self.pool, cmd).await

@@ -5,6 +5,7 @@ mod commands;
 mod commit;
 mod flows;
 mod lease;
+mod permits;
 mod read;
 mod runs;
 
@@ -17,7 +18,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 
 use crate::{
     AuditQuery, AuditRecord, Batch, Claim, CreateOutcome, FlowRecord, FlowVersion, Lease, LogRecord, NewRun,
-    PutFlow, Result, RunCommand, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
+    PermitKey, PutFlow, Result, RunCommand, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
 };
 
 pub struct SqliteStore {
@@ -107,6 +108,9 @@ impl Store for SqliteStore {
     }
     async fn renew_leases(&self, lease: &Lease) -> Result<u64> {
         lease::renew_leases(&self.write, lease).await
+    }
+    async fn try_permit(&self, key: &PermitKey, owner: &str, max: u32, now_ms: i64) -> Result<bool> {
+        permits::try_permit(&self.write, key, owner, max, now_ms).await
     }
     async fn send_command(&self, cmd: &RunCommand) -> Result<i64> {
         commands::send_command(&self.write, cmd).await

@@ -3,6 +3,7 @@
 //! a server unless `CI=true`). Each test body lives once in `suite.rs`.
 
 mod lease;
+mod permits;
 mod suite;
 
 use crate::Store;
@@ -56,6 +57,7 @@ macro_rules! on_every_backend {
 
 mod bodies {
     pub(super) use super::lease::*;
+    pub(super) use super::permits::*;
     pub(super) use super::suite::*;
 }
 
@@ -64,6 +66,7 @@ on_every_backend!(
     commits_are_fenced_on_the_owner,
     expired_runs_are_taken_over_once,
     forwarded_commands_are_taken_once_and_answered,
+    permits_are_capped_across_holders_and_freed_by_commits,
     flow_versions_only_change_with_content,
     flows_list_and_pause,
     idempotency_key_returns_existing_run,
