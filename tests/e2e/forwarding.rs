@@ -20,10 +20,10 @@ use crate::support::Dev;
 const ADMIN: &str = "forward-admin-token-0123456789";
 
 /// A private Redis on `port`, gone when dropped.
-struct Redis(Child);
+pub struct Redis(Child);
 
 impl Redis {
-    fn start(port: u16) -> Option<Redis> {
+    pub fn start(port: u16) -> Option<Redis> {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
@@ -54,7 +54,7 @@ impl Drop for Redis {
     }
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
 

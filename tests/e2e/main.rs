@@ -5,6 +5,7 @@ mod api;
 mod auth;
 mod cli;
 mod forwarding;
+mod permits;
 mod recovery;
 mod replicas;
 mod semantics;

@@ -24,6 +24,7 @@ use crate::timers::{Timer, TimerKind, Timers};
 use crate::{EngineError, EngineOptions, FlowCache, RunEvent, clock::now_ms, retention, snapshot};
 
 mod ownership;
+mod permits;
 
 /// Logs are kept to their last 64 KiB per attempt.
 const LOG_TAIL_BYTES: usize = 64 * 1024;
@@ -79,10 +80,12 @@ impl Engine {
             crate::lease::spawn(self.p.store.clone(), self.holder.clone(), self.p.tx.clone(), cancel.clone());
         let mut helpers = vec![leases, self.p.handle.spawn_inbox(self.p.options.inbox_poll, cancel.clone())];
         if let Some(publisher) = self.p.publisher.take() {
-            helpers.extend(self.p.handle.wake.spawn(&self.holder.owner, publisher, cancel.clone()));
+            let wake = self.p.handle.wake.clone();
+            helpers.extend(wake.spawn(&self.holder.owner, publisher, self.p.tx.clone(), cancel.clone()));
         }
         let mut sweep = tokio::time::interval(self.p.options.sweep_every);
         sweep.tick().await;
+        let mut permit_poll = tokio::time::interval(self.p.options.inbox_poll);
         loop {
             let mut batch = Vec::new();
             while batch.len() < self.p.options.batch_max {
@@ -101,6 +104,12 @@ impl Engine {
                     timer = self.timers.next() => batch.push(timer_envelope(timer)),
                     _ = sweep.tick() => {
                         self.reconcile().await;
+                        continue;
+                    }
+                    _ = permit_poll.tick(), if self.p.options.global_permits => {
+                        for (flow, node) in self.throttle.waiting_keys() {
+                            self.pending.push_back(Envelope::PermitPoll { flow, node });
+                        }
                         continue;
                     }
                 }
@@ -259,6 +268,7 @@ impl Engine {
                 self.attempt_done(&run_id, node, attempt, result, work);
             }
             Envelope::ConfirmOverdue { run_id, node } => self.confirm_overdue(&run_id, node, work).await,
+            Envelope::PermitPoll { flow, node } => self.poll_permits(&flow, node, work).await,
         }
     }
 
@@ -302,7 +312,9 @@ impl Engine {
             match action {
                 Action::Ready { node } => self.on_ready(run_id, node, Instant::now(), work),
                 Action::ReleasePermit { node } => {
-                    if flow.nodes[node].throttle.is_some() {
+                    if flow.nodes[node].throttle.is_some() && self.p.options.global_permits {
+                        self.release_global_permit(run_id, &flow.name, node, &flow.nodes[node].id, work);
+                    } else if flow.nodes[node].throttle.is_some() {
                         self.release_permit(&flow.name, node, &flow.nodes[node].id, work);
                     }
                 }
@@ -324,6 +336,10 @@ impl Engine {
         };
         let flow = snap.flow.clone();
         if let Some(throttle) = flow.nodes[node].throttle {
+            if self.p.options.global_permits {
+                let waiter = Waiter { run_id: run_id.to_string(), node, ready_at };
+                return self.wait_for_global_permit(&flow.name, waiter, &flow.nodes[node].id, work);
+            }
             if !self.throttle.try_acquire(&flow.name, node, throttle.max_permits) {
                 let waiter = Waiter { run_id: run_id.to_string(), node, ready_at };
                 self.throttle.enqueue(&flow.name, waiter);
@@ -455,6 +471,12 @@ impl Engine {
 
     async fn after_commit(&mut self, work: Work) {
         self.notify_observers(&work);
+        for (flow, node) in work.permit_wanted.iter().chain(&work.permits_freed) {
+            self.pending.push_back(Envelope::PermitPoll { flow: flow.clone(), node: *node });
+        }
+        for (flow, node) in &work.permits_freed {
+            self.p.handle.wake.permit_freed(flow, *node);
+        }
         for event in work.events {
             let _ = self.p.events.send(event);
         }

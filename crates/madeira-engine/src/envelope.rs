@@ -26,6 +26,8 @@ pub(crate) enum Envelope {
     },
     /// An executor finished an attempt.
     AttemptDone { run_id: String, node: usize, attempt: u32, result: AttemptResult },
+    /// Global permits of `(flow, node)` may be free: hand them to waiters.
+    PermitPoll { flow: String, node: usize },
     /// A MANUAL_CONFIRM node passed its `alert_after`.
     ConfirmOverdue { run_id: String, node: usize },
 }

@@ -55,8 +55,12 @@ pub struct EngineOptions {
     pub lease: Duration,
     /// Redis for cross-replica wake-ups (`None`: the store is polled instead).
     pub redis: Option<String>,
-    /// How often the inbox of forwarded actions is polled while wake-ups are down.
+    /// How often the inbox of forwarded actions (and waiting global permits) is
+    /// polled while wake-ups are down.
     pub inbox_poll: Duration,
+    /// `throttle.max_permits` counted in the store, across replicas (set for
+    /// shared stores); otherwise in this process only.
+    pub global_permits: bool,
 }
 
 impl Default for EngineOptions {
@@ -71,6 +75,7 @@ impl Default for EngineOptions {
             lease: Duration::from_secs(15),
             redis: None,
             inbox_poll: Duration::from_millis(250),
+            global_permits: false,
         }
     }
 }

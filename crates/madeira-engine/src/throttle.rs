@@ -46,6 +46,32 @@ impl Throttle {
         None
     }
 
+    /// The oldest waiter of `(flow, node)`.
+    pub fn peek(&self, flow: &str, node: usize) -> Option<&Waiter> {
+        self.waiting.get(&(flow.to_string(), node)).and_then(VecDeque::front)
+    }
+
+    pub fn pop(&mut self, flow: &str, node: usize) -> Option<Waiter> {
+        self.waiting.get_mut(&(flow.to_string(), node)).and_then(VecDeque::pop_front)
+    }
+
+    /// Counts a permit taken elsewhere (the store, for global permits).
+    pub fn held(&mut self, flow: &str, node: usize) {
+        *self.in_use.entry((flow.to_string(), node)).or_default() += 1;
+    }
+
+    /// Counts a permit given back elsewhere.
+    pub fn dropped(&mut self, flow: &str, node: usize) {
+        if let Some(used) = self.in_use.get_mut(&(flow.to_string(), node)) {
+            *used = used.saturating_sub(1);
+        }
+    }
+
+    /// `(flow, node)` pairs with waiters.
+    pub fn waiting_keys(&self) -> Vec<(String, usize)> {
+        self.waiting.iter().filter(|(_, q)| !q.is_empty()).map(|(k, _)| k.clone()).collect()
+    }
+
     pub fn in_use(&self, flow: &str, node: usize) -> u32 {
         self.in_use.get(&(flow.to_string(), node)).copied().unwrap_or(0)
     }

@@ -32,8 +32,11 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
     };
     let mut planes = Vec::new();
     for i in 0..args.replicas.max(1) {
-        let engine =
-            EngineOptions { replica_id: format!("bench-{}-{i}", std::process::id()), ..Default::default() };
+        let engine = EngineOptions {
+            replica_id: format!("bench-{}-{i}", std::process::id()),
+            global_permits: store_url.starts_with("postgres"),
+            ..Default::default()
+        };
         planes.push(
             ControlPlane::start(PlaneOptions {
                 observers: Vec::new(),

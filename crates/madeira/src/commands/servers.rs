@@ -28,6 +28,8 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
         replica_id: config.replica_id(),
         lease: config.lease(&file)?,
         redis: config.redis_url(&file)?,
+        // Several replicas may share a PostgreSQL store: count permits there.
+        global_permits: store_url.starts_with("postgres"),
         ..Default::default()
     };
     if let Some(grpc) = &config.grpc {
