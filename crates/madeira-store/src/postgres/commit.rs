@@ -4,7 +4,9 @@
 use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
 
 use super::runs::CHUNK;
-use crate::{Batch, Result};
+use std::collections::BTreeMap;
+
+use crate::{AttemptRecord, Batch, LogRecord, OutputWrite, Result, RunWrite};
 
 pub(super) async fn commit(pool: &PgPool, batch: &Batch) -> Result<()> {
     if batch.is_empty() {
@@ -21,9 +23,7 @@ pub(super) async fn commit(pool: &PgPool, batch: &Batch) -> Result<()> {
     write_attempts(&mut tx, batch).await?;
     write_audit(&mut tx, batch).await?;
     super::permits::release(&mut tx, &batch.permit_releases).await?;
-    for log in &batch.logs {
-        super::runs::put_log_in(&mut tx, log).await?;
-    }
+    write_logs(&mut tx, batch).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -65,17 +65,27 @@ async fn write_nodes(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Resul
 }
 
 async fn write_runs(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
+    // One statement for every run of the batch (the last write of a run wins).
+    let mut last: BTreeMap<&str, &RunWrite> = BTreeMap::new();
     for r in &batch.runs {
-        sqlx::query(
-            "UPDATE runs SET state = $1, started_at = COALESCE($2, started_at), finished_at = $3 \
-             WHERE id = $4",
-        )
-        .bind(r.state.as_str())
-        .bind(r.started_at)
-        .bind(r.finished_at)
-        .bind(&r.run_id)
-        .execute(&mut **tx)
-        .await?;
+        last.insert(r.run_id.as_str(), r);
+    }
+    let rows: Vec<&RunWrite> = last.into_values().collect();
+    for chunk in rows.chunks(CHUNK) {
+        let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
+            "UPDATE runs SET state = v.state, started_at = COALESCE(v.started_at, runs.started_at), \
+             finished_at = v.finished_at FROM (",
+        );
+        q.push_values(chunk, |mut b, r| {
+            b.push_bind(&r.run_id)
+                .push_bind(r.state.as_str())
+                .push_bind(r.started_at)
+                .push_unseparated("::BIGINT")
+                .push_bind(r.finished_at)
+                .push_unseparated("::BIGINT");
+        });
+        q.push(") AS v(id, state, started_at, finished_at) WHERE runs.id = v.id");
+        q.build().execute(&mut **tx).await?;
     }
     Ok(())
 }
@@ -103,7 +113,13 @@ async fn write_transitions(tx: &mut Transaction<'_, Postgres>, batch: &Batch) ->
 }
 
 async fn write_outputs(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
-    for chunk in batch.outputs.chunks(CHUNK) {
+    // PostgreSQL refuses one upsert touching a row twice: the last write wins.
+    let mut last: BTreeMap<(&str, &str, u32, &str), &OutputWrite> = BTreeMap::new();
+    for o in &batch.outputs {
+        last.insert((o.run_id.as_str(), o.node.as_str(), o.data_version, o.key.as_str()), o);
+    }
+    let rows: Vec<&OutputWrite> = last.into_values().collect();
+    for chunk in rows.chunks(CHUNK) {
         let mut q: QueryBuilder<Postgres> =
             QueryBuilder::new("INSERT INTO node_outputs (run_id, node, data_version, key, value) ");
         q.push_values(chunk, |mut b, o| {
@@ -120,7 +136,13 @@ async fn write_outputs(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Res
 }
 
 async fn write_attempts(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
-    for chunk in batch.attempts.chunks(CHUNK) {
+    // A start and its end in one batch: keep the later record, as two upserts would.
+    let mut last: BTreeMap<(&str, &str, u32), &AttemptRecord> = BTreeMap::new();
+    for a in &batch.attempts {
+        last.insert((a.run_id.as_str(), a.node.as_str(), a.attempt), a);
+    }
+    let rows: Vec<&AttemptRecord> = last.into_values().collect();
+    for chunk in rows.chunks(CHUNK) {
         let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
             "INSERT INTO attempts (run_id, node, attempt, started_at, finished_at, outcome, error) ",
         );
@@ -137,6 +159,25 @@ async fn write_attempts(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Re
             " ON CONFLICT (run_id, node, attempt) DO UPDATE SET finished_at = excluded.finished_at, \
              outcome = excluded.outcome, error = excluded.error",
         );
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+async fn write_logs(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
+    // The last content of an attempt wins, as with one upsert after another.
+    let mut last: BTreeMap<(&str, &str, u32), &LogRecord> = BTreeMap::new();
+    for log in &batch.logs {
+        last.insert((log.run_id.as_str(), log.node.as_str(), log.attempt), log);
+    }
+    let rows: Vec<&LogRecord> = last.into_values().collect();
+    for chunk in rows.chunks(CHUNK) {
+        let mut q: QueryBuilder<Postgres> =
+            QueryBuilder::new("INSERT INTO logs (run_id, node, attempt, content) ");
+        q.push_values(chunk, |mut b, l| {
+            b.push_bind(&l.run_id).push_bind(&l.node).push_bind(i64::from(l.attempt)).push_bind(&l.content);
+        });
+        q.push(" ON CONFLICT (run_id, node, attempt) DO UPDATE SET content = excluded.content");
         q.build().execute(&mut **tx).await?;
     }
     Ok(())

@@ -75,4 +75,5 @@ on_every_backend!(
     commit_writes_nodes_and_transitions_together_and_prune_removes_old_runs,
     outputs_attempts_logs_and_audit_round_trip,
     run_listing_filters_and_pages_newest_first,
+    repeated_rows_in_one_batch_keep_the_last,
 );

@@ -236,3 +236,43 @@ pub(crate) async fn run_listing_filters_and_pages_newest_first(s: &dyn Store) {
     assert_eq!((row.params, row.state.as_str(), row.started_at), (json!({"a": 1}), "RUNNING", Some(10)));
     assert_eq!(s.unfinished_runs().await.expect("unfinished"), ["r0", "r1", "r2", "r3", "r4"]);
 }
+
+pub(crate) async fn repeated_rows_in_one_batch_keep_the_last(s: &dyn Store) {
+    s.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("create");
+    let started = AttemptRecord {
+        run_id: "r1".into(),
+        node: "a".into(),
+        attempt: 1,
+        started_at: 1,
+        finished_at: None,
+        outcome: None,
+        error: None,
+    };
+    let ended = AttemptRecord { finished_at: Some(2), outcome: Some("SUCCESS".into()), ..started.clone() };
+    let output = |v: i64| OutputWrite {
+        run_id: "r1".into(),
+        node: "a".into(),
+        data_version: 1,
+        key: "k".into(),
+        value: json!(v),
+    };
+    let log = |c: &str| LogRecord { run_id: "r1".into(), node: "a".into(), attempt: 1, content: c.into() };
+    let run = |state: RunState, finished_at: Option<i64>| RunWrite {
+        run_id: "r1".into(),
+        state,
+        started_at: None,
+        finished_at,
+    };
+    let batch = Batch {
+        attempts: vec![started, ended.clone()],
+        outputs: vec![output(1), output(2)],
+        logs: vec![log("first"), log("second")],
+        runs: vec![run(RunState::Running, None), run(RunState::Success, Some(3))],
+        ..Batch::default()
+    };
+    s.commit(&batch).await.expect("commit");
+    let stored = s.load_run("r1").await.expect("load").expect("exists");
+    assert_eq!(stored.attempts, vec![ended]);
+    assert_eq!((stored.run.state.as_str(), stored.run.finished_at), ("SUCCESS", Some(3)));
+    assert_eq!(s.logs("r1", "a").await.expect("logs")[0].content, "second");
+}
