@@ -1,12 +1,18 @@
 //! End-to-end tests: each starts the real `madeira` binary (`madeira dev` on a fresh
 //! data directory) and drives it over HTTP and the CLI.
 
+mod alerts;
 mod api;
 mod auth;
 mod cli;
 mod forwarding;
+mod governance;
+mod observability;
+mod otlp;
 mod permits;
+mod prometheus;
 mod recovery;
 mod replicas;
 mod semantics;
 mod support;
+mod triggers;

@@ -74,3 +74,23 @@ nodes:
     assert_eq!(keys[0], keys[1], "a recovered attempt keeps its idempotency key");
     assert!(keys[0].starts_with(&run_id));
 }
+
+/// An HTTP job whose JSON answer is larger than the 64 KiB outputs limit fails
+/// with a clear error instead of being silently truncated or dropped.
+#[tokio::test]
+async fn oversize_outputs_are_refused_with_a_clear_error() {
+    let app = Router::new()
+        .route("/big", axum::routing::get(|| async { axum::Json(json!({"blob": "x".repeat(70 * 1024)})) }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (_dir, dev) = Dev::start();
+    dev.put_flow(&format!("flow: big\nnodes:\n  fetch: {{run: {{http: {{url: 'http://{addr}/big'}}}}}}\n"))
+        .await;
+    let run_id = dev.trigger("big", json!({})).await;
+    let run = dev.finished(&run_id).await;
+    assert_eq!(run["status"], "FAILED");
+    let reason = run["nodes"]["fetch"]["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("more than the 65536 allowed"), "{reason}");
+    assert_eq!(run["nodes"]["fetch"]["attempts"], 1, "not retried: the answer will not shrink");
+}

@@ -27,8 +27,13 @@ impl Dev {
     /// Starts `madeira dev` with its data in `dir` and an ephemeral port, reading the
     /// bound address from its first line on stderr.
     pub fn start_in(dir: &Path) -> Dev {
+        Dev::start_with_env(dir, &[])
+    }
+
+    /// As `start_in`, with extra environment variables for the server.
+    pub fn start_with_env(dir: &Path, env: &[(&str, &str)]) -> Dev {
         let mut cmd = Command::new(BIN);
-        cmd.args(["dev", "--http", "127.0.0.1:0", "--data"]).arg(dir);
+        cmd.args(["dev", "--http", "127.0.0.1:0", "--data"]).arg(dir).envs(env.iter().copied());
         Dev::spawn(cmd, "madeira dev: API on ", None)
     }
 

@@ -230,6 +230,8 @@ pub enum Action {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
     pub nodes: Vec<NodeChange>,
+    /// Nodes whose fields changed without a state change (e.g. marked stale).
+    pub touched: Vec<usize>,
     pub runs: Vec<RunChange>,
     pub actions: Vec<Action>,
 }

@@ -1,9 +1,11 @@
 //! Cron fire times in a trigger's timezone (croner handles DST: a local time that
 //! does not exist fires at the next valid instant, a repeated hour fires once).
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 
-use crate::model::CronTriggerDef;
+use crate::model::{CronTriggerDef, Misfire};
 use crate::spec::{parse_cron, parse_timezone};
 
 /// The first fire instant strictly after `after`, or `None` if the expression
@@ -35,3 +37,92 @@ pub fn next_fires(
     }
     Ok(out)
 }
+
+/// A stable random offset in `[0, jitter)` for one tick of one trigger: the same
+/// after a restart, different across flows, so hundreds of jobs scheduled at 00:00
+/// do not all start at once.
+pub fn jitter_offset(flow: &str, trigger: usize, tick: DateTime<Utc>, jitter: Duration) -> Duration {
+    let span = jitter.as_millis() as u64;
+    if span == 0 {
+        return Duration::ZERO;
+    }
+    // FNV-1a: stable across processes and Rust versions (unlike DefaultHasher).
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let key = format!("{flow}\u{0}{trigger}\u{0}{}", tick.timestamp_millis());
+    for byte in key.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    Duration::from_millis(hash % span)
+}
+
+/// Most ticks one catch-up may fire, whatever the policy.
+pub const MAX_CATCHUP: usize = 1_000;
+
+/// The ticks to fire now for ticks missed in `(last, now]` (downtime or a pause),
+/// by misfire policy: `skip` none, `run_once` the latest, `run_all` every one within
+/// `catchup_window`, oldest first. `last = None` (never fired) misses nothing.
+pub fn missed_ticks(
+    trigger: &CronTriggerDef,
+    last: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Vec<DateTime<Utc>> {
+    let Some(last) = last else { return Vec::new() };
+    if trigger.misfire == Misfire::Skip {
+        return Vec::new();
+    }
+    let window = chrono::Duration::from_std(trigger.catchup_window).unwrap_or(chrono::Duration::days(1));
+    let from = if trigger.misfire == Misfire::RunAll { last.max(now - window) } else { last };
+    let mut ticks = Vec::new();
+    let mut cursor = from;
+    loop {
+        let batch = match next_fires(&trigger.expr, &trigger.timezone, cursor, 64) {
+            Ok(b) => b,
+            Err(_) => return Vec::new(),
+        };
+        let mut advanced = false;
+        for t in batch {
+            let t = t.with_timezone(&Utc);
+            if t > now {
+                return finish(trigger.misfire, ticks);
+            }
+            if t > last {
+                ticks.push(t);
+                if trigger.misfire == Misfire::RunOnce && ticks.len() > 1 {
+                    ticks.remove(0);
+                }
+            }
+            cursor = t;
+            advanced = true;
+            if ticks.len() >= MAX_CATCHUP && trigger.misfire == Misfire::RunAll {
+                return ticks;
+            }
+        }
+        if !advanced {
+            return finish(trigger.misfire, ticks);
+        }
+    }
+}
+
+fn finish(policy: Misfire, mut ticks: Vec<DateTime<Utc>>) -> Vec<DateTime<Utc>> {
+    if policy == Misfire::RunOnce && ticks.len() > 1 {
+        ticks.drain(..ticks.len() - 1);
+    }
+    ticks
+}
+
+/// The idempotency key of a cron run: one run per (flow, scheduled instant), even
+/// if the scheduler crashes between firing and recording.
+pub fn cron_key(flow: &str, tick: DateTime<Utc>) -> String {
+    format!("cron:{flow}:{}", tick.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
+/// The scheduled instant inside a `cron_key`.
+pub fn tick_of_key(key: &str) -> Option<DateTime<Utc>> {
+    let rest = key.strip_prefix("cron:")?;
+    let idx = rest.find(':')?;
+    chrono::DateTime::parse_from_rfc3339(&rest[idx + 1..]).ok().map(|t| t.with_timezone(&Utc))
+}
+
+#[cfg(test)]
+mod tests;

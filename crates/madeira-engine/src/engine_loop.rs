@@ -11,7 +11,7 @@ use madeira_store::{AttemptRecord, AuditRecord, LogRecord, Store};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, error, info, warn};
+use tracing::{Instrument, debug, error, info, warn};
 
 use crate::envelope::Envelope;
 use crate::executor::{AttemptResult, Executors, Job};
@@ -21,6 +21,7 @@ use crate::record::{FinishedAttempt, Work};
 use crate::stats::EngineStats;
 use crate::throttle::{Throttle, Waiter};
 use crate::timers::{Timer, TimerKind, Timers};
+use crate::trace::{self, RunTrace};
 use crate::{EngineError, EngineOptions, FlowCache, RunEvent, clock::now_ms, retention, snapshot};
 
 mod ownership;
@@ -34,9 +35,12 @@ pub(crate) struct Parts {
     pub handle: crate::EngineHandle,
     /// Taken by `run` to start the Redis publisher.
     pub publisher: Option<crate::wake::Publisher>,
+    /// Taken by `run` to start the group-committing run creator.
+    pub creator: Option<mpsc::Receiver<crate::creator::CreateRequest>>,
     pub store: Arc<dyn Store>,
     pub executors: Arc<Executors>,
     pub observers: Vec<Arc<dyn EngineObserver>>,
+    pub throttle_view: crate::throttle::ThrottleView,
     pub options: EngineOptions,
     pub rx: mpsc::Receiver<Envelope>,
     pub tx: mpsc::Sender<Envelope>,
@@ -48,6 +52,7 @@ pub(crate) struct Parts {
 pub struct Engine {
     p: Parts,
     runs: HashMap<String, RunSnapshot>,
+    traces: HashMap<String, RunTrace>,
     throttle: Throttle,
     timers: Timers,
     running: HashMap<(String, usize), CancellationToken>,
@@ -63,6 +68,7 @@ impl Engine {
             holder,
             p,
             runs: HashMap::new(),
+            traces: HashMap::new(),
             throttle: Throttle::default(),
             timers: Timers::default(),
             running: HashMap::new(),
@@ -76,6 +82,16 @@ impl Engine {
     pub async fn run(mut self, cancel: CancellationToken) {
         self.reconcile().await;
         let retention = retention::spawn(self.p.store.clone(), self.p.options.clone(), cancel.clone());
+        if let Some(rx) = self.p.creator.take() {
+            let creator = crate::creator::run(
+                self.p.store.clone(),
+                rx,
+                self.p.tx.clone(),
+                self.holder.clone(),
+                cancel.clone(),
+            );
+            self.tasks.spawn(creator);
+        }
         let leases =
             crate::lease::spawn(self.p.store.clone(), self.holder.clone(), self.p.tx.clone(), cancel.clone());
         let mut helpers = vec![leases, self.p.handle.spawn_inbox(self.p.options.inbox_poll, cancel.clone())];
@@ -153,7 +169,7 @@ impl Engine {
                 Ok(Some(stored)) if stored.run.state == RunState::Queued.as_str() => {
                     queued_flows.push(stored.run.flow.clone());
                 }
-                Ok(Some(_)) => self.pending.push_back(Envelope::Resume { run_id }),
+                Ok(Some(_)) => self.pending.push_back(Envelope::Resume { run_id, fresh: None }),
                 Ok(None) => {}
                 Err(e) => error!(run_id = %run_id, error = %e, "reconcile: cannot load run"),
             }
@@ -190,8 +206,12 @@ impl Engine {
         touched.extend(work.batch.attempts.iter().map(|a| a.run_id.clone()));
         touched.sort();
         touched.dedup();
-        for (flow, node) in work.acquired {
-            self.throttle.release(&flow, node);
+        for (flow, node, run_id) in work.acquired {
+            if let Some(waiter) = self.throttle.release(&flow, node, &run_id) {
+                // It was handed the permit in a batch that never happened: put it back.
+                self.throttle.release(&flow, node, &waiter.run_id);
+                self.throttle.enqueue(&flow, waiter);
+            }
         }
         for run_id in &touched {
             self.runs.remove(run_id);
@@ -207,15 +227,20 @@ impl Engine {
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(1)).await;
             for run_id in touched {
-                let _ = tx.send(Envelope::Resume { run_id }).await;
+                let _ = tx.send(Envelope::Resume { run_id, fresh: None }).await;
             }
         });
     }
 
     async fn apply_envelope(&mut self, envelope: Envelope, work: &mut Work) {
         match envelope {
-            Envelope::Resume { run_id } => {
+            Envelope::Resume { run_id, fresh } => {
                 self.runs.remove(&run_id);
+                if let Some(fresh) = fresh {
+                    let (snap, trace) = *fresh;
+                    self.runs.insert(run_id.clone(), snap);
+                    self.traces.insert(run_id.clone(), trace);
+                }
                 match self.ensure_loaded(&run_id, false).await {
                     Ok(()) => {}
                     Err(EngineError::HeldElsewhere { owner, .. }) => {
@@ -230,7 +255,6 @@ impl Engine {
                 let _ = self.apply(&run_id, Command::Recover, "engine", work);
                 work.resumed.push(run_id);
             }
-            Envelope::Adopt { stored } => self.adopt(*stored, work).await,
             Envelope::Command { run_id, cmd, actor, audit, reply } => {
                 let result = match self.ensure_loaded(&run_id, true).await {
                     Ok(()) => self.apply(&run_id, cmd.clone(), &actor, work),
@@ -291,6 +315,7 @@ impl Engine {
             .await?
             .ok_or_else(|| EngineError::RunNotFound(run_id.to_string()))?;
         let flow = self.p.flows.get(self.p.store.as_ref(), &stored.run.flow, stored.run.version).await?;
+        self.traces.insert(run_id.to_string(), RunTrace::from_stored(&stored.run));
         let snap = snapshot::from_stored(stored, flow)?;
         self.runs.insert(run_id.to_string(), snap);
         Ok(())
@@ -315,7 +340,7 @@ impl Engine {
                     if flow.nodes[node].throttle.is_some() && self.p.options.global_permits {
                         self.release_global_permit(run_id, &flow.name, node, &flow.nodes[node].id, work);
                     } else if flow.nodes[node].throttle.is_some() {
-                        self.release_permit(&flow.name, node, &flow.nodes[node].id, work);
+                        self.release_permit(&flow.name, node, run_id, &flow.nodes[node].id, work);
                     }
                 }
                 Action::Execute { node, attempt, .. } => {
@@ -340,33 +365,35 @@ impl Engine {
                 let waiter = Waiter { run_id: run_id.to_string(), node, ready_at };
                 return self.wait_for_global_permit(&flow.name, waiter, &flow.nodes[node].id, work);
             }
-            if !self.throttle.try_acquire(&flow.name, node, throttle.max_permits) {
+            if !self.throttle.try_acquire(&flow.name, node, run_id, throttle.max_permits) {
                 let waiter = Waiter { run_id: run_id.to_string(), node, ready_at };
                 self.throttle.enqueue(&flow.name, waiter);
                 work.throttled.insert((flow.name.clone(), node), flow.nodes[node].id.clone());
                 return;
             }
-            work.acquired.push((flow.name.clone(), node));
+            work.acquired.push((flow.name.clone(), node, run_id.to_string()));
             work.throttled.insert((flow.name.clone(), node), flow.nodes[node].id.clone());
         }
         work.ready_at.insert((run_id.to_string(), node), ready_at);
         if let Err(e) = self.apply(run_id, Command::Dispatch { node }, "engine", work) {
             debug!(run_id = %run_id, error = %e, "dispatch not applied");
             if flow.nodes[node].throttle.is_some() {
-                self.release_permit(&flow.name, node, &flow.nodes[node].id, work);
+                self.release_permit(&flow.name, node, run_id, &flow.nodes[node].id, work);
             }
         }
     }
 
-    /// Gives a permit back, handing it straight to the next waiter that still
-    /// wants it.
-    fn release_permit(&mut self, flow: &str, node: usize, name: &str, work: &mut Work) {
+    /// `run_id` gives its permit back, which goes straight to the next waiter that
+    /// still wants it.
+    fn release_permit(&mut self, flow: &str, node: usize, run_id: &str, name: &str, work: &mut Work) {
         work.throttled.insert((flow.to_string(), node), name.to_string());
-        while let Some(waiter) = self.throttle.release(flow, node) {
+        let mut holder = run_id.to_string();
+        while let Some(waiter) = self.throttle.release(flow, node, &holder) {
             work.ready_at.insert((waiter.run_id.clone(), node), waiter.ready_at);
             if self.apply(&waiter.run_id, Command::Dispatch { node }, "engine", work).is_ok() {
                 return;
             }
+            holder = waiter.run_id;
         }
     }
 
@@ -427,6 +454,8 @@ impl Engine {
             outcome,
             error: error.clone(),
             duration: Duration::from_millis(u64::try_from(finished_at - started_at).unwrap_or(0)),
+            started_at_ms: started_at,
+            finished_at_ms: finished_at,
         });
         work.attempt_finished(
             AttemptRecord {
@@ -510,8 +539,14 @@ impl Engine {
                     }
                 }
                 Action::RunFinished { state } => {
+                    let run_trace = self.traces.remove(&run_id);
                     if let Some(snap) = self.runs.remove(&run_id) {
-                        info!(run_id = %run_id, flow = %snap.flow.name, state = %state, "run finished");
+                        let trace_id =
+                            run_trace.as_ref().map(|t| t.context.trace_id_hex()).unwrap_or_default();
+                        info!(run_id = %run_id, flow = %snap.flow.name, state = %state, trace_id = %trace_id, "run finished");
+                        if let (true, Some(t)) = (self.p.options.tracing, &run_trace) {
+                            trace::run_span(&self.p.observers, t, &snap, now_ms());
+                        }
                         self.p.observers.iter().for_each(|o| o.run_finished(&snap));
                         if snap.flow.concurrency.max_active_runs > 0 {
                             finished_flows
@@ -529,6 +564,13 @@ impl Engine {
     }
 
     fn notify_observers(&self, work: &Work) {
+        for ((flow, node), name) in &work.throttled {
+            let state = crate::throttle::ThrottleState {
+                in_use: self.throttle.in_use(flow, *node),
+                waiting: self.throttle.waiting_runs(flow, *node),
+            };
+            self.p.throttle_view.set(flow, name, state);
+        }
         if self.p.observers.is_empty() {
             return;
         }
@@ -546,6 +588,9 @@ impl Engine {
                 duration: f.duration,
             };
             self.p.observers.iter().for_each(|o| o.attempt_finished(&outcome));
+        }
+        if self.p.options.tracing {
+            trace::attempt_spans(&self.p.observers, &self.traces, &work.finished);
         }
         for run_id in &work.resumed {
             if let Some(snap) = self.runs.get(run_id) {
@@ -574,7 +619,7 @@ impl Engine {
         let max = def.concurrency.max_active_runs;
         loop {
             match self.p.store.promote_queued(flow, max, now_ms()).await {
-                Ok(Some(run_id)) => self.pending.push_back(Envelope::Resume { run_id }),
+                Ok(Some(run_id)) => self.pending.push_back(Envelope::Resume { run_id, fresh: None }),
                 Ok(None) => break,
                 Err(e) => {
                     error!(flow = %flow, error = %e, "cannot promote queued run");
@@ -618,6 +663,8 @@ impl Engine {
         };
         let upstream = def.needs.iter().map(|need| need.upstream);
         let input = serde_json::json!({ "params": snap.params, "nodes": snap.nodes_json(upstream) });
+        let started_at = snap.nodes[node].started_at_ms.unwrap_or(0);
+        let context = self.traces.get(run_id).map(|t| t.context.attempt(&def.id, attempt, started_at));
         let job = Job {
             run_id: run_id.to_string(),
             flow: snap.flow.name.clone(),
@@ -627,17 +674,21 @@ impl Engine {
             executor,
             input,
             timeout: def.timeout,
-            traceparent: None,
+            traceparent: context.filter(|_| self.p.options.tracing).map(|c| c.traceparent()),
         };
+        let span = context.map_or_else(tracing::Span::none, |c| trace::attempt_log_span(&job, &c));
         let token = CancellationToken::new();
         self.running.insert((run_id.to_string(), node), token.clone());
         let executors = self.p.executors.clone();
         let tx = self.p.tx.clone();
         let run_id = run_id.to_string();
-        self.tasks.spawn(async move {
-            let result = executors.run(job, token).await;
-            let _ = tx.send(Envelope::AttemptDone { run_id, node, attempt, result }).await;
-        });
+        self.tasks.spawn(
+            async move {
+                let result = executors.run(job, token).await;
+                let _ = tx.send(Envelope::AttemptDone { run_id, node, attempt, result }).await;
+            }
+            .instrument(span),
+        );
     }
 }
 

@@ -11,10 +11,12 @@ pub(crate) type Reply = oneshot::Sender<Result<(), EngineError>>;
 pub(crate) enum Envelope {
     /// Load the run (created or promoted in the store, or found at start) and
     /// evaluate every node.
-    Resume { run_id: String },
-    /// A run this replica just created and claimed, loaded off the loop (saves the
-    /// loop two round trips per new run); handled like `Resume`.
-    Adopt { stored: Box<madeira_store::StoredRun> },
+    Resume {
+        run_id: String,
+        /// The snapshot of a run just created RUNNING and already claimed by this
+        /// replica (the creator claims it): the loop neither claims nor loads it.
+        fresh: Option<Box<(madeira_core::RunSnapshot, crate::trace::RunTrace)>>,
+    },
     /// An operator action or internal command on one run.
     Command {
         run_id: String,

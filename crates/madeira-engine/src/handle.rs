@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use madeira_core::{Command, FlowDef, RunState};
+use madeira_core::{Command, FlowDef};
 use madeira_store::{CreateOutcome, NewRun, Overlap, Store};
 use serde_json::Value as Json;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
+use crate::creator::CreateRequest;
 use crate::envelope::Envelope;
 use crate::lease::Holder;
 use crate::stats::EngineStats;
@@ -17,10 +18,14 @@ use crate::{ApplyOutcome, EngineError, FlowCache, RunEvent, clock::now_ms};
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: mpsc::Sender<Envelope>,
+    create: mpsc::Sender<CreateRequest>,
     pub(crate) store: Arc<dyn Store>,
     flows: FlowCache,
     events: broadcast::Sender<RunEvent>,
     stats: Arc<EngineStats>,
+    /// Names of flows whose definition or pause state changed (for the scheduler).
+    flow_changes: broadcast::Sender<String>,
+    throttle_view: crate::ThrottleView,
     pub(crate) holder: Holder,
     pub(crate) wake: Wake,
 }
@@ -28,10 +33,13 @@ pub struct EngineHandle {
 /// What a handle shares with its engine.
 pub(crate) struct Shared {
     pub tx: mpsc::Sender<Envelope>,
+    /// Run creation requests, group-committed by the creator task.
+    pub create: mpsc::Sender<CreateRequest>,
     pub store: Arc<dyn Store>,
     pub flows: FlowCache,
     pub events: broadcast::Sender<RunEvent>,
     pub stats: Arc<EngineStats>,
+    pub throttle_view: crate::ThrottleView,
     pub holder: Holder,
     pub wake: Wake,
 }
@@ -91,8 +99,9 @@ pub struct ActionRequest {
 
 impl EngineHandle {
     pub(crate) fn new(shared: Shared) -> Self {
-        let Shared { tx, store, flows, events, stats, holder, wake } = shared;
-        Self { tx, store, flows, events, stats, holder, wake }
+        let Shared { tx, create, store, flows, events, stats, throttle_view, holder, wake } = shared;
+        let (flow_changes, _) = broadcast::channel(4096);
+        Self { tx, create, store, flows, events, stats, flow_changes, throttle_view, holder, wake }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -103,13 +112,100 @@ impl EngineHandle {
         self.events.subscribe()
     }
 
+    /// Permits in use and waiting runs of a throttled node.
+    pub fn throttle_state(&self, flow: &str, node: &str) -> crate::ThrottleState {
+        self.throttle_view.get(flow, node)
+    }
+
     pub fn stats(&self) -> &EngineStats {
         &self.stats
     }
 
     /// Validates and stores a flow (a new version only when its content changed).
     pub async fn apply_flow(&self, file: &str, source: &str) -> Result<ApplyOutcome, EngineError> {
-        self.flows.apply(self.store.as_ref(), file, source).await
+        let outcome = self.flows.apply(self.store.as_ref(), file, source).await?;
+        if outcome.created {
+            let _ = self.flow_changes.send(outcome.flow.clone());
+        }
+        Ok(outcome)
+    }
+
+    /// Flow names whose schedule may have changed (applied, paused, resumed).
+    pub fn subscribe_flow_changes(&self) -> broadcast::Receiver<String> {
+        self.flow_changes.subscribe()
+    }
+
+    /// Pauses or resumes a flow's triggers, audited with the actor.
+    pub async fn set_paused(
+        &self,
+        flow: &str,
+        paused: bool,
+        actor: &str,
+        reason: Option<String>,
+    ) -> Result<(), EngineError> {
+        if !self.store.set_paused(flow, paused, now_ms()).await? {
+            return Err(EngineError::FlowNotFound(flow.to_string()));
+        }
+        let audit = madeira_store::AuditRecord {
+            at: now_ms(),
+            actor: actor.to_string(),
+            action: if paused { "pause" } else { "resume" }.to_string(),
+            run_id: None,
+            node: None,
+            reason,
+            details: Some(serde_json::json!({"flow": flow})),
+        };
+        self.store.commit(&madeira_store::Batch { audit: vec![audit], ..Default::default() }).await?;
+        let _ = self.flow_changes.send(flow.to_string());
+        Ok(())
+    }
+
+    /// The latest versions of the unpaused flows that listen to event `kind`.
+    pub async fn event_flows(&self, kind: &str) -> Result<Vec<Arc<FlowDef>>, EngineError> {
+        let mut out = Vec::new();
+        for record in self.store.list_flows().await? {
+            if record.paused {
+                continue;
+            }
+            let def = self.flows.get(self.store.as_ref(), &record.name, record.latest_version).await?;
+            let listens = def
+                .triggers
+                .iter()
+                .any(|t| matches!(t, madeira_core::TriggerDef::Event { event } if event == kind));
+            if listens && !def.observe {
+                out.push(def);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Triggers every flow whose triggers list event `kind`, with the payload as
+    /// params and `event:<kind>:<id>` as idempotency key: a redelivered event returns
+    /// the same runs. Flows refusing by `on_overlap: skip` are left out.
+    pub async fn fire_event(
+        &self,
+        kind: &str,
+        id: &str,
+        payload: Json,
+        actor: &str,
+    ) -> Result<Vec<TriggerOutcome>, EngineError> {
+        let mut outcomes = Vec::new();
+        for def in self.event_flows(kind).await? {
+            let request = TriggerRequest {
+                flow: def.name.clone(),
+                params: payload.clone(),
+                idempotency_key: Some(format!("event:{kind}:{id}")),
+                trigger: "event".into(),
+                actor: actor.to_string(),
+                version: None,
+            };
+            match self.trigger(request).await {
+                Ok(outcome) => outcomes.push(outcome),
+                Err(EngineError::OverlapSkipped { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(outcomes)
     }
 
     /// The parsed flow at `version` (latest when `None`).
@@ -153,17 +249,35 @@ impl EngineHandle {
                 madeira_core::OnOverlap::Skip => Overlap::Skip,
                 madeira_core::OnOverlap::CancelPrevious => Overlap::CancelPrevious,
             },
+            throttles: def
+                .nodes
+                .iter()
+                .filter_map(|n| {
+                    n.throttle.map(|t| madeira_store::ThrottleClaim {
+                        node: n.id.clone(),
+                        max_permits: t.max_permits,
+                        queue_size: t.queue_size,
+                    })
+                })
+                .collect(),
             actor: req.actor.clone(),
             now_ms: now_ms(),
+            trace_context: Some(crate::TraceContext::new_root().traceparent()),
         };
-        match self.store.create_run(&run).await? {
+        let (reply, answer) = oneshot::channel();
+        let request = CreateRequest { run, flow: def, reply };
+        self.create.send(request).await.map_err(|_| EngineError::ShuttingDown)?;
+        match answer.await.map_err(|_| EngineError::ShuttingDown)?? {
             CreateOutcome::Existing { run_id, version } => {
                 Ok(TriggerOutcome { run_id, flow: req.flow, version, created: false })
+            }
+            CreateOutcome::Throttled { node, claims, max_permits, queue_size } => {
+                Err(EngineError::QueueFull { flow: req.flow, node, claims, max_permits, queue_size })
             }
             CreateOutcome::Skipped { active } => {
                 Err(EngineError::OverlapSkipped { flow: req.flow, active: active.len() })
             }
-            CreateOutcome::Created { run_id, state, cancel_previous } => {
+            CreateOutcome::Created { run_id, cancel_previous, .. } => {
                 for previous in cancel_previous {
                     let cancel = Envelope::Command {
                         run_id: previous,
@@ -177,25 +291,8 @@ impl EngineHandle {
                     };
                     self.send(cancel).await?;
                 }
-                if state == RunState::Running {
-                    self.send(self.adopt(&run_id).await).await?;
-                }
                 Ok(TriggerOutcome { run_id, flow: req.flow, version, created: true })
             }
-        }
-    }
-
-    /// Claims a run this replica just created and loads it here, off the engine
-    /// loop; falls back to a plain `Resume` (the loop claims and loads) on any miss.
-    async fn adopt(&self, run_id: &str) -> Envelope {
-        let resume = Envelope::Resume { run_id: run_id.to_string() };
-        match self.store.claim_run(run_id, &self.holder.lease_now(), false).await {
-            Ok(madeira_store::Claim::Held) => {}
-            _ => return resume,
-        }
-        match self.store.load_run(run_id).await {
-            Ok(Some(stored)) => Envelope::Adopt { stored: Box::new(stored) },
-            _ => resume,
         }
     }
 

@@ -5,6 +5,7 @@
 //! timers, answers callers). Recovery on start resumes every unfinished run.
 
 mod clock;
+mod creator;
 mod engine_loop;
 mod envelope;
 pub mod executor;
@@ -15,10 +16,12 @@ mod lease;
 mod observer;
 mod record;
 mod retention;
+mod scheduler;
 mod snapshot;
 mod stats;
 mod throttle;
 mod timers;
+mod trace;
 mod wake;
 
 use std::sync::Arc;
@@ -33,7 +36,10 @@ pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};
 pub use flows::{ApplyOutcome, FlowCache};
 pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, TriggerRequest};
 pub use observer::{AttemptOutcome, EngineObserver};
+pub use scheduler::Scheduler;
 pub use stats::{EngineStats, StatsSnapshot};
+pub use throttle::{ThrottleState, ThrottleView};
+pub use trace::{SpanEnded, SpanKind, TraceContext};
 
 /// Engine settings (from the server config).
 #[derive(Debug, Clone)]
@@ -61,12 +67,15 @@ pub struct EngineOptions {
     /// `throttle.max_permits` counted in the store, across replicas (set for
     /// shared stores); otherwise in this process only.
     pub global_permits: bool,
+    /// Hand every attempt its W3C `traceparent` (`Job::traceparent`) and report
+    /// run and attempt spans to observers (`EngineObserver::span_ended`).
+    pub tracing: bool,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
         Self {
-            batch_max: 1024,
+            batch_max: 128,
             retention: Duration::from_secs(30 * 24 * 3600),
             sweep_every: Duration::from_secs(60),
             max_output_bytes: 64 * 1024,
@@ -76,6 +85,7 @@ impl Default for EngineOptions {
             redis: None,
             inbox_poll: Duration::from_millis(250),
             global_permits: false,
+            tracing: false,
         }
     }
 }
@@ -101,6 +111,11 @@ pub enum EngineError {
     Refused { run: String, refusal: madeira_core::Refusal },
     #[error("flow {flow} already has {active} active run(s) and on_overlap is skip")]
     OverlapSkipped { flow: String, active: usize },
+    #[error(
+        "flow {flow}: node {node} is full ({claims} runs hold or wait for its {max_permits} permits, queue_size \
+         {queue_size}); retry later or raise throttle.queue_size"
+    )]
+    QueueFull { flow: String, node: String, claims: u32, max_permits: u32, queue_size: u32 },
     #[error("flow {0} is observe-only: its runs are reported by `madeira exec`, never dispatched")]
     ObserveOnly(String),
     #[error("flow {flow}: routing: {message}")]
@@ -139,26 +154,32 @@ pub fn build(
     options: EngineOptions,
 ) -> (Engine, EngineHandle) {
     let (tx, rx) = mpsc::channel(65_536);
+    let (create_tx, create_rx) = mpsc::channel(16_384);
     let (events, _) = broadcast::channel(16_384);
     let flows = FlowCache::default();
     let stats = Arc::new(EngineStats::default());
+    let throttle_view = ThrottleView::default();
     let holder = lease::Holder { owner: options.replica_id.clone(), lease: options.lease };
     let (wake, publisher) = wake::Wake::new(options.redis.clone());
     let handle = EngineHandle::new(handle::Shared {
         tx: tx.clone(),
+        create: create_tx,
         store: store.clone(),
         flows: flows.clone(),
         events: events.clone(),
         stats: stats.clone(),
+        throttle_view: throttle_view.clone(),
         holder,
         wake,
     });
     let engine = Engine::new(engine_loop::Parts {
         handle: handle.clone(),
         publisher: Some(publisher),
+        creator: Some(create_rx),
         store,
         executors: Arc::new(executors),
         observers,
+        throttle_view,
         options,
         rx,
         tx,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use madeira_core::RunSnapshot;
 
-use crate::RunEvent;
+use crate::{RunEvent, SpanEnded};
 
 /// How one attempt ended, as observers see it.
 #[derive(Debug, Clone)]
@@ -41,4 +41,7 @@ pub trait EngineObserver: Send + Sync {
     /// The next scheduled fire instant of a flow (Unix seconds), or `None` when paused
     /// or unscheduled.
     fn next_run(&self, flow: &str, at_unix_seconds: Option<f64>) {}
+    /// A run span (run reached a final state) or an attempt span ended; only when
+    /// `EngineOptions::tracing` is on.
+    fn span_ended(&self, span: &SpanEnded<'_>) {}
 }

@@ -24,7 +24,7 @@ pub(crate) struct Work {
     /// When each node became ready, for the dispatch-latency measure.
     pub ready_at: HashMap<(String, usize), Instant>,
     /// Permits taken in this batch, given back if the commit fails.
-    pub acquired: Vec<(String, usize)>,
+    pub acquired: Vec<(String, usize, String)>,
     /// Throttled `(flow, node)` whose permits or queue changed.
     pub throttled: BTreeMap<(String, usize), String>,
     /// Finished attempts: `(run_id, flow, node, attempt, outcome, error, duration)`.
@@ -46,12 +46,17 @@ pub(crate) struct FinishedAttempt {
     pub outcome: &'static str,
     pub error: Option<String>,
     pub duration: std::time::Duration,
+    pub started_at_ms: i64,
+    pub finished_at_ms: i64,
 }
 
 impl Work {
     /// Records the plan's transitions and state writes for `snap`.
     pub fn record(&mut self, snap: &RunSnapshot, plan: &Plan, actor: &str, now_ms: i64) {
         let flow = &snap.flow;
+        for node in &plan.touched {
+            self.dirty.insert((snap.run_id.clone(), *node));
+        }
         for change in &plan.nodes {
             let node = flow.nodes[change.node].id.clone();
             self.dirty.insert((snap.run_id.clone(), change.node));

@@ -36,8 +36,15 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let retry_after = self.details.get("retry_after_seconds").and_then(Json_::as_u64);
         let body = json!({"error": {"code": self.code, "message": self.message, "details": self.details}});
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = retry_after
+            && let Ok(value) = axum::http::HeaderValue::from_str(&secs.to_string())
+        {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, value);
+        }
+        response
     }
 }
 
@@ -65,6 +72,11 @@ impl From<EngineError> for ApiError {
             EngineError::OverlapSkipped { active, .. } => {
                 Self::new(StatusCode::CONFLICT, "overlap_skipped", message)
                     .with_details(json!({"active": active}))
+            }
+            EngineError::QueueFull { ref node, max_permits, queue_size, .. } => {
+                let details = json!({"node": node, "max_permits": max_permits, "queue_size": queue_size,
+                                     "retry_after_seconds": 1});
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "queue_full", message).with_details(details)
             }
             EngineError::ObserveOnly(_) => Self::new(StatusCode::CONFLICT, "observe_only", message),
             EngineError::Routing { .. } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "routing", message),

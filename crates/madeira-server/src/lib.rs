@@ -4,6 +4,7 @@
 
 mod auth;
 mod error;
+mod ratelimit;
 mod routes;
 mod views;
 
@@ -28,11 +29,61 @@ pub struct AppState {
     pub auth: Arc<AuthConfig>,
     /// Flips once (migrations ran, store answered): `/readyz` answers 200 after it.
     pub ready: Arc<AtomicBool>,
+    pub rate_limits: Arc<ratelimit::RateLimits>,
+    /// Alerting (`GET /alerts`, `POST /alerts/test`); `None` answers 503 there.
+    pub alerts: Option<madeira_alert::AlertHandle>,
+    /// What `/metrics` renders (`None`: 404).
+    pub metrics: Option<madeira_telemetry::Exposition>,
+    /// The process's log filter, for `PUT /admin/log-level`.
+    pub log_control: Option<madeira_telemetry::LogControl>,
 }
 
 impl AppState {
     pub fn new(engine: EngineHandle, auth: AuthConfig) -> Self {
-        Self { engine, auth: Arc::new(auth), ready: Arc::new(AtomicBool::new(false)) }
+        Self {
+            engine,
+            auth: Arc::new(auth),
+            ready: Arc::new(AtomicBool::new(false)),
+            rate_limits: Arc::new(ratelimit::RateLimits::default()),
+            alerts: None,
+            metrics: None,
+            log_control: None,
+        }
+    }
+
+    /// Serves `/metrics` from `exposition`.
+    pub fn with_metrics(mut self, exposition: madeira_telemetry::Exposition) -> Self {
+        self.metrics = Some(exposition);
+        self
+    }
+
+    /// Lets admins change the log filter through `PUT /admin/log-level`.
+    pub fn with_log_control(mut self, control: madeira_telemetry::LogControl) -> Self {
+        self.log_control = Some(control);
+        self
+    }
+
+    /// Serves the alert endpoints from `alerts`.
+    pub fn with_alerts(mut self, alerts: madeira_alert::AlertHandle) -> Self {
+        self.alerts = Some(alerts);
+        self
+    }
+
+    /// Takes one trigger from `flow`'s rate limit, or answers 429 with Retry-After.
+    pub fn check_rate(
+        &self,
+        flow: &str,
+        limit: Option<madeira_core::model::RateLimitDef>,
+    ) -> Result<(), ApiError> {
+        self.rate_limits.check(flow, limit).map_err(|wait| {
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            ApiError::new(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("flow {flow}: trigger rate limit reached; retry in {secs}s or raise `rate_limit`"),
+            )
+            .with_details(serde_json::json!({"retry_after_seconds": secs}))
+        })
     }
 
     pub fn mark_ready(&self) {

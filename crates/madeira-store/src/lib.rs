@@ -3,6 +3,7 @@
 //! of SPEC §3: node/run state rows and their transition records are written in one
 //! database transaction, batched (group commit) by the engine.
 
+mod alerts;
 mod lease;
 pub mod postgres;
 mod records;
@@ -14,6 +15,7 @@ mod tests;
 
 use async_trait::async_trait;
 
+pub use alerts::*;
 pub use lease::{Claim, Lease, UNCLAIMED_GRACE_MS};
 pub use records::*;
 
@@ -46,17 +48,31 @@ pub trait Store: Send + Sync + 'static {
     async fn get_flow(&self, name: &str) -> Result<Option<FlowRecord>>;
     async fn list_flows(&self) -> Result<Vec<FlowRecord>>;
     async fn flow_version(&self, name: &str, version: u32) -> Result<Option<FlowVersion>>;
+    /// Every stored version of a flow, oldest first.
+    async fn flow_versions(&self, name: &str) -> Result<Vec<FlowVersion>>;
     async fn set_paused(&self, name: &str, paused: bool, now_ms: i64) -> Result<bool>;
 
     /// Creates a run (QUEUED, or RUNNING when `max_active_runs` leaves room) with
     /// its node rows, honouring the idempotency key and `on_overlap` in one
     /// transaction.
     async fn create_run(&self, run: &NewRun) -> Result<CreateOutcome>;
+    /// `create_run` for several runs in one transaction (one durable commit), each
+    /// decided after the ones before it. Backends without batching loop.
+    async fn create_runs(&self, runs: &[NewRun]) -> Result<Vec<CreateOutcome>> {
+        let mut out = Vec::with_capacity(runs.len());
+        for run in runs {
+            out.push(self.create_run(run).await?);
+        }
+        Ok(out)
+    }
     /// Starts the oldest QUEUED run of `flow` if `max_active_runs` leaves room.
     async fn promote_queued(&self, flow: &str, max_active_runs: u32, now_ms: i64) -> Result<Option<String>>;
     /// Writes a batch of state changes and their records in one transaction.
     async fn commit(&self, batch: &Batch) -> Result<()>;
 
+    /// The idempotency key of the latest cron run of `flow` (`cron:<flow>:<instant>`),
+    /// from which the scheduler knows the last tick it fired.
+    async fn last_cron_key(&self, flow: &str) -> Result<Option<String>>;
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>>;
     /// Ids of runs that are QUEUED or RUNNING (for recovery).
     async fn unfinished_runs(&self) -> Result<Vec<String>>;

@@ -50,8 +50,20 @@ pub struct NewRun {
     /// 0 = unlimited.
     pub max_active_runs: u32,
     pub overlap: Overlap,
+    /// Throttled nodes of the flow: the run is refused when one of them already has
+    /// `max_permits + queue_size` claims (running, waiting, or still to come).
+    pub throttles: Vec<ThrottleClaim>,
     pub actor: String,
     pub now_ms: i64,
+    /// W3C `traceparent` of the run's span, kept so the run has one trace for life.
+    pub trace_context: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThrottleClaim {
+    pub node: String,
+    pub max_permits: u32,
+    pub queue_size: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +81,13 @@ pub enum CreateOutcome {
     /// `on_overlap: skip` and the flow is at `max_active_runs`.
     Skipped {
         active: Vec<String>,
+    },
+    /// A throttled node's queue is full; nothing was stored.
+    Throttled {
+        node: String,
+        claims: u32,
+        max_permits: u32,
+        queue_size: u32,
     },
 }
 
@@ -104,6 +123,9 @@ pub struct RunRow {
     pub created_at: i64,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
+    /// W3C `traceparent` of the run's span (`None` for runs older than tracing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_context: Option<String>,
 }
 
 #[derive(Debug, Clone)]

@@ -1,17 +1,24 @@
-//! Assembles a control plane — store, engine, HTTP API — so `serve`, `dev`, the demo,
-//! the benchmark and tests all build the same thing. One shutdown path: cancel the
-//! token, the server drains, the engine stops.
+//! Assembles a control plane — telemetry, store, engine, HTTP API — so `serve`,
+//! `dev`, the demo, the benchmark and tests all build the same thing. One shutdown
+//! path: cancel the token, the server drains, the engine stops, spans are flushed
+//! last.
+//!
+//! Metrics: `Telemetry` owns the one Prometheus registry of the process; every
+//! component registers its families on `telemetry.registry_mut()` in `start`
+//! before it is frozen into the `/metrics` exposition.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use madeira_alert::{AlertHandle, AlertMetrics, SystemClock};
 use madeira_engine::{EngineHandle, EngineObserver, EngineOptions, Executors};
 use madeira_server::{AppState, AuthConfig};
-use madeira_store::Store;
 use madeira_store::postgres::PostgresStore;
 use madeira_store::sqlite::SqliteStore;
+use madeira_store::{AlertStore, RunQuery, Store};
+use madeira_telemetry::{MetricsObserver, Telemetry, TelemetryOptions};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -20,6 +27,8 @@ pub struct ControlPlane {
     pub engine: EngineHandle,
     pub http_addr: Option<SocketAddr>,
     pub cancel: CancellationToken,
+    /// `/metrics` exposition and the span exporter.
+    pub telemetry: madeira_telemetry::Running,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -31,19 +40,25 @@ pub struct PlaneOptions {
     pub auth: AuthConfig,
     /// Serve the API here (`None`: engine only).
     pub http: Option<SocketAddr>,
+    /// Alert channels and routes; without channels alerts are only recorded.
+    pub alerts: madeira_alert::Settings,
+    /// Metrics, traces, log filter control.
+    pub telemetry: TelemetryOptions,
 }
 
 /// Opens the store named by `url` (`sqlite://…` or `postgres://…`/`postgresql://…`)
-/// and applies its migrations.
-pub async fn open_store(url: &str) -> Result<Arc<dyn Store>> {
+/// and applies its migrations: run state, and the alert aggregate on the same
+/// database.
+pub async fn open_store(url: &str) -> Result<(Arc<dyn Store>, Arc<dyn AlertStore>)> {
     if url.starts_with("sqlite:") {
-        let store = SqliteStore::open(url).await.with_context(|| format!("opening store {url}"))?;
-        return Ok(Arc::new(store));
+        let store = Arc::new(SqliteStore::open(url).await.with_context(|| format!("opening store {url}"))?);
+        return Ok((store.clone(), store));
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let store =
-            PostgresStore::open(url).await.with_context(|| format!("opening store {}", redact(url)))?;
-        return Ok(Arc::new(store));
+        let store = Arc::new(
+            PostgresStore::open(url).await.with_context(|| format!("opening store {}", redact(url)))?,
+        );
+        return Ok((store.clone(), store));
     }
     anyhow::bail!("store `{}`: use sqlite:///path/madeira.db or postgres://user@host/db", redact(url))
 }
@@ -71,18 +86,41 @@ pub fn sqlite_url_in(dir: &Path) -> Result<String> {
 
 impl ControlPlane {
     pub async fn start(options: PlaneOptions) -> Result<Self> {
-        let store = open_store(&options.store_url).await?;
+        let mut telemetry = Telemetry::new(&options.telemetry).context("starting telemetry")?;
+        let (store, alert_store) = open_store(&options.store_url).await?;
+        if options.telemetry.metrics {
+            seed_last_success(store.as_ref(), telemetry.metrics_observer()).await;
+        }
+        let listener = match options.http {
+            Some(addr) => {
+                Some(TcpListener::bind(addr).await.with_context(|| format!("binding HTTP {addr}"))?)
+            }
+            None => None,
+        };
+        let http_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
+        // Components register their metric families on the one registry before it is frozen.
+        let (alert_task, alerts) =
+            build_alerts(options.alerts, alert_store, http_addr, telemetry.registry_mut())?;
+        let mut observers = options.observers;
+        observers.push(alerts.observer());
+        observers.extend(telemetry.observers());
         let executors = Executors::new(options.engine.http.clone());
-        let (engine, handle) = madeira_engine::build(store, executors, options.observers, options.engine);
+        let engine_options = EngineOptions { tracing: telemetry.tracing(), ..options.engine };
+        let (engine, handle) = madeira_engine::build(store, executors, observers.clone(), engine_options);
+        let telemetry = telemetry.finish();
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
-        let engine_cancel = cancel.clone();
-        tasks.push(tokio::spawn(engine.run(engine_cancel)));
-        let mut http_addr = None;
-        if let Some(addr) = options.http {
-            let listener = TcpListener::bind(addr).await.with_context(|| format!("binding HTTP {addr}"))?;
-            http_addr = Some(listener.local_addr()?);
-            let state = AppState::new(handle.clone(), options.auth);
+        tasks.push(tokio::spawn(engine.run(cancel.clone())));
+        tasks.push(tokio::spawn(alert_task.run(cancel.clone())));
+        let scheduler = madeira_engine::Scheduler::new(handle.clone(), observers);
+        tasks.push(tokio::spawn(scheduler.run(cancel.clone())));
+        if let Some(listener) = listener {
+            let mut state = AppState::new(handle.clone(), options.auth)
+                .with_alerts(alerts)
+                .with_metrics(telemetry.exposition.clone());
+            if let Some(control) = options.telemetry.log_control.clone() {
+                state = state.with_log_control(control);
+            }
             state.mark_ready();
             let shutdown = cancel.clone();
             tasks.push(tokio::spawn(async move {
@@ -91,7 +129,7 @@ impl ControlPlane {
                 }
             }));
         }
-        Ok(Self { engine: handle, http_addr, cancel, tasks })
+        Ok(Self { engine: handle, http_addr, cancel, telemetry, tasks })
     }
 
     /// Applies every `*.yaml`/`*.yml` file in `dir`; the first invalid one aborts.
@@ -119,7 +157,51 @@ impl ControlPlane {
         for task in self.tasks {
             let _ = task.await;
         }
+        self.telemetry.shutdown();
     }
+}
+
+/// Sets each flow's last-success gauge from the store, so the "has not
+/// succeeded within its interval" alert holds across restarts.
+async fn seed_last_success(store: &dyn Store, observer: &MetricsObserver) {
+    let flows = match store.list_flows().await {
+        Ok(flows) => flows,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot seed last-success metrics");
+            return;
+        }
+    };
+    for flow in flows {
+        let query =
+            RunQuery { flow: Some(flow.name.clone()), state: Some("SUCCESS".into()), before: None, limit: 1 };
+        if let Ok(runs) = store.list_runs(&query).await
+            && let Some(at) = runs.first().and_then(|r| r.finished_at)
+        {
+            observer.seed_last_success(&flow.name, at as f64 / 1000.0);
+        }
+    }
+}
+
+/// The alert component; run links default to the API's own address.
+fn build_alerts(
+    mut settings: madeira_alert::Settings,
+    store: Arc<dyn AlertStore>,
+    http_addr: Option<SocketAddr>,
+    registry: &mut prometheus_client::registry::Registry,
+) -> Result<(madeira_alert::AlertTask, AlertHandle)> {
+    if settings.external_url.is_none() {
+        match http_addr {
+            Some(addr) if !addr.ip().is_unspecified() => {
+                settings.external_url = Some(format!("http://{addr}"))
+            }
+            Some(_) if !settings.channels.is_empty() => {
+                tracing::warn!("alerts.external_url is not set: alert messages carry run ids without links")
+            }
+            _ => {}
+        }
+    }
+    let metrics = AlertMetrics::register(registry);
+    Ok(madeira_alert::build(settings, store, metrics, Arc::new(SystemClock))?)
 }
 
 /// Resolves on SIGINT or SIGTERM.

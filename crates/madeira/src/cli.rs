@@ -24,12 +24,41 @@ pub struct Global {
     pub log_level: String,
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Export run and attempt spans over OTLP/gRPC to this endpoint.
+    #[arg(long, global = true, env = "OTEL_EXPORTER_OTLP_ENDPOINT", hide_env_values = true)]
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of exported spans.
+    #[arg(long, global = true, env = "OTEL_SERVICE_NAME", default_value = "madeira")]
+    pub otel_service_name: String,
+}
+
+impl Global {
+    /// Telemetry settings of servers started by this command.
+    pub fn telemetry(
+        &self,
+        log_control: madeira_telemetry::LogControl,
+    ) -> madeira_telemetry::TelemetryOptions {
+        let traces = self.otlp_endpoint.as_deref().map(str::trim).filter(|e| !e.is_empty()).map(|endpoint| {
+            madeira_telemetry::TraceOptions {
+                service_name: self.otel_service_name.clone(),
+                ..madeira_telemetry::TraceOptions::new(endpoint)
+            }
+        });
+        madeira_telemetry::TelemetryOptions { traces, log_control: Some(log_control), ..Default::default() }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LogFormat {
     Text,
     Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TelemetryMode {
+    On,
+    Off,
+    Both,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -82,8 +111,26 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// List flows.
+    /// Stop a flow's triggers (cron and events) until resumed.
+    Pause {
+        flow: String,
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Resume a paused flow; missed ticks follow its misfire policy.
+    Resume {
+        flow: String,
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// List flows, or a flow's version history.
     Flows {
+        #[command(subcommand)]
+        command: Option<FlowsCommand>,
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -126,6 +173,9 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Alerts (firing, resolved) with each delivery's status; `alerts test CHANNEL`
+    /// sends a test message.
+    Alerts(AlertsArgs),
     /// The audit log of operator actions.
     Audit {
         #[arg(long)]
@@ -186,6 +236,44 @@ pub struct NodeActionArgs {
     pub server: ServerArgs,
 }
 
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct AlertsArgs {
+    #[command(subcommand)]
+    pub command: Option<AlertsCommand>,
+    /// pending, firing or resolved.
+    #[arg(long)]
+    pub status: Option<String>,
+    #[arg(long)]
+    pub flow: Option<String>,
+    #[arg(long, default_value_t = 20)]
+    pub limit: u32,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AlertsCommand {
+    /// Send a test message on a channel now.
+    Test {
+        channel: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FlowsCommand {
+    /// The versions of a flow; `--diff A B` shows what changed between two.
+    History {
+        name: String,
+        #[arg(long, num_args = 2, value_names = ["A", "B"])]
+        diff: Option<Vec<u32>>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 pub enum CronCommand {
     /// Print the next fire instants of a cron expression.
@@ -205,9 +293,17 @@ pub enum CronCommand {
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Which scenarios to run.
+    /// Which scenarios to run (also: `throttle`, `cron`, and `alerts`, 10,000 failure
+    /// events through alert aggregation).
     #[arg(long, value_delimiter = ',', default_value = "idle,chain,fanout,settlement,steady")]
     pub scenarios: Vec<String>,
+    /// Metrics and tracing during the runs: `on`, `off`, or `both` (each chain and
+    /// fan-out scenario run with telemetry off and on, side by side).
+    #[arg(long, value_enum, default_value_t = TelemetryMode::Off)]
+    pub telemetry: TelemetryMode,
+    /// With `--telemetry both`: off/on pairs per scenario (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub repeat: usize,
     /// Concurrent runs in the settlement scenario.
     #[arg(long, default_value_t = 500)]
     pub runs: usize,
@@ -220,6 +316,9 @@ pub struct BenchArgs {
     /// Control-plane replicas (engines) sharing the store, triggered in turn.
     #[arg(long, default_value_t = 1)]
     pub replicas: usize,
+    /// Cron flows in the cron scenario (all firing at the same instant).
+    #[arg(long, default_value_t = 10_000)]
+    pub flows: usize,
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
 }

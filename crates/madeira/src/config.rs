@@ -38,6 +38,9 @@ pub struct ServerConfig {
     pub auth: AuthSection,
     #[serde(default)]
     pub http_executor: HttpPolicy,
+    /// Alert channels and routes (SPEC §7).
+    #[serde(default)]
+    pub alerts: madeira_alert::AlertsConfig,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -122,6 +125,13 @@ impl ServerConfig {
             return Err(err(format!("{lease:?} is too short; use at least 300ms (default 15s)")));
         }
         Ok(lease)
+    }
+
+    /// The `alerts:` section, with its secrets read from env and files.
+    pub fn alerts(&self, file: &str) -> Result<madeira_alert::Settings, ConfigError> {
+        self.alerts
+            .resolve(&|name| std::env::var(name).ok())
+            .map_err(|e| ConfigError { file: file.to_string(), message: e.to_string() })
     }
 
     /// The HTTP listen address, checked.

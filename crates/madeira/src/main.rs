@@ -15,7 +15,8 @@ mod logging;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    logging::init(&cli.global);
+    let log_control = logging::init(&cli.global);
+    let telemetry = cli.global.telemetry(log_control);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -23,7 +24,7 @@ fn main() -> ExitCode {
             return ExitCode::from(70);
         }
     };
-    match runtime.block_on(commands::run(cli)) {
+    match runtime.block_on(commands::run(cli, telemetry)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");

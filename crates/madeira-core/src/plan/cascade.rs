@@ -242,8 +242,9 @@ impl Planner<'_> {
         let version = self.snap.nodes[node].data_version;
         for (d, _) in self.snap.flow.downstream[node].clone() {
             let n = &mut self.snap.nodes[d];
-            if n.reads.iter().any(|(u, v)| *u == node && *v < version) {
+            if !n.stale && n.reads.iter().any(|(u, v)| *u == node && *v < version) {
                 n.stale = true;
+                self.plan.touched.push(d);
             }
         }
     }

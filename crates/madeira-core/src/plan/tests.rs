@@ -191,8 +191,9 @@ fn rerun_marks_reader_stale_and_downstream_refreshes() {
     run_node(&mut snap, 1, true);
     assert_eq!(snap.nodes[1].reads, vec![(0, 1)]);
     apply(&mut snap, &Command::Rerun { node: 0, downstream: false }, &CTX).expect("rerun");
-    run_node(&mut snap, 0, true);
+    let plan = run_node(&mut snap, 0, true);
     assert!(snap.nodes[1].stale);
+    assert_eq!(plan.touched, vec![1], "the stale flag must reach the store");
     assert_eq!(snap.state, RunState::Success);
     apply(&mut snap, &Command::Rerun { node: 0, downstream: true }, &CTX).expect("rerun");
     assert_eq!(snap.nodes[1].state, NodeState::Init);

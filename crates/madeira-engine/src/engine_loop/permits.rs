@@ -36,7 +36,7 @@ impl Engine {
             node: name.into(),
             run_id: run_id.into(),
         });
-        self.throttle.dropped(flow, node);
+        self.throttle.dropped(flow, node, run_id);
         work.permits_freed.insert((flow.to_string(), node));
         work.throttled.insert((flow.to_string(), node), name.to_string());
     }
@@ -61,7 +61,7 @@ impl Engine {
                 }
             }
             self.throttle.pop(flow, node);
-            self.throttle.held(flow, node);
+            self.throttle.held(flow, node, &waiter.run_id);
             work.throttled.insert((flow.to_string(), node), name.clone());
             work.ready_at.insert((waiter.run_id.clone(), node), waiter.ready_at);
             if let Err(e) = self.apply(&waiter.run_id, Command::Dispatch { node }, "engine", work) {

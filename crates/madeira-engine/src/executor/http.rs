@@ -77,6 +77,9 @@ impl Executor for HttpExecutor {
             .header("X-Madeira-Run-Id", &job.run_id)
             .header("X-Madeira-Node", &job.node)
             .header("X-Madeira-Attempt", job.attempt.to_string());
+        if let Some(traceparent) = &job.traceparent {
+            request = request.header("traceparent", traceparent);
+        }
         for (name, value) in &def.headers {
             request = request.header(name, value);
         }

@@ -52,3 +52,37 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<J
     }
     Ok(Json(json!({"flows": flows})))
 }
+
+pub async fn versions(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    state.auth.authorize(&headers, Role::Viewer)?;
+    let versions = state.engine.store().flow_versions(&name).await?;
+    if versions.is_empty() {
+        return Err(ApiError::not_found(format!("flow {name} not found")));
+    }
+    let list: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"version": v.version, "content_hash": v.content_hash, "created_at": views::time(Some(v.created_at))}))
+        .collect();
+    Ok(Json(json!({"flow": name, "versions": list})))
+}
+
+pub async fn version(
+    State(state): State<AppState>,
+    Path((name, version)): Path<(String, u32)>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    state.auth.authorize(&headers, Role::Viewer)?;
+    let v = state
+        .engine
+        .store()
+        .flow_version(&name, version)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("flow {name} version {version} not found")))?;
+    Ok(Json(
+        json!({"flow": name, "version": v.version, "source": v.source, "created_at": views::time(Some(v.created_at))}),
+    ))
+}

@@ -1,14 +1,17 @@
 //! Route table and the request helpers shared by handlers.
 
+mod alerts;
 mod audit;
 mod flows;
 mod health;
 mod runs;
+mod telemetry;
+mod triggers;
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use serde::de::DeserializeOwned;
 
 use crate::{ApiError, AppState, MAX_BODY_BYTES};
@@ -18,6 +21,10 @@ pub fn router(state: AppState) -> Router {
         .route("/flows", get(flows::list))
         .route("/flows/{name}", get(flows::get).put(flows::put))
         .route("/flows/{name}/runs", post(runs::trigger))
+        .route("/flows/{name}/versions", get(flows::versions))
+        .route("/flows/{name}/versions/{version}", get(flows::version))
+        .route("/flows/{name}/{action}", post(triggers::pause))
+        .route("/events", post(triggers::event))
         .route("/runs", get(runs::list))
         .route("/runs/{id}", get(runs::show))
         .route("/runs/{id}/cancel", post(runs::cancel))
@@ -25,10 +32,14 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{id}/nodes/{node}/logs", get(runs::logs))
         .route("/runs/{id}/nodes/{node}/{action}", post(runs::node_action))
         .route("/audit", get(audit::list))
+        .route("/alerts", get(alerts::list))
+        .route("/alerts/test", post(alerts::test))
         .fallback(|| async { ApiError::not_found("no such API route; see SPEC §9") });
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(telemetry::metrics))
+        .route("/admin/log-level", put(telemetry::put_log_level).get(telemetry::get_log_level))
         .nest("/api/v1", api)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)

@@ -41,6 +41,8 @@ pub async fn trigger(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let actor = state.auth.authorize(&headers, Role::Operator)?;
     let body: TriggerBody = json_body(&body)?;
+    let def = state.engine.flow(&flow, None).await?;
+    state.check_rate(&flow, def.rate_limit)?;
     let key = match headers.get("idempotency-key") {
         Some(v) => Some(
             v.to_str()
@@ -121,7 +123,22 @@ pub async fn show(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
     let def = state.engine.flow(&stored.run.flow, Some(stored.run.version)).await?;
-    Ok(Json(views::run_detail(&stored, &def)))
+    let mut view = views::run_detail(&stored, &def);
+    for node in def.nodes.iter().filter(|n| n.throttle.is_some()) {
+        let (Some(throttle), Some(entry)) = (node.throttle, view["nodes"].get_mut(&node.id)) else {
+            continue;
+        };
+        let live = state.engine.throttle_state(&def.name, &node.id);
+        let position = live.waiting.iter().position(|r| *r == id).map(|p| p + 1);
+        entry["throttle"] = json!({
+            "max_permits": throttle.max_permits,
+            "queue_size": throttle.queue_size,
+            "permits_in_use": live.in_use,
+            "queue_depth": live.waiting.len(),
+            "queue_position": position,
+        });
+    }
+    Ok(Json(view))
 }
 
 pub async fn cancel(

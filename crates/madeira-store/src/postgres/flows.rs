@@ -109,3 +109,23 @@ pub(super) async fn set_paused(pool: &PgPool, name: &str, paused: bool, now_ms: 
         .await?;
     Ok(done.rows_affected() > 0)
 }
+
+pub(super) async fn flow_versions(pool: &PgPool, name: &str) -> Result<Vec<FlowVersion>> {
+    let rows: Vec<(String, i64, String, String, i64)> = sqlx::query_as(
+        "SELECT flow, version, source, content_hash, created_at FROM flow_versions \
+         WHERE flow = $1 ORDER BY version",
+    )
+    .bind(name)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(flow, version, source, content_hash, created_at)| FlowVersion {
+            flow,
+            version: version as u32,
+            source,
+            content_hash,
+            created_at,
+        })
+        .collect())
+}

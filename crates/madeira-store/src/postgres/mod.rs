@@ -5,6 +5,7 @@
 //! idempotency and overlap, promotion of queued runs, flow versions) take a
 //! transaction-scoped advisory lock per flow here, so replicas never race on them.
 
+mod alerts;
 mod commands;
 mod commit;
 mod flows;
@@ -82,17 +83,27 @@ impl Store for PostgresStore {
     async fn flow_version(&self, name: &str, version: u32) -> Result<Option<FlowVersion>> {
         flows::flow_version(&self.pool, name, version).await
     }
+    async fn flow_versions(&self, name: &str) -> Result<Vec<FlowVersion>> {
+        flows::flow_versions(&self.pool, name).await
+    }
     async fn set_paused(&self, name: &str, paused: bool, now_ms: i64) -> Result<bool> {
         flows::set_paused(&self.pool, name, paused, now_ms).await
     }
     async fn create_run(&self, run: &NewRun) -> Result<CreateOutcome> {
-        runs::create_run(&self.pool, run).await
+        let mut outcomes = runs::create_runs(&self.pool, std::slice::from_ref(run)).await?;
+        outcomes.pop().ok_or_else(|| StoreError::Refused("no outcome for the run".into()))
+    }
+    async fn create_runs(&self, runs: &[NewRun]) -> Result<Vec<CreateOutcome>> {
+        runs::create_runs(&self.pool, runs).await
     }
     async fn promote_queued(&self, flow: &str, max: u32, now_ms: i64) -> Result<Option<String>> {
         runs::promote_queued(&self.pool, flow, max, now_ms).await
     }
     async fn commit(&self, batch: &Batch) -> Result<()> {
         commit::commit(&self.pool, batch).await
+    }
+    async fn last_cron_key(&self, flow: &str) -> Result<Option<String>> {
+        read::last_cron_key(&self.pool, flow).await
     }
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>> {
         read::load_run(&self.pool, run_id).await

@@ -9,8 +9,8 @@ use crate::{
     StoredRun, TransitionRecord,
 };
 
-const RUN_COLUMNS: &str =
-    "id, flow, version, state, params, idempotency_key, trigger, created_at, started_at, finished_at";
+const RUN_COLUMNS: &str = "id, flow, version, state, params, idempotency_key, trigger, created_at, started_at, finished_at, \
+     trace_context";
 
 fn corrupt(table: &'static str, detail: impl ToString) -> StoreError {
     StoreError::Corrupt { table, detail: detail.to_string() }
@@ -29,6 +29,7 @@ fn run_row(row: &PgRow) -> Result<RunRow> {
         created_at: row.try_get("created_at")?,
         started_at: row.try_get("started_at")?,
         finished_at: row.try_get("finished_at")?,
+        trace_context: row.try_get("trace_context")?,
     })
 }
 
@@ -192,4 +193,17 @@ pub(super) async fn audit(pool: &PgPool, query: &AuditQuery) -> Result<Vec<Audit
             })
         })
         .collect()
+}
+
+pub(super) async fn last_cron_key(pool: &PgPool, flow: &str) -> Result<Option<String>> {
+    // Keys are `cron:<flow>:<RFC 3339 UTC with milliseconds>`: they sort by instant
+    // (compared bytewise, whatever the database collation).
+    let row: Option<(String,)> = sqlx::query_as(
+        "SELECT idempotency_key FROM runs WHERE flow = $1 AND idempotency_key LIKE 'cron:%' \
+         ORDER BY idempotency_key COLLATE \"C\" DESC LIMIT 1",
+    )
+    .bind(flow)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(key,)| key))
 }

@@ -1,6 +1,8 @@
 //! Run creation (idempotency key and `on_overlap` decided inside one transaction
 //! under the flow's advisory lock), promotion of queued runs, logs and retention.
 
+use std::collections::HashMap;
+
 use madeira_core::{RunCause, RunState};
 use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
 
@@ -19,32 +21,90 @@ pub(super) async fn lock_flow(tx: &mut Transaction<'_, Postgres>, flow: &str) ->
     Ok(())
 }
 
-pub(super) async fn create_run(pool: &PgPool, run: &NewRun) -> Result<CreateOutcome> {
+pub(super) async fn create_runs(pool: &PgPool, runs: &[NewRun]) -> Result<Vec<CreateOutcome>> {
     let mut tx = pool.begin().await?;
-    lock_flow(&mut tx, &run.flow).await?;
+    // Every flow of the batch is locked up front, in one order, so two replicas
+    // batching runs of the same flows never wait on each other in a cycle.
+    let mut flows: Vec<&str> = runs.iter().map(|r| r.flow.as_str()).collect();
+    flows.sort_unstable();
+    flows.dedup();
+    for flow in flows {
+        lock_flow(&mut tx, flow).await?;
+    }
+    let mut outcomes = Vec::with_capacity(runs.len());
+    let mut claims = HashMap::new();
+    for run in runs {
+        outcomes.push(create_in(&mut tx, run, &mut claims).await?);
+    }
+    tx.commit().await?;
+    Ok(outcomes)
+}
+
+/// Claims on throttled `(flow, node)`, counted once per transaction and then kept
+/// up to date as runs are created in it (the flow's advisory lock makes this
+/// transaction the only one creating runs of the flow).
+type Claims = HashMap<(String, String), i64>;
+
+async fn create_in(
+    tx: &mut Transaction<'_, Postgres>,
+    run: &NewRun,
+    cache: &mut Claims,
+) -> Result<CreateOutcome> {
     if let Some(key) = &run.idempotency_key {
         let existing: Option<(String, i64)> =
             sqlx::query_as("SELECT id, version FROM runs WHERE flow = $1 AND idempotency_key = $2")
                 .bind(&run.flow)
                 .bind(key)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&mut **tx)
                 .await?;
         if let Some((run_id, version)) = existing {
             return Ok(CreateOutcome::Existing { run_id, version: version as u32 });
         }
     }
-    let active: Vec<(String,)> =
-        sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'RUNNING' ORDER BY id")
-            .bind(&run.flow)
-            .fetch_all(&mut *tx)
-            .await?;
-    let active: Vec<String> = active.into_iter().map(|(id,)| id).collect();
-    let queued: Option<(String,)> =
-        sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' LIMIT 1")
-            .bind(&run.flow)
-            .fetch_optional(&mut *tx)
-            .await?;
-    let room = run.max_active_runs == 0 || (active.len() < run.max_active_runs as usize && queued.is_none());
+    for claim in &run.throttles {
+        let key = (run.flow.clone(), claim.node.clone());
+        let claims = match cache.get(&key) {
+            Some(n) => *n,
+            None => {
+                let (n,): (i64,) = sqlx::query_as(
+                    "SELECT COUNT(*) FROM nodes n JOIN runs r ON r.id = n.run_id \
+                     WHERE r.flow = $1 AND r.state IN ('RUNNING', 'QUEUED') AND n.node = $2 \
+                     AND n.state IN ('INIT', 'RETRYING', 'RUNNING')",
+                )
+                .bind(&run.flow)
+                .bind(&claim.node)
+                .fetch_one(&mut **tx)
+                .await?;
+                cache.insert(key.clone(), n);
+                n
+            }
+        };
+        if claims >= i64::from(claim.max_permits) + i64::from(claim.queue_size) {
+            return Ok(CreateOutcome::Throttled {
+                node: claim.node.clone(),
+                claims: claims as u32,
+                max_permits: claim.max_permits,
+                queue_size: claim.queue_size,
+            });
+        }
+    }
+    let (active, room) = if run.max_active_runs == 0 {
+        (Vec::new(), true)
+    } else {
+        let active: Vec<(String,)> =
+            sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'RUNNING' ORDER BY id")
+                .bind(&run.flow)
+                .fetch_all(&mut **tx)
+                .await?;
+        let active: Vec<String> = active.into_iter().map(|(id,)| id).collect();
+        let queued: Option<(String,)> =
+            sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' LIMIT 1")
+                .bind(&run.flow)
+                .fetch_optional(&mut **tx)
+                .await?;
+        let room = active.len() < run.max_active_runs as usize && queued.is_none();
+        (active, room)
+    };
     let (state, cancel_previous) = match (room, run.overlap) {
         (true, _) => (RunState::Running, Vec::new()),
         (false, Overlap::Skip) => return Ok(CreateOutcome::Skipped { active }),
@@ -53,7 +113,7 @@ pub(super) async fn create_run(pool: &PgPool, run: &NewRun) -> Result<CreateOutc
     };
     sqlx::query(
         "INSERT INTO runs (id, flow, version, state, params, idempotency_key, trigger, created_at, \
-         started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+         started_at, trace_context) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )
     .bind(&run.id)
     .bind(&run.flow)
@@ -64,7 +124,8 @@ pub(super) async fn create_run(pool: &PgPool, run: &NewRun) -> Result<CreateOutc
     .bind(&run.trigger)
     .bind(run.now_ms)
     .bind((state == RunState::Running).then_some(run.now_ms))
-    .execute(&mut *tx)
+    .bind(&run.trace_context)
+    .execute(&mut **tx)
     .await?;
     for (offset, chunk) in run.node_names.chunks(CHUNK).enumerate() {
         let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
@@ -77,14 +138,15 @@ pub(super) async fn create_run(pool: &PgPool, run: &NewRun) -> Result<CreateOutc
                 .push_bind(name)
                 .push("'INIT', 0, 0, 0, '{}', '[]', FALSE, FALSE");
         });
-        q.build().execute(&mut *tx).await?;
+        q.build().execute(&mut **tx).await?;
     }
-    record_run_transition(&mut tx, &run.id, None, RunState::Queued, "created", &run.actor, run.now_ms)
-        .await?;
+    record_run_transition(tx, &run.id, None, RunState::Queued, "created", &run.actor, run.now_ms).await?;
     if state == RunState::Running {
-        started(&mut tx, &run.id, &run.actor, run.now_ms).await?;
+        started(tx, &run.id, &run.actor, run.now_ms).await?;
     }
-    tx.commit().await?;
+    for claim in &run.throttles {
+        *cache.entry((run.flow.clone(), claim.node.clone())).or_default() += 1;
+    }
     Ok(CreateOutcome::Created { run_id: run.id.clone(), state, cancel_previous })
 }
 

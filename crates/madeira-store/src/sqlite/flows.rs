@@ -105,3 +105,23 @@ pub(super) async fn set_paused(pool: &SqlitePool, name: &str, paused: bool, now_
         .await?;
     Ok(done.rows_affected() > 0)
 }
+
+pub(super) async fn flow_versions(pool: &SqlitePool, name: &str) -> Result<Vec<FlowVersion>> {
+    let rows: Vec<(String, i64, String, String, i64)> = sqlx::query_as(
+        "SELECT flow, version, source, content_hash, created_at FROM flow_versions \
+         WHERE flow = ? ORDER BY version",
+    )
+    .bind(name)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(flow, version, source, content_hash, created_at)| FlowVersion {
+            flow,
+            version: version as u32,
+            source,
+            content_hash,
+            created_at,
+        })
+        .collect())
+}

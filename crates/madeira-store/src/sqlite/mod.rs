@@ -1,6 +1,7 @@
 //! SQLite backend: one file in WAL mode with durable (`synchronous = FULL`)
 //! commits; a single-connection pool serialises writes, a small pool serves reads.
 
+mod alerts;
 mod commands;
 mod commit;
 mod flows;
@@ -67,11 +68,18 @@ impl Store for SqliteStore {
     async fn flow_version(&self, name: &str, version: u32) -> Result<Option<FlowVersion>> {
         flows::flow_version(&self.read, name, version).await
     }
+    async fn flow_versions(&self, name: &str) -> Result<Vec<FlowVersion>> {
+        flows::flow_versions(&self.read, name).await
+    }
     async fn set_paused(&self, name: &str, paused: bool, now_ms: i64) -> Result<bool> {
         flows::set_paused(&self.write, name, paused, now_ms).await
     }
     async fn create_run(&self, run: &NewRun) -> Result<CreateOutcome> {
-        runs::create_run(&self.write, run).await
+        let mut outcomes = runs::create_runs(&self.write, std::slice::from_ref(run)).await?;
+        outcomes.pop().ok_or_else(|| StoreError::Refused("no outcome for the run".into()))
+    }
+    async fn create_runs(&self, runs: &[NewRun]) -> Result<Vec<CreateOutcome>> {
+        runs::create_runs(&self.write, runs).await
     }
     async fn promote_queued(&self, flow: &str, max: u32, now_ms: i64) -> Result<Option<String>> {
         runs::promote_queued(&self.write, flow, max, now_ms).await
@@ -79,8 +87,11 @@ impl Store for SqliteStore {
     async fn commit(&self, batch: &Batch) -> Result<()> {
         commit::commit(&self.write, batch).await
     }
+    async fn last_cron_key(&self, flow: &str) -> Result<Option<String>> {
+        read::last_cron_key(&self.read, flow).await
+    }
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>> {
-        read::load_run(&self.write, run_id).await
+        read::load_run(&self.read, run_id).await
     }
     async fn unfinished_runs(&self) -> Result<Vec<String>> {
         read::unfinished_runs(&self.write).await

@@ -2,6 +2,7 @@
 //! PostgreSQL on a fresh database per test (`MADEIRA_TEST_PG_URL`; skipped without
 //! a server unless `CI=true`). Each test body lives once in `suite.rs`.
 
+mod alerts;
 mod lease;
 mod permits;
 mod suite;
@@ -76,4 +77,7 @@ on_every_backend!(
     outputs_attempts_logs_and_audit_round_trip,
     run_listing_filters_and_pages_newest_first,
     repeated_rows_in_one_batch_keep_the_last,
+    trace_context_is_kept_with_the_run,
+    batched_creation_refuses_full_throttle_queues,
+    last_cron_key_and_version_history,
 );

@@ -16,8 +16,10 @@ pub(crate) fn new_run(id: &str, key: Option<&str>, max: u32, overlap: Overlap) -
         node_names: vec!["a".into(), "b".into()],
         max_active_runs: max,
         overlap,
+        throttles: Vec::new(),
         actor: "test".into(),
         now_ms: 10,
+        trace_context: Some(format!("00-{:0>32}-00f067aa0ba902b7-01", id.len())),
     }
 }
 
@@ -275,4 +277,61 @@ pub(crate) async fn repeated_rows_in_one_batch_keep_the_last(s: &dyn Store) {
     assert_eq!(stored.attempts, vec![ended]);
     assert_eq!((stored.run.state.as_str(), stored.run.finished_at), ("SUCCESS", Some(3)));
     assert_eq!(s.logs("r1", "a").await.expect("logs")[0].content, "second");
+}
+
+pub(crate) async fn trace_context_is_kept_with_the_run(s: &dyn Store) {
+    let CreateOutcome::Created { run_id, .. } =
+        s.create_run(&new_run("r-trace", None, 0, Overlap::Queue)).await.expect("create")
+    else {
+        panic!("not created");
+    };
+    let stored = s.load_run(&run_id).await.expect("load").expect("run");
+    assert_eq!(
+        stored.run.trace_context.as_deref(),
+        Some("00-00000000000000000000000000000007-00f067aa0ba902b7-01")
+    );
+    let listed = s.list_runs(&RunQuery { limit: 10, ..RunQuery::default() }).await.expect("list");
+    assert_eq!(listed[0].trace_context, stored.run.trace_context);
+}
+
+pub(crate) async fn batched_creation_refuses_full_throttle_queues(s: &dyn Store) {
+    let claim = ThrottleClaim { node: "a".into(), max_permits: 1, queue_size: 1 };
+    let runs: Vec<NewRun> = ["t1", "t2", "t3"]
+        .iter()
+        .map(|id| NewRun { throttles: vec![claim.clone()], ..new_run(id, None, 0, Overlap::Queue) })
+        .collect();
+    let out = s.create_runs(&runs).await.expect("create batch");
+    assert!(matches!(out[0], CreateOutcome::Created { .. }), "{out:?}");
+    assert!(matches!(out[1], CreateOutcome::Created { .. }), "{out:?}");
+    assert_eq!(
+        out[2],
+        CreateOutcome::Throttled { node: "a".into(), claims: 2, max_permits: 1, queue_size: 1 }
+    );
+    assert!(s.load_run("t3").await.expect("load").is_none(), "a refused run leaves nothing");
+    // Counted again by a later transaction.
+    let again = NewRun { throttles: vec![claim], ..new_run("t4", None, 0, Overlap::Queue) };
+    assert!(matches!(s.create_run(&again).await.expect("create"), CreateOutcome::Throttled { .. }));
+}
+
+pub(crate) async fn last_cron_key_and_version_history(s: &dyn Store) {
+    assert_eq!(s.last_cron_key("f").await.expect("none"), None);
+    for (id, key) in [
+        ("c1", "cron:f:2026-01-01T00:01:00.000Z"),
+        ("c2", "cron:f:2026-01-01T00:03:00.000Z"),
+        ("c3", "cron:f:2026-01-01T00:02:00.000Z"),
+        ("e1", "event:zzz"),
+    ] {
+        s.create_run(&new_run(id, Some(key), 0, Overlap::Queue)).await.expect("create");
+    }
+    assert_eq!(s.last_cron_key("f").await.expect("key").as_deref(), Some("cron:f:2026-01-01T00:03:00.000Z"));
+    assert_eq!(s.last_cron_key("other").await.expect("none"), None);
+
+    s.put_flow("v", "one", "h1", 1).await.expect("v1");
+    s.put_flow("v", "two", "h2", 2).await.expect("v2");
+    let versions = s.flow_versions("v").await.expect("versions");
+    assert_eq!(
+        versions.iter().map(|v| (v.version, v.source.as_str())).collect::<Vec<_>>(),
+        [(1, "one"), (2, "two")]
+    );
+    assert!(s.flow_versions("missing").await.expect("none").is_empty());
 }

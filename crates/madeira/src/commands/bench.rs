@@ -3,8 +3,14 @@
 //! `--replicas N` engines sharing it (each holding the runs it claims, as separate
 //! replicas would). Scenarios: idle RSS; a chain of 100 noop nodes; a fan-out of
 //! 1,000; N concurrent runs of the 8-node settlement DAG, triggered across the
-//! replicas in turn. Reports wall time, per-node overhead, transitions/s, dispatch
-//! latency p50/p99 and peak RSS.
+//! replicas in turn; `steady` (runs started at `--rate`); `throttle`; `cron`;
+//! 10,000 failure events through alert aggregation (`alerts`, see `bench_alerts`).
+//! Reports wall time, per-node overhead, transitions/s, dispatch latency p50/p99
+//! and peak RSS. `--telemetry both` runs the chain and fan-out on two sets of
+//! engines side by side, one with metrics and tracing off and one with them on
+//! (spans built and exported to `OTEL_EXPORTER_OTLP_ENDPOINT`, or discarded after
+//! the batch processor when it is unset), `--repeat` times in alternating order,
+//! and reports the median overhead.
 
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -19,47 +25,56 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
 use crate::app::{ControlPlane, PlaneOptions, redact, sqlite_url_in};
-use crate::cli::{BenchArgs, Output};
+use madeira_telemetry::{TelemetryOptions, TraceOptions};
 
-pub async fn run(args: BenchArgs) -> Result<ExitCode> {
-    let dir = tempfile::tempdir().context("creating a temporary directory")?;
-    let (store_url, store_label) = match &args.store {
-        Some(url) if url.starts_with("sqlite:") => {
-            (url.clone(), "sqlite (WAL, synchronous=FULL)".to_string())
-        }
-        Some(url) => (url.clone(), format!("{} (synchronous_commit as configured)", redact(url))),
-        None => (sqlite_url_in(dir.path())?, "sqlite (WAL, synchronous=FULL)".to_string()),
+use crate::cli::{BenchArgs, Output, TelemetryMode};
+
+pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCode> {
+    let on = TelemetryOptions {
+        metrics: true,
+        traces: Some(telemetry.traces.clone().unwrap_or_else(|| TraceOptions::new(""))),
+        ..telemetry
     };
-    let mut planes = Vec::new();
-    for i in 0..args.replicas.max(1) {
-        let engine = EngineOptions {
-            replica_id: format!("bench-{}-{i}", std::process::id()),
-            global_permits: store_url.starts_with("postgres"),
-            ..Default::default()
-        };
-        planes.push(
-            ControlPlane::start(PlaneOptions {
-                observers: Vec::new(),
-                store_url: store_url.clone(),
-                engine,
-                auth: AuthConfig::default(),
-                http: None,
-            })
-            .await?,
-        );
+    let off = TelemetryOptions { metrics: false, traces: None, ..on.clone() };
+    let store_label = match &args.store {
+        Some(url) if url.starts_with("sqlite:") => "sqlite (WAL, synchronous=FULL)".to_string(),
+        Some(url) => format!("{} (synchronous_commit as configured)", redact(url)),
+        None => "sqlite (WAL, synchronous=FULL)".to_string(),
+    };
+    let first = if args.telemetry == TelemetryMode::On { on.clone() } else { off };
+    let (dir, planes) = start_planes(&args, first, "a").await?;
+    let mut second = None;
+    if args.telemetry == TelemetryMode::Both {
+        second = Some(start_planes(&args, on, "b").await?);
     }
     let engines = Engines(planes.iter().map(|p| p.engine.clone()).collect());
+    let with = second.as_ref().map(|(_, planes)| Engines(planes.iter().map(|p| p.engine.clone()).collect()));
     let mut results = Vec::new();
     for scenario in &args.scenarios {
+        if let (Some(with), "chain" | "fanout") = (&with, scenario.as_str()) {
+            let result = side_by_side(scenario, &engines, with, args.repeat).await?;
+            if args.output == Output::Text {
+                print_comparison(&result);
+            }
+            results.push(result);
+            continue;
+        }
         let result = match scenario.as_str() {
             "idle" => idle().await?,
             "chain" => one_run(&engines, "bench-chain", &chain_flow(100), 100).await?,
             "fanout" => one_run(&engines, "bench-fanout", &fanout_flow(1000), 1001).await?,
             "settlement" => settlement(&engines, args.runs).await?,
             "steady" => steady(&engines, args.runs, args.rate).await?,
-            other => bail!("unknown scenario `{other}`: use idle, chain, fanout, settlement or steady"),
+            "cron" => cron(engines.pick(0), args.flows).await?,
+            "throttle" => throttle(&engines, 1000).await?,
+            "alerts" => super::bench_alerts::run(10_000).await?,
+            other => bail!(
+                "unknown scenario `{other}`: use idle, chain, fanout, settlement, steady, throttle, cron or alerts"
+            ),
         };
-        if args.output == Output::Text {
+        if args.output == Output::Text && result["scenario"] == "alerts" {
+            super::bench_alerts::print(&result);
+        } else if args.output == Output::Text {
             print_result(&result);
         }
         results.push(result);
@@ -72,6 +87,12 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
     for plane in planes {
         plane.shutdown().await;
     }
+    if let Some((_, planes)) = second {
+        for plane in planes {
+            plane.shutdown().await;
+        }
+    }
+    drop(dir);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -116,6 +137,89 @@ impl Engines {
         }
         total
     }
+}
+
+/// `--replicas` control planes on the bench store (a temporary SQLite file unless
+/// `--store` is given), with `telemetry`; `set` tells two sets apart.
+async fn start_planes(
+    args: &BenchArgs,
+    telemetry: TelemetryOptions,
+    set: &str,
+) -> Result<(tempfile::TempDir, Vec<ControlPlane>)> {
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let store_url = match &args.store {
+        Some(url) => url.clone(),
+        None => sqlite_url_in(dir.path())?,
+    };
+    let mut planes = Vec::new();
+    for i in 0..args.replicas.max(1) {
+        let engine = EngineOptions {
+            replica_id: format!("bench-{}-{set}{i}", std::process::id()),
+            global_permits: store_url.starts_with("postgres"),
+            ..Default::default()
+        };
+        planes.push(
+            ControlPlane::start(PlaneOptions {
+                observers: Vec::new(),
+                telemetry: telemetry.clone(),
+                store_url: store_url.clone(),
+                engine,
+                auth: AuthConfig::default(),
+                http: None,
+                alerts: Default::default(),
+            })
+            .await?,
+        );
+    }
+    Ok((dir, planes))
+}
+
+/// Runs `scenario` alternately with telemetry off and on, `repeat` times each.
+async fn side_by_side(scenario: &str, off: &Engines, on: &Engines, repeat: usize) -> Result<Value> {
+    let mut walls: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut last = [Value::Null, Value::Null];
+    let engines = [off, on];
+    for rep in 0..repeat.max(1) {
+        // Alternate which goes first, and let the previous run's background work
+        // (WAL checkpoint, span export) settle, so neither side pays for the other.
+        for i in if rep % 2 == 0 { [0, 1] } else { [1, 0] } {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let engine = engines[i];
+            let r = match scenario {
+                "chain" => one_run(engine, "bench-chain", &chain_flow(100), 100).await?,
+                _ => one_run(engine, "bench-fanout", &fanout_flow(1000), 1001).await?,
+            };
+            walls[i].push(r["wall_ms"].as_f64().unwrap_or(0.0));
+            last[i] = r;
+        }
+    }
+    let [off_ms, on_ms] = walls.map(|mut w| {
+        w.sort_by(f64::total_cmp);
+        w[w.len() / 2]
+    });
+    Ok(json!({
+        "scenario": scenario,
+        "repeat": repeat.max(1),
+        "telemetry_off_median_wall_ms": off_ms,
+        "telemetry_on_median_wall_ms": on_ms,
+        "overhead_pct": (on_ms - off_ms) / off_ms * 100.0,
+        "off": last[0],
+        "on": last[1],
+    }))
+}
+
+fn print_comparison(r: &Value) {
+    let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+    println!(
+        "{:<11} telemetry off {:.1} ms, on {:.1} ms (median of {}): overhead {:+.1}%",
+        r["scenario"].as_str().unwrap_or(""),
+        f("telemetry_off_median_wall_ms"),
+        f("telemetry_on_median_wall_ms"),
+        r["repeat"],
+        f("overhead_pct"),
+    );
+    print_result(&r["off"]);
+    print_result(&r["on"]);
 }
 
 fn chain_flow(n: usize) -> String {
@@ -234,6 +338,88 @@ async fn steady(engines: &Engines, runs: usize, rate: u32) -> Result<Value> {
     Ok(result)
 }
 
+/// `flows` flows all firing at second 0 of every minute: the lateness of their
+/// runs' start after the first minute boundary once all are loaded, and the RSS
+/// with all of them scheduled.
+async fn cron(engine: &EngineHandle, flows: usize) -> Result<Value> {
+    let started = Instant::now();
+    for i in 0..flows {
+        let yaml = format!(
+            "flow: cron-{i}\ntriggers:\n  - cron: \"0 * * * * *\"\n    misfire: skip\nnodes:\n  a: {{run: {{builtin: noop}}}}\n"
+        );
+        engine.apply_flow(&format!("cron-{i}.yaml"), &yaml).await?;
+    }
+    let applied = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await; // let the scheduler finish loading
+    let rss_loaded_mb = rss_kb("VmRSS") as f64 / 1024.0;
+    let now = chrono::Utc::now();
+    let boundary = now + chrono::Duration::seconds(60 - i64::from(chrono::Timelike::second(&now)));
+    let boundary = chrono::DurationRound::duration_trunc(boundary, chrono::Duration::minutes(1))?;
+    let key_suffix = boundary.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let deadline = Instant::now() + Duration::from_secs(200);
+    let lateness = loop {
+        let query = madeira_store::RunQuery { limit: (flows * 3) as u32, ..Default::default() };
+        let runs = engine.store().list_runs(&query).await?;
+        let of_tick: Vec<_> = runs
+            .iter()
+            .filter(|r| r.idempotency_key.as_deref().is_some_and(|k| k.ends_with(&key_suffix)))
+            .collect();
+        if of_tick.len() >= flows && of_tick.iter().all(|r| r.started_at.is_some()) {
+            let tick_ms = boundary.timestamp_millis();
+            let mut late: Vec<i64> =
+                of_tick.iter().filter_map(|r| r.started_at.map(|s| s - tick_ms)).collect();
+            late.sort_unstable();
+            break late;
+        }
+        if Instant::now() > deadline {
+            bail!("only {} of {flows} runs for {key_suffix} after 200 s", of_tick.len());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let pct = |p: f64| lateness[((lateness.len() as f64 * p) as usize).min(lateness.len() - 1)];
+    Ok(json!({
+        "scenario": "cron",
+        "flows": flows,
+        "apply_s": applied.as_secs_f64(),
+        "rss_with_flows_loaded_mb": rss_loaded_mb,
+        "lateness_p50_ms": pct(0.50),
+        "lateness_p99_ms": pct(0.99),
+        "lateness_max_ms": lateness.last().copied().unwrap_or(0),
+    }))
+}
+
+/// `runs` runs contending for one node with `max_permits: 4`, against the same flow
+/// unthrottled: throughput, time in queue (ready → running), overhead per attempt.
+async fn throttle(engines: &Engines, runs: usize) -> Result<Value> {
+    let mut results = Vec::new();
+    for (flow, throttle) in
+        [("bench-free", ""), ("bench-gated", "    throttle: {max_permits: 4, queue_size: 100000}\n")]
+    {
+        let yaml = format!("flow: {flow}\nnodes:\n  hot:\n{throttle}    run: {{builtin: noop}}\n");
+        engines.pick(0).apply_flow(flow, &yaml).await?;
+        engines.stats();
+        let mut events = engines.subscribe();
+        let started = Instant::now();
+        let ids = try_join_all((0..runs).map(|i| trigger(engines.pick(i), flow))).await?;
+        wait_all(&mut events, ids.into_iter().collect()).await?;
+        let wall = started.elapsed();
+        let mut lat = engines.stats().dispatch_latency_us;
+        lat.sort_unstable();
+        let p99 = lat.get((lat.len() * 99 / 100).min(lat.len().saturating_sub(1))).copied().unwrap_or(0);
+        results.push((wall, p99));
+    }
+    let (free, gated) = (results[0], results[1]);
+    Ok(json!({
+        "scenario": "throttle",
+        "runs": runs,
+        "throughput_runs_per_s": runs as f64 / gated.0.as_secs_f64(),
+        "queue_p99_ms": gated.1 as f64 / 1000.0,
+        "unthrottled_wall_ms": free.0.as_secs_f64() * 1000.0,
+        "throttled_wall_ms": gated.0.as_secs_f64() * 1000.0,
+        "overhead_per_attempt_us": (gated.0.as_secs_f64() - free.0.as_secs_f64()) * 1e6 / runs as f64,
+    }))
+}
+
 async fn idle() -> Result<Value> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     Ok(json!({"scenario": "idle", "rss_mb": rss_kb("VmRSS") as f64 / 1024.0}))
@@ -270,6 +456,30 @@ fn report(
 }
 
 fn print_result(r: &Value) {
+    if r["scenario"] == "cron" {
+        println!(
+            "cron        {} flows firing at one instant: start lateness p50 {} ms p99 {} ms max {} ms; RSS with all loaded {:.1} MB (applied in {:.1} s)",
+            r["flows"],
+            r["lateness_p50_ms"],
+            r["lateness_p99_ms"],
+            r["lateness_max_ms"],
+            r["rss_with_flows_loaded_mb"].as_f64().unwrap_or(0.0),
+            r["apply_s"].as_f64().unwrap_or(0.0)
+        );
+        return;
+    }
+    if r["scenario"] == "throttle" {
+        println!(
+            "throttle    {} runs on one node, max_permits 4: {:.0} runs/s, time in queue p99 {:.1} ms, throttle overhead {:.0} µs/attempt ({:.0} ms vs {:.0} ms unthrottled)",
+            r["runs"],
+            r["throughput_runs_per_s"].as_f64().unwrap_or(0.0),
+            r["queue_p99_ms"].as_f64().unwrap_or(0.0),
+            r["overhead_per_attempt_us"].as_f64().unwrap_or(0.0),
+            r["throttled_wall_ms"].as_f64().unwrap_or(0.0),
+            r["unthrottled_wall_ms"].as_f64().unwrap_or(0.0)
+        );
+        return;
+    }
     if r["scenario"] == "idle" {
         println!("idle        RSS {:.1} MB", r["rss_mb"].as_f64().unwrap_or(0.0));
         return;
@@ -291,7 +501,7 @@ fn print_result(r: &Value) {
 }
 
 /// A field of /proc/self/status in kB (0 where unavailable).
-fn rss_kb(field: &str) -> u64 {
+pub(super) fn rss_kb(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -304,6 +514,6 @@ fn rss_kb(field: &str) -> u64 {
 }
 
 /// Resets VmHWM so each scenario reports its own peak (Linux `clear_refs` 5).
-fn reset_peak_rss() {
+pub(super) fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }

@@ -7,14 +7,21 @@ use anyhow::{Context, Result, bail};
 use reqwest::Method;
 use serde_json::{Map, Value, json};
 
-use crate::cli::{Command, NodeActionArgs, Output, RunArgs, ServerArgs};
+use crate::cli::{Command, FlowsCommand, NodeActionArgs, Output, RunArgs, ServerArgs};
 use crate::client::{Body, Client};
 
 pub async fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Apply { files, server } => apply(&files, &server).await,
-        Command::Flows { server } => print(&server, Client::new(&server)?.get("/flows").await?, flows_text),
+        Command::Flows { command: None, server } => {
+            print(&server, Client::new(&server)?.get("/flows").await?, flows_text)
+        }
+        Command::Flows { command: Some(FlowsCommand::History { name, diff, server }), .. } => {
+            history(&name, diff, &server).await
+        }
         Command::Run(args) => trigger(args).await,
+        Command::Pause { flow, reason, server } => pause(&flow, "pause", reason, &server).await,
+        Command::Resume { flow, reason, server } => pause(&flow, "resume", reason, &server).await,
         Command::Runs { flow, status, limit, server } => {
             let mut query = format!("/runs?limit={limit}");
             if let Some(f) = flow {
@@ -91,6 +98,45 @@ async fn apply(files: &[std::path::PathBuf], server: &ServerArgs) -> Result<Exit
             })
             .unwrap_or_default()
     })
+}
+
+async fn pause(flow: &str, action: &str, reason: Option<String>, server: &ServerArgs) -> Result<ExitCode> {
+    let body = Body::Json(json!({"reason": reason}));
+    let reply =
+        Client::new(server)?.call(Method::POST, &format!("/flows/{flow}/{action}"), Some(body), &[]).await?;
+    print(server, reply.body, |b| {
+        let state = if b["paused"] == json!(true) { "paused" } else { "resumed" };
+        format!("flow {} {state}", str_of(&b["flow"]))
+    })
+}
+
+async fn history(name: &str, diff: Option<Vec<u32>>, server: &ServerArgs) -> Result<ExitCode> {
+    let client = Client::new(server)?;
+    let Some(pair) = diff else {
+        let body = client.get(&format!("/flows/{name}/versions")).await?;
+        return print(server, body, |b| {
+            let mut out = format!("{:>7}  {:<29}  {}\n", "VERSION", "CREATED", "CONTENT");
+            for v in b["versions"].as_array().into_iter().flatten() {
+                let hash = str_of(&v["content_hash"]);
+                out.push_str(&format!(
+                    "{:>7}  {:<29}  {}\n",
+                    v["version"],
+                    str_of(&v["created_at"]),
+                    &hash[..12.min(hash.len())]
+                ));
+            }
+            out.trim_end().to_string()
+        });
+    };
+    let (a, b) = (pair[0], pair[1]);
+    let old = client.get(&format!("/flows/{name}/versions/{a}")).await?;
+    let new = client.get(&format!("/flows/{name}/versions/{b}")).await?;
+    let (old, new) = (str_of(&old["source"]), str_of(&new["source"]));
+    let text = similar::TextDiff::from_lines(&old, &new)
+        .unified_diff()
+        .header(&format!("{name} v{a}"), &format!("{name} v{b}"))
+        .to_string();
+    print(server, json!({"flow": name, "from": a, "to": b, "diff": text}), |v| str_of(&v["diff"]))
 }
 
 fn parse_params(params: &[String]) -> Result<Map<String, Value>> {
@@ -200,6 +246,15 @@ pub fn show_text(run: &Value) -> String {
         let name = str_of(name);
         let n = &run["nodes"][&name];
         let mut reason = n["reason"].as_str().unwrap_or("").to_string();
+        if let Some(t) = n.get("throttle")
+            && str_of(&n["status"]) == "INIT"
+            && let Some(pos) = t["queue_position"].as_u64()
+        {
+            reason = format!(
+                "queued {pos}/{} for a permit ({}/{} in use)",
+                t["queue_depth"], t["permits_in_use"], t["max_permits"]
+            );
+        }
         if let Some(prompt) = n["prompt"].as_str()
             && str_of(&n["status"]) == "MANUAL_CONFIRM"
         {

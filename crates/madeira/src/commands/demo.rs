@@ -19,13 +19,16 @@ const STOCK_SYNC: &str = include_str!("../../../../examples/stock-sync.yaml");
 const DEADLINE: Duration = Duration::from_secs(60);
 
 pub async fn run() -> Result<ExitCode> {
+    let telemetry = madeira_telemetry::TelemetryOptions { metrics: false, ..Default::default() };
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let plane = ControlPlane::start(PlaneOptions {
         observers: Vec::new(),
+        telemetry: telemetry.clone(),
         store_url: sqlite_url_in(dir.path())?,
         engine: Default::default(),
         auth: AuthConfig::default(),
         http: Some("127.0.0.1:0".parse()?),
+        alerts: Default::default(),
     })
     .await?;
     let engine = plane.engine.clone();

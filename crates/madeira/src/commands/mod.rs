@@ -1,6 +1,8 @@
 //! One module per command family; `run` dispatches and returns the exit code.
 
+mod alerts;
 mod bench;
+mod bench_alerts;
 mod client_cmds;
 mod demo;
 mod offline;
@@ -10,16 +12,20 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
+use madeira_telemetry::TelemetryOptions;
+
 use crate::cli::{Cli, Command};
 
-pub async fn run(cli: Cli) -> Result<ExitCode> {
+/// Runs the command; servers start with `telemetry`.
+pub async fn run(cli: Cli, telemetry: TelemetryOptions) -> Result<ExitCode> {
     match cli.command {
-        Command::Dev(args) => servers::dev(args).await,
-        Command::Serve { config } => servers::serve(&config).await,
+        Command::Dev(args) => servers::dev(args, telemetry).await,
+        Command::Serve { config } => servers::serve(&config, telemetry).await,
         Command::Demo => demo::run().await,
-        Command::Bench(args) => bench::run(args).await,
+        Command::Bench(args) => bench::run(args, telemetry).await,
         Command::Validate { files, output } => offline::validate(&files, output),
         Command::Cron { command } => offline::cron(command),
+        Command::Alerts(args) => alerts::run(args).await,
         other => client_cmds::run(other).await,
     }
 }

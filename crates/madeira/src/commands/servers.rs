@@ -7,12 +7,13 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use madeira_engine::EngineOptions;
 use madeira_server::AuthConfig;
+use madeira_telemetry::TelemetryOptions;
 
 use crate::app::{ControlPlane, PlaneOptions, shutdown_signal, sqlite_url_in};
 use crate::cli::DevArgs;
 use crate::config::{ConfigError, ServerConfig};
 
-pub async fn serve(config_path: &Path) -> Result<ExitCode> {
+pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<ExitCode> {
     let file = config_path.display().to_string();
     let config = ServerConfig::load(config_path)?;
     let auth = config.auth(&file)?;
@@ -36,12 +37,15 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
         tracing::warn!(grpc = %grpc, "grpc is set but this build has no sidecar endpoint yet; ignoring it");
     }
     let replica = engine.replica_id.clone();
+    let alerts = config.alerts(&file)?;
     let plane = ControlPlane::start(PlaneOptions {
         observers: Vec::new(),
+        telemetry: telemetry.clone(),
         store_url,
         engine,
         auth,
         http: Some(http),
+        alerts,
     })
     .await?;
     if let Some(dir) = &config.flows {
@@ -56,7 +60,7 @@ pub async fn serve(config_path: &Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn dev(args: DevArgs) -> Result<ExitCode> {
+pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode> {
     let http: SocketAddr = args.http.parse().with_context(|| format!("--http `{}`", args.http))?;
     if !http.ip().is_loopback() {
         bail!("--http {http}: dev mode has no authentication and listens on loopback only; use 127.0.0.1");
@@ -78,13 +82,16 @@ pub async fn dev(args: DevArgs) -> Result<ExitCode> {
         replica_id: "dev".to_string(),
         ..Default::default()
     };
+    let alerts = config.alerts(&file)?;
     let store_url = sqlite_url_in(&args.data)?;
     let plane = ControlPlane::start(PlaneOptions {
         observers: Vec::new(),
+        telemetry: telemetry.clone(),
         store_url,
         engine,
         auth: AuthConfig::default(),
         http: Some(http),
+        alerts,
     })
     .await?;
     if let Some(dir) = &args.flows {

@@ -1,0 +1,91 @@
+//! `AlertHandle`: the cheap-to-clone way the engine (through `AlertObserver`), the
+//! API, the CLI and other sources (missed cron runs, lost sidecars) reach the
+//! alert task — raise or resolve an alert, list alerts with their deliveries, send
+//! a test message.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use madeira_store::{AlertQuery, AlertStore};
+use serde_json::{Value as Json, json};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::channel::ChannelKind;
+use crate::model::Raise;
+use crate::observer::AlertObserver;
+use crate::task::Input;
+use crate::worker::TestOutcome;
+use crate::{AlertError, view};
+
+#[derive(Clone)]
+pub struct AlertHandle {
+    pub(crate) tx: mpsc::UnboundedSender<Input>,
+    pub(crate) store: Arc<dyn AlertStore>,
+    pub(crate) channels: Arc<Vec<(String, ChannelKind)>>,
+}
+
+impl AlertHandle {
+    /// The engine observer feeding this component (failed and succeeded runs,
+    /// overdue confirmations).
+    pub fn observer(&self) -> Arc<dyn madeira_engine::EngineObserver> {
+        Arc::new(AlertObserver { tx: self.tx.clone() })
+    }
+
+    /// Raises an alert from another source; events with the same key are grouped
+    /// while it is open. Never blocks.
+    pub fn raise(&self, alert: Raise) {
+        let _ = self.tx.send(Input::Raise(alert));
+    }
+
+    /// Resolves the open alert with `key` (sends `resolved` if it was sent).
+    pub fn resolve(&self, key: &str) {
+        let _ = self.tx.send(Input::Resolve { key: key.to_string() });
+    }
+
+    /// Waits until every event sent before this call has been aggregated and every
+    /// channel has done what is due now (tests and benchmarks step a manual clock
+    /// with it).
+    pub async fn settled(&self) -> Result<(), AlertError> {
+        let (reply, done) = oneshot::channel();
+        self.tx.send(Input::Settle(reply)).map_err(|_| AlertError::ShuttingDown)?;
+        done.await.map_err(|_| AlertError::ShuttingDown)
+    }
+
+    /// Configured channels: name and type (never their URLs).
+    pub fn channels(&self) -> Vec<Json> {
+        self.channels.iter().map(|(name, kind)| json!({"name": name, "type": kind.as_str()})).collect()
+    }
+
+    /// Alerts, newest first, each with its deliveries.
+    pub async fn list(&self, query: &AlertQuery) -> Result<Json, AlertError> {
+        let rows = self.store.list_alerts(query).await?;
+        let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+        let deliveries = self.store.deliveries_of(&ids).await?;
+        let alerts: Vec<Json> = rows
+            .iter()
+            .map(|row| {
+                let mine: Vec<_> =
+                    deliveries.iter().filter(|d| d.alert_id.as_ref() == Some(&row.id)).collect();
+                view::alert_json(row, &mine)
+            })
+            .collect();
+        Ok(json!({"alerts": alerts, "channels": self.channels()}))
+    }
+
+    /// Sends a test message on `channel` now and reports how the receiver answered.
+    pub async fn test(&self, channel: &str) -> Result<TestOutcome, AlertError> {
+        if !self.channels.iter().any(|(name, _)| name == channel) {
+            let known: Vec<_> = self.channels.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(AlertError::UnknownChannel { name: channel.to_string(), known: known.join(", ") });
+        }
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Input::Test { channel: channel.to_string(), reply })
+            .map_err(|_| AlertError::ShuttingDown)?;
+        match tokio::time::timeout(Duration::from_secs(60), answer).await {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(_)) => Err(AlertError::ShuttingDown),
+            Err(_) => Err(AlertError::TestTimedOut(channel.to_string())),
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Madeira's alerting (SPEC §7). A failed run produces one alert naming its root
+//! cause (the first FAILED nodes, with the error, the attempts and the nodes
+//! skipped because of them); related failures are grouped for `group_wait`; a run
+//! that later succeeds resolves it. Alerts are routed by flow labels and severity
+//! to WeCom, DingTalk, Feishu, signed webhooks and Alertmanager, within each
+//! channel's rate limit (overflow merged into a digest), retried with jittered
+//! backoff, and kept in the store so a restart delivers what was pending.
+//!
+//! Anatomy: `AlertsConfig` (serde) → `resolve()` → `Settings` → `build()` →
+//! `AlertTask::run(cancel)` owns the loop; `AlertHandle` is the cheap handle and
+//! `AlertHandle::observer()` the engine hook.
+
+mod aggregate;
+pub mod channel;
+mod clock;
+mod config;
+mod handle;
+mod metrics;
+mod model;
+mod observer;
+mod recover;
+mod render;
+mod route;
+mod secret;
+pub mod sign;
+mod task;
+mod view;
+mod window;
+mod worker;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use madeira_store::AlertStore;
+use tokio::sync::mpsc;
+
+pub use aggregate::{Aggregator, Changes, error_class};
+pub use channel::ChannelKind;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{AlertConfigError, AlertsConfig, ChannelConfig, ChannelSpec, Route, RouteConfig, Settings};
+pub use handle::AlertHandle;
+pub use metrics::AlertMetrics;
+pub use model::{Alert, AlertStatus, Cause, Failure, Raise, Severity};
+pub use observer::{AlertObserver, confirm_key, failure_of};
+pub use secret::Secret;
+pub use task::AlertTask;
+pub use worker::TestOutcome;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AlertError {
+    #[error(transparent)]
+    Store(#[from] madeira_store::StoreError),
+    #[error("alert {id}: unreadable stored details: {detail}")]
+    Corrupt { id: String, detail: String },
+    #[error("no alert channel named `{name}`; configured channels: {known}")]
+    UnknownChannel { name: String, known: String },
+    #[error("channel {0}: no answer to the test message within 60 s")]
+    TestTimedOut(String),
+    #[error("cannot build the HTTP client: {0}")]
+    Http(String),
+    #[error("the alert task is shutting down")]
+    ShuttingDown,
+}
+
+/// Builds the alert task and its handle. Run the task with `AlertTask::run`.
+pub fn build(
+    settings: Settings,
+    store: Arc<dyn AlertStore>,
+    metrics: AlertMetrics,
+    clock: Arc<dyn Clock>,
+) -> Result<(AlertTask, AlertHandle), AlertError> {
+    let http = reqwest::Client::builder()
+        .user_agent(concat!("madeira/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| AlertError::Http(e.to_string()))?;
+    let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4);
+    let shared = Arc::new(worker::Shared {
+        store: store.clone(),
+        clock,
+        metrics,
+        base: settings.external_url.clone(),
+        retry: settings.retry.clone(),
+        give_up_after_ms: ms(settings.give_up_after),
+        resend_every_ms: ms(settings.resend_every),
+    });
+    let mut workers = HashMap::new();
+    let mut idle_workers = Vec::new();
+    for spec in &settings.channels {
+        let (worker, tx) = worker::Worker::new(spec.clone(), shared.clone(), http.clone());
+        workers.insert(spec.name.clone(), tx);
+        idle_workers.push(worker);
+    }
+    let channels = Arc::new(settings.channels.iter().map(|c| (c.name.clone(), c.kind)).collect());
+    let (tx, rx) = mpsc::unbounded_channel();
+    let task = AlertTask {
+        shared,
+        rx,
+        agg: aggregate::Aggregator::new(ms(settings.group_wait)),
+        router: route::Router::new(settings.routes.clone(), &settings.channels),
+        workers,
+        idle_workers,
+        retention_ms: ms(settings.retention),
+    };
+    Ok((task, AlertHandle { tx, store, channels }))
+}

@@ -1,0 +1,147 @@
+//! The alert as data: severity, lifecycle status, the root causes it names and the
+//! runs it counts; the events that feed aggregation; conversion to and from the
+//! store's rows.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use madeira_store::AlertRow;
+use serde::{Deserialize, Serialize};
+
+use crate::AlertError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Critical,
+    Warning,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Critical => "critical",
+            Severity::Warning => "warning",
+        }
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `Pending` gathers related failures until `notify_at`; `Firing` was sent;
+/// `Resolved` is final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlertStatus {
+    Pending,
+    Firing,
+    Resolved,
+}
+
+impl AlertStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertStatus::Pending => "pending",
+            AlertStatus::Firing => "firing",
+            AlertStatus::Resolved => "resolved",
+        }
+    }
+}
+
+/// A root cause as the alert shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cause {
+    pub node: String,
+    pub error: Option<String>,
+    pub attempts: u32,
+    /// Nodes skipped because this one failed.
+    pub skipped: Vec<String>,
+}
+
+/// One alert: a group of failures with one root cause (or another source).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Alert {
+    pub id: String,
+    /// Grouping key: failures with the same key join the open alert.
+    pub key: String,
+    /// `MadeiraRunFailed`, `MadeiraConfirmOverdue`, `MadeiraCronMissed`, ...
+    pub alertname: String,
+    pub severity: Severity,
+    pub status: AlertStatus,
+    pub flow: Option<String>,
+    pub node: Option<String>,
+    /// The flow's labels (routing and Alertmanager labels).
+    pub labels: BTreeMap<String, String>,
+    pub summary: String,
+    /// Free text for non-run sources.
+    pub description: Option<String>,
+    /// Root causes, as seen in the latest failed run.
+    pub causes: Vec<Cause>,
+    /// Failed runs counted by this alert that have not succeeded since.
+    pub runs: Vec<String>,
+    /// Events grouped into this alert (failed runs, overdue confirmations...).
+    pub count: u64,
+    /// Runs of `runs` that later succeeded (rerun, mark-success).
+    pub fixed: u64,
+    pub created_at: i64,
+    pub notify_at: i64,
+    pub updated_at: i64,
+    pub resolved_at: Option<i64>,
+}
+
+impl Alert {
+    pub fn to_row(&self) -> AlertRow {
+        AlertRow {
+            id: self.id.clone(),
+            key: self.key.clone(),
+            severity: self.severity.as_str().to_string(),
+            status: self.status.as_str().to_string(),
+            flow: self.flow.clone(),
+            node: self.node.clone(),
+            details: serde_json::to_value(self).unwrap_or_default(),
+            created_at: self.created_at,
+            notify_at: self.notify_at,
+            updated_at: self.updated_at,
+            resolved_at: self.resolved_at,
+        }
+    }
+
+    pub fn from_row(row: &AlertRow) -> Result<Self, AlertError> {
+        serde_json::from_value(row.details.clone())
+            .map_err(|e| AlertError::Corrupt { id: row.id.clone(), detail: e.to_string() })
+    }
+
+    /// The most recent failed run still outstanding.
+    pub fn latest_run(&self) -> Option<&str> {
+        self.runs.last().map(String::as_str)
+    }
+}
+
+/// A run that ended FAILED, reduced to what aggregation needs.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub run_id: String,
+    pub flow: String,
+    pub labels: BTreeMap<String, String>,
+    pub causes: Vec<Cause>,
+}
+
+/// An alert from another source (overdue confirmation, missed cron run, lost
+/// sidecar): events with the same `key` are grouped while it is open.
+#[derive(Debug, Clone)]
+pub struct Raise {
+    pub key: String,
+    pub alertname: String,
+    pub severity: Severity,
+    pub flow: Option<String>,
+    pub node: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub summary: String,
+    pub description: Option<String>,
+    /// The run concerned, if any (named in the message and its links).
+    pub run_id: Option<String>,
+}

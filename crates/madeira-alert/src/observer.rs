@@ -1,0 +1,76 @@
+//! `AlertObserver`: the engine's hooks turned into alert events, without blocking
+//! the engine (an unbounded send). A FAILED run becomes a failure with its root
+//! causes; a SUCCESS run may resolve alerts that counted it; a confirmation past
+//! `alert_after` raises a warning that an answer resolves.
+
+use madeira_core::rootcause::root_causes;
+use madeira_core::{RunSnapshot, RunState};
+use madeira_engine::{EngineObserver, RunEvent};
+use tokio::sync::mpsc;
+
+use crate::model::{Cause, Failure, Raise, Severity};
+use crate::task::Input;
+
+pub struct AlertObserver {
+    pub(crate) tx: mpsc::UnboundedSender<Input>,
+}
+
+/// The grouping key of an overdue confirmation.
+pub fn confirm_key(run_id: &str, node: &str) -> String {
+    format!("confirm_overdue|{run_id}|{node}")
+}
+
+/// What aggregation needs of a FAILED run.
+pub fn failure_of(snap: &RunSnapshot) -> Failure {
+    Failure {
+        run_id: snap.run_id.clone(),
+        flow: snap.flow.name.clone(),
+        labels: snap.flow.labels.clone(),
+        causes: root_causes(snap)
+            .into_iter()
+            .map(|c| Cause { node: c.node, error: c.error, attempts: c.attempts, skipped: c.skipped })
+            .collect(),
+    }
+}
+
+impl EngineObserver for AlertObserver {
+    fn run_finished(&self, snap: &RunSnapshot) {
+        let input = match snap.state {
+            RunState::Failed => Input::Failed(failure_of(snap)),
+            RunState::Success => Input::Succeeded { run_id: snap.run_id.clone() },
+            _ => return,
+        };
+        let _ = self.tx.send(input);
+    }
+
+    fn confirm_overdue(&self, snap: &RunSnapshot, node: &str) {
+        let prompt = snap.flow.node_index(node).and_then(|i| match &snap.flow.nodes[i].action {
+            madeira_core::NodeAction::Manual(m) => Some(m.prompt.clone()),
+            _ => None,
+        });
+        let _ = self.tx.send(Input::Raise(Raise {
+            key: confirm_key(&snap.run_id, node),
+            alertname: "MadeiraConfirmOverdue".into(),
+            severity: Severity::Warning,
+            flow: Some(snap.flow.name.clone()),
+            node: Some(node.to_string()),
+            labels: snap.flow.labels.clone(),
+            summary: format!(
+                "flow {}: node {node} is waiting for a confirmation past its alert_after",
+                snap.flow.name
+            ),
+            description: prompt,
+            run_id: Some(snap.run_id.clone()),
+        }));
+    }
+
+    fn transitions(&self, events: &[RunEvent]) {
+        for e in events {
+            if e.from == "MANUAL_CONFIRM"
+                && let Some(node) = &e.node
+            {
+                let _ = self.tx.send(Input::Resolve { key: confirm_key(&e.run_id, node) });
+            }
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The alert task: owns aggregation. It takes events (failed and succeeded runs,
+//! raised and resolved alerts, test requests) in batches, persists the alerts they
+//! change and the deliveries they create in one store write, then hands the
+//! deliveries to each channel's worker. On start it reloads what was open, so
+//! pending groups still fire and pending deliveries are still sent.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use madeira_store::{AlertBatch, DeliveryRow};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, error, info, info_span};
+
+use crate::aggregate::{Aggregator, Changes};
+use crate::model::{Alert, AlertStatus, Failure, Raise};
+use crate::route::Router;
+use crate::worker::{Item, Queued, Shared, TestOutcome, Worker, WorkerMsg};
+
+/// Most events applied before one store write.
+const BATCH_MAX: usize = 4096;
+const PRUNE_EVERY_MS: i64 = 3600 * 1000;
+
+pub(crate) enum Input {
+    Failed(Failure),
+    Succeeded { run_id: String },
+    Raise(Raise),
+    Resolve { key: String },
+    Test { channel: String, reply: oneshot::Sender<TestOutcome> },
+    Settle(oneshot::Sender<()>),
+}
+
+pub struct AlertTask {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) rx: mpsc::UnboundedReceiver<Input>,
+    pub(crate) agg: Aggregator,
+    pub(crate) router: Router,
+    pub(crate) workers: HashMap<String, mpsc::UnboundedSender<WorkerMsg>>,
+    pub(crate) idle_workers: Vec<Worker>,
+    pub(crate) retention_ms: i64,
+}
+
+impl AlertTask {
+    /// Runs until `cancel` fires: recovers, starts the channel workers, loops.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        self.recover().await;
+        let tracker = TaskTracker::new();
+        for worker in self.idle_workers.drain(..) {
+            let span = info_span!("alert_channel", channel = %worker.name());
+            tracker.spawn(worker.run(cancel.clone()).instrument(span));
+        }
+        let clock = self.shared.clock.clone();
+        let mut prune_at = clock.now_ms();
+        loop {
+            let now = clock.now_ms();
+            if now >= prune_at {
+                self.prune(now).await;
+                prune_at = now + PRUNE_EVERY_MS;
+            }
+            let wake = self.agg.next_due().map_or(prune_at, |due| due.min(prune_at));
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                input = self.rx.recv() => {
+                    let Some(first) = input else { break };
+                    let mut batch = vec![first];
+                    while batch.len() < BATCH_MAX {
+                        match self.rx.try_recv() {
+                            Ok(more) => batch.push(more),
+                            Err(_) => break,
+                        }
+                    }
+                    self.process(batch).await;
+                }
+                _ = clock.sleep_until(wake) => {
+                    let mut out = Changes::default();
+                    self.agg.flush_due(clock.now_ms(), &mut out);
+                    self.apply(out).await;
+                }
+            }
+        }
+        tracker.close();
+        tracker.wait().await;
+        info!("alert task stopped");
+    }
+
+    async fn process(&mut self, batch: Vec<Input>) {
+        let now = self.shared.clock.now_ms();
+        let mut out = Changes::default();
+        let mut settle = Vec::new();
+        for input in batch {
+            match input {
+                Input::Failed(f) => self.agg.failure(f, now, &mut out),
+                Input::Succeeded { run_id } => self.agg.run_succeeded(&run_id, now, &mut out),
+                Input::Raise(r) => self.agg.raise(r, now, &mut out),
+                Input::Resolve { key } => self.agg.resolve_key(&key, now, &mut out),
+                Input::Test { channel, reply } => self.test(channel, reply, now),
+                Input::Settle(reply) => settle.push(reply),
+            }
+        }
+        self.agg.flush_due(now, &mut out);
+        self.apply(out).await;
+        for reply in settle {
+            self.settle_workers(reply);
+        }
+    }
+
+    /// Answers `reply` once every worker has handled what it was given so far.
+    fn settle_workers(&self, reply: oneshot::Sender<()>) {
+        let acks: Vec<_> = self
+            .workers
+            .values()
+            .map(|worker| {
+                let (tx, rx) = oneshot::channel();
+                let _ = worker.send(WorkerMsg::Settle(tx));
+                rx
+            })
+            .collect();
+        tokio::spawn(async move {
+            for ack in acks {
+                let _ = ack.await;
+            }
+            let _ = reply.send(());
+        });
+    }
+
+    fn test(&self, channel: String, reply: oneshot::Sender<TestOutcome>, now: i64) {
+        let Some(worker) = self.workers.get(&channel) else {
+            let error = Some(format!("no channel named `{channel}`"));
+            let _ = reply.send(TestOutcome { channel, delivered: false, error });
+            return;
+        };
+        let row = new_delivery(None, &channel, "test", now);
+        let q = Queued { row, item: Item::Test(reply), mentions: Default::default() };
+        let _ = worker.send(WorkerMsg::Deliver(vec![q]));
+    }
+
+    /// Persists what changed and hands new deliveries to the workers.
+    async fn apply(&mut self, out: Changes) {
+        if out.is_empty() {
+            return;
+        }
+        let now = self.shared.clock.now_ms();
+        let mut batch = AlertBatch::default();
+        let mut seen = HashSet::new();
+        for id in &out.touched {
+            if seen.insert(id.as_str())
+                && let Some(alert) = self.agg.get(id)
+            {
+                batch.alerts.push(alert.to_row());
+            }
+        }
+        batch.alerts.extend(out.removed.iter().map(Alert::to_row));
+        for id in &out.grouped {
+            if let Some(alert) = self.agg.get(id).filter(|a| a.status == AlertStatus::Firing) {
+                for (channel, _) in self.router.route(alert) {
+                    self.shared.metrics.suppressed(&channel, "grouped", 1);
+                }
+            }
+        }
+        let mut queued: HashMap<String, Vec<Queued>> = HashMap::new();
+        for id in &out.fire {
+            if let Some(alert) = self.agg.get(id) {
+                let alert = Arc::new(alert.clone());
+                self.enqueue(alert, "firing", now, &mut batch, &mut queued);
+            }
+        }
+        for alert in out.removed.into_iter().filter(|a| out.resolve.contains(&a.id)) {
+            self.enqueue(Arc::new(alert), "resolved", now, &mut batch, &mut queued);
+        }
+        if let Err(e) = self.shared.store.write_alerts(&batch).await {
+            error!(error = %e, "cannot save alerts; delivering anyway");
+        }
+        for (channel, items) in queued {
+            if let Some(worker) = self.workers.get(&channel) {
+                let _ = worker.send(WorkerMsg::Deliver(items));
+            }
+        }
+    }
+
+    fn enqueue(
+        &self,
+        alert: Arc<Alert>,
+        kind: &str,
+        now: i64,
+        batch: &mut AlertBatch,
+        queued: &mut HashMap<String, Vec<Queued>>,
+    ) {
+        let routes = self.router.route(&alert);
+        if routes.is_empty() && !self.workers.is_empty() {
+            info!(alert = %alert.id, summary = %alert.summary, "alert matches no route; recorded only");
+        }
+        for (channel, mentions) in routes {
+            if kind == "firing" && alert.count > 1 {
+                self.shared.metrics.suppressed(&channel, "grouped", alert.count - 1);
+            }
+            let row = new_delivery(Some(&alert.id), &channel, kind, now);
+            batch.deliveries.push(row.clone());
+            queued.entry(channel).or_default().push(Queued {
+                row,
+                item: Item::Alert(alert.clone()),
+                mentions,
+            });
+        }
+    }
+
+    async fn prune(&self, now: i64) {
+        match self.shared.store.prune_alerts(now - self.retention_ms).await {
+            Ok(0) => {}
+            Ok(n) => info!(alerts = n, "pruned old resolved alerts"),
+            Err(e) => error!(error = %e, "alert retention sweep failed"),
+        }
+    }
+
+    /// Reloads open alerts and pending deliveries after a restart.
+    async fn recover(&mut self) {
+        let open = match self.shared.store.open_alerts().await {
+            Ok(open) => open,
+            Err(e) => {
+                error!(error = %e, "cannot load open alerts; starting without them");
+                return;
+            }
+        };
+        let mut alerts = HashMap::new();
+        for row in &open.alerts {
+            match Alert::from_row(row) {
+                Ok(alert) => {
+                    alerts.insert(alert.id.clone(), Arc::new(alert.clone()));
+                    self.agg.restore(alert);
+                }
+                Err(e) => error!(error = %e, "skipping an unreadable alert"),
+            }
+        }
+        let (queued, failed) = crate::recover::rebuild(open.deliveries, &alerts, &self.router, &self.workers);
+        if !failed.is_empty() {
+            let batch = AlertBatch { alerts: Vec::new(), deliveries: failed };
+            if let Err(e) = self.shared.store.write_alerts(&batch).await {
+                error!(error = %e, "cannot mark orphaned deliveries failed");
+            }
+        }
+        let mut pending = 0;
+        for (channel, items) in queued {
+            pending += items.len();
+            if let Some(worker) = self.workers.get(&channel) {
+                let _ = worker.send(WorkerMsg::Deliver(items));
+            }
+        }
+        for alert in alerts.values().filter(|a| a.status == AlertStatus::Firing) {
+            for (channel, _) in self.router.route(alert) {
+                if let Some(worker) = self.workers.get(&channel) {
+                    let _ = worker.send(WorkerMsg::Track(alert.clone()));
+                }
+            }
+        }
+        if !alerts.is_empty() || pending > 0 {
+            info!(alerts = alerts.len(), deliveries = pending, "alerts resumed from the store");
+        }
+    }
+}
+
+pub(crate) fn new_delivery(alert_id: Option<&str>, channel: &str, kind: &str, now: i64) -> DeliveryRow {
+    DeliveryRow {
+        id: uuid::Uuid::now_v7().to_string(),
+        alert_id: alert_id.map(str::to_string),
+        channel: channel.to_string(),
+        kind: kind.to_string(),
+        status: "pending".into(),
+        attempts: 0,
+        last_error: None,
+        digest_id: None,
+        created_at: now,
+        sent_at: None,
+    }
+}

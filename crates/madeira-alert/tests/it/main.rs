@@ -1,0 +1,7 @@
+//! Integration tests of the alert component against local HTTP receivers that
+//! check exact payloads and signatures; time is a manual clock.
+
+mod delivery;
+mod durability;
+mod ratelimit;
+mod support;

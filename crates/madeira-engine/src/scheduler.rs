@@ -1,0 +1,223 @@
+//! The cron scheduler: a heap of next fire instants (tick + stable jitter), one
+//! entry per cron trigger of every unpaused flow. It sleeps until the earliest,
+//! fires it as a run with idempotency key `cron:<flow>:<tick>` (so a tick never
+//! makes two runs, even across a crash), and reloads a flow when it is applied,
+//! paused or resumed. Ticks missed while down or paused follow the misfire policy.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use madeira_core::TriggerDef;
+use madeira_core::model::CronTriggerDef;
+use madeira_core::schedule::{cron_key, jitter_offset, missed_ticks, next_after, tick_of_key};
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::{EngineError, EngineHandle, EngineObserver, TriggerRequest};
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Entry {
+    fire_at_ms: i64,
+    tick_ms: i64,
+    flow: String,
+    trigger: usize,
+    generation: u64,
+}
+
+pub struct Scheduler {
+    engine: EngineHandle,
+    observers: Vec<Arc<dyn EngineObserver>>,
+    heap: BinaryHeap<Reverse<Entry>>,
+    /// Current generation per flow: entries of older generations are stale.
+    generations: HashMap<String, u64>,
+    triggers: HashMap<String, Vec<CronTriggerDef>>,
+    next_generation: u64,
+}
+
+impl Scheduler {
+    pub fn new(engine: EngineHandle, observers: Vec<Arc<dyn EngineObserver>>) -> Self {
+        Self {
+            engine,
+            observers,
+            heap: BinaryHeap::new(),
+            generations: HashMap::new(),
+            triggers: HashMap::new(),
+            next_generation: 1,
+        }
+    }
+
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut changes = self.engine.subscribe_flow_changes();
+        self.reload_all().await;
+        loop {
+            let sleep = match self.heap.peek() {
+                Some(Reverse(e)) => Duration::from_millis((e.fire_at_ms - crate::now_ms()).max(0) as u64),
+                None => Duration::from_secs(3600),
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                change = changes.recv() => match change {
+                    Ok(flow) => self.reload(&flow).await,
+                    Err(RecvError::Lagged(_)) => self.reload_all().await,
+                    Err(RecvError::Closed) => return,
+                },
+                _ = tokio::time::sleep(sleep) => self.fire_due(),
+            }
+        }
+    }
+
+    async fn reload_all(&mut self) {
+        match self.engine.store().list_flows().await {
+            Ok(flows) => {
+                let count = flows.len();
+                for record in flows {
+                    self.reload(&record.name).await;
+                }
+                info!(flows = count, entries = self.heap.len(), "cron schedule loaded");
+            }
+            Err(e) => error!(error = %e, "scheduler: cannot list flows"),
+        }
+    }
+
+    /// Re-reads one flow: drops its entries, fires ticks missed by its misfire
+    /// policy, and schedules its next ticks.
+    async fn reload(&mut self, flow: &str) {
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        self.generations.insert(flow.to_string(), generation);
+        let triggers = match self.cron_triggers(flow).await {
+            Ok(t) => t,
+            Err(e) => {
+                error!(flow = %flow, error = %e, "scheduler: cannot load flow");
+                return;
+            }
+        };
+        if triggers.is_empty() {
+            self.triggers.remove(flow);
+            self.observers.iter().for_each(|o| o.next_run(flow, None));
+            return;
+        }
+        let now = Utc::now();
+        let last = match self.engine.store().last_cron_key(flow).await {
+            Ok(key) => key.as_deref().and_then(tick_of_key),
+            Err(e) => {
+                warn!(flow = %flow, error = %e, "scheduler: cannot read the last tick; not catching up");
+                None
+            }
+        };
+        for (i, trigger) in triggers.iter().enumerate() {
+            for tick in missed_ticks(trigger, last, now) {
+                info!(flow = %flow, tick = %tick, "firing missed tick (misfire policy)");
+                self.fire(flow, tick, tick.timestamp_millis(), true);
+            }
+            self.schedule_after(flow, i, trigger, now, generation);
+        }
+        self.triggers.insert(flow.to_string(), triggers);
+        self.report_next(flow);
+    }
+
+    async fn cron_triggers(&self, flow: &str) -> Result<Vec<CronTriggerDef>, EngineError> {
+        let Some(record) = self.engine.store().get_flow(flow).await? else { return Ok(Vec::new()) };
+        if record.paused {
+            return Ok(Vec::new());
+        }
+        let def = self.engine.flow(flow, Some(record.latest_version)).await?;
+        if def.observe {
+            return Ok(Vec::new());
+        }
+        Ok(def
+            .triggers
+            .iter()
+            .filter_map(|t| match t {
+                TriggerDef::Cron(c) => Some(c.clone()),
+                TriggerDef::Event { .. } => None,
+            })
+            .collect())
+    }
+
+    fn schedule_after(
+        &mut self,
+        flow: &str,
+        index: usize,
+        trigger: &CronTriggerDef,
+        after: DateTime<Utc>,
+        generation: u64,
+    ) {
+        let Some(tick) = next_after(trigger, after) else { return };
+        let offset = jitter_offset(flow, index, tick, trigger.jitter);
+        let fire_at_ms = tick.timestamp_millis() + offset.as_millis() as i64;
+        let entry = Entry {
+            fire_at_ms,
+            tick_ms: tick.timestamp_millis(),
+            flow: flow.to_string(),
+            trigger: index,
+            generation,
+        };
+        self.heap.push(Reverse(entry));
+    }
+
+    fn fire_due(&mut self) {
+        let now_ms = crate::now_ms();
+        let mut touched = Vec::new();
+        while let Some(Reverse(entry)) = self.heap.peek().cloned() {
+            if entry.fire_at_ms > now_ms {
+                break;
+            }
+            self.heap.pop();
+            if self.generations.get(&entry.flow) != Some(&entry.generation) {
+                continue;
+            }
+            let Some(tick) = DateTime::from_timestamp_millis(entry.tick_ms) else { continue };
+            self.fire(&entry.flow, tick, entry.fire_at_ms, false);
+            let trigger = self.triggers.get(&entry.flow).and_then(|t| t.get(entry.trigger)).cloned();
+            if let Some(trigger) = trigger {
+                self.schedule_after(&entry.flow, entry.trigger, &trigger, tick, entry.generation);
+            }
+            touched.push(entry.flow);
+        }
+        touched.dedup();
+        for flow in touched {
+            self.report_next(&flow);
+        }
+    }
+
+    /// Starts the run for `tick` without waiting for it (the engine batches run
+    /// creation); the key makes a repeated fire return the same run. Catch-up runs
+    /// (misfire policy) are marked with trigger `cron_catchup`.
+    fn fire(&self, flow: &str, tick: DateTime<Utc>, due_ms: i64, catchup: bool) {
+        let lateness = Duration::from_millis((crate::now_ms() - due_ms).max(0) as u64);
+        self.observers.iter().for_each(|o| o.cron_fired(flow, lateness));
+        let engine = self.engine.clone();
+        let request = TriggerRequest {
+            flow: flow.to_string(),
+            params: serde_json::json!({"scheduled_at": tick.to_rfc3339()}),
+            idempotency_key: Some(cron_key(flow, tick)),
+            trigger: if catchup { "cron_catchup" } else { "cron" }.into(),
+            actor: "scheduler".into(),
+            version: None,
+        };
+        tokio::spawn(async move {
+            match engine.trigger(request).await {
+                Ok(outcome) => debug!(run_id = %outcome.run_id, created = outcome.created, "cron run"),
+                Err(EngineError::OverlapSkipped { flow, active }) => {
+                    info!(flow = %flow, active, "cron tick skipped: on_overlap is skip")
+                }
+                Err(e) => error!(error = %e, "cron run not created"),
+            }
+        });
+    }
+
+    fn report_next(&self, flow: &str) {
+        let now = Utc::now();
+        let next = self.triggers.get(flow).into_iter().flatten().enumerate().filter_map(|(i, t)| {
+            let tick = next_after(t, now)?;
+            Some(tick.timestamp_millis() + jitter_offset(flow, i, tick, t.jitter).as_millis() as i64)
+        });
+        let at = next.min().map(|ms| ms as f64 / 1000.0);
+        self.observers.iter().for_each(|o| o.next_run(flow, at));
+    }
+}

@@ -1,0 +1,79 @@
+//! `GET /alerts?status=&flow=&limit=` (firing, resolved, each delivery's status)
+//! and `POST /alerts/test` `{"channel": "…"}` (send a test message now).
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use madeira_alert::AlertError;
+use madeira_store::AlertQuery;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::json_body;
+use crate::{ApiError, AppState, Role};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TestBody {
+    #[serde(default)]
+    channel: String,
+}
+
+fn not_configured() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "alerts_off",
+        "alerting is not running in this control plane",
+    )
+}
+
+fn alert_error(e: AlertError) -> ApiError {
+    match e {
+        AlertError::UnknownChannel { .. } => ApiError::not_found(e.to_string()),
+        AlertError::TestTimedOut(_) => ApiError::new(StatusCode::GATEWAY_TIMEOUT, "timeout", e.to_string()),
+        AlertError::ShuttingDown => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", e.to_string())
+        }
+        AlertError::Store(e) => e.into(),
+        other => {
+            tracing::error!(error = %other, "alerts: internal error");
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", other.to_string())
+        }
+    }
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    state.auth.authorize(&headers, Role::Viewer)?;
+    let alerts = state.alerts.as_ref().ok_or_else(not_configured)?;
+    let status = q.get("status").cloned();
+    if let Some(s) = &status
+        && !matches!(s.as_str(), "pending" | "firing" | "resolved")
+    {
+        return Err(ApiError::bad_request(format!("status `{s}`: use pending, firing or resolved")));
+    }
+    let query =
+        AlertQuery { status, flow: q.get("flow").cloned(), limit: super::runs::parse_limit(q.get("limit"))? };
+    Ok(Json(alerts.list(&query).await.map_err(alert_error)?))
+}
+
+pub async fn test(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    state.auth.authorize(&headers, Role::Operator)?;
+    let alerts = state.alerts.as_ref().ok_or_else(not_configured)?;
+    let body: TestBody = json_body(&body)?;
+    if body.channel.is_empty() {
+        return Err(ApiError::bad_request("give the channel: {\"channel\": \"NAME\"}"));
+    }
+    let outcome = alerts.test(&body.channel).await.map_err(alert_error)?;
+    Ok(Json(json!(outcome)))
+}

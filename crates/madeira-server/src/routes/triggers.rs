@@ -1,0 +1,68 @@
+//! Event triggers (`POST /events`) and pausing a flow's schedule.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::json_body;
+use crate::{ApiError, AppState, Role};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventBody {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    payload: serde_json::Map<String, Value>,
+}
+
+pub async fn event(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let actor = state.auth.authorize(&headers, Role::Operator)?;
+    let body: EventBody = json_body(&body)?;
+    if body.kind.is_empty() || body.id.is_empty() || body.kind.len() > 200 || body.id.len() > 200 {
+        return Err(ApiError::bad_request(
+            "an event needs `type` and `id` (1 to 200 characters each); `id` is what makes a redelivery a duplicate",
+        ));
+    }
+    for def in state.engine.event_flows(&body.kind).await? {
+        state.check_rate(&def.name, def.rate_limit)?;
+    }
+    let outcomes = state.engine.fire_event(&body.kind, &body.id, Value::Object(body.payload), &actor).await?;
+    let runs: Vec<String> = outcomes.into_iter().map(|o| o.run_id).collect();
+    Ok(Json(json!({"runs": runs})))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReasonBody {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+pub async fn pause(
+    State(state): State<AppState>,
+    Path((name, action)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let actor = state.auth.authorize(&headers, Role::Operator)?;
+    let body: ReasonBody = json_body(&body)?;
+    let paused = match action.as_str() {
+        "pause" => true,
+        "resume" => false,
+        other => {
+            return Err(ApiError::not_found(format!("unknown flow action `{other}`: use pause or resume")));
+        }
+    };
+    state.engine.set_paused(&name, paused, &actor, body.reason).await?;
+    Ok(Json(json!({"flow": name, "paused": paused})))
+}

@@ -1,0 +1,93 @@
+//! The alert aggregate (SPEC §7): alert rows and their per-channel deliveries, and
+//! the `AlertStore` trait that keeps them so a restart delivers what was pending.
+//! Kept apart from `Store` so the run-state trait stays as it is.
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde_json::Value as Json;
+
+use crate::Result;
+
+/// One alert as stored. `details` is the alert component's own JSON (summary,
+/// error, runs, attempts, skipped nodes, labels); the store does not look inside.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AlertRow {
+    pub id: String,
+    pub key: String,
+    /// `critical` or `warning`.
+    pub severity: String,
+    /// `pending` (gathering during `group_wait`), `firing` or `resolved`.
+    pub status: String,
+    pub flow: Option<String>,
+    pub node: Option<String>,
+    pub details: Json,
+    pub created_at: i64,
+    pub notify_at: i64,
+    pub updated_at: i64,
+    pub resolved_at: Option<i64>,
+}
+
+/// One message to one channel.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeliveryRow {
+    pub id: String,
+    /// `None` for a digest or a test message.
+    pub alert_id: Option<String>,
+    pub channel: String,
+    /// `firing`, `resolved`, `digest` or `test`.
+    pub kind: String,
+    /// `pending`, `sent`, `merged` (carried by the digest `digest_id`) or `failed`.
+    pub status: String,
+    pub attempts: u32,
+    /// The last failure, already scrubbed of secrets by the caller.
+    pub last_error: Option<String>,
+    pub digest_id: Option<String>,
+    pub created_at: i64,
+    pub sent_at: Option<i64>,
+}
+
+/// Writes applied in one transaction (rows are inserted or replaced by id).
+#[derive(Debug, Clone, Default)]
+pub struct AlertBatch {
+    pub alerts: Vec<AlertRow>,
+    pub deliveries: Vec<DeliveryRow>,
+}
+
+impl AlertBatch {
+    pub fn is_empty(&self) -> bool {
+        self.alerts.is_empty() && self.deliveries.is_empty()
+    }
+}
+
+/// What a restart must pick up again.
+#[derive(Debug, Clone, Default)]
+pub struct OpenAlerts {
+    /// Alerts `pending` or `firing`, and alerts any open delivery refers to.
+    pub alerts: Vec<AlertRow>,
+    /// Deliveries `pending`, and those `merged` into a digest still `pending`,
+    /// oldest first.
+    pub deliveries: Vec<DeliveryRow>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AlertQuery {
+    /// `pending`, `firing` or `resolved`.
+    pub status: Option<String>,
+    pub flow: Option<String>,
+    pub limit: u32,
+}
+
+/// Alerts and their deliveries. One implementation per backend.
+#[async_trait]
+pub trait AlertStore: Send + Sync + 'static {
+    /// Inserts or replaces every row of `batch` in one transaction.
+    async fn write_alerts(&self, batch: &AlertBatch) -> Result<()>;
+    async fn open_alerts(&self) -> Result<OpenAlerts>;
+    /// Newest first.
+    async fn list_alerts(&self, query: &AlertQuery) -> Result<Vec<AlertRow>>;
+    /// Deliveries of these alerts, and the digests that carried them, oldest first.
+    async fn deliveries_of(&self, alert_ids: &[String]) -> Result<Vec<DeliveryRow>>;
+    /// Deletes resolved alerts resolved before `before_ms`, with their deliveries,
+    /// and finished digests and tests created before it. Returns alerts deleted.
+    async fn prune_alerts(&self, before_ms: i64) -> Result<u64>;
+}

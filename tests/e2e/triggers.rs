@@ -1,0 +1,147 @@
+//! Triggers on the real binary: a 6-field cron firing every second, misfire
+//! policies across a restart, event dedup (also concurrent), trigger rate limits.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use crate::support::Dev;
+
+/// Scheduled instants of every cron run of `flow`, sorted.
+async fn ticks(dev: &Dev, flow: &str) -> Vec<DateTime<Utc>> {
+    let (_, list) = dev.get(&format!("/runs?flow={flow}&limit=1000")).await;
+    let mut out = Vec::new();
+    for run in list["runs"].as_array().into_iter().flatten() {
+        let (_, detail) = dev.get(&format!("/runs/{}", run["run_id"].as_str().unwrap_or(""))).await;
+        if let Some(t) = detail["idempotency_key"].as_str().and_then(madeira_core::schedule::tick_of_key) {
+            out.push(t);
+        }
+    }
+    out.sort();
+    out
+}
+
+async fn wait_ticks(dev: &Dev, flow: &str, n: usize, secs: u64) -> Vec<DateTime<Utc>> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let t = ticks(dev, flow).await;
+        if t.len() >= n {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "{flow}: only {} cron runs after {secs}s", t.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn every_second(flow: &str, misfire: &str) -> String {
+    format!(
+        "flow: {flow}\ntriggers:\n  - cron: \"* * * * * *\"\n    misfire: {misfire}\nnodes:\n  a: {{run: {{builtin: noop}}}}\n"
+    )
+}
+
+#[tokio::test]
+async fn six_field_cron_fires_once_per_second_without_duplicates() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow(&every_second("tick", "skip")).await;
+    let t = wait_ticks(&dev, "tick", 6, 20).await;
+    let unique: BTreeSet<_> = t.iter().collect();
+    assert_eq!(unique.len(), t.len(), "duplicate ticks: {t:?}");
+    for pair in t.windows(2) {
+        assert_eq!((pair[1] - pair[0]).num_milliseconds(), 1000, "gap or duplicate in {t:?}");
+    }
+}
+
+/// Runs the flow, stops the server for ~3 s, restarts it, and returns how many
+/// catch-up runs the restart fired, after checking no tick fired twice.
+async fn catchup_runs_after_downtime(misfire: &str) -> usize {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut dev = Dev::start_in(dir.path());
+    let flow = format!("down-{}", misfire.replace('_', "-"));
+    dev.put_flow(&every_second(&flow, misfire)).await;
+    let before = wait_ticks(&dev, &flow, 2, 20).await;
+    dev.kill9();
+    tokio::time::sleep(Duration::from_secs(3)).await; // the outage itself, not a wait for a condition
+    let dev = Dev::start_in(dir.path());
+    let after = wait_ticks(&dev, &flow, before.len() + 3, 20).await;
+    let unique: BTreeSet<_> = after.iter().collect();
+    assert_eq!(unique.len(), after.len(), "a tick fired twice: {after:?}");
+    let (_, list) = dev.get(&format!("/runs?flow={flow}&limit=1000")).await;
+    list["runs"].as_array().into_iter().flatten().filter(|r| r["trigger"] == "cron_catchup").count()
+}
+
+#[tokio::test]
+async fn misfire_skip_fires_nothing_missed_and_run_once_exactly_one() {
+    assert_eq!(catchup_runs_after_downtime("skip").await, 0, "skip fires no burst");
+    assert_eq!(catchup_runs_after_downtime("run_once").await, 1, "run_once fires exactly one");
+}
+
+#[tokio::test]
+async fn an_event_posted_twice_or_concurrently_makes_one_run() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow(
+        "flow: on-close\ntriggers:\n  - event: payment.batch_closed\nnodes:\n  a: {run: {builtin: noop}}\n",
+    )
+    .await;
+    let event = json!({"type": "payment.batch_closed", "id": "batch-42", "payload": {"batch": 42}});
+    let (status, first) = dev.post("/events", event.clone(), &[]).await;
+    assert_eq!(status, 200, "{first}");
+    let (_, second) = dev.post("/events", event.clone(), &[]).await;
+    assert_eq!(first["runs"].as_array().map(Vec::len), Some(1));
+    assert_eq!(first, second);
+
+    let concurrent = json!({"type": "payment.batch_closed", "id": "batch-43", "payload": {}});
+    let replies =
+        futures::future::join_all((0..20).map(|_| dev.post("/events", concurrent.clone(), &[]))).await;
+    let ids: BTreeSet<String> = replies
+        .iter()
+        .map(|(s, b)| {
+            assert_eq!(*s, 200, "{b}");
+            b["runs"][0].as_str().unwrap_or("").to_string()
+        })
+        .collect();
+    assert_eq!(ids.len(), 1, "20 deliveries of one id made {ids:?}");
+    let run = dev.finished(ids.iter().next().expect("one")).await;
+    assert_eq!(run["params"]["batch"], Value::Null);
+    let (_, runs) = dev.get("/runs?flow=on-close").await;
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(2));
+}
+
+#[tokio::test]
+async fn triggers_past_the_rate_limit_get_429_with_retry_after() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow("flow: limited\nrate_limit: 2/m\nnodes:\n  a: {run: {builtin: noop}}\n").await;
+    dev.trigger("limited", json!({})).await;
+    dev.trigger("limited", json!({})).await;
+    let resp = dev.http.post(dev.url("/flows/limited/runs")).json(&json!({})).send().await.expect("post");
+    assert_eq!(resp.status().as_u16(), 429);
+    let retry: u64 = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After header");
+    assert!((1..=30).contains(&retry), "retry after {retry}s");
+    let body: Value = resp.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "rate_limited");
+}
+
+#[tokio::test]
+async fn paused_flows_do_not_fire_and_show_next_run() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow("flow: nightly\ntriggers:\n  - cron: \"5 1 * * *\"\n    timezone: Asia/Shanghai\nnodes:\n  a: {run: {builtin: noop}}\n")
+        .await;
+    let (_, flow) = dev.get("/flows/nightly").await;
+    let next = flow["triggers"][0]["next_run"].as_str().expect("next_run");
+    assert!(next.ends_with("17:05:00.000Z"), "01:05 in Shanghai is 17:05 UTC: {next}");
+    assert_eq!(flow["triggers"][0]["timezone"], "Asia/Shanghai");
+    dev.put_flow(&every_second("paused", "skip")).await;
+    let (status, body) = dev.post("/flows/paused/pause", json!({"reason": "maintenance"}), &[]).await;
+    assert_eq!((status, body["paused"].as_bool()), (200, Some(true)));
+    let (_, flow) = dev.get("/flows/paused").await;
+    assert_eq!(flow["paused"], true);
+    let settled = ticks(&dev, "paused").await.len();
+    tokio::time::sleep(Duration::from_millis(2500)).await; // a window in which nothing may fire
+    assert!(ticks(&dev, "paused").await.len() <= settled + 1, "a paused flow kept firing");
+}
