@@ -3,14 +3,18 @@
 
 mod alerts;
 mod api;
+mod auth;
 mod cli;
 mod crontab;
 mod exec;
+mod forwarding;
 mod governance;
 mod observability;
 mod otlp;
+mod permits;
 mod prometheus;
 mod recovery;
+mod replicas;
 mod semantics;
 mod sidecar;
 mod support;

@@ -26,8 +26,8 @@ impl Dev {
         (dir, dev)
     }
 
-    /// Starts `madeira dev` with its data in `dir` and an ephemeral port, reading the
-    /// bound address from its first line on stderr.
+    /// Starts `madeira dev` with its data in `dir` and ephemeral ports, reading the
+    /// bound addresses from its stderr.
     pub fn start_in(dir: &Path) -> Dev {
         Dev::start_with(dir, &[])
     }
@@ -44,36 +44,53 @@ impl Dev {
 
     fn start_with_all(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Dev {
         let grpc = if extra.contains(&"--grpc") { &[][..] } else { &["--grpc", "127.0.0.1:0"][..] };
-        let mut child = Command::new(BIN)
-            .args(["dev", "--http", "127.0.0.1:0", "--data"])
+        let mut cmd = Command::new(BIN);
+        cmd.args(["dev", "--http", "127.0.0.1:0", "--data"])
             .arg(dir)
             .args(grpc)
             .args(extra)
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn madeira dev");
+            .envs(env.iter().copied());
+        Dev::spawn(cmd, "madeira dev: API on ", Some("madeira dev: sidecar link on "), None)
+    }
+
+    /// Starts `madeira serve --config FILE` with extra environment; requests carry
+    /// `token` as a bearer token.
+    pub fn serve(config: &Path, env: &[(&str, &str)], token: Option<&str>) -> Dev {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve").arg("--config").arg(config).envs(env.iter().copied());
+        Dev::spawn(cmd, "madeira serve: API on ", None, token)
+    }
+
+    /// Spawns `cmd` and reads the bound address from the stderr line starting with
+    /// `banner` (and the sidecar link's from `grpc_banner`); the rest of stderr is
+    /// drained (and echoed when `MADEIRA_TEST_ECHO`).
+    fn spawn(mut cmd: Command, banner: &str, grpc_banner: Option<&str>, token: Option<&str>) -> Dev {
+        let mut child =
+            cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn madeira server");
         let stderr = child.stderr.take().expect("stderr");
         let mut lines = BufReader::new(stderr).lines();
         let (mut base, mut grpc) = (None, None);
-        while base.is_none() || grpc.is_none() {
-            let line = lines.next().expect("madeira dev exited before serving").expect("read stderr");
-            if let Some(rest) = line.strip_prefix("madeira dev: API on ") {
+        while base.is_none() || (grpc_banner.is_some() && grpc.is_none()) {
+            let line = lines.next().expect("madeira exited before serving").expect("read stderr");
+            if let Some(rest) = line.strip_prefix(banner) {
                 let url = rest.split_whitespace().next().expect("url");
                 base = Some(url.trim_end_matches("/api/v1").to_string());
             }
-            if let Some(rest) = line.strip_prefix("madeira dev: sidecar link on ") {
+            if let Some(rest) = grpc_banner.and_then(|b| line.strip_prefix(b)) {
                 grpc = rest.split_whitespace().next().map(str::to_string);
             }
         }
-        std::thread::spawn(move || for _ in lines {});
-        Dev {
-            child,
-            base: base.unwrap_or_default(),
-            http: reqwest::Client::new(),
-            grpc: grpc.unwrap_or_default(),
-        }
+        let base = base.unwrap_or_default();
+        let echo = std::env::var_os("MADEIRA_TEST_ECHO").is_some();
+        let tag = base.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if echo {
+                    eprintln!("[{tag}] {line}");
+                }
+            }
+        });
+        Dev { child, base, http: client(token), grpc: grpc.unwrap_or_default() }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -146,6 +163,16 @@ impl Dev {
         }
         let _ = self.child.wait();
     }
+}
+
+/// An HTTP client that sends `token` as a bearer token on every request.
+pub fn client(token: Option<&str>) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = token {
+        let value = format!("Bearer {token}").parse().expect("header value");
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    reqwest::Client::builder().default_headers(headers).build().expect("client")
 }
 
 impl Drop for Dev {

@@ -1,18 +1,22 @@
 //! Run creation, group-committed: concurrent triggers are collected and created in
 //! one store transaction (idempotency key and `on_overlap` still decided inside it,
 //! run by run), so a burst of triggers costs one durable commit, not one each. A
-//! run created RUNNING goes straight to the engine with its fresh snapshot.
+//! run created RUNNING is then claimed for this replica (by lease, the claims of a
+//! batch in parallel) and goes straight to the engine with its fresh snapshot and
+//! trace; should the claim miss, the engine gets a plain `Resume` and claims and
+//! loads it itself (or leaves it to the replica that holds it).
 
 use std::sync::Arc;
 
 use madeira_core::{FlowDef, RunSnapshot, RunState};
-use madeira_store::{CreateOutcome, NewRun, Store};
+use madeira_store::{Claim, CreateOutcome, NewRun, Store};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tracing::error;
+use tracing::{error, warn};
 
 use crate::EngineError;
 use crate::envelope::Envelope;
+use crate::lease::Holder;
 
 const MAX_BATCH: usize = 512;
 
@@ -26,6 +30,7 @@ pub(crate) async fn run(
     store: Arc<dyn Store>,
     mut rx: mpsc::Receiver<CreateRequest>,
     engine: mpsc::Sender<Envelope>,
+    holder: Holder,
     cancel: CancellationToken,
 ) {
     loop {
@@ -46,12 +51,39 @@ pub(crate) async fn run(
         let runs: Vec<NewRun> = batch.iter().map(|r| r.run.clone()).collect();
         match store.create_runs(&runs).await {
             Ok(outcomes) => {
+                let started: Vec<&str> = outcomes
+                    .iter()
+                    .filter_map(|o| match o {
+                        CreateOutcome::Created { run_id, state: RunState::Running, .. } => {
+                            Some(run_id.as_str())
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                let lease = holder.lease_now();
+                let claims =
+                    futures::future::join_all(started.iter().map(|id| store.claim_run(id, &lease, false)))
+                        .await;
+                let mut claimed = std::collections::HashSet::new();
+                for (run_id, claim) in started.iter().zip(claims) {
+                    match claim {
+                        Ok(Claim::Held) => {
+                            claimed.insert(run_id.to_string());
+                        }
+                        Ok(other) => warn!(run_id = %run_id, claim = ?other, "new run not claimed here"),
+                        Err(e) => {
+                            warn!(run_id = %run_id, error = %e, "cannot claim new run; the engine retries")
+                        }
+                    }
+                }
                 for (request, outcome) in batch.into_iter().zip(outcomes) {
                     if let CreateOutcome::Created { run_id, state: RunState::Running, .. } = &outcome {
-                        let trace = crate::trace::RunTrace::from_new(&request.run);
-                        let mut snap = RunSnapshot::new(run_id.clone(), request.flow, request.run.params);
-                        snap.state = RunState::Running;
-                        let fresh = Some(Box::new((snap, trace)));
+                        let fresh = claimed.contains(run_id).then(|| {
+                            let trace = crate::trace::RunTrace::from_new(&request.run);
+                            let mut snap = RunSnapshot::new(run_id.clone(), request.flow, request.run.params);
+                            snap.state = RunState::Running;
+                            Box::new((snap, trace))
+                        });
                         let resume = Envelope::Resume { run_id: run_id.clone(), fresh };
                         if engine.send(resume).await.is_err() {
                             let _ = request.reply.send(Err(EngineError::ShuttingDown));

@@ -18,6 +18,7 @@ mod waiting;
 use crate::envelope::Envelope;
 use crate::executor::{AttemptResult, Executors, Job};
 use crate::gate::Gate;
+use crate::lease::Holder;
 use crate::observer::{AttemptOutcome, EngineObserver};
 use crate::record::{FinishedAttempt, Work};
 use crate::stats::EngineStats;
@@ -26,10 +27,18 @@ use crate::timers::{Timer, TimerKind, Timers};
 use crate::trace::{self, RunTrace};
 use crate::{EngineError, EngineOptions, FlowCache, RunEvent, clock::now_ms, retention, snapshot};
 
+mod ownership;
+mod permits;
+
 /// Logs are kept to their last 64 KiB per attempt.
 const LOG_TAIL_BYTES: usize = 64 * 1024;
 
 pub(crate) struct Parts {
+    /// This engine's own handle (the inbox of forwarded actions acts through it).
+    pub handle: crate::EngineHandle,
+    /// Taken by `run` to start the Redis publisher.
+    pub publisher: Option<crate::wake::Publisher>,
+    /// Taken by `run` to start the group-committing run creator.
     pub creator: Option<mpsc::Receiver<crate::creator::CreateRequest>>,
     pub store: Arc<dyn Store>,
     pub executors: Arc<Executors>,
@@ -54,12 +63,15 @@ pub struct Engine {
     pending: VecDeque<Envelope>,
     tasks: TaskTracker,
     gate: Gate,
+    holder: Holder,
 }
 
 impl Engine {
     pub(crate) fn new(p: Parts) -> Self {
         let gate = Gate::new(p.waiting.clone());
+        let holder = Holder { owner: p.options.replica_id.clone(), lease: p.options.lease };
         Self {
+            holder,
             p,
             runs: HashMap::new(),
             traces: HashMap::new(),
@@ -78,7 +90,13 @@ impl Engine {
         self.reconcile().await;
         let retention = retention::spawn(self.p.store.clone(), self.p.options.clone(), cancel.clone());
         if let Some(rx) = self.p.creator.take() {
-            let creator = crate::creator::run(self.p.store.clone(), rx, self.p.tx.clone(), cancel.clone());
+            let creator = crate::creator::run(
+                self.p.store.clone(),
+                rx,
+                self.p.tx.clone(),
+                self.holder.clone(),
+                cancel.clone(),
+            );
             self.tasks.spawn(creator);
         }
         let missed = crate::missed::spawn(
@@ -87,8 +105,16 @@ impl Engine {
             self.p.observers.clone(),
             cancel.clone(),
         );
+        let leases =
+            crate::lease::spawn(self.p.store.clone(), self.holder.clone(), self.p.tx.clone(), cancel.clone());
+        let mut helpers = vec![leases, self.p.handle.spawn_inbox(self.p.options.inbox_poll, cancel.clone())];
+        if let Some(publisher) = self.p.publisher.take() {
+            let wake = self.p.handle.wake.clone();
+            helpers.extend(wake.spawn(&self.holder.owner, publisher, self.p.tx.clone(), cancel.clone()));
+        }
         let mut sweep = tokio::time::interval(self.p.options.sweep_every);
         sweep.tick().await;
+        let mut permit_poll = tokio::time::interval(self.p.options.inbox_poll);
         loop {
             let mut batch = Vec::new();
             while batch.len() < self.p.options.batch_max {
@@ -109,6 +135,12 @@ impl Engine {
                         self.reconcile().await;
                         continue;
                     }
+                    _ = permit_poll.tick(), if self.p.options.global_permits => {
+                        for (flow, node) in self.throttle.waiting_keys() {
+                            self.pending.push_back(Envelope::PermitPoll { flow, node });
+                        }
+                        continue;
+                    }
                 }
             }
             while batch.len() < self.p.options.batch_max {
@@ -126,6 +158,9 @@ impl Engine {
         let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
         let _ = retention.await;
         let _ = missed.await;
+        for helper in helpers {
+            let _ = helper.await;
+        }
         info!("engine stopped");
     }
 
@@ -165,6 +200,7 @@ impl Engine {
             self.apply_envelope(envelope, &mut work).await;
         }
         work.finish(&self.runs);
+        work.batch.owner = Some(self.holder.owner.clone());
         let transitions = work.batch.transitions.len();
         match self.p.store.commit(&work.batch).await {
             Ok(()) => {
@@ -194,6 +230,9 @@ impl Engine {
         for run_id in &touched {
             self.runs.remove(run_id);
         }
+        if let madeira_store::StoreError::LeaseLost { runs, .. } = &e {
+            self.lost(runs);
+        }
         for (reply, _) in work.replies {
             let _ = reply
                 .send(Err(EngineError::Store(madeira_store::StoreError::Refused(format!("not saved: {e}")))));
@@ -216,15 +255,22 @@ impl Engine {
                     self.runs.insert(run_id.clone(), snap);
                     self.traces.insert(run_id.clone(), trace);
                 }
-                if let Err(e) = self.ensure_loaded(&run_id).await {
-                    error!(run_id = %run_id, error = %e, "cannot resume run");
-                    return;
+                match self.ensure_loaded(&run_id, false).await {
+                    Ok(()) => {}
+                    Err(EngineError::HeldElsewhere { owner, .. }) => {
+                        debug!(run_id = %run_id, owner = %owner, "run held by another replica");
+                        return;
+                    }
+                    Err(e) => {
+                        error!(run_id = %run_id, error = %e, "cannot resume run");
+                        return;
+                    }
                 }
                 let _ = self.apply(&run_id, Command::Recover, "engine", work);
                 work.resumed.push(run_id);
             }
             Envelope::Command { run_id, cmd, actor, audit, reply } => {
-                let result = match self.ensure_loaded(&run_id).await {
+                let result = match self.ensure_loaded(&run_id, true).await {
                     Ok(()) => self.apply(&run_id, cmd.clone(), &actor, work),
                     Err(e) => Err(e),
                 };
@@ -253,8 +299,8 @@ impl Engine {
             }
             Envelope::AttemptDone { run_id, node, attempt, result } => {
                 self.running.remove(&(run_id.clone(), node));
-                if let Err(e) = self.ensure_loaded(&run_id).await {
-                    warn!(run_id = %run_id, error = %e, "result for an unknown run dropped");
+                if let Err(e) = self.ensure_loaded(&run_id, false).await {
+                    warn!(run_id = %run_id, error = %e, "result for a run this replica does not hold dropped");
                     return;
                 }
                 self.attempt_done(&run_id, node, attempt, result, work);
@@ -267,6 +313,7 @@ impl Engine {
                     work.replies.push((reply, outcome));
                 }
             }
+            Envelope::PermitPoll { flow, node } => self.poll_permits(&flow, node, work).await,
         }
     }
 
@@ -274,10 +321,14 @@ impl Engine {
         self.runs.get(run_id).and_then(|s| s.flow.nodes.get(node)).map(|n| n.id.clone())
     }
 
-    async fn ensure_loaded(&mut self, run_id: &str) -> Result<(), EngineError> {
+    /// Makes sure this replica holds `run_id` (claiming it by lease; `steal_idle`
+    /// for commands, which may take a run whose holder has nothing in flight) and
+    /// has its snapshot in memory.
+    async fn ensure_loaded(&mut self, run_id: &str, steal_idle: bool) -> Result<(), EngineError> {
         if self.runs.contains_key(run_id) {
             return Ok(());
         }
+        self.claim(run_id, steal_idle).await?;
         let stored = self
             .p
             .store
@@ -307,7 +358,9 @@ impl Engine {
             match action {
                 Action::Ready { node } => self.on_ready(run_id, node, Instant::now(), work),
                 Action::ReleasePermit { node } => {
-                    if flow.nodes[node].throttle.is_some() {
+                    if flow.nodes[node].throttle.is_some() && self.p.options.global_permits {
+                        self.release_global_permit(run_id, &flow.name, node, &flow.nodes[node].id, work);
+                    } else if flow.nodes[node].throttle.is_some() {
                         self.release_permit(&flow.name, node, run_id, &flow.nodes[node].id, work);
                     }
                 }
@@ -333,6 +386,10 @@ impl Engine {
             return;
         }
         if let Some(throttle) = flow.nodes[node].throttle {
+            if self.p.options.global_permits {
+                let waiter = Waiter { run_id: run_id.to_string(), node, ready_at };
+                return self.wait_for_global_permit(&flow.name, waiter, &flow.nodes[node].id, work);
+            }
             if !self.throttle.try_acquire(&flow.name, node, run_id, throttle.max_permits) {
                 let waiter = Waiter { run_id: run_id.to_string(), node, ready_at };
                 self.throttle.enqueue(&flow.name, waiter);
@@ -443,7 +500,7 @@ impl Engine {
     }
 
     async fn confirm_overdue(&mut self, run_id: &str, node: usize, work: &mut Work) {
-        if self.ensure_loaded(run_id).await.is_err() {
+        if self.ensure_loaded(run_id, false).await.is_err() {
             return;
         }
         let Some(snap) = self.runs.get(run_id) else {
@@ -468,6 +525,12 @@ impl Engine {
 
     async fn after_commit(&mut self, work: Work) {
         self.notify_observers(&work);
+        for (flow, node) in work.permit_wanted.iter().chain(&work.permits_freed) {
+            self.pending.push_back(Envelope::PermitPoll { flow: flow.clone(), node: *node });
+        }
+        for (flow, node) in &work.permits_freed {
+            self.p.handle.wake.permit_freed(flow, *node);
+        }
         for event in work.events {
             let _ = self.p.events.send(event);
         }

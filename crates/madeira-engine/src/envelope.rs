@@ -13,7 +13,8 @@ pub(crate) enum Envelope {
     /// evaluate every node.
     Resume {
         run_id: String,
-        /// The snapshot of a run just created RUNNING (saves loading it back).
+        /// The snapshot of a run just created RUNNING and already claimed by this
+        /// replica (the creator claims it): the loop neither claims nor loads it.
         fresh: Option<Box<(madeira_core::RunSnapshot, crate::trace::RunTrace)>>,
     },
     /// An operator action or internal command on one run.
@@ -27,6 +28,8 @@ pub(crate) enum Envelope {
     },
     /// An executor finished an attempt.
     AttemptDone { run_id: String, node: usize, attempt: u32, result: AttemptResult },
+    /// Global permits of `(flow, node)` may be free: hand them to waiters.
+    PermitPoll { flow: String, node: usize },
     /// A MANUAL_CONFIRM node passed its `alert_after`.
     ConfirmOverdue { run_id: String, node: usize },
     /// An executor's availability changed: look at the nodes waiting for it again.

@@ -10,14 +10,16 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::creator::CreateRequest;
 use crate::envelope::Envelope;
+use crate::lease::Holder;
 use crate::stats::EngineStats;
+use crate::wake::Wake;
 use crate::{ApplyOutcome, EngineError, FlowCache, RunEvent, clock::now_ms};
 
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: mpsc::Sender<Envelope>,
     create: mpsc::Sender<CreateRequest>,
-    store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn Store>,
     flows: FlowCache,
     events: broadcast::Sender<RunEvent>,
     stats: Arc<EngineStats>,
@@ -25,6 +27,23 @@ pub struct EngineHandle {
     flow_changes: broadcast::Sender<String>,
     throttle_view: crate::ThrottleView,
     waiting: crate::gate::WaitingNodes,
+    pub(crate) holder: Holder,
+    pub(crate) wake: Wake,
+}
+
+/// What a handle shares with its engine.
+pub(crate) struct Shared {
+    pub tx: mpsc::Sender<Envelope>,
+    /// Run creation requests, group-committed by the creator task.
+    pub create: mpsc::Sender<CreateRequest>,
+    pub store: Arc<dyn Store>,
+    pub flows: FlowCache,
+    pub events: broadcast::Sender<RunEvent>,
+    pub stats: Arc<EngineStats>,
+    pub throttle_view: crate::ThrottleView,
+    pub waiting: crate::gate::WaitingNodes,
+    pub holder: Holder,
+    pub wake: Wake,
 }
 
 #[derive(Debug, Clone)]
@@ -80,32 +99,11 @@ pub struct ActionRequest {
     pub reason: Option<String>,
 }
 
-/// What a handle shares with the engine it talks to.
-pub(crate) struct Shared {
-    pub tx: mpsc::Sender<Envelope>,
-    pub create: mpsc::Sender<CreateRequest>,
-    pub store: Arc<dyn Store>,
-    pub flows: FlowCache,
-    pub events: broadcast::Sender<RunEvent>,
-    pub stats: Arc<EngineStats>,
-    pub throttle_view: crate::ThrottleView,
-    pub waiting: crate::gate::WaitingNodes,
-}
-
 impl EngineHandle {
-    pub(crate) fn new(s: Shared) -> Self {
+    pub(crate) fn new(shared: Shared) -> Self {
+        let Shared { tx, create, store, flows, events, stats, throttle_view, waiting, holder, wake } = shared;
         let (flow_changes, _) = broadcast::channel(4096);
-        Self {
-            tx: s.tx,
-            create: s.create,
-            store: s.store,
-            flows: s.flows,
-            events: s.events,
-            stats: s.stats,
-            flow_changes,
-            throttle_view: s.throttle_view,
-            waiting: s.waiting,
-        }
+        Self { tx, create, store, flows, events, stats, flow_changes, throttle_view, waiting, holder, wake }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -310,8 +308,17 @@ impl EngineHandle {
     }
 
     /// Applies an operator action through the engine; answers once it is durable
-    /// (or refused, naming the current state).
+    /// (or refused, naming the current state). A run another replica holds gets
+    /// the action forwarded to that replica.
     pub async fn act(&self, req: ActionRequest) -> Result<(), EngineError> {
+        match self.act_here(req.clone()).await {
+            Err(EngineError::HeldElsewhere { owner, .. }) => self.forward(req, owner).await,
+            other => other,
+        }
+    }
+
+    /// Applies an operator action through this replica's engine.
+    pub(crate) async fn act_here(&self, req: ActionRequest) -> Result<(), EngineError> {
         let stored = self
             .store
             .load_run(&req.run_id)

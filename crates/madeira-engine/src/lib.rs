@@ -10,8 +10,10 @@ mod engine_loop;
 mod envelope;
 pub mod executor;
 mod flows;
+mod forward;
 mod gate;
 mod handle;
+mod lease;
 mod missed;
 pub mod observed;
 mod observer;
@@ -23,6 +25,7 @@ mod stats;
 mod throttle;
 mod timers;
 mod trace;
+mod wake;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +58,20 @@ pub struct EngineOptions {
     /// Largest outputs object an attempt may produce, in bytes of JSON.
     pub max_output_bytes: usize,
     pub http: HttpPolicy,
+    /// This replica's name, written as the owner of the runs it holds. Replicas
+    /// sharing a store need distinct ones; a restarted replica with the same name
+    /// takes its runs back at once, others after `lease`.
+    pub replica_id: String,
+    /// How long a replica's hold on a run lasts without renewal (renewed every third).
+    pub lease: Duration,
+    /// Redis for cross-replica wake-ups (`None`: the store is polled instead).
+    pub redis: Option<String>,
+    /// How often the inbox of forwarded actions (and waiting global permits) is
+    /// polled while wake-ups are down.
+    pub inbox_poll: Duration,
+    /// `throttle.max_permits` counted in the store, across replicas (set for
+    /// shared stores); otherwise in this process only.
+    pub global_permits: bool,
     /// Hand every attempt its W3C `traceparent` (`Job::traceparent`) and report
     /// run and attempt spans to observers (`EngineObserver::span_ended`).
     pub tracing: bool,
@@ -68,6 +85,11 @@ impl Default for EngineOptions {
             sweep_every: Duration::from_secs(60),
             max_output_bytes: 64 * 1024,
             http: HttpPolicy::default(),
+            replica_id: "local".to_string(),
+            lease: Duration::from_secs(15),
+            redis: None,
+            inbox_poll: Duration::from_millis(250),
+            global_permits: false,
             tracing: false,
         }
     }
@@ -103,6 +125,13 @@ pub enum EngineError {
     ObserveOnly(String),
     #[error("flow {flow}: routing: {message}")]
     Routing { flow: String, message: String },
+    #[error("run {run} is held by replica {owner}, which has attempts of it in flight; retry once they end")]
+    HeldElsewhere { run: String, owner: String },
+    #[error("replica {owner} holds the run but did not take the action in time; nothing was done")]
+    HolderSilent { owner: String },
+    /// The holder of the run refused or failed the forwarded action.
+    #[error("{message}")]
+    Remote { code: String, message: String, state: Option<String> },
     #[error("the engine is shutting down")]
     ShuttingDown,
 }
@@ -136,6 +165,8 @@ pub fn build(
     let stats = Arc::new(EngineStats::default());
     let throttle_view = ThrottleView::default();
     let waiting = WaitingNodes::default();
+    let holder = lease::Holder { owner: options.replica_id.clone(), lease: options.lease };
+    let (wake, publisher) = wake::Wake::new(options.redis.clone());
     let handle = EngineHandle::new(handle::Shared {
         tx: tx.clone(),
         create: create_tx,
@@ -145,8 +176,12 @@ pub fn build(
         stats: stats.clone(),
         throttle_view: throttle_view.clone(),
         waiting: waiting.clone(),
+        holder,
+        wake,
     });
     let engine = Engine::new(engine_loop::Parts {
+        handle: handle.clone(),
+        publisher: Some(publisher),
         creator: Some(create_rx),
         store,
         executors: Arc::new(executors),

@@ -33,6 +33,9 @@ pub(crate) struct Work {
     pub resumed: Vec<String>,
     /// `(run_id, node)` whose confirmation is overdue.
     pub overdue: Vec<(String, String)>,
+    /// Global permits: `(flow, node)` with new waiters, and with permits given back.
+    pub permit_wanted: BTreeSet<(String, usize)>,
+    pub permits_freed: BTreeSet<(String, usize)>,
 }
 
 pub(crate) struct FinishedAttempt {

@@ -53,6 +53,33 @@ impl Throttle {
         Some(next)
     }
 
+    /// The oldest waiter of `(flow, node)`.
+    pub fn peek(&self, flow: &str, node: usize) -> Option<&Waiter> {
+        self.waiting.get(&(flow.to_string(), node)).and_then(VecDeque::front)
+    }
+
+    pub fn pop(&mut self, flow: &str, node: usize) -> Option<Waiter> {
+        self.waiting.get_mut(&(flow.to_string(), node)).and_then(VecDeque::pop_front)
+    }
+
+    /// Records `run_id` holding a permit taken elsewhere (the store, for global
+    /// permits), so the API shows it in use.
+    pub fn held(&mut self, flow: &str, node: usize, run_id: &str) {
+        self.holders.entry((flow.to_string(), node)).or_default().insert(run_id.to_string());
+    }
+
+    /// `run_id` gave back a permit taken elsewhere (nothing when it held none here).
+    pub fn dropped(&mut self, flow: &str, node: usize, run_id: &str) {
+        if let Some(holders) = self.holders.get_mut(&(flow.to_string(), node)) {
+            holders.remove(run_id);
+        }
+    }
+
+    /// `(flow, node)` pairs with waiters.
+    pub fn waiting_keys(&self) -> Vec<(String, usize)> {
+        self.waiting.iter().filter(|(_, q)| !q.is_empty()).map(|(k, _)| k.clone()).collect()
+    }
+
     pub fn in_use(&self, flow: &str, node: usize) -> u32 {
         self.holders.get(&(flow.to_string(), node)).map_or(0, |h| h.len() as u32)
     }

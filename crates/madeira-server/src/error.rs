@@ -81,6 +81,23 @@ impl From<EngineError> for ApiError {
             EngineError::ObserveOnly(_) => Self::new(StatusCode::CONFLICT, "observe_only", message),
             EngineError::Routing { .. } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "routing", message),
             EngineError::ShuttingDown => Self::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", message),
+            EngineError::HolderSilent { owner } => {
+                Self::new(StatusCode::GATEWAY_TIMEOUT, "holder_silent", message)
+                    .with_details(json!({"replica": owner}))
+            }
+            EngineError::Remote { code, state, .. } => {
+                let (status, code) = match code.as_str() {
+                    "refused" => (StatusCode::CONFLICT, "refused"),
+                    "not_found" => (StatusCode::NOT_FOUND, "not_found"),
+                    "shutting_down" => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+                    _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+                };
+                Self::new(status, code, message).with_details(json!({"state": state}))
+            }
+            EngineError::HeldElsewhere { owner, .. } => {
+                Self::new(StatusCode::CONFLICT, "held_elsewhere", message)
+                    .with_details(json!({"replica": owner}))
+            }
             EngineError::Store(_) | EngineError::BadStoredFlow { .. } => {
                 tracing::error!(error = %message, "internal error");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)

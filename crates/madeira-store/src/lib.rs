@@ -1,15 +1,22 @@
 //! Durable state of Madeira. The engine and server see only the `Store` trait;
-//! each backend lives in its own module (`sqlite` now). `commit` is the single exit
+//! each backend lives in its own module (`sqlite`, `postgres`). `commit` is the single exit
 //! of SPEC §3: node/run state rows and their transition records are written in one
 //! database transaction, batched (group commit) by the engine.
 
 mod alerts;
+mod lease;
+pub mod postgres;
 mod records;
 pub mod sqlite;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
+#[cfg(test)]
+mod tests;
 
 use async_trait::async_trait;
 
 pub use alerts::*;
+pub use lease::{Claim, Lease, UNCLAIMED_GRACE_MS};
 pub use records::*;
 
 /// Errors of the store, with the entity they concern.
@@ -27,6 +34,8 @@ pub enum StoreError {
     FlowNotFound(String),
     #[error("refused by state machine: {0}")]
     Refused(String),
+    #[error("replica {owner} no longer holds run(s) {}: another replica took them over", runs.join(", "))]
+    LeaseLost { owner: String, runs: Vec<String> },
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -75,7 +84,38 @@ pub trait Store: Send + Sync + 'static {
 
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>>;
 
+    /// Takes `run_id` for `lease.owner` when it is unowned, already its own, or its
+    /// lease expired; with `steal_idle`, also when no node of it is RUNNING (an
+    /// operator action on a run another replica holds but is not executing).
+    async fn claim_run(&self, run_id: &str, lease: &Lease, steal_idle: bool) -> Result<Claim>;
+    /// Takes up to `limit` RUNNING runs whose lease expired (or that nobody claimed
+    /// for `UNCLAIMED_GRACE_MS`); each is claimed by one replica only. Returns them.
+    async fn claim_expired(&self, lease: &Lease, limit: u32) -> Result<Vec<String>>;
+    /// Extends every lease `lease.owner` holds to `lease.until_ms`.
+    async fn renew_leases(&self, lease: &Lease) -> Result<u64>;
+
+    /// Takes a permit of `key`'s node for its run if fewer than `max` RUNNING runs
+    /// hold one (a run that already holds it keeps it). Serialised per node across
+    /// replicas. Freed by `Batch::permit_releases`.
+    async fn try_permit(&self, key: &PermitKey, owner: &str, max: u32, now_ms: i64) -> Result<bool>;
+
+    /// Queues an operator action for the replica `cmd.target`; returns its id.
+    async fn send_command(&self, cmd: &RunCommand) -> Result<i64>;
+    /// Takes (once) every command queued for `target`, oldest first.
+    async fn take_commands(&self, target: &str, now_ms: i64) -> Result<Vec<RunCommand>>;
+    async fn answer_command(&self, id: i64, answer: &str, now_ms: i64) -> Result<()>;
+    /// The answer, once written.
+    async fn command_answer(&self, id: i64) -> Result<Option<String>>;
+    /// Withdraws a command nobody took yet; false when it was already taken.
+    async fn withdraw_command(&self, id: i64) -> Result<bool>;
+
     /// Deletes up to `batch` finished runs (and everything about them) finished
     /// before `before_ms`, and audit rows older than it. Returns runs deleted.
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64>;
+}
+
+/// `reads` as stored: `[[upstream idx, data_version], ...]`.
+pub(crate) fn reads_json(reads: &[(usize, u32)]) -> String {
+    let pairs: Vec<[u64; 2]> = reads.iter().map(|(u, v)| [*u as u64, u64::from(*v)]).collect();
+    serde_json::to_string(&pairs).unwrap_or_else(|_| "[]".to_string())
 }

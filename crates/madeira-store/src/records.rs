@@ -201,6 +201,9 @@ pub struct LogRecord {
 /// One group commit: everything in it is durable together, or nothing is.
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
+    /// When set, the commit is fenced: it fails with `LeaseLost`, writing nothing,
+    /// unless this replica holds every run the batch touches.
+    pub owner: Option<String>,
     pub runs: Vec<RunWrite>,
     pub nodes: Vec<NodeRow>,
     pub transitions: Vec<TransitionRecord>,
@@ -208,6 +211,8 @@ pub struct Batch {
     pub attempts: Vec<AttemptRecord>,
     pub audit: Vec<AuditRecord>,
     pub logs: Vec<LogRecord>,
+    /// Throttle permits given back with this batch's transitions.
+    pub permit_releases: Vec<PermitKey>,
 }
 
 impl Batch {
@@ -219,6 +224,7 @@ impl Batch {
             && self.attempts.is_empty()
             && self.audit.is_empty()
             && self.logs.is_empty()
+            && self.permit_releases.is_empty()
     }
 }
 
@@ -237,4 +243,27 @@ pub struct AuditQuery {
     pub actor: Option<String>,
     pub since_ms: Option<i64>,
     pub limit: u32,
+}
+
+/// An operator action forwarded to the replica holding its run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunCommand {
+    /// Assigned by `send_command`.
+    pub id: i64,
+    pub run_id: String,
+    /// The holder's replica id.
+    pub target: String,
+    pub action: String,
+    pub node: Option<String>,
+    pub actor: String,
+    pub reason: Option<String>,
+    pub created_at: i64,
+}
+
+/// One run's permit of a throttled node (`throttle.max_permits`, global across replicas).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PermitKey {
+    pub flow: String,
+    pub node: String,
+    pub run_id: String,
 }

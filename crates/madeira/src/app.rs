@@ -15,6 +15,7 @@ use anyhow::{Context, Result};
 use madeira_alert::{AlertHandle, AlertMetrics, SystemClock};
 use madeira_engine::{EngineHandle, EngineObserver, EngineOptions, Executors};
 use madeira_server::{AppState, AuthConfig};
+use madeira_store::postgres::PostgresStore;
 use madeira_store::sqlite::SqliteStore;
 use madeira_store::{AlertStore, RunQuery, Store};
 use madeira_telemetry::{MetricsObserver, Telemetry, TelemetryOptions};
@@ -49,14 +50,35 @@ pub struct PlaneOptions {
     pub fleet: Option<crate::sidecars::FleetSetup>,
 }
 
-/// Opens the store named by `url` (`sqlite://…`): run state, and the alert
-/// aggregate on the same database.
+/// Opens the store named by `url` (`sqlite://…` or `postgres://…`/`postgresql://…`)
+/// and applies its migrations: run state, and the alert aggregate on the same
+/// database.
 pub async fn open_store(url: &str) -> Result<(Arc<dyn Store>, Arc<dyn AlertStore>)> {
     if url.starts_with("sqlite:") {
         let store = Arc::new(SqliteStore::open(url).await.with_context(|| format!("opening store {url}"))?);
         return Ok((store.clone(), store));
     }
-    anyhow::bail!("store `{url}`: only sqlite:// is supported by this build; use sqlite:///path/madeira.db")
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let store = Arc::new(
+            PostgresStore::open(url).await.with_context(|| format!("opening store {}", redact(url)))?,
+        );
+        return Ok((store.clone(), store));
+    }
+    anyhow::bail!("store `{}`: use sqlite:///path/madeira.db or postgres://user@host/db", redact(url))
+}
+
+/// `url` without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
 }
 
 /// The SQLite URL of `madeira.db` inside `dir` (created if needed).

@@ -359,7 +359,8 @@ pub enum CronCommand {
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Which scenarios to run (also: `alerts`, `cron`, `throttle`).
+    /// Which scenarios to run (also: `throttle`, `cron`, `steady`, and `alerts`, 10,000
+    /// failure events through alert aggregation).
     #[arg(
         long,
         value_delimiter = ',',
@@ -376,6 +377,15 @@ pub struct BenchArgs {
     /// Concurrent runs in the settlement scenario.
     #[arg(long, default_value_t = 500)]
     pub runs: usize,
+    /// Store to benchmark (`postgres://…` or `sqlite://…`); default: a temporary SQLite file.
+    #[arg(long)]
+    pub store: Option<String>,
+    /// Runs per second started by the `steady` scenario (its run count is `--runs`).
+    #[arg(long, default_value_t = 400)]
+    pub rate: u32,
+    /// Control-plane replicas (engines) sharing the store, triggered in turn.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
     /// Cron flows in the cron scenario (all firing at the same instant).
     #[arg(long, default_value_t = 10_000)]
     pub flows: usize,

@@ -28,6 +28,12 @@ pub struct ServerConfig {
     pub flows: Option<PathBuf>,
     /// How long finished runs are kept (default 30d).
     pub retention: Option<String>,
+    /// This replica's name (env `MADEIRA_REPLICA_ID`; default: the host name).
+    /// Replicas sharing a store need distinct names.
+    pub replica_id: Option<String>,
+    /// How long a replica's hold on its runs lasts without renewal (default 15s):
+    /// a killed replica's runs are taken over after this.
+    pub lease: Option<String>,
     #[serde(default)]
     pub auth: AuthSection,
     #[serde(default)]
@@ -79,6 +85,9 @@ impl ServerConfig {
         if let Ok(redis) = std::env::var("MADEIRA_REDIS") {
             config.redis = Some(redis);
         }
+        if let Ok(id) = std::env::var("MADEIRA_REPLICA_ID") {
+            config.replica_id = Some(id);
+        }
         Ok(config)
     }
 
@@ -90,6 +99,45 @@ impl ServerConfig {
                 message: format!("retention: {message}"),
             }),
         }
+    }
+
+    /// The replica's name: configured, else the host name.
+    pub fn replica_id(&self) -> String {
+        if let Some(id) = self.replica_id.as_deref().map(str::trim).filter(|id| !id.is_empty()) {
+            return id.to_string();
+        }
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "madeira".to_string())
+    }
+
+    /// The Redis URL for cross-replica wake-ups, checked (`redis://` or `rediss://`).
+    pub fn redis_url(&self, file: &str) -> Result<Option<String>, ConfigError> {
+        match self.redis.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
+            None => Ok(None),
+            Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
+                Ok(Some(url.to_string()))
+            }
+            Some(_) => Err(ConfigError {
+                file: file.to_string(),
+                message: "redis: give a URL like redis://cache.internal:6379/0 (or MADEIRA_REDIS)".into(),
+            }),
+        }
+    }
+
+    pub fn lease(&self, file: &str) -> Result<Duration, ConfigError> {
+        let err =
+            |message: String| ConfigError { file: file.to_string(), message: format!("lease: {message}") };
+        let lease = match &self.lease {
+            None => return Ok(Duration::from_secs(15)),
+            Some(text) => madeira_core::spec::parse_duration(text).map_err(err)?,
+        };
+        if lease < Duration::from_millis(300) {
+            return Err(err(format!("{lease:?} is too short; use at least 300ms (default 15s)")));
+        }
+        Ok(lease)
     }
 
     /// The `alerts:` section, with its secrets read from env and files.

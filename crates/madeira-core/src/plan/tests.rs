@@ -13,8 +13,10 @@ use crate::expr::Condition;
 use crate::model::*;
 use crate::retry::RetryPolicy;
 
-#[allow(clippy::type_complexity)]
-pub(crate) fn flow(nodes: Vec<(Vec<(usize, DepKind)>, bool, u32, Option<&str>)>) -> Arc<FlowDef> {
+/// A test node: `(needs, manual, attempts, when)`.
+pub(crate) type TestNode<'a> = (Vec<(usize, DepKind)>, bool, u32, Option<&'a str>);
+
+pub(crate) fn flow(nodes: Vec<TestNode<'_>>) -> Arc<FlowDef> {
     let n = nodes.len();
     let mut downstream = vec![Vec::new(); n];
     let defs = nodes

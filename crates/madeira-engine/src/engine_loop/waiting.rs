@@ -39,7 +39,7 @@ impl Engine {
     /// take them, keeps the others waiting.
     pub(super) async fn recheck_waiting(&mut self, work: &mut Work) {
         for (run_id, node, name, ready_at) in self.gate.take_all() {
-            let still_waiting = match self.ensure_loaded(&run_id).await {
+            let still_waiting = match self.ensure_loaded(&run_id, false).await {
                 Ok(()) => self.runs.get(&run_id).map(|snap| {
                     let live = snap.state == RunState::Running && snap.nodes[node].state == NodeState::Init;
                     (live, snap.flow.clone())
@@ -77,7 +77,7 @@ impl Engine {
         result: AttemptResult,
         work: &mut Work,
     ) -> Result<(), EngineError> {
-        self.ensure_loaded(run_id).await?;
+        self.ensure_loaded(run_id, true).await?;
         let state = self.runs.get(run_id).map(|s| (s.state, s.nodes.get(node).map(|n| n.state)));
         match state {
             Some((RunState::Running, Some(NodeState::Init))) => {

@@ -4,19 +4,23 @@
 use sqlx::{QueryBuilder, Sqlite, SqlitePool, Transaction};
 
 use super::runs::CHUNK;
-use crate::{Batch, Result};
+use crate::{Batch, Result, reads_json};
 
 pub(super) async fn commit(pool: &SqlitePool, batch: &Batch) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
     let mut tx = pool.begin().await?;
+    if let Some(owner) = &batch.owner {
+        super::lease::fence(&mut tx, owner, &crate::lease::touched_runs(batch)).await?;
+    }
     write_nodes(&mut tx, batch).await?;
     write_runs(&mut tx, batch).await?;
     write_transitions(&mut tx, batch).await?;
     write_outputs(&mut tx, batch).await?;
     write_attempts(&mut tx, batch).await?;
     write_audit(&mut tx, batch).await?;
+    super::permits::release(&mut tx, &batch.permit_releases).await?;
     for log in &batch.logs {
         super::runs::put_log_in(&mut tx, log).await?;
     }
@@ -58,11 +62,6 @@ async fn write_nodes(tx: &mut Transaction<'_, Sqlite>, batch: &Batch) -> Result<
         q.build().execute(&mut **tx).await?;
     }
     Ok(())
-}
-
-pub(super) fn reads_json(reads: &[(usize, u32)]) -> String {
-    let pairs: Vec<[u64; 2]> = reads.iter().map(|(u, v)| [*u as u64, u64::from(*v)]).collect();
-    serde_json::to_string(&pairs).unwrap_or_else(|_| "[]".to_string())
 }
 
 async fn write_runs(tx: &mut Transaction<'_, Sqlite>, batch: &Batch) -> Result<()> {

@@ -2,8 +2,11 @@
 //! commits; a single-connection pool serialises writes, a small pool serves reads.
 
 mod alerts;
+mod commands;
 mod commit;
 mod flows;
+mod lease;
+mod permits;
 mod read;
 mod runs;
 
@@ -15,8 +18,8 @@ use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::{
-    AuditQuery, AuditRecord, Batch, CreateOutcome, FlowRecord, FlowVersion, LogRecord, NewRun, PutFlow,
-    Result, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
+    AuditQuery, AuditRecord, Batch, Claim, CreateOutcome, FlowRecord, FlowVersion, Lease, LogRecord, NewRun,
+    PermitKey, PutFlow, Result, RunCommand, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
 };
 
 pub struct SqliteStore {
@@ -108,10 +111,34 @@ impl Store for SqliteStore {
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
         read::audit(&self.read, query).await
     }
+    async fn claim_run(&self, run_id: &str, lease: &Lease, steal_idle: bool) -> Result<Claim> {
+        lease::claim_run(&self.write, run_id, lease, steal_idle).await
+    }
+    async fn claim_expired(&self, lease: &Lease, limit: u32) -> Result<Vec<String>> {
+        lease::claim_expired(&self.write, lease, limit).await
+    }
+    async fn renew_leases(&self, lease: &Lease) -> Result<u64> {
+        lease::renew_leases(&self.write, lease).await
+    }
+    async fn try_permit(&self, key: &PermitKey, owner: &str, max: u32, now_ms: i64) -> Result<bool> {
+        permits::try_permit(&self.write, key, owner, max, now_ms).await
+    }
+    async fn send_command(&self, cmd: &RunCommand) -> Result<i64> {
+        commands::send_command(&self.write, cmd).await
+    }
+    async fn take_commands(&self, target: &str, now_ms: i64) -> Result<Vec<RunCommand>> {
+        commands::take_commands(&self.write, target, now_ms).await
+    }
+    async fn answer_command(&self, id: i64, answer: &str, now_ms: i64) -> Result<()> {
+        commands::answer_command(&self.write, id, answer, now_ms).await
+    }
+    async fn command_answer(&self, id: i64) -> Result<Option<String>> {
+        commands::command_answer(&self.write, id).await
+    }
+    async fn withdraw_command(&self, id: i64) -> Result<bool> {
+        commands::withdraw_command(&self.write, id).await
+    }
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64> {
         runs::prune(&self.write, before_ms, batch).await
     }
 }
-
-#[cfg(test)]
-mod tests;

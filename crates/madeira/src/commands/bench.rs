@@ -1,13 +1,16 @@
-//! `madeira bench`: the engine on an embedded SQLite store with durable commits
-//! (WAL, synchronous=FULL). Scenarios: idle RSS; a chain of 100 noop nodes; a
-//! fan-out of 1,000; N concurrent runs of the 8-node settlement DAG; 10,000 failure
-//! events through alert aggregation (`alerts`, see `bench_alerts`). Reports wall
-//! time, per-node overhead, transitions/s, dispatch latency p50/p99 and peak RSS.
-//! `--telemetry both` runs the chain and fan-out on two engines side by side, one
-//! with metrics and tracing off and one with them on (spans built and exported to
-//! `OTEL_EXPORTER_OTLP_ENDPOINT`, or discarded after the batch processor when it is
-//! unset), `--repeat` times in alternating order, and reports the median overhead.
-//! The sidecar scenarios live in `bench_sidecar`.
+//! `madeira bench`: the engine with durable commits, on a temporary SQLite store
+//! (WAL, synchronous=FULL) or the store given by `--store` (e.g. PostgreSQL), with
+//! `--replicas N` engines sharing it (each holding the runs it claims, as separate
+//! replicas would). Scenarios: idle RSS; a chain of 100 noop nodes; a fan-out of
+//! 1,000; N concurrent runs of the 8-node settlement DAG, triggered across the
+//! replicas in turn; `steady` (runs started at `--rate`); `throttle`; `cron`;
+//! 10,000 failure events through alert aggregation (`alerts`, see `bench_alerts`).
+//! Reports wall time, per-node overhead, transitions/s, dispatch latency p50/p99
+//! and peak RSS. `--telemetry both` runs the chain and fan-out on two sets of
+//! engines side by side, one with metrics and tracing off and one with them on
+//! (spans built and exported to `OTEL_EXPORTER_OTLP_ENDPOINT`, or discarded after
+//! the batch processor when it is unset), `--repeat` times in alternating order,
+//! and reports the median overhead.
 
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -15,15 +18,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use futures::future::try_join_all;
-use madeira_engine::{EngineHandle, TriggerRequest};
+use madeira_engine::{EngineHandle, EngineOptions, RunEvent, TriggerRequest};
 use madeira_server::AuthConfig;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc;
 
-use super::bench_sidecar;
-use crate::app::{ControlPlane, PlaneOptions, sqlite_url_in};
+use crate::app::{ControlPlane, PlaneOptions, redact, sqlite_url_in};
 use madeira_telemetry::{TelemetryOptions, TraceOptions};
 
+use super::bench_sidecar;
 use crate::cli::{BenchArgs, Output, TelemetryMode};
 use crate::sidecars::{FleetSetup, LocalSidecar};
 
@@ -34,21 +38,23 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
         ..telemetry
     };
     let off = TelemetryOptions { metrics: false, traces: None, ..on.clone() };
-    let (dir, plane) =
-        start_plane(if args.telemetry == TelemetryMode::On { on.clone() } else { off }, true).await?;
+    let store_label = match &args.store {
+        Some(url) if url.starts_with("sqlite:") => "sqlite (WAL, synchronous=FULL)".to_string(),
+        Some(url) => format!("{} (synchronous_commit as configured)", redact(url)),
+        None => "sqlite (WAL, synchronous=FULL)".to_string(),
+    };
+    let first = if args.telemetry == TelemetryMode::On { on.clone() } else { off };
+    let (dir, planes) = start_planes(&args, first, "a").await?;
     let mut second = None;
     if args.telemetry == TelemetryMode::Both {
-        second = Some(start_plane(on, false).await?);
+        second = Some(start_planes(&args, on, "b").await?);
     }
-    let engine = plane.engine.clone();
-    let parts = plane.fleet.as_ref().context("the sidecar link did not start")?;
-    if let Some(mut local) = parts.local.clone() {
-        local.wait_connected(Duration::from_secs(10)).await;
-    }
+    let engines = Engines(planes.iter().map(|p| p.engine.clone()).collect());
+    let with = second.as_ref().map(|(_, planes)| Engines(planes.iter().map(|p| p.engine.clone()).collect()));
     let mut results = Vec::new();
     for scenario in &args.scenarios {
-        if let (Some((_, with)), "chain" | "fanout") = (&second, scenario.as_str()) {
-            let result = side_by_side(scenario, &engine, &with.engine, args.repeat).await?;
+        if let (Some(with), "chain" | "fanout") = (&with, scenario.as_str()) {
+            let result = side_by_side(scenario, &engines, with, args.repeat).await?;
             if args.output == Output::Text {
                 print_comparison(&result);
             }
@@ -57,17 +63,27 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
         }
         let result = match scenario.as_str() {
             "idle" => idle().await?,
-            "chain" => one_run(&engine, "bench-chain", &chain_flow(100), 100).await?,
-            "fanout" => one_run(&engine, "bench-fanout", &fanout_flow(1000), 1001).await?,
-            "settlement" => settlement(&engine, args.runs).await?,
-            "cron" => cron(&engine, args.flows).await?,
-            "throttle" => throttle(&engine, 1000).await?,
+            "chain" => one_run(&engines, "bench-chain", &chain_flow(100), 100).await?,
+            "fanout" => one_run(&engines, "bench-fanout", &fanout_flow(1000), 1001).await?,
+            "settlement" => settlement(&engines, args.runs).await?,
+            "steady" => steady(&engines, args.runs, args.rate).await?,
+            "cron" => cron(engines.pick(0), args.flows).await?,
+            "throttle" => throttle(&engines, 1000).await?,
             "alerts" => super::bench_alerts::run(10_000).await?,
-            "sidecar-chain" => bench_sidecar::chain(&engine).await?,
-            "sidecar-rss" => bench_sidecar::rss(&engine, &parts.fleet, parts.grpc_addr, dir.path()).await?,
+            "sidecar-chain" | "sidecar-rss" => {
+                let parts = planes[0].fleet.as_ref().context("the sidecar link did not start")?;
+                if let Some(mut local) = parts.local.clone() {
+                    local.wait_connected(Duration::from_secs(10)).await;
+                }
+                if scenario == "sidecar-chain" {
+                    bench_sidecar::chain(engines.pick(0)).await?
+                } else {
+                    bench_sidecar::rss(engines.pick(0), &parts.fleet, parts.grpc_addr, dir.path()).await?
+                }
+            }
             other => bail!(
-                "unknown scenario `{other}`: use idle, chain, fanout, settlement, throttle, cron, alerts, \
-                 sidecar-chain or sidecar-rss"
+                "unknown scenario `{other}`: use idle, chain, fanout, settlement, steady, throttle, cron, \
+                 alerts, sidecar-chain or sidecar-rss"
             ),
         };
         if args.output == Output::Text && result["scenario"] == "alerts" {
@@ -78,49 +94,115 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
         results.push(result);
     }
     if args.output == Output::Json {
-        println!("{}", json!({"store": "sqlite (WAL, synchronous=FULL)", "results": results}));
+        println!("{}", json!({"store": store_label, "replicas": engines.0.len(), "results": results}));
+    } else {
+        println!("store: {store_label}; replicas: {}", engines.0.len());
     }
-    plane.shutdown().await;
-    if let Some((_, with)) = second {
-        with.shutdown().await;
+    for plane in planes {
+        plane.shutdown().await;
+    }
+    if let Some((_, planes)) = second {
+        for plane in planes {
+            plane.shutdown().await;
+        }
     }
     drop(dir);
     Ok(ExitCode::SUCCESS)
 }
 
-/// A plane on a fresh temporary store; with `sidecar`, an in-process sidecar with
-/// the benchmark's jobs too.
-async fn start_plane(
+/// The replicas' engines.
+pub(super) struct Engines(pub(super) Vec<EngineHandle>);
+
+impl Engines {
+    /// The engine that takes the `i`-th trigger.
+    fn pick(&self, i: usize) -> &EngineHandle {
+        &self.0[i % self.0.len()]
+    }
+
+    /// Every replica's run events, merged (a lag is reported as an error).
+    pub(super) fn subscribe(&self) -> mpsc::UnboundedReceiver<Result<RunEvent, String>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        for engine in &self.0 {
+            let mut events = engine.subscribe();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                loop {
+                    let item = match events.recv().await {
+                        Ok(e) => Ok(e),
+                        Err(RecvError::Lagged(n)) => Err(format!("event stream lagged by {n}")),
+                        Err(RecvError::Closed) => return,
+                    };
+                    if tx.send(item).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        rx
+    }
+
+    /// Counters summed and latencies pooled over every replica.
+    fn stats(&self) -> madeira_engine::StatsSnapshot {
+        let mut total = madeira_engine::StatsSnapshot::default();
+        for s in self.0.iter().map(|e| e.stats().snapshot(true)) {
+            total.transitions += s.transitions;
+            total.commits += s.commits;
+            total.dispatch_latency_us.extend(s.dispatch_latency_us);
+        }
+        total
+    }
+}
+
+/// `--replicas` control planes on the bench store (a temporary SQLite file unless
+/// `--store` is given), with `telemetry`; `set` tells two sets apart.
+async fn start_planes(
+    args: &BenchArgs,
     telemetry: TelemetryOptions,
-    sidecar: bool,
-) -> Result<(tempfile::TempDir, ControlPlane)> {
+    set: &str,
+) -> Result<(tempfile::TempDir, Vec<ControlPlane>)> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
-    let fleet = if sidecar {
-        let jobs = madeira_sidecar::SidecarConfig::parse("bench", bench_sidecar::JOBS)?.jobs("bench")?;
-        Some(FleetSetup {
-            grpc: "127.0.0.1:0".parse()?,
-            options: Default::default(),
-            local: Some(LocalSidecar { jobs, dir: dir.path().join("sidecar"), socket: None }),
-        })
-    } else {
-        None
+    let store_url = match &args.store {
+        Some(url) => url.clone(),
+        None => sqlite_url_in(dir.path())?,
     };
-    let plane = ControlPlane::start(PlaneOptions {
-        fleet,
-        observers: Vec::new(),
-        telemetry,
-        store_url: sqlite_url_in(dir.path())?,
-        engine: Default::default(),
-        auth: AuthConfig::default(),
-        http: None,
-        alerts: Default::default(),
-    })
-    .await?;
-    Ok((dir, plane))
+    let mut planes = Vec::new();
+    for i in 0..args.replicas.max(1) {
+        let engine = EngineOptions {
+            replica_id: format!("bench-{}-{set}{i}", std::process::id()),
+            global_permits: store_url.starts_with("postgres"),
+            ..Default::default()
+        };
+        // The first replica of the first set carries an in-process sidecar for the
+        // sidecar scenarios.
+        let fleet = if set == "a" && i == 0 {
+            let jobs = madeira_sidecar::SidecarConfig::parse("bench", bench_sidecar::JOBS)?.jobs("bench")?;
+            Some(FleetSetup {
+                grpc: "127.0.0.1:0".parse()?,
+                options: Default::default(),
+                local: Some(LocalSidecar { jobs, dir: dir.path().join("sidecar"), socket: None }),
+            })
+        } else {
+            None
+        };
+        planes.push(
+            ControlPlane::start(PlaneOptions {
+                fleet,
+                observers: Vec::new(),
+                telemetry: telemetry.clone(),
+                store_url: store_url.clone(),
+                engine,
+                auth: AuthConfig::default(),
+                http: None,
+                alerts: Default::default(),
+            })
+            .await?,
+        );
+    }
+    Ok((dir, planes))
 }
 
 /// Runs `scenario` alternately with telemetry off and on, `repeat` times each.
-async fn side_by_side(scenario: &str, off: &EngineHandle, on: &EngineHandle, repeat: usize) -> Result<Value> {
+async fn side_by_side(scenario: &str, off: &Engines, on: &Engines, repeat: usize) -> Result<Value> {
     let mut walls: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     let mut last = [Value::Null, Value::Null];
     let engines = [off, on];
@@ -209,52 +291,78 @@ pub(super) async fn trigger(engine: &EngineHandle, flow: &str) -> Result<String>
 
 /// Waits until every run in `ids` has finished; errors past the deadline.
 pub(super) async fn wait_all(
-    events: &mut tokio::sync::broadcast::Receiver<madeira_engine::RunEvent>,
+    events: &mut mpsc::UnboundedReceiver<Result<RunEvent, String>>,
     mut ids: HashSet<String>,
 ) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(300);
     while !ids.is_empty() {
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, events.recv()).await {
-            Ok(Ok(e)) if e.node.is_none() && matches!(e.to.as_str(), "SUCCESS" | "FAILED" | "CANCELLED") => {
+            Ok(Some(Ok(e)))
+                if e.node.is_none() && matches!(e.to.as_str(), "SUCCESS" | "FAILED" | "CANCELLED") =>
+            {
                 if e.to != "SUCCESS" && ids.contains(&e.run_id) {
                     bail!("run {} ended {}", e.run_id, e.to);
                 }
                 ids.remove(&e.run_id);
             }
-            Ok(Ok(_)) => {}
-            Ok(Err(RecvError::Lagged(n))) => {
-                bail!("event stream lagged by {n}; cannot count completions")
-            }
-            Ok(Err(RecvError::Closed)) => bail!("engine stopped"),
+            Ok(Some(Ok(_))) => {}
+            Ok(Some(Err(lag))) => bail!("{lag}; cannot count completions"),
+            Ok(None) => bail!("engines stopped"),
             Err(_) => bail!("{} run(s) unfinished after 300 s", ids.len()),
         }
     }
     Ok(())
 }
 
-async fn one_run(engine: &EngineHandle, flow: &str, yaml: &str, nodes: usize) -> Result<Value> {
-    engine.apply_flow(flow, yaml).await?;
+async fn one_run(engines: &Engines, flow: &str, yaml: &str, nodes: usize) -> Result<Value> {
+    engines.pick(0).apply_flow(flow, yaml).await?;
     reset_peak_rss();
-    let before = engine.stats().snapshot(true);
-    let mut events = engine.subscribe();
+    let before = engines.stats();
+    let mut events = engines.subscribe();
     let started = Instant::now();
-    let run_id = trigger(engine, flow).await?;
+    let run_id = trigger(engines.pick(0), flow).await?;
     wait_all(&mut events, HashSet::from([run_id])).await?;
     let wall = started.elapsed();
-    Ok(report(flow.trim_start_matches("bench-"), engine, before, wall, nodes, 1))
+    Ok(report(flow.trim_start_matches("bench-"), engines, before, wall, nodes, 1))
 }
 
-async fn settlement(engine: &EngineHandle, runs: usize) -> Result<Value> {
-    engine.apply_flow("bench-settlement", SETTLEMENT_DAG).await?;
+async fn settlement(engines: &Engines, runs: usize) -> Result<Value> {
+    engines.pick(0).apply_flow("bench-settlement", SETTLEMENT_DAG).await?;
     reset_peak_rss();
-    let before = engine.stats().snapshot(true);
-    let mut events = engine.subscribe();
+    let before = engines.stats();
+    let mut events = engines.subscribe();
     let started = Instant::now();
-    let ids = try_join_all((0..runs).map(|_| trigger(engine, "bench-settlement"))).await?;
+    let ids = try_join_all((0..runs).map(|i| trigger(engines.pick(i), "bench-settlement"))).await?;
     wait_all(&mut events, ids.into_iter().collect()).await?;
     let wall = started.elapsed();
-    Ok(report("settlement", engine, before, wall, 8 * runs, runs))
+    Ok(report("settlement", engines, before, wall, 8 * runs, runs))
+}
+
+/// Settlement runs started at a steady `rate` per second across the replicas (not
+/// all at once): dispatch latency under sustained load rather than a burst.
+async fn steady(engines: &Engines, runs: usize, rate: u32) -> Result<Value> {
+    engines.pick(0).apply_flow("bench-settlement", SETTLEMENT_DAG).await?;
+    reset_peak_rss();
+    let before = engines.stats();
+    let mut events = engines.subscribe();
+    let started = Instant::now();
+    let mut pace = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate.max(1))));
+    let mut pending = Vec::with_capacity(runs);
+    for i in 0..runs {
+        pace.tick().await;
+        let engine = engines.pick(i).clone();
+        pending.push(tokio::spawn(async move { trigger(&engine, "bench-settlement").await }));
+    }
+    let mut ids = HashSet::new();
+    for task in pending {
+        ids.insert(task.await.context("trigger task")??);
+    }
+    wait_all(&mut events, ids).await?;
+    let wall = started.elapsed();
+    let mut result = report("steady", engines, before, wall, 8 * runs, runs);
+    result["rate_per_s"] = json!(rate);
+    Ok(result)
 }
 
 /// `flows` flows all firing at second 0 of every minute: the lateness of their
@@ -309,20 +417,20 @@ async fn cron(engine: &EngineHandle, flows: usize) -> Result<Value> {
 
 /// `runs` runs contending for one node with `max_permits: 4`, against the same flow
 /// unthrottled: throughput, time in queue (ready → running), overhead per attempt.
-async fn throttle(engine: &EngineHandle, runs: usize) -> Result<Value> {
+async fn throttle(engines: &Engines, runs: usize) -> Result<Value> {
     let mut results = Vec::new();
     for (flow, throttle) in
         [("bench-free", ""), ("bench-gated", "    throttle: {max_permits: 4, queue_size: 100000}\n")]
     {
         let yaml = format!("flow: {flow}\nnodes:\n  hot:\n{throttle}    run: {{builtin: noop}}\n");
-        engine.apply_flow(flow, &yaml).await?;
-        engine.stats().snapshot(true);
-        let mut events = engine.subscribe();
+        engines.pick(0).apply_flow(flow, &yaml).await?;
+        engines.stats();
+        let mut events = engines.subscribe();
         let started = Instant::now();
-        let ids = try_join_all((0..runs).map(|_| trigger(engine, flow))).await?;
+        let ids = try_join_all((0..runs).map(|i| trigger(engines.pick(i), flow))).await?;
         wait_all(&mut events, ids.into_iter().collect()).await?;
         let wall = started.elapsed();
-        let mut lat = engine.stats().snapshot(true).dispatch_latency_us;
+        let mut lat = engines.stats().dispatch_latency_us;
         lat.sort_unstable();
         let p99 = lat.get((lat.len() * 99 / 100).min(lat.len().saturating_sub(1))).copied().unwrap_or(0);
         results.push((wall, p99));
@@ -346,13 +454,13 @@ async fn idle() -> Result<Value> {
 
 fn report(
     name: &str,
-    engine: &EngineHandle,
+    engines: &Engines,
     before: madeira_engine::StatsSnapshot,
     wall: Duration,
     nodes: usize,
     runs: usize,
 ) -> Value {
-    let after = engine.stats().snapshot(true);
+    let after = engines.stats();
     let transitions = after.transitions - before.transitions;
     let mut lat = after.dispatch_latency_us;
     lat.sort_unstable();

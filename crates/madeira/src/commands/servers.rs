@@ -22,12 +22,17 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     let http = config.http_addr(&file, "0.0.0.0:7070")?;
     let store_url = config.store.clone().ok_or_else(|| ConfigError {
         file: file.clone(),
-        message: "store is not set: give `store: sqlite:///var/lib/madeira/madeira.db` (or MADEIRA_STORE)"
+        message: "store is not set: give `store: postgres://madeira@db/madeira` or `sqlite:///var/lib/madeira/madeira.db` (or MADEIRA_STORE)"
             .into(),
     })?;
     let engine = EngineOptions {
         retention: config.retention(&file)?,
         http: config.http_executor.clone(),
+        replica_id: config.replica_id(),
+        lease: config.lease(&file)?,
+        redis: config.redis_url(&file)?,
+        // Several replicas may share a PostgreSQL store: count permits there.
+        global_permits: store_url.starts_with("postgres"),
         ..Default::default()
     };
     let tokens = config.sidecar_tokens(&file)?;
@@ -44,9 +49,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         },
         local: None,
     };
-    if config.redis.is_some() {
-        tracing::warn!("redis is set but this build runs a single replica on SQLite; ignoring it");
-    }
+    let replica = engine.replica_id.clone();
     let alerts = config.alerts(&file)?;
     let plane = ControlPlane::start(PlaneOptions {
         observers: Vec::new(),
@@ -62,7 +65,15 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     if let Some(dir) = &config.flows {
         plane.apply_dir(dir).await?;
     }
-    tracing::info!(http = ?plane.http_addr, grpc = ?plane.fleet.as_ref().map(|f| f.grpc_addr), "madeira control plane serving");
+    if let Some(addr) = plane.http_addr {
+        eprintln!("madeira serve: API on http://{addr}/api/v1");
+    }
+    tracing::info!(
+        http = ?plane.http_addr,
+        grpc = ?plane.fleet.as_ref().map(|f| f.grpc_addr),
+        replica = %replica,
+        "madeira control plane serving"
+    );
     shutdown_signal().await;
     plane.shutdown().await;
     Ok(ExitCode::SUCCESS)
@@ -89,6 +100,8 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
     let engine = EngineOptions {
         retention: config.retention(&file)?,
         http: config.http_executor.clone(),
+        // One dev control plane per data directory: a restart takes its runs back at once.
+        replica_id: "dev".to_string(),
         ..Default::default()
     };
     let alerts = config.alerts(&file)?;

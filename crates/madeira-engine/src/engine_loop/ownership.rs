@@ -1,0 +1,33 @@
+//! The engine's side of run ownership: it plans and dispatches only for runs this
+//! replica holds. A run is claimed (by lease) before it is loaded; runs created
+//! here arrive already claimed, with their fresh snapshot (`Resume { fresh }`, from
+//! the creator); every commit is fenced on the
+//! owner in the store, and when a fence fails the lost runs' attempts are stopped
+//! because another replica now resumes them.
+
+use madeira_store::Claim;
+
+use super::Engine;
+use crate::EngineError;
+
+impl Engine {
+    /// Takes `run_id` for this replica, or says who holds it.
+    pub(super) async fn claim(&self, run_id: &str, steal_idle: bool) -> Result<(), EngineError> {
+        match self.p.store.claim_run(run_id, &self.holder.lease_now(), steal_idle).await? {
+            Claim::Held => Ok(()),
+            Claim::Missing => Err(EngineError::RunNotFound(run_id.to_string())),
+            Claim::Other { owner } => Err(EngineError::HeldElsewhere { run: run_id.to_string(), owner }),
+        }
+    }
+
+    /// Another replica took these runs over: stop our attempts of them.
+    pub(super) fn lost(&mut self, runs: &[String]) {
+        self.running.retain(|(run_id, _), token| {
+            let lost = runs.contains(run_id);
+            if lost {
+                token.cancel();
+            }
+            !lost
+        });
+    }
+}

@@ -1,0 +1,197 @@
+//! PostgreSQL side of `AlertStore` (port of the SQLite one): alert and delivery rows, upserted in one
+//! transaction per batch; the open set a restart resumes from; listings; pruning.
+
+use async_trait::async_trait;
+use sqlx::postgres::PgRow;
+use sqlx::{PgPool, Postgres, QueryBuilder, Row};
+
+use super::PostgresStore;
+use crate::{AlertBatch, AlertQuery, AlertRow, AlertStore, DeliveryRow, OpenAlerts, Result, StoreError};
+
+const ALERT_COLUMNS: &str =
+    "id, key, severity, status, flow, node, details, created_at, notify_at, updated_at, resolved_at";
+const DELIVERY_COLUMNS: &str =
+    "id, alert_id, channel, kind, status, attempts, last_error, digest_id, created_at, sent_at";
+
+#[async_trait]
+impl AlertStore for PostgresStore {
+    async fn write_alerts(&self, batch: &AlertBatch) -> Result<()> {
+        write(&self.pool, batch).await
+    }
+    async fn open_alerts(&self) -> Result<OpenAlerts> {
+        open(&self.pool).await
+    }
+    async fn list_alerts(&self, query: &AlertQuery) -> Result<Vec<AlertRow>> {
+        list(&self.pool, query).await
+    }
+    async fn deliveries_of(&self, alert_ids: &[String]) -> Result<Vec<DeliveryRow>> {
+        deliveries_of(&self.pool, alert_ids).await
+    }
+    async fn prune_alerts(&self, before_ms: i64) -> Result<u64> {
+        prune(&self.pool, before_ms).await
+    }
+}
+
+async fn write(pool: &PgPool, batch: &AlertBatch) -> Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let mut tx = pool.begin().await?;
+    for a in &batch.alerts {
+        sqlx::query(&format!(
+            "INSERT INTO alerts ({ALERT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+             ON CONFLICT (id) DO UPDATE SET key = excluded.key, severity = excluded.severity, \
+             status = excluded.status, flow = excluded.flow, node = excluded.node, \
+             details = excluded.details, created_at = excluded.created_at, \
+             notify_at = excluded.notify_at, updated_at = excluded.updated_at, \
+             resolved_at = excluded.resolved_at"
+        ))
+        .bind(&a.id)
+        .bind(&a.key)
+        .bind(&a.severity)
+        .bind(&a.status)
+        .bind(&a.flow)
+        .bind(&a.node)
+        .bind(a.details.to_string())
+        .bind(a.created_at)
+        .bind(a.notify_at)
+        .bind(a.updated_at)
+        .bind(a.resolved_at)
+        .execute(&mut *tx)
+        .await?;
+    }
+    for d in &batch.deliveries {
+        sqlx::query(&format!(
+            "INSERT INTO alert_deliveries ({DELIVERY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+             ON CONFLICT (id) DO UPDATE SET alert_id = excluded.alert_id, channel = excluded.channel, \
+             kind = excluded.kind, status = excluded.status, attempts = excluded.attempts, \
+             last_error = excluded.last_error, digest_id = excluded.digest_id, \
+             created_at = excluded.created_at, sent_at = excluded.sent_at"
+        ))
+        .bind(&d.id)
+        .bind(&d.alert_id)
+        .bind(&d.channel)
+        .bind(&d.kind)
+        .bind(&d.status)
+        .bind(i64::from(d.attempts))
+        .bind(&d.last_error)
+        .bind(&d.digest_id)
+        .bind(d.created_at)
+        .bind(d.sent_at)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+fn alert_row(row: &PgRow) -> Result<AlertRow> {
+    let details: String = row.try_get("details")?;
+    Ok(AlertRow {
+        id: row.try_get("id")?,
+        key: row.try_get("key")?,
+        severity: row.try_get("severity")?,
+        status: row.try_get("status")?,
+        flow: row.try_get("flow")?,
+        node: row.try_get("node")?,
+        details: serde_json::from_str(&details)
+            .map_err(|e| StoreError::Corrupt { table: "alerts", detail: e.to_string() })?,
+        created_at: row.try_get("created_at")?,
+        notify_at: row.try_get("notify_at")?,
+        updated_at: row.try_get("updated_at")?,
+        resolved_at: row.try_get("resolved_at")?,
+    })
+}
+
+fn delivery_row(row: &PgRow) -> Result<DeliveryRow> {
+    Ok(DeliveryRow {
+        id: row.try_get("id")?,
+        alert_id: row.try_get("alert_id")?,
+        channel: row.try_get("channel")?,
+        kind: row.try_get("kind")?,
+        status: row.try_get("status")?,
+        attempts: row.try_get::<i64, _>("attempts")? as u32,
+        last_error: row.try_get("last_error")?,
+        digest_id: row.try_get("digest_id")?,
+        created_at: row.try_get("created_at")?,
+        sent_at: row.try_get("sent_at")?,
+    })
+}
+
+async fn open(pool: &PgPool) -> Result<OpenAlerts> {
+    let deliveries = sqlx::query(&format!(
+        "SELECT {DELIVERY_COLUMNS} FROM alert_deliveries WHERE status = 'pending' \
+         OR (status = 'merged' AND digest_id IN \
+             (SELECT id FROM alert_deliveries WHERE status = 'pending' AND kind = 'digest')) \
+         ORDER BY id"
+    ))
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(delivery_row)
+    .collect::<Result<Vec<_>>>()?;
+    let alerts = sqlx::query(&format!(
+        "SELECT {ALERT_COLUMNS} FROM alerts WHERE status IN ('pending', 'firing') \
+         OR id IN (SELECT alert_id FROM alert_deliveries WHERE status IN ('pending', 'merged') \
+                   AND alert_id IS NOT NULL AND (status = 'pending' OR digest_id IN \
+                   (SELECT id FROM alert_deliveries WHERE status = 'pending' AND kind = 'digest'))) \
+         ORDER BY id"
+    ))
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(alert_row)
+    .collect::<Result<Vec<_>>>()?;
+    Ok(OpenAlerts { alerts, deliveries })
+}
+
+async fn list(pool: &PgPool, query: &AlertQuery) -> Result<Vec<AlertRow>> {
+    let mut q: QueryBuilder<Postgres> =
+        QueryBuilder::new(format!("SELECT {ALERT_COLUMNS} FROM alerts WHERE 1=1"));
+    if let Some(status) = &query.status {
+        q.push(" AND status = ").push_bind(status);
+    }
+    if let Some(flow) = &query.flow {
+        q.push(" AND flow = ").push_bind(flow);
+    }
+    q.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(query.limit.max(1)));
+    q.build().fetch_all(pool).await?.iter().map(alert_row).collect()
+}
+
+async fn deliveries_of(pool: &PgPool, alert_ids: &[String]) -> Result<Vec<DeliveryRow>> {
+    if alert_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query(&format!(
+        "SELECT {DELIVERY_COLUMNS} FROM alert_deliveries WHERE alert_id = ANY($1) ORDER BY id"
+    ))
+    .bind(alert_ids)
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(delivery_row)
+    .collect()
+}
+
+async fn prune(pool: &PgPool, before_ms: i64) -> Result<u64> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "DELETE FROM alert_deliveries WHERE alert_id IN \
+         (SELECT id FROM alerts WHERE status = 'resolved' AND resolved_at < $1)",
+    )
+    .bind(before_ms)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "DELETE FROM alert_deliveries WHERE alert_id IS NULL AND status != 'pending' AND created_at < $1",
+    )
+    .bind(before_ms)
+    .execute(&mut *tx)
+    .await?;
+    let done = sqlx::query("DELETE FROM alerts WHERE status = 'resolved' AND resolved_at < $1")
+        .bind(before_ms)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(done.rows_affected())
+}

@@ -1,0 +1,202 @@
+//! The group commit: one transaction writes every node row, run row, transition
+//! record, output, attempt and audit entry of a batch, with multi-row statements.
+
+use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
+
+use super::runs::CHUNK;
+use std::collections::BTreeMap;
+
+use crate::{AttemptRecord, Batch, LogRecord, OutputWrite, Result, RunWrite};
+
+pub(super) async fn commit(pool: &PgPool, batch: &Batch) -> Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let mut tx = pool.begin().await?;
+    if let Some(owner) = &batch.owner {
+        super::lease::fence(&mut tx, owner, &crate::lease::touched_runs(batch)).await?;
+    }
+    write_nodes(&mut tx, batch).await?;
+    write_runs(&mut tx, batch).await?;
+    write_transitions(&mut tx, batch).await?;
+    write_outputs(&mut tx, batch).await?;
+    write_attempts(&mut tx, batch).await?;
+    write_audit(&mut tx, batch).await?;
+    super::permits::release(&mut tx, &batch.permit_releases).await?;
+    write_logs(&mut tx, batch).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn write_nodes(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
+    for chunk in batch.nodes.chunks(CHUNK) {
+        let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
+            "INSERT INTO nodes (run_id, idx, node, state, reason, attempt, series_start, \
+             data_version, outputs, reads, stale, fallback, next_attempt_at, started_at, finished_at) ",
+        );
+        q.push_values(chunk, |mut b, n| {
+            b.push_bind(&n.run_id)
+                .push_bind(i64::from(n.idx))
+                .push_bind(&n.node)
+                .push_bind(n.state.as_str())
+                .push_bind(&n.reason)
+                .push_bind(i64::from(n.attempt))
+                .push_bind(i64::from(n.series_start))
+                .push_bind(i64::from(n.data_version))
+                .push_bind(serde_json::Value::Object(n.outputs.clone()).to_string())
+                .push_bind(crate::reads_json(&n.reads))
+                .push_bind(n.stale)
+                .push_bind(n.fallback)
+                .push_bind(n.next_attempt_at)
+                .push_bind(n.started_at)
+                .push_bind(n.finished_at);
+        });
+        q.push(
+            " ON CONFLICT (run_id, idx) DO UPDATE SET state = excluded.state, reason = excluded.reason, \
+             attempt = excluded.attempt, series_start = excluded.series_start, \
+             data_version = excluded.data_version, outputs = excluded.outputs, reads = excluded.reads, \
+             stale = excluded.stale, fallback = excluded.fallback, \
+             next_attempt_at = excluded.next_attempt_at, started_at = excluded.started_at, \
+             finished_at = excluded.finished_at",
+        );
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+async fn write_runs(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
+    // One statement for every run of the batch (the last write of a run wins).
+    let mut last: BTreeMap<&str, &RunWrite> = BTreeMap::new();
+    for r in &batch.runs {
+        last.insert(r.run_id.as_str(), r);
+    }
+    let rows: Vec<&RunWrite> = last.into_values().collect();
+    for chunk in rows.chunks(CHUNK) {
+        let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
+            "UPDATE runs SET state = v.state, started_at = COALESCE(v.started_at, runs.started_at), \
+             finished_at = v.finished_at FROM (",
+        );
+        q.push_values(chunk, |mut b, r| {
+            b.push_bind(&r.run_id)
+                .push_bind(r.state.as_str())
+                .push_bind(r.started_at)
+                .push_unseparated("::BIGINT")
+                .push_bind(r.finished_at)
+                .push_unseparated("::BIGINT");
+        });
+        q.push(") AS v(id, state, started_at, finished_at) WHERE runs.id = v.id");
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+async fn write_transitions(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
+    for chunk in batch.transitions.chunks(CHUNK) {
+        let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
+            "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, \
+             reason, at) ",
+        );
+        q.push_values(chunk, |mut b, t| {
+            b.push_bind(&t.run_id)
+                .push_bind(&t.node)
+                .push_bind(&t.from)
+                .push_bind(&t.to)
+                .push_bind(&t.cause)
+                .push_bind(&t.actor)
+                .push_bind(i64::from(t.attempt))
+                .push_bind(&t.reason)
+                .push_bind(t.at);
+        });
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+async fn write_outputs(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
+    // PostgreSQL refuses one upsert touching a row twice: the last write wins.
+    let mut last: BTreeMap<(&str, &str, u32, &str), &OutputWrite> = BTreeMap::new();
+    for o in &batch.outputs {
+        last.insert((o.run_id.as_str(), o.node.as_str(), o.data_version, o.key.as_str()), o);
+    }
+    let rows: Vec<&OutputWrite> = last.into_values().collect();
+    for chunk in rows.chunks(CHUNK) {
+        let mut q: QueryBuilder<Postgres> =
+            QueryBuilder::new("INSERT INTO node_outputs (run_id, node, data_version, key, value) ");
+        q.push_values(chunk, |mut b, o| {
+            b.push_bind(&o.run_id)
+                .push_bind(&o.node)
+                .push_bind(i64::from(o.data_version))
+                .push_bind(&o.key)
+                .push_bind(o.value.to_string());
+        });
+        q.push(" ON CONFLICT (run_id, node, data_version, key) DO UPDATE SET value = excluded.value");
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+async fn write_attempts(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
+    // A start and its end in one batch: keep the later record, as two upserts would.
+    let mut last: BTreeMap<(&str, &str, u32), &AttemptRecord> = BTreeMap::new();
+    for a in &batch.attempts {
+        last.insert((a.run_id.as_str(), a.node.as_str(), a.attempt), a);
+    }
+    let rows: Vec<&AttemptRecord> = last.into_values().collect();
+    for chunk in rows.chunks(CHUNK) {
+        let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
+            "INSERT INTO attempts (run_id, node, attempt, started_at, finished_at, outcome, error) ",
+        );
+        q.push_values(chunk, |mut b, a| {
+            b.push_bind(&a.run_id)
+                .push_bind(&a.node)
+                .push_bind(i64::from(a.attempt))
+                .push_bind(a.started_at)
+                .push_bind(a.finished_at)
+                .push_bind(&a.outcome)
+                .push_bind(&a.error);
+        });
+        q.push(
+            " ON CONFLICT (run_id, node, attempt) DO UPDATE SET finished_at = excluded.finished_at, \
+             outcome = excluded.outcome, error = excluded.error",
+        );
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+async fn write_logs(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
+    // The last content of an attempt wins, as with one upsert after another.
+    let mut last: BTreeMap<(&str, &str, u32), &LogRecord> = BTreeMap::new();
+    for log in &batch.logs {
+        last.insert((log.run_id.as_str(), log.node.as_str(), log.attempt), log);
+    }
+    let rows: Vec<&LogRecord> = last.into_values().collect();
+    for chunk in rows.chunks(CHUNK) {
+        let mut q: QueryBuilder<Postgres> =
+            QueryBuilder::new("INSERT INTO logs (run_id, node, attempt, content) ");
+        q.push_values(chunk, |mut b, l| {
+            b.push_bind(&l.run_id).push_bind(&l.node).push_bind(i64::from(l.attempt)).push_bind(&l.content);
+        });
+        q.push(" ON CONFLICT (run_id, node, attempt) DO UPDATE SET content = excluded.content");
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+async fn write_audit(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
+    for chunk in batch.audit.chunks(CHUNK) {
+        let mut q: QueryBuilder<Postgres> =
+            QueryBuilder::new("INSERT INTO audit (at, actor, action, run_id, node, reason, details) ");
+        q.push_values(chunk, |mut b, a| {
+            b.push_bind(a.at)
+                .push_bind(&a.actor)
+                .push_bind(&a.action)
+                .push_bind(&a.run_id)
+                .push_bind(&a.node)
+                .push_bind(&a.reason)
+                .push_bind(a.details.as_ref().map(|d| d.to_string()));
+        });
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}

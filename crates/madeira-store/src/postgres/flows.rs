@@ -1,0 +1,131 @@
+//! Flow definitions and their versions; a new version is numbered under the
+//! flow's advisory lock so two replicas applying at once never collide.
+
+use sqlx::postgres::PgRow;
+use sqlx::{PgPool, Row};
+
+use super::runs::lock_flow;
+use crate::{FlowRecord, FlowVersion, PutFlow, Result};
+
+pub(super) async fn put_flow(
+    pool: &PgPool,
+    name: &str,
+    source: &str,
+    hash: &str,
+    now_ms: i64,
+) -> Result<PutFlow> {
+    let mut tx = pool.begin().await?;
+    lock_flow(&mut tx, name).await?;
+    let latest: Option<(i64, String)> = sqlx::query_as(
+        "SELECT v.version, v.content_hash FROM flows f \
+         JOIN flow_versions v ON v.flow = f.name AND v.version = f.latest_version \
+         WHERE f.name = $1",
+    )
+    .bind(name)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let version = match latest {
+        Some((version, latest_hash)) if latest_hash == hash => {
+            return Ok(PutFlow { version: version as u32, created: false });
+        }
+        Some((version, _)) => version + 1,
+        None => 1,
+    };
+    sqlx::query(
+        "INSERT INTO flows (name, latest_version, paused, created_at, updated_at) \
+         VALUES ($1, $2, FALSE, $3, $3) \
+         ON CONFLICT (name) DO UPDATE SET latest_version = excluded.latest_version, \
+         updated_at = excluded.updated_at",
+    )
+    .bind(name)
+    .bind(version)
+    .bind(now_ms)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO flow_versions (flow, version, source, content_hash, created_at) \
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(name)
+    .bind(version)
+    .bind(source)
+    .bind(hash)
+    .bind(now_ms)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(PutFlow { version: version as u32, created: true })
+}
+
+const FLOW_SELECT: &str = "SELECT f.name, f.latest_version, f.paused, v.source, f.created_at, \
+    f.updated_at FROM flows f JOIN flow_versions v ON v.flow = f.name AND v.version = f.latest_version";
+
+fn flow_record(row: &PgRow) -> std::result::Result<FlowRecord, sqlx::Error> {
+    Ok(FlowRecord {
+        name: row.try_get("name")?,
+        latest_version: row.try_get::<i64, _>("latest_version")? as u32,
+        paused: row.try_get("paused")?,
+        source: row.try_get("source")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+pub(super) async fn get_flow(pool: &PgPool, name: &str) -> Result<Option<FlowRecord>> {
+    let row =
+        sqlx::query(&format!("{FLOW_SELECT} WHERE f.name = $1")).bind(name).fetch_optional(pool).await?;
+    Ok(row.as_ref().map(flow_record).transpose()?)
+}
+
+pub(super) async fn list_flows(pool: &PgPool) -> Result<Vec<FlowRecord>> {
+    let rows = sqlx::query(&format!("{FLOW_SELECT} ORDER BY f.name")).fetch_all(pool).await?;
+    Ok(rows.iter().map(flow_record).collect::<std::result::Result<_, _>>()?)
+}
+
+pub(super) async fn flow_version(pool: &PgPool, name: &str, version: u32) -> Result<Option<FlowVersion>> {
+    let row: Option<(String, i64, String, String, i64)> = sqlx::query_as(
+        "SELECT flow, version, source, content_hash, created_at FROM flow_versions \
+         WHERE flow = $1 AND version = $2",
+    )
+    .bind(name)
+    .bind(i64::from(version))
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(flow, version, source, content_hash, created_at)| FlowVersion {
+        flow,
+        version: version as u32,
+        source,
+        content_hash,
+        created_at,
+    }))
+}
+
+pub(super) async fn set_paused(pool: &PgPool, name: &str, paused: bool, now_ms: i64) -> Result<bool> {
+    let done = sqlx::query("UPDATE flows SET paused = $1, updated_at = $2 WHERE name = $3")
+        .bind(paused)
+        .bind(now_ms)
+        .bind(name)
+        .execute(pool)
+        .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+pub(super) async fn flow_versions(pool: &PgPool, name: &str) -> Result<Vec<FlowVersion>> {
+    let rows: Vec<(String, i64, String, String, i64)> = sqlx::query_as(
+        "SELECT flow, version, source, content_hash, created_at FROM flow_versions \
+         WHERE flow = $1 ORDER BY version",
+    )
+    .bind(name)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(flow, version, source, content_hash, created_at)| FlowVersion {
+            flow,
+            version: version as u32,
+            source,
+            content_hash,
+            created_at,
+        })
+        .collect())
+}

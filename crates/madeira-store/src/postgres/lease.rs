@@ -1,0 +1,82 @@
+//! Run ownership by lease: claims take row locks and skip rows another replica is
+//! claiming (`FOR UPDATE SKIP LOCKED`), so each run is taken by one replica only;
+//! commits lock the rows they touch and check the owner (the fence).
+
+use sqlx::{PgPool, Postgres, Transaction};
+
+use crate::lease::{UNCLAIMED_GRACE_MS, check_fence, claimable};
+use crate::{Claim, Lease, Result};
+
+pub(super) async fn claim_run(pool: &PgPool, run_id: &str, lease: &Lease, steal_idle: bool) -> Result<Claim> {
+    let mut tx = pool.begin().await?;
+    let row: Option<(Option<String>, Option<i64>)> =
+        sqlx::query_as("SELECT owner, lease_until FROM runs WHERE id = $1 FOR UPDATE")
+            .bind(run_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some((owner, lease_until)) = row else {
+        return Ok(Claim::Missing);
+    };
+    if !claimable(owner.as_deref(), lease_until, lease) {
+        // A fresh statement: it sees whatever the holder committed before our lock.
+        let busy: (bool,) =
+            sqlx::query_as("SELECT EXISTS (SELECT 1 FROM nodes WHERE run_id = $1 AND state = 'RUNNING')")
+                .bind(run_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        if !steal_idle || busy.0 {
+            return Ok(Claim::Other { owner: owner.unwrap_or_default() });
+        }
+    }
+    sqlx::query("UPDATE runs SET owner = $1, lease_until = $2 WHERE id = $3")
+        .bind(&lease.owner)
+        .bind(lease.until_ms)
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(Claim::Held)
+}
+
+pub(super) async fn claim_expired(pool: &PgPool, lease: &Lease, limit: u32) -> Result<Vec<String>> {
+    let rows: Vec<(String,)> = sqlx::query_as(
+        "UPDATE runs SET owner = $1, lease_until = $2 WHERE id IN ( \
+           SELECT id FROM runs WHERE state = 'RUNNING' AND owner IS DISTINCT FROM $1 \
+             AND COALESCE(lease_until, COALESCE(started_at, created_at) + $3) < $4 \
+           ORDER BY id LIMIT $5 FOR UPDATE SKIP LOCKED) \
+         RETURNING id",
+    )
+    .bind(&lease.owner)
+    .bind(lease.until_ms)
+    .bind(UNCLAIMED_GRACE_MS)
+    .bind(lease.now_ms)
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
+    let mut ids: Vec<String> = rows.into_iter().map(|(id,)| id).collect();
+    ids.sort();
+    Ok(ids)
+}
+
+pub(super) async fn renew_leases(pool: &PgPool, lease: &Lease) -> Result<u64> {
+    let done =
+        sqlx::query("UPDATE runs SET lease_until = $1 WHERE owner = $2 AND state IN ('QUEUED', 'RUNNING')")
+            .bind(lease.until_ms)
+            .bind(&lease.owner)
+            .execute(pool)
+            .await?;
+    Ok(done.rows_affected())
+}
+
+/// Locks the touched runs' rows (in id order) and checks `owner` holds them all.
+pub(super) async fn fence(tx: &mut Transaction<'_, Postgres>, owner: &str, runs: &[String]) -> Result<()> {
+    if runs.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT id, owner FROM runs WHERE id = ANY($1) ORDER BY id FOR UPDATE")
+            .bind(runs)
+            .fetch_all(&mut **tx)
+            .await?;
+    check_fence(owner, &rows)
+}

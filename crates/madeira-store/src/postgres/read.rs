@@ -1,0 +1,209 @@
+//! Queries: runs with their nodes and attempts, run listings with a cursor, the
+//! transition log, logs and the audit trail.
+
+use sqlx::postgres::PgRow;
+use sqlx::{PgPool, Postgres, QueryBuilder, Row};
+
+use crate::{
+    AttemptRecord, AuditQuery, AuditRecord, LogRecord, NodeRow, Result, RunQuery, RunRow, StoreError,
+    StoredRun, TransitionRecord,
+};
+
+const RUN_COLUMNS: &str = "id, flow, version, state, params, idempotency_key, trigger, created_at, started_at, finished_at, \
+     trace_context";
+
+fn corrupt(table: &'static str, detail: impl ToString) -> StoreError {
+    StoreError::Corrupt { table, detail: detail.to_string() }
+}
+
+fn run_row(row: &PgRow) -> Result<RunRow> {
+    let params: String = row.try_get("params")?;
+    Ok(RunRow {
+        id: row.try_get("id")?,
+        flow: row.try_get("flow")?,
+        version: row.try_get::<i64, _>("version")? as u32,
+        state: row.try_get("state")?,
+        params: serde_json::from_str(&params).map_err(|e| corrupt("runs", e))?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        trigger: row.try_get("trigger")?,
+        created_at: row.try_get("created_at")?,
+        started_at: row.try_get("started_at")?,
+        finished_at: row.try_get("finished_at")?,
+        trace_context: row.try_get("trace_context")?,
+    })
+}
+
+fn node_row(row: &PgRow) -> Result<NodeRow> {
+    let state: String = row.try_get("state")?;
+    let outputs: String = row.try_get("outputs")?;
+    let reads: String = row.try_get("reads")?;
+    let reads: Vec<[u64; 2]> = serde_json::from_str(&reads).map_err(|e| corrupt("nodes", e))?;
+    Ok(NodeRow {
+        run_id: row.try_get("run_id")?,
+        idx: row.try_get::<i64, _>("idx")? as u32,
+        node: row.try_get("node")?,
+        state: state.parse().map_err(|e| corrupt("nodes", e))?,
+        reason: row.try_get("reason")?,
+        attempt: row.try_get::<i64, _>("attempt")? as u32,
+        series_start: row.try_get::<i64, _>("series_start")? as u32,
+        data_version: row.try_get::<i64, _>("data_version")? as u32,
+        outputs: serde_json::from_str(&outputs).map_err(|e| corrupt("nodes", e))?,
+        reads: reads.into_iter().map(|[u, v]| (u as usize, v as u32)).collect(),
+        stale: row.try_get("stale")?,
+        fallback: row.try_get("fallback")?,
+        next_attempt_at: row.try_get("next_attempt_at")?,
+        started_at: row.try_get("started_at")?,
+        finished_at: row.try_get("finished_at")?,
+    })
+}
+
+type AttemptTuple = (String, String, i64, i64, Option<i64>, Option<String>, Option<String>);
+
+pub(super) async fn load_run(pool: &PgPool, run_id: &str) -> Result<Option<StoredRun>> {
+    let Some(row) = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"))
+        .bind(run_id)
+        .fetch_optional(pool)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let run = run_row(&row)?;
+    let nodes = sqlx::query(
+        "SELECT run_id, idx, node, state, reason, attempt, series_start, data_version, outputs, \
+         reads, stale, fallback, next_attempt_at, started_at, finished_at \
+         FROM nodes WHERE run_id = $1 ORDER BY idx",
+    )
+    .bind(run_id)
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(node_row)
+    .collect::<Result<Vec<_>>>()?;
+    let attempts = sqlx::query_as::<_, AttemptTuple>(
+        "SELECT run_id, node, attempt, started_at, finished_at, outcome, error FROM attempts \
+         WHERE run_id = $1 ORDER BY node, attempt",
+    )
+    .bind(run_id)
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|(run_id, node, attempt, started_at, finished_at, outcome, error)| AttemptRecord {
+        run_id,
+        node,
+        attempt: attempt as u32,
+        started_at,
+        finished_at,
+        outcome,
+        error,
+    })
+    .collect();
+    Ok(Some(StoredRun { run, nodes, attempts }))
+}
+
+pub(super) async fn unfinished_runs(pool: &PgPool) -> Result<Vec<String>> {
+    let rows: Vec<(String,)> =
+        sqlx::query_as("SELECT id FROM runs WHERE state IN ('QUEUED', 'RUNNING') ORDER BY id")
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().map(|(id,)| id).collect())
+}
+
+pub(super) async fn list_runs(pool: &PgPool, query: &RunQuery) -> Result<Vec<RunRow>> {
+    let mut q: QueryBuilder<Postgres> =
+        QueryBuilder::new(format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1"));
+    if let Some(flow) = &query.flow {
+        q.push(" AND flow = ").push_bind(flow);
+    }
+    if let Some(state) = &query.state {
+        q.push(" AND state = ").push_bind(state.to_ascii_uppercase());
+    }
+    if let Some(before) = &query.before {
+        q.push(" AND id < ").push_bind(before);
+    }
+    q.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(query.limit.max(1)));
+    q.build().fetch_all(pool).await?.iter().map(run_row).collect()
+}
+
+pub(super) async fn transitions(pool: &PgPool, run_id: &str) -> Result<Vec<TransitionRecord>> {
+    let rows = sqlx::query(
+        "SELECT run_id, node, from_state, to_state, cause, actor, attempt, reason, at \
+         FROM transitions WHERE run_id = $1 ORDER BY id",
+    )
+    .bind(run_id)
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(TransitionRecord {
+                run_id: r.try_get("run_id")?,
+                node: r.try_get("node")?,
+                from: r.try_get("from_state")?,
+                to: r.try_get("to_state")?,
+                cause: r.try_get("cause")?,
+                actor: r.try_get("actor")?,
+                attempt: r.try_get::<i64, _>("attempt")? as u32,
+                reason: r.try_get("reason")?,
+                at: r.try_get("at")?,
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn logs(pool: &PgPool, run_id: &str, node: &str) -> Result<Vec<LogRecord>> {
+    let rows: Vec<(String, String, i64, String)> = sqlx::query_as(
+        "SELECT run_id, node, attempt, content FROM logs WHERE run_id = $1 AND node = $2 ORDER BY attempt",
+    )
+    .bind(run_id)
+    .bind(node)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(run_id, node, attempt, content)| LogRecord { run_id, node, attempt: attempt as u32, content })
+        .collect())
+}
+
+pub(super) async fn audit(pool: &PgPool, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
+    let mut q: QueryBuilder<Postgres> =
+        QueryBuilder::new("SELECT at, actor, action, run_id, node, reason, details FROM audit WHERE 1 = 1");
+    if let Some(run_id) = &query.run_id {
+        q.push(" AND run_id = ").push_bind(run_id);
+    }
+    if let Some(actor) = &query.actor {
+        q.push(" AND actor = ").push_bind(actor);
+    }
+    if let Some(since) = query.since_ms {
+        q.push(" AND at >= ").push_bind(since);
+    }
+    q.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(query.limit.max(1)));
+    q.build()
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|r| {
+            let details: Option<String> = r.try_get("details")?;
+            Ok(AuditRecord {
+                at: r.try_get("at")?,
+                actor: r.try_get("actor")?,
+                action: r.try_get("action")?,
+                run_id: r.try_get("run_id")?,
+                node: r.try_get("node")?,
+                reason: r.try_get("reason")?,
+                details: details.and_then(|d| serde_json::from_str(&d).ok()),
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn last_cron_key(pool: &PgPool, flow: &str) -> Result<Option<String>> {
+    // Keys are `cron:<flow>:<RFC 3339 UTC with milliseconds>`: they sort by instant
+    // (compared bytewise, whatever the database collation).
+    let row: Option<(String,)> = sqlx::query_as(
+        "SELECT idempotency_key FROM runs WHERE flow = $1 AND idempotency_key LIKE 'cron:%' \
+         ORDER BY idempotency_key COLLATE \"C\" DESC LIMIT 1",
+    )
+    .bind(flow)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(key,)| key))
+}

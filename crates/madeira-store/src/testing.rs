@@ -1,0 +1,94 @@
+//! Test support (feature `test-support`): a fresh PostgreSQL database per test,
+//! created on the server named by `MADEIRA_TEST_PG_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`) and dropped when the guard goes.
+//! Without a reachable server a test is skipped, unless `CI=true`: then it fails.
+
+use sqlx::Connection;
+use sqlx::postgres::PgConnection;
+
+/// The admin URL tests create their databases from.
+pub fn pg_admin_url() -> String {
+    std::env::var("MADEIRA_TEST_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// Whether a missing service must fail the test rather than skip it.
+pub fn services_required() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// A database that exists for one test.
+pub struct PgTestDb {
+    pub url: String,
+    name: String,
+    admin_url: String,
+}
+
+impl PgTestDb {
+    /// Creates `madeira_t_<uuid>`. `Ok(None)`: no server and not on CI (skip).
+    pub async fn create() -> Result<Option<Self>, String> {
+        let admin_url = pg_admin_url();
+        let mut admin = match PgConnection::connect(&admin_url).await {
+            Ok(conn) => conn,
+            Err(e) if !services_required() => {
+                eprintln!("skipping: PostgreSQL at {admin_url} is unreachable ({e})");
+                return Ok(None);
+            }
+            Err(e) => return Err(format!("CI=true and PostgreSQL at {admin_url} is unreachable: {e}")),
+        };
+        let name = format!("madeira_t_{}", uuid::Uuid::now_v7().simple());
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
+        let _ = admin.close().await;
+        let url = replace_db(&admin_url, &name);
+        Ok(Some(Self { url, name, admin_url }))
+    }
+}
+
+/// `url` with its database path replaced by `db` (query string kept).
+fn replace_db(url: &str, db: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let host_end = base[scheme_end..].find('/').map_or(base.len(), |i| scheme_end + i);
+    let mut out = format!("{}/{db}", &base[..host_end]);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+impl Drop for PgTestDb {
+    fn drop(&mut self) {
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        // A thread of its own: Drop may run inside (or outside) a runtime.
+        let dropper = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            rt.block_on(async {
+                if let Ok(mut admin) = PgConnection::connect(&admin_url).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut admin)
+                        .await;
+                    let _ = admin.close().await;
+                }
+            });
+        });
+        let _ = dropper.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn database_name_is_replaced() {
+        assert_eq!(super::replace_db("postgres://u@h:5432/test", "x"), "postgres://u@h:5432/x");
+        assert_eq!(
+            super::replace_db("postgres://u@h/test?sslmode=disable", "x"),
+            "postgres://u@h/x?sslmode=disable"
+        );
+        assert_eq!(super::replace_db("postgres://u@h", "x"), "postgres://u@h/x");
+    }
+}

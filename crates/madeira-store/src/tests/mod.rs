@@ -1,0 +1,83 @@
+//! The store test suite, run against every backend: SQLite on a temporary file and
+//! PostgreSQL on a fresh database per test (`MADEIRA_TEST_PG_URL`; skipped without
+//! a server unless `CI=true`). Each test body lives once in `suite.rs`.
+
+mod alerts;
+mod lease;
+mod permits;
+mod suite;
+
+use crate::Store;
+use crate::postgres::PostgresStore;
+use crate::sqlite::SqliteStore;
+use crate::testing::PgTestDb;
+
+/// A store and what keeps its database alive (dropped after the store).
+pub(crate) struct Fixture {
+    pub store: Box<dyn Store>,
+    _sqlite: Option<tempfile::TempDir>,
+    _pg: Option<PgTestDb>,
+}
+
+pub(crate) async fn sqlite() -> Fixture {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = SqliteStore::open_path(&dir.path().join("m.db")).await.expect("open sqlite");
+    Fixture { store: Box::new(store), _sqlite: Some(dir), _pg: None }
+}
+
+/// `None` when PostgreSQL is unreachable and `CI` is not set.
+pub(crate) async fn postgres() -> Option<Fixture> {
+    let db = PgTestDb::create().await.expect("PostgreSQL test database")?;
+    let store = PostgresStore::open(&db.url).await.expect("open postgres");
+    Some(Fixture { store: Box::new(store), _sqlite: None, _pg: Some(db) })
+}
+
+/// Generates one `#[tokio::test]` per backend for each body in `suite`.
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite_backend {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let f = super::sqlite().await;
+                    super::bodies::$name(f.store.as_ref()).await;
+                }
+            )*
+        }
+        mod postgres_backend {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let Some(f) = super::postgres().await else { return };
+                    super::bodies::$name(f.store.as_ref()).await;
+                }
+            )*
+        }
+    };
+}
+
+mod bodies {
+    pub(super) use super::lease::*;
+    pub(super) use super::permits::*;
+    pub(super) use super::suite::*;
+}
+
+on_every_backend!(
+    claims_follow_owner_and_expiry,
+    commits_are_fenced_on_the_owner,
+    expired_runs_are_taken_over_once,
+    forwarded_commands_are_taken_once_and_answered,
+    permits_are_capped_across_holders_and_freed_by_commits,
+    flow_versions_only_change_with_content,
+    flows_list_and_pause,
+    idempotency_key_returns_existing_run,
+    concurrent_triggers_with_one_key_make_one_run,
+    overlap_policies_are_decided_in_the_store,
+    commit_writes_nodes_and_transitions_together_and_prune_removes_old_runs,
+    outputs_attempts_logs_and_audit_round_trip,
+    run_listing_filters_and_pages_newest_first,
+    repeated_rows_in_one_batch_keep_the_last,
+    trace_context_is_kept_with_the_run,
+    batched_creation_refuses_full_throttle_queues,
+    last_cron_key_and_version_history,
+);

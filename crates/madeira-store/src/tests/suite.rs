@@ -1,0 +1,337 @@
+//! Test bodies shared by every backend: each takes the store under test.
+
+use madeira_core::{NodeState, RunState};
+use serde_json::json;
+
+use crate::*;
+
+pub(crate) fn new_run(id: &str, key: Option<&str>, max: u32, overlap: Overlap) -> NewRun {
+    NewRun {
+        id: id.into(),
+        flow: "f".into(),
+        version: 1,
+        params: json!({"a": 1}),
+        idempotency_key: key.map(str::to_string),
+        trigger: "manual".into(),
+        node_names: vec!["a".into(), "b".into()],
+        max_active_runs: max,
+        overlap,
+        throttles: Vec::new(),
+        actor: "test".into(),
+        now_ms: 10,
+        trace_context: Some(format!("00-{:0>32}-00f067aa0ba902b7-01", id.len())),
+    }
+}
+
+pub(crate) async fn flow_versions_only_change_with_content(s: &dyn Store) {
+    assert_eq!(s.put_flow("f", "x", "h1", 1).await.expect("put"), PutFlow { version: 1, created: true });
+    assert_eq!(s.put_flow("f", "x", "h1", 2).await.expect("put"), PutFlow { version: 1, created: false });
+    assert_eq!(s.put_flow("f", "y", "h2", 3).await.expect("put"), PutFlow { version: 2, created: true });
+    assert_eq!(s.get_flow("f").await.expect("get").map(|f| f.source), Some("y".into()));
+    assert_eq!(s.flow_version("f", 1).await.expect("v1").map(|v| v.source), Some("x".into()));
+}
+
+pub(crate) async fn idempotency_key_returns_existing_run(s: &dyn Store) {
+    let first = s.create_run(&new_run("r1", Some("k"), 0, Overlap::Queue)).await.expect("create");
+    assert!(matches!(first, CreateOutcome::Created { state: RunState::Running, .. }));
+    let second = s.create_run(&new_run("r2", Some("k"), 0, Overlap::Queue)).await.expect("create");
+    assert_eq!(second, CreateOutcome::Existing { run_id: "r1".into(), version: 1 });
+    let stored = s.load_run("r1").await.expect("load").expect("exists");
+    assert_eq!(stored.nodes.len(), 2);
+    assert_eq!(stored.nodes[1].state, NodeState::Init);
+    assert!(s.load_run("r2").await.expect("load").is_none());
+}
+
+pub(crate) async fn overlap_policies_are_decided_in_the_store(s: &dyn Store) {
+    s.create_run(&new_run("r1", None, 1, Overlap::Skip)).await.expect("r1");
+    let skipped = s.create_run(&new_run("r2", None, 1, Overlap::Skip)).await.expect("r2");
+    assert_eq!(skipped, CreateOutcome::Skipped { active: vec!["r1".into()] });
+    let queued = s.create_run(&new_run("r3", None, 1, Overlap::Queue)).await.expect("r3");
+    assert!(matches!(queued, CreateOutcome::Created { state: RunState::Queued, .. }));
+    assert_eq!(s.promote_queued("f", 1, 20).await.expect("promote"), None, "r1 still active");
+    let mut batch = Batch::default();
+    batch.runs.push(RunWrite {
+        run_id: "r1".into(),
+        state: RunState::Success,
+        started_at: None,
+        finished_at: Some(30),
+    });
+    s.commit(&batch).await.expect("commit");
+    assert_eq!(s.promote_queued("f", 1, 40).await.expect("promote"), Some("r3".into()));
+    let cancel = s.create_run(&new_run("r4", None, 1, Overlap::CancelPrevious)).await.expect("r4");
+    assert_eq!(
+        cancel,
+        CreateOutcome::Created {
+            run_id: "r4".into(),
+            state: RunState::Queued,
+            cancel_previous: vec!["r3".into()]
+        }
+    );
+}
+
+pub(crate) async fn commit_writes_nodes_and_transitions_together_and_prune_removes_old_runs(s: &dyn Store) {
+    s.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("create");
+    let mut stored = s.load_run("r1").await.expect("load").expect("exists");
+    let node = &mut stored.nodes[0];
+    node.state = NodeState::Success;
+    node.data_version = 1;
+    node.outputs.insert("k".into(), json!(5));
+    node.reads = vec![(1, 2)];
+    let batch = Batch {
+        nodes: vec![node.clone()],
+        runs: vec![RunWrite {
+            run_id: "r1".into(),
+            state: RunState::Success,
+            started_at: None,
+            finished_at: Some(50),
+        }],
+        transitions: vec![TransitionRecord {
+            run_id: "r1".into(),
+            node: Some("a".into()),
+            from: "RUNNING".into(),
+            to: "SUCCESS".into(),
+            cause: "succeeded".into(),
+            actor: "engine".into(),
+            attempt: 1,
+            reason: None,
+            at: 50,
+        }],
+        ..Batch::default()
+    };
+    s.commit(&batch).await.expect("commit");
+    let again = s.load_run("r1").await.expect("load").expect("exists");
+    assert_eq!(again.nodes[0], stored.nodes[0]);
+    assert_eq!(again.run.state, "SUCCESS");
+    let log = s.transitions("r1").await.expect("transitions");
+    assert_eq!(log.iter().map(|t| t.cause.as_str()).collect::<Vec<_>>(), ["created", "started", "succeeded"]);
+    assert_eq!(s.prune(40, 100).await.expect("prune"), 0, "finished after the cutoff");
+    assert_eq!(s.prune(60, 100).await.expect("prune"), 1);
+    assert!(s.load_run("r1").await.expect("load").is_none());
+    assert!(s.transitions("r1").await.expect("transitions").is_empty());
+}
+
+pub(crate) async fn flows_list_and_pause(s: &dyn Store) {
+    s.put_flow("b", "src-b", "hb", 1).await.expect("put b");
+    s.put_flow("a", "src-a", "ha", 2).await.expect("put a");
+    let names: Vec<String> = s.list_flows().await.expect("list").into_iter().map(|f| f.name).collect();
+    assert_eq!(names, ["a", "b"]);
+    assert!(s.set_paused("a", true, 5).await.expect("pause"));
+    assert!(!s.set_paused("nope", true, 5).await.expect("pause missing"));
+    let a = s.get_flow("a").await.expect("get").expect("exists");
+    assert!(a.paused);
+    assert_eq!((a.created_at, a.updated_at, a.latest_version), (2, 5, 1));
+    assert!(s.get_flow("nope").await.expect("get").is_none());
+    assert!(s.flow_version("a", 2).await.expect("v2").is_none());
+}
+
+pub(crate) async fn concurrent_triggers_with_one_key_make_one_run(s: &dyn Store) {
+    let runs: Vec<NewRun> =
+        (0..8).map(|i| new_run(&format!("r{i}"), Some("same-key"), 0, Overlap::Queue)).collect();
+    let outcomes = futures::future::join_all(runs.iter().map(|r| s.create_run(r))).await;
+    let created: Vec<&CreateOutcome> = outcomes
+        .iter()
+        .map(|o| o.as_ref().expect("create"))
+        .filter(|o| matches!(o, CreateOutcome::Created { .. }))
+        .collect();
+    assert_eq!(created.len(), 1, "{outcomes:?}");
+    let CreateOutcome::Created { run_id, .. } = created[0] else { unreachable!() };
+    for o in &outcomes {
+        if let Ok(CreateOutcome::Existing { run_id: existing, .. }) = o {
+            assert_eq!(existing, run_id);
+        }
+    }
+    let runs = s.list_runs(&RunQuery { limit: 100, ..RunQuery::default() }).await.expect("list");
+    assert_eq!(runs.len(), 1);
+
+    let capped: Vec<NewRun> = (0..6).map(|i| new_run(&format!("c{i}"), None, 2, Overlap::Queue)).collect();
+    // The first run above holds one of the two active slots.
+    futures::future::join_all(capped.iter().map(|r| s.create_run(r))).await;
+    let running = s
+        .list_runs(&RunQuery { state: Some("running".into()), limit: 100, ..RunQuery::default() })
+        .await
+        .expect("list running");
+    assert_eq!(running.len(), 2, "max_active_runs holds under concurrent triggers");
+}
+
+pub(crate) async fn outputs_attempts_logs_and_audit_round_trip(s: &dyn Store) {
+    s.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("create");
+    let attempt = AttemptRecord {
+        run_id: "r1".into(),
+        node: "a".into(),
+        attempt: 1,
+        started_at: 100,
+        finished_at: None,
+        outcome: None,
+        error: None,
+    };
+    s.commit(&Batch { attempts: vec![attempt.clone()], ..Batch::default() }).await.expect("start");
+    let finished = AttemptRecord {
+        finished_at: Some(150),
+        outcome: Some("FAILED".into()),
+        error: Some("boom ü".into()),
+        ..attempt
+    };
+    let batch = Batch {
+        attempts: vec![finished.clone()],
+        outputs: vec![OutputWrite {
+            run_id: "r1".into(),
+            node: "a".into(),
+            data_version: 1,
+            key: "k".into(),
+            value: json!({"x": [1, 2]}),
+        }],
+        logs: vec![LogRecord { run_id: "r1".into(), node: "a".into(), attempt: 1, content: "line\n".into() }],
+        audit: vec![AuditRecord {
+            at: 160,
+            actor: "sre".into(),
+            action: "rerun".into(),
+            run_id: Some("r1".into()),
+            node: Some("a".into()),
+            reason: Some("why not".into()),
+            details: Some(json!({"downstream": true})),
+        }],
+        ..Batch::default()
+    };
+    s.commit(&batch).await.expect("commit");
+    s.commit(&Batch {
+        outputs: vec![OutputWrite { value: json!(2), ..batch.outputs[0].clone() }],
+        ..Batch::default()
+    })
+    .await
+    .expect("output replaced");
+    s.put_log(&LogRecord { content: "replaced\n".into(), ..batch.logs[0].clone() }).await.expect("log");
+    let stored = s.load_run("r1").await.expect("load").expect("exists");
+    assert_eq!(stored.attempts, vec![finished]);
+    let logs = s.logs("r1", "a").await.expect("logs");
+    assert_eq!(logs.iter().map(|l| l.content.as_str()).collect::<Vec<_>>(), ["replaced\n"]);
+    let audit = s
+        .audit(&AuditQuery { actor: Some("sre".into()), limit: 10, ..AuditQuery::default() })
+        .await
+        .expect("audit");
+    assert_eq!(audit, batch.audit);
+    let none = s
+        .audit(&AuditQuery { since_ms: Some(161), limit: 10, ..AuditQuery::default() })
+        .await
+        .expect("audit");
+    assert!(none.is_empty());
+}
+
+pub(crate) async fn run_listing_filters_and_pages_newest_first(s: &dyn Store) {
+    for i in 0..5 {
+        let mut run = new_run(&format!("r{i}"), None, 0, Overlap::Queue);
+        if i % 2 == 1 {
+            run.flow = "g".into();
+        }
+        s.create_run(&run).await.expect("create");
+    }
+    let ids = |rows: Vec<RunRow>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    let page = s.list_runs(&RunQuery { limit: 2, ..RunQuery::default() }).await.expect("page 1");
+    assert_eq!(ids(page), ["r4", "r3"]);
+    let next = s
+        .list_runs(&RunQuery { before: Some("r3".into()), limit: 2, ..RunQuery::default() })
+        .await
+        .expect("page 2");
+    assert_eq!(ids(next), ["r2", "r1"]);
+    let g = s.list_runs(&RunQuery { flow: Some("g".into()), limit: 10, ..RunQuery::default() }).await;
+    assert_eq!(ids(g.expect("flow g")), ["r3", "r1"]);
+    let row = s.load_run("r0").await.expect("load").expect("exists").run;
+    assert_eq!((row.params, row.state.as_str(), row.started_at), (json!({"a": 1}), "RUNNING", Some(10)));
+    assert_eq!(s.unfinished_runs().await.expect("unfinished"), ["r0", "r1", "r2", "r3", "r4"]);
+}
+
+pub(crate) async fn repeated_rows_in_one_batch_keep_the_last(s: &dyn Store) {
+    s.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("create");
+    let started = AttemptRecord {
+        run_id: "r1".into(),
+        node: "a".into(),
+        attempt: 1,
+        started_at: 1,
+        finished_at: None,
+        outcome: None,
+        error: None,
+    };
+    let ended = AttemptRecord { finished_at: Some(2), outcome: Some("SUCCESS".into()), ..started.clone() };
+    let output = |v: i64| OutputWrite {
+        run_id: "r1".into(),
+        node: "a".into(),
+        data_version: 1,
+        key: "k".into(),
+        value: json!(v),
+    };
+    let log = |c: &str| LogRecord { run_id: "r1".into(), node: "a".into(), attempt: 1, content: c.into() };
+    let run = |state: RunState, finished_at: Option<i64>| RunWrite {
+        run_id: "r1".into(),
+        state,
+        started_at: None,
+        finished_at,
+    };
+    let batch = Batch {
+        attempts: vec![started, ended.clone()],
+        outputs: vec![output(1), output(2)],
+        logs: vec![log("first"), log("second")],
+        runs: vec![run(RunState::Running, None), run(RunState::Success, Some(3))],
+        ..Batch::default()
+    };
+    s.commit(&batch).await.expect("commit");
+    let stored = s.load_run("r1").await.expect("load").expect("exists");
+    assert_eq!(stored.attempts, vec![ended]);
+    assert_eq!((stored.run.state.as_str(), stored.run.finished_at), ("SUCCESS", Some(3)));
+    assert_eq!(s.logs("r1", "a").await.expect("logs")[0].content, "second");
+}
+
+pub(crate) async fn trace_context_is_kept_with_the_run(s: &dyn Store) {
+    let CreateOutcome::Created { run_id, .. } =
+        s.create_run(&new_run("r-trace", None, 0, Overlap::Queue)).await.expect("create")
+    else {
+        panic!("not created");
+    };
+    let stored = s.load_run(&run_id).await.expect("load").expect("run");
+    assert_eq!(
+        stored.run.trace_context.as_deref(),
+        Some("00-00000000000000000000000000000007-00f067aa0ba902b7-01")
+    );
+    let listed = s.list_runs(&RunQuery { limit: 10, ..RunQuery::default() }).await.expect("list");
+    assert_eq!(listed[0].trace_context, stored.run.trace_context);
+}
+
+pub(crate) async fn batched_creation_refuses_full_throttle_queues(s: &dyn Store) {
+    let claim = ThrottleClaim { node: "a".into(), max_permits: 1, queue_size: 1 };
+    let runs: Vec<NewRun> = ["t1", "t2", "t3"]
+        .iter()
+        .map(|id| NewRun { throttles: vec![claim.clone()], ..new_run(id, None, 0, Overlap::Queue) })
+        .collect();
+    let out = s.create_runs(&runs).await.expect("create batch");
+    assert!(matches!(out[0], CreateOutcome::Created { .. }), "{out:?}");
+    assert!(matches!(out[1], CreateOutcome::Created { .. }), "{out:?}");
+    assert_eq!(
+        out[2],
+        CreateOutcome::Throttled { node: "a".into(), claims: 2, max_permits: 1, queue_size: 1 }
+    );
+    assert!(s.load_run("t3").await.expect("load").is_none(), "a refused run leaves nothing");
+    // Counted again by a later transaction.
+    let again = NewRun { throttles: vec![claim], ..new_run("t4", None, 0, Overlap::Queue) };
+    assert!(matches!(s.create_run(&again).await.expect("create"), CreateOutcome::Throttled { .. }));
+}
+
+pub(crate) async fn last_cron_key_and_version_history(s: &dyn Store) {
+    assert_eq!(s.last_cron_key("f").await.expect("none"), None);
+    for (id, key) in [
+        ("c1", "cron:f:2026-01-01T00:01:00.000Z"),
+        ("c2", "cron:f:2026-01-01T00:03:00.000Z"),
+        ("c3", "cron:f:2026-01-01T00:02:00.000Z"),
+        ("e1", "event:zzz"),
+    ] {
+        s.create_run(&new_run(id, Some(key), 0, Overlap::Queue)).await.expect("create");
+    }
+    assert_eq!(s.last_cron_key("f").await.expect("key").as_deref(), Some("cron:f:2026-01-01T00:03:00.000Z"));
+    assert_eq!(s.last_cron_key("other").await.expect("none"), None);
+
+    s.put_flow("v", "one", "h1", 1).await.expect("v1");
+    s.put_flow("v", "two", "h2", 2).await.expect("v2");
+    let versions = s.flow_versions("v").await.expect("versions");
+    assert_eq!(
+        versions.iter().map(|v| (v.version, v.source.as_str())).collect::<Vec<_>>(),
+        [(1, "one"), (2, "two")]
+    );
+    assert!(s.flow_versions("missing").await.expect("none").is_empty());
+}

@@ -1,0 +1,134 @@
+//! Several `madeira serve` replicas on one PostgreSQL database (a fresh one per
+//! test): 200 runs triggered across two replicas, one killed with `kill -9` midway;
+//! every run finishes, and only attempts that were in flight on the killed replica
+//! run a second time (with the same idempotency key).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use madeira_store::testing::PgTestDb;
+use serde_json::{Value, json};
+
+use crate::support::{Dev, client};
+
+const ADMIN: &str = "replica-admin-token-0123456789";
+/// How long the receiver takes to answer each node's request.
+const NODE_TIME: Duration = Duration::from_millis(150);
+
+/// Arrival instants of each Idempotency-Key.
+type Arrivals = Arc<Mutex<HashMap<String, Vec<Instant>>>>;
+
+async fn receiver() -> (String, Arrivals) {
+    let seen: Arrivals = Arc::default();
+    let log = seen.clone();
+    let app = Router::new().route(
+        "/work",
+        post(move |headers: HeaderMap| {
+            let log = log.clone();
+            async move {
+                let key =
+                    headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+                log.lock().expect("lock").entry(key).or_default().push(Instant::now());
+                tokio::time::sleep(NODE_TIME).await;
+                axum::Json(json!({"done": true}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/work"), seen)
+}
+
+fn config(dir: &Path, store: &str) -> std::path::PathBuf {
+    let path = dir.join("madeira.yaml");
+    let text = format!(
+        "http: 127.0.0.1:0\nstore: {store}\nlease: 1s\nauth:\n  tokens:\n    \
+         - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n"
+    );
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+fn replica(config: &Path, id: &str) -> Dev {
+    Dev::serve(config, &[("MADEIRA_REPLICA_ID", id), ("MADEIRA_T_ADMIN", ADMIN)], Some(ADMIN))
+}
+
+/// Runs of `flow` in `status`, seen through `dev`.
+async fn count(dev: &Dev, flow: &str, status: &str) -> usize {
+    let (code, body) = dev.get(&format!("/runs?flow={flow}&status={status}&limit=1000")).await;
+    assert_eq!(code, 200, "{body}");
+    body["runs"].as_array().map_or(0, Vec::len)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_run_200_runs_and_survive_kill_9() {
+    let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    let (url, arrivals) = receiver().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config(dir.path(), &db.url);
+    let mut r1 = replica(&config, "r1");
+    let r2 = replica(&config, "r2");
+    r1.put_flow(&format!(
+        "flow: shared
+nodes:
+  a: {{run: {{http: {{url: '{url}', method: POST}}}}}}
+  b: {{needs: [a], run: {{http: {{url: '{url}', method: POST}}}}}}
+  c: {{needs: [b], run: {{http: {{url: '{url}', method: POST}}}}}}
+"
+    ))
+    .await;
+
+    let mut run_ids = Vec::new();
+    let mut killed_at = None;
+    let mut pace = tokio::time::interval(Duration::from_millis(10));
+    for i in 0..200 {
+        pace.tick().await;
+        if i == 100 {
+            r1.kill9();
+            killed_at = Some(Instant::now());
+        }
+        let target = if i % 2 == 0 && killed_at.is_none() { &r1 } else { &r2 };
+        run_ids.push(target.trigger("shared", json!({"i": i})).await);
+    }
+    let killed_at = killed_at.expect("killed");
+
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let done = count(&r2, "shared", "SUCCESS").await;
+        if done == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {done} of 200 runs succeeded in time");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let arrivals = arrivals.lock().expect("lock").clone();
+    assert_eq!(arrivals.len(), 600, "every node of every run ran");
+    let window = NODE_TIME + Duration::from_secs(3);
+    for (key, times) in &arrivals {
+        if times.len() > 1 {
+            let first = times[0];
+            assert!(
+                first < killed_at && killed_at.duration_since(first) < window,
+                "{key} ran {} times but was not in flight at the kill",
+                times.len()
+            );
+        }
+    }
+    let repeated = arrivals.values().filter(|t| t.len() > 1).count();
+    let r2_client = client(Some(ADMIN));
+    let (_, run) = {
+        let resp = r2_client.get(r2.url(&format!("/runs/{}", run_ids[0]))).send().await.expect("get");
+        (resp.status(), resp.json::<Value>().await.expect("json"))
+    };
+    assert_eq!(run["status"], "SUCCESS");
+    eprintln!("200 runs on 2 replicas, r1 killed after 100 triggers: {repeated} in-flight attempt(s) re-run");
+    drop(r2);
+    drop(db);
+}
