@@ -371,6 +371,18 @@ impl EngineHandle {
         self.send(envelope).await
     }
 
+    /// Creates a run through the group-committing creator (which also claims it and
+    /// hands it to the engine loop).
+    pub(crate) async fn create(
+        &self,
+        run: madeira_store::NewRun,
+        flow: Arc<FlowDef>,
+    ) -> Result<CreateOutcome, EngineError> {
+        let (reply, answer) = oneshot::channel();
+        self.create.send(CreateRequest { run, flow, reply }).await.map_err(|_| EngineError::ShuttingDown)?;
+        answer.await.map_err(|_| EngineError::ShuttingDown)?
+    }
+
     async fn send(&self, envelope: Envelope) -> Result<(), EngineError> {
         self.tx.send(envelope).await.map_err(|_| EngineError::ShuttingDown)
     }

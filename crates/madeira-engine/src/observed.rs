@@ -116,11 +116,8 @@ impl EngineHandle {
             actor: format!("exec@{}", report.host),
             now_ms: if report.started_at_ms > 0 { report.started_at_ms } else { now_ms() },
         };
-        let run_id = match self.store().create_run(&run).await? {
-            CreateOutcome::Created { run_id, .. } => {
-                self.send_envelope(Envelope::Resume { run_id: run_id.clone(), fresh: None }).await?;
-                run_id
-            }
+        let run_id = match self.create(run, def.clone()).await? {
+            CreateOutcome::Created { run_id, .. } => run_id,
             CreateOutcome::Existing { run_id, .. } => run_id,
             CreateOutcome::Skipped { .. } | CreateOutcome::Throttled { .. } => {
                 return Err(EngineError::OverlapSkipped { flow: def.name.clone(), active: 0 });

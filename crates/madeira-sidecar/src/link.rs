@@ -142,6 +142,10 @@ async fn connect_once(
         None => return Err(LinkError::Closed),
     };
     shared.outbox.send_replace(Some(tx.clone()));
+    // Read the spool again now that the outbox is set: a report spooled while the
+    // connection was being made went nowhere else. Reports are idempotent on the
+    // control plane, so one sent both ways is recorded once.
+    let pending = shared.spool.pending();
     for (_, msg) in &pending {
         let _ = tx.send(msg.clone()).await;
     }

@@ -35,19 +35,26 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         global_permits: store_url.starts_with("postgres"),
         ..Default::default()
     };
+    // The sidecar endpoint runs when the config asks for it (`grpc:`) or names
+    // sidecar group tokens; without either there is nothing a sidecar could use.
     let tokens = config.sidecar_tokens(&file)?;
-    if tokens.is_empty() {
-        tracing::warn!(
-            "auth.sidecar_tokens is empty: every sidecar will be refused until a group token is configured"
-        );
-    }
-    let fleet = FleetSetup {
-        grpc: config.grpc_addr(&file, "0.0.0.0:7071")?,
-        options: FleetOptions {
-            tokens: Some(tokens),
-            ..FleetOptions::with_lost_after(config.sidecar_lost_after(&file)?)
-        },
-        local: None,
+    let fleet = if config.grpc.is_some() || !tokens.is_empty() {
+        if tokens.is_empty() {
+            tracing::warn!(
+                "auth.sidecar_tokens is empty: every sidecar will be refused until a group token is configured"
+            );
+        }
+        Some(FleetSetup {
+            grpc: config.grpc_addr(&file, "0.0.0.0:7071")?,
+            options: FleetOptions {
+                tokens: Some(tokens),
+                ..FleetOptions::with_lost_after(config.sidecar_lost_after(&file)?)
+            },
+            local: None,
+        })
+    } else {
+        tracing::info!("no `grpc:` and no auth.sidecar_tokens: the sidecar endpoint is off");
+        None
     };
     let replica = engine.replica_id.clone();
     let alerts = config.alerts(&file)?;
@@ -59,7 +66,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         auth,
         http: Some(http),
         alerts,
-        fleet: Some(fleet),
+        fleet,
     })
     .await?;
     if let Some(dir) = &config.flows {
