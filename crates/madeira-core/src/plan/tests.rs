@@ -13,6 +13,7 @@ use crate::expr::Condition;
 use crate::model::*;
 use crate::retry::RetryPolicy;
 
+#[allow(clippy::type_complexity)]
 pub(crate) fn flow(nodes: Vec<(Vec<(usize, DepKind)>, bool, u32, Option<&str>)>) -> Arc<FlowDef> {
     let n = nodes.len();
     let mut downstream = vec![Vec::new(); n];
