@@ -583,6 +583,7 @@ impl Engine {
                 Action::Ready { .. } | Action::ReleasePermit { .. } => {}
             }
         }
+        finished_flows.sort();
         finished_flows.dedup();
         for (flow, _) in finished_flows {
             self.promote(&flow).await;

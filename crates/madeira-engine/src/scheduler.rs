@@ -179,6 +179,7 @@ impl Scheduler {
             }
             touched.push(entry.flow);
         }
+        touched.sort();
         touched.dedup();
         for flow in touched {
             self.report_next(&flow);

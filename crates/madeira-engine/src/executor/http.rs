@@ -12,6 +12,7 @@ use serde_json::Value as Json;
 use tokio_util::sync::CancellationToken;
 
 use super::{AttemptResult, Executor, HttpPolicy, Job};
+use crate::engine_loop::tail;
 
 pub struct HttpExecutor {
     policy: HttpPolicy,
@@ -116,16 +117,4 @@ impl Executor for HttpExecutor {
             AttemptResult::Failure { error: format!("{method} {url} answered {status}"), retryable, log }
         }
     }
-}
-
-/// The last `max` bytes of `text`, cut at a character boundary.
-fn tail(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut start = text.len() - max;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    &text[start..]
 }
