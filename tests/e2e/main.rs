@@ -5,6 +5,7 @@ mod alerts;
 mod api;
 mod auth;
 mod cli;
+mod cluster;
 mod crontab;
 mod exec;
 mod forwarding;

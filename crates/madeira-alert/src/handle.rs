@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::channel::ChannelKind;
 use crate::model::Raise;
 use crate::observer::AlertObserver;
-use crate::task::Input;
+use crate::task::{Event, Input};
 use crate::worker::TestOutcome;
 use crate::{AlertError, view};
 
@@ -34,12 +34,12 @@ impl AlertHandle {
     /// Raises an alert from another source; events with the same key are grouped
     /// while it is open. Never blocks.
     pub fn raise(&self, alert: Raise) {
-        let _ = self.tx.send(Input::Raise(alert));
+        let _ = self.tx.send(Input::Event(Event::Raise(alert)));
     }
 
     /// Resolves the open alert with `key` (sends `resolved` if it was sent).
     pub fn resolve(&self, key: &str) {
-        let _ = self.tx.send(Input::Resolve { key: key.to_string() });
+        let _ = self.tx.send(Input::Event(Event::Resolve { key: key.to_string() }));
     }
 
     /// Waits until every event sent before this call has been aggregated and every

@@ -8,11 +8,13 @@
 //!
 //! Anatomy: `AlertsConfig` (serde) → `resolve()` → `Settings` → `build()` →
 //! `AlertTask::run(cancel)` owns the loop; `AlertHandle` is the cheap handle and
-//! `AlertHandle::observer()` the engine hook.
+//! `AlertHandle::observer()` the engine hook. `AlertTask::clustered` shares the
+//! work among replicas of one store (see `cluster`).
 
 mod aggregate;
 pub mod channel;
 mod clock;
+mod cluster;
 mod config;
 mod handle;
 mod metrics;
@@ -100,6 +102,8 @@ pub fn build(
         workers,
         idle_workers,
         retention_ms: ms(settings.retention),
+        group_wait_ms: ms(settings.group_wait),
+        cluster: None,
     };
     Ok((task, AlertHandle { tx, store, channels }))
 }

@@ -122,7 +122,7 @@ impl Alert {
 }
 
 /// A run that ended FAILED, reduced to what aggregation needs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Failure {
     pub run_id: String,
     pub flow: String,
@@ -132,7 +132,7 @@ pub struct Failure {
 
 /// An alert from another source (overdue confirmation, missed cron run, lost
 /// sidecar): events with the same `key` are grouped while it is open.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Raise {
     pub key: String,
     pub alertname: String,

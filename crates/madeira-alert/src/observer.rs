@@ -9,7 +9,7 @@ use madeira_engine::{EngineObserver, RunEvent};
 use tokio::sync::mpsc;
 
 use crate::model::{Cause, Failure, Raise, Severity};
-use crate::task::Input;
+use crate::task::{Event, Input};
 
 pub struct AlertObserver {
     pub(crate) tx: mpsc::UnboundedSender<Input>,
@@ -36,11 +36,11 @@ pub fn failure_of(snap: &RunSnapshot) -> Failure {
 impl EngineObserver for AlertObserver {
     fn run_finished(&self, snap: &RunSnapshot) {
         let input = match snap.state {
-            RunState::Failed => Input::Failed(failure_of(snap)),
-            RunState::Success => Input::Succeeded { run_id: snap.run_id.clone() },
+            RunState::Failed => Event::Failed(failure_of(snap)),
+            RunState::Success => Event::Succeeded { run_id: snap.run_id.clone() },
             _ => return,
         };
-        let _ = self.tx.send(input);
+        let _ = self.tx.send(Input::Event(input));
     }
 
     fn confirm_overdue(&self, snap: &RunSnapshot, node: &str) {
@@ -48,7 +48,7 @@ impl EngineObserver for AlertObserver {
             madeira_core::NodeAction::Manual(m) => Some(m.prompt.clone()),
             _ => None,
         });
-        let _ = self.tx.send(Input::Raise(Raise {
+        let _ = self.tx.send(Input::Event(Event::Raise(Raise {
             key: confirm_key(&snap.run_id, node),
             alertname: "MadeiraConfirmOverdue".into(),
             severity: Severity::Warning,
@@ -61,7 +61,7 @@ impl EngineObserver for AlertObserver {
             ),
             description: prompt,
             run_id: Some(snap.run_id.clone()),
-        }));
+        })));
     }
 
     fn transitions(&self, events: &[RunEvent]) {
@@ -69,7 +69,7 @@ impl EngineObserver for AlertObserver {
             if e.from == "MANUAL_CONFIRM"
                 && let Some(node) = &e.node
             {
-                let _ = self.tx.send(Input::Resolve { key: confirm_key(&e.run_id, node) });
+                let _ = self.tx.send(Input::Event(Event::Resolve { key: confirm_key(&e.run_id, node) }));
             }
         }
     }

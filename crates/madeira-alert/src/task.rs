@@ -7,13 +7,15 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use madeira_store::{AlertBatch, DeliveryRow};
+use madeira_store::{AlertBatch, DeliveryRow, Fence};
+use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, error, info, info_span};
 
 use crate::aggregate::{Aggregator, Changes};
+use crate::cluster::{self, Cluster};
 use crate::model::{Alert, AlertStatus, Failure, Raise};
 use crate::route::Router;
 use crate::worker::{Item, Queued, Shared, TestOutcome, Worker, WorkerMsg};
@@ -22,11 +24,18 @@ use crate::worker::{Item, Queued, Shared, TestOutcome, Worker, WorkerMsg};
 const BATCH_MAX: usize = 4096;
 const PRUNE_EVERY_MS: i64 = 3600 * 1000;
 
-pub(crate) enum Input {
+/// What aggregation takes in; also the form kept in a cluster's inbox.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub(crate) enum Event {
     Failed(Failure),
     Succeeded { run_id: String },
     Raise(Raise),
     Resolve { key: String },
+}
+
+pub(crate) enum Input {
+    Event(Event),
     Test { channel: String, reply: oneshot::Sender<TestOutcome> },
     Settle(oneshot::Sender<()>),
 }
@@ -39,12 +48,18 @@ pub struct AlertTask {
     pub(crate) workers: HashMap<String, mpsc::UnboundedSender<WorkerMsg>>,
     pub(crate) idle_workers: Vec<Worker>,
     pub(crate) retention_ms: i64,
+    pub(crate) group_wait_ms: i64,
+    /// Set when replicas share the store (`AlertTask::clustered`).
+    pub(crate) cluster: Option<Cluster>,
 }
 
 impl AlertTask {
-    /// Runs until `cancel` fires: recovers, starts the channel workers, loops.
+    /// Runs until `cancel` fires: recovers (alone; in a cluster once it leads),
+    /// starts the channel workers, loops.
     pub async fn run(mut self, cancel: CancellationToken) {
-        self.recover().await;
+        if self.cluster.is_none() {
+            self.recover().await;
+        }
         let tracker = TaskTracker::new();
         for worker in self.idle_workers.drain(..) {
             let span = info_span!("alert_channel", channel = %worker.name());
@@ -52,13 +67,24 @@ impl AlertTask {
         }
         let clock = self.shared.clock.clone();
         let mut prune_at = clock.now_ms();
+        let mut tick_at = clock.now_ms();
         loop {
-            let now = clock.now_ms();
-            if now >= prune_at {
-                self.prune(now).await;
-                prune_at = now + PRUNE_EVERY_MS;
+            if self.cluster.is_some() && clock.now_ms() >= tick_at {
+                self.cluster_tick().await;
+                tick_at = clock.now_ms() + cluster::POLL_MS;
             }
-            let wake = self.agg.next_due().map_or(prune_at, |due| due.min(prune_at));
+            let now = clock.now_ms();
+            let mut wake = i64::MAX;
+            if self.aggregating() {
+                if now >= prune_at {
+                    self.prune(now).await;
+                    prune_at = now + PRUNE_EVERY_MS;
+                }
+                wake = self.agg.next_due().map_or(prune_at, |due| due.min(prune_at));
+            }
+            if self.cluster.is_some() {
+                wake = wake.min(tick_at);
+            }
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 input = self.rx.recv() => {
@@ -73,12 +99,15 @@ impl AlertTask {
                     self.process(batch).await;
                 }
                 _ = clock.sleep_until(wake) => {
-                    let mut out = Changes::default();
-                    self.agg.flush_due(clock.now_ms(), &mut out);
-                    self.apply(out).await;
+                    if self.aggregating() {
+                        let mut out = Changes::default();
+                        self.agg.flush_due(clock.now_ms(), &mut out);
+                        self.apply(out, None).await;
+                    }
                 }
             }
         }
+        self.flush_outbox().await;
         tracker.close();
         tracker.wait().await;
         info!("alert task stopped");
@@ -90,18 +119,29 @@ impl AlertTask {
         let mut settle = Vec::new();
         for input in batch {
             match input {
-                Input::Failed(f) => self.agg.failure(f, now, &mut out),
-                Input::Succeeded { run_id } => self.agg.run_succeeded(&run_id, now, &mut out),
-                Input::Raise(r) => self.agg.raise(r, now, &mut out),
-                Input::Resolve { key } => self.agg.resolve_key(&key, now, &mut out),
+                Input::Event(event) if self.cluster.is_some() => self.queue_for_inbox(&event),
+                Input::Event(event) => self.aggregate(event, now, &mut out),
                 Input::Test { channel, reply } => self.test(channel, reply, now),
                 Input::Settle(reply) => settle.push(reply),
             }
         }
-        self.agg.flush_due(now, &mut out);
-        self.apply(out).await;
+        if self.cluster.is_some() {
+            self.flush_outbox().await;
+        } else {
+            self.agg.flush_due(now, &mut out);
+            self.apply(out, None).await;
+        }
         for reply in settle {
             self.settle_workers(reply);
+        }
+    }
+
+    pub(crate) fn aggregate(&mut self, event: Event, now: i64, out: &mut Changes) {
+        match event {
+            Event::Failed(f) => self.agg.failure(f, now, out),
+            Event::Succeeded { run_id } => self.agg.run_succeeded(&run_id, now, out),
+            Event::Raise(r) => self.agg.raise(r, now, out),
+            Event::Resolve { key } => self.agg.resolve_key(&key, now, out),
         }
     }
 
@@ -135,13 +175,18 @@ impl AlertTask {
         let _ = worker.send(WorkerMsg::Deliver(vec![q]));
     }
 
-    /// Persists what changed and hands new deliveries to the workers.
-    async fn apply(&mut self, out: Changes) {
-        if out.is_empty() {
-            return;
+    /// Persists what changed (and, in a cluster, the inbox events `consumed`
+    /// through, under the leader's fence) and hands new deliveries to the workers.
+    /// False when a cluster leader's write failed: it has stepped down.
+    pub(crate) async fn apply(&mut self, out: Changes, consumed: Option<i64>) -> bool {
+        if out.is_empty() && consumed.is_none() {
+            return true;
         }
         let now = self.shared.clock.now_ms();
-        let mut batch = AlertBatch::default();
+        let mut batch = AlertBatch { consumed_through: consumed, ..AlertBatch::default() };
+        if let Some(c) = &self.cluster {
+            batch.fence = Some(Fence { role: cluster::ROLE.into(), holder: c.replica.clone() });
+        }
         let mut seen = HashSet::new();
         for id in &out.touched {
             if seen.insert(id.as_str())
@@ -169,6 +214,13 @@ impl AlertTask {
             self.enqueue(Arc::new(alert), "resolved", now, &mut batch, &mut queued);
         }
         if let Err(e) = self.shared.store.write_alerts(&batch).await {
+            if self.cluster.is_some() {
+                // The inbox still holds the events: the next leader (maybe this
+                // replica again, after reloading) aggregates them from the store.
+                error!(error = %e, "cannot save alerts; handing aggregation back to the store");
+                self.step_down("its alert write failed");
+                return false;
+            }
             error!(error = %e, "cannot save alerts; delivering anyway");
         }
         for (channel, items) in queued {
@@ -176,6 +228,7 @@ impl AlertTask {
                 let _ = worker.send(WorkerMsg::Deliver(items));
             }
         }
+        true
     }
 
     fn enqueue(
@@ -212,13 +265,15 @@ impl AlertTask {
         }
     }
 
-    /// Reloads open alerts and pending deliveries after a restart.
-    async fn recover(&mut self) {
+    /// Reloads open alerts and pending deliveries after a restart (in a cluster:
+    /// on taking the lead).
+    /// False when the store could not be read.
+    pub(crate) async fn recover(&mut self) -> bool {
         let open = match self.shared.store.open_alerts().await {
             Ok(open) => open,
             Err(e) => {
                 error!(error = %e, "cannot load open alerts; starting without them");
-                return;
+                return false;
             }
         };
         let mut alerts = HashMap::new();
@@ -233,7 +288,7 @@ impl AlertTask {
         }
         let (queued, failed) = crate::recover::rebuild(open.deliveries, &alerts, &self.router, &self.workers);
         if !failed.is_empty() {
-            let batch = AlertBatch { alerts: Vec::new(), deliveries: failed };
+            let batch = AlertBatch { deliveries: failed, ..AlertBatch::default() };
             if let Err(e) = self.shared.store.write_alerts(&batch).await {
                 error!(error = %e, "cannot mark orphaned deliveries failed");
             }
@@ -255,6 +310,7 @@ impl AlertTask {
         if !alerts.is_empty() || pending > 0 {
             info!(alerts = alerts.len(), deliveries = pending, "alerts resumed from the store");
         }
+        true
     }
 }
 

@@ -2,7 +2,10 @@
 //! entry per cron trigger of every unpaused flow. It sleeps until the earliest,
 //! fires it as a run with idempotency key `cron:<flow>:<tick>` (so a tick never
 //! makes two runs, even across a crash), and reloads a flow when it is applied,
-//! paused or resumed. Ticks missed while down or paused follow the misfire policy.
+//! paused or resumed — here at once, on another replica of the same store within
+//! `SYNC_EVERY` (every replica schedules every flow; the key makes one run per
+//! tick, so a dead replica costs no tick). Ticks missed while down or paused
+//! follow the misfire policy.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -18,6 +21,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::{EngineError, EngineHandle, EngineObserver, TriggerRequest};
+
+/// How often the flow list is compared with the store, for flows applied, paused
+/// or resumed through another replica.
+const SYNC_EVERY: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Entry {
@@ -35,6 +42,8 @@ pub struct Scheduler {
     /// Current generation per flow: entries of older generations are stale.
     generations: HashMap<String, u64>,
     triggers: HashMap<String, Vec<CronTriggerDef>>,
+    /// The (version, paused) each flow was last loaded at.
+    loaded: HashMap<String, (u32, bool)>,
     next_generation: u64,
 }
 
@@ -46,13 +55,17 @@ impl Scheduler {
             heap: BinaryHeap::new(),
             generations: HashMap::new(),
             triggers: HashMap::new(),
+            loaded: HashMap::new(),
             next_generation: 1,
         }
     }
 
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut changes = self.engine.subscribe_flow_changes();
-        self.reload_all().await;
+        self.sync().await;
+        info!(flows = self.loaded.len(), entries = self.heap.len(), "cron schedule loaded");
+        let mut sync = tokio::time::interval(SYNC_EVERY);
+        sync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let sleep = match self.heap.peek() {
                 Some(Reverse(e)) => Duration::from_millis((e.fire_at_ms - crate::now_ms()).max(0) as u64),
@@ -62,24 +75,34 @@ impl Scheduler {
                 _ = cancel.cancelled() => return,
                 change = changes.recv() => match change {
                     Ok(flow) => self.reload(&flow).await,
-                    Err(RecvError::Lagged(_)) => self.reload_all().await,
+                    Err(RecvError::Lagged(_)) => self.sync().await,
                     Err(RecvError::Closed) => return,
                 },
+                _ = sync.tick() => self.sync().await,
                 _ = tokio::time::sleep(sleep) => self.fire_due(),
             }
         }
     }
 
-    async fn reload_all(&mut self) {
-        match self.engine.store().list_flows().await {
-            Ok(flows) => {
-                let count = flows.len();
-                for record in flows {
+    /// Reloads every flow whose version or pause state differs from what was loaded.
+    async fn sync(&mut self) {
+        let flows = match self.engine.store().list_flows().await {
+            Ok(flows) => flows,
+            Err(e) => {
+                error!(error = %e, "scheduler: cannot list flows");
+                return;
+            }
+        };
+        for record in flows {
+            let seen = (record.latest_version, record.paused);
+            match self.loaded.get(&record.name) {
+                Some(loaded) if *loaded == seen => {}
+                Some(_) => {
+                    info!(flow = %record.name, version = seen.0, paused = seen.1, "flow changed; rescheduling");
                     self.reload(&record.name).await;
                 }
-                info!(flows = count, entries = self.heap.len(), "cron schedule loaded");
+                None => self.reload(&record.name).await,
             }
-            Err(e) => error!(error = %e, "scheduler: cannot list flows"),
         }
     }
 
@@ -92,7 +115,8 @@ impl Scheduler {
         let triggers = match self.cron_triggers(flow).await {
             Ok(t) => t,
             Err(e) => {
-                error!(flow = %flow, error = %e, "scheduler: cannot load flow");
+                error!(flow = %flow, error = %e, "scheduler: cannot load flow; trying again at the next sync");
+                self.loaded.remove(flow);
                 return;
             }
         };
@@ -120,8 +144,9 @@ impl Scheduler {
         self.report_next(flow);
     }
 
-    async fn cron_triggers(&self, flow: &str) -> Result<Vec<CronTriggerDef>, EngineError> {
+    async fn cron_triggers(&mut self, flow: &str) -> Result<Vec<CronTriggerDef>, EngineError> {
         let Some(record) = self.engine.store().get_flow(flow).await? else { return Ok(Vec::new()) };
+        self.loaded.insert(flow.to_string(), (record.latest_version, record.paused));
         if record.paused {
             return Ok(Vec::new());
         }

@@ -51,12 +51,32 @@ pub struct DeliveryRow {
 pub struct AlertBatch {
     pub alerts: Vec<AlertRow>,
     pub deliveries: Vec<DeliveryRow>,
+    /// When set, the batch is written only while `fence.holder` holds `fence.role`
+    /// (`StoreError::NotLeader` otherwise, and nothing is written).
+    pub fence: Option<Fence>,
+    /// Inbox events up to and including this sequence number are deleted in the
+    /// same transaction: they are what this batch was computed from.
+    pub consumed_through: Option<i64>,
 }
 
 impl AlertBatch {
     pub fn is_empty(&self) -> bool {
-        self.alerts.is_empty() && self.deliveries.is_empty()
+        self.alerts.is_empty() && self.deliveries.is_empty() && self.consumed_through.is_none()
     }
+}
+
+/// A cluster-wide role a write depends on (see `AlertStore::lead`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub role: String,
+    pub holder: String,
+}
+
+/// One alert event waiting in the inbox for the replica that aggregates alerts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboxEvent {
+    pub seq: i64,
+    pub body: Json,
 }
 
 /// What a restart must pick up again.
@@ -90,4 +110,11 @@ pub trait AlertStore: Send + Sync + 'static {
     /// Deletes resolved alerts resolved before `before_ms`, with their deliveries,
     /// and finished digests and tests created before it. Returns alerts deleted.
     async fn prune_alerts(&self, before_ms: i64) -> Result<u64>;
+    /// Appends alert events (any replica) for the aggregating replica to take.
+    async fn push_alert_events(&self, bodies: &[Json], now_ms: i64) -> Result<()>;
+    /// The oldest `limit` inbox events, in the order they were pushed.
+    async fn alert_events(&self, limit: u32) -> Result<Vec<InboxEvent>>;
+    /// Takes `role` for `holder`, or renews it, until `now_ms + lease_ms`. False
+    /// while another holder's lease has not run out.
+    async fn lead(&self, role: &str, holder: &str, now_ms: i64, lease_ms: i64) -> Result<bool>;
 }

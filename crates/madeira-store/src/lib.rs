@@ -36,6 +36,8 @@ pub enum StoreError {
     Refused(String),
     #[error("replica {owner} no longer holds run(s) {}: another replica took them over", runs.join(", "))]
     LeaseLost { owner: String, runs: Vec<String> },
+    #[error("replica {holder} no longer holds the cluster role `{role}`: another replica took it over")]
+    NotLeader { role: String, holder: String },
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;

@@ -58,13 +58,18 @@ pub async fn open_store(url: &str) -> Result<(Arc<dyn Store>, Arc<dyn AlertStore
         let store = Arc::new(SqliteStore::open(url).await.with_context(|| format!("opening store {url}"))?);
         return Ok((store.clone(), store));
     }
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+    if is_postgres(url) {
         let store = Arc::new(
             PostgresStore::open(url).await.with_context(|| format!("opening store {}", redact(url)))?,
         );
         return Ok((store.clone(), store));
     }
     anyhow::bail!("store `{}`: use sqlite:///path/madeira.db or postgres://user@host/db", redact(url))
+}
+
+/// True for a PostgreSQL store URL (which several replicas may share).
+pub fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
 /// `url` without its password, for messages.
@@ -103,8 +108,12 @@ impl ControlPlane {
         };
         let http_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
         // Components register their metric families on the one registry before it is frozen.
-        let (alert_task, alerts) =
+        let (mut alert_task, alerts) =
             build_alerts(options.alerts, alert_store, http_addr, telemetry.registry_mut())?;
+        if is_postgres(&options.store_url) {
+            // Replicas may share this store: one of them aggregates and sends alerts.
+            alert_task = alert_task.clustered(options.engine.replica_id.clone(), options.engine.lease);
+        }
         let mut observers = options.observers;
         observers.push(alerts.observer());
         observers.extend(telemetry.observers());

@@ -63,6 +63,9 @@ pub(crate) enum WorkerMsg {
     Track(Arc<Alert>),
     /// Answer once everything received before is done and nothing is due now.
     Settle(oneshot::Sender<()>),
+    /// This replica stopped aggregating alerts: forget queued deliveries and
+    /// tracked alerts (the new leader sends them); keep test messages.
+    Reset,
 }
 
 pub(crate) struct Worker {
@@ -152,6 +155,12 @@ impl Worker {
                 }
             }
             WorkerMsg::Settle(waiter) => self.settle.push(waiter),
+            WorkerMsg::Reset => {
+                self.queue.retain(|q| matches!(q.item, Item::Test(_)));
+                self.firing.clear();
+                self.blocked_until = 0;
+                self.failures = 0;
+            }
             WorkerMsg::Track(alert) => {
                 if self.spec.kind.batches() {
                     self.firing.insert(alert.id.clone(), alert);
@@ -369,7 +378,7 @@ impl Worker {
     }
 
     async fn save(&self, deliveries: Vec<DeliveryRow>) {
-        let batch = AlertBatch { alerts: Vec::new(), deliveries };
+        let batch = AlertBatch { deliveries, ..AlertBatch::default() };
         if let Err(e) = self.shared.store.write_alerts(&batch).await {
             error!(channel = %self.spec.name, error = %e, "cannot save delivery state");
         }

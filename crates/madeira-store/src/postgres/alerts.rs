@@ -6,7 +6,11 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Postgres, QueryBuilder, Row};
 
 use super::PostgresStore;
-use crate::{AlertBatch, AlertQuery, AlertRow, AlertStore, DeliveryRow, OpenAlerts, Result, StoreError};
+use serde_json::Value as Json;
+
+use crate::{
+    AlertBatch, AlertQuery, AlertRow, AlertStore, DeliveryRow, InboxEvent, OpenAlerts, Result, StoreError,
+};
 
 const ALERT_COLUMNS: &str =
     "id, key, severity, status, flow, node, details, created_at, notify_at, updated_at, resolved_at";
@@ -30,6 +34,15 @@ impl AlertStore for PostgresStore {
     async fn prune_alerts(&self, before_ms: i64) -> Result<u64> {
         prune(&self.pool, before_ms).await
     }
+    async fn push_alert_events(&self, bodies: &[Json], now_ms: i64) -> Result<()> {
+        super::inbox::push(&self.pool, bodies, now_ms).await
+    }
+    async fn alert_events(&self, limit: u32) -> Result<Vec<InboxEvent>> {
+        super::inbox::read(&self.pool, limit).await
+    }
+    async fn lead(&self, role: &str, holder: &str, now_ms: i64, lease_ms: i64) -> Result<bool> {
+        super::inbox::lead(&self.pool, role, holder, now_ms, lease_ms).await
+    }
 }
 
 async fn write(pool: &PgPool, batch: &AlertBatch) -> Result<()> {
@@ -37,6 +50,7 @@ async fn write(pool: &PgPool, batch: &AlertBatch) -> Result<()> {
         return Ok(());
     }
     let mut tx = pool.begin().await?;
+    super::inbox::fence_and_consume(&mut tx, batch).await?;
     for a in &batch.alerts {
         sqlx::query(&format!(
             "INSERT INTO alerts ({ALERT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \

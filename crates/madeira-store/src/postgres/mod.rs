@@ -9,6 +9,7 @@ mod alerts;
 mod commands;
 mod commit;
 mod flows;
+mod inbox;
 mod lease;
 mod permits;
 mod read;

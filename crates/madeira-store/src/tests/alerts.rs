@@ -48,6 +48,7 @@ async fn open_set_holds_what_a_restart_must_send_and_prune_drops_old_resolved(s:
             delivery("d3", Some("a3"), "resolved", "sent", None),
             delivery("d4", None, "digest", "pending", None),
         ],
+        ..AlertBatch::default()
     };
     s.write_alerts(&batch).await.expect("write");
     let open = s.open_alerts().await.expect("open");
@@ -64,11 +65,65 @@ async fn open_set_holds_what_a_restart_must_send_and_prune_drops_old_resolved(s:
 
     let mut sent = delivery("d4", None, "digest", "sent", None);
     sent.sent_at = Some(6);
-    s.write_alerts(&AlertBatch { alerts: vec![], deliveries: vec![sent] }).await.expect("upsert");
+    s.write_alerts(&AlertBatch { deliveries: vec![sent], ..AlertBatch::default() }).await.expect("upsert");
     assert!(s.open_alerts().await.expect("open").deliveries.is_empty());
     assert_eq!(s.prune_alerts(100).await.expect("prune"), 2);
     let all = AlertQuery { status: None, flow: None, limit: 10 };
     assert_eq!(s.list_alerts(&all).await.expect("list").len(), 1);
+}
+
+async fn the_inbox_is_consumed_only_under_the_leaders_fence(s: &dyn AlertStore) {
+    assert!(s.lead("alerts", "r1", 1_000, 500).await.expect("lead"));
+    assert!(!s.lead("alerts", "r2", 1_100, 500).await.expect("lead"), "r1's lease runs until 1500");
+    assert!(s.lead("alerts", "r1", 1_200, 500).await.expect("renew"));
+    assert!(!s.lead("alerts", "r2", 1_600, 500).await.expect("lead"), "renewed until 1700");
+    assert!(s.lead("alerts", "r2", 1_800, 500).await.expect("takeover"), "r1's lease ran out");
+
+    s.push_alert_events(&[json!({"e": 1}), json!({"e": 2})], 10).await.expect("push");
+    s.push_alert_events(&[json!({"e": 3})], 11).await.expect("push");
+    let events = s.alert_events(10).await.expect("read");
+    assert_eq!(events.iter().map(|e| e.body["e"].as_i64()).collect::<Vec<_>>(), [Some(1), Some(2), Some(3)]);
+    assert!(events.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert_eq!(s.alert_events(2).await.expect("read").len(), 2);
+
+    let deposed = AlertBatch {
+        alerts: vec![alert("x1", "pending")],
+        fence: Some(Fence { role: "alerts".into(), holder: "r1".into() }),
+        consumed_through: Some(events[2].seq),
+        ..AlertBatch::default()
+    };
+    match s.write_alerts(&deposed).await {
+        Err(StoreError::NotLeader { holder, .. }) => assert_eq!(holder, "r1"),
+        other => panic!("a deposed leader's write must be refused, got {other:?}"),
+    }
+    assert_eq!(s.alert_events(10).await.expect("read").len(), 3, "nothing consumed");
+    assert!(s.open_alerts().await.expect("open").alerts.is_empty(), "nothing written");
+
+    let leader = AlertBatch {
+        alerts: vec![alert("x2", "pending")],
+        fence: Some(Fence { role: "alerts".into(), holder: "r2".into() }),
+        consumed_through: Some(events[1].seq),
+        ..AlertBatch::default()
+    };
+    s.write_alerts(&leader).await.expect("leader writes");
+    let left = s.alert_events(10).await.expect("read");
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].body, json!({"e": 3}));
+    assert_eq!(s.open_alerts().await.expect("open").alerts.len(), 1);
+}
+
+#[tokio::test]
+async fn sqlite_inbox_is_consumed_only_under_the_leaders_fence() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = SqliteStore::open_path(&dir.path().join("m.db")).await.expect("open");
+    the_inbox_is_consumed_only_under_the_leaders_fence(&s).await;
+}
+
+#[tokio::test]
+async fn postgres_inbox_is_consumed_only_under_the_leaders_fence() {
+    let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    let s = PostgresStore::open(&db.url).await.expect("open postgres");
+    the_inbox_is_consumed_only_under_the_leaders_fence(&s).await;
 }
 
 #[tokio::test]

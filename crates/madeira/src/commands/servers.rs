@@ -32,7 +32,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         lease: config.lease(&file)?,
         redis: config.redis_url(&file)?,
         // Several replicas may share a PostgreSQL store: count permits there.
-        global_permits: store_url.starts_with("postgres"),
+        global_permits: crate::app::is_postgres(&store_url),
         ..Default::default()
     };
     // The sidecar endpoint runs when the config asks for it (`grpc:`) or names

@@ -1,0 +1,74 @@
+//! PostgreSQL side of the cluster's alert inbox and leader rows: events appended by
+//! any replica, read in order by the leader, deleted in the leader's fenced write.
+
+use serde_json::Value as Json;
+use sqlx::{PgPool, Postgres, QueryBuilder, Row, Transaction};
+
+use crate::{AlertBatch, InboxEvent, Result, StoreError};
+
+pub(super) async fn push(pool: &PgPool, bodies: &[Json], now_ms: i64) -> Result<()> {
+    if bodies.is_empty() {
+        return Ok(());
+    }
+    let mut q: QueryBuilder<Postgres> = QueryBuilder::new("INSERT INTO alert_inbox (body, created_at) ");
+    q.push_values(bodies, |mut row, body| {
+        row.push_bind(body.to_string()).push_bind(now_ms);
+    });
+    q.build().execute(pool).await?;
+    Ok(())
+}
+
+pub(super) async fn read(pool: &PgPool, limit: u32) -> Result<Vec<InboxEvent>> {
+    let rows = sqlx::query("SELECT seq, body FROM alert_inbox ORDER BY seq LIMIT $1")
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(|row| {
+            let body: String = row.try_get("body")?;
+            let body = serde_json::from_str(&body)
+                .map_err(|e| StoreError::Corrupt { table: "alert_inbox", detail: e.to_string() })?;
+            Ok(InboxEvent { seq: row.try_get("seq")?, body })
+        })
+        .collect()
+}
+
+pub(super) async fn lead(
+    pool: &PgPool,
+    role: &str,
+    holder: &str,
+    now_ms: i64,
+    lease_ms: i64,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "INSERT INTO leaders (role, holder, lease_until) VALUES ($1, $2, $3) \
+         ON CONFLICT (role) DO UPDATE SET holder = excluded.holder, lease_until = excluded.lease_until \
+         WHERE leaders.holder = excluded.holder OR leaders.lease_until < $4",
+    )
+    .bind(role)
+    .bind(holder)
+    .bind(now_ms.saturating_add(lease_ms))
+    .bind(now_ms)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Inside a batch's transaction: refuses it unless the fence's holder leads (the
+/// row lock orders it against a takeover), and deletes the consumed events.
+pub(super) async fn fence_and_consume(tx: &mut Transaction<'_, Postgres>, batch: &AlertBatch) -> Result<()> {
+    if let Some(fence) = &batch.fence {
+        let holder: Option<String> =
+            sqlx::query_scalar("SELECT holder FROM leaders WHERE role = $1 FOR UPDATE")
+                .bind(&fence.role)
+                .fetch_optional(&mut **tx)
+                .await?;
+        if holder.as_deref() != Some(fence.holder.as_str()) {
+            return Err(StoreError::NotLeader { role: fence.role.clone(), holder: fence.holder.clone() });
+        }
+    }
+    if let Some(seq) = batch.consumed_through {
+        sqlx::query("DELETE FROM alert_inbox WHERE seq <= $1").bind(seq).execute(&mut **tx).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,205 @@
+//! Cluster-wide duties of `madeira serve` replicas on one PostgreSQL database (a
+//! fresh one per test): every replica schedules cron triggers, yet each tick makes
+//! one run, also while one replica is killed; failures on several replicas make one
+//! alert, sent once, and alerts keep flowing after a replica is killed with kill -9.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use chrono::{DateTime, Utc};
+use madeira_store::testing::PgTestDb;
+use serde_json::{Value, json};
+
+use crate::support::Dev;
+
+const ADMIN: &str = "cluster-admin-token-0123456789";
+
+fn config(dir: &Path, store: &str, extra: &str) -> PathBuf {
+    let path = dir.join("madeira.yaml");
+    let text = format!(
+        "http: 127.0.0.1:0\nstore: {store}\nlease: 1s\nauth:\n  tokens:\n    \
+         - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n{extra}"
+    );
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+fn replica(config: &Path, id: &str) -> Dev {
+    Dev::serve(config, &[("MADEIRA_REPLICA_ID", id), ("MADEIRA_T_ADMIN", ADMIN)], Some(ADMIN))
+}
+
+/// The scheduled instant of every cron run of `flow`, sorted; and how many runs
+/// the flow has in all.
+async fn ticks(dev: &Dev, flow: &str) -> (Vec<DateTime<Utc>>, usize) {
+    let (code, list) = dev.get(&format!("/runs?flow={flow}&limit=1000")).await;
+    assert_eq!(code, 200, "{list}");
+    let runs = list["runs"].as_array().cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    for run in &runs {
+        let (_, detail) = dev.get(&format!("/runs/{}", run["run_id"].as_str().unwrap_or(""))).await;
+        if let Some(t) = detail["idempotency_key"].as_str().and_then(madeira_core::schedule::tick_of_key) {
+            out.push(t);
+        }
+    }
+    out.sort();
+    (out, runs.len())
+}
+
+async fn wait_ticks(dev: &Dev, flow: &str, n: usize) -> (Vec<DateTime<Utc>>, usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = ticks(dev, flow).await;
+        if seen.0.len() >= n {
+            return seen;
+        }
+        assert!(Instant::now() < deadline, "{flow}: only {} cron runs after 30 s", seen.0.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn assert_once_each_second(ticks: &[DateTime<Utc>], runs: usize) {
+    let unique: BTreeSet<_> = ticks.iter().collect();
+    assert_eq!(unique.len(), ticks.len(), "a tick made two runs: {ticks:?}");
+    assert_eq!(runs, ticks.len(), "every run of the flow is a cron run");
+    for pair in ticks.windows(2) {
+        assert_eq!((pair[1] - pair[0]).num_milliseconds(), 1000, "a tick was missed: {ticks:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_fire_each_cron_tick_once_even_when_one_dies() {
+    let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config(dir.path(), &db.url, "");
+    let mut r1 = replica(&config, "r1");
+    let r2 = replica(&config, "r2");
+    let r3 = replica(&config, "r3");
+    r1.put_flow(
+        "flow: heartbeat\ntriggers:\n  - cron: \"* * * * * *\"\n    misfire: skip\n\
+         nodes:\n  a: {run: {builtin: noop}}\n",
+    )
+    .await;
+
+    let (before, runs) = wait_ticks(&r2, "heartbeat", 5).await;
+    assert_once_each_second(&before, runs);
+
+    r1.kill9();
+    let (after, runs) = wait_ticks(&r3, "heartbeat", before.len() + 5).await;
+    assert_once_each_second(&after, runs);
+
+    // Every run finishes, including any r1 created just before it died (taken
+    // over once its 1 s lease ran out).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, list) = r2.get("/runs?flow=heartbeat&limit=1000").await;
+        let runs = list["runs"].as_array().cloned().unwrap_or_default();
+        let open: Vec<_> = runs.iter().filter(|r| r["status"] != "SUCCESS").collect();
+        if runs.len() >= after.len() && open.iter().all(|r| newest(&runs, r)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "runs left unfinished: {open:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop((r2, r3));
+    drop(db);
+}
+
+/// Only the run made in the last second may still be going.
+fn newest(runs: &[Value], run: &Value) -> bool {
+    runs.first().is_some_and(|first| first["run_id"] == run["run_id"])
+}
+
+/// A webhook receiver keeping each posted body.
+async fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let hits: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let app = Router::new()
+        .fallback(|State(hits): State<Arc<Mutex<Vec<Value>>>>, body: Bytes| async move {
+            hits.lock().expect("hits").push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+            axum::Json(json!({"ok": true}))
+        })
+        .with_state(hits.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("{base}/hook"), hits)
+}
+
+/// The firing alerts the receiver got for `flow`.
+fn firing_for(hits: &Mutex<Vec<Value>>, flow: &str) -> Vec<Value> {
+    let hits = hits.lock().expect("hits");
+    hits.iter()
+        .filter(|body| body["kind"] == "firing")
+        .flat_map(|body| body["alerts"].as_array().cloned().unwrap_or_default())
+        .filter(|alert| alert["flow"] == flow)
+        .collect()
+}
+
+async fn wait_firing(hits: &Mutex<Vec<Value>>, flow: &str) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let firing = firing_for(hits, flow);
+        if !firing.is_empty() {
+            return firing;
+        }
+        assert!(Instant::now() < deadline, "no alert for {flow} within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn failing(flow: &str) -> String {
+    format!("flow: {flow}\nnodes:\n  pay: {{run: {{builtin: fail, message: bank refused}}}}\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failures_on_two_replicas_make_one_alert_and_alerts_survive_kill_9() {
+    let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    let (hook, hits) = receiver().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let alerts = format!(
+        "alerts:\n  group_wait: 2s\n  channels:\n    - {{name: hook, type: webhook, url: '{hook}'}}\n"
+    );
+    let config = config(dir.path(), &db.url, &alerts);
+    let mut r1 = replica(&config, "r1");
+    let r2 = replica(&config, "r2");
+    for flow in ["settle", "later", "after-kill"] {
+        r1.put_flow(&failing(flow)).await;
+    }
+
+    let mut runs = Vec::new();
+    for target in [&r1, &r2, &r1, &r2] {
+        runs.push(target.trigger("settle", json!({})).await);
+    }
+    for id in &runs {
+        assert_eq!(r2.finished(id).await["status"], "FAILED");
+    }
+    let first = wait_firing(&hits, "settle").await;
+    assert_eq!(first[0]["count"], 4, "one alert counts the failures of both replicas: {first:?}");
+    let counted: BTreeSet<_> =
+        first[0]["runs"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    assert_eq!(counted.len(), 4, "{first:?}");
+
+    // A later failure's alert comes a group_wait after it; a second alert for
+    // `settle` from the other replica would have come before.
+    let later = r2.trigger("later", json!({})).await;
+    assert_eq!(r2.finished(&later).await["status"], "FAILED");
+    wait_firing(&hits, "later").await;
+    assert_eq!(firing_for(&hits, "settle").len(), 1, "`settle` was alerted more than once");
+
+    // Whichever replica was aggregating, the survivor sends the next alert.
+    r1.kill9();
+    let orphan = r2.trigger("after-kill", json!({})).await;
+    assert_eq!(r2.finished(&orphan).await["status"], "FAILED");
+    let after = wait_firing(&hits, "after-kill").await;
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0]["runs"], json!([orphan]));
+    assert_eq!(firing_for(&hits, "settle").len(), 1, "the survivor resent an alert already sent");
+    drop(r2);
+    drop(db);
+}
