@@ -1,7 +1,9 @@
 //! Cluster-wide duties of `madeira serve` replicas on one PostgreSQL database (a
 //! fresh one per test): every replica schedules cron triggers, yet each tick makes
 //! one run, also while one replica is killed; failures on several replicas make one
-//! alert, sent once, and alerts keep flowing after a replica is killed with kill -9.
+//! alert, sent once, and alerts keep flowing after a replica is killed with kill -9;
+//! trigger rate limits and the event cache are shared through Redis, and without
+//! Redis each replica limits on its own while the store still deduplicates.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -15,6 +17,7 @@ use chrono::{DateTime, Utc};
 use madeira_store::testing::PgTestDb;
 use serde_json::{Value, json};
 
+use crate::forwarding::{Redis, free_port};
 use crate::support::Dev;
 
 const ADMIN: &str = "cluster-admin-token-0123456789";
@@ -201,5 +204,57 @@ async fn failures_on_two_replicas_make_one_alert_and_alerts_survive_kill_9() {
     assert_eq!(after[0]["runs"], json!([orphan]));
     assert_eq!(firing_for(&hits, "settle").len(), 1, "the survivor resent an alert already sent");
     drop(r2);
+    drop(db);
+}
+
+/// Status codes of manual triggers of `flow` through `dev`.
+async fn trigger_codes(dev: &Dev, flow: &str, n: usize) -> Vec<u16> {
+    let mut codes = Vec::new();
+    for _ in 0..n {
+        codes.push(dev.post(&format!("/flows/{flow}/runs"), json!({"params": {}}), &[]).await.0);
+    }
+    codes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_limits_and_event_dedup_are_shared_through_redis_and_degrade_without_it() {
+    let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    let port = free_port();
+    let Some(redis) = Redis::start(port) else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config(dir.path(), &db.url, &format!("redis: redis://127.0.0.1:{port}\n"));
+    let r1 = replica(&config, "r1");
+    let r2 = replica(&config, "r2");
+    r1.put_flow("flow: manual\nrate_limit: 4/m\nnodes:\n  a: {run: {builtin: noop}}\n").await;
+    r1.put_flow(
+        "flow: ingest\nrate_limit: 2/m\ntriggers:\n  - event: order.paid\nnodes:\n  a: {run: {builtin: noop}}\n",
+    )
+    .await;
+
+    // One budget for the cluster: 4 a minute in all, not 4 per replica.
+    assert_eq!(trigger_codes(&r1, "manual", 2).await, [201, 201]);
+    assert_eq!(trigger_codes(&r2, "manual", 2).await, [201, 201]);
+    assert_eq!(trigger_codes(&r1, "manual", 1).await, [429]);
+    assert_eq!(trigger_codes(&r2, "manual", 1).await, [429]);
+
+    // A redelivered event is answered from the cache on either replica: the same
+    // run, and no slot of the 2-a-minute budget taken.
+    let event = |id: &str| json!({"type": "order.paid", "id": id, "payload": {"order": id}});
+    let (code, first) = r1.post("/events", event("A"), &[]).await;
+    assert_eq!(code, 200, "{first}");
+    for target in [&r2, &r1, &r2, &r1, &r2] {
+        let (code, again) = target.post("/events", event("A"), &[]).await;
+        assert_eq!((code, &again["runs"]), (200, &first["runs"]), "a redelivery is the same run");
+    }
+    assert_eq!(r2.post("/events", event("B"), &[]).await.0, 200, "the second slot is still free");
+    assert_eq!(r1.post("/events", event("C"), &[]).await.0, 429, "two new events a minute");
+
+    // Without Redis each replica limits on its own (it never lets more through
+    // than its own budget) and the store still deduplicates events.
+    drop(redis);
+    assert_eq!(trigger_codes(&r1, "manual", 5).await, [201, 201, 201, 201, 429]);
+    let (code, again) = r2.post("/events", event("A"), &[]).await;
+    assert_eq!((code, &again["runs"]), (200, &first["runs"]), "the runs table still knows event A");
+    drop((r1, r2));
     drop(db);
 }

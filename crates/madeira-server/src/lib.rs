@@ -6,6 +6,7 @@ mod auth;
 mod error;
 mod ratelimit;
 mod routes;
+mod shared;
 mod views;
 
 use std::sync::Arc;
@@ -30,6 +31,8 @@ pub struct AppState {
     /// Flips once (migrations ran, store answered): `/readyz` answers 200 after it.
     pub ready: Arc<AtomicBool>,
     pub rate_limits: Arc<ratelimit::RateLimits>,
+    /// Rate limits and the event cache shared with other replicas (Redis).
+    pub shared: Arc<shared::SharedState>,
     /// Alerting (`GET /alerts`, `POST /alerts/test`); `None` answers 503 there.
     pub alerts: Option<madeira_alert::AlertHandle>,
     /// What `/metrics` renders (`None`: 404).
@@ -47,11 +50,19 @@ impl AppState {
             auth: Arc::new(auth),
             ready: Arc::new(AtomicBool::new(false)),
             rate_limits: Arc::new(ratelimit::RateLimits::default()),
+            shared: Arc::new(shared::SharedState::default()),
             alerts: None,
             metrics: None,
             log_control: None,
             fleet: None,
         }
+    }
+
+    /// Shares trigger rate limits and the event cache with other replicas
+    /// through Redis at `url`.
+    pub fn with_redis(mut self, url: &str) -> Self {
+        self.shared = Arc::new(shared::SharedState::new(Some(url)));
+        self
     }
 
     /// Serves the fleet view from `fleet`.
@@ -78,13 +89,19 @@ impl AppState {
         self
     }
 
-    /// Takes one trigger from `flow`'s rate limit, or answers 429 with Retry-After.
-    pub fn check_rate(
+    /// Takes one trigger from `flow`'s rate limit — the cluster's through Redis,
+    /// this replica's while Redis cannot answer — or answers 429 with Retry-After.
+    pub async fn check_rate(
         &self,
         flow: &str,
         limit: Option<madeira_core::model::RateLimitDef>,
     ) -> Result<(), ApiError> {
-        self.rate_limits.check(flow, limit).map_err(|wait| {
+        let limit = limit.unwrap_or(ratelimit::DEFAULT_LIMIT);
+        let verdict = match self.shared.take(flow, limit).await {
+            Some(verdict) => verdict,
+            None => self.rate_limits.check(flow, Some(limit)),
+        };
+        verdict.map_err(|wait| {
             let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
             ApiError::new(
                 axum::http::StatusCode::TOO_MANY_REQUESTS,

@@ -11,6 +11,12 @@ pub fn pg_admin_url() -> String {
     std::env::var("MADEIRA_TEST_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
+/// The Redis tests use (`MADEIRA_TEST_REDIS_URL`, default `redis://127.0.0.1:6379`);
+/// tests keep apart by key prefix.
+pub fn redis_url() -> String {
+    std::env::var("MADEIRA_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
 /// Whether a missing service must fail the test rather than skip it.
 pub fn services_required() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")

@@ -123,6 +123,7 @@ impl ControlPlane {
             .as_ref()
             .map(|setup| madeira_fleet::Fleet::new(setup.options.clone(), telemetry.registry_mut()));
         executors.sidecar = fleet.as_ref().map(|f| f.executor());
+        let redis_url = options.engine.redis.clone();
         let engine_options = EngineOptions { tracing: telemetry.tracing(), ..options.engine };
         let (engine, handle) = madeira_engine::build(store, executors, observers.clone(), engine_options);
         let cancel = CancellationToken::new();
@@ -146,6 +147,9 @@ impl ControlPlane {
                 .with_metrics(telemetry.exposition.clone());
             if let Some(parts) = &fleet {
                 state = state.with_fleet(parts.fleet.clone());
+            }
+            if let Some(url) = &redis_url {
+                state = state.with_redis(url);
             }
             if let Some(control) = options.telemetry.log_control.clone() {
                 state = state.with_log_control(control);

@@ -42,7 +42,7 @@ pub async fn trigger(
     let actor = state.auth.authorize(&headers, Role::Operator)?;
     let body: TriggerBody = json_body(&body)?;
     let def = state.engine.flow(&flow, None).await?;
-    state.check_rate(&flow, def.rate_limit)?;
+    state.check_rate(&flow, def.rate_limit).await?;
     let key = match headers.get("idempotency-key") {
         Some(v) => Some(
             v.to_str()

@@ -1,5 +1,7 @@
 //! Event triggers (`POST /events`) and pausing a flow's schedule.
 
+use std::collections::BTreeMap;
+
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -33,10 +35,22 @@ pub async fn event(
             "an event needs `type` and `id` (1 to 200 characters each); `id` is what makes a redelivery a duplicate",
         ));
     }
-    for def in state.engine.event_flows(&body.kind).await? {
-        state.check_rate(&def.name, def.rate_limit)?;
+    let flows = state.engine.event_flows(&body.kind).await?;
+    // A redelivery Redis remembers, for every flow listening now, is answered
+    // from there: no rate-limit slot, no store round trip.
+    if let Some(seen) = state.shared.seen_event(&body.kind, &body.id).await {
+        let runs: Option<Vec<&String>> = flows.iter().map(|def| seen.get(&def.name)).collect();
+        if let Some(runs) = runs {
+            return Ok(Json(json!({"runs": runs})));
+        }
+    }
+    for def in &flows {
+        state.check_rate(&def.name, def.rate_limit).await?;
     }
     let outcomes = state.engine.fire_event(&body.kind, &body.id, Value::Object(body.payload), &actor).await?;
+    let made: BTreeMap<String, String> =
+        outcomes.iter().map(|o| (o.flow.clone(), o.run_id.clone())).collect();
+    state.shared.remember_event(&body.kind, &body.id, &made).await;
     let runs: Vec<String> = outcomes.into_iter().map(|o| o.run_id).collect();
     Ok(Json(json!({"runs": runs})))
 }
