@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use madeira_core::model::NodeAction;
 use madeira_core::{Action, Command, ExecutorDef, PlanCtx, RunSnapshot, RunState};
-use madeira_store::{AttemptRecord, AuditRecord, LogRecord, Store};
+use madeira_store::{AttemptRecord, AuditRecord, CommandAnswer, LogRecord, Store};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -269,11 +269,17 @@ impl Engine {
                 let _ = self.apply(&run_id, Command::Recover, "engine", work);
                 work.resumed.push(run_id);
             }
-            Envelope::Command { run_id, cmd, actor, audit, reply } => {
+            Envelope::Command { run_id, cmd, actor, audit, answer_to, reply } => {
                 let result = match self.ensure_loaded(&run_id, true).await {
                     Ok(()) => self.apply(&run_id, cmd.clone(), &actor, work),
                     Err(e) => Err(e),
                 };
+                if result.is_ok()
+                    && let Some(id) = answer_to
+                {
+                    let answer = r#"{"ok":true}"#.to_string();
+                    work.batch.answers.push(CommandAnswer { id, answer, at: now_ms() });
+                }
                 if result.is_ok()
                     && let Some((action, reason)) = audit
                 {
@@ -733,7 +739,7 @@ fn timer_envelope(timer: Timer) -> Envelope {
     };
     let audit = matches!(cmd, Command::Fallback { .. })
         .then(|| ("fallback".to_string(), Some("fallback_after elapsed without an answer".to_string())));
-    Envelope::Command { run_id, cmd, actor: "engine".into(), audit, reply: None }
+    Envelope::Command { run_id, cmd, actor: "engine".into(), audit, answer_to: None, reply: None }
 }
 
 /// The last `max` bytes of `text`, cut at a character boundary.

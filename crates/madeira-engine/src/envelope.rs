@@ -24,6 +24,9 @@ pub(crate) enum Envelope {
         actor: String,
         /// `(action, reason)` to write to the audit log with the change.
         audit: Option<(String, Option<String>)>,
+        /// The forwarded action (`run_commands` id) this applies: its answer is
+        /// committed with the change.
+        answer_to: Option<i64>,
         reply: Option<Reply>,
     },
     /// An executor finished an attempt.

@@ -2,7 +2,8 @@
 //! the action in the store for the holder (`run_commands`), wakes it (Redis, see
 //! `wake`), and waits for the answer; the holder's inbox task takes the action
 //! and applies it through its own engine — the single exit — as if it had been
-//! received there (same actor, same audit), then writes the answer back.
+//! received there (same actor, same audit). An applied action's answer is written
+//! in the same commit as the change; a refusal's, after it.
 
 use std::time::{Duration, Instant};
 
@@ -109,8 +110,9 @@ impl EngineHandle {
         };
         let req =
             ActionRequest { run_id: cmd.run_id, node: cmd.node, kind, actor: cmd.actor, reason: cmd.reason };
-        let answer = match self.act_here(req).await {
-            Ok(()) => json!({"ok": true}),
+        let answer = match self.act_on(req, Some(cmd.id)).await {
+            // Written in the commit that applied it.
+            Ok(()) => return,
             Err(EngineError::HeldElsewhere { owner, .. }) => json!({"held_by": owner}),
             Err(e) => to_answer(&e),
         };

@@ -289,6 +289,7 @@ impl EngineHandle {
                             "cancel".into(),
                             Some(format!("cancel_previous: superseded by {run_id}")),
                         )),
+                        answer_to: None,
                         reply: None,
                     };
                     self.send(cancel).await?;
@@ -319,6 +320,12 @@ impl EngineHandle {
 
     /// Applies an operator action through this replica's engine.
     pub(crate) async fn act_here(&self, req: ActionRequest) -> Result<(), EngineError> {
+        self.act_on(req, None).await
+    }
+
+    /// Applies an action here; when it is the forwarded action `answer_to`, its
+    /// `ok` answer is committed with the change.
+    pub(crate) async fn act_on(&self, req: ActionRequest, answer_to: Option<i64>) -> Result<(), EngineError> {
         let stored = self
             .store
             .load_run(&req.run_id)
@@ -348,6 +355,7 @@ impl EngineHandle {
             cmd,
             actor: req.actor,
             audit: Some((action.to_string(), req.reason)),
+            answer_to,
             reply: Some(reply),
         })
         .await?;

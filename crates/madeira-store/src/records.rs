@@ -213,6 +213,18 @@ pub struct Batch {
     pub logs: Vec<LogRecord>,
     /// Throttle permits given back with this batch's transitions.
     pub permit_releases: Vec<PermitKey>,
+    /// Answers to forwarded actions (`run_commands`), written with the change they
+    /// report so the asking replica never misses an action that was applied.
+    pub answers: Vec<CommandAnswer>,
+}
+
+/// The answer to the forwarded action `id`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandAnswer {
+    pub id: i64,
+    /// JSON.
+    pub answer: String,
+    pub at: i64,
 }
 
 impl Batch {
@@ -225,6 +237,7 @@ impl Batch {
             && self.audit.is_empty()
             && self.logs.is_empty()
             && self.permit_releases.is_empty()
+            && self.answers.is_empty()
     }
 }
 

@@ -23,6 +23,14 @@ pub(super) async fn commit(pool: &PgPool, batch: &Batch) -> Result<()> {
     write_attempts(&mut tx, batch).await?;
     write_audit(&mut tx, batch).await?;
     super::permits::release(&mut tx, &batch.permit_releases).await?;
+    for a in &batch.answers {
+        sqlx::query("UPDATE run_commands SET answer = $1, answered_at = $2 WHERE id = $3")
+            .bind(&a.answer)
+            .bind(a.at)
+            .bind(a.id)
+            .execute(&mut *tx)
+            .await?;
+    }
     write_logs(&mut tx, batch).await?;
     tx.commit().await?;
     Ok(())

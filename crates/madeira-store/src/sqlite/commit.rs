@@ -21,6 +21,14 @@ pub(super) async fn commit(pool: &SqlitePool, batch: &Batch) -> Result<()> {
     write_attempts(&mut tx, batch).await?;
     write_audit(&mut tx, batch).await?;
     super::permits::release(&mut tx, &batch.permit_releases).await?;
+    for a in &batch.answers {
+        sqlx::query("UPDATE run_commands SET answer = ?, answered_at = ? WHERE id = ?")
+            .bind(&a.answer)
+            .bind(a.at)
+            .bind(a.id)
+            .execute(&mut *tx)
+            .await?;
+    }
     for log in &batch.logs {
         super::runs::put_log_in(&mut tx, log).await?;
     }

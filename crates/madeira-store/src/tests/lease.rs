@@ -115,4 +115,9 @@ pub(crate) async fn forwarded_commands_are_taken_once_and_answered(s: &dyn Store
     let b = s.send_command(&cmd("r4", "b")).await.expect("send");
     let got = s.take_commands("b", 14).await.expect("b");
     assert_eq!(got, vec![RunCommand { id: b, ..cmd("r4", "b") }]);
+
+    // An applied action's answer travels in the commit that applied it.
+    let answers = vec![CommandAnswer { id: second, answer: r#"{"ok":true}"#.into(), at: 15 }];
+    s.commit(&Batch { answers, ..Batch::default() }).await.expect("commit");
+    assert_eq!(s.command_answer(second).await.expect("answer").as_deref(), Some(r#"{"ok":true}"#));
 }
