@@ -1,7 +1,8 @@
 //! Several `madeira serve` replicas on one PostgreSQL database (a fresh one per
-//! test): 200 runs triggered across two replicas, one killed with `kill -9` midway;
-//! every run finishes, and only attempts that were in flight on the killed replica
-//! run a second time (with the same idempotency key).
+//! test) and one Redis: 200 runs triggered across two replicas, Redis stopped for a
+//! few seconds and one replica killed with `kill -9` midway; every run finishes,
+//! and only attempts that were in flight on the killed replica run a second time
+//! (with the same idempotency key).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -14,6 +15,7 @@ use axum::routing::post;
 use madeira_store::testing::PgTestDb;
 use serde_json::{Value, json};
 
+use crate::forwarding::{Redis, free_port};
 use crate::support::{Dev, client};
 
 const ADMIN: &str = "replica-admin-token-0123456789";
@@ -45,10 +47,10 @@ async fn receiver() -> (String, Arrivals) {
     (format!("http://{addr}/work"), seen)
 }
 
-fn config(dir: &Path, store: &str) -> std::path::PathBuf {
+fn config(dir: &Path, store: &str, redis_port: u16) -> std::path::PathBuf {
     let path = dir.join("madeira.yaml");
     let text = format!(
-        "http: 127.0.0.1:0\nstore: {store}\nlease: 1s\nauth:\n  tokens:\n    \
+        "http: 127.0.0.1:0\nstore: {store}\nredis: redis://127.0.0.1:{redis_port}\nlease: 1s\nauth:\n  tokens:\n    \
          - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n"
     );
     std::fs::write(&path, text).expect("write config");
@@ -69,9 +71,12 @@ async fn count(dev: &Dev, flow: &str, status: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_run_200_runs_and_survive_kill_9() {
     let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    let port = free_port();
+    let Some(redis) = Redis::start(port) else { return };
+    let mut redis = Some(redis);
     let (url, arrivals) = receiver().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = config(dir.path(), &db.url);
+    let config = config(dir.path(), &db.url, port);
     let mut r1 = replica(&config, "r1");
     let r2 = replica(&config, "r2");
     r1.put_flow(&format!(
@@ -89,6 +94,11 @@ nodes:
     let mut pace = tokio::time::interval(Duration::from_millis(10));
     for i in 0..200 {
         pace.tick().await;
+        match i {
+            40 => redis = None,
+            160 => redis = Some(Redis::start(port).expect("redis restarts")),
+            _ => {}
+        }
         if i == 100 {
             r1.kill9();
             killed_at = Some(Instant::now());
@@ -128,7 +138,11 @@ nodes:
         (resp.status(), resp.json::<Value>().await.expect("json"))
     };
     assert_eq!(run["status"], "SUCCESS");
-    eprintln!("200 runs on 2 replicas, r1 killed after 100 triggers: {repeated} in-flight attempt(s) re-run");
+    eprintln!(
+        "200 runs on 2 replicas, Redis down from trigger 40 to 160, r1 killed after 100 triggers: \
+         {repeated} in-flight attempt(s) re-run"
+    );
     drop(r2);
+    drop(redis);
     drop(db);
 }
