@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Offline checks of deploy/: every YAML file parses; Kubernetes manifests match
 # their schemas (kubernetes-validate, from PyPI, when installed); the compose file
-# has the services it promises; systemd units pass `systemd-analyze verify` where
+# has the services it promises and passes `docker compose config` (or v1's
+# `docker-compose config`) where installed; systemd units pass `systemd-analyze verify` where
 # systemd-analyze exists. Prints what it could not check.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -41,6 +42,21 @@ if python3 -c 'import kubernetes_validate' 2>/dev/null; then
     done
 else
     echo "skipped: Kubernetes schema check (pip install kubernetes-validate)"
+fi
+
+# The compose file against Compose's own schema and interpolation. docker-compose
+# v1 (Debian's package) predates the top-level `name:`; it checks a copy without it.
+if docker compose version >/dev/null 2>&1; then
+    (cd compose && docker compose -f docker-compose.yaml config -q)
+    echo "compose ok: docker compose config"
+elif command -v docker-compose >/dev/null 2>&1; then
+    check=compose/.compose-check.yaml
+    sed '/^name: /d' compose/docker-compose.yaml > "$check"
+    (cd compose && docker-compose -f .compose-check.yaml config -q) || { rm -f "$check"; exit 1; }
+    rm -f "$check"
+    echo "compose ok: docker-compose config (v1, without the top-level name)"
+else
+    echo "skipped: compose schema check (apt-get install docker-compose)"
 fi
 
 if command -v systemd-analyze >/dev/null 2>&1; then
