@@ -111,6 +111,12 @@ pub trait Store: Send + Sync + 'static {
     /// Withdraws a command nobody took yet; false when it was already taken.
     async fn withdraw_command(&self, id: i64) -> Result<bool>;
 
+    /// Replaces what `replica` says about its live sidecars: one entry per group.
+    async fn publish_sidecars(&self, replica: &str, groups: &[SidecarPresence], now_ms: i64) -> Result<()>;
+    /// Replicas that, as of `since_ms` or later, had a live sidecar of `group`
+    /// declaring `job`; most recently seen first.
+    async fn sidecar_hosts(&self, group: &str, job: &str, since_ms: i64) -> Result<Vec<String>>;
+
     /// Deletes up to `batch` finished runs (and everything about them) finished
     /// before `before_ms`, and audit rows older than it. Returns runs deleted.
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64>;

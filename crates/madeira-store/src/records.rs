@@ -218,6 +218,13 @@ pub struct Batch {
     pub answers: Vec<CommandAnswer>,
 }
 
+/// One group of live sidecars a replica has, with the jobs they declare.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidecarPresence {
+    pub group: String,
+    pub jobs: Vec<String>,
+}
+
 /// The answer to the forwarded action `id`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommandAnswer {

@@ -12,6 +12,7 @@ mod flows;
 mod inbox;
 mod lease;
 mod permits;
+mod presence;
 mod read;
 mod runs;
 
@@ -23,6 +24,7 @@ use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::{
+    SidecarPresence,
     AuditQuery, AuditRecord, Batch, Claim, CreateOutcome, FlowRecord, FlowVersion, Lease, LogRecord, NewRun,
     PermitKey, PutFlow, Result, RunCommand, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
 };
@@ -153,6 +155,12 @@ impl Store for PostgresStore {
     }
     async fn withdraw_command(&self, id: i64) -> Result<bool> {
         commands::withdraw_command(&self.pool, id).await
+    }
+    async fn publish_sidecars(&self, replica: &str, groups: &[SidecarPresence], now_ms: i64) -> Result<()> {
+        presence::publish(&self.pool, replica, groups, now_ms).await
+    }
+    async fn sidecar_hosts(&self, group: &str, job: &str, since_ms: i64) -> Result<Vec<String>> {
+        presence::hosts(&self.pool, group, job, since_ms).await
     }
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64> {
         runs::prune(&self.pool, before_ms, batch).await

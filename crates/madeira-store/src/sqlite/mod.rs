@@ -8,6 +8,7 @@ mod flows;
 mod inbox;
 mod lease;
 mod permits;
+mod presence;
 mod read;
 mod runs;
 
@@ -19,6 +20,7 @@ use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::{
+    SidecarPresence,
     AuditQuery, AuditRecord, Batch, Claim, CreateOutcome, FlowRecord, FlowVersion, Lease, LogRecord, NewRun,
     PermitKey, PutFlow, Result, RunCommand, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
 };
@@ -138,6 +140,12 @@ impl Store for SqliteStore {
     }
     async fn withdraw_command(&self, id: i64) -> Result<bool> {
         commands::withdraw_command(&self.write, id).await
+    }
+    async fn publish_sidecars(&self, replica: &str, groups: &[SidecarPresence], now_ms: i64) -> Result<()> {
+        presence::publish(&self.write, replica, groups, now_ms).await
+    }
+    async fn sidecar_hosts(&self, group: &str, job: &str, since_ms: i64) -> Result<Vec<String>> {
+        presence::hosts(&self.write, group, job, since_ms).await
     }
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64> {
         runs::prune(&self.write, before_ms, batch).await

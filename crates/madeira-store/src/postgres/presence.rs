@@ -1,0 +1,37 @@
+//! PostgreSQL side of sidecar presence: each replica rewrites its own rows (one
+//! per group of live sidecars); the others read them to hand runs over.
+
+use sqlx::{PgPool, Postgres, QueryBuilder};
+
+use crate::{Result, SidecarPresence};
+
+pub(super) async fn publish(pool: &PgPool, replica: &str, groups: &[SidecarPresence], now_ms: i64) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("DELETE FROM sidecar_presence WHERE replica = $1").bind(replica).execute(&mut *tx).await?;
+    if !groups.is_empty() {
+        let mut q: QueryBuilder<Postgres> =
+            QueryBuilder::new("INSERT INTO sidecar_presence (replica, grp, jobs, seen_at) ");
+        q.push_values(groups, |mut row, g| {
+            let jobs = serde_json::to_string(&g.jobs).unwrap_or_else(|_| "[]".into());
+            row.push_bind(replica).push_bind(&g.group).push_bind(jobs).push_bind(now_ms);
+        });
+        q.build().execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn hosts(pool: &PgPool, group: &str, job: &str, since_ms: i64) -> Result<Vec<String>> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT replica, jobs FROM sidecar_presence WHERE grp = $1 AND seen_at >= $2 ORDER BY seen_at DESC, replica",
+    )
+    .bind(group)
+    .bind(since_ms)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter(|(_, jobs)| serde_json::from_str::<Vec<String>>(jobs).is_ok_and(|jobs| jobs.iter().any(|j| j == job)))
+        .map(|(replica, _)| replica)
+        .collect())
+}
