@@ -151,7 +151,11 @@ impl Fleet {
 
     /// As `serve`, on connections accepted elsewhere (e.g. after a TLS handshake;
     /// `TlsStream` carries the peer's certificates for tonic).
-    pub async fn serve_incoming<I, IO, IE>(self, incoming: I, cancel: CancellationToken) -> Result<(), FleetError>
+    pub async fn serve_incoming<I, IO, IE>(
+        self,
+        incoming: I,
+        cancel: CancellationToken,
+    ) -> Result<(), FleetError>
     where
         I: futures::Stream<Item = Result<IO, IE>>,
         IO: tonic::transport::server::Connected + tokio::io::AsyncRead + tokio::io::AsyncWrite,

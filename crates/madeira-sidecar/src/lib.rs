@@ -30,8 +30,8 @@ use tracing::{info, warn};
 pub use config::{ConfigError, JobSpec, SidecarConfig};
 pub use execsock::{ExecClient, ExecMessage};
 pub use link::{LinkError, LinkOptions, backoff, endpoint as link_endpoint};
-pub use tls::{LinkTls, TlsSection};
 pub use metrics::SidecarMetrics;
+pub use tls::{LinkTls, TlsSection};
 pub use worker::Identity;
 
 /// Errors building a sidecar.

@@ -78,7 +78,11 @@ fn read_pem(key: &str, path: &Path, marker: &str) -> Result<Vec<u8>, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{key}: cannot read {}: {e}", path.display()))?;
     let text = String::from_utf8_lossy(&bytes);
     if !text.lines().any(|l| l.starts_with("-----BEGIN ") && l.ends_with(marker)) {
-        return Err(format!("{key}: {} holds no PEM `{}` block", path.display(), marker.trim_end_matches('-')));
+        return Err(format!(
+            "{key}: {} holds no PEM `{}` block",
+            path.display(),
+            marker.trim_end_matches('-')
+        ));
     }
     Ok(bytes)
 }
@@ -103,8 +107,8 @@ mod tests {
         })
         .expect_err("junk");
         assert!(err.starts_with("tls.cert_file:") && err.contains("CERTIFICATE"), "{err}");
-        let err = LinkTls::load(&TlsSection { key_file: Some(missing), ..Default::default() })
-            .expect_err("half");
+        let err =
+            LinkTls::load(&TlsSection { key_file: Some(missing), ..Default::default() }).expect_err("half");
         assert!(err.contains("without tls.cert_file"), "{err}");
     }
 }

@@ -119,7 +119,8 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
     };
     let file = args.config.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
     if config.tls.is_some() || config.grpc_tls.is_some() {
-        let message = "tls/grpc_tls: `dev` serves plain HTTP and gRPC on loopback; use `serve` for TLS".into();
+        let message =
+            "tls/grpc_tls: `dev` serves plain HTTP and gRPC on loopback; use `serve` for TLS".into();
         return Err(ConfigError { file, message }.into());
     }
     let engine = EngineOptions {

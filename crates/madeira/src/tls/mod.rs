@@ -109,7 +109,9 @@ fn read_key(key: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
 fn read_roots(key: &str, path: &Path) -> Result<RootCertStore, String> {
     let mut roots = RootCertStore::empty();
     for cert in read_certs(key, path)? {
-        roots.add(cert).map_err(|e| format!("{key}: {}: not a usable CA certificate ({e})", path.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("{key}: {}: not a usable CA certificate ({e})", path.display()))?;
     }
     Ok(roots)
 }
