@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::pki::{Ca, Leaf, client_trusting};
+use crate::sidecar::wait_for;
 use crate::support::{BIN, Dev, client, status_of};
 
 const ADMIN: &str = "admin-token-0123456789abcdef";
@@ -52,7 +53,7 @@ async fn the_api_over_https_answers_clients_trusting_the_ca_only() {
         server.key_file.display()
     );
     let config = write_config(dir.path(), &tls);
-    let dev = Dev::serve_with(&config, ENV, false, client_trusting(&ca.cert_file, Some(ADMIN)));
+    let mut dev = Dev::serve_with(&config, ENV, false, client_trusting(&ca.cert_file, Some(ADMIN)));
     assert!(dev.base.starts_with("https://127.0.0.1:"), "{}", dev.base);
     let (status, _) = dev.get("/flows").await;
     assert_eq!(status, 200);
@@ -76,6 +77,22 @@ async fn the_api_over_https_answers_clients_trusting_the_ca_only() {
     assert!(!out.status.success(), "the CLI without the CA must fail");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("certificate"), "names the certificate problem: {stderr}");
+    stops_cleanly(&mut dev).await;
+}
+
+/// SIGTERM, then a clean exit within 15 s: TLS connections drain like plain ones.
+async fn stops_cleanly(dev: &mut Dev) {
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(dev.child.id() as i32, libc::SIGTERM);
+    }
+    let mut exited = None;
+    wait_for("madeira serve to exit", 15, || {
+        exited = dev.child.try_wait().ok().flatten();
+        exited.is_some()
+    })
+    .await;
+    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
 }
 
 /// A `madeira sidecar` whose log lines arrive on a channel.
@@ -161,7 +178,7 @@ async fn mtls_lets_only_sidecars_with_a_ca_signed_certificate_and_the_token_run_
         server.key_file.display(),
         ca.cert_file.display()
     );
-    let dev = Dev::serve_with(&write_config(d, &grpc_tls), ENV, true, client(Some(ADMIN)));
+    let mut dev = Dev::serve_with(&write_config(d, &grpc_tls), ENV, true, client(Some(ADMIN)));
 
     let good = ca.client(d, "good");
     let ok = Sidecar::start(d, "s-good", &dev.grpc, &tls_section(&ca.cert_file, Some(&good)), true, "hello");
@@ -190,6 +207,7 @@ async fn mtls_lets_only_sidecars_with_a_ca_signed_certificate_and_the_token_run_
         fleet["sidecars"].as_array().into_iter().flatten().filter_map(|s| s["name"].as_str()).collect();
     assert_eq!(names, ["s-good"], "{fleet}");
     assert!(!d.join("other.ran").exists(), "a refused sidecar ran its job");
+    stops_cleanly(&mut dev).await;
 }
 
 #[test]
