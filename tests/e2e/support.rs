@@ -50,21 +50,28 @@ impl Dev {
             .args(grpc)
             .args(extra)
             .envs(env.iter().copied());
-        Dev::spawn(cmd, "madeira dev: API on ", Some("madeira dev: sidecar link on "), None)
+        Dev::spawn(cmd, "madeira dev: API on ", Some("madeira dev: sidecar link on "), client(None))
     }
 
     /// Starts `madeira serve --config FILE` with extra environment; requests carry
     /// `token` as a bearer token.
     pub fn serve(config: &Path, env: &[(&str, &str)], token: Option<&str>) -> Dev {
+        Dev::serve_with(config, env, false, client(token))
+    }
+
+    /// As `serve`, requests going through `http` (e.g. one trusting a test CA); with
+    /// `link`, also waits for the sidecar link's address (`grpc`).
+    pub fn serve_with(config: &Path, env: &[(&str, &str)], link: bool, http: reqwest::Client) -> Dev {
         let mut cmd = Command::new(BIN);
         cmd.arg("serve").arg("--config").arg(config).envs(env.iter().copied());
-        Dev::spawn(cmd, "madeira serve: API on ", None, token)
+        let grpc_banner = link.then_some("madeira serve: sidecar link on ");
+        Dev::spawn(cmd, "madeira serve: API on ", grpc_banner, http)
     }
 
     /// Spawns `cmd` and reads the bound address from the stderr line starting with
     /// `banner` (and the sidecar link's from `grpc_banner`); the rest of stderr is
     /// drained (and echoed when `MADEIRA_TEST_ECHO`).
-    fn spawn(mut cmd: Command, banner: &str, grpc_banner: Option<&str>, token: Option<&str>) -> Dev {
+    fn spawn(mut cmd: Command, banner: &str, grpc_banner: Option<&str>, http: reqwest::Client) -> Dev {
         let mut child =
             cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn madeira server");
         let stderr = child.stderr.take().expect("stderr");
@@ -90,7 +97,7 @@ impl Dev {
                 }
             }
         });
-        Dev { child, base, http: client(token), grpc: grpc.unwrap_or_default() }
+        Dev { child, base, http, grpc: grpc.unwrap_or_default() }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -3,7 +3,8 @@
 //! (declared jobs, heartbeats, lost after `sidecar_lost_after`), routing within a
 //! group, and `SidecarExecutor`, the engine's executor for `sidecar` nodes.
 //!
-//! `Fleet::new` builds it; `Fleet::serve(listener, cancel)` runs the gRPC server
+//! `Fleet::new` builds it; `Fleet::serve(listener, cancel)` (or `serve_incoming`, for
+//! TLS connections) runs the gRPC server
 //! and the lost-sidecar sweep; `executor()` plugs into `Executors.sidecar`, and
 //! `attach_engine` lets it wake nodes waiting for a sidecar and record exec reports.
 
@@ -145,8 +146,23 @@ impl Fleet {
 
     /// Serves the link on `listener` and sweeps for lost sidecars until `cancel`.
     pub async fn serve(self, listener: TcpListener, cancel: CancellationToken) -> Result<(), FleetError> {
+        self.serve_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener), cancel).await
+    }
+
+    /// As `serve`, on connections accepted elsewhere (e.g. after a TLS handshake;
+    /// `TlsStream` carries the peer's certificates for tonic).
+    pub async fn serve_incoming<I, IO, IE>(
+        self,
+        incoming: I,
+        cancel: CancellationToken,
+    ) -> Result<(), FleetError>
+    where
+        I: futures::Stream<Item = Result<IO, IE>>,
+        IO: tonic::transport::server::Connected + tokio::io::AsyncRead + tokio::io::AsyncWrite,
+        IO: Unpin + Send + 'static,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let sweep = tokio::spawn(self.clone().sweep(cancel.clone()));
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         let service =
             madeira_proto::v1::link_server::LinkServer::new(service::LinkService::new(self.clone()));
         let server = tonic::transport::Server::builder()

@@ -31,6 +31,7 @@ fn sidecar(endpoint: &str, token: Option<&str>, dir: &std::path::Path) -> Sideca
         link: LinkOptions {
             endpoint: endpoint.into(),
             token: token.map(str::to_string),
+            tls: None,
             backoff_min: Duration::from_millis(20),
             backoff_max: Duration::from_millis(100),
         },

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use madeira_engine::EngineHandle;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{AuthConfig, Role, TokenEntry};
@@ -122,11 +121,12 @@ pub fn router(state: AppState) -> Router {
     routes::router(state)
 }
 
-/// Serves the API on `listener` until `shutdown` fires.
-pub async fn serve(
-    listener: TcpListener,
-    state: AppState,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
+/// Serves the API on `listener` (a bound `TcpListener`, or any axum listener such
+/// as one that terminates TLS) until `shutdown` fires; then open connections drain.
+pub async fn serve<L>(listener: L, state: AppState, shutdown: CancellationToken) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::template::Template;
+use crate::tls::{LinkTls, TlsSection};
 
 /// Default `grace` between SIGTERM and SIGKILL.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
@@ -40,6 +41,9 @@ pub struct SidecarConfig {
     pub socket: Option<PathBuf>,
     /// How long running jobs may finish on shutdown before they get SIGTERM.
     pub shutdown_grace: Option<String>,
+    /// TLS for an `https://` control plane: the CA to trust, and a client
+    /// certificate for mTLS.
+    pub tls: Option<TlsSection>,
     #[serde(default)]
     pub jobs: BTreeMap<String, JobConfig>,
 }
@@ -106,6 +110,20 @@ impl SidecarConfig {
             out.insert(name.clone(), spec);
         }
         Ok(out)
+    }
+
+    /// The link's TLS: `None` for `http://`; for `https://` the files of `tls:`
+    /// (or the system roots without it).
+    pub fn link_tls(&self, file: &str, endpoint: &str) -> Result<Option<LinkTls>, ConfigError> {
+        let err = |message: String| ConfigError { file: file.to_string(), message };
+        match (endpoint.starts_with("https://"), &self.tls) {
+            (true, Some(section)) => LinkTls::load(section).map(Some).map_err(err),
+            (true, None) => Ok(Some(LinkTls::system_roots())),
+            (false, None) => Ok(None),
+            (false, Some(_)) => Err(err(format!(
+                "tls: is set but control_plane `{endpoint}` is not https://; use https:// to turn TLS on"
+            ))),
+        }
     }
 
     pub fn shutdown_grace(&self, file: &str) -> Result<Duration, ConfigError> {

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod runner;
 pub mod spool;
 pub mod template;
+pub mod tls;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -28,8 +29,9 @@ use tracing::{info, warn};
 
 pub use config::{ConfigError, JobSpec, SidecarConfig};
 pub use execsock::{ExecClient, ExecMessage};
-pub use link::{LinkOptions, backoff};
+pub use link::{LinkError, LinkOptions, backoff, endpoint as link_endpoint};
 pub use metrics::SidecarMetrics;
+pub use tls::{LinkTls, TlsSection};
 pub use worker::Identity;
 
 /// Errors building a sidecar.

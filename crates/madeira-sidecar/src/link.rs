@@ -19,10 +19,12 @@ use crate::worker::Shared;
 /// Where and how to connect.
 #[derive(Debug, Clone)]
 pub struct LinkOptions {
-    /// `http://host:port` of the control plane's gRPC endpoint.
+    /// `http://host:port` (or `https://` with `tls`) of the control plane's gRPC endpoint.
     pub endpoint: String,
     /// The group's token; `None` when the control plane needs none (dev).
     pub token: Option<String>,
+    /// TLS (and mTLS) for an `https://` endpoint.
+    pub tls: Option<crate::LinkTls>,
     pub backoff_min: Duration,
     pub backoff_max: Duration,
 }
@@ -32,6 +34,7 @@ impl Default for LinkOptions {
         Self {
             endpoint: "http://127.0.0.1:7071".into(),
             token: None,
+            tls: None,
             backoff_min: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
         }
@@ -43,7 +46,7 @@ impl Default for LinkOptions {
 pub enum LinkError {
     #[error("bad endpoint `{0}`: {1}")]
     Endpoint(String, String),
-    #[error("cannot connect: {0}")]
+    #[error("cannot connect: {}", chain(.0))]
     Connect(#[from] tonic::transport::Error),
     #[error("control plane answered: {0}")]
     Status(#[from] tonic::Status),
@@ -77,6 +80,9 @@ pub(crate) async fn run(
         }
         match &result {
             Err(LinkError::Rejected(reason)) => warn!(reason = %reason, "control plane refused this sidecar"),
+            // The first failure in a row is worth a warning (a TLS or address
+            // problem shows here); the retries that follow are not.
+            Err(e) if failures == 0 => warn!(error = %e, "link down; reconnecting with backoff"),
             Err(e) => debug!(error = %e, "link down"),
             Ok(()) => {}
         }
@@ -99,18 +105,39 @@ pub fn backoff(options: &LinkOptions, failures: u32, unit: f64) -> Duration {
     Duration::from_secs_f64(capped * (0.5 + unit.clamp(0.0, 1.0) / 2.0))
 }
 
+/// The endpoint to connect to, TLS included; fails on a bad URL or bad TLS
+/// material (the sidecar checks this once at startup).
+pub fn endpoint(options: &LinkOptions) -> Result<tonic::transport::Endpoint, LinkError> {
+    let bad = |e: String| LinkError::Endpoint(options.endpoint.clone(), e);
+    let endpoint = tonic::transport::Endpoint::from_shared(options.endpoint.clone())
+        .map_err(|e| bad(e.to_string()))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(10));
+    match &options.tls {
+        Some(tls) => endpoint.tls_config(tls.client_config()).map_err(|e| bad(format!("TLS: {}", chain(&e)))),
+        None => Ok(endpoint),
+    }
+}
+
+/// An error with its sources (tonic's transport errors hide the cause there).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}
+
 async fn connect_once(
     shared: &Arc<Shared>,
     options: &LinkOptions,
     connected: &watch::Sender<bool>,
 ) -> Result<(), LinkError> {
-    let endpoint = tonic::transport::Endpoint::from_shared(options.endpoint.clone())
-        .map_err(|e| LinkError::Endpoint(options.endpoint.clone(), e.to_string()))?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(10));
-    let channel = endpoint.connect().await?;
+    let channel = endpoint(options)?.connect().await?;
     let mut client = LinkClient::new(channel);
     let (tx, rx) = mpsc::channel::<SidecarMessage>(1024);
     let pending = shared.spool.pending();

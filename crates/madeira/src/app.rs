@@ -42,6 +42,8 @@ pub struct PlaneOptions {
     pub auth: AuthConfig,
     /// Serve the API here (`None`: engine only).
     pub http: Option<SocketAddr>,
+    /// Serve it over TLS with this config (`None`: plain HTTP).
+    pub http_tls: Option<Arc<rustls::ServerConfig>>,
     /// Alert channels and routes; without channels alerts are only recorded.
     pub alerts: madeira_alert::Settings,
     /// Metrics, traces, log filter control.
@@ -108,8 +110,9 @@ impl ControlPlane {
         };
         let http_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
         // Components register their metric families on the one registry before it is frozen.
+        let api_url = http_addr.map(|addr| api_url(addr, options.http_tls.is_some()));
         let (mut alert_task, alerts) =
-            build_alerts(options.alerts, alert_store, http_addr, telemetry.registry_mut())?;
+            build_alerts(options.alerts, alert_store, api_url, telemetry.registry_mut())?;
         if is_postgres(&options.store_url) {
             // Replicas may share this store: one of them aggregates and sends alerts.
             alert_task = alert_task.clustered(options.engine.replica_id.clone(), options.engine.lease);
@@ -156,8 +159,16 @@ impl ControlPlane {
             }
             state.mark_ready();
             let shutdown = cancel.clone();
+            let tls = options.http_tls.clone();
             tasks.push(tokio::spawn(async move {
-                if let Err(e) = madeira_server::serve(listener, state, shutdown).await {
+                let served = match tls {
+                    Some(config) => {
+                        let listener = crate::tls::TlsListener::new(listener, config, "http");
+                        madeira_server::serve(listener, state, shutdown).await
+                    }
+                    None => madeira_server::serve(listener, state, shutdown).await,
+                };
+                if let Err(e) = served {
                     tracing::error!(error = %e, "HTTP server stopped");
                 }
             }));
@@ -218,18 +229,21 @@ async fn seed_last_success(store: &dyn Store, observer: &MetricsObserver) {
     }
 }
 
+/// The API's own address and base URL (`https://` when it serves TLS).
+fn api_url(addr: SocketAddr, tls: bool) -> (SocketAddr, String) {
+    (addr, format!("{}://{addr}", if tls { "https" } else { "http" }))
+}
+
 /// The alert component; run links default to the API's own address.
 fn build_alerts(
     mut settings: madeira_alert::Settings,
     store: Arc<dyn AlertStore>,
-    http_addr: Option<SocketAddr>,
+    api_url: Option<(SocketAddr, String)>,
     registry: &mut prometheus_client::registry::Registry,
 ) -> Result<(madeira_alert::AlertTask, AlertHandle)> {
     if settings.external_url.is_none() {
-        match http_addr {
-            Some(addr) if !addr.ip().is_unspecified() => {
-                settings.external_url = Some(format!("http://{addr}"))
-            }
+        match api_url {
+            Some((addr, url)) if !addr.ip().is_unspecified() => settings.external_url = Some(url),
             Some(_) if !settings.channels.is_empty() => {
                 tracing::warn!("alerts.external_url is not set: alert messages carry run ids without links")
             }

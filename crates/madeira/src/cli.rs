@@ -75,6 +75,9 @@ pub struct ServerArgs {
     pub server: String,
     #[arg(long, env = "MADEIRA_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// PEM CA certificate(s) to trust for an https:// server, instead of the system's roots.
+    #[arg(long, env = "MADEIRA_CA_FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
 }

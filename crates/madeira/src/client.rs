@@ -1,9 +1,11 @@
 //! A small HTTP client for the control plane's API: bearer token, JSON in and out,
-//! and the API's `{"error": …}` turned into a readable message.
+//! `https://` with the system's roots or `--ca-file`, and the API's `{"error": …}`
+//! turned into a readable message.
 
+use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
@@ -23,7 +25,11 @@ pub struct Reply {
 
 impl Client {
     pub fn new(args: &ServerArgs) -> Result<Self> {
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
+        let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
+        if let Some(path) = &args.ca_file {
+            builder = builder.tls_certs_only(ca_certs(path)?);
+        }
+        let http = builder.build()?;
         Ok(Self { base: args.server.trim_end_matches('/').to_string(), token: args.token.clone(), http })
     }
 
@@ -48,7 +54,13 @@ impl Client {
             None => req,
         };
         let resp = req.send().await.map_err(|e| {
-            anyhow!("{method} {url}: {e} (is the control plane running? set --server or MADEIRA_SERVER)")
+            let mut cause = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                cause.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            anyhow!("{method} {url}: {cause} (is the control plane running? set --server or MADEIRA_SERVER)")
         })?;
         let status = resp.status();
         let text = resp.text().await?;
@@ -70,6 +82,18 @@ impl Client {
     pub async fn get(&self, path: &str) -> Result<Value> {
         Ok(self.call(Method::GET, path, None, &[]).await?.body)
     }
+}
+
+/// The certificates of `--ca-file`: the only roots trusted then.
+fn ca_certs(path: &Path) -> Result<Vec<reqwest::Certificate>> {
+    let pem = std::fs::read(path)
+        .with_context(|| format!("--ca-file/MADEIRA_CA_FILE: cannot read {}", path.display()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .with_context(|| format!("--ca-file/MADEIRA_CA_FILE: {} is not PEM", path.display()))?;
+    if certs.is_empty() {
+        bail!("--ca-file/MADEIRA_CA_FILE: {} holds no certificate", path.display());
+    }
+    Ok(certs)
 }
 
 pub enum Body {

@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use madeira_engine::HttpPolicy;
@@ -43,6 +44,10 @@ pub struct ServerConfig {
     pub alerts: madeira_alert::AlertsConfig,
     /// A sidecar silent this long is lost and its attempts move (default 30s).
     pub sidecar_lost_after: Option<String>,
+    /// HTTPS on the `http:` listener.
+    pub tls: Option<crate::tls::HttpTls>,
+    /// TLS on the sidecar link; `client_ca_file` makes it mTLS.
+    pub grpc_tls: Option<crate::tls::GrpcTls>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -174,6 +179,18 @@ impl ServerConfig {
             file: file.to_string(),
             message: format!("grpc: `{text}` is not an address like 0.0.0.0:7071 ({e})"),
         })
+    }
+
+    /// The API's TLS config from `tls:`, files read and checked (`None`: plain HTTP).
+    pub fn http_tls(&self, file: &str) -> Result<Option<Arc<rustls::ServerConfig>>, ConfigError> {
+        let err = |message| ConfigError { file: file.to_string(), message };
+        self.tls.as_ref().map(crate::tls::http_config).transpose().map_err(err)
+    }
+
+    /// The sidecar link's TLS config from `grpc_tls:` (`None`: plain gRPC).
+    pub fn grpc_tls(&self, file: &str) -> Result<Option<Arc<rustls::ServerConfig>>, ConfigError> {
+        let err = |message| ConfigError { file: file.to_string(), message };
+        self.grpc_tls.as_ref().map(crate::tls::grpc_config).transpose().map_err(err)
     }
 
     /// Sidecar group tokens, read from their env variables or files.

@@ -14,6 +14,7 @@ mod config;
 mod crontab;
 mod logging;
 mod sidecars;
+mod tls;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

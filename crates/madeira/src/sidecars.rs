@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -17,11 +18,15 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::tls::TlsListener;
+
 /// How to run the sidecar link.
 #[derive(Debug, Clone)]
 pub struct FleetSetup {
     pub grpc: SocketAddr,
     pub options: FleetOptions,
+    /// Terminate TLS (mTLS when it verifies client certificates) on the link.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Run an in-process sidecar of group `local` with these jobs.
     pub local: Option<LocalSidecar>,
 }
@@ -69,8 +74,16 @@ pub async fn start(
     madeira_fleet::announce(grpc_addr);
     let serving = fleet.clone();
     let shutdown = cancel.clone();
+    let tls = setup.tls.clone();
     tasks.push(tokio::spawn(async move {
-        if let Err(e) = serving.serve(listener, shutdown).await {
+        let served = match tls {
+            Some(config) => {
+                let incoming = TlsListener::new(listener, config, "grpc").into_stream();
+                serving.serve_incoming(incoming, shutdown).await
+            }
+            None => serving.serve(listener, shutdown).await,
+        };
+        if let Err(e) = served {
             tracing::error!(error = %e, "sidecar link stopped");
         }
     }));
@@ -97,6 +110,7 @@ fn local_sidecar(local: LocalSidecar, grpc: SocketAddr, registry: &mut Registry)
         link: LinkOptions {
             endpoint: format!("http://{grpc}"),
             token: None,
+            tls: None,
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_secs(2),
         },

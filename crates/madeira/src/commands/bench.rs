@@ -179,6 +179,7 @@ async fn start_planes(
             Some(FleetSetup {
                 grpc: "127.0.0.1:0".parse()?,
                 options: Default::default(),
+                tls: None,
                 local: Some(LocalSidecar { jobs, dir: dir.path().join("sidecar"), socket: None }),
             })
         } else {
@@ -193,6 +194,7 @@ async fn start_planes(
                 engine,
                 auth: AuthConfig::default(),
                 http: None,
+                http_tls: None,
                 alerts: Default::default(),
             })
             .await?,

@@ -28,6 +28,7 @@ pub async fn run() -> Result<ExitCode> {
     let fleet = FleetSetup {
         grpc: "127.0.0.1:0".parse()?,
         options: Default::default(),
+        tls: None,
         local: Some(LocalSidecar { jobs, dir: dir.path().join("sidecar"), socket: None }),
     };
     let plane = ControlPlane::start(PlaneOptions {
@@ -37,6 +38,7 @@ pub async fn run() -> Result<ExitCode> {
         engine: Default::default(),
         auth: AuthConfig::default(),
         http: Some("127.0.0.1:0".parse()?),
+        http_tls: None,
         alerts: Default::default(),
         fleet: Some(fleet),
     })

@@ -20,6 +20,9 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     let config = ServerConfig::load(config_path)?;
     let auth = config.auth(&file)?;
     let http = config.http_addr(&file, "0.0.0.0:7070")?;
+    // Certificates and keys are read now: a bad file stops `serve` before any bind.
+    let http_tls = config.http_tls(&file)?;
+    let grpc_tls = config.grpc_tls(&file)?;
     let store_url = config.store.clone().ok_or_else(|| ConfigError {
         file: file.clone(),
         message: "store is not set: give `store: postgres://madeira@db/madeira` or `sqlite:///var/lib/madeira/madeira.db` (or MADEIRA_STORE)"
@@ -38,7 +41,12 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     // The sidecar endpoint runs when the config asks for it (`grpc:`) or names
     // sidecar group tokens; without either there is nothing a sidecar could use.
     let tokens = config.sidecar_tokens(&file)?;
-    let fleet = if config.grpc.is_some() || !tokens.is_empty() {
+    let link_mode = match &config.grpc_tls {
+        Some(section) if section.client_ca_file.is_some() => "mTLS",
+        Some(_) => "TLS",
+        None => "plain",
+    };
+    let fleet = if config.grpc.is_some() || config.grpc_tls.is_some() || !tokens.is_empty() {
         if tokens.is_empty() {
             tracing::warn!(
                 "auth.sidecar_tokens is empty: every sidecar will be refused until a group token is configured"
@@ -50,6 +58,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
                 tokens: Some(tokens),
                 ..FleetOptions::with_lost_after(config.sidecar_lost_after(&file)?)
             },
+            tls: grpc_tls,
             local: None,
         })
     } else {
@@ -65,6 +74,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         engine,
         auth,
         http: Some(http),
+        http_tls: http_tls.clone(),
         alerts,
         fleet,
     })
@@ -73,7 +83,11 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         plane.apply_dir(dir).await?;
     }
     if let Some(addr) = plane.http_addr {
-        eprintln!("madeira serve: API on http://{addr}/api/v1");
+        let scheme = if http_tls.is_some() { "https" } else { "http" };
+        eprintln!("madeira serve: API on {scheme}://{addr}/api/v1");
+    }
+    if let Some(parts) = &plane.fleet {
+        eprintln!("madeira serve: sidecar link on {} ({link_mode})", parts.grpc_addr);
     }
     tracing::info!(
         http = ?plane.http_addr,
@@ -104,6 +118,11 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         None => ServerConfig::default(),
     };
     let file = args.config.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    if config.tls.is_some() || config.grpc_tls.is_some() {
+        let message =
+            "tls/grpc_tls: `dev` serves plain HTTP and gRPC on loopback; use `serve` for TLS".into();
+        return Err(ConfigError { file, message }.into());
+    }
     let engine = EngineOptions {
         retention: config.retention(&file)?,
         http: config.http_executor.clone(),
@@ -117,6 +136,7 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
     let fleet = FleetSetup {
         grpc,
         options: FleetOptions::with_lost_after(config.sidecar_lost_after(&file)?),
+        tls: None,
         local: Some(LocalSidecar {
             jobs,
             dir: data.join("sidecar"),
@@ -130,6 +150,7 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         engine,
         auth: AuthConfig::default(),
         http: Some(http),
+        http_tls: None,
         alerts,
         fleet: Some(fleet),
     })

@@ -28,6 +28,10 @@ pub async fn run(path: &Path) -> Result<ExitCode> {
         err("`control_plane` is not set, e.g. `control_plane: http://madeira.internal:7071`".into())
     })?;
     let (token, hide_env) = token(&config).map_err(err)?;
+    let tls = config.link_tls(&file, &endpoint).map_err(bad)?;
+    let link = LinkOptions { endpoint, token, tls, ..Default::default() };
+    // A bad URL or TLS material is a config error now, not a retry loop later.
+    madeira_sidecar::link_endpoint(&link).map_err(|e| err(format!("control_plane/tls: {e}")))?;
     let spool_dir = config.spool_dir.clone().unwrap_or_else(|| "/var/lib/madeira/spool".into());
     let socket = config.socket.clone().unwrap_or_else(|| spool_dir.join("sidecar.sock"));
     let shutdown_grace = config.shutdown_grace(&file).map_err(bad)?;
@@ -45,7 +49,7 @@ pub async fn run(path: &Path) -> Result<ExitCode> {
     };
     let sidecar = Sidecar::new(SidecarOptions {
         identity: identity.clone(),
-        link: LinkOptions { endpoint, token, ..Default::default() },
+        link,
         jobs,
         spool_dir,
         socket: Some(socket.clone()),
