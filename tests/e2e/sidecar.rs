@@ -45,9 +45,14 @@ impl SidecarProc {
     }
 
     pub fn spawn(config: PathBuf) -> SidecarProc {
+        SidecarProc::spawn_with_env(config, &[])
+    }
+
+    pub fn spawn_with_env(config: PathBuf, env: &[(&str, &str)]) -> SidecarProc {
         let child = Command::new(BIN)
             .args(["sidecar", "--config"])
             .arg(&config)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -27,6 +27,7 @@ use crate::timers::{Timer, TimerKind, Timers};
 use crate::trace::{self, RunTrace};
 use crate::{EngineError, EngineOptions, FlowCache, RunEvent, clock::now_ms, retention, snapshot};
 
+mod handover;
 mod ownership;
 mod permits;
 
@@ -115,6 +116,7 @@ impl Engine {
         let mut sweep = tokio::time::interval(self.p.options.sweep_every);
         sweep.tick().await;
         let mut permit_poll = tokio::time::interval(self.p.options.inbox_poll);
+        let mut offer = tokio::time::interval(handover::OFFER_EVERY);
         loop {
             let mut batch = Vec::new();
             while batch.len() < self.p.options.batch_max {
@@ -135,7 +137,11 @@ impl Engine {
                         self.reconcile().await;
                         continue;
                     }
-                    _ = permit_poll.tick(), if self.p.options.global_permits => {
+                    _ = offer.tick(), if self.p.options.shared_store && self.gate.has_parked() => {
+                        self.offer_waiting().await;
+                        continue;
+                    }
+                    _ = permit_poll.tick(), if self.p.options.shared_store => {
                         for (flow, node) in self.throttle.waiting_keys() {
                             self.pending.push_back(Envelope::PermitPoll { flow, node });
                         }
@@ -269,6 +275,7 @@ impl Engine {
                 let _ = self.apply(&run_id, Command::Recover, "engine", work);
                 work.resumed.push(run_id);
             }
+            Envelope::Adopt { run_id } => self.adopt(&run_id, work).await,
             Envelope::Command { run_id, cmd, actor, audit, answer_to, reply } => {
                 let result = match self.ensure_loaded(&run_id, true).await {
                     Ok(()) => self.apply(&run_id, cmd.clone(), &actor, work),
@@ -364,7 +371,7 @@ impl Engine {
             match action {
                 Action::Ready { node } => self.on_ready(run_id, node, Instant::now(), work),
                 Action::ReleasePermit { node } => {
-                    if flow.nodes[node].throttle.is_some() && self.p.options.global_permits {
+                    if flow.nodes[node].throttle.is_some() && self.p.options.shared_store {
                         self.release_global_permit(run_id, &flow.name, node, &flow.nodes[node].id, work);
                     } else if flow.nodes[node].throttle.is_some() {
                         self.release_permit(&flow.name, node, run_id, &flow.nodes[node].id, work);
@@ -392,7 +399,7 @@ impl Engine {
             return;
         }
         if let Some(throttle) = flow.nodes[node].throttle {
-            if self.p.options.global_permits {
+            if self.p.options.shared_store {
                 let waiter = Waiter { run_id: run_id.to_string(), node, ready_at };
                 return self.wait_for_global_permit(&flow.name, waiter, &flow.nodes[node].id, work);
             }

@@ -17,6 +17,9 @@ pub(crate) enum Envelope {
         /// replica (the creator claims it): the loop neither claims nor loads it.
         fresh: Option<Box<(madeira_core::RunSnapshot, crate::trace::RunTrace)>>,
     },
+    /// Take over a run another replica offered (it waits for sidecars this
+    /// replica has): claimed like an idle run, then every node is evaluated.
+    Adopt { run_id: String },
     /// An operator action or internal command on one run.
     Command {
         run_id: String,

@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span, warn};
 
+use crate::envelope::Envelope;
 use crate::{ActionRequest, EngineError, EngineHandle, NodeActionKind, clock::now_ms};
 
 /// How long a caller waits for the holder before withdrawing the action.
@@ -99,6 +100,16 @@ impl EngineHandle {
     }
 
     async fn answer(&self, cmd: RunCommand) {
+        if cmd.action == "adopt" {
+            let answer = match self.send_envelope(Envelope::Adopt { run_id: cmd.run_id }).await {
+                Ok(()) => json!({"ok": true}),
+                Err(e) => to_answer(&e),
+            };
+            if let Err(e) = self.store.answer_command(cmd.id, &answer.to_string(), now_ms()).await {
+                warn!(command = cmd.id, error = %e, "cannot write the answer of an adopt command");
+            }
+            return;
+        }
         let kind = match cmd.action.as_str() {
             "confirm" => Some(NodeActionKind::Confirm),
             "reject" => Some(NodeActionKind::Reject),

@@ -58,6 +58,16 @@ impl Gate {
         self.parked.drain().map(|((run, node), (name, at))| (run, node, name, at)).collect()
     }
 
+    /// Whether any node is parked.
+    pub fn has_parked(&self) -> bool {
+        !self.parked.is_empty()
+    }
+
+    /// Every parked node: `(run, node index, node name)`.
+    pub fn parked(&self) -> Vec<(String, usize, String)> {
+        self.parked.iter().map(|((run, node), (name, _))| (run.clone(), *node, name.clone())).collect()
+    }
+
     pub fn clear(&mut self, run_id: &str, name: &str) {
         self.waiting.lock().remove(&(run_id.to_string(), name.to_string()));
     }

@@ -110,6 +110,11 @@ impl EngineHandle {
         &self.store
     }
 
+    /// This replica's name (`replica_id`), as it appears in run leases.
+    pub fn replica_id(&self) -> &str {
+        &self.holder.owner
+    }
+
     pub fn subscribe(&self) -> broadcast::Receiver<RunEvent> {
         self.events.subscribe()
     }

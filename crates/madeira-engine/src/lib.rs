@@ -69,9 +69,11 @@ pub struct EngineOptions {
     /// How often the inbox of forwarded actions (and waiting global permits) is
     /// polled while wake-ups are down.
     pub inbox_poll: Duration,
-    /// `throttle.max_permits` counted in the store, across replicas (set for
-    /// shared stores); otherwise in this process only.
-    pub global_permits: bool,
+    /// Several replicas may share the store (PostgreSQL): `throttle.max_permits`
+    /// is counted in the store across replicas (otherwise in this process only),
+    /// and a run whose node waits for a sidecar group this replica has no sidecar
+    /// of is handed to a replica that has one.
+    pub shared_store: bool,
     /// Hand every attempt its W3C `traceparent` (`Job::traceparent`) and report
     /// run and attempt spans to observers (`EngineObserver::span_ended`).
     pub tracing: bool,
@@ -89,7 +91,7 @@ impl Default for EngineOptions {
             lease: Duration::from_secs(15),
             redis: None,
             inbox_poll: Duration::from_millis(250),
-            global_permits: false,
+            shared_store: false,
             tracing: false,
         }
     }

@@ -10,6 +10,7 @@
 
 mod executor;
 mod metrics;
+mod presence;
 mod registry;
 pub mod routing;
 mod service;
@@ -53,11 +54,18 @@ pub struct FleetOptions {
     pub heartbeat: Duration,
     /// `None`: no authentication (dev, loopback only).
     pub tokens: Option<Vec<GroupToken>>,
+    /// Other replicas share the store: tell them which sidecars are here.
+    pub shared_store: bool,
 }
 
 impl Default for FleetOptions {
     fn default() -> Self {
-        Self { lost_after: Duration::from_secs(30), heartbeat: Duration::from_secs(5), tokens: None }
+        Self {
+            lost_after: Duration::from_secs(30),
+            heartbeat: Duration::from_secs(5),
+            tokens: None,
+            shared_store: false,
+        }
     }
 }
 
@@ -65,7 +73,7 @@ impl FleetOptions {
     /// Heartbeats a few times per `lost_after`.
     pub fn with_lost_after(lost_after: Duration) -> Self {
         let heartbeat = (lost_after / 6).clamp(Duration::from_millis(100), Duration::from_secs(5));
-        Self { lost_after, heartbeat, tokens: None }
+        Self { lost_after, heartbeat, tokens: None, shared_store: false }
     }
 }
 
@@ -163,6 +171,11 @@ impl Fleet {
         IE: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let sweep = tokio::spawn(self.clone().sweep(cancel.clone()));
+        let presence = self
+            .inner
+            .options
+            .shared_store
+            .then(|| tokio::spawn(self.clone().publish_presence(cancel.clone())));
         let service =
             madeira_proto::v1::link_server::LinkServer::new(service::LinkService::new(self.clone()));
         let server = tonic::transport::Server::builder()
@@ -184,6 +197,9 @@ impl Fleet {
             }
         };
         let _ = sweep.await;
+        if let Some(presence) = presence {
+            let _ = presence.await;
+        }
         Ok(result?)
     }
 

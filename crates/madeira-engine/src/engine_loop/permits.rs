@@ -1,4 +1,4 @@
-//! `throttle.max_permits` shared by every replica of a store (`global_permits`):
+//! `throttle.max_permits` shared by every replica of a store (`shared_store`):
 //! a ready throttled node waits in this engine's FIFO while the permit is taken
 //! in the store (`try_permit`, one row per holding run); a permit is given back in
 //! the same commit as the transition that frees it, then every replica is woken

@@ -24,9 +24,9 @@ use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::{
-    SidecarPresence,
     AuditQuery, AuditRecord, Batch, Claim, CreateOutcome, FlowRecord, FlowVersion, Lease, LogRecord, NewRun,
-    PermitKey, PutFlow, Result, RunCommand, RunQuery, RunRow, Store, StoreError, StoredRun, TransitionRecord,
+    PermitKey, PutFlow, Result, RunCommand, RunQuery, RunRow, SidecarPresence, Store, StoreError, StoredRun,
+    TransitionRecord,
 };
 
 pub struct PostgresStore {

@@ -5,7 +5,12 @@ use sqlx::{PgPool, Postgres, QueryBuilder};
 
 use crate::{Result, SidecarPresence};
 
-pub(super) async fn publish(pool: &PgPool, replica: &str, groups: &[SidecarPresence], now_ms: i64) -> Result<()> {
+pub(super) async fn publish(
+    pool: &PgPool,
+    replica: &str,
+    groups: &[SidecarPresence],
+    now_ms: i64,
+) -> Result<()> {
     let mut tx = pool.begin().await?;
     sqlx::query("DELETE FROM sidecar_presence WHERE replica = $1").bind(replica).execute(&mut *tx).await?;
     if !groups.is_empty() {
@@ -31,7 +36,9 @@ pub(super) async fn hosts(pool: &PgPool, group: &str, job: &str, since_ms: i64) 
     .await?;
     Ok(rows
         .into_iter()
-        .filter(|(_, jobs)| serde_json::from_str::<Vec<String>>(jobs).is_ok_and(|jobs| jobs.iter().any(|j| j == job)))
+        .filter(|(_, jobs)| {
+            serde_json::from_str::<Vec<String>>(jobs).is_ok_and(|jobs| jobs.iter().any(|j| j == job))
+        })
         .map(|(replica, _)| replica)
         .collect())
 }

@@ -1,11 +1,16 @@
 //! SQLite side of sidecar presence: each replica rewrites its own rows (one
 //! per group of live sidecars); the others read them to hand runs over.
 
-use sqlx::{SqlitePool, Sqlite, QueryBuilder};
+use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
 use crate::{Result, SidecarPresence};
 
-pub(super) async fn publish(pool: &SqlitePool, replica: &str, groups: &[SidecarPresence], now_ms: i64) -> Result<()> {
+pub(super) async fn publish(
+    pool: &SqlitePool,
+    replica: &str,
+    groups: &[SidecarPresence],
+    now_ms: i64,
+) -> Result<()> {
     let mut tx = pool.begin().await?;
     sqlx::query("DELETE FROM sidecar_presence WHERE replica = ?").bind(replica).execute(&mut *tx).await?;
     if !groups.is_empty() {
@@ -31,7 +36,9 @@ pub(super) async fn hosts(pool: &SqlitePool, group: &str, job: &str, since_ms: i
     .await?;
     Ok(rows
         .into_iter()
-        .filter(|(_, jobs)| serde_json::from_str::<Vec<String>>(jobs).is_ok_and(|jobs| jobs.iter().any(|j| j == job)))
+        .filter(|(_, jobs)| {
+            serde_json::from_str::<Vec<String>>(jobs).is_ok_and(|jobs| jobs.iter().any(|j| j == job))
+        })
         .map(|(replica, _)| replica)
         .collect())
 }

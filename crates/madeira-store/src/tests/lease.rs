@@ -121,3 +121,25 @@ pub(crate) async fn forwarded_commands_are_taken_once_and_answered(s: &dyn Store
     s.commit(&Batch { answers, ..Batch::default() }).await.expect("commit");
     assert_eq!(s.command_answer(second).await.expect("answer").as_deref(), Some(r#"{"ok":true}"#));
 }
+
+pub(crate) async fn sidecar_presence_names_fresh_hosts_of_a_job(s: &dyn Store) {
+    let group = |name: &str, jobs: &[&str]| SidecarPresence {
+        group: name.into(),
+        jobs: jobs.iter().map(|j| j.to_string()).collect(),
+    };
+    s.publish_sidecars("a", &[group("billing", &["settle", "refund"]), group("ops", &["backup"])], 100)
+        .await
+        .expect("publish a");
+    s.publish_sidecars("b", &[group("billing", &["settle"])], 200).await.expect("publish b");
+    assert_eq!(s.sidecar_hosts("billing", "settle", 50).await.expect("hosts"), ["b", "a"], "freshest first");
+    assert_eq!(s.sidecar_hosts("billing", "refund", 50).await.expect("hosts"), ["a"], "only where declared");
+    assert_eq!(s.sidecar_hosts("billing", "settle", 150).await.expect("hosts"), ["b"], "a is stale");
+    assert!(s.sidecar_hosts("ops", "settle", 0).await.expect("hosts").is_empty());
+
+    // A replica's new report replaces its old one: groups it lost disappear.
+    s.publish_sidecars("a", &[group("ops", &["backup"])], 300).await.expect("republish");
+    assert_eq!(s.sidecar_hosts("billing", "refund", 0).await.expect("hosts"), Vec::<String>::new());
+    assert_eq!(s.sidecar_hosts("ops", "backup", 250).await.expect("hosts"), ["a"]);
+    s.publish_sidecars("a", &[], 400).await.expect("no sidecars left");
+    assert!(s.sidecar_hosts("ops", "backup", 0).await.expect("hosts").is_empty());
+}

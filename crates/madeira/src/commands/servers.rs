@@ -35,7 +35,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         lease: config.lease(&file)?,
         redis: config.redis_url(&file)?,
         // Several replicas may share a PostgreSQL store: count permits there.
-        global_permits: crate::app::is_postgres(&store_url),
+        shared_store: crate::app::is_postgres(&store_url),
         ..Default::default()
     };
     // The sidecar endpoint runs when the config asks for it (`grpc:`) or names
@@ -56,6 +56,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
             grpc: config.grpc_addr(&file, "0.0.0.0:7071")?,
             options: FleetOptions {
                 tokens: Some(tokens),
+                shared_store: crate::app::is_postgres(&store_url),
                 ..FleetOptions::with_lost_after(config.sidecar_lost_after(&file)?)
             },
             tls: grpc_tls,
