@@ -125,9 +125,9 @@ impl AlertTask {
                 Input::Settle(reply) => settle.push(reply),
             }
         }
-        if self.cluster.is_some() {
-            self.flush_outbox().await;
-        } else {
+        // In a cluster the events wait for the next tick (`cluster::POLL_MS`): one
+        // insert per tick instead of one per finished run.
+        if self.cluster.is_none() {
             self.agg.flush_due(now, &mut out);
             self.apply(out, None).await;
         }
