@@ -28,7 +28,13 @@ impl AlertHandle {
     /// The engine observer feeding this component (failed and succeeded runs,
     /// overdue confirmations).
     pub fn observer(&self) -> Arc<dyn madeira_engine::EngineObserver> {
-        Arc::new(AlertObserver { tx: self.tx.clone() })
+        Arc::new(AlertObserver { tx: self.tx.clone(), through_commit: false })
+    }
+
+    /// The observer for replicas of a shared store (with `AlertTask::clustered`):
+    /// runs' ends reach the store's alert inbox in the engine's commit.
+    pub fn cluster_observer(&self) -> Arc<dyn madeira_engine::EngineObserver> {
+        Arc::new(AlertObserver { tx: self.tx.clone(), through_commit: true })
     }
 
     /// Raises an alert from another source; events with the same key are grouped

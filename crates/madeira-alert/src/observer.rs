@@ -1,5 +1,6 @@
 //! `AlertObserver`: the engine's hooks turned into alert events, without blocking
-//! the engine (an unbounded send). A FAILED run becomes a failure with its root
+//! the engine (an unbounded send; on a shared store, runs' ends are written to the
+//! alert inbox in the engine's own commit instead). A FAILED run becomes a failure with its root
 //! causes; a SUCCESS run may resolve alerts that counted it; a confirmation past
 //! `alert_after` raises a warning that an answer resolves.
 
@@ -13,6 +14,19 @@ use crate::task::{Event, Input};
 
 pub struct AlertObserver {
     pub(crate) tx: mpsc::UnboundedSender<Input>,
+    /// On a shared store: runs' ends go to the alert inbox inside the engine's
+    /// commit (`alert_event`), not through this process's channel.
+    pub(crate) through_commit: bool,
+}
+
+impl AlertObserver {
+    fn run_event(snap: &RunSnapshot) -> Option<Event> {
+        match snap.state {
+            RunState::Failed => Some(Event::Failed(failure_of(snap))),
+            RunState::Success => Some(Event::Succeeded { run_id: snap.run_id.clone() }),
+            _ => None,
+        }
+    }
 }
 
 /// The grouping key of an overdue confirmation.
@@ -35,12 +49,26 @@ pub fn failure_of(snap: &RunSnapshot) -> Failure {
 
 impl EngineObserver for AlertObserver {
     fn run_finished(&self, snap: &RunSnapshot) {
-        let input = match snap.state {
-            RunState::Failed => Event::Failed(failure_of(snap)),
-            RunState::Success => Event::Succeeded { run_id: snap.run_id.clone() },
-            _ => return,
-        };
-        let _ = self.tx.send(Input::Event(input));
+        if self.through_commit {
+            return;
+        }
+        if let Some(event) = Self::run_event(snap) {
+            let _ = self.tx.send(Input::Event(event));
+        }
+    }
+
+    fn alert_event(&self, snap: &RunSnapshot) -> Option<String> {
+        if !self.through_commit {
+            return None;
+        }
+        let event = Self::run_event(snap)?;
+        match serde_json::to_string(&event) {
+            Ok(text) => Some(text),
+            Err(e) => {
+                tracing::error!(run_id = %snap.run_id, error = %e, "cannot encode a run's alert event");
+                None
+            }
+        }
     }
 
     fn confirm_overdue(&self, snap: &RunSnapshot, node: &str) {

@@ -28,6 +28,7 @@ use crate::trace::{self, RunTrace};
 use crate::{EngineError, EngineOptions, FlowCache, RunEvent, clock::now_ms, retention, snapshot};
 
 mod handover;
+mod outbox;
 mod ownership;
 mod permits;
 
@@ -206,6 +207,9 @@ impl Engine {
             self.apply_envelope(envelope, &mut work).await;
         }
         work.finish(&self.runs);
+        if self.p.options.shared_store {
+            self.outbox(&mut work);
+        }
         work.batch.owner = Some(self.holder.owner.clone());
         let transitions = work.batch.transitions.len();
         match self.p.store.commit(&work.batch).await {

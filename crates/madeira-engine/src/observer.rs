@@ -30,6 +30,12 @@ pub trait EngineObserver: Send + Sync {
     fn attempt_finished(&self, outcome: &AttemptOutcome<'_>) {}
     /// A run reached SUCCESS, FAILED or CANCELLED (its final snapshot).
     fn run_finished(&self, snap: &RunSnapshot) {}
+    /// Before the commit that ends a run: an event to write to the store's alert
+    /// inbox in that same commit (a transactional outbox: it cannot be lost to a
+    /// crash after the commit). Called only on shared stores.
+    fn alert_event(&self, snap: &RunSnapshot) -> Option<String> {
+        None
+    }
     /// The engine took charge of an unfinished run (start, restart, promotion).
     fn run_resumed(&self, snap: &RunSnapshot) {}
     /// Permits in use and waiters of a throttled node changed.

@@ -127,3 +127,10 @@ pub(crate) fn reads_json(reads: &[(usize, u32)]) -> String {
     let pairs: Vec<[u64; 2]> = reads.iter().map(|(u, v)| [*u as u64, u64::from(*v)]).collect();
     serde_json::to_string(&pairs).unwrap_or_else(|_| "[]".to_string())
 }
+
+/// Milliseconds since the Unix epoch, for rows stamped by the store itself.
+pub(crate) fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

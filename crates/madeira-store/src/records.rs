@@ -216,6 +216,9 @@ pub struct Batch {
     /// Answers to forwarded actions (`run_commands`), written with the change they
     /// report so the asking replica never misses an action that was applied.
     pub answers: Vec<CommandAnswer>,
+    /// Alert events (JSON) for the shared alert inbox, written with the run ends
+    /// they report so that none is lost between the commit and the alert task.
+    pub alert_events: Vec<String>,
 }
 
 /// One group of live sidecars a replica has, with the jobs they declare.
@@ -245,6 +248,7 @@ impl Batch {
             && self.logs.is_empty()
             && self.permit_releases.is_empty()
             && self.answers.is_empty()
+            && self.alert_events.is_empty()
     }
 }
 

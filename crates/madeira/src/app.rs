@@ -113,12 +113,15 @@ impl ControlPlane {
         let api_url = http_addr.map(|addr| api_url(addr, options.http_tls.is_some()));
         let (mut alert_task, alerts) =
             build_alerts(options.alerts, alert_store, api_url, telemetry.registry_mut())?;
-        if is_postgres(&options.store_url) {
-            // Replicas may share this store: one of them aggregates and sends alerts.
-            alert_task = alert_task.clustered(options.engine.replica_id.clone(), options.engine.lease);
-        }
         let mut observers = options.observers;
-        observers.push(alerts.observer());
+        if options.engine.shared_store {
+            // Replicas may share this store: one of them aggregates and sends alerts,
+            // and runs' ends reach its inbox inside each engine's commit.
+            alert_task = alert_task.clustered(options.engine.replica_id.clone(), options.engine.lease);
+            observers.push(alerts.cluster_observer());
+        } else {
+            observers.push(alerts.observer());
+        }
         observers.extend(telemetry.observers());
         let mut executors = Executors::new(options.engine.http.clone());
         let fleet = options

@@ -72,7 +72,7 @@ async fn open_set_holds_what_a_restart_must_send_and_prune_drops_old_resolved(s:
     assert_eq!(s.list_alerts(&all).await.expect("list").len(), 1);
 }
 
-async fn the_inbox_is_consumed_only_under_the_leaders_fence(s: &dyn AlertStore) {
+async fn the_inbox_is_consumed_only_under_the_leaders_fence<S: Store + AlertStore>(s: &S) {
     assert!(s.lead("alerts", "r1", 1_000, 500).await.expect("lead"));
     assert!(!s.lead("alerts", "r2", 1_100, 500).await.expect("lead"), "r1's lease runs until 1500");
     assert!(s.lead("alerts", "r1", 1_200, 500).await.expect("renew"));
@@ -110,6 +110,12 @@ async fn the_inbox_is_consumed_only_under_the_leaders_fence(s: &dyn AlertStore) 
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].body, json!({"e": 3}));
     assert_eq!(s.open_alerts().await.expect("open").alerts.len(), 1);
+
+    // The engine's commit that ends a run carries its event into the inbox.
+    let batch = Batch { alert_events: vec![json!({"e": 4}).to_string()], ..Batch::default() };
+    s.commit(&batch).await.expect("commit");
+    let left = s.alert_events(10).await.expect("read");
+    assert_eq!(left.iter().map(|e| e.body["e"].as_i64()).collect::<Vec<_>>(), [Some(3), Some(4)]);
 }
 
 #[tokio::test]
