@@ -153,8 +153,11 @@ impl AlertTask {
                     return;
                 }
             };
-            let Some(last) = events.last().map(|e| e.seq) else { return };
+            if events.is_empty() {
+                return;
+            }
             let full = events.len() >= INBOX_BATCH as usize;
+            let consumed: Vec<i64> = events.iter().map(|e| e.seq).collect();
             let now = self.shared.clock.now_ms();
             let mut out = Changes::default();
             for event in events {
@@ -164,7 +167,7 @@ impl AlertTask {
                 }
             }
             self.agg.flush_due(now, &mut out);
-            if !self.apply(out, Some(last)).await || !full {
+            if !self.apply(out, consumed).await || !full {
                 return;
             }
         }

@@ -102,7 +102,7 @@ impl AlertTask {
                     if self.aggregating() {
                         let mut out = Changes::default();
                         self.agg.flush_due(clock.now_ms(), &mut out);
-                        self.apply(out, None).await;
+                        self.apply(out, Vec::new()).await;
                     }
                 }
             }
@@ -129,7 +129,7 @@ impl AlertTask {
         // insert per tick instead of one per finished run.
         if self.cluster.is_none() {
             self.agg.flush_due(now, &mut out);
-            self.apply(out, None).await;
+            self.apply(out, Vec::new()).await;
         }
         for reply in settle {
             self.settle_workers(reply);
@@ -178,12 +178,12 @@ impl AlertTask {
     /// Persists what changed (and, in a cluster, the inbox events `consumed`
     /// through, under the leader's fence) and hands new deliveries to the workers.
     /// False when a cluster leader's write failed: it has stepped down.
-    pub(crate) async fn apply(&mut self, out: Changes, consumed: Option<i64>) -> bool {
-        if out.is_empty() && consumed.is_none() {
+    pub(crate) async fn apply(&mut self, out: Changes, consumed: Vec<i64>) -> bool {
+        if out.is_empty() && consumed.is_empty() {
             return true;
         }
         let now = self.shared.clock.now_ms();
-        let mut batch = AlertBatch { consumed_through: consumed, ..AlertBatch::default() };
+        let mut batch = AlertBatch { consumed, ..AlertBatch::default() };
         if let Some(c) = &self.cluster {
             batch.fence = Some(Fence { role: cluster::ROLE.into(), holder: c.replica.clone() });
         }

@@ -54,14 +54,15 @@ pub struct AlertBatch {
     /// When set, the batch is written only while `fence.holder` holds `fence.role`
     /// (`StoreError::NotLeader` otherwise, and nothing is written).
     pub fence: Option<Fence>,
-    /// Inbox events up to and including this sequence number are deleted in the
-    /// same transaction: they are what this batch was computed from.
-    pub consumed_through: Option<i64>,
+    /// Inbox events (by `seq`) deleted in the same transaction: what this batch
+    /// was computed from. Listed one by one: on PostgreSQL a lower `seq` may
+    /// commit after a higher one was read, so a range would delete it unread.
+    pub consumed: Vec<i64>,
 }
 
 impl AlertBatch {
     pub fn is_empty(&self) -> bool {
-        self.alerts.is_empty() && self.deliveries.is_empty() && self.consumed_through.is_none()
+        self.alerts.is_empty() && self.deliveries.is_empty() && self.consumed.is_empty()
     }
 }
 

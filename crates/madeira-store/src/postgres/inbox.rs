@@ -67,8 +67,11 @@ pub(super) async fn fence_and_consume(tx: &mut Transaction<'_, Postgres>, batch:
             return Err(StoreError::NotLeader { role: fence.role.clone(), holder: fence.holder.clone() });
         }
     }
-    if let Some(seq) = batch.consumed_through {
-        sqlx::query("DELETE FROM alert_inbox WHERE seq <= $1").bind(seq).execute(&mut **tx).await?;
+    if !batch.consumed.is_empty() {
+        sqlx::query("DELETE FROM alert_inbox WHERE seq = ANY($1)")
+            .bind(&batch.consumed)
+            .execute(&mut **tx)
+            .await?;
     }
     Ok(())
 }

@@ -66,8 +66,14 @@ pub(super) async fn fence_and_consume(tx: &mut Transaction<'_, Sqlite>, batch: &
             return Err(StoreError::NotLeader { role: fence.role.clone(), holder: fence.holder.clone() });
         }
     }
-    if let Some(seq) = batch.consumed_through {
-        sqlx::query("DELETE FROM alert_inbox WHERE seq <= ?").bind(seq).execute(&mut **tx).await?;
+    for chunk in batch.consumed.chunks(500) {
+        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new("DELETE FROM alert_inbox WHERE seq IN (");
+        let mut list = q.separated(", ");
+        for seq in chunk {
+            list.push_bind(seq);
+        }
+        q.push(")");
+        q.build().execute(&mut **tx).await?;
     }
     Ok(())
 }

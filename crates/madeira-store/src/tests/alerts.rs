@@ -89,7 +89,7 @@ async fn the_inbox_is_consumed_only_under_the_leaders_fence<S: Store + AlertStor
     let deposed = AlertBatch {
         alerts: vec![alert("x1", "pending")],
         fence: Some(Fence { role: "alerts".into(), holder: "r1".into() }),
-        consumed_through: Some(events[2].seq),
+        consumed: events.iter().map(|e| e.seq).collect(),
         ..AlertBatch::default()
     };
     match s.write_alerts(&deposed).await {
@@ -102,7 +102,7 @@ async fn the_inbox_is_consumed_only_under_the_leaders_fence<S: Store + AlertStor
     let leader = AlertBatch {
         alerts: vec![alert("x2", "pending")],
         fence: Some(Fence { role: "alerts".into(), holder: "r2".into() }),
-        consumed_through: Some(events[1].seq),
+        consumed: vec![events[0].seq, events[1].seq],
         ..AlertBatch::default()
     };
     s.write_alerts(&leader).await.expect("leader writes");
