@@ -12,7 +12,7 @@ use serde_json::Value as Json;
 use tracing::{error, info, warn};
 
 use crate::aggregate::{Aggregator, Changes};
-use crate::task::{AlertTask, Event};
+use crate::task::{AlertTask, Event, Input};
 use crate::worker::WorkerMsg;
 
 /// The name of the cluster-wide role in the store's `leaders` table.
@@ -23,6 +23,8 @@ pub(crate) const POLL_MS: i64 = 250;
 const CAMPAIGN_MS: i64 = 1000;
 /// Most inbox events aggregated into one store write.
 const INBOX_BATCH: u32 = 1024;
+/// Most events kept while the store cannot take them (the oldest go first, logged).
+const OUTBOX_MAX: usize = 100_000;
 
 /// This replica's part in the cluster.
 pub(crate) struct Cluster {
@@ -62,6 +64,10 @@ impl AlertTask {
     /// Queues an event for the inbox.
     pub(crate) fn queue_for_inbox(&mut self, event: &Event) {
         let Some(cluster) = &mut self.cluster else { return };
+        if cluster.outbox.len() >= OUTBOX_MAX {
+            error!(kept = OUTBOX_MAX, "the store has refused alert events for long: dropping the oldest");
+            cluster.outbox.remove(0);
+        }
         match serde_json::to_value(event) {
             Ok(body) => cluster.outbox.push(body),
             Err(e) => error!(error = %e, "cannot encode an alert event"),
@@ -91,8 +97,33 @@ impl AlertTask {
         if self.cluster.as_ref().is_some_and(|c| now >= c.campaign_at) {
             self.campaign(now).await;
         }
+        // Stop before the lease can run out unrenewed: another replica may take it then.
+        if self.cluster.as_ref().is_some_and(|c| c.leading && now + 2 * POLL_MS >= c.lease_until) {
+            self.step_down("its alerts lease is about to run out unrenewed");
+        }
         if self.cluster.as_ref().is_some_and(|c| c.leading) {
             self.consume_inbox().await;
+        }
+    }
+
+    /// At shutdown: queues what the channel still holds, pushes it, and gives the
+    /// lease up so another replica leads at once.
+    pub(crate) async fn leave_cluster(&mut self) {
+        if self.cluster.is_none() {
+            return;
+        }
+        while let Ok(input) = self.rx.try_recv() {
+            if let Input::Event(event) = input {
+                self.queue_for_inbox(&event);
+            }
+        }
+        self.flush_outbox().await;
+        let Some(c) = &self.cluster else { return };
+        if c.leading {
+            let now = self.shared.clock.now_ms();
+            if let Err(e) = self.shared.store.lead(ROLE, &c.replica, now, -1).await {
+                warn!(error = %e, "cannot give the alerts lease up; another replica takes it when it runs out");
+            }
         }
     }
 
@@ -161,9 +192,10 @@ impl AlertTask {
             let now = self.shared.clock.now_ms();
             let mut out = Changes::default();
             for event in events {
+                let seq = event.seq;
                 match serde_json::from_value::<Event>(event.body) {
                     Ok(event) => self.aggregate(event, now, &mut out),
-                    Err(e) => error!(seq = event.seq, error = %e, "skipping an unreadable alert event"),
+                    Err(e) => error!(seq, error = %e, "skipping an unreadable alert event"),
                 }
             }
             self.agg.flush_due(now, &mut out);

@@ -107,7 +107,7 @@ impl AlertTask {
                 }
             }
         }
-        self.flush_outbox().await;
+        self.leave_cluster().await;
         tracker.close();
         tracker.wait().await;
         info!("alert task stopped");

@@ -279,7 +279,7 @@ impl Engine {
                 let _ = self.apply(&run_id, Command::Recover, "engine", work);
                 work.resumed.push(run_id);
             }
-            Envelope::Adopt { run_id } => self.adopt(&run_id, work).await,
+            Envelope::Adopt { run_id, from } => self.adopt(&run_id, &from, work).await,
             Envelope::Command { run_id, cmd, actor, audit, answer_to, reply } => {
                 let result = match self.ensure_loaded(&run_id, true).await {
                     Ok(()) => self.apply(&run_id, cmd.clone(), &actor, work),

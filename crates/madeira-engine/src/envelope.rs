@@ -19,7 +19,7 @@ pub(crate) enum Envelope {
     },
     /// Take over a run another replica offered (it waits for sidecars this
     /// replica has): claimed like an idle run, then every node is evaluated.
-    Adopt { run_id: String },
+    Adopt { run_id: String, from: String },
     /// An operator action or internal command on one run.
     Command {
         run_id: String,

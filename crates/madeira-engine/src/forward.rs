@@ -19,6 +19,8 @@ use crate::{ActionRequest, EngineError, EngineHandle, NodeActionKind, clock::now
 /// How long a caller waits for the holder before withdrawing the action.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 const ANSWER_POLL: Duration = Duration::from_millis(5);
+/// An `adopt` offer older than this is ignored.
+const STALE_OFFER_MS: i64 = 10_000;
 /// Polling of the inbox while wake-ups flow (a safety net for lost messages).
 const SLOW_POLL: Duration = Duration::from_secs(1);
 
@@ -101,7 +103,15 @@ impl EngineHandle {
 
     async fn answer(&self, cmd: RunCommand) {
         if cmd.action == "adopt" {
-            let answer = match self.send_envelope(Envelope::Adopt { run_id: cmd.run_id }).await {
+            // An offer older than a few offer rounds is stale: its offerer has
+            // resumed the run or offered it again since.
+            if now_ms() - cmd.created_at > STALE_OFFER_MS {
+                let answer = json!({"error": {"code": "stale", "message": "offer too old"}});
+                let _ = self.store.answer_command(cmd.id, &answer.to_string(), now_ms()).await;
+                return;
+            }
+            let adopt = Envelope::Adopt { run_id: cmd.run_id, from: cmd.actor };
+            let answer = match self.send_envelope(adopt).await {
                 Ok(()) => json!({"ok": true}),
                 Err(e) => to_answer(&e),
             };

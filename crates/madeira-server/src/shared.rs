@@ -16,9 +16,9 @@ use madeira_core::model::RateLimitDef;
 use redis::aio::MultiplexedConnection;
 use tracing::{info, warn};
 
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
-const CALL_TIMEOUT: Duration = Duration::from_millis(250);
-const RETRY_AFTER: Duration = Duration::from_secs(1);
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+const CALL_TIMEOUT: Duration = Duration::from_millis(500);
+const RETRY_AFTER: Duration = Duration::from_secs(2);
 /// How long a seen event id is answered from the cache.
 const EVENT_TTL_SECS: u64 = 3600;
 
@@ -111,10 +111,14 @@ fn event_key(kind: &str, id: &str) -> String {
 impl Redis {
     /// A connection, or `None` while Redis is marked down.
     async fn conn(&self) -> Option<MultiplexedConnection> {
-        if self.down_until.lock().ok().and_then(|d| *d).is_some_and(|until| Instant::now() < until) {
+        if self.is_down() {
             return None;
         }
         let mut link = self.link.lock().await;
+        // Requests that queued behind a failed connect must not each try again.
+        if self.is_down() {
+            return None;
+        }
         if let Some(conn) = link.as_ref() {
             return Some(conn.clone());
         }
@@ -128,16 +132,18 @@ impl Redis {
                 Some(conn)
             }
             Ok(Err(e)) => {
-                drop(link);
-                self.mark_down(&e.to_string()).await;
+                self.note_down(&e.to_string());
                 None
             }
             Err(_) => {
-                drop(link);
-                self.mark_down("connect timed out").await;
+                self.note_down("connect timed out");
                 None
             }
         }
+    }
+
+    fn is_down(&self) -> bool {
+        self.down_until.lock().ok().and_then(|d| *d).is_some_and(|until| Instant::now() < until)
     }
 
     /// The value of a call, or `None` after marking Redis down on its failure.
@@ -154,7 +160,8 @@ impl Redis {
         None
     }
 
-    async fn mark_down(&self, error: &str) {
+    /// Marks Redis down for `RETRY_AFTER` (warning once per outage).
+    fn note_down(&self, error: &str) {
         let first = self
             .down_until
             .lock()
@@ -163,6 +170,10 @@ impl Redis {
         if first {
             warn!(error, "redis unreachable: rate limits per replica, events deduplicated by the store only");
         }
+    }
+
+    async fn mark_down(&self, error: &str) {
+        self.note_down(error);
         *self.link.lock().await = None;
     }
 }

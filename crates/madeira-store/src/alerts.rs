@@ -116,6 +116,7 @@ pub trait AlertStore: Send + Sync + 'static {
     /// The oldest `limit` inbox events, in the order they were pushed.
     async fn alert_events(&self, limit: u32) -> Result<Vec<InboxEvent>>;
     /// Takes `role` for `holder`, or renews it, until `now_ms + lease_ms`. False
-    /// while another holder's lease has not run out.
+    /// while another holder's lease has not run out. A negative `lease_ms` gives
+    /// the role up (others may take it at once).
     async fn lead(&self, role: &str, holder: &str, now_ms: i64, lease_ms: i64) -> Result<bool>;
 }

@@ -90,6 +90,9 @@ pub trait Store: Send + Sync + 'static {
     /// lease expired; with `steal_idle`, also when no node of it is RUNNING (an
     /// operator action on a run another replica holds but is not executing).
     async fn claim_run(&self, run_id: &str, lease: &Lease, steal_idle: bool) -> Result<Claim>;
+    /// Takes `run_id` for `lease.owner` from `from` (which offered it), only while
+    /// `from` still holds it and no node of it is RUNNING.
+    async fn adopt_run(&self, run_id: &str, from: &str, lease: &Lease) -> Result<Claim>;
     /// Takes up to `limit` RUNNING runs whose lease expired (or that nobody claimed
     /// for `UNCLAIMED_GRACE_MS`); each is claimed by one replica only. Returns them.
     async fn claim_expired(&self, lease: &Lease, limit: u32) -> Result<Vec<String>>;

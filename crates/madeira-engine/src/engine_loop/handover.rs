@@ -8,12 +8,12 @@
 //! replica keeps the lease until the claim, and its reconcile sweep resumes (and
 //! offers again) a run nobody adopted.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use madeira_core::model::NodeAction;
 use madeira_core::{Command, ExecutorDef};
-use madeira_store::RunCommand;
+use madeira_store::{Claim, RunCommand};
 use tracing::{debug, info, warn};
 
 use super::Engine;
@@ -38,9 +38,14 @@ impl Engine {
             }
         }
         candidates.sort();
-        candidates.dedup_by(|a, b| a.0 == b.0);
+        candidates.dedup();
+        // A run with several parked nodes goes to the first that has a host.
+        let mut offered: HashSet<String> = HashSet::new();
         let mut hosts_of: HashMap<(String, String), Vec<String>> = HashMap::new();
         for (run_id, group, job) in candidates {
+            if offered.contains(&run_id) {
+                continue;
+            }
             let key = (group.clone(), job.clone());
             if !hosts_of.contains_key(&key) {
                 let hosts = match self.p.store.sidecar_hosts(&group, &job, now_ms() - FRESH_MS).await {
@@ -63,7 +68,8 @@ impl Engine {
                 target: target.clone(),
                 action: "adopt".into(),
                 node: None,
-                actor: "engine".into(),
+                // The offering replica: the adopter claims the run only from it.
+                actor: self.holder.owner.clone(),
                 reason: Some(format!("waits for a sidecar of group {group} declaring job {job}")),
                 created_at: now_ms(),
             };
@@ -73,6 +79,7 @@ impl Engine {
                     info!(run_id = %run_id, group = %group, job = %job, to = %target,
                         "run offered to the replica whose sidecars it waits for");
                     self.forget(&run_id);
+                    offered.insert(run_id);
                 }
                 Err(e) => warn!(run_id = %run_id, error = %e, "cannot offer a waiting run"),
             }
@@ -91,14 +98,25 @@ impl Engine {
         self.gate.forget_run(run_id);
     }
 
-    /// Claims an offered run (only while none of its nodes is RUNNING) and
-    /// evaluates it.
-    pub(super) async fn adopt(&mut self, run_id: &str, work: &mut Work) {
+    /// Claims a run `from` offered (only while `from` still holds it and none of
+    /// its nodes is RUNNING) and evaluates it.
+    pub(super) async fn adopt(&mut self, run_id: &str, from: &str, work: &mut Work) {
         if self.runs.contains_key(run_id) {
             return;
         }
-        if let Err(e) = self.ensure_loaded(run_id, true).await {
-            debug!(run_id = %run_id, error = %e, "offered run not adopted");
+        match self.p.store.adopt_run(run_id, from, &self.holder.lease_now()).await {
+            Ok(Claim::Held) => {}
+            Ok(other) => {
+                debug!(run_id = %run_id, from = %from, outcome = ?other, "offered run not adopted");
+                return;
+            }
+            Err(e) => {
+                warn!(run_id = %run_id, error = %e, "cannot adopt an offered run");
+                return;
+            }
+        }
+        if let Err(e) = self.ensure_loaded(run_id, false).await {
+            warn!(run_id = %run_id, error = %e, "adopted run not loaded; the reconcile sweep resumes it");
             return;
         }
         info!(run_id = %run_id, "adopted a run waiting for this replica's sidecars");

@@ -26,8 +26,9 @@ pub(super) async fn read(pool: &PgPool, limit: u32) -> Result<Vec<InboxEvent>> {
     rows.iter()
         .map(|row| {
             let body: String = row.try_get("body")?;
-            let body = serde_json::from_str(&body)
-                .map_err(|e| StoreError::Corrupt { table: "alert_inbox", detail: e.to_string() })?;
+            // An unreadable row must not block the rows behind it: the reader
+            // gets the raw text and reports it.
+            let body = serde_json::from_str(&body).unwrap_or(serde_json::Value::String(body));
             Ok(InboxEvent { seq: row.try_get("seq")?, body })
         })
         .collect()

@@ -7,7 +7,13 @@ use sqlx::{PgPool, Postgres, Transaction};
 use crate::lease::{UNCLAIMED_GRACE_MS, check_fence, claimable};
 use crate::{Claim, Lease, Result};
 
-pub(super) async fn claim_run(pool: &PgPool, run_id: &str, lease: &Lease, steal_idle: bool) -> Result<Claim> {
+pub(super) async fn claim_run(
+    pool: &PgPool,
+    run_id: &str,
+    lease: &Lease,
+    steal_idle: bool,
+    only_from: Option<&str>,
+) -> Result<Claim> {
     let mut tx = pool.begin().await?;
     let row: Option<(Option<String>, Option<i64>)> =
         sqlx::query_as("SELECT owner, lease_until FROM runs WHERE id = $1 FOR UPDATE")
@@ -17,6 +23,12 @@ pub(super) async fn claim_run(pool: &PgPool, run_id: &str, lease: &Lease, steal_
     let Some((owner, lease_until)) = row else {
         return Ok(Claim::Missing);
     };
+    if let Some(from) = only_from
+        && owner.as_deref() != Some(from)
+        && owner.as_deref() != Some(lease.owner.as_str())
+    {
+        return Ok(Claim::Other { owner: owner.unwrap_or_default() });
+    }
     if !claimable(owner.as_deref(), lease_until, lease) {
         // A fresh statement: it sees whatever the holder committed before our lock.
         let busy: (bool,) =

@@ -130,7 +130,10 @@ impl Store for PostgresStore {
         read::audit(&self.pool, query).await
     }
     async fn claim_run(&self, run_id: &str, lease: &Lease, steal_idle: bool) -> Result<Claim> {
-        lease::claim_run(&self.pool, run_id, lease, steal_idle).await
+        lease::claim_run(&self.pool, run_id, lease, steal_idle, None).await
+    }
+    async fn adopt_run(&self, run_id: &str, from: &str, lease: &Lease) -> Result<Claim> {
+        lease::claim_run(&self.pool, run_id, lease, true, Some(from)).await
     }
     async fn claim_expired(&self, lease: &Lease, limit: u32) -> Result<Vec<String>> {
         lease::claim_expired(&self.pool, lease, limit).await

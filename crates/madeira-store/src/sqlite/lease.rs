@@ -11,6 +11,7 @@ pub(super) async fn claim_run(
     run_id: &str,
     lease: &Lease,
     steal_idle: bool,
+    only_from: Option<&str>,
 ) -> Result<Claim> {
     let mut tx = pool.begin().await?;
     let row: Option<(Option<String>, Option<i64>)> =
@@ -21,6 +22,12 @@ pub(super) async fn claim_run(
     let Some((owner, lease_until)) = row else {
         return Ok(Claim::Missing);
     };
+    if let Some(from) = only_from
+        && owner.as_deref() != Some(from)
+        && owner.as_deref() != Some(lease.owner.as_str())
+    {
+        return Ok(Claim::Other { owner: owner.unwrap_or_default() });
+    }
     if !claimable(owner.as_deref(), lease_until, lease) {
         let (busy,): (bool,) =
             sqlx::query_as("SELECT EXISTS (SELECT 1 FROM nodes WHERE run_id = ? AND state = 'RUNNING')")

@@ -115,7 +115,10 @@ impl Store for SqliteStore {
         read::audit(&self.read, query).await
     }
     async fn claim_run(&self, run_id: &str, lease: &Lease, steal_idle: bool) -> Result<Claim> {
-        lease::claim_run(&self.write, run_id, lease, steal_idle).await
+        lease::claim_run(&self.write, run_id, lease, steal_idle, None).await
+    }
+    async fn adopt_run(&self, run_id: &str, from: &str, lease: &Lease) -> Result<Claim> {
+        lease::claim_run(&self.write, run_id, lease, true, Some(from)).await
     }
     async fn claim_expired(&self, lease: &Lease, limit: u32) -> Result<Vec<String>> {
         lease::claim_expired(&self.write, lease, limit).await

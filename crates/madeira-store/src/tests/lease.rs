@@ -143,3 +143,25 @@ pub(crate) async fn sidecar_presence_names_fresh_hosts_of_a_job(s: &dyn Store) {
     s.publish_sidecars("a", &[], 400).await.expect("no sidecars left");
     assert!(s.sidecar_hosts("ops", "backup", 0).await.expect("hosts").is_empty());
 }
+
+pub(crate) async fn an_offered_run_is_adopted_only_from_its_offerer_while_idle(s: &dyn Store) {
+    s.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("create");
+    assert_eq!(s.claim_run("r1", &lease("a", 100), false).await.expect("claim"), Claim::Held);
+    assert_eq!(
+        s.adopt_run("r1", "c", &lease("b", 200)).await.expect("adopt"),
+        Claim::Other { owner: "a".into() },
+        "c offered it, but a holds it: the offer is stale"
+    );
+    assert_eq!(s.adopt_run("r1", "a", &lease("b", 200)).await.expect("adopt"), Claim::Held);
+    // Offered back by b while a node runs there: refused.
+    let mut stored = s.load_run("r1").await.expect("load").expect("exists");
+    stored.nodes[0].state = NodeState::Running;
+    let batch = Batch { owner: Some("b".into()), nodes: vec![stored.nodes[0].clone()], ..Batch::default() };
+    s.commit(&batch).await.expect("b holds r1");
+    assert_eq!(
+        s.adopt_run("r1", "b", &lease("a", 300)).await.expect("busy"),
+        Claim::Other { owner: "b".into() },
+        "a run with an attempt in flight is never adopted"
+    );
+    assert_eq!(s.adopt_run("missing", "b", &lease("a", 300)).await.expect("missing"), Claim::Missing);
+}

@@ -68,6 +68,7 @@ on_every_backend!(
     expired_runs_are_taken_over_once,
     forwarded_commands_are_taken_once_and_answered,
     sidecar_presence_names_fresh_hosts_of_a_job,
+    an_offered_run_is_adopted_only_from_its_offerer_while_idle,
     permits_are_capped_across_holders_and_freed_by_commits,
     flow_versions_only_change_with_content,
     flows_list_and_pause,
