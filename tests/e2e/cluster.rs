@@ -312,6 +312,23 @@ async fn runs_reach_a_sidecar_connected_to_another_replica() {
     let _sidecar =
         crate::sidecar::SidecarProc::spawn_with_env(sidecar_config, &[("MADEIRA_T_BILLING", BILLING)]);
 
+    // r1 has no sidecar of its own, but its fleet view shows r2's.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, view) = r1.get("/sidecars").await;
+        assert_eq!(code, 200, "{view}");
+        let here = view["sidecars"].as_array().map_or(0, Vec::len);
+        assert_eq!((view["replica"].as_str(), here), (Some("r1"), 0), "{view}");
+        let seen_at = view["replicas"][0]["seen_at"].clone();
+        if view["replicas"]
+            == json!([{"replica": "r2", "group": "billing", "jobs": ["stamp"], "seen_at": seen_at}])
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "r2's sidecar never showed in r1's view: {view}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
     r1.put_flow(
         "flow: stamped\nnodes:\n  prepare: {run: {builtin: noop}}\n  \
          stamp: {needs: [prepare], run: {sidecar: {group: billing, job: stamp}}}\n",

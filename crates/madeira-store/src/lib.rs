@@ -119,6 +119,9 @@ pub trait Store: Send + Sync + 'static {
     /// Replicas that, as of `since_ms` or later, had a live sidecar of `group`
     /// declaring `job`; most recently seen first.
     async fn sidecar_hosts(&self, group: &str, job: &str, since_ms: i64) -> Result<Vec<String>>;
+    /// Every replica's report seen at `since_ms` or later: `(replica, group and
+    /// jobs, seen_at)`, by replica then group.
+    async fn sidecar_presence(&self, since_ms: i64) -> Result<Vec<(String, SidecarPresence, i64)>>;
 
     /// Deletes up to `batch` finished runs (and everything about them) finished
     /// before `before_ms`, and audit rows older than it. Returns runs deleted.

@@ -1,5 +1,7 @@
 //! `GET /sidecars`: the fleet view (name, group, version, declared jobs, attempts
-//! running, last heartbeat age), plus the nodes waiting in INIT for a sidecar.
+//! running, last heartbeat age) of the sidecars connected to this replica, what
+//! every replica of a shared store reports having (`replicas`), plus the nodes
+//! waiting in INIT for a sidecar here.
 
 use axum::Json;
 use axum::extract::State;
@@ -8,6 +10,9 @@ use madeira_engine::WaitingNodes;
 use serde_json::{Value, json};
 
 use crate::{ApiError, AppState, Role};
+
+/// Reports older than this (a replica gone without saying so) are not shown.
+const PRESENCE_FRESH_MS: i64 = 10_000;
 
 pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     state.auth.authorize(&headers, Role::Viewer)?;
@@ -19,7 +24,25 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<J
         .into_iter()
         .map(|(run_id, node, reason)| json!({"run_id": run_id, "node": node, "reason": reason}))
         .collect();
-    Ok(Json(json!({"sidecars": sidecars, "waiting": waiting})))
+    let since = madeira_engine::now_ms() - PRESENCE_FRESH_MS;
+    let replicas: Vec<Value> = state
+        .engine
+        .store()
+        .sidecar_presence(since)
+        .await
+        .map_err(madeira_engine::EngineError::from)?
+        .into_iter()
+        .map(|(replica, presence, seen_at)| {
+            json!({"replica": replica, "group": presence.group, "jobs": presence.jobs,
+                   "seen_at": crate::views::time(Some(seen_at))})
+        })
+        .collect();
+    Ok(Json(json!({
+        "replica": state.engine.replica_id(),
+        "sidecars": sidecars,
+        "replicas": replicas,
+        "waiting": waiting,
+    })))
 }
 
 /// Marks INIT nodes of run `run_id` that wait for a sidecar, with the reason.

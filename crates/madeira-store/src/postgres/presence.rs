@@ -42,3 +42,19 @@ pub(super) async fn hosts(pool: &PgPool, group: &str, job: &str, since_ms: i64) 
         .map(|(replica, _)| replica)
         .collect())
 }
+
+pub(super) async fn all(pool: &PgPool, since_ms: i64) -> Result<Vec<(String, SidecarPresence, i64)>> {
+    let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
+        "SELECT replica, grp, jobs, seen_at FROM sidecar_presence WHERE seen_at >= $1 ORDER BY replica, grp",
+    )
+    .bind(since_ms)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(replica, group, jobs, seen_at)| {
+            let jobs = serde_json::from_str(&jobs).unwrap_or_default();
+            (replica, SidecarPresence { group, jobs }, seen_at)
+        })
+        .collect())
+}

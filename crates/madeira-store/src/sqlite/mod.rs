@@ -150,6 +150,9 @@ impl Store for SqliteStore {
     async fn sidecar_hosts(&self, group: &str, job: &str, since_ms: i64) -> Result<Vec<String>> {
         presence::hosts(&self.write, group, job, since_ms).await
     }
+    async fn sidecar_presence(&self, since_ms: i64) -> Result<Vec<(String, SidecarPresence, i64)>> {
+        presence::all(&self.write, since_ms).await
+    }
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64> {
         runs::prune(&self.write, before_ms, batch).await
     }

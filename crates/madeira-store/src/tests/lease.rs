@@ -140,6 +140,8 @@ pub(crate) async fn sidecar_presence_names_fresh_hosts_of_a_job(s: &dyn Store) {
     s.publish_sidecars("a", &[group("ops", &["backup"])], 300).await.expect("republish");
     assert_eq!(s.sidecar_hosts("billing", "refund", 0).await.expect("hosts"), Vec::<String>::new());
     assert_eq!(s.sidecar_hosts("ops", "backup", 250).await.expect("hosts"), ["a"]);
+    let all = s.sidecar_presence(250).await.expect("all");
+    assert_eq!(all, vec![("a".to_string(), group("ops", &["backup"]), 300)]);
     s.publish_sidecars("a", &[], 400).await.expect("no sidecars left");
     assert!(s.sidecar_hosts("ops", "backup", 0).await.expect("hosts").is_empty());
 }
