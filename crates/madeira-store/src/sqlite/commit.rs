@@ -21,12 +21,13 @@ pub(super) async fn commit(pool: &SqlitePool, batch: &Batch) -> Result<()> {
     write_attempts(&mut tx, batch).await?;
     write_audit(&mut tx, batch).await?;
     super::permits::release(&mut tx, &batch.permit_releases).await?;
-    for body in &batch.alert_events {
-        sqlx::query("INSERT INTO alert_inbox (body, created_at) VALUES (?, ?)")
-            .bind(body)
-            .bind(crate::unix_ms())
-            .execute(&mut *tx)
-            .await?;
+    for chunk in batch.alert_events.chunks(CHUNK) {
+        let at = crate::unix_ms();
+        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new("INSERT INTO alert_inbox (body, created_at) ");
+        q.push_values(chunk, |mut row, body| {
+            row.push_bind(body).push_bind(at);
+        });
+        q.build().execute(&mut *tx).await?;
     }
     for a in &batch.answers {
         sqlx::query("UPDATE run_commands SET answer = ?, answered_at = ? WHERE id = ?")
