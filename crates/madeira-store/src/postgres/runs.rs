@@ -266,6 +266,13 @@ pub(super) async fn prune(pool: &PgPool, before_ms: i64, batch: u32) -> Result<u
         .bind(i64::from(batch))
         .execute(&mut *tx)
         .await?;
+    sqlx::query(
+        "DELETE FROM run_commands WHERE id IN (SELECT id FROM run_commands WHERE created_at < $1 LIMIT $2)",
+    )
+    .bind(before_ms)
+    .bind(i64::from(batch))
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(deleted)
 }

@@ -247,6 +247,13 @@ pub(super) async fn prune(pool: &SqlitePool, before_ms: i64, batch: u32) -> Resu
         .bind(batch)
         .execute(&mut *tx)
         .await?;
+    sqlx::query(
+        "DELETE FROM run_commands WHERE id IN (SELECT id FROM run_commands WHERE created_at < ? LIMIT ?)",
+    )
+    .bind(before_ms)
+    .bind(batch)
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(deleted)
 }

@@ -104,10 +104,24 @@ pub(crate) async fn commit_writes_nodes_and_transitions_together_and_prune_remov
     assert_eq!(again.run.state, "SUCCESS");
     let log = s.transitions("r1").await.expect("transitions");
     assert_eq!(log.iter().map(|t| t.cause.as_str()).collect::<Vec<_>>(), ["created", "started", "succeeded"]);
+    let command = |created_at| RunCommand {
+        id: 0,
+        run_id: "r1".into(),
+        target: "holder".into(),
+        action: "cancel".into(),
+        node: None,
+        actor: "sre".into(),
+        reason: None,
+        created_at,
+    };
+    let old = s.send_command(&command(50)).await.expect("old command");
+    let new = s.send_command(&command(70)).await.expect("new command");
     assert_eq!(s.prune(40, 100).await.expect("prune"), 0, "finished after the cutoff");
     assert_eq!(s.prune(60, 100).await.expect("prune"), 1);
     assert!(s.load_run("r1").await.expect("load").is_none());
     assert!(s.transitions("r1").await.expect("transitions").is_empty());
+    let left: Vec<i64> = s.take_commands("holder", 80).await.expect("take").iter().map(|c| c.id).collect();
+    assert_eq!(left, [new], "command {old} was older than the cutoff");
 }
 
 pub(crate) async fn flows_list_and_pause(s: &dyn Store) {
