@@ -74,7 +74,7 @@ pub async fn rss(
     let release = dir.join("release");
     let config = dir.join("bench-sidecar.yaml");
     let text = format!(
-        "name: bench-01\ngroup: bench\ncontrol_plane: http://{grpc}\nspool_dir: {}\njobs:\n  hold:\n    command: [\"/bin/sh\", \"-c\", \"while [ ! -e {} ]; do sleep 0.05; done\"]\n",
+        "name: bench-01\ngroup: bench\ncontrol_plane: http://{grpc}\nspool_dir: {}\njobs:\n  hold:\n    command: [\"/bin/sh\", \"-c\", \"i=0; while [ ! -e {} ] && [ $i -lt 3000 ]; do sleep 0.05; i=$((i+1)); done\"]\n",
         dir.join("bench-spool").display(),
         release.display()
     );
@@ -89,6 +89,9 @@ pub async fn rss(
         .context("starting `madeira sidecar`")?;
     let pid = child.id();
     let result = measure(engine, fleet, pid, &release).await;
+    // Whatever happened, the jobs end: on release, or after 150 s on their own
+    // (should this process be killed before it could release them).
+    let _ = std::fs::write(&release, b"go");
     let _ = child.kill();
     let _ = child.wait();
     result
