@@ -4,7 +4,8 @@
 //! alert, sent once, and alerts keep flowing after a replica is killed with kill -9;
 //! trigger rate limits and the event cache are shared through Redis, and without
 //! Redis each replica limits on its own while the store still deduplicates; a run
-//! held by one replica reaches a sidecar connected to another.
+//! held by one replica reaches a sidecar connected to another; a delivery pending on
+//! a killed alert leader is sent by the next one.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -349,5 +350,75 @@ async fn runs_reach_a_sidecar_connected_to_another_replica() {
     keys.dedup();
     assert_eq!(keys.len(), 6, "no attempt ran twice: {lines}");
     drop((r1, r2, redis));
+    drop(db);
+}
+
+/// The replica holding the cluster's `alerts` lease, read from the store.
+fn alert_leader(db_url: &str) -> Option<String> {
+    let out = std::process::Command::new("psql")
+        .args([db_url, "-Atc", "SELECT holder FROM leaders WHERE role = 'alerts'"])
+        .output()
+        .expect("run psql");
+    let holder = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!holder.is_empty()).then_some(holder)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_delivery_pending_on_a_killed_alert_leader_is_sent_by_the_next() {
+    let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    // A receiver that answers 503 until told otherwise, counting what it refused.
+    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let hits: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let app = Router::new().fallback({
+        let (refused, down, hits) = (refused.clone(), down.clone(), hits.clone());
+        move |body: Bytes| async move {
+            if down.load(std::sync::atomic::Ordering::SeqCst) {
+                refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                return (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!("down")));
+            }
+            hits.lock().expect("hits").push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+            (axum::http::StatusCode::OK, axum::Json(json!({"ok": true})))
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let hook = format!("http://{}/hook", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let alerts = format!(
+        "alerts:\n  group_wait: 1s\n  channels:\n    - {{name: hook, type: webhook, url: '{hook}'}}\n"
+    );
+    let config = config(dir.path(), &db.url, &alerts);
+    let mut replicas = vec![("r1", replica(&config, "r1")), ("r2", replica(&config, "r2"))];
+    replicas[0].1.put_flow(&failing("ledger")).await;
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let leader = loop {
+        if let Some(leader) = alert_leader(&db.url) {
+            break leader;
+        }
+        assert!(Instant::now() < deadline, "no replica took the alerts lease");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let run = replicas[1].1.trigger("ledger", json!({})).await;
+    assert_eq!(replicas[1].1.finished(&run).await["status"], "FAILED");
+    crate::sidecar::wait_for("the leader's first refused delivery", 20, || {
+        refused.load(std::sync::atomic::Ordering::SeqCst) >= 1
+    })
+    .await;
+
+    // Kill the leader while its delivery waits for a retry; the receiver recovers.
+    let index = replicas.iter().position(|(id, _)| *id == leader).expect("leader is a replica");
+    let (_, mut dead) = replicas.remove(index);
+    dead.kill9();
+    down.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (survivor, _) = replicas[0];
+    let delivered = wait_firing(&hits, "ledger").await;
+    assert_eq!(delivered[0]["runs"], json!([run]));
+    assert_eq!(alert_leader(&db.url).as_deref(), Some(survivor), "the survivor leads now");
+    drop(replicas);
     drop(db);
 }
