@@ -6,6 +6,8 @@ mod api;
 mod auth;
 mod cli;
 mod cluster;
+mod cluster_alerts;
+mod cluster_sidecars;
 mod crontab;
 mod exec;
 mod forwarding;
