@@ -91,12 +91,19 @@ nodes:
 
     let mut run_ids = Vec::new();
     let mut killed_at = None;
+    let (mut redis_down, mut redis_down_for) = (None, None);
     let mut pace = tokio::time::interval(Duration::from_millis(10));
     for i in 0..200 {
         pace.tick().await;
         match i {
-            40 => redis = None,
-            160 => redis = Some(Redis::start(port).expect("redis restarts")),
+            20 => {
+                redis = None;
+                redis_down = Some(Instant::now());
+            }
+            180 => {
+                redis = Some(Redis::start(port).expect("redis restarts"));
+                redis_down_for = redis_down.map(|at| at.elapsed());
+            }
             _ => {}
         }
         if i == 100 {
@@ -139,7 +146,7 @@ nodes:
     };
     assert_eq!(run["status"], "SUCCESS");
     eprintln!(
-        "200 runs on 2 replicas, Redis down from trigger 40 to 160, r1 killed after 100 triggers: \
+        "200 runs on 2 replicas, Redis down from trigger 20 to 180 ({redis_down_for:?}), r1 killed after 100 triggers: \
          {repeated} in-flight attempt(s) re-run"
     );
     drop(r2);
