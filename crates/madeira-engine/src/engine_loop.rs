@@ -281,7 +281,10 @@ impl Engine {
             }
             Envelope::Adopt { run_id, from } => self.adopt(&run_id, &from, work).await,
             Envelope::Command { run_id, cmd, actor, audit, answer_to, reply } => {
-                let result = match self.ensure_loaded(&run_id, true).await {
+                // People's actions may take an idle run from its holder; the
+                // engine's own timers only act on runs this replica holds.
+                let steal_idle = actor != "engine";
+                let result = match self.ensure_loaded(&run_id, steal_idle).await {
                     Ok(()) => self.apply(&run_id, cmd.clone(), &actor, work),
                     Err(e) => Err(e),
                 };
