@@ -179,3 +179,40 @@ async fn a_delivery_pending_on_a_killed_alert_leader_is_sent_by_the_next() {
     drop(replicas);
     drop(db);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_overdue_confirmation_alerts_once_and_its_answer_on_another_replica_resolves_it() {
+    let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    let (hook, hits) = receiver().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let alerts = format!(
+        "alerts:\n  group_wait: 1s\n  channels:\n    - {{name: hook, type: webhook, url: '{hook}'}}\n"
+    );
+    let config = config(dir.path(), &db.url, &alerts);
+    let (r1, r2) = (replica(&config, "r1"), replica(&config, "r2"));
+    r1.put_flow(
+        "flow: approve\nnodes:\n  sign_off:\n    manual:\n      prompt: 'sign the ledger'\n      alert_after: 1s\n",
+    )
+    .await;
+    let run_id = r1.trigger("approve", json!({})).await;
+    let overdue = |kind: &str| {
+        let hits = hits.lock().expect("hits");
+        hits.iter()
+            .filter(|body| body["kind"] == kind)
+            .flat_map(|body| body["alerts"].as_array().cloned().unwrap_or_default())
+            .filter(|a| a["alertname"] == "MadeiraConfirmOverdue" && a["node"] == "sign_off")
+            .collect::<Vec<_>>()
+    };
+    crate::sidecar::wait_for("the overdue confirmation's alert", 30, || !overdue("firing").is_empty()).await;
+    assert_eq!(overdue("firing")[0]["runs"], json!([run_id]));
+
+    let (code, body) =
+        r2.post(&format!("/runs/{run_id}/nodes/sign_off/confirm"), json!({"reason": "ok"}), &[]).await;
+    assert_eq!(code, 200, "{body}");
+    crate::sidecar::wait_for("the alert resolved by the answer", 30, || !overdue("resolved").is_empty())
+        .await;
+    assert_eq!(distinct(&overdue("firing")), 1, "one alert for one overdue confirmation");
+    assert_eq!(r1.finished(&run_id).await["status"], "SUCCESS");
+    drop((r1, r2));
+    drop(db);
+}

@@ -40,7 +40,7 @@ pub use flows::{ApplyOutcome, FlowCache};
 pub use gate::WaitingNodes;
 pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, TriggerRequest};
 pub use observed::ObservedReport;
-pub use observer::{AttemptOutcome, EngineObserver};
+pub use observer::{AlertSource, AttemptOutcome, EngineObserver};
 pub use scheduler::Scheduler;
 pub use stats::{EngineStats, StatsSnapshot};
 pub use throttle::{ThrottleState, ThrottleView};

@@ -21,6 +21,17 @@ pub struct AttemptOutcome<'a> {
     pub duration: Duration,
 }
 
+/// What a commit may report to the alert inbox (`EngineObserver::alert_event`).
+#[derive(Clone, Copy)]
+pub enum AlertSource<'a> {
+    /// The commit ends this run.
+    RunFinished(&'a RunSnapshot),
+    /// A manual confirmation of `node` is past its `alert_after`.
+    ConfirmOverdue(&'a RunSnapshot, &'a str),
+    /// Node `node` of run `run_id` left MANUAL_CONFIRM (answered, fallen back, cancelled).
+    ConfirmLeft { run_id: &'a str, node: &'a str },
+}
+
 #[allow(unused_variables)]
 pub trait EngineObserver: Send + Sync {
     /// Every committed state change, in order.
@@ -30,10 +41,10 @@ pub trait EngineObserver: Send + Sync {
     fn attempt_finished(&self, outcome: &AttemptOutcome<'_>) {}
     /// A run reached SUCCESS, FAILED or CANCELLED (its final snapshot).
     fn run_finished(&self, snap: &RunSnapshot) {}
-    /// Before the commit that ends a run: an event to write to the store's alert
-    /// inbox in that same commit (a transactional outbox: it cannot be lost to a
-    /// crash after the commit). Called only on shared stores.
-    fn alert_event(&self, snap: &RunSnapshot) -> Option<String> {
+    /// Before a commit: an event to write to the store's alert inbox in that same
+    /// commit (a transactional outbox: it cannot be lost to a crash after the
+    /// commit). Called only on shared stores.
+    fn alert_event(&self, source: AlertSource<'_>) -> Option<String> {
         None
     }
     /// The engine took charge of an unfinished run (start, restart, promotion).

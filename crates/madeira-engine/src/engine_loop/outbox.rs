@@ -1,25 +1,39 @@
-//! The transactional outbox of a shared store: before the commit that ends a run,
-//! observers may add an alert event to the same commit (see
-//! `EngineObserver::alert_event`), so a replica killed right after the commit
-//! cannot lose the alert of a run it finished.
+//! The transactional outbox of a shared store: before a commit, observers may add
+//! alert events to it (see `EngineObserver::alert_event`) for the runs it ends, the
+//! confirmations it finds overdue and the confirmations it closes, so a replica
+//! killed right after the commit cannot lose them.
 
 use madeira_core::Action;
 
 use super::Engine;
+use crate::observer::AlertSource;
 use crate::record::Work;
 
 impl Engine {
     pub(super) fn outbox(&self, work: &mut Work) {
-        for (run_id, action) in &work.actions {
-            if !matches!(action, Action::RunFinished { .. }) {
-                continue;
-            }
-            let Some(snap) = self.runs.get(run_id) else { continue };
+        let mut events = Vec::new();
+        let mut report = |source: AlertSource<'_>| {
             for observer in &self.p.observers {
-                if let Some(event) = observer.alert_event(snap) {
-                    work.batch.alert_events.push(event);
+                if let Some(event) = observer.alert_event(source) {
+                    events.push(event);
                 }
             }
+        };
+        for (run_id, action) in &work.actions {
+            if let (Action::RunFinished { .. }, Some(snap)) = (action, self.runs.get(run_id)) {
+                report(AlertSource::RunFinished(snap));
+            }
         }
+        for (run_id, node) in &work.overdue {
+            if let Some(snap) = self.runs.get(run_id) {
+                report(AlertSource::ConfirmOverdue(snap, node));
+            }
+        }
+        for t in &work.batch.transitions {
+            if let (Some(node), "MANUAL_CONFIRM") = (&t.node, t.from.as_str()) {
+                report(AlertSource::ConfirmLeft { run_id: &t.run_id, node });
+            }
+        }
+        work.batch.alert_events.extend(events);
     }
 }
