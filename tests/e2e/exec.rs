@@ -1,6 +1,7 @@
 //! `madeira exec`: the wrapped command's exit status, stdout and stderr are exactly
 //! those of the command alone, with or without a sidecar; the run is recorded in an
-//! observe-only flow; a missed cron instant of such a flow is audited.
+//! observe-only flow; a missed cron instant of such a flow is audited and raises
+//! one warning, which the next successful run resolves.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -106,4 +107,77 @@ async fn a_missed_cron_instant_of_an_observed_flow_is_audited() {
         assert!(Instant::now() < deadline, "no missed run audited: {audit}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A webhook receiver on 127.0.0.1:0 keeping each posted body.
+async fn hook() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    let hits: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
+    let sink = hits.clone();
+    let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
+        let sink = sink.clone();
+        async move {
+            sink.lock().expect("hits").push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+            axum::Json(serde_json::json!({"ok": true}))
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, hits)
+}
+
+#[tokio::test]
+async fn missed_runs_raise_one_warning_that_the_next_successful_run_resolves() {
+    let (url, hits) = hook().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("madeira.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "alerts:\n  group_wait: 1s\n  channels:\n    - {{name: hook, type: webhook, url: '{url}'}}\n"
+        ),
+    )
+    .expect("write config");
+    let data = dir.path().join("data");
+    let dev = Dev::start_with(&data, &["--config", config.to_str().expect("utf-8 path")]);
+    dev.put_flow(
+        "flow: watched\nobserve: true\ntriggers:\n  - cron: \"*/2 * * * * *\"\n    grace: 1s\nnodes:\n  watched: {run: {sidecar: {group: cron, job: watched}}}\n",
+    )
+    .await;
+    let missed = |kind: &str| -> Vec<Value> {
+        let hits = hits.lock().expect("hits");
+        hits.iter()
+            .filter(|body| body["kind"] == kind)
+            .flat_map(|body| body["alerts"].as_array().cloned().unwrap_or_default())
+            .filter(|a| a["alertname"] == "MadeiraMissedRun" && a["flow"] == "watched")
+            .collect()
+    };
+    crate::sidecar::wait_for("a missed-run warning", 20, || !missed("firing").is_empty()).await;
+    let warning = &missed("firing")[0];
+    assert_eq!(warning["severity"], "warning");
+    assert!(
+        warning["summary"].as_str().is_some_and(|s| s.contains("did not start within its grace")),
+        "{warning}"
+    );
+
+    // The job runs (wrapped) and succeeds: the warning resolves, and only one was sent.
+    let ok = wrapped(&data.join("sidecar.sock"), "watched", &["/bin/true"]);
+    assert_eq!(ok.status.code(), Some(0));
+    crate::sidecar::wait_for("the warning resolved by a successful run", 20, || {
+        !missed("resolved").is_empty()
+    })
+    .await;
+    // Misses go on every 2 s after that (nothing else runs the job): count the
+    // warnings sent before the first `resolved`.
+    let hits = hits.lock().expect("hits");
+    let resolved_at = hits.iter().position(|b| b["kind"] == "resolved").expect("a resolved message");
+    let ids: std::collections::BTreeSet<&str> = hits[..resolved_at]
+        .iter()
+        .flat_map(|b| b["alerts"].as_array().into_iter().flatten())
+        .filter(|a| a["alertname"] == "MadeiraMissedRun")
+        .filter_map(|a| a["id"].as_str())
+        .collect();
+    assert_eq!(ids.len(), 1, "misses every 2 s are one warning until a run succeeds");
 }

@@ -43,7 +43,7 @@ pub use config::{AlertConfigError, AlertsConfig, ChannelConfig, ChannelSpec, Rou
 pub use handle::AlertHandle;
 pub use metrics::AlertMetrics;
 pub use model::{Alert, AlertStatus, Cause, Failure, Raise, Severity};
-pub use observer::{AlertObserver, confirm_key, failure_of};
+pub use observer::{AlertObserver, confirm_key, failure_of, missed_key};
 pub use secret::Secret;
 pub use task::AlertTask;
 pub use worker::TestOutcome;

@@ -20,12 +20,35 @@ pub struct AlertObserver {
 }
 
 impl AlertObserver {
-    fn run_event(snap: &RunSnapshot) -> Option<Event> {
+    /// A FAILED run's failure; a SUCCESS run's success (and, for an observe-only
+    /// flow, the end of its missed-run warning).
+    fn run_events(snap: &RunSnapshot) -> Vec<Event> {
         match snap.state {
-            RunState::Failed => Some(Event::Failed(failure_of(snap))),
-            RunState::Success => Some(Event::Succeeded { run_id: snap.run_id.clone() }),
-            _ => None,
+            RunState::Failed => vec![Event::Failed(failure_of(snap))],
+            RunState::Success if snap.flow.observe => vec![
+                Event::Succeeded { run_id: snap.run_id.clone() },
+                Event::Resolve { key: missed_key(&snap.flow.name) },
+            ],
+            RunState::Success => vec![Event::Succeeded { run_id: snap.run_id.clone() }],
+            _ => Vec::new(),
         }
+    }
+
+    fn missed_event(flow: &str, scheduled_at_ms: i64, what: &str) -> Event {
+        let at = chrono::DateTime::from_timestamp_millis(scheduled_at_ms)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_default();
+        Event::Raise(Raise {
+            key: missed_key(flow),
+            alertname: "MadeiraMissedRun".into(),
+            severity: Severity::Warning,
+            flow: Some(flow.to_string()),
+            node: None,
+            labels: Default::default(),
+            summary: format!("flow {flow}: the run scheduled at {at} {what}"),
+            description: None,
+            run_id: None,
+        })
     }
 
     fn overdue_event(snap: &RunSnapshot, node: &str) -> Event {
@@ -50,6 +73,11 @@ impl AlertObserver {
     }
 }
 
+/// The grouping key of a flow's missed cron runs (open until a run of it succeeds).
+pub fn missed_key(flow: &str) -> String {
+    format!("missed_run|{flow}")
+}
+
 /// The grouping key of an overdue confirmation.
 pub fn confirm_key(run_id: &str, node: &str) -> String {
     format!("confirm_overdue|{run_id}|{node}")
@@ -70,8 +98,16 @@ pub fn failure_of(snap: &RunSnapshot) -> Failure {
 
 impl EngineObserver for AlertObserver {
     fn run_finished(&self, snap: &RunSnapshot) {
-        if let (false, Some(event)) = (self.through_commit, Self::run_event(snap)) {
-            let _ = self.tx.send(Input::Event(event));
+        if !self.through_commit {
+            for event in Self::run_events(snap) {
+                let _ = self.tx.send(Input::Event(event));
+            }
+        }
+    }
+
+    fn observed_missed(&self, flow: &str, scheduled_at_ms: i64, what: &str) {
+        if !self.through_commit {
+            let _ = self.tx.send(Input::Event(Self::missed_event(flow, scheduled_at_ms, what)));
         }
     }
 
@@ -94,21 +130,29 @@ impl EngineObserver for AlertObserver {
         }
     }
 
-    fn alert_event(&self, source: AlertSource<'_>) -> Option<String> {
+    fn alert_events(&self, source: AlertSource<'_>) -> Vec<String> {
         if !self.through_commit {
-            return None;
+            return Vec::new();
         }
-        let event = match source {
-            AlertSource::RunFinished(snap) => Self::run_event(snap)?,
-            AlertSource::ConfirmOverdue(snap, node) => Self::overdue_event(snap, node),
-            AlertSource::ConfirmLeft { run_id, node } => Event::Resolve { key: confirm_key(run_id, node) },
-        };
-        match serde_json::to_string(&event) {
-            Ok(text) => Some(text),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot encode an alert event");
-                None
+        let events = match source {
+            AlertSource::RunFinished(snap) => Self::run_events(snap),
+            AlertSource::ConfirmOverdue(snap, node) => vec![Self::overdue_event(snap, node)],
+            AlertSource::ConfirmLeft { run_id, node } => {
+                vec![Event::Resolve { key: confirm_key(run_id, node) }]
             }
-        }
+            AlertSource::ObservedMissed { flow, scheduled_at_ms, what } => {
+                vec![Self::missed_event(flow, scheduled_at_ms, what)]
+            }
+        };
+        events
+            .iter()
+            .filter_map(|event| match serde_json::to_string(event) {
+                Ok(text) => Some(text),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot encode an alert event");
+                    None
+                }
+            })
+            .collect()
     }
 }

@@ -144,6 +144,9 @@ async fn report(store: &dyn Store, observers: &[Arc<dyn EngineObserver>], flow: 
     let at = DateTime::from_timestamp_millis(t).map(|d| d.to_rfc3339()).unwrap_or_default();
     warn!(flow = %flow, scheduled_at = %at, "missed run: {what}");
     observers.iter().for_each(|o| o.observed_missed(flow, t, what));
+    // On a shared store the alert event travels with the audit row.
+    let source = crate::observer::AlertSource::ObservedMissed { flow, scheduled_at_ms: t, what };
+    let alert_events = observers.iter().flat_map(|o| o.alert_events(source)).collect();
     let audit = AuditRecord {
         at: now_ms(),
         actor: "engine".into(),
@@ -153,7 +156,7 @@ async fn report(store: &dyn Store, observers: &[Arc<dyn EngineObserver>], flow: 
         reason: Some(format!("the run scheduled at {at} {what}")),
         details: Some(serde_json::json!({"flow": flow, "scheduled_at": at, "what": what})),
     };
-    if let Err(e) = store.commit(&Batch { audit: vec![audit], ..Default::default() }).await {
+    if let Err(e) = store.commit(&Batch { audit: vec![audit], alert_events, ..Default::default() }).await {
         warn!(error = %e, "cannot audit a missed run");
     }
 }

@@ -21,7 +21,7 @@ pub struct AttemptOutcome<'a> {
     pub duration: Duration,
 }
 
-/// What a commit may report to the alert inbox (`EngineObserver::alert_event`).
+/// What a commit may report to the alert inbox (`EngineObserver::alert_events`).
 #[derive(Clone, Copy)]
 pub enum AlertSource<'a> {
     /// The commit ends this run.
@@ -30,6 +30,8 @@ pub enum AlertSource<'a> {
     ConfirmOverdue(&'a RunSnapshot, &'a str),
     /// Node `node` of run `run_id` left MANUAL_CONFIRM (answered, fallen back, cancelled).
     ConfirmLeft { run_id: &'a str, node: &'a str },
+    /// A cron instant of an observe-only flow was missed (see `observed_missed`).
+    ObservedMissed { flow: &'a str, scheduled_at_ms: i64, what: &'a str },
 }
 
 #[allow(unused_variables)]
@@ -44,8 +46,8 @@ pub trait EngineObserver: Send + Sync {
     /// Before a commit: an event to write to the store's alert inbox in that same
     /// commit (a transactional outbox: it cannot be lost to a crash after the
     /// commit). Called only on shared stores.
-    fn alert_event(&self, source: AlertSource<'_>) -> Option<String> {
-        None
+    fn alert_events(&self, source: AlertSource<'_>) -> Vec<String> {
+        Vec::new()
     }
     /// The engine took charge of an unfinished run (start, restart, promotion).
     fn run_resumed(&self, snap: &RunSnapshot) {}

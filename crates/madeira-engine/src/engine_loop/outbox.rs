@@ -1,5 +1,5 @@
 //! The transactional outbox of a shared store: before a commit, observers may add
-//! alert events to it (see `EngineObserver::alert_event`) for the runs it ends, the
+//! alert events to it (see `EngineObserver::alert_events`) for the runs it ends, the
 //! confirmations it finds overdue and the confirmations it closes, so a replica
 //! killed right after the commit cannot lose them.
 
@@ -14,9 +14,7 @@ impl Engine {
         let mut events = Vec::new();
         let mut report = |source: AlertSource<'_>| {
             for observer in &self.p.observers {
-                if let Some(event) = observer.alert_event(source) {
-                    events.push(event);
-                }
+                events.extend(observer.alert_events(source));
             }
         };
         for (run_id, action) in &work.actions {
