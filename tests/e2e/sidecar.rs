@@ -1,7 +1,8 @@
 //! Sidecar jobs as real processes: outputs flow downstream through the input file,
 //! the SPEC §4 environment is there, exit codes are classified, a job ignoring
 //! SIGTERM is killed after its grace with its grandchild, an attempt moves when its
-//! sidecar dies, and a sidecar's spool is delivered exactly once after an outage.
+//! sidecar dies, a sidecar's spool is delivered exactly once after an outage, and a
+//! lost sidecar raises a warning that its return resolves.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -298,4 +299,53 @@ async fn dev_and_sidecar_stop_on_sigterm_while_connected() {
     })
     .await;
     assert!(stopped.is_some_and(|s| s.success()), "{stopped:?}");
+}
+
+#[tokio::test]
+async fn a_lost_sidecar_raises_a_warning_that_its_return_resolves() {
+    let hits: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
+    let sink = hits.clone();
+    let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
+        let sink = sink.clone();
+        async move {
+            sink.lock().expect("hits").push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+            axum::Json(json!({"ok": true}))
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("server.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "sidecar_lost_after: 1s\nalerts:\n  group_wait: 1s\n  channels:\n    - {{name: hook, type: webhook, url: '{url}'}}\n"
+        ),
+    )
+    .expect("config");
+    let dev = Dev::start_with(&dir.path().join("data"), &["--config", config.to_str().expect("path")]);
+    let jobs = "jobs:\n  noop:\n    command: [\"/bin/true\"]\n";
+    let mut sidecar = SidecarProc::start(dir.path(), "s-lost", &dev.grpc, jobs);
+    wait_sidecars(&dev, "billing", 1).await;
+    let lost = |kind: &str| -> Vec<Value> {
+        let hits = hits.lock().expect("hits");
+        hits.iter()
+            .filter(|body| body["kind"] == kind)
+            .flat_map(|body| body["alerts"].as_array().cloned().unwrap_or_default())
+            .filter(|a| a["alertname"] == "MadeiraSidecarLost")
+            .collect()
+    };
+    assert!(lost("firing").is_empty(), "a live sidecar is not lost");
+
+    sidecar.kill9();
+    wait_for("the lost-sidecar warning", 20, || !lost("firing").is_empty()).await;
+    let warning = &lost("firing")[0];
+    assert_eq!((&warning["severity"], &warning["labels"]["sidecar"]), (&json!("warning"), &json!("s-lost")));
+    assert_eq!(warning["labels"]["group"], "billing");
+
+    let _back = SidecarProc::spawn(sidecar.config.clone());
+    wait_for("the warning resolved by the sidecar's return", 20, || !lost("resolved").is_empty()).await;
 }

@@ -89,9 +89,17 @@ pub(crate) struct Inner {
     /// Bumped on every change of who is live; executors waiting for a sidecar watch it.
     pub changed: watch::Sender<u64>,
     pub engine: OnceLock<EngineHandle>,
+    pub listener: OnceLock<Arc<dyn FleetListener>>,
     pub metrics: FleetMetrics,
     /// Fired when the server stops: every sidecar stream ends.
     pub shutdown: CancellationToken,
+}
+
+/// Told when a sidecar is lost (silent past `lost_after`) and when one attaches:
+/// alerting raises and resolves its warning from these.
+pub trait FleetListener: Send + Sync {
+    fn sidecar_lost(&self, _name: &str, _group: &str, _lost_after: Duration) {}
+    fn sidecar_attached(&self, _name: &str, _group: &str) {}
 }
 
 /// Cheap-to-clone handle on the fleet.
@@ -112,6 +120,7 @@ impl Fleet {
             state: Mutex::new(State::default()),
             changed: watch::Sender::new(0),
             engine: OnceLock::new(),
+            listener: OnceLock::new(),
             metrics,
             shutdown: CancellationToken::new(),
         };
@@ -121,6 +130,15 @@ impl Fleet {
     /// The engine to wake when sidecars come and to record exec reports with.
     pub fn attach_engine(&self, engine: EngineHandle) {
         let _ = self.inner.engine.set(engine);
+    }
+
+    /// Who to tell about sidecars lost and attached (set once).
+    pub fn set_listener(&self, listener: Arc<dyn FleetListener>) {
+        let _ = self.inner.listener.set(listener);
+    }
+
+    pub(crate) fn listener(&self) -> Option<&Arc<dyn FleetListener>> {
+        self.inner.listener.get()
     }
 
     /// The executor for `sidecar` nodes.
@@ -248,6 +266,9 @@ impl Fleet {
             }
             for (name, group) in &lost {
                 warn!(sidecar = %name, group = %group, lost_after = ?lost_after, "sidecar lost; its attempts move to another sidecar of the group");
+                if let Some(listener) = self.listener() {
+                    listener.sidecar_lost(name, group, lost_after);
+                }
             }
             if !lost.is_empty() {
                 for (_, group) in &lost {

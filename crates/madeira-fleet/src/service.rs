@@ -154,6 +154,9 @@ fn register(fleet: &Fleet, hello: Hello, tx: Outbound) -> u64 {
         sidecar = %hello.name, group = %hello.group, version = %hello.version,
         jobs = hello.jobs.len(), running = hello.running.len(), spooled = hello.spooled, "sidecar attached"
     );
+    if let Some(listener) = fleet.listener() {
+        listener.sidecar_attached(&hello.name, &hello.group);
+    }
     state.sidecars.insert(
         hello.name.clone(),
         Sidecar {

@@ -141,6 +141,7 @@ impl ControlPlane {
         let fleet = match (fleet, options.fleet) {
             (Some(fleet), Some(setup)) => {
                 fleet.attach_engine(handle.clone());
+                fleet.set_listener(Arc::new(crate::sidecars::SidecarAlerts(alerts.clone())));
                 let registry = telemetry.registry_mut();
                 Some(crate::sidecars::start(fleet, setup, registry, &cancel, &mut tasks).await?)
             }

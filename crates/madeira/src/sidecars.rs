@@ -132,3 +132,38 @@ pub fn load_jobs(path: &std::path::Path) -> Result<BTreeMap<String, JobSpec>> {
     let config = madeira_sidecar::SidecarConfig::load(path).map_err(bad)?;
     Ok(config.jobs(&file).map_err(bad)?)
 }
+
+/// Sidecars lost and back, as alerts (SPEC §7: a `warning` for a lost sidecar,
+/// resolved when it attaches again).
+pub struct SidecarAlerts(pub madeira_alert::AlertHandle);
+
+fn lost_key(name: &str) -> String {
+    format!("sidecar_lost|{name}")
+}
+
+impl madeira_fleet::FleetListener for SidecarAlerts {
+    fn sidecar_lost(&self, name: &str, group: &str, lost_after: Duration) {
+        let labels = BTreeMap::from([
+            ("group".to_string(), group.to_string()),
+            ("sidecar".to_string(), name.to_string()),
+        ]);
+        self.0.raise(madeira_alert::Raise {
+            key: lost_key(name),
+            alertname: "MadeiraSidecarLost".into(),
+            severity: madeira_alert::Severity::Warning,
+            flow: None,
+            node: None,
+            labels,
+            summary: format!("sidecar {name} of group {group} is lost: no heartbeat for {lost_after:?}"),
+            description: Some(
+                "its attempts move to another sidecar of the group; jobs of the group wait in INIT while none is live"
+                    .into(),
+            ),
+            run_id: None,
+        });
+    }
+
+    fn sidecar_attached(&self, name: &str, _group: &str) {
+        self.0.resolve(&lost_key(name));
+    }
+}
