@@ -4,59 +4,21 @@
 //! the next one.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
 use madeira_store::testing::PgTestDb;
 use serde_json::{Value, json};
 
 use crate::cluster::{config, replica};
+use crate::webhook::{Webhook, distinct};
 
-/// A webhook receiver keeping each posted body.
-async fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
-    let hits: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let app = Router::new()
-        .fallback(|State(hits): State<Arc<Mutex<Vec<Value>>>>, body: Bytes| async move {
-            hits.lock().expect("hits").push(serde_json::from_slice(&body).unwrap_or(Value::Null));
-            axum::Json(json!({"ok": true}))
-        })
-        .with_state(hits.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (format!("{base}/hook"), hits)
+/// The firing alerts `hook` got for `flow`.
+fn firing_for(hook: &Webhook, flow: &str) -> Vec<Value> {
+    hook.alerts("firing", |a| a["flow"] == flow)
 }
 
-/// Distinct alert ids among `alerts` (a delivery may be sent again; an alert is one).
-fn distinct(alerts: &[Value]) -> usize {
-    alerts.iter().filter_map(|a| a["id"].as_str()).collect::<BTreeSet<_>>().len()
-}
-
-/// The firing alerts the receiver got for `flow`.
-fn firing_for(hits: &Mutex<Vec<Value>>, flow: &str) -> Vec<Value> {
-    let hits = hits.lock().expect("hits");
-    hits.iter()
-        .filter(|body| body["kind"] == "firing")
-        .flat_map(|body| body["alerts"].as_array().cloned().unwrap_or_default())
-        .filter(|alert| alert["flow"] == flow)
-        .collect()
-}
-
-async fn wait_firing(hits: &Mutex<Vec<Value>>, flow: &str) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let firing = firing_for(hits, flow);
-        if !firing.is_empty() {
-            return firing;
-        }
-        assert!(Instant::now() < deadline, "no alert for {flow} within 30 s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+async fn wait_firing(hook: &Webhook, flow: &str) -> Vec<Value> {
+    hook.wait_alerts("firing", |a| a["flow"] == flow).await
 }
 
 fn failing(flow: &str) -> String {
@@ -66,12 +28,9 @@ fn failing(flow: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failures_on_two_replicas_make_one_alert_and_alerts_survive_kill_9() {
     let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
-    let (hook, hits) = receiver().await;
+    let hook = Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let alerts = format!(
-        "alerts:\n  group_wait: 2s\n  channels:\n    - {{name: hook, type: webhook, url: '{hook}'}}\n"
-    );
-    let config = config(dir.path(), &db.url, &alerts);
+    let config = config(dir.path(), &db.url, &hook.config("2s"));
     let mut r1 = replica(&config, "r1");
     let r2 = replica(&config, "r2");
     for flow in ["settle", "later", "after-kill"] {
@@ -85,7 +44,7 @@ async fn failures_on_two_replicas_make_one_alert_and_alerts_survive_kill_9() {
     for id in &runs {
         assert_eq!(r2.finished(id).await["status"], "FAILED");
     }
-    let first = wait_firing(&hits, "settle").await;
+    let first = wait_firing(&hook, "settle").await;
     assert_eq!(first[0]["count"], 4, "one alert counts the failures of both replicas: {first:?}");
     let counted: BTreeSet<_> =
         first[0]["runs"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
@@ -95,17 +54,17 @@ async fn failures_on_two_replicas_make_one_alert_and_alerts_survive_kill_9() {
     // `settle` from the other replica would have come before.
     let later = r2.trigger("later", json!({})).await;
     assert_eq!(r2.finished(&later).await["status"], "FAILED");
-    wait_firing(&hits, "later").await;
-    assert_eq!(distinct(&firing_for(&hits, "settle")), 1, "`settle` made more than one alert");
+    wait_firing(&hook, "later").await;
+    assert_eq!(distinct(&firing_for(&hook, "settle")), 1, "`settle` made more than one alert");
 
     // Whichever replica was aggregating, the survivor sends the next alert.
     r1.kill9();
     let orphan = r2.trigger("after-kill", json!({})).await;
     assert_eq!(r2.finished(&orphan).await["status"], "FAILED");
-    let after = wait_firing(&hits, "after-kill").await;
+    let after = wait_firing(&hook, "after-kill").await;
     assert_eq!(distinct(&after), 1);
     assert_eq!(after[0]["runs"], json!([orphan]));
-    assert_eq!(distinct(&firing_for(&hits, "settle")), 1, "the survivor made a second `settle` alert");
+    assert_eq!(distinct(&firing_for(&hook, "settle")), 1, "the survivor made a second `settle` alert");
     drop(r2);
     drop(db);
 }
@@ -123,32 +82,11 @@ fn alert_leader(db_url: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_delivery_pending_on_a_killed_alert_leader_is_sent_by_the_next() {
     let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
-    // A receiver that answers 503 until told otherwise, counting what it refused.
-    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let hits: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let app = Router::new().fallback({
-        let (refused, down, hits) = (refused.clone(), down.clone(), hits.clone());
-        move |body: Bytes| async move {
-            if down.load(std::sync::atomic::Ordering::SeqCst) {
-                refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                return (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!("down")));
-            }
-            hits.lock().expect("hits").push(serde_json::from_slice(&body).unwrap_or(Value::Null));
-            (axum::http::StatusCode::OK, axum::Json(json!({"ok": true})))
-        }
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let hook = format!("http://{}/hook", listener.local_addr().expect("addr"));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-
+    // The receiver answers 503 until told otherwise.
+    let hook = Webhook::start().await;
+    hook.set_down(true);
     let dir = tempfile::tempdir().expect("tempdir");
-    let alerts = format!(
-        "alerts:\n  group_wait: 1s\n  channels:\n    - {{name: hook, type: webhook, url: '{hook}'}}\n"
-    );
-    let config = config(dir.path(), &db.url, &alerts);
+    let config = config(dir.path(), &db.url, &hook.config("1s"));
     let mut replicas = vec![("r1", replica(&config, "r1")), ("r2", replica(&config, "r2"))];
     replicas[0].1.put_flow(&failing("ledger")).await;
 
@@ -162,18 +100,15 @@ async fn a_delivery_pending_on_a_killed_alert_leader_is_sent_by_the_next() {
     };
     let run = replicas[1].1.trigger("ledger", json!({})).await;
     assert_eq!(replicas[1].1.finished(&run).await["status"], "FAILED");
-    crate::sidecar::wait_for("the leader's first refused delivery", 20, || {
-        refused.load(std::sync::atomic::Ordering::SeqCst) >= 1
-    })
-    .await;
+    crate::sidecar::wait_for("the leader's first refused delivery", 20, || hook.refused() >= 1).await;
 
     // Kill the leader while its delivery waits for a retry; the receiver recovers.
     let index = replicas.iter().position(|(id, _)| *id == leader).expect("leader is a replica");
     let (_, mut dead) = replicas.remove(index);
     dead.kill9();
-    down.store(false, std::sync::atomic::Ordering::SeqCst);
+    hook.set_down(false);
     let (survivor, _) = replicas[0];
-    let delivered = wait_firing(&hits, "ledger").await;
+    let delivered = wait_firing(&hook, "ledger").await;
     assert_eq!(delivered[0]["runs"], json!([run]));
     assert_eq!(alert_leader(&db.url).as_deref(), Some(survivor), "the survivor leads now");
     drop(replicas);
@@ -183,12 +118,9 @@ async fn a_delivery_pending_on_a_killed_alert_leader_is_sent_by_the_next() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_overdue_confirmation_alerts_once_and_its_answer_on_another_replica_resolves_it() {
     let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
-    let (hook, hits) = receiver().await;
+    let hook = Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let alerts = format!(
-        "alerts:\n  group_wait: 1s\n  channels:\n    - {{name: hook, type: webhook, url: '{hook}'}}\n"
-    );
-    let config = config(dir.path(), &db.url, &alerts);
+    let config = config(dir.path(), &db.url, &hook.config("1s"));
     let (r1, r2) = (replica(&config, "r1"), replica(&config, "r2"));
     r1.put_flow(
         "flow: approve\nnodes:\n  sign_off:\n    manual:\n      prompt: 'sign the ledger'\n      alert_after: 1s\n",
@@ -196,12 +128,7 @@ async fn an_overdue_confirmation_alerts_once_and_its_answer_on_another_replica_r
     .await;
     let run_id = r1.trigger("approve", json!({})).await;
     let overdue = |kind: &str| {
-        let hits = hits.lock().expect("hits");
-        hits.iter()
-            .filter(|body| body["kind"] == kind)
-            .flat_map(|body| body["alerts"].as_array().cloned().unwrap_or_default())
-            .filter(|a| a["alertname"] == "MadeiraConfirmOverdue" && a["node"] == "sign_off")
-            .collect::<Vec<_>>()
+        hook.alerts(kind, |a| a["alertname"] == "MadeiraConfirmOverdue" && a["node"] == "sign_off")
     };
     crate::sidecar::wait_for("the overdue confirmation's alert", 30, || !overdue("firing").is_empty()).await;
     assert_eq!(overdue("firing")[0]["runs"], json!([run_id]));

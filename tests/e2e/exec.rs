@@ -109,51 +109,20 @@ async fn a_missed_cron_instant_of_an_observed_flow_is_audited() {
     }
 }
 
-/// A webhook receiver on 127.0.0.1:0 keeping each posted body.
-async fn hook() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
-    let hits: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
-    let sink = hits.clone();
-    let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
-        let sink = sink.clone();
-        async move {
-            sink.lock().expect("hits").push(serde_json::from_slice(&body).unwrap_or(Value::Null));
-            axum::Json(serde_json::json!({"ok": true}))
-        }
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, hits)
-}
-
 #[tokio::test]
 async fn missed_runs_raise_one_warning_that_the_next_successful_run_resolves() {
-    let (url, hits) = hook().await;
+    let hook = crate::webhook::Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("madeira.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "alerts:\n  group_wait: 1s\n  channels:\n    - {{name: hook, type: webhook, url: '{url}'}}\n"
-        ),
-    )
-    .expect("write config");
+    std::fs::write(&config, hook.config("1s")).expect("write config");
     let data = dir.path().join("data");
     let dev = Dev::start_with(&data, &["--config", config.to_str().expect("utf-8 path")]);
     dev.put_flow(
         "flow: watched\nobserve: true\ntriggers:\n  - cron: \"*/2 * * * * *\"\n    grace: 1s\nnodes:\n  watched: {run: {sidecar: {group: cron, job: watched}}}\n",
     )
     .await;
-    let missed = |kind: &str| -> Vec<Value> {
-        let hits = hits.lock().expect("hits");
-        hits.iter()
-            .filter(|body| body["kind"] == kind)
-            .flat_map(|body| body["alerts"].as_array().cloned().unwrap_or_default())
-            .filter(|a| a["alertname"] == "MadeiraMissedRun" && a["flow"] == "watched")
-            .collect()
-    };
+    let missed =
+        |kind: &str| hook.alerts(kind, |a| a["alertname"] == "MadeiraMissedRun" && a["flow"] == "watched");
     crate::sidecar::wait_for("a missed-run warning", 20, || !missed("firing").is_empty()).await;
     let warning = &missed("firing")[0];
     assert_eq!(warning["severity"], "warning");
@@ -171,7 +140,7 @@ async fn missed_runs_raise_one_warning_that_the_next_successful_run_resolves() {
     .await;
     // Misses go on every 2 s after that (nothing else runs the job): count the
     // warnings sent before the first `resolved`.
-    let hits = hits.lock().expect("hits");
+    let hits = hook.bodies();
     let resolved_at = hits.iter().position(|b| b["kind"] == "resolved").expect("a resolved message");
     let ids: std::collections::BTreeSet<&str> = hits[..resolved_at]
         .iter()

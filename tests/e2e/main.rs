@@ -24,3 +24,4 @@ mod sidecar;
 mod support;
 mod tls;
 mod triggers;
+mod webhook;

@@ -303,41 +303,15 @@ async fn dev_and_sidecar_stop_on_sigterm_while_connected() {
 
 #[tokio::test]
 async fn a_lost_sidecar_raises_a_warning_that_its_return_resolves() {
-    let hits: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
-    let sink = hits.clone();
-    let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
-        let sink = sink.clone();
-        async move {
-            sink.lock().expect("hits").push(serde_json::from_slice(&body).unwrap_or(Value::Null));
-            axum::Json(json!({"ok": true}))
-        }
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let hook = crate::webhook::Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("server.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "sidecar_lost_after: 1s\nalerts:\n  group_wait: 1s\n  channels:\n    - {{name: hook, type: webhook, url: '{url}'}}\n"
-        ),
-    )
-    .expect("config");
+    std::fs::write(&config, format!("sidecar_lost_after: 1s\n{}", hook.config("1s"))).expect("config");
     let dev = Dev::start_with(&dir.path().join("data"), &["--config", config.to_str().expect("path")]);
     let jobs = "jobs:\n  noop:\n    command: [\"/bin/true\"]\n";
     let mut sidecar = SidecarProc::start(dir.path(), "s-lost", &dev.grpc, jobs);
     wait_sidecars(&dev, "billing", 1).await;
-    let lost = |kind: &str| -> Vec<Value> {
-        let hits = hits.lock().expect("hits");
-        hits.iter()
-            .filter(|body| body["kind"] == kind)
-            .flat_map(|body| body["alerts"].as_array().cloned().unwrap_or_default())
-            .filter(|a| a["alertname"] == "MadeiraSidecarLost")
-            .collect()
-    };
+    let lost = |kind: &str| hook.alerts(kind, |a| a["alertname"] == "MadeiraSidecarLost");
     assert!(lost("firing").is_empty(), "a live sidecar is not lost");
 
     sidecar.kill9();

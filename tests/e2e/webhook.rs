@@ -1,0 +1,98 @@
+//! A local webhook receiver for alert tests: keeps every JSON body posted to it,
+//! can answer 503 while "down" (counting what it refused), and writes the
+//! `alerts:` config section that points a `webhook` channel at it.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+#[derive(Default)]
+struct Inner {
+    bodies: Mutex<Vec<Value>>,
+    down: AtomicBool,
+    refused: AtomicUsize,
+}
+
+pub struct Webhook {
+    pub url: String,
+    inner: Arc<Inner>,
+}
+
+impl Webhook {
+    pub async fn start() -> Webhook {
+        let inner = Arc::new(Inner::default());
+        let state = inner.clone();
+        let app = axum::Router::new().fallback(move |body: Bytes| {
+            let state = state.clone();
+            async move {
+                if state.down.load(Ordering::SeqCst) {
+                    state.refused.fetch_add(1, Ordering::SeqCst);
+                    return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!("down")));
+                }
+                let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                state.bodies.lock().expect("bodies").push(body);
+                (StatusCode::OK, axum::Json(json!({"ok": true})))
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Webhook { url, inner }
+    }
+
+    /// The server config's `alerts:` section: one webhook channel named `hook`.
+    pub fn config(&self, group_wait: &str) -> String {
+        format!(
+            "alerts:\n  group_wait: {group_wait}\n  channels:\n    - {{name: hook, type: webhook, url: '{}'}}\n",
+            self.url
+        )
+    }
+
+    /// While down, every post is answered 503 and only counted.
+    pub fn set_down(&self, down: bool) {
+        self.inner.down.store(down, Ordering::SeqCst);
+    }
+
+    pub fn refused(&self) -> usize {
+        self.inner.refused.load(Ordering::SeqCst)
+    }
+
+    /// Every body received, in order.
+    pub fn bodies(&self) -> Vec<Value> {
+        self.inner.bodies.lock().expect("bodies").clone()
+    }
+
+    /// The alerts carried by messages of `kind` (`firing`, `resolved`) that `pick` keeps.
+    pub fn alerts(&self, kind: &str, pick: impl Fn(&Value) -> bool) -> Vec<Value> {
+        self.bodies()
+            .iter()
+            .filter(|body| body["kind"] == kind)
+            .flat_map(|body| body["alerts"].as_array().cloned().unwrap_or_default())
+            .filter(|alert| pick(alert))
+            .collect()
+    }
+
+    /// Waits up to 30 s for at least one such alert and returns them all.
+    pub async fn wait_alerts(&self, kind: &str, pick: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let found = self.alerts(kind, &pick);
+            if !found.is_empty() {
+                return found;
+            }
+            assert!(Instant::now() < deadline, "no {kind} alert within 30 s: {:?}", self.bodies());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Distinct alert ids among `alerts` (a delivery may be sent again; an alert is one).
+pub fn distinct(alerts: &[Value]) -> usize {
+    alerts.iter().filter_map(|a| a["id"].as_str()).collect::<std::collections::BTreeSet<_>>().len()
+}
