@@ -12,6 +12,7 @@ mod crontab;
 mod exec;
 mod forwarding;
 mod governance;
+mod nodelay;
 mod observability;
 mod otlp;
 mod permits;
