@@ -10,6 +10,7 @@ mod cluster_alerts;
 mod cluster_sidecars;
 mod crontab;
 mod exec;
+mod faults;
 mod forwarding;
 mod governance;
 mod nodelay;

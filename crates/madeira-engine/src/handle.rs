@@ -29,6 +29,7 @@ pub struct EngineHandle {
     waiting: crate::gate::WaitingNodes,
     pub(crate) holder: Holder,
     pub(crate) wake: Wake,
+    health: Arc<crate::health::StoreHealth>,
 }
 
 /// What a handle shares with its engine.
@@ -44,6 +45,7 @@ pub(crate) struct Shared {
     pub waiting: crate::gate::WaitingNodes,
     pub holder: Holder,
     pub wake: Wake,
+    pub health: Arc<crate::health::StoreHealth>,
 }
 
 #[derive(Debug, Clone)]
@@ -101,9 +103,34 @@ pub struct ActionRequest {
 
 impl EngineHandle {
     pub(crate) fn new(shared: Shared) -> Self {
-        let Shared { tx, create, store, flows, events, stats, throttle_view, waiting, holder, wake } = shared;
+        let Shared { tx, create, store, flows, events, stats, throttle_view, waiting, holder, wake, health } =
+            shared;
         let (flow_changes, _) = broadcast::channel(4096);
-        Self { tx, create, store, flows, events, stats, flow_changes, throttle_view, waiting, holder, wake }
+        Self {
+            tx,
+            create,
+            store,
+            flows,
+            events,
+            stats,
+            flow_changes,
+            throttle_view,
+            waiting,
+            holder,
+            wake,
+            health,
+        }
+    }
+
+    /// `Err(the last error)` while the store cannot write (disk full, I/O error,
+    /// lost connection, deleted store file): `/readyz` answers 503 with it.
+    pub fn store_status(&self) -> Result<(), String> {
+        self.health.status()
+    }
+
+    /// Writes that failed because the store could not write, since start.
+    pub fn store_write_failures(&self) -> u64 {
+        self.health.failures()
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -130,6 +157,7 @@ impl EngineHandle {
 
     /// Validates and stores a flow (a new version only when its content changed).
     pub async fn apply_flow(&self, file: &str, source: &str) -> Result<ApplyOutcome, EngineError> {
+        madeira_core::text::check_text(file, source).map_err(EngineError::BadText)?;
         let outcome = self.flows.apply(self.store.as_ref(), file, source).await?;
         if outcome.created {
             let _ = self.flow_changes.send(outcome.flow.clone());
@@ -196,6 +224,9 @@ impl EngineHandle {
         payload: Json,
         actor: &str,
     ) -> Result<Vec<TriggerOutcome>, EngineError> {
+        madeira_core::text::check_text("type", kind).map_err(EngineError::BadText)?;
+        madeira_core::text::check_text("id", id).map_err(EngineError::BadText)?;
+        madeira_core::text::check_json("payload", &payload).map_err(EngineError::BadText)?;
         let mut outcomes = Vec::new();
         for def in self.event_flows(kind).await? {
             let request = TriggerRequest {
@@ -233,6 +264,10 @@ impl EngineHandle {
 
     /// Creates a run, or returns the one its idempotency key already made.
     pub async fn trigger(&self, req: TriggerRequest) -> Result<TriggerOutcome, EngineError> {
+        madeira_core::text::check_json("params", &req.params).map_err(EngineError::BadText)?;
+        if let Some(key) = &req.idempotency_key {
+            madeira_core::text::check_text("idempotency key", key).map_err(EngineError::BadText)?;
+        }
         let latest = self.flow(&req.flow, None).await?;
         if latest.observe {
             return Err(EngineError::ObserveOnly(req.flow));
@@ -317,6 +352,9 @@ impl EngineHandle {
     /// (or refused, naming the current state). A run another replica holds gets
     /// the action forwarded to that replica.
     pub async fn act(&self, req: ActionRequest) -> Result<(), EngineError> {
+        if let Some(reason) = &req.reason {
+            madeira_core::text::check_text("reason", reason).map_err(EngineError::BadText)?;
+        }
         match self.act_here(req.clone()).await {
             Err(EngineError::HeldElsewhere { owner, .. }) => self.forward(req, owner).await,
             other => other,

@@ -13,6 +13,7 @@ mod flows;
 mod forward;
 mod gate;
 mod handle;
+mod health;
 mod lease;
 mod missed;
 pub mod observed;
@@ -136,6 +137,9 @@ pub enum EngineError {
     Remote { code: String, message: String, state: Option<String> },
     #[error("the engine is shutting down")]
     ShuttingDown,
+    /// Text the store cannot keep (NUL), refused before anything is written.
+    #[error("{0}")]
+    BadText(String),
 }
 
 /// A state change, broadcast to live viewers (demo, `--wait`, tests).
@@ -165,6 +169,7 @@ pub fn build(
     let (events, _) = broadcast::channel(16_384);
     let flows = FlowCache::default();
     let stats = Arc::new(EngineStats::default());
+    let health = Arc::new(health::StoreHealth::new(observers.clone()));
     let throttle_view = ThrottleView::default();
     let waiting = WaitingNodes::default();
     let holder = lease::Holder { owner: options.replica_id.clone(), lease: options.lease };
@@ -180,6 +185,7 @@ pub fn build(
         waiting: waiting.clone(),
         holder,
         wake,
+        health: health.clone(),
     });
     let engine = Engine::new(engine_loop::Parts {
         handle: handle.clone(),
@@ -196,6 +202,7 @@ pub fn build(
         events,
         stats,
         waiting,
+        health,
     });
     (engine, handle)
 }
