@@ -27,10 +27,10 @@ pub fn link_sockets(pid: u32, port: u16) -> Vec<(u16, u16, bool)> {
                 continue;
             }
             let port_of = |addr: &str| addr.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
-            if let (Some(local), Some(remote), Ok(inode)) = (port_of(f[1]), port_of(f[2]), f[9].parse()) {
-                if local == port || remote == port {
-                    by_inode.insert(inode, (local, remote));
-                }
+            if let (Some(local), Some(remote), Ok(inode)) = (port_of(f[1]), port_of(f[2]), f[9].parse())
+                && (local == port || remote == port)
+            {
+                by_inode.insert(inode, (local, remote));
             }
         }
     }
