@@ -86,7 +86,7 @@ async fn sidecars(dev: &Dev) -> Value {
     dev.get("/sidecars").await.1
 }
 
-async fn wait_sidecars(dev: &Dev, group: &str, n: usize) {
+pub async fn wait_sidecars(dev: &Dev, group: &str, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let body = sidecars(dev).await;

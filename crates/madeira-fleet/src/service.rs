@@ -55,7 +55,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[tonic::async_trait]
 impl Link for LinkService {
-    type AttachStream = ReceiverStream<Result<ControlMessage, Status>>;
+    type AttachStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<ControlMessage, Status>> + Send>>;
 
     async fn attach(
         &self,
@@ -65,7 +65,10 @@ impl Link for LinkService {
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(1024);
         tokio::spawn(connection(self.fleet.clone(), group, inbound, tx));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        // Ends at shutdown even while attempts in flight still hold a sender.
+        let shutdown = self.fleet.inner.shutdown.clone().cancelled_owned();
+        let stream = futures::StreamExt::take_until(ReceiverStream::new(rx), shutdown);
+        Ok(Response::new(Box::pin(stream)))
     }
 }
 
@@ -183,6 +186,11 @@ fn touch(fleet: &Fleet, name: &str, conn: u64) {
 }
 
 async fn handle(fleet: &Fleet, name: &str, conn: u64, m: SidecarMessage, tx: &Outbound) {
+    let report = matches!(m.msg, Some(SidecarMsg::Result(_) | SidecarMsg::Refused(_) | SidecarMsg::Exec(_)));
+    if report && fleet.intake_closed() {
+        // Shutting down: left unacknowledged in the sidecar's spool for the next start.
+        return;
+    }
     match m.msg {
         Some(SidecarMsg::Heartbeat(beat)) => {
             if let Some(s) = fleet.state().sidecars.get_mut(name).filter(|s| s.conn == conn) {

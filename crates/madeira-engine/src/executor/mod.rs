@@ -83,6 +83,12 @@ impl Executors {
         Self { http: HttpExecutor::new(http), sidecar: None }
     }
 
+    /// True when an attempt of `def` runs inside this process (http, builtin), false
+    /// for one a sidecar runs (it outlives a control-plane shutdown).
+    pub fn in_process(&self, def: &ExecutorDef) -> bool {
+        !matches!((def, &self.sidecar), (ExecutorDef::Sidecar(_), Some(_)))
+    }
+
     /// Why a node running `def` must wait in INIT before it is dispatched.
     pub fn waiting_reason(&self, def: &ExecutorDef) -> Option<String> {
         match (def, &self.sidecar) {
