@@ -97,3 +97,26 @@ async fn sigterm_to_the_control_plane_fails_no_sidecar_job_and_raises_no_alert()
     .await;
     sidecar.signal(libc::SIGTERM);
 }
+
+#[tokio::test]
+async fn an_in_process_attempt_finishes_within_shutdown_grace_and_is_not_run_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let mut dev = Dev::start_with(&data, &[]);
+    dev.put_flow("flow: drain\nnodes:\n  s: {run: {builtin: sleep, for: 2s}}\n  after: {needs: [s], run: {builtin: noop}}\n").await;
+    let run_id = dev.trigger("drain", json!({})).await;
+    dev.wait_run(&run_id, 10, |r| status_of(r, "s") == "RUNNING").await;
+    sigterm(&dev.child);
+    let mut exited = None;
+    wait_for("madeira dev to exit", 15, || {
+        exited = dev.child.try_wait().ok().flatten();
+        exited.is_some()
+    })
+    .await;
+    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+    let dev = Dev::start_with(&data, &[]);
+    let run = dev.finished(&run_id).await;
+    assert_eq!(run["status"], "SUCCESS", "{run}");
+    assert_eq!(run["nodes"]["s"]["attempts"], 1, "the sleep finished during the drain, not again: {run}");
+    assert_eq!(run["nodes"]["s"]["attempt_history"][0]["outcome"], "SUCCESS", "{run}");
+}

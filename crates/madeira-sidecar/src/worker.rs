@@ -52,6 +52,7 @@ pub(crate) struct Shared {
     pub tasks: TaskTracker,
     pub work_root: PathBuf,
     pub hide_env: Vec<String>,
+    pub exec: crate::access::ExecAccess,
 }
 
 impl Shared {
@@ -62,6 +63,7 @@ impl Shared {
         metrics: SidecarMetrics,
         work_root: PathBuf,
         hide_env: Vec<String>,
+        exec: crate::access::ExecAccess,
     ) -> Self {
         let limits = jobs
             .iter()
@@ -80,6 +82,7 @@ impl Shared {
             tasks: TaskTracker::new(),
             work_root,
             hide_env,
+            exec,
         }
     }
 
