@@ -10,6 +10,7 @@ mod cluster_alerts;
 mod cluster_sidecars;
 mod crontab;
 mod exec;
+mod fleet_identity;
 mod fleet_security;
 mod fleet_shutdown;
 mod forwarding;

@@ -41,11 +41,21 @@ pub(crate) struct Sidecar {
     pub reported_running: u32,
     /// Assignments the hello said are still running here.
     pub hello_running: HashSet<String>,
+    /// The sidecar process (random per process; empty from older sidecars).
+    pub instance: String,
+    pub peer: Option<std::net::SocketAddr>,
+    pub attached_at: Instant,
 }
 
 impl Sidecar {
     pub fn live(&self) -> bool {
         self.ready && self.tx.is_some()
+    }
+
+    /// Connected and heard from within three heartbeats: its name is taken. A
+    /// silent one (a frozen host, a half-open connection) gives the name up.
+    pub fn holds_name(&self, heartbeat: Duration) -> bool {
+        self.tx.is_some() && self.last_seen.elapsed() < (heartbeat * 3).max(Duration::from_secs(1))
     }
 
     pub fn declares(&self, job: &str) -> bool {

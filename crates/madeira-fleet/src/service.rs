@@ -1,5 +1,6 @@
 //! The gRPC `Link` service: authenticates a sidecar by its group's token, takes
-//! its hello, then handles heartbeats, results, refusals and exec reports on the
+//! its hello (refusing a second process with the name of a live sidecar, naming
+//! the holder), then handles heartbeats, results, refusals and exec reports on the
 //! stream until it ends. Every report is acknowledged once taken; a report id seen
 //! before is acknowledged again and otherwise ignored.
 
@@ -62,9 +63,10 @@ impl Link for LinkService {
         request: Request<Streaming<SidecarMessage>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
         let group = self.authenticate(&request)?;
+        let peer = request.remote_addr();
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(1024);
-        tokio::spawn(connection(self.fleet.clone(), group, inbound, tx));
+        tokio::spawn(connection(self.fleet.clone(), group, peer, inbound, tx));
         // Ends at shutdown even while attempts in flight still hold a sender.
         let shutdown = self.fleet.inner.shutdown.clone().cancelled_owned();
         let stream = futures::StreamExt::take_until(ReceiverStream::new(rx), shutdown);
@@ -79,6 +81,7 @@ fn msg(m: ControlMsg) -> Result<ControlMessage, Status> {
 async fn connection(
     fleet: Fleet,
     group: Option<String>,
+    peer: Option<std::net::SocketAddr>,
     mut inbound: Streaming<SidecarMessage>,
     tx: Outbound,
 ) {
@@ -99,7 +102,14 @@ async fn connection(
         return;
     }
     let name = hello.name.clone();
-    let conn = register(&fleet, hello, tx.clone());
+    let conn = match register(&fleet, hello, peer, tx.clone()) {
+        Ok(conn) => conn,
+        Err(reason) => {
+            warn!(sidecar = %name, peer = ?peer, "{reason}");
+            let _ = tx.send(msg(ControlMsg::Reject(Reject { reason }))).await;
+            return;
+        }
+    };
     let welcome = Welcome {
         heartbeat_ms: u64::try_from(fleet.inner.options.heartbeat.as_millis()).unwrap_or(5000),
         lost_after_ms: u64::try_from(fleet.inner.options.lost_after.as_millis()).unwrap_or(30_000),
@@ -137,9 +147,28 @@ async fn connection(
     fleet.notify();
 }
 
-/// Registers (or re-registers) the sidecar; returns its connection number.
-fn register(fleet: &Fleet, hello: Hello, tx: Outbound) -> u64 {
+/// Registers (or re-registers) the sidecar; returns its connection number. A name
+/// held by another live process is refused: the reason names the holder.
+fn register(
+    fleet: &Fleet,
+    hello: Hello,
+    peer: Option<std::net::SocketAddr>,
+    tx: Outbound,
+) -> Result<u64, String> {
     let mut state = fleet.state();
+    if let Some(holder) = state.sidecars.get(&hello.name)
+        && holder.instance != hello.instance
+        && holder.holds_name(fleet.inner.options.heartbeat)
+    {
+        return Err(format!(
+            "sidecar name `{}` is held by a live sidecar (group {}, {}, attached {}s ago, last heard {:.1}s ago);              names are unique: give this sidecar another `name:` or stop the other one",
+            hello.name,
+            holder.group,
+            holder.peer.map_or_else(|| "address unknown".to_string(), |a| format!("from {a}")),
+            holder.attached_at.elapsed().as_secs(),
+            holder.last_seen.elapsed().as_secs_f64(),
+        ));
+    }
     state.next_conn += 1;
     let conn = state.next_conn;
     let hello_running: HashSet<String> = hello.running.iter().map(|r| r.assignment_id.clone()).collect();
@@ -173,9 +202,12 @@ fn register(fleet: &Fleet, hello: Hello, tx: Outbound) -> u64 {
             last_seen_at: SystemTime::now(),
             reported_running: u32::try_from(hello.running.len()).unwrap_or(u32::MAX),
             hello_running,
+            instance: hello.instance,
+            peer,
+            attached_at: Instant::now(),
         },
     );
-    conn
+    Ok(conn)
 }
 
 fn touch(fleet: &Fleet, name: &str, conn: u64) {

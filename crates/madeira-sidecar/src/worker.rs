@@ -40,6 +40,8 @@ struct Running {
 
 pub(crate) struct Shared {
     pub identity: Identity,
+    /// Random per process: tells the control plane a reconnect from a twin.
+    pub instance: String,
     pub jobs: BTreeMap<String, JobSpec>,
     limits: HashMap<String, Arc<Semaphore>>,
     running: Mutex<HashMap<String, Running>>,
@@ -72,6 +74,7 @@ impl Shared {
             .collect();
         Self {
             identity,
+            instance: uuid::Uuid::now_v7().to_string(),
             jobs,
             limits,
             running: Mutex::new(HashMap::new()),
