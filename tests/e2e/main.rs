@@ -11,6 +11,7 @@ mod cluster_sidecars;
 mod crontab;
 mod exec;
 mod fleet_identity;
+mod fleet_routing;
 mod fleet_security;
 mod fleet_shutdown;
 mod forwarding;

@@ -210,6 +210,8 @@ pub enum SidecarRoute {
     #[default]
     RoundRobin,
     LeastBusy,
+    /// Uniformly at random among the live sidecars.
+    Random,
     /// Consistent hashing on the value of a CEL expression (`hash_key`).
     Hash(crate::keyexpr::KeyExpr),
 }

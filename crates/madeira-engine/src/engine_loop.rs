@@ -714,7 +714,8 @@ impl Engine {
             no_retry_exit_codes: def.retry.no_retry_exit_codes.clone(),
             input,
             timeout: def.timeout,
-            traceparent: context.filter(|_| self.p.options.tracing).map(|c| c.traceparent()),
+            // The run's trace exists whether or not it is exported (SPEC §4).
+            traceparent: context.map(|c| c.traceparent()),
         };
         let span = context.map_or_else(tracing::Span::none, |c| trace::attempt_log_span(&job, &c));
         let token = CancellationToken::new();

@@ -74,8 +74,8 @@ pub struct EngineOptions {
     /// and a run whose node waits for a sidecar group this replica has no sidecar
     /// of is handed to a replica that has one.
     pub shared_store: bool,
-    /// Hand every attempt its W3C `traceparent` (`Job::traceparent`) and report
-    /// run and attempt spans to observers (`EngineObserver::span_ended`).
+    /// Report run and attempt spans to observers (`EngineObserver::span_ended`).
+    /// Every attempt gets its W3C `traceparent` (`Job::traceparent`) either way.
     pub tracing: bool,
 }
 

@@ -120,6 +120,12 @@ impl Executor for SidecarExecutor {
     }
 }
 
+/// The idempotency key a shard's job sees: the node's, plus `:s<index>` when the
+/// node is sharded (SPEC §4), so each shard can recognise its own repeat.
+pub fn shard_key(key: &str, shard: u32, total: u32) -> String {
+    if total > 1 { format!("{key}:s{shard}") } else { key.to_string() }
+}
+
 /// Runs one shard to its end, moving it when its sidecar is lost or refuses.
 async fn run_shard(
     fleet: &Fleet,
@@ -129,7 +135,7 @@ async fn run_shard(
     total: u32,
     cancel: CancellationToken,
 ) -> ShardEnd {
-    let key = (job.idempotency_key.clone(), shard);
+    let key = (shard_key(&job.idempotency_key, shard, total), shard);
     if let Some((result, _)) = fleet.state().inbox.remove(&key) {
         info!(run_id = %job.run_id, node = %job.node, shard, "using the result a sidecar delivered after a restart");
         return ShardEnd::Done(Box::new(result));
@@ -214,7 +220,7 @@ fn place(
     events: mpsc::UnboundedSender<Event>,
 ) -> Option<(String, String, Option<Outbound>)> {
     let mut state = fleet.state();
-    let key = (job.idempotency_key.clone(), shard);
+    let key = (shard_key(&job.idempotency_key, shard, total), shard);
     if let Some(orphan) = state.orphans.remove(&key)
         && state.sidecars.contains_key(&orphan.sidecar)
     {
@@ -244,7 +250,7 @@ fn place(
         _ => String::new(),
     };
     let counter = state.round_robin.entry((def.group.clone(), def.job.clone())).or_insert(0);
-    let chosen = pick(&def.route, &candidates, counter, &route_key)?;
+    let chosen = pick(&def.route, &candidates, counter, &route_key, rand::random::<f64>())?;
     let name = candidates[chosen].name.clone();
     let tx = state.sidecars.get(&name).and_then(|s| s.tx.clone())?;
     let assignment_id = uuid::Uuid::now_v7().to_string();
@@ -255,7 +261,7 @@ fn place(
         flow: job.flow.clone(),
         node: job.node.clone(),
         attempt: job.attempt,
-        idempotency_key: job.idempotency_key.clone(),
+        idempotency_key: key.0.clone(),
         input_json: job.input.to_string(),
         timeout_ms: u64::try_from(job.timeout.as_millis()).unwrap_or(u64::MAX),
         traceparent: job.traceparent.clone().unwrap_or_default(),

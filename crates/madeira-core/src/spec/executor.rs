@@ -170,9 +170,9 @@ fn sidecar(report: &mut Report, at: At<'_>, raw: &RawSidecar) -> Option<SidecarD
     Some(SidecarDef { group: group?, job: job?, shards: shards?, route: route? })
 }
 
-const ROUTES: &[&str] = &["round_robin", "least_busy"];
+const ROUTES: &[&str] = &["round_robin", "least_busy", "random"];
 
-/// `route: round_robin | least_busy`, or `hash_key: CEL` for consistent hashing.
+/// `route: round_robin | least_busy | random`, or `hash_key: CEL` for consistent hashing.
 fn route(report: &mut Report, at: At<'_>, raw: &RawSidecar) -> Option<SidecarRoute> {
     match (&raw.route, &raw.hash_key) {
         (Some(r), Some(_)) => {
@@ -189,6 +189,7 @@ fn route(report: &mut Report, at: At<'_>, raw: &RawSidecar) -> Option<SidecarRou
         (Some(r), None) => match r.value.as_str() {
             "round_robin" => Some(SidecarRoute::RoundRobin),
             "least_busy" => Some(SidecarRoute::LeastBusy),
+            "random" => Some(SidecarRoute::Random),
             other => {
                 let hint = did_you_mean(other, ROUTES.iter().copied());
                 report.push(

@@ -32,7 +32,7 @@ pub struct Job {
     pub input: Json,
     pub timeout: Duration,
     /// W3C `traceparent` of the attempt's span, handed to the job (env `TRACEPARENT`,
-    /// or the `traceparent` header for http); `None` when tracing is off.
+    /// or the `traceparent` header for http), exported or not.
     pub traceparent: Option<String>,
 }
 
