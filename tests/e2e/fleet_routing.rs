@@ -60,3 +60,23 @@ async fn route_random_spreads_attempts_over_the_group() {
     // All 24 on one sidecar has probability 2^-23.
     assert_eq!(seen.keys().map(String::as_str).collect::<Vec<_>>(), ["a", "b"], "{seen:?}");
 }
+
+#[tokio::test]
+async fn shards_all_runs_once_on_every_live_sidecar() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (dev, _a, _b) = two_sidecars(dir.path()).await;
+    dev.put_flow(
+        "flow: everywhere\nnodes:\n  n: {run: {sidecar: {group: billing, job: who, shards: all}}}\n",
+    )
+    .await;
+    let run_id = dev.trigger("everywhere", json!({})).await;
+    let run = dev.finished(&run_id).await;
+    assert_eq!(run["status"], "SUCCESS", "{run}");
+    let outputs = shards(&run, "n");
+    let who: Vec<&str> = outputs.iter().filter_map(|s| s["who"].as_str()).collect();
+    assert_eq!(who, ["a", "b"], "one attempt per live sidecar, in name order: {run}");
+    for (i, shard) in outputs.iter().enumerate() {
+        assert_eq!(shard["key"], format!("{run_id}:n:v1:s{i}"), "{run}");
+        assert_eq!((shard["index"].as_str(), shard["total"].as_str()), (Some(&*i.to_string()), Some("2")));
+    }
+}
