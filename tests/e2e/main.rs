@@ -10,6 +10,7 @@ mod cluster_alerts;
 mod cluster_sidecars;
 mod crontab;
 mod exec;
+mod fleet_fencing;
 mod fleet_identity;
 mod fleet_routing;
 mod fleet_security;

@@ -275,6 +275,9 @@ fn place(
         && state.sidecars.contains_key(&orphan.sidecar)
     {
         info!(run_id = %job.run_id, node = %job.node, sidecar = %orphan.sidecar, "adopting the attempt the sidecar still runs");
+        if orphan.epoch > 0 {
+            state.epochs.insert(key.clone(), (orphan.epoch, std::time::Instant::now()));
+        }
         let tx = state.sidecars.get(&orphan.sidecar).and_then(|s| s.tx.clone());
         state
             .pending
@@ -308,7 +311,9 @@ fn place(
     let name = candidates[chosen].name.clone();
     let tx = state.sidecars.get(&name).and_then(|s| s.tx.clone())?;
     let assignment_id = uuid::Uuid::now_v7().to_string();
+    let epoch = state.place_epoch(&key);
     let assignment = Assignment {
+        epoch,
         assignment_id: assignment_id.clone(),
         job: def.job.clone(),
         run_id: job.run_id.clone(),

@@ -9,6 +9,7 @@
 //! `attach_engine` lets it wake nodes waiting for a sidecar and record exec reports.
 
 mod executor;
+mod fencing;
 mod metrics;
 mod presence;
 mod registry;
@@ -271,6 +272,7 @@ impl Fleet {
                     }
                 }
                 state.inbox.retain(|_, (_, at)| at.elapsed() < registry::INBOX_TTL);
+                state.epochs.retain(|_, (_, at)| at.elapsed() < registry::INBOX_TTL);
                 lost
             };
             for (tx, assignment_id) in cancels {

@@ -1,8 +1,9 @@
 //! The fleet's state: connected sidecars (declared jobs, heartbeats, readiness),
 //! assignments in flight and who waits for them, results that arrived with nobody
 //! waiting (the inbox: spooled results after a control-plane restart), attempts a
-//! reconnecting sidecar still runs (orphans, adopted by a matching dispatch), and
-//! the report ids already taken (so a redelivered report changes nothing).
+//! reconnecting sidecar still runs (orphans, adopted by a matching dispatch), the
+//! report ids already taken (so a redelivered report changes nothing), and for
+//! fencing each attempt's latest epoch and the assignments moved off lost sidecars.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
@@ -45,6 +46,8 @@ pub(crate) struct Sidecar {
     pub instance: String,
     pub peer: Option<std::net::SocketAddr>,
     pub attached_at: Instant,
+    /// Results of moved attempts it delivered, refused (fencing).
+    pub stale_refused: u64,
 }
 
 impl Sidecar {
@@ -72,6 +75,7 @@ pub(crate) struct Orphan {
     pub sidecar: String,
     pub assignment_id: String,
     pub since: Instant,
+    pub epoch: u64,
 }
 
 /// One sidecar as `GET /api/v1/sidecars` shows it.
@@ -86,6 +90,8 @@ pub struct SidecarInfo {
     pub last_heartbeat_age_seconds: f64,
     pub connected: bool,
     pub ready: bool,
+    /// Results of attempts moved away from it that it delivered anyway: refused.
+    pub stale_results_refused: u64,
 }
 
 #[derive(Default)]
@@ -98,6 +104,11 @@ pub(crate) struct State {
     seen_order: VecDeque<String>,
     pub round_robin: HashMap<(String, String), u64>,
     pub next_conn: u64,
+    /// (idempotency key, shard) → the epoch of its latest placement.
+    pub epochs: HashMap<(String, u32), (u64, Instant)>,
+    last_epoch: u64,
+    /// Sidecar → assignments moved off it while it was lost: killed when it returns.
+    pub moved: HashMap<String, HashSet<String>>,
 }
 
 impl State {
@@ -115,6 +126,20 @@ impl State {
         true
     }
 
+    /// A new epoch for a placement of `key`: larger than any before, also across
+    /// control-plane restarts (it starts from the wall clock in milliseconds).
+    pub fn place_epoch(&mut self, key: &(String, u32)) -> u64 {
+        let now = SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        self.last_epoch = (self.last_epoch + 1).max(now);
+        self.epochs.insert(key.clone(), (self.last_epoch, Instant::now()));
+        self.last_epoch
+    }
+
+    /// True when a newer placement of `key` than `epoch` exists (a fenced result).
+    pub fn is_stale(&self, key: &(String, u32), epoch: u64) -> bool {
+        epoch != 0 && self.epochs.get(key).is_some_and(|(current, _)| epoch < *current)
+    }
+
     /// Assignments in flight on `sidecar`.
     pub fn busy(&self, sidecar: &str) -> u32 {
         u32::try_from(self.pending.values().filter(|p| p.sidecar == sidecar).count()).unwrap_or(u32::MAX)
@@ -128,6 +153,7 @@ impl State {
             if let Some(p) = self.pending.remove(&id) {
                 let _ = p.events.send(Event::Lost { sidecar: sidecar.to_string() });
             }
+            self.moved.entry(sidecar.to_string()).or_default().insert(id);
         }
         self.orphans.retain(|_, o| o.sidecar != sidecar);
     }
@@ -145,6 +171,7 @@ impl State {
                 last_heartbeat_age_seconds: s.last_seen.elapsed().as_secs_f64(),
                 connected: s.tx.is_some(),
                 ready: s.ready,
+                stale_results_refused: s.stale_refused,
             })
             .collect();
         out.sort_by(|a, b| (&a.group, &a.name).cmp(&(&b.group, &b.name)));

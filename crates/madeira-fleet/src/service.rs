@@ -102,8 +102,9 @@ async fn connection(
         return;
     }
     let name = hello.name.clone();
-    let conn = match register(&fleet, hello, peer, tx.clone()) {
-        Ok(conn) => conn,
+    let again = Hello { running: Vec::new(), ..hello.clone() };
+    let (conn, stale) = match register(&fleet, hello, peer, tx.clone()) {
+        Ok(registered) => registered,
         Err(reason) => {
             warn!(sidecar = %name, peer = ?peer, "{reason}");
             let _ = tx.send(msg(ControlMsg::Reject(Reject { reason }))).await;
@@ -117,6 +118,7 @@ async fn connection(
     if tx.send(msg(ControlMsg::Welcome(welcome))).await.is_err() {
         return;
     }
+    crate::fencing::kill_stale(&name, stale, &tx).await;
     fleet.notify();
     let shutdown = fleet.inner.shutdown.clone();
     loop {
@@ -126,7 +128,16 @@ async fn connection(
         };
         match next {
             Ok(Some(m)) => {
-                touch(&fleet, &name, conn);
+                match crate::fencing::touch(&fleet, &name, conn) {
+                    crate::fencing::Presence::Known => {}
+                    crate::fencing::Presence::Forgotten => {
+                        crate::fencing::reattach(&fleet, &again, peer, conn, &tx).await;
+                    }
+                    crate::fencing::Presence::Replaced => {
+                        info!(sidecar = %name, "another connection holds this name now; closing this one");
+                        break;
+                    }
+                }
                 handle(&fleet, &name, conn, m, &tx).await;
             }
             Ok(None) => break,
@@ -147,14 +158,15 @@ async fn connection(
     fleet.notify();
 }
 
-/// Registers (or re-registers) the sidecar; returns its connection number. A name
-/// held by another live process is refused: the reason names the holder.
-fn register(
+/// Registers (or re-registers) the sidecar; returns its connection number and the
+/// stale assignments it must kill (moved off it while it was lost). A name held by
+/// another live process is refused: the reason names the holder.
+pub(crate) fn register(
     fleet: &Fleet,
     hello: Hello,
     peer: Option<std::net::SocketAddr>,
     tx: Outbound,
-) -> Result<u64, String> {
+) -> Result<(u64, Vec<String>), String> {
     let mut state = fleet.state();
     if let Some(holder) = state.sidecars.get(&hello.name)
         && holder.instance != hello.instance
@@ -178,6 +190,7 @@ fn register(
                 sidecar: hello.name.clone(),
                 assignment_id: r.assignment_id.clone(),
                 since: Instant::now(),
+                epoch: r.epoch,
             };
             state.orphans.insert((r.idempotency_key.clone(), r.shard_index), orphan);
         }
@@ -205,16 +218,18 @@ fn register(
             instance: hello.instance,
             peer,
             attached_at: Instant::now(),
+            stale_refused: 0,
         },
     );
-    Ok(conn)
-}
-
-fn touch(fleet: &Fleet, name: &str, conn: u64) {
-    if let Some(s) = fleet.state().sidecars.get_mut(name).filter(|s| s.conn == conn) {
-        s.last_seen = Instant::now();
-        s.last_seen_at = SystemTime::now();
-    }
+    let mut stale: Vec<String> = state.moved.remove(&hello.name).unwrap_or_default().into_iter().collect();
+    stale.extend(
+        hello
+            .running
+            .iter()
+            .filter(|r| state.is_stale(&(r.idempotency_key.clone(), r.shard_index), r.epoch))
+            .map(|r| r.assignment_id.clone()),
+    );
+    Ok((conn, stale))
 }
 
 async fn handle(fleet: &Fleet, name: &str, conn: u64, m: SidecarMessage, tx: &Outbound) {
@@ -283,6 +298,24 @@ fn take_result(fleet: &Fleet, name: &str, result: AttemptResult) {
         return;
     }
     let key = (result.idempotency_key.clone(), result.shard_index);
+    if let Some(moved) = state.moved.get_mut(name) {
+        moved.remove(&result.assignment_id);
+    }
+    if state.is_stale(&key, result.epoch) {
+        let group = match state.sidecars.get_mut(name) {
+            Some(s) => {
+                s.stale_refused += 1;
+                s.group.clone()
+            }
+            None => String::new(),
+        };
+        fleet.inner.metrics.fenced(&group);
+        warn!(
+            sidecar = %name, run_id = %result.run_id, node = %result.node, assignment = %result.assignment_id,
+            epoch = result.epoch, "result of an attempt that moved to another sidecar refused (fenced); not applied"
+        );
+        return;
+    }
     if state.orphans.get(&key).is_some_and(|o| o.assignment_id == result.assignment_id) {
         state.orphans.remove(&key);
     }

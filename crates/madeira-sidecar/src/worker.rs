@@ -36,6 +36,7 @@ struct Running {
     job: String,
     idempotency_key: String,
     shard_index: u32,
+    epoch: u64,
 }
 
 pub(crate) struct Shared {
@@ -105,6 +106,7 @@ impl Shared {
                 job: r.job.clone(),
                 idempotency_key: r.idempotency_key.clone(),
                 shard_index: r.shard_index,
+                epoch: r.epoch,
             })
             .collect()
     }
@@ -199,6 +201,7 @@ impl Shared {
                     job: a.job.clone(),
                     idempotency_key: a.idempotency_key.clone(),
                     shard_index: a.shard_index,
+                    epoch: a.epoch,
                 },
             );
         }
@@ -270,6 +273,7 @@ impl Shared {
             log_tail: outcome.log_tail,
             duration_ms: u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
             job: a.job,
+            epoch: a.epoch,
         };
         self.report(&id, SidecarMessage { msg: Some(SidecarMsg::Result(result)) }).await;
         self.running().remove(&a.assignment_id);
