@@ -341,6 +341,9 @@ impl Engine {
             Envelope::AttemptDone { run_id, node, attempt, result } => {
                 self.running.remove(&(run_id.clone(), node));
                 self.publish_in_process();
+                if let Some(name) = self.node_name(&run_id, node) {
+                    self.p.handle.live_logs().finish(&(run_id.clone(), name, attempt));
+                }
                 if let Err(e) = self.ensure_loaded(&run_id, false).await {
                     warn!(run_id = %run_id, error = %e, "result for a run this replica does not hold dropped");
                     return;

@@ -29,6 +29,7 @@ pub struct EngineHandle {
     waiting: crate::gate::WaitingNodes,
     pub(crate) holder: Holder,
     pub(crate) wake: Wake,
+    live_logs: crate::LiveLogs,
 }
 
 /// What a handle shares with its engine.
@@ -44,6 +45,7 @@ pub(crate) struct Shared {
     pub waiting: crate::gate::WaitingNodes,
     pub holder: Holder,
     pub wake: Wake,
+    pub live_logs: crate::LiveLogs,
 }
 
 #[derive(Debug, Clone)]
@@ -101,9 +103,65 @@ pub struct ActionRequest {
 
 impl EngineHandle {
     pub(crate) fn new(shared: Shared) -> Self {
-        let Shared { tx, create, store, flows, events, stats, throttle_view, waiting, holder, wake } = shared;
+        let Shared {
+            tx,
+            create,
+            store,
+            flows,
+            events,
+            stats,
+            throttle_view,
+            waiting,
+            holder,
+            wake,
+            live_logs,
+        } = shared;
         let (flow_changes, _) = broadcast::channel(4096);
-        Self { tx, create, store, flows, events, stats, flow_changes, throttle_view, waiting, holder, wake }
+        Self {
+            tx,
+            create,
+            store,
+            flows,
+            events,
+            stats,
+            flow_changes,
+            throttle_view,
+            waiting,
+            holder,
+            wake,
+            live_logs,
+        }
+    }
+
+    /// Live output of attempts (the sidecar link appends to it as jobs print).
+    pub fn live_logs(&self) -> &crate::LiveLogs {
+        &self.live_logs
+    }
+
+    /// The output of `node`'s attempt `attempt` (default: its latest with live
+    /// output) in `run_id` from byte `offset` on; `None` when none was seen (ended
+    /// attempts' tails are in the store: `Store::logs`). Resume with `next_offset`.
+    pub fn attempt_log(
+        &self,
+        run_id: &str,
+        node: &str,
+        attempt: Option<u32>,
+        offset: u64,
+    ) -> Option<crate::LogSlice> {
+        let attempt = attempt.or_else(|| self.live_logs.latest_attempt(run_id, node))?;
+        self.live_logs.read(&(run_id.to_string(), node.to_string(), attempt), offset)
+    }
+
+    /// A receiver woken when that attempt's output grows or it ends (its value is
+    /// the end offset); `None` when none was seen. For `logs -f` and the console's SSE.
+    pub fn follow_log(
+        &self,
+        run_id: &str,
+        node: &str,
+        attempt: Option<u32>,
+    ) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let attempt = attempt.or_else(|| self.live_logs.latest_attempt(run_id, node))?;
+        self.live_logs.subscribe(&(run_id.to_string(), node.to_string(), attempt))
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {

@@ -14,6 +14,7 @@ mod forward;
 mod gate;
 mod handle;
 mod lease;
+pub mod livelog;
 mod missed;
 pub mod observed;
 mod observer;
@@ -39,6 +40,7 @@ pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};
 pub use flows::{ApplyOutcome, FlowCache};
 pub use gate::WaitingNodes;
 pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, TriggerRequest};
+pub use livelog::{LiveLogs, LogSlice};
 pub use observed::ObservedReport;
 pub use observer::{AlertSource, AttemptOutcome, EngineObserver};
 pub use scheduler::Scheduler;
@@ -77,6 +79,8 @@ pub struct EngineOptions {
     /// Report run and attempt spans to observers (`EngineObserver::span_ended`).
     /// Every attempt gets its W3C `traceparent` (`Job::traceparent`) either way.
     pub tracing: bool,
+    /// Live output kept per attempt, in bytes (older bytes are dropped with a marker).
+    pub live_log_bytes: usize,
 }
 
 impl Default for EngineOptions {
@@ -93,6 +97,7 @@ impl Default for EngineOptions {
             inbox_poll: Duration::from_millis(250),
             shared_store: false,
             tracing: false,
+            live_log_bytes: livelog::DEFAULT_MAX_BYTES,
         }
     }
 }
@@ -180,6 +185,7 @@ pub fn build(
         waiting: waiting.clone(),
         holder,
         wake,
+        live_logs: LiveLogs::new(options.live_log_bytes),
     });
     let engine = Engine::new(engine_loop::Parts {
         handle: handle.clone(),

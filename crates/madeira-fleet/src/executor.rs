@@ -148,6 +148,10 @@ pub fn shard_key(key: &str, shard: u32, sharded: bool) -> String {
     if sharded { format!("{key}:s{shard}") } else { key.to_string() }
 }
 
+fn live_key(job: &Job) -> madeira_engine::livelog::AttemptKey {
+    (job.run_id.clone(), job.node.clone(), job.attempt)
+}
+
 /// The live sidecars of the group declaring the job, in name order (a broadcast's shards).
 fn live_names(fleet: &Fleet, def: &SidecarDef) -> Vec<String> {
     let state = fleet.state();
@@ -279,9 +283,10 @@ fn place(
             state.epochs.insert(key.clone(), (orphan.epoch, std::time::Instant::now()));
         }
         let tx = state.sidecars.get(&orphan.sidecar).and_then(|s| s.tx.clone());
-        state
-            .pending
-            .insert(orphan.assignment_id.clone(), Pending { sidecar: orphan.sidecar.clone(), events });
+        state.pending.insert(
+            orphan.assignment_id.clone(),
+            Pending { sidecar: orphan.sidecar.clone(), attempt: live_key(job), events },
+        );
         return Some((orphan.sidecar, orphan.assignment_id, tx));
     }
     let candidates: Vec<Candidate> = state
@@ -332,6 +337,8 @@ fn place(
     if tx.try_send(Ok(message)).is_err() {
         return None;
     }
-    state.pending.insert(assignment_id.clone(), Pending { sidecar: name.clone(), events });
+    state
+        .pending
+        .insert(assignment_id.clone(), Pending { sidecar: name.clone(), attempt: live_key(job), events });
     Some((name, assignment_id, Some(tx)))
 }

@@ -68,6 +68,8 @@ impl Sidecar {
 
 pub(crate) struct Pending {
     pub sidecar: String,
+    /// (run id, node, attempt): where its live output goes.
+    pub attempt: madeira_engine::livelog::AttemptKey,
     pub events: mpsc::UnboundedSender<Event>,
 }
 

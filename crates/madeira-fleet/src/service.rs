@@ -261,7 +261,8 @@ async fn handle(fleet: &Fleet, name: &str, conn: u64, m: SidecarMessage, tx: &Ou
                 let _ = tx.send(msg(ControlMsg::Ack(Ack { report_id: id }))).await;
             }
         }
-        Some(SidecarMsg::Log(_)) | Some(SidecarMsg::Started(_)) | Some(SidecarMsg::Hello(_)) | None => {}
+        Some(SidecarMsg::Log(chunk)) => live_output(fleet, chunk),
+        Some(SidecarMsg::Started(_)) | Some(SidecarMsg::Hello(_)) | None => {}
     }
 }
 
@@ -327,6 +328,17 @@ fn take_result(fleet: &Fleet, name: &str, result: AttemptResult) {
             info!(sidecar = %name, run_id = %result.run_id, node = %result.node, "result with nobody waiting kept for the next dispatch of its attempt");
             state.inbox.insert(key, (result, Instant::now()));
         }
+    }
+}
+
+/// A chunk of a running job's output: kept per attempt for `logs -f` and the console.
+fn live_output(fleet: &Fleet, chunk: madeira_proto::v1::LogChunk) {
+    let Some(engine) = fleet.inner.engine.get() else {
+        return;
+    };
+    let key = fleet.state().pending.get(&chunk.assignment_id).map(|p| p.attempt.clone());
+    if let Some(key) = key {
+        engine.live_logs().append(&key, &chunk.data);
     }
 }
 
