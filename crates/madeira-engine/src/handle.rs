@@ -30,6 +30,7 @@ pub struct EngineHandle {
     pub(crate) holder: Holder,
     pub(crate) wake: Wake,
     health: Arc<crate::health::StoreHealth>,
+    live_logs: crate::LiveLogs,
 }
 
 /// What a handle shares with its engine.
@@ -46,6 +47,7 @@ pub(crate) struct Shared {
     pub holder: Holder,
     pub wake: Wake,
     pub health: Arc<crate::health::StoreHealth>,
+    pub live_logs: crate::LiveLogs,
 }
 
 #[derive(Debug, Clone)]
@@ -103,8 +105,20 @@ pub struct ActionRequest {
 
 impl EngineHandle {
     pub(crate) fn new(shared: Shared) -> Self {
-        let Shared { tx, create, store, flows, events, stats, throttle_view, waiting, holder, wake, health } =
-            shared;
+        let Shared {
+            tx,
+            create,
+            store,
+            flows,
+            events,
+            stats,
+            throttle_view,
+            waiting,
+            holder,
+            wake,
+            health,
+            live_logs,
+        } = shared;
         let (flow_changes, _) = broadcast::channel(4096);
         Self {
             tx,
@@ -119,6 +133,7 @@ impl EngineHandle {
             holder,
             wake,
             health,
+            live_logs,
         }
     }
 
@@ -131,6 +146,37 @@ impl EngineHandle {
     /// Writes that failed because the store could not write, since start.
     pub fn store_write_failures(&self) -> u64 {
         self.health.failures()
+    }
+
+    /// Live output of attempts (the sidecar link appends to it as jobs print).
+    pub fn live_logs(&self) -> &crate::LiveLogs {
+        &self.live_logs
+    }
+
+    /// The output of `node`'s attempt `attempt` (default: its latest with live
+    /// output) in `run_id` from byte `offset` on; `None` when none was seen (ended
+    /// attempts' tails are in the store: `Store::logs`). Resume with `next_offset`.
+    pub fn attempt_log(
+        &self,
+        run_id: &str,
+        node: &str,
+        attempt: Option<u32>,
+        offset: u64,
+    ) -> Option<crate::LogSlice> {
+        let attempt = attempt.or_else(|| self.live_logs.latest_attempt(run_id, node))?;
+        self.live_logs.read(&(run_id.to_string(), node.to_string(), attempt), offset)
+    }
+
+    /// A receiver woken when that attempt's output grows or it ends (its value is
+    /// the end offset); `None` when none was seen. For `logs -f` and the console's SSE.
+    pub fn follow_log(
+        &self,
+        run_id: &str,
+        node: &str,
+        attempt: Option<u32>,
+    ) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let attempt = attempt.or_else(|| self.live_logs.latest_attempt(run_id, node))?;
+        self.live_logs.subscribe(&(run_id.to_string(), node.to_string(), attempt))
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {

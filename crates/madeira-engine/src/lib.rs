@@ -20,6 +20,7 @@ mod gate;
 mod handle;
 mod health;
 mod lease;
+pub mod livelog;
 mod missed;
 pub mod observed;
 mod observer;
@@ -45,6 +46,7 @@ pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};
 pub use flows::{ApplyOutcome, FlowCache};
 pub use gate::WaitingNodes;
 pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, TriggerRequest};
+pub use livelog::{LiveLogs, LogSlice};
 pub use observed::ObservedReport;
 pub use observer::{AlertSource, AttemptOutcome, EngineObserver};
 pub use scheduler::Scheduler;
@@ -80,9 +82,11 @@ pub struct EngineOptions {
     /// and a run whose node waits for a sidecar group this replica has no sidecar
     /// of is handed to a replica that has one.
     pub shared_store: bool,
-    /// Hand every attempt its W3C `traceparent` (`Job::traceparent`) and report
-    /// run and attempt spans to observers (`EngineObserver::span_ended`).
+    /// Report run and attempt spans to observers (`EngineObserver::span_ended`).
+    /// Every attempt gets its W3C `traceparent` (`Job::traceparent`) either way.
     pub tracing: bool,
+    /// Live output kept per attempt, in bytes (older bytes are dropped with a marker).
+    pub live_log_bytes: usize,
 }
 
 impl Default for EngineOptions {
@@ -99,6 +103,7 @@ impl Default for EngineOptions {
             inbox_poll: Duration::from_millis(250),
             shared_store: false,
             tracing: false,
+            live_log_bytes: livelog::DEFAULT_MAX_BYTES,
         }
     }
 }
@@ -191,6 +196,7 @@ pub fn build(
         holder,
         wake,
         health: health.clone(),
+        live_logs: LiveLogs::new(options.live_log_bytes),
     });
     let engine = Engine::new(engine_loop::Parts {
         handle: handle.clone(),

@@ -69,6 +69,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     let replica = engine.replica_id.clone();
     let alerts = config.alerts(&file)?;
     let plane = ControlPlane::start(PlaneOptions {
+        shutdown_grace: config.shutdown_grace(&file)?,
         observers: Vec::new(),
         telemetry: telemetry.clone(),
         store_url,
@@ -96,9 +97,20 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         replica = %replica,
         "madeira control plane serving"
     );
+    stop_on_signal(plane).await
+}
+
+/// Waits for SIGTERM/SIGINT, then shuts down gracefully; a second signal exits now.
+async fn stop_on_signal(plane: ControlPlane) -> Result<ExitCode> {
     shutdown_signal().await;
-    plane.shutdown().await;
-    Ok(ExitCode::SUCCESS)
+    eprintln!("madeira: shutting down (sidecar attempts keep running; a second signal stops at once)");
+    tokio::select! {
+        _ = plane.shutdown() => Ok(ExitCode::SUCCESS),
+        _ = shutdown_signal() => {
+            eprintln!("madeira: second signal, exiting now");
+            Ok(ExitCode::from(130))
+        }
+    }
 }
 
 pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode> {
@@ -145,6 +157,7 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         }),
     };
     let plane = ControlPlane::start(PlaneOptions {
+        shutdown_grace: config.shutdown_grace(&file)?,
         observers: Vec::new(),
         telemetry: telemetry.clone(),
         store_url,
@@ -170,7 +183,5 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
             data.join("sidecar.sock").display()
         );
     }
-    shutdown_signal().await;
-    plane.shutdown().await;
-    Ok(ExitCode::SUCCESS)
+    stop_on_signal(plane).await
 }
