@@ -12,6 +12,7 @@ mod crontab;
 mod exec;
 mod forwarding;
 mod governance;
+mod hostile;
 mod observability;
 mod otlp;
 mod permits;

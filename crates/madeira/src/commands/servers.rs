@@ -126,7 +126,8 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
     }
     let engine = EngineOptions {
         retention: config.retention(&file)?,
-        http: config.http_executor.clone(),
+        // `dev` serves on loopback for a local developer: local targets are fine.
+        http: madeira_engine::HttpPolicy { allow_loopback: true, ..config.http_executor.clone() },
         // One dev control plane per data directory: a restart takes its runs back at once.
         replica_id: "dev".to_string(),
         ..Default::default()

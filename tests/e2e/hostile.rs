@@ -1,0 +1,103 @@
+//! Hostile and careless input against the real binary: one bad input never hurts
+//! the control plane or other flows (issue 13). A 100 MB HTTP response, a
+//! pathological CEL condition, forged and reused idempotency keys, and the JSON
+//! error shape for what the framework rejects.
+
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use serde_json::{Value, json};
+
+use crate::support::{Dev, status_of};
+
+/// A local HTTP server whose every answer is a 100 MB body, streamed in 64 KiB
+/// chunks without `Content-Length`, so nothing short of reading it finds its size.
+async fn huge_body_server() -> String {
+    let app = axum::Router::new().fallback(|| async {
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        let chunks = (0..1600).map(move |_| Ok::<_, std::io::Error>(chunk.clone()));
+        Body::from_stream(futures::stream::iter(chunks))
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/report", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    url
+}
+
+/// `field` (e.g. `VmRSS`, `VmHWM`) of `/proc/PID/status`, in bytes.
+fn proc_kb(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let line = status.lines().find(|l| l.starts_with(field)).expect("field");
+    line.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()).expect("kB") * 1024
+}
+
+#[tokio::test]
+async fn a_100_mb_http_response_fails_the_node_and_memory_stays_flat() {
+    let url = huge_body_server().await;
+    let (_dir, dev) = Dev::start();
+    dev.put_flow(&format!("flow: huge\nnodes:\n  fetch: {{run: {{http: {{url: '{url}', method: GET}}}}}}\n"))
+        .await;
+    let pid = dev.child.id();
+    // Reset the peak (VmHWM) so it measures this test only.
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+    let before = proc_kb(pid, "VmRSS");
+    let run_id = dev.trigger("huge", json!({})).await;
+    let run = dev.wait_run(&run_id, 60, |r| r["status"] == "FAILED" || r["status"] == "SUCCESS").await;
+    let peak = proc_kb(pid, "VmHWM").max(proc_kb(pid, "VmRSS"));
+    assert_eq!(status_of(&run, "fetch"), "FAILED", "{run}");
+    let reason = run["nodes"]["fetch"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("over http_executor.max_response_bytes (1048576 bytes)"), "{reason}");
+    let grew = peak.saturating_sub(before);
+    eprintln!("huge response: RSS before {} MB, peak after {} MB", before >> 20, peak >> 20);
+    assert!(grew < 20 << 20, "control plane grew by {} MB reading one response", grew >> 20);
+}
+
+fn chain_flow(name: &str, n: usize) -> String {
+    let mut yaml = format!("flow: {name}\nnodes:\n  n0: {{run: {{builtin: noop}}}}\n");
+    for i in 1..n {
+        yaml.push_str(&format!("  n{i}: {{needs: [n{}], run: {{builtin: noop}}}}\n", i - 1));
+    }
+    yaml
+}
+
+async fn chain_latency(dev: &Dev) -> Duration {
+    let started = Instant::now();
+    let run_id = dev.trigger("chain100", json!({})).await;
+    let run = dev.wait_run(&run_id, 120, |r| r["status"] == "SUCCESS" || r["status"] == "FAILED").await;
+    assert_eq!(run["status"], "SUCCESS", "{run}");
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn a_pathological_condition_does_not_stall_other_flows() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow(&chain_flow("chain100", 100)).await;
+    dev.put_flow(
+        "flow: nasty\nnodes:\n  a: {run: {builtin: noop}}\n  b:\n    needs: [a]\n    when: \
+         'params.xs.exists(i, params.xs.exists(j, params.xs.exists(k, false)))'\n    run: {builtin: noop}\n",
+    )
+    .await;
+    chain_latency(&dev).await; // warm up
+    let mut quiet = Duration::ZERO;
+    for _ in 0..3 {
+        quiet = quiet.max(chain_latency(&dev).await);
+    }
+    // 300 elements: 27 million steps without a budget (5.7 s in a release build).
+    let xs: Vec<u32> = (0..300).collect();
+    let mut nasty = Vec::new();
+    for _ in 0..5 {
+        nasty.push(dev.trigger("nasty", json!({"xs": xs})).await);
+    }
+    let loaded = chain_latency(&dev).await;
+    for run_id in &nasty {
+        let run = dev.finished(run_id).await;
+        assert_eq!(status_of(&run, "b"), "FAILED", "{run}");
+        let reason = run["nodes"]["b"]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("over the evaluation budget"), "{reason}");
+    }
+    eprintln!("chain100: quiet {quiet:?}, beside 5 pathological conditions {loaded:?}");
+    // 2x of a quiet run, plus slack for a shared CI machine.
+    assert!(loaded <= quiet * 2 + Duration::from_millis(500), "quiet {quiet:?}, loaded {loaded:?}");
+}
