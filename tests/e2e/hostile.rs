@@ -101,3 +101,39 @@ async fn a_pathological_condition_does_not_stall_other_flows() {
     // 2x of a quiet run, plus slack for a shared CI machine.
     assert!(loaded <= quiet * 2 + Duration::from_millis(500), "quiet {quiet:?}, loaded {loaded:?}");
 }
+
+#[tokio::test]
+async fn caller_keys_cannot_take_cron_or_event_keys_and_reuse_with_other_params_is_refused() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow("flow: keys\ntriggers:\n  - event: pay.closed\nnodes:\n  a: {run: {builtin: noop}}\n").await;
+    let runs = "/flows/keys/runs";
+    for forged in ["cron:keys:2030-01-01T00:00:00.000Z", "event:pay.closed:7", "EXEC:x"] {
+        let (status, body) =
+            dev.post(runs, json!({"params": {"evil": true}}), &[("Idempotency-Key", forged)]).await;
+        assert_eq!(status, 400, "{forged}: {body}");
+        assert_eq!(body["error"]["code"], "bad_idempotency_key", "{body}");
+        assert_eq!(body["error"]["details"]["header"], "Idempotency-Key", "{body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("Idempotency-Key") && message.contains("reserves"), "{message}");
+    }
+    // The real event still gets its own run, with its own payload.
+    let (status, body) =
+        dev.post("/events", json!({"type": "pay.closed", "id": "7", "payload": {"real": true}}), &[]).await;
+    assert_eq!(status, 200, "{body}");
+    let event_run = body["runs"][0].as_str().expect("a run").to_string();
+    let (_, run) = dev.get(&format!("/runs/{event_run}")).await;
+    assert_eq!(run["params"], json!({"real": true}), "{run}");
+
+    // Same key, same params: the first run again. Other params: 409 naming it.
+    let key = [("Idempotency-Key", "order-42")];
+    let (status, first) = dev.post(runs, json!({"params": {"amount": 1}}), &key).await;
+    assert_eq!(status, 201, "{first}");
+    let first_id = first["run_id"].as_str().expect("run_id").to_string();
+    let (status, again) = dev.post(runs, json!({"params": {"amount": 1}}), &key).await;
+    assert_eq!((status, again["run_id"].as_str()), (200, Some(first_id.as_str())), "{again}");
+    let (status, reused) = dev.post(runs, json!({"params": {"amount": 2}}), &key).await;
+    assert_eq!(status, 409, "{reused}");
+    assert_eq!(reused["error"]["code"], "idempotency_key_reused", "{reused}");
+    assert_eq!(reused["error"]["details"]["run_id"], Value::from(first_id.clone()), "{reused}");
+    assert!(reused["error"]["message"].as_str().unwrap_or_default().contains(&first_id), "{reused}");
+}

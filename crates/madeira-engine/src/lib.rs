@@ -136,6 +136,15 @@ pub enum EngineError {
     Remote { code: String, message: String, state: Option<String> },
     #[error("the engine is shutting down")]
     ShuttingDown,
+    /// A caller's `Idempotency-Key` that may not be used (reserved namespace, length).
+    #[error("Idempotency-Key `{key}` {problem}")]
+    BadIdempotencyKey { key: String, problem: String },
+    /// The caller's key already made a run with other params (Stripe's rule).
+    #[error(
+        "Idempotency-Key `{key}` already made run {run_id} of flow {flow} with other params; \
+         use a new key for a different request"
+    )]
+    IdempotencyKeyReused { key: String, flow: String, run_id: String },
 }
 
 /// A state change, broadcast to live viewers (demo, `--wait`, tests).

@@ -98,6 +98,14 @@ impl From<EngineError> for ApiError {
                 Self::new(StatusCode::CONFLICT, "held_elsewhere", message)
                     .with_details(json!({"replica": owner}))
             }
+            EngineError::BadIdempotencyKey { ref key, .. } => {
+                Self::new(StatusCode::BAD_REQUEST, "bad_idempotency_key", message)
+                    .with_details(json!({"header": "Idempotency-Key", "key": key}))
+            }
+            EngineError::IdempotencyKeyReused { ref run_id, .. } => {
+                Self::new(StatusCode::CONFLICT, "idempotency_key_reused", message)
+                    .with_details(json!({"run_id": run_id}))
+            }
             EngineError::Store(_) | EngineError::BadStoredFlow { .. } => {
                 tracing::error!(error = %message, "internal error");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
