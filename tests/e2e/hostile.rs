@@ -3,12 +3,13 @@
 //! pathological CEL condition, forged and reused idempotency keys, and the JSON
 //! error shape for what the framework rejects.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use serde_json::{Value, json};
 
-use crate::support::{Dev, status_of};
+use crate::support::{BIN, Dev, client, status_of};
 
 /// A local HTTP server whose every answer is a 100 MB body, streamed in 64 KiB
 /// chunks without `Content-Length`, so nothing short of reading it finds its size.
@@ -136,4 +137,76 @@ async fn caller_keys_cannot_take_cron_or_event_keys_and_reuse_with_other_params_
     assert_eq!(reused["error"]["code"], "idempotency_key_reused", "{reused}");
     assert_eq!(reused["error"]["details"]["run_id"], Value::from(first_id.clone()), "{reused}");
     assert!(reused["error"]["message"].as_str().unwrap_or_default().contains(&first_id), "{reused}");
+}
+
+#[tokio::test]
+async fn framework_rejections_answer_in_the_json_error_shape() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow("flow: shape\nnodes:\n  a: {run: {builtin: noop}}\n").await;
+    let big = format!("{{\"params\": {{\"x\": \"{}\"}}}}", "a".repeat(2 << 20));
+    let cases = [
+        // Its own client: the server closes that connection without reading the body.
+        (client(None).post(dev.url("/flows/shape/runs")).body(big), 413, "body_too_large"),
+        (dev.http.delete(dev.url("/runs")), 405, "method_not_allowed"),
+        (dev.http.get(format!("{}/nope", dev.base)), 404, "not_found"),
+        (dev.http.get(dev.url("/no/such/route")), 404, "not_found"),
+        (dev.http.get(dev.url("/flows/shape/versions/abc")), 400, "bad_request"),
+        (dev.http.post(dev.url("/flows/shape/runs")).body("{not json"), 400, "bad_request"),
+    ];
+    for (request, status, code) in cases {
+        let resp = request.send().await.expect("send");
+        let got = resp.status().as_u16();
+        let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        assert_eq!((got, body["error"]["code"].as_str()), (status, Some(code)), "{ct} {body}");
+        assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    }
+}
+
+#[test]
+fn a_password_in_the_server_url_stays_out_of_cli_errors() {
+    // Nothing listens on port 9 of loopback: the CLI fails to connect.
+    let out = Command::new(BIN)
+        .args(["runs", "--server", "http://sre:hunter2-secret@127.0.0.1:9"])
+        .env_remove("MADEIRA_SERVER")
+        .output()
+        .expect("run the CLI");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    assert!(stderr.contains("http://sre:***@127.0.0.1:9"), "{stderr}");
+}
+
+#[test]
+fn a_secret_shared_by_two_token_entries_refuses_to_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let serve = |auth: &str| {
+        let config = dir.path().join("madeira.yaml");
+        let db = dir.path().join("madeira.db");
+        let text = format!("http: 127.0.0.1:0\ngrpc: 127.0.0.1:0\nstore: sqlite://{}\n{auth}", db.display());
+        std::fs::write(&config, text).expect("write config");
+        let out = Command::new(BIN)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .env("MADEIRA_T_A", "shared-secret-0123456789")
+            .env("MADEIRA_T_B", "shared-secret-0123456789")
+            .env("MADEIRA_T_C", "other-secret-0123456789ab")
+            .output()
+            .expect("run serve");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let (code, stderr) = serve(
+        "auth:\n  tokens:\n    - {name: sre, role: operator, token_env: MADEIRA_T_A}\n    \
+         - {name: ci, role: admin, token_env: MADEIRA_T_B}\n",
+    );
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("auth.tokens `sre` and auth.tokens `ci` have the same secret"), "{stderr}");
+    let (code, stderr) = serve(
+        "auth:\n  tokens:\n    - {name: sre, role: operator, token_env: MADEIRA_T_C}\n  sidecar_tokens:\n    \
+         - {group: billing, token_env: MADEIRA_T_C}\n",
+    );
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("auth.tokens `sre` and auth.sidecar_tokens `billing`"), "{stderr}");
+    assert!(!stderr.contains("other-secret"), "the secret itself is never shown: {stderr}");
 }

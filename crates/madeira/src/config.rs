@@ -224,6 +224,32 @@ impl ServerConfig {
         Ok(out)
     }
 
+    /// Refuses a secret used by two entries of `auth.tokens` and
+    /// `auth.sidecar_tokens`: the first match would win, so one of them could act
+    /// as the other.
+    pub fn distinct_secrets(
+        file: &str,
+        users: &AuthConfig,
+        sidecars: &[madeira_fleet::GroupToken],
+    ) -> Result<(), ConfigError> {
+        let users = users.tokens.iter().flatten().map(|t| (format!("auth.tokens `{}`", t.name), &t.token));
+        let groups = sidecars.iter().map(|t| (format!("auth.sidecar_tokens `{}`", t.group), &t.token));
+        let mut seen: Vec<(String, &String)> = Vec::new();
+        for (entry, secret) in users.chain(groups) {
+            if let Some((first, _)) = seen.iter().find(|(_, s)| *s == secret) {
+                return Err(ConfigError {
+                    file: file.to_string(),
+                    message: format!(
+                        "{first} and {entry} have the same secret; give each entry its own token \
+                         (e.g. `openssl rand -hex 32`)"
+                    ),
+                });
+            }
+            seen.push((entry, secret));
+        }
+        Ok(())
+    }
+
     /// Bearer tokens read from their env variables or files; refuses an empty set.
     pub fn auth(&self, file: &str) -> Result<AuthConfig, ConfigError> {
         let err = |message: String| ConfigError { file: file.to_string(), message };

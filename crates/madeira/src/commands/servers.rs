@@ -41,6 +41,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     // The sidecar endpoint runs when the config asks for it (`grpc:`) or names
     // sidecar group tokens; without either there is nothing a sidecar could use.
     let tokens = config.sidecar_tokens(&file)?;
+    ServerConfig::distinct_secrets(&file, &auth, &tokens)?;
     let link_mode = match &config.grpc_tls {
         Some(section) if section.client_ca_file.is_some() => "mTLS",
         Some(_) => "TLS",
