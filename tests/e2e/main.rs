@@ -5,6 +5,7 @@ mod alerts;
 mod api;
 mod auth;
 mod cli;
+mod cli_files;
 mod cluster;
 mod cluster_alerts;
 mod cluster_sidecars;

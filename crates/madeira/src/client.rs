@@ -116,8 +116,8 @@ pub fn redact(url: &str) -> String {
 
 /// The certificates of `--ca-file`: the only roots trusted then.
 fn ca_certs(path: &Path) -> Result<Vec<reqwest::Certificate>> {
-    let pem = std::fs::read(path)
-        .with_context(|| format!("--ca-file/MADEIRA_CA_FILE: cannot read {}", path.display()))?;
+    let pem = crate::files::read_bytes(path, crate::files::Confine::Anywhere)
+        .context("--ca-file/MADEIRA_CA_FILE")?;
     let certs = reqwest::Certificate::from_pem_bundle(&pem)
         .with_context(|| format!("--ca-file/MADEIRA_CA_FILE: {} is not PEM", path.display()))?;
     if certs.is_empty() {

@@ -80,8 +80,8 @@ pub struct TokenSpec {
 impl ServerConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError { file: file.clone(), message: format!("cannot read: {e}") })?;
+        let text = crate::files::read_text(path, crate::files::Confine::Anywhere)
+            .map_err(|e| ConfigError { file: file.clone(), message: e.problem.to_string() })?;
         let mut config: ServerConfig = serde_saphyr::from_str(&text)
             .map_err(|e| ConfigError { file: file.clone(), message: e.to_string() })?;
         if let Ok(store) = std::env::var("MADEIRA_STORE") {
@@ -202,9 +202,8 @@ impl ServerConfig {
                 (Some(var), None) => std::env::var(var).map_err(|_| {
                     err(format!("auth.sidecar_tokens `{}`: env variable {var} is not set", spec.group))
                 })?,
-                (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
-                    err(format!("auth.sidecar_tokens `{}`: cannot read {}: {e}", spec.group, path.display()))
-                })?,
+                (None, Some(path)) => crate::files::read_text(path, crate::files::Confine::Anywhere)
+                    .map_err(|e| err(format!("auth.sidecar_tokens `{}`: {e}", spec.group)))?,
                 _ => {
                     return Err(err(format!(
                         "auth.sidecar_tokens `{}`: give exactly one of token_env or token_file",
@@ -266,9 +265,8 @@ impl ServerConfig {
                 (Some(var), None) => std::env::var(var).map_err(|_| {
                     err(format!("auth.tokens `{}`: env variable {var} is not set", spec.name))
                 })?,
-                (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
-                    err(format!("auth.tokens `{}`: cannot read {}: {e}", spec.name, path.display()))
-                })?,
+                (None, Some(path)) => crate::files::read_text(path, crate::files::Confine::Anywhere)
+                    .map_err(|e| err(format!("auth.tokens `{}`: {e}", spec.name)))?,
                 _ => {
                     return Err(err(format!(
                         "auth.tokens `{}`: give exactly one of token_env or token_file",
