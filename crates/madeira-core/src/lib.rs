@@ -5,6 +5,7 @@
 
 pub mod expr;
 pub mod keyexpr;
+pub mod keys;
 pub mod model;
 pub mod plan;
 pub mod retry;

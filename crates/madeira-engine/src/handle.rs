@@ -308,12 +308,21 @@ impl EngineHandle {
         self.flows.get(self.store.as_ref(), name, version).await
     }
 
-    /// Creates a run, or returns the one its idempotency key already made.
+    /// Creates a run, or returns the one its idempotency key already made. A
+    /// manual trigger's key is the caller's: it may not take a namespace Madeira
+    /// makes keys in, and reused with other params it is refused.
     pub async fn trigger(&self, req: TriggerRequest) -> Result<TriggerOutcome, EngineError> {
         madeira_core::text::check_json("params", &req.params).map_err(EngineError::BadText)?;
         if let Some(key) = &req.idempotency_key {
             madeira_core::text::check_text("idempotency key", key).map_err(EngineError::BadText)?;
         }
+        let caller_key = if req.trigger == "manual" { req.idempotency_key.clone() } else { None };
+        if let Some(key) = &caller_key
+            && let Some(problem) = madeira_core::keys::caller_key_problem(key)
+        {
+            return Err(EngineError::BadIdempotencyKey { key: key.clone(), problem });
+        }
+        let params = caller_key.is_some().then(|| req.params.clone());
         let latest = self.flow(&req.flow, None).await?;
         if latest.observe {
             return Err(EngineError::ObserveOnly(req.flow));
@@ -357,6 +366,9 @@ impl EngineHandle {
         self.create.send(request).await.map_err(|_| EngineError::ShuttingDown)?;
         match answer.await.map_err(|_| EngineError::ShuttingDown)?? {
             CreateOutcome::Existing { run_id, version } => {
+                if let (Some(key), Some(params)) = (caller_key, params) {
+                    self.same_params(&req.flow, &key, &run_id, &params).await?;
+                }
                 Ok(TriggerOutcome { run_id, flow: req.flow, version, created: false })
             }
             CreateOutcome::Throttled { node, claims, max_permits, queue_size } => {
@@ -478,6 +490,22 @@ impl EngineHandle {
         let (reply, answer) = oneshot::channel();
         self.create.send(CreateRequest { run, flow, reply }).await.map_err(|_| EngineError::ShuttingDown)?;
         answer.await.map_err(|_| EngineError::ShuttingDown)?
+    }
+
+    /// Refuses a caller's key that made `run_id` with params other than `params`.
+    async fn same_params(
+        &self,
+        flow: &str,
+        key: &str,
+        run_id: &str,
+        params: &Json,
+    ) -> Result<(), EngineError> {
+        let stored =
+            self.store.load_run(run_id).await?.ok_or_else(|| EngineError::RunNotFound(run_id.into()))?;
+        if stored.run.params == *params {
+            return Ok(());
+        }
+        Err(EngineError::IdempotencyKeyReused { key: key.into(), flow: flow.into(), run_id: run_id.into() })
     }
 
     async fn send(&self, envelope: Envelope) -> Result<(), EngineError> {

@@ -150,6 +150,15 @@ pub enum EngineError {
     /// Text the store cannot keep (NUL), refused before anything is written.
     #[error("{0}")]
     BadText(String),
+    /// A caller's `Idempotency-Key` that may not be used (reserved namespace, length).
+    #[error("Idempotency-Key `{key}` {problem}")]
+    BadIdempotencyKey { key: String, problem: String },
+    /// The caller's key already made a run with other params (Stripe's rule).
+    #[error(
+        "Idempotency-Key `{key}` already made run {run_id} of flow {flow} with other params; \
+         use a new key for a different request"
+    )]
+    IdempotencyKeyReused { key: String, flow: String, run_id: String },
 }
 
 /// A state change, broadcast to live viewers (demo, `--wait`, tests).

@@ -108,6 +108,14 @@ impl From<EngineError> for ApiError {
                 )
                 .with_details(json!({"retry_after_seconds": 1}))
             }
+            EngineError::BadIdempotencyKey { ref key, .. } => {
+                Self::new(StatusCode::BAD_REQUEST, "bad_idempotency_key", message)
+                    .with_details(json!({"header": "Idempotency-Key", "key": key}))
+            }
+            EngineError::IdempotencyKeyReused { ref run_id, .. } => {
+                Self::new(StatusCode::CONFLICT, "idempotency_key_reused", message)
+                    .with_details(json!({"run_id": run_id}))
+            }
             EngineError::Store(_) | EngineError::BadStoredFlow { .. } => {
                 // The database's own text stays in the log: it may name tables, paths or values.
                 tracing::error!(error = %message, "internal error");

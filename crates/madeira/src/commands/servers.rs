@@ -41,6 +41,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     // The sidecar endpoint runs when the config asks for it (`grpc:`) or names
     // sidecar group tokens; without either there is nothing a sidecar could use.
     let tokens = config.sidecar_tokens(&file)?;
+    ServerConfig::distinct_secrets(&file, &auth, &tokens)?;
     let link_mode = match &config.grpc_tls {
         Some(section) if section.client_ca_file.is_some() => "mTLS",
         Some(_) => "TLS",
@@ -138,7 +139,8 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
     }
     let engine = EngineOptions {
         retention: config.retention(&file)?,
-        http: config.http_executor.clone(),
+        // `dev` serves on loopback for a local developer: local targets are fine.
+        http: madeira_engine::HttpPolicy { allow_loopback: true, ..config.http_executor.clone() },
         // One dev control plane per data directory: a restart takes its runs back at once.
         replica_id: "dev".to_string(),
         ..Default::default()
