@@ -33,16 +33,37 @@ pub struct Shell<'a> {
     nav: Nav,
     /// Extra ES modules for this page (logical asset names).
     modules: Vec<&'static str>,
+    /// What the page's live stream refreshes: `runs` (on run-level events),
+    /// `manual` (on confirmations), `run` (run.js does it) or nothing.
+    live: &'static str,
+    live_flow: Option<String>,
 }
 
 impl<'a> Shell<'a> {
     pub fn new(ctx: &'a Ctx, title: impl Into<String>, assets: &'a Assets, nav: Nav) -> Self {
-        Self { lang: ctx.lang, title: title.into(), assets, ctx: Some(ctx), nav, modules: Vec::new() }
+        let live = match nav {
+            Nav::Approvals => "manual",
+            Nav::None => "",
+            _ => "runs",
+        };
+        Self { lang: ctx.lang, title: title.into(), assets, ctx: Some(ctx), nav, modules: Vec::new(), live, live_flow: None }
     }
 
     /// A page for visitors who are not signed in (sign-in).
     pub fn bare(lang: Lang, title: &str, assets: &'a Assets) -> Self {
-        Self { lang, title: title.to_string(), assets, ctx: None, nav: Nav::None, modules: Vec::new() }
+        Self { lang, title: title.to_string(), assets, ctx: None, nav: Nav::None, modules: Vec::new(), live: "", live_flow: None }
+    }
+
+    /// Sets what the live stream refreshes (see `live`).
+    pub fn live(mut self, mode: &'static str) -> Self {
+        self.live = mode;
+        self
+    }
+
+    /// Listens to one flow's events only.
+    pub fn live_flow(mut self, flow: &str) -> Self {
+        self.live_flow = Some(flow.to_string());
+        self
     }
 
     pub fn module(mut self, name: &'static str) -> Self {
@@ -77,7 +98,7 @@ impl<'a> Shell<'a> {
                             @if let Some(ctx) = self.ctx { (who(ctx)) }
                         }
                     }
-                    main #main { (body) }
+                    main #main data-live=(self.live) data-live-flow=[self.live_flow.as_deref()] { (body) }
                     div #flash aria-live="polite" {}
                 }
             }

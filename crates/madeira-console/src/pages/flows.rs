@@ -179,7 +179,7 @@ pub async fn show(State(console): State<Console>, ctx: Ctx, Path(name): Path<Str
             }
         }
     };
-    let shell = Shell::new(&ctx, name.clone(), &console.assets, Nav::Flows).module("run.js");
+    let shell = Shell::new(&ctx, name.clone(), &console.assets, Nav::Flows).live_flow(&name);
     Ok(page::html_response(shell.render(body)))
 }
 

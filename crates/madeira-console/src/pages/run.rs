@@ -71,7 +71,7 @@ pub async fn page(
             }
         }
     };
-    let shell = Shell::new(&ctx, title, &console.assets, Nav::Runs).module("run.js");
+    let shell = Shell::new(&ctx, title, &console.assets, Nav::Runs).module("run.js").live("run");
     tracing::debug!(run_id = %id, nodes = run.def.nodes.len(), took_ms = started.elapsed().as_millis() as u64, "run page rendered");
     Ok(page::html_response(shell.render(body)))
 }
@@ -216,7 +216,7 @@ pub async fn panel(
     if crate::error::is_htmx(&headers) {
         return Ok(page::html_response(markup));
     }
-    let shell = Shell::new(&ctx, format!("{} · {node}", short(&id)), &console.assets, Nav::Runs).module("run.js");
+    let shell = Shell::new(&ctx, format!("{} · {node}", short(&id)), &console.assets, Nav::Runs).module("run.js").live("run");
     Ok(page::html_response(shell.render(html! { div.run-page data-run=(id) { aside #panel.panel.standalone { (markup) } } })))
 }
 
