@@ -19,7 +19,7 @@ function live(url, h) {
   const es = new EventSource(url);
   es.addEventListener('open', () => { errors = 0; setStatus('ok'); });
   es.addEventListener('transition', (m) => {
-    try { h.onEvent(JSON.parse(m.data)); } catch (e) { console.error('madeira: bad event', e); }
+    try { h.onEvent({ ...JSON.parse(m.data), id: Number(m.lastEventId) }); } catch (e) { console.error('madeira: bad event', e); }
   });
   es.addEventListener('reset', () => h.onReset());
   es.addEventListener('error', () => {
@@ -106,7 +106,10 @@ const main = document.getElementById('main');
 const mode = main ? main.dataset.live : '';
 if (mode === 'runs' || mode === 'manual') {
   const flow = main.dataset.liveFlow;
-  const url = flow ? `/events?flow=${encodeURIComponent(flow)}` : '/events';
+  const params = new URLSearchParams();
+  if (flow) params.set('flow', flow);
+  if (main.dataset.after) params.set('after', main.dataset.after);
+  const url = `/events?${params}`;
   const later = debounce(refreshMain, mode === 'manual' ? 300 : 1500);
   live(url, {
     onEvent: (e) => {

@@ -24,8 +24,16 @@ function badge(state) {
   return span;
 }
 
-/** Shows `state` on node `node`: box class, icon, state text, table cell. */
-function setNodeState(node, state) {
+// Per node, the id of the event its shown state comes from: an older answer
+// (a refetch that left before a newer event arrived) never overwrites it.
+const seen = new Map();
+
+/** Shows `state` on node `node` (as of event `id`): box class, icon, state text, table cell. */
+function setNodeState(node, state, id) {
+  if (id !== undefined) {
+    if ((seen.get(node) || 0) > id) return;
+    seen.set(node, id);
+  }
   const g = document.getElementById(`n-${node}`);
   if (g) {
     setClass(g, state);
@@ -39,13 +47,13 @@ function setNodeState(node, state) {
   if (cell && !cell.querySelector(`.st-${state}`)) cell.replaceChildren(badge(state));
 }
 
-/** Applies the states embedded in #run-live (after a refetch). */
+/** Applies the states #run-live carries (rendered as of event data-event). */
 function applyIsland() {
-  const island = document.getElementById('node-states');
-  if (!island) return;
-  const data = JSON.parse(island.textContent);
-  for (const [node, state] of Object.entries(data.nodes)) setNodeState(node, state);
-  if (page) page.dataset.terminal = String(TERMINAL.includes(data.run));
+  const live = document.getElementById('run-live');
+  if (!live || !live.dataset.states) return;
+  const at = Number(live.dataset.event) || 0;
+  for (const [node, state] of Object.entries(JSON.parse(live.dataset.states))) setNodeState(node, state, at);
+  if (page) page.dataset.terminal = String(TERMINAL.includes(live.dataset.state));
 }
 
 function refreshLive() {
@@ -138,7 +146,6 @@ document.addEventListener('input', (ev) => { if (ev.target.closest('#panel .log-
 
 document.body.addEventListener('htmx:afterSwap', (ev) => {
   const id = ev.detail.target && ev.detail.target.id;
-  if (id === 'run-live' || (ev.detail.target && ev.detail.target.closest && ev.detail.target.closest('#run-live'))) applyIsland();
   if (id === 'panel') startLog();
 });
 // htmx swaps #run-live by outerHTML: the new element replaces the target.
@@ -157,10 +164,11 @@ if (page) {
   const rows = document.querySelectorAll('#nodes-table tbody tr').length;
   const later = M.debounce(refreshLive, rows > 300 ? 3000 : 700);
   const refreshPanel = M.debounce(() => { const n = panelNode(); if (n && !M.busy()) openPanel(n, false); }, 400);
-  M.live(`/events?run=${encodeURIComponent(page.dataset.run)}`, {
+  const after = document.getElementById('main').dataset.after;
+  M.live(`/events?run=${encodeURIComponent(page.dataset.run)}${after ? `&after=${after}` : ''}`, {
     onEvent: (e) => {
       if (e.node) {
-        setNodeState(e.node, e.to);
+        setNodeState(e.node, e.to, e.id);
         if (e.node === panelNode()) { refreshPanel(); pollLog(); }
         later();
       } else {

@@ -184,7 +184,7 @@ fn node_svg(out: &mut String, lang: Lang, def: &FlowDef, v: usize, x: f64, y: f6
         second = html_escape(&truncate(&second, 24)),
     );
     if let Some(w) = when {
-        let _ = write!(out, r#"<text class="when" x="{:.1}" y="{:.1}">when {}</text>"#, x + 4.0, y + NODE_H + 11.0, html_escape(&truncate(&w, 34)));
+        let _ = write!(out, r#"<text class="when" x="{:.1}" y="{:.1}">when {}</text>"#, x + 4.0, y + NODE_H + 11.0, html_escape(&truncate(&w, 46)));
     }
     out.push_str("</g>");
 }

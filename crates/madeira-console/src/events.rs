@@ -129,6 +129,12 @@ impl Hub {
         vec![Arc::new(Numbered { id: newest, event: None })]
     }
 
+    /// The id of the newest event numbered so far: a page rendered now resumes after it.
+    pub fn last_id(&self) -> u64 {
+        let ring = self.inner.ring.lock().unwrap_or_else(|p| p.into_inner());
+        ring.back().map_or(self.inner.first - 1, |e| e.id)
+    }
+
     pub fn subscribers(&self) -> usize {
         self.inner.tx.receiver_count()
     }
@@ -161,6 +167,11 @@ pub struct Filter {
     pub run: Option<String>,
     #[serde(default)]
     pub flow: Option<String>,
+    /// Resume after this id when no `Last-Event-ID` header is sent (a page's
+    /// first connection names the id it was rendered at, so nothing between
+    /// the render and the connection is lost).
+    #[serde(default)]
+    pub after: Option<u64>,
 }
 
 /// `GET /events?run=ID` or `?flow=NAME` (or neither: everything), resumable with
@@ -173,7 +184,7 @@ pub async fn stream(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ConsoleError> {
     let last = match headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
         Some(v) => Some(v.trim().parse::<u64>().map_err(|_| ConsoleError::BadRequest("Last-Event-ID must be a number".into()))?),
-        None => None,
+        None => filter.after,
     };
     Ok(Sse::new(console.hub.stream(filter, last)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
 }

@@ -6,7 +6,7 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use maud::{DOCTYPE, Markup, PreEscaped, html};
+use maud::{DOCTYPE, Markup, html};
 
 use crate::assets::{Assets, HTMX_SRI, HTMX_VERSION};
 use crate::i18n::{Lang, state_gloss, t};
@@ -37,6 +37,8 @@ pub struct Shell<'a> {
     /// `manual` (on confirmations), `run` (run.js does it) or nothing.
     live: &'static str,
     live_flow: Option<String>,
+    /// The event id this page was rendered at (its stream resumes after it).
+    after: Option<u64>,
 }
 
 impl<'a> Shell<'a> {
@@ -46,12 +48,12 @@ impl<'a> Shell<'a> {
             Nav::None => "",
             _ => "runs",
         };
-        Self { lang: ctx.lang, title: title.into(), assets, ctx: Some(ctx), nav, modules: Vec::new(), live, live_flow: None }
+        Self { lang: ctx.lang, title: title.into(), assets, ctx: Some(ctx), nav, modules: Vec::new(), live, live_flow: None, after: Some(ctx.after) }
     }
 
     /// A page for visitors who are not signed in (sign-in).
     pub fn bare(lang: Lang, title: &str, assets: &'a Assets) -> Self {
-        Self { lang, title: title.to_string(), assets, ctx: None, nav: Nav::None, modules: Vec::new(), live: "", live_flow: None }
+        Self { lang, title: title.to_string(), assets, ctx: None, nav: Nav::None, modules: Vec::new(), live: "", live_flow: None, after: None }
     }
 
     /// Sets what the live stream refreshes (see `live`).
@@ -98,7 +100,7 @@ impl<'a> Shell<'a> {
                             @if let Some(ctx) = self.ctx { (who(ctx)) }
                         }
                     }
-                    main #main data-live=(self.live) data-live-flow=[self.live_flow.as_deref()] { (body) }
+                    main #main data-live=(self.live) data-live-flow=[self.live_flow.as_deref()] data-after=[self.after] { (body) }
                     div #flash aria-live="polite" {}
                 }
             }
@@ -240,13 +242,6 @@ pub fn html_response(markup: Markup) -> Response {
 /// A flash message fragment (answer to an htmx action).
 pub fn flash(ok: bool, text: &str) -> Markup {
     html! { div class=(if ok { "flash ok" } else { "flash error" }) role="status" { (text) } }
-}
-
-/// JSON embedded for the page's script (`<script type="application/json">`),
-/// with `<` escaped so no text can close the element.
-pub fn json_island(id: &str, value: &serde_json::Value) -> Markup {
-    let text = value.to_string().replace('<', "\\u003c");
-    html! { script type="application/json" id=(id) { (PreEscaped(text)) } }
 }
 
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \

@@ -149,6 +149,9 @@ pub struct Ctx {
     /// Path and query of this request (for sign-in's `next` and language links).
     pub path: String,
     pub auth_on: bool,
+    /// The newest live event id when the request arrived: what the page shows is
+    /// at least this recent, and its stream resumes after it.
+    pub after: u64,
 }
 
 impl Ctx {
@@ -183,14 +186,15 @@ impl FromRequestParts<Console> for Ctx {
 
     async fn from_request_parts(parts: &mut Parts, console: &Console) -> Result<Self, Self::Rejection> {
         let lang = lang_of(parts);
+        let after = console.hub.last_id();
         let path = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
         if !console.auth_on() {
             let user = User { name: "local".into(), role: Role::Admin, csrf: console.sessions.process_csrf.clone() };
-            return Ok(Self { user, lang, path, auth_on: false });
+            return Ok(Self { user, lang, path, auth_on: false, after });
         }
         let user = cookie(&parts.headers, SESSION_COOKIE).and_then(|id| console.sessions.get(id));
         match user {
-            Some(user) => Ok(Self { user, lang, path, auth_on: true }),
+            Some(user) => Ok(Self { user, lang, path, auth_on: true, after }),
             None => Err(ConsoleError::SignIn { next: path, htmx: crate::error::is_htmx(&parts.headers) }),
         }
     }

@@ -71,7 +71,7 @@ async fn ids_increase_and_a_stream_resumes_after_last_event_id() {
 async fn a_run_filter_keeps_other_runs_out() {
     let (tx, rx) = broadcast::channel(64);
     let hub = Hub::start(rx, CancellationToken::new());
-    let mut stream = Box::pin(hub.stream(Filter { run: Some("mine".into()), flow: None }, None));
+    let mut stream = Box::pin(hub.stream(Filter { run: Some("mine".into()), ..Default::default() }, None));
     tx.send(event("other", "a", "RUNNING")).expect("send");
     tx.send(event("mine", "b", "RUNNING")).expect("send");
     let got = take(&mut stream, 1).await;

@@ -49,7 +49,7 @@ pub async fn page(
     let focus = q.focus.as_deref().or(q.node.as_deref().filter(|_| run.def.nodes.len() > dag::FOCUS_ABOVE));
     let scope = dag::scope_of(&run.def, focus, q.depth, preferred);
     let base = format!("/runs/{id}");
-    let live = live_fragment(&console, &ctx, &run).await?;
+    let (head, details) = fragments(&console, &ctx, &run).await?;
     let panel = match q.node.as_deref() {
         Some(node) => Some(panel_markup(&console, &ctx, &run, node).await?),
         None => None,
@@ -60,7 +60,7 @@ pub async fn page(
         div.run-page data-run=(id) data-flow=(run.stored.run.flow) data-terminal=(run_terminal(&run.stored.run.state)) {
             h1 { a href=(super::flow_href(&run.stored.run.flow)) { (run.stored.run.flow) } " · " (t(lang, "Run")) " " code.runid { (short(&id)) } }
             div #live-status.live-status data-ok=(t(lang, "Live")) data-retry=(t(lang, "Reconnecting…")) data-poll=(t(lang, "Live updates lost: polling every 5 s.")) {}
-            (live)
+            (head)
             div.run-grid {
                 section.dag-section aria-label=(t(lang, "Nodes")) {
                     (dag::section(&console, lang, &run.def, run.stored.run.version, &scope, Some(&states), &base))
@@ -69,6 +69,7 @@ pub async fn page(
                     @if let Some(p) = panel { (p) }
                 }
             }
+            (details)
         }
     };
     let shell = Shell::new(&ctx, title, &console.assets, Nav::Runs).module("run.js").live("run");
@@ -104,6 +105,13 @@ pub async fn live(State(console): State<Console>, ctx: Ctx, Path(id): Path<Strin
 }
 
 async fn live_fragment(console: &Console, ctx: &Ctx, run: &LoadedRun) -> Result<Markup, ConsoleError> {
+    let (head, details) = fragments(console, ctx, run).await?;
+    Ok(html! { (head) (details) })
+}
+
+/// The run's header (`#run-live`, with every node's state for the SVG) and the
+/// nodes table with the audit trail (`#run-details`, swapped out of band).
+async fn fragments(console: &Console, ctx: &Ctx, run: &LoadedRun) -> Result<(Markup, Markup), ConsoleError> {
     let lang = ctx.lang;
     let r = &run.stored.run;
     let now = madeira_engine::now_ms();
@@ -125,9 +133,8 @@ async fn live_fragment(console: &Console, ctx: &Ctx, run: &LoadedRun) -> Result<
         danger: true,
         denied: ctx.denied(Role::Operator),
     };
-    Ok(html! {
-        div #run-live data-state=(r.state) {
-            (page::json_island("node-states", &json!({"run": r.state, "nodes": states})))
+    let head = html! {
+        div #run-live data-state=(r.state) data-event=(ctx.after) data-states=(serde_json::Value::Object(states).to_string()) {
             section.run-head {
                 div.kv { span.k { (t(lang, "State")) } span #run-state.v { (badge(lang, &r.state)) " " span.muted { (state_gloss(lang, &r.state)) } } }
                 div.kv { span.k { (t(lang, "Version")) } span.v { "v" (r.version) } }
@@ -139,12 +146,16 @@ async fn live_fragment(console: &Console, ctx: &Ctx, run: &LoadedRun) -> Result<
                 @if let Some(key) = &r.idempotency_key { div.kv.wide { span.k { (t(lang, "Idempotency key")) } code.v { (key) } } }
                 @if !terminal { div.run-actions { (page::denied_note(cancel.denied.as_ref())) (cancel.render(ctx)) } }
             }
+        }
+    };
+    let details = html! {
+        div #run-details hx-swap-oob="true" {
             section.nodes-section {
                 h2 { (t(lang, "Nodes")) " " span.muted { "(" (run.stored.nodes.len()) ")" } }
                 input.node-filter type="search" placeholder=(t(lang, "Find a node")) aria-label=(t(lang, "Find a node")) data-filter="#nodes-table";
                 div.table-wrap {
                     table #nodes-table.nodes {
-                        thead { tr { th { (t(lang, "Node")) } th { (t(lang, "State")) } th { (t(lang, "Attempts")) } th { (t(lang, "Started")) } th { (t(lang, "Duration")) } th.gantt-h { (t(lang, "Timeline")) } } }
+                        thead { tr { th { (t(lang, "Node")) } th { (t(lang, "State")) } th.num { (t(lang, "Attempts")) } th.opt { (t(lang, "Started")) } th { (t(lang, "Duration")) } th.gantt-h { (t(lang, "Timeline")) } } }
                         tbody {
                             @for &i in &run.def.topo {
                                 @if let Some(n) = run.stored.nodes.get(i) { (node_row(lang, &r.id, n, span_start, end, now)) }
@@ -175,7 +186,8 @@ async fn live_fragment(console: &Console, ctx: &Ctx, run: &LoadedRun) -> Result<
                 }
             }
         }
-    })
+    };
+    Ok((head, details))
 }
 
 fn node_row(lang: Lang, run_id: &str, n: &NodeRow, span_start: i64, span_end: i64, now: i64) -> Markup {
@@ -193,7 +205,7 @@ fn node_row(lang: Lang, run_id: &str, n: &NodeRow, span_start: i64, span_end: i6
                 @if n.stale { " " span.tag.stale { (t(lang, "stale")) } } }
             td.state-cell { (badge(lang, state)) }
             td.num { (n.attempt) }
-            td { (stamp(lang, n.started_at, now)) }
+            td.opt { (stamp(lang, n.started_at, now)) }
             td { @if let Some(d) = duration { (duration_ms(lang, d)) } @else { "-" } }
             td.gantt {
                 svg.gantt viewBox="0 0 100 10" preserveAspectRatio="none" aria-hidden="true" {
