@@ -112,10 +112,12 @@ pub fn svg(
     let mut out = String::with_capacity(nodes.len() * 600 + flow_edges.len() * 200);
     let _ = write!(
         out,
-        r#"<svg class="dag" id="dag" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w:.0} {h:.0}" width="{w:.0}" height="{h:.0}" role="img" aria-label="{label}">"#,
+        r#"<svg class="dag{fit}" id="dag" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w:.0} {h:.0}" width="{w:.0}" height="{h:.0}" role="img" aria-label="{label}">"#,
         w = laid.width,
         h = laid.height,
         label = html_escape(&format!("{} {}", t(lang, "Flow"), def.name)),
+        // Small graphs shrink to the box; large ones keep their size and scroll.
+        fit = if nodes.len() <= 60 { " fit" } else { "" },
     );
     out.push_str(r#"<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="arrowhead"/></marker></defs><g class="edges">"#);
     for (i, &(from, to)) in flow_edges.iter().enumerate() {

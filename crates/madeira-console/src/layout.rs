@@ -94,8 +94,8 @@ pub fn layout(graph: &Graph) -> Layout {
         }
     }
     let ys = assign_y(&vertices, &order, &up, &down);
-    let min_y = ys.iter().copied().fold(f64::INFINITY, f64::min);
-    let shift = if min_y.is_finite() { MARGIN - min_y } else { 0.0 };
+    let min_top = ys.iter().zip(&vertices).map(|(y, v)| y - span(*v) / 2.0).fold(f64::INFINITY, f64::min);
+    let shift = if min_top.is_finite() { MARGIN - min_top } else { 0.0 };
     let center = |v: usize| ys[v] + shift;
     let mut x = Vec::with_capacity(graph.n);
     let mut y = Vec::with_capacity(graph.n);

@@ -71,10 +71,12 @@ fn barycenter_untangles_a_crossed_pair() {
 
 #[test]
 fn a_cycle_edge_is_ignored_not_looped() {
-    let g = Graph { n: 2, edges: vec![(0, 1), (1, 0)] };
+    // Flows are validated acyclic; a cycle anyway must not hang or panic.
+    let g = Graph { n: 3, edges: vec![(0, 1), (1, 0), (0, 2), (9, 1)] };
     let l = layout(&g);
-    assert!(l.routes[1].is_empty());
-    assert_eq!(l.layer, vec![0, 1]);
+    assert_eq!(l.layer, vec![0, 0, 0], "nodes a cycle blocks stay in the first layer");
+    assert!(l.routes.iter().all(Vec::is_empty), "no edge is drawn backwards");
+    assert_no_overlap(&g, &l);
 }
 
 /// A 1,000-node flow of 20 layers with two upstreams per node.
