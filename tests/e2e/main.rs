@@ -8,6 +8,7 @@ mod cli;
 mod cluster;
 mod cluster_alerts;
 mod cluster_sidecars;
+mod console;
 mod crontab;
 mod exec;
 mod forwarding;

@@ -49,12 +49,16 @@ fn required_reason(ctx: &Ctx, reason: Option<&str>) -> Result<String, ConsoleErr
 /// The answer to an action: a flash fragment for htmx, else a redirect to `back`.
 fn answer(headers: &HeaderMap, outcome: Result<String, ConsoleError>, back: &str) -> Response {
     match (outcome, is_htmx(headers)) {
-        (Ok(message), true) => {
-            (StatusCode::OK, [("HX-Trigger", "madeira-refresh")], crate::page::html_response(flash(true, &message)))
-                .into_response()
-        }
+        (Ok(message), true) => (
+            StatusCode::OK,
+            [("HX-Trigger", "madeira-refresh")],
+            crate::page::html_response(flash(true, &message)),
+        )
+            .into_response(),
         (Ok(_), false) => (StatusCode::SEE_OTHER, [(header::LOCATION, back.to_string())]).into_response(),
-        (Err(e), true) => (e.status(), crate::page::html_response(flash(false, &e.to_string()))).into_response(),
+        (Err(e), true) => {
+            (e.status(), crate::page::html_response(flash(false, &e.to_string()))).into_response()
+        }
         (Err(e), false) => e.into_response(),
     }
 }
@@ -104,8 +108,13 @@ pub async fn cancel(
     let outcome = async {
         ctx.check_post(&headers, form.csrf.as_deref(), Role::Operator)?;
         let reason = required_reason(&ctx, form.reason.as_deref())?;
-        let request =
-            ActionRequest { run_id: id.clone(), node: None, kind: None, actor: ctx.user.name.clone(), reason: Some(reason) };
+        let request = ActionRequest {
+            run_id: id.clone(),
+            node: None,
+            kind: None,
+            actor: ctx.user.name.clone(),
+            reason: Some(reason),
+        };
         console.app.engine.act(request).await?;
         tracing::info!(actor = %ctx.user.name, run_id = %id, action = "cancel", "console action");
         Ok(format!("cancel: {}", t(ctx.lang, "Done.")))
@@ -166,8 +175,11 @@ pub async fn run_now(
     let outcome = async {
         ctx.check_post(&headers, form.csrf.as_deref(), Role::Operator)?;
         let text = form.params.as_deref().map(str::trim).filter(|s| !s.is_empty()).unwrap_or("{}");
-        let params: Value = serde_json::from_str(text)
-            .map_err(|e| ConsoleError::BadRequest(format!("params: {e}; give a JSON object like {{\"date\": \"2026-12-01\"}}")))?;
+        let params: Value = serde_json::from_str(text).map_err(|e| {
+            ConsoleError::BadRequest(format!(
+                "params: {e}; give a JSON object like {{\"date\": \"2026-12-01\"}}"
+            ))
+        })?;
         if !params.is_object() {
             return Err(ConsoleError::BadRequest("params must be a JSON object".into()));
         }
@@ -199,7 +211,14 @@ pub async fn run_now(
     }
 }
 
-async fn set_paused(console: &Console, ctx: &Ctx, headers: &HeaderMap, flow: &str, form: &ActionForm, paused: bool) -> Response {
+async fn set_paused(
+    console: &Console,
+    ctx: &Ctx,
+    headers: &HeaderMap,
+    flow: &str,
+    form: &ActionForm,
+    paused: bool,
+) -> Response {
     let outcome = async {
         ctx.check_post(headers, form.csrf.as_deref(), Role::Operator)?;
         let reason = form.reason.as_deref().map(str::trim).filter(|r| !r.is_empty()).map(str::to_string);
@@ -211,10 +230,22 @@ async fn set_paused(console: &Console, ctx: &Ctx, headers: &HeaderMap, flow: &st
     answer(headers, outcome, &format!("/flows/{flow}"))
 }
 
-pub async fn pause(State(console): State<Console>, ctx: Ctx, headers: HeaderMap, Path(flow): Path<String>, Form(form): Form<ActionForm>) -> Response {
+pub async fn pause(
+    State(console): State<Console>,
+    ctx: Ctx,
+    headers: HeaderMap,
+    Path(flow): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
     set_paused(&console, &ctx, &headers, &flow, &form, true).await
 }
 
-pub async fn resume(State(console): State<Console>, ctx: Ctx, headers: HeaderMap, Path(flow): Path<String>, Form(form): Form<ActionForm>) -> Response {
+pub async fn resume(
+    State(console): State<Console>,
+    ctx: Ctx,
+    headers: HeaderMap,
+    Path(flow): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
     set_paused(&console, &ctx, &headers, &flow, &form, false).await
 }

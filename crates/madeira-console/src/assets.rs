@@ -76,7 +76,9 @@ pub async fn serve(State(console): State<Console>, Path(name): Path<String>) -> 
             asset.body,
         )
             .into_response(),
-        None => (StatusCode::NOT_FOUND, [(header::CACHE_CONTROL, "no-store")], "no such asset").into_response(),
+        None => {
+            (StatusCode::NOT_FOUND, [(header::CACHE_CONTROL, "no-store")], "no such asset").into_response()
+        }
     }
 }
 
@@ -90,7 +92,8 @@ mod tests {
     #[test]
     fn the_vendored_htmx_matches_its_integrity_hash() {
         let body = FILES.iter().find(|f| f.0 == "htmx.min.js").expect("htmx embedded").1;
-        let sri = format!("sha384-{}", base64::engine::general_purpose::STANDARD.encode(Sha384::digest(body)));
+        let sri =
+            format!("sha384-{}", base64::engine::general_purpose::STANDARD.encode(Sha384::digest(body)));
         assert_eq!(sri, HTMX_SRI);
         assert!(String::from_utf8_lossy(&body[..200]).contains("htmx"), "it is htmx");
     }
@@ -99,7 +102,11 @@ mod tests {
     fn names_carry_the_content_hash() {
         let assets = Assets::new();
         let url = assets.url("app.js");
-        assert!(url.starts_with("/assets/app.") && url.ends_with(".js") && url.len() == "/assets/app..js".len() + 10);
+        assert!(
+            url.starts_with("/assets/app.")
+                && url.ends_with(".js")
+                && url.len() == "/assets/app..js".len() + 10
+        );
         assert!(assets.by_hashed(url.trim_start_matches("/assets/")).is_some());
         assert!(assets.by_hashed("app.js").is_none(), "unhashed names are not served");
     }

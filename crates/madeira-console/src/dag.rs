@@ -69,7 +69,12 @@ fn subgraph(def: &FlowDef, scope: &Scope) -> (Vec<usize>, Graph, Vec<(usize, usi
 }
 
 /// The layout of `def`/`version` for `scope`, computed once.
-fn cached_layout(console: &Console, def: &FlowDef, version: u32, scope: &Scope) -> (Vec<usize>, Vec<(usize, usize)>, std::sync::Arc<Layout>) {
+fn cached_layout(
+    console: &Console,
+    def: &FlowDef,
+    version: u32,
+    scope: &Scope,
+) -> (Vec<usize>, Vec<(usize, usize)>, std::sync::Arc<Layout>) {
     let (nodes, graph, flow_edges) = subgraph(def, scope);
     let key = match scope {
         Scope::All => format!("{}:{version}", def.name),
@@ -123,7 +128,13 @@ pub fn svg(
     for (i, &(from, to)) in flow_edges.iter().enumerate() {
         let Some(route) = laid.routes.get(i).filter(|r| r.len() >= 2) else { continue };
         let kind = edge_kind(def, from, to);
-        let _ = write!(out, r#"<path id="e-{}-{}" class="edge {kind}" d="{}" marker-end="url(#arrow)"/>"#, def.nodes[from].id, def.nodes[to].id, path_d(route));
+        let _ = write!(
+            out,
+            r#"<path id="e-{}-{}" class="edge {kind}" d="{}" marker-end="url(#arrow)"/>"#,
+            def.nodes[from].id,
+            def.nodes[to].id,
+            path_d(route)
+        );
     }
     out.push_str(r#"</g><g class="nodes">"#);
     for (&v, i) in nodes.iter().zip(0..) {
@@ -155,14 +166,23 @@ fn path_d(route: &[(f64, f64)]) -> String {
     d
 }
 
-fn node_svg(out: &mut String, lang: Lang, def: &FlowDef, v: usize, x: f64, y: f64, states: Option<&HashMap<String, String>>) {
+fn node_svg(
+    out: &mut String,
+    lang: Lang,
+    def: &FlowDef,
+    v: usize,
+    x: f64,
+    y: f64,
+    states: Option<&HashMap<String, String>>,
+) {
     let node = &def.nodes[v];
     let state = states.and_then(|s| s.get(&node.id)).map(String::as_str);
     let class = match state {
         Some(s) => format!("node st-{s}"),
         None => "node st-DEF".to_string(),
     };
-    let second = state.map_or_else(|| node_kind(def, v), |s| format!("{s} · {}", crate::i18n::state_gloss(lang, s)));
+    let second =
+        state.map_or_else(|| node_kind(def, v), |s| format!("{s} · {}", crate::i18n::state_gloss(lang, s)));
     let when = node.when.as_ref().map(|w| w.source().to_string());
     let mut title = node.id.clone();
     if let Some(s) = state {
@@ -186,7 +206,13 @@ fn node_svg(out: &mut String, lang: Lang, def: &FlowDef, v: usize, x: f64, y: f6
         second = html_escape(&truncate(&second, 24)),
     );
     if let Some(w) = when {
-        let _ = write!(out, r#"<text class="when" x="{:.1}" y="{:.1}">when {}</text>"#, x + 4.0, y + NODE_H + 11.0, html_escape(&truncate(&w, 46)));
+        let _ = write!(
+            out,
+            r#"<text class="when" x="{:.1}" y="{:.1}">when {}</text>"#,
+            x + 4.0,
+            y + NODE_H + 11.0,
+            html_escape(&truncate(&w, 46))
+        );
     }
     out.push_str("</g>");
 }
@@ -207,7 +233,15 @@ pub fn html_escape(s: &str) -> String {
 }
 
 /// The DAG section: legend, focus controls for large flows, the SVG.
-pub fn section(console: &Console, lang: Lang, def: &FlowDef, version: u32, scope: &Scope, states: Option<&HashMap<String, String>>, base: &str) -> Markup {
+pub fn section(
+    console: &Console,
+    lang: Lang,
+    def: &FlowDef,
+    version: u32,
+    scope: &Scope,
+    states: Option<&HashMap<String, String>>,
+    base: &str,
+) -> Markup {
     html! {
         div.dag-legend {
             span.edge-key.strong { (t(lang, "strong")) } span.edge-key.weak { (t(lang, "weak")) } span.edge-key.cond { (t(lang, "conditional")) }
@@ -228,7 +262,9 @@ pub fn scope_of(def: &FlowDef, focus: Option<&str>, depth: Option<usize>, prefer
     match focus {
         Some("all") => Scope::All,
         Some(name) => def.node_index(name).map_or(Scope::All, |node| Scope::Focus { node, depth }),
-        None if def.nodes.len() > FOCUS_ABOVE => Scope::Focus { node: preferred.min(def.nodes.len().saturating_sub(1)), depth },
+        None if def.nodes.len() > FOCUS_ABOVE => {
+            Scope::Focus { node: preferred.min(def.nodes.len().saturating_sub(1)), depth }
+        }
         None => Scope::All,
     }
 }

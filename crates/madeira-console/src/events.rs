@@ -42,7 +42,8 @@ pub struct Numbered {
 impl Numbered {
     fn matches(&self, filter: &Filter) -> bool {
         let Some(e) = &self.event else { return true };
-        filter.run.as_ref().is_none_or(|r| *r == e.run_id) && filter.flow.as_ref().is_none_or(|f| *f == e.flow)
+        filter.run.as_ref().is_none_or(|r| *r == e.run_id)
+            && filter.flow.as_ref().is_none_or(|f| *f == e.flow)
     }
 
     fn to_sse(&self) -> Event {
@@ -94,7 +95,10 @@ impl Hub {
             let event = match received {
                 Ok(e) => Some(e),
                 Err(broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::warn!(missed = n, "console event hub lagged behind the engine; pages will refetch");
+                    tracing::warn!(
+                        missed = n,
+                        "console event hub lagged behind the engine; pages will refetch"
+                    );
                     None
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
@@ -140,7 +144,11 @@ impl Hub {
     }
 
     /// The stream of SSE events for `filter`, resuming after `last`.
-    pub fn stream(&self, filter: Filter, last: Option<u64>) -> impl Stream<Item = Result<Event, Infallible>> + use<> {
+    pub fn stream(
+        &self,
+        filter: Filter,
+        last: Option<u64>,
+    ) -> impl Stream<Item = Result<Event, Infallible>> + use<> {
         let live = BroadcastStream::new(self.inner.tx.subscribe());
         let replay = self.replay(last);
         let after = replay.last().map(|e| e.id).or(last).unwrap_or(0);
@@ -151,7 +159,9 @@ impl Hub {
                 Ok(e) if e.id > after && e.matches(&filter) => Some(e),
                 Ok(_) => None,
                 // This stream fell behind the hub: tell the page to refetch.
-                Err(BroadcastStreamRecvError::Lagged(_)) => Some(Arc::new(Numbered { id: after, event: None })),
+                Err(BroadcastStreamRecvError::Lagged(_)) => {
+                    Some(Arc::new(Numbered { id: after, event: None }))
+                }
             };
             std::future::ready(out)
         });
@@ -183,7 +193,11 @@ pub async fn stream(
     Query(filter): Query<Filter>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ConsoleError> {
     let last = match headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
-        Some(v) => Some(v.trim().parse::<u64>().map_err(|_| ConsoleError::BadRequest("Last-Event-ID must be a number".into()))?),
+        Some(v) => Some(
+            v.trim()
+                .parse::<u64>()
+                .map_err(|_| ConsoleError::BadRequest("Last-Event-ID must be a number".into()))?,
+        ),
         None => filter.after,
     };
     Ok(Sse::new(console.hub.stream(filter, last)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))

@@ -89,7 +89,10 @@ const ZH: &[(&str, &str)] = &[
         "Paste a bearer token from auth.tokens. It is checked once and never stored in the browser; you get a session cookie.",
         "粘贴 auth.tokens 中的 Bearer 令牌。令牌只校验一次，不会保存在浏览器中；登录后获得会话 Cookie。",
     ),
-    ("Missing or wrong CSRF token: reload the page and try again.", "CSRF 令牌缺失或错误：请刷新页面后重试。"),
+    (
+        "Missing or wrong CSRF token: reload the page and try again.",
+        "CSRF 令牌缺失或错误：请刷新页面后重试。",
+    ),
     ("Your token", "您的令牌"),
     ("this needs", "此操作需要"),
     ("signed in as", "当前用户"),

@@ -109,14 +109,21 @@ pub fn layout(graph: &Graph) -> Layout {
             let mut points = Vec::with_capacity(chain.len());
             for (i, &v) in chain.iter().enumerate() {
                 let left = MARGIN + vertices[v].layer as f64 * LAYER_GAP;
-                let px = if i == 0 { left + NODE_W } else if i + 1 == chain.len() { left } else { left + NODE_W / 2.0 };
+                let px = if i == 0 {
+                    left + NODE_W
+                } else if i + 1 == chain.len() {
+                    left
+                } else {
+                    left + NODE_W / 2.0
+                };
                 points.push((px, center(v)));
             }
             points
         })
         .collect();
     let height = (0..vertices.len()).map(|v| center(v) + NODE_H / 2.0).fold(0.0, f64::max) + MARGIN;
-    let width = if layers == 0 { 2.0 * MARGIN } else { 2.0 * MARGIN + (layers - 1) as f64 * LAYER_GAP + NODE_W };
+    let width =
+        if layers == 0 { 2.0 * MARGIN } else { 2.0 * MARGIN + (layers - 1) as f64 * LAYER_GAP + NODE_W };
     Layout { layer, x, y, routes, width, height, layers }
 }
 
@@ -191,8 +198,11 @@ fn assign_y(vertices: &[Vertex], order: &[Vec<usize>], up: &[Vec<usize>], down: 
     }
     for pass in 0..SWEEPS {
         let downwards = pass % 2 == 0;
-        let layers: Vec<usize> =
-            if downwards { (1..order.len()).collect() } else { (0..order.len().saturating_sub(1)).rev().collect() };
+        let layers: Vec<usize> = if downwards {
+            (1..order.len()).collect()
+        } else {
+            (0..order.len().saturating_sub(1)).rev().collect()
+        };
         for l in layers {
             let neighbours = if downwards { up } else { down };
             place_layer(&order[l], vertices, neighbours, &mut y);

@@ -83,7 +83,8 @@ pub async fn serve(
     Query(q): Query<LogQuery>,
 ) -> Result<Response, ConsoleError> {
     let store = console.app.engine.store();
-    let stored = store.load_run(&run).await?.ok_or_else(|| ConsoleError::NotFound(format!("run {run} not found")))?;
+    let stored =
+        store.load_run(&run).await?.ok_or_else(|| ConsoleError::NotFound(format!("run {run} not found")))?;
     if !stored.nodes.iter().any(|n| n.node == node) {
         return Err(ConsoleError::NotFound(format!("run {run}: node {node} not found")));
     }

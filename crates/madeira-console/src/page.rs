@@ -48,12 +48,32 @@ impl<'a> Shell<'a> {
             Nav::None => "",
             _ => "runs",
         };
-        Self { lang: ctx.lang, title: title.into(), assets, ctx: Some(ctx), nav, modules: Vec::new(), live, live_flow: None, after: Some(ctx.after) }
+        Self {
+            lang: ctx.lang,
+            title: title.into(),
+            assets,
+            ctx: Some(ctx),
+            nav,
+            modules: Vec::new(),
+            live,
+            live_flow: None,
+            after: Some(ctx.after),
+        }
     }
 
     /// A page for visitors who are not signed in (sign-in).
     pub fn bare(lang: Lang, title: &str, assets: &'a Assets) -> Self {
-        Self { lang, title: title.to_string(), assets, ctx: None, nav: Nav::None, modules: Vec::new(), live: "", live_flow: None, after: None }
+        Self {
+            lang,
+            title: title.to_string(),
+            assets,
+            ctx: None,
+            nav: Nav::None,
+            modules: Vec::new(),
+            live: "",
+            live_flow: None,
+            after: None,
+        }
     }
 
     /// Sets what the live stream refreshes (see `live`).

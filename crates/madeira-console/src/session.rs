@@ -135,11 +135,9 @@ pub fn lang_of(parts: &Parts) -> Lang {
         .query()
         .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("lang=")))
         .and_then(Lang::parse);
-    from_query
-        .or_else(|| cookie(&parts.headers, LANG_COOKIE).and_then(Lang::parse))
-        .unwrap_or_else(|| {
-            Lang::from_accept(parts.headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()))
-        })
+    from_query.or_else(|| cookie(&parts.headers, LANG_COOKIE).and_then(Lang::parse)).unwrap_or_else(|| {
+        Lang::from_accept(parts.headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()))
+    })
 }
 
 /// The signed-in viewer of a page (or `local` without auth).
@@ -162,16 +160,30 @@ impl Ctx {
     /// Why an action is not offered, or `None` when it is.
     pub fn denied(&self, need: Role) -> Option<String> {
         (!self.can(need)).then(|| {
-            format!("{} {} {:?}; {} {:?}", t(self.lang, "Your token"), self.user.name, self.user.role, t(self.lang, "this needs"), need)
+            format!(
+                "{} {} {:?}; {} {:?}",
+                t(self.lang, "Your token"),
+                self.user.name,
+                self.user.role,
+                t(self.lang, "this needs"),
+                need
+            )
         })
     }
 
     /// A POST may go on: its CSRF token matches and the role suffices.
-    pub fn check_post(&self, headers: &HeaderMap, form_csrf: Option<&str>, need: Role) -> Result<(), ConsoleError> {
+    pub fn check_post(
+        &self,
+        headers: &HeaderMap,
+        form_csrf: Option<&str>,
+        need: Role,
+    ) -> Result<(), ConsoleError> {
         let presented = headers.get("x-csrf-token").and_then(|v| v.to_str().ok()).or(form_csrf).unwrap_or("");
         if presented.is_empty() || !same(presented, &self.user.csrf) {
             tracing::warn!(actor = %self.user.name, path = %self.path, "console POST refused: missing or wrong CSRF token");
-            return Err(ConsoleError::Forbidden(t(self.lang, "Missing or wrong CSRF token: reload the page and try again.").into()));
+            return Err(ConsoleError::Forbidden(
+                t(self.lang, "Missing or wrong CSRF token: reload the page and try again.").into(),
+            ));
         }
         if let Some(why) = self.denied(need) {
             tracing::warn!(actor = %self.user.name, path = %self.path, "console POST refused: role too weak");
@@ -189,7 +201,8 @@ impl FromRequestParts<Console> for Ctx {
         let after = console.hub.last_id();
         let path = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
         if !console.auth_on() {
-            let user = User { name: "local".into(), role: Role::Admin, csrf: console.sessions.process_csrf.clone() };
+            let user =
+                User { name: "local".into(), role: Role::Admin, csrf: console.sessions.process_csrf.clone() };
             return Ok(Self { user, lang, path, auth_on: false, after });
         }
         let user = cookie(&parts.headers, SESSION_COOKIE).and_then(|id| console.sessions.get(id));
@@ -211,14 +224,23 @@ pub struct NextQuery {
 /// Only a local absolute path may be a redirect target.
 fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') && !n.contains(['\r', '\n']) => {
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.contains('\\')
+                && !n.contains(['\r', '\n']) =>
+        {
             n.to_string()
         }
         _ => "/".to_string(),
     }
 }
 
-pub async fn signin_page(State(console): State<Console>, parts: Parts, Query(q): Query<NextQuery>) -> Response {
+pub async fn signin_page(
+    State(console): State<Console>,
+    parts: Parts,
+    Query(q): Query<NextQuery>,
+) -> Response {
     let lang = lang_of(&parts);
     if !console.auth_on() {
         return Redirect::to(&safe_next(q.next.as_deref())).into_response();
@@ -226,7 +248,13 @@ pub async fn signin_page(State(console): State<Console>, parts: Parts, Query(q):
     signin_form(&console, lang, &safe_next(q.next.as_deref()), None, StatusCode::OK)
 }
 
-fn signin_form(console: &Console, lang: Lang, next: &str, error: Option<&str>, status: StatusCode) -> Response {
+fn signin_form(
+    console: &Console,
+    lang: Lang,
+    next: &str,
+    error: Option<&str>,
+    status: StatusCode,
+) -> Response {
     let body = html! {
         section.signin {
             h1 { (t(lang, "Sign in")) }
@@ -259,7 +287,13 @@ pub async fn signin(State(console): State<Console>, parts: Parts, Form(form): Fo
     let lang = lang_of(&parts);
     let next = safe_next(form.next.as_deref());
     if !same(&form.csrf, &console.sessions.process_csrf) {
-        return signin_form(&console, lang, &next, Some(t(lang, "The form expired: try again.")), StatusCode::FORBIDDEN);
+        return signin_form(
+            &console,
+            lang,
+            &next,
+            Some(t(lang, "The form expired: try again.")),
+            StatusCode::FORBIDDEN,
+        );
     }
     let Some(tokens) = &console.app.auth.tokens else {
         return Redirect::to(&next).into_response();
@@ -299,7 +333,8 @@ pub async fn signout(
     tracing::info!(actor = %ctx.user.name, "console sign-out");
     let clear = session_cookie("", 0, console.options.secure_cookies);
     let to = if console.auth_on() { "/signin" } else { "/" };
-    Ok((StatusCode::SEE_OTHER, [(header::LOCATION, to.to_string()), (header::SET_COOKIE, clear)]).into_response())
+    Ok((StatusCode::SEE_OTHER, [(header::LOCATION, to.to_string()), (header::SET_COOKIE, clear)])
+        .into_response())
 }
 
 /// `GET /lang?set=zh-CN&next=/path`: remembers the language in a cookie.

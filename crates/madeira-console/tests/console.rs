@@ -38,13 +38,20 @@ fn token(name: &str, role: Role) -> TokenEntry {
 async fn app(auth: bool) -> App {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
-    let (engine, handle) = madeira_engine::build(store, Executors::new(Default::default()), Vec::new(), EngineOptions::default());
+    let (engine, handle) = madeira_engine::build(
+        store,
+        Executors::new(Default::default()),
+        Vec::new(),
+        EngineOptions::default(),
+    );
     let cancel = CancellationToken::new();
     tokio::spawn(engine.run(cancel.clone()));
     handle.apply_flow("pay.yaml", FLOW).await.expect("flow");
-    let tokens = auth.then(|| vec![token("vera", Role::Viewer), token("otto", Role::Operator), token("ada", Role::Admin)]);
+    let tokens = auth
+        .then(|| vec![token("vera", Role::Viewer), token("otto", Role::Operator), token("ada", Role::Admin)]);
     let state = AppState::new(handle.clone(), AuthConfig { tokens });
-    let console = Console::new(state.clone(), ConsoleOptions { shutdown: cancel.clone(), ..Default::default() });
+    let console =
+        Console::new(state.clone(), ConsoleOptions { shutdown: cancel.clone(), ..Default::default() });
     let router = madeira_server::router(state).merge(madeira_console::router(console));
     App { router, engine: handle, cancel, _dir: dir }
 }
@@ -111,7 +118,14 @@ async fn start_waiting_run(app: &App) -> String {
     let mut events = app.engine.subscribe();
     let run = app
         .engine
-        .trigger(TriggerRequest { flow: "pay".into(), params: serde_json::json!({}), idempotency_key: None, trigger: "manual".into(), actor: "test".into(), version: None })
+        .trigger(TriggerRequest {
+            flow: "pay".into(),
+            params: serde_json::json!({}),
+            idempotency_key: None,
+            trigger: "manual".into(),
+            actor: "test".into(),
+            version: None,
+        })
         .await
         .expect("trigger")
         .run_id;
@@ -153,7 +167,8 @@ async fn role_by_action_matrix() {
         for (uri, form) in actions(&start_waiting_run(&app).await) {
             let without = send(&app, post(&uri, Some(&cookie), form)).await;
             assert_eq!(without.status, StatusCode::FORBIDDEN, "{name} {uri} without CSRF: {}", without.body);
-            let wrong = send(&app, post(&uri, Some(&cookie), &format!("{form}&csrf={}", "0".repeat(64)))).await;
+            let wrong =
+                send(&app, post(&uri, Some(&cookie), &format!("{form}&csrf={}", "0".repeat(64)))).await;
             assert_eq!(wrong.status, StatusCode::FORBIDDEN, "{name} {uri} with a wrong CSRF token");
             let reply = send(&app, post(&uri, Some(&cookie), &format!("{form}&csrf={csrf}"))).await;
             if role == Role::Viewer {
@@ -177,16 +192,41 @@ async fn actions_are_audited_with_the_token_name_and_need_a_reason() {
     let app = app(true).await;
     let (cookie, csrf) = sign_in(&app, "otto").await;
     let run = start_waiting_run(&app).await;
-    let blank = send(&app, post(&format!("/runs/{run}/nodes/approve/confirm"), Some(&cookie), &format!("csrf={csrf}&reason=+"))).await;
+    let blank = send(
+        &app,
+        post(&format!("/runs/{run}/nodes/approve/confirm"), Some(&cookie), &format!("csrf={csrf}&reason=+")),
+    )
+    .await;
     assert_eq!(blank.status, StatusCode::BAD_REQUEST);
-    let done = send(&app, post(&format!("/runs/{run}/nodes/approve/confirm"), Some(&cookie), &format!("csrf={csrf}&reason=totals+match"))).await;
+    let done = send(
+        &app,
+        post(
+            &format!("/runs/{run}/nodes/approve/confirm"),
+            Some(&cookie),
+            &format!("csrf={csrf}&reason=totals+match"),
+        ),
+    )
+    .await;
     assert_eq!(done.status, StatusCode::OK, "{}", done.body);
     assert_eq!(done.headers["HX-Trigger"], "madeira-refresh");
-    let audit = app.engine.store().audit(&madeira_store::AuditQuery { run_id: Some(run.clone()), limit: 10, ..Default::default() }).await.expect("audit");
+    let audit = app
+        .engine
+        .store()
+        .audit(&madeira_store::AuditQuery { run_id: Some(run.clone()), limit: 10, ..Default::default() })
+        .await
+        .expect("audit");
     let confirm = audit.iter().find(|a| a.action == "confirm").expect("confirm audited");
     assert_eq!((confirm.actor.as_str(), confirm.reason.as_deref()), ("otto", Some("totals match")));
     // The same action again is refused by the state machine, with the API's status.
-    let again = send(&app, post(&format!("/runs/{run}/nodes/approve/confirm"), Some(&cookie), &format!("csrf={csrf}&reason=again"))).await;
+    let again = send(
+        &app,
+        post(
+            &format!("/runs/{run}/nodes/approve/confirm"),
+            Some(&cookie),
+            &format!("csrf={csrf}&reason=again"),
+        ),
+    )
+    .await;
     assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.body);
 }
 
@@ -216,10 +256,16 @@ async fn dev_mode_needs_no_sign_in_but_still_checks_csrf() {
     assert_eq!(page.status, StatusCode::OK);
     assert!(page.body.contains("dev mode"));
     let run = start_waiting_run(&app).await;
-    let forged = send(&app, post(&format!("/runs/{run}/nodes/approve/confirm"), None, "reason=cross-site")).await;
+    let forged =
+        send(&app, post(&format!("/runs/{run}/nodes/approve/confirm"), None, "reason=cross-site")).await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN);
-    let csrf = between(&send(&app, get("/approvals", None)).await.body, "&quot;X-CSRF-Token&quot;:&quot;", "&quot;");
-    let ok = send(&app, post(&format!("/runs/{run}/nodes/approve/confirm"), None, &format!("reason=ok&csrf={csrf}"))).await;
+    let csrf =
+        between(&send(&app, get("/approvals", None)).await.body, "&quot;X-CSRF-Token&quot;:&quot;", "&quot;");
+    let ok = send(
+        &app,
+        post(&format!("/runs/{run}/nodes/approve/confirm"), None, &format!("reason=ok&csrf={csrf}")),
+    )
+    .await;
     assert_eq!(ok.status, StatusCode::OK, "{}", ok.body);
 }
 
@@ -270,11 +316,19 @@ async fn sse_resumes_after_last_event_id() {
     let first = read_events(live.into_body(), 3).await;
     assert!(first.windows(2).all(|w| w[1].0 > w[0].0), "ids increase: {first:?}");
     assert!(first.iter().all(|(_, b)| b.contains(&run)));
-    let resume = Request::builder().uri("/events").header("last-event-id", first[0].0.to_string()).body(Body::empty()).expect("request");
+    let resume = Request::builder()
+        .uri("/events")
+        .header("last-event-id", first[0].0.to_string())
+        .body(Body::empty())
+        .expect("request");
     let again = app.router.clone().oneshot(resume).await.expect("infallible");
     let replayed = read_events(again.into_body(), 2).await;
     assert_eq!(replayed[0].0, first[1].0, "the stream resumes right after the last id seen");
     assert_eq!(replayed[1].0, first[2].0);
-    let bad = send(&app, Request::builder().uri("/events").header("last-event-id", "x").body(Body::empty()).expect("request")).await;
+    let bad = send(
+        &app,
+        Request::builder().uri("/events").header("last-event-id", "x").body(Body::empty()).expect("request"),
+    )
+    .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
 }

@@ -40,7 +40,8 @@ fn ids(hub: &Hub) -> Vec<u64> {
 async fn take<S: Stream<Item = Result<Event, Infallible>> + Unpin>(stream: &mut S, n: usize) -> Vec<String> {
     let mut out = Vec::new();
     for _ in 0..n {
-        let next = tokio::time::timeout(Duration::from_secs(5), stream.next()).await.expect("an event in time");
+        let next =
+            tokio::time::timeout(Duration::from_secs(5), stream.next()).await.expect("an event in time");
         let Some(Ok(e)) = next else { panic!("stream ended") };
         out.push(format!("{e:?}"));
     }

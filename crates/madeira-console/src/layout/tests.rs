@@ -25,7 +25,12 @@ fn assert_no_overlap(graph: &Graph, l: &Layout) {
         for b in a + 1..graph.n {
             let apart_x = l.x[a] + NODE_W <= l.x[b] || l.x[b] + NODE_W <= l.x[a];
             let apart_y = l.y[a] + NODE_H <= l.y[b] || l.y[b] + NODE_H <= l.y[a];
-            assert!(apart_x || apart_y, "nodes {a} and {b} overlap: {:?} {:?}", (l.x[a], l.y[a]), (l.x[b], l.y[b]));
+            assert!(
+                apart_x || apart_y,
+                "nodes {a} and {b} overlap: {:?} {:?}",
+                (l.x[a], l.y[a]),
+                (l.x[b], l.y[b])
+            );
         }
     }
 }

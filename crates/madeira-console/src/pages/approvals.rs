@@ -41,7 +41,12 @@ pub async fn pending(console: &Console) -> Result<(Vec<Pending>, bool), ConsoleE
     let mut out = Vec::new();
     let mut capped = false;
     for flow in store.list_flows().await? {
-        let query = RunQuery { flow: Some(flow.name.clone()), state: Some("RUNNING".into()), before: None, limit: SCAN_LIMIT };
+        let query = RunQuery {
+            flow: Some(flow.name.clone()),
+            state: Some("RUNNING".into()),
+            before: None,
+            limit: SCAN_LIMIT,
+        };
         let runs = store.list_runs(&query).await?;
         capped |= runs.len() as u32 >= SCAN_LIMIT;
         for row in runs {
@@ -51,7 +56,10 @@ pub async fn pending(console: &Console) -> Result<(Vec<Pending>, bool), ConsoleE
             }
             let Some(stored) = store.load_run(&row.id).await? else { continue };
             for n in stored.nodes.iter().filter(|n| n.state.as_str() == "MANUAL_CONFIRM") {
-                let Some(NodeAction::Manual(manual)) = def.nodes.get(n.idx as usize).map(|d| &d.action) else { continue };
+                let Some(NodeAction::Manual(manual)) = def.nodes.get(n.idx as usize).map(|d| &d.action)
+                else {
+                    continue;
+                };
                 let since = n.started_at;
                 let at = |d: Option<std::time::Duration>| Some(since? + i64::try_from(d?.as_millis()).ok()?);
                 out.push(Pending {
@@ -76,7 +84,11 @@ pub struct ApprovalsQuery {
     fragment: Option<String>,
 }
 
-pub async fn page(State(console): State<Console>, ctx: Ctx, Query(q): Query<ApprovalsQuery>) -> Result<Response, ConsoleError> {
+pub async fn page(
+    State(console): State<Console>,
+    ctx: Ctx,
+    Query(q): Query<ApprovalsQuery>,
+) -> Result<Response, ConsoleError> {
     let (items, capped) = pending(&console).await?;
     let list = list_markup(&ctx, &items, capped);
     if q.fragment.is_some() {

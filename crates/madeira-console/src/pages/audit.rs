@@ -22,14 +22,21 @@ const CSV_LIMIT: u32 = 10_000;
 
 fn query_of(q: &HashMap<String, String>, limit: u32) -> Result<AuditQuery, ConsoleError> {
     let nonempty = |k: &str| q.get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
-    let since_ms = match nonempty("since") {
-        Some(s) => Some(parse_time(&s).ok_or_else(|| ConsoleError::BadRequest(format!("since `{s}`: use 2026-12-01T09:30 (UTC)")))?),
-        None => None,
-    };
+    let since_ms =
+        match nonempty("since") {
+            Some(s) => Some(parse_time(&s).ok_or_else(|| {
+                ConsoleError::BadRequest(format!("since `{s}`: use 2026-12-01T09:30 (UTC)"))
+            })?),
+            None => None,
+        };
     Ok(AuditQuery { run_id: nonempty("run_id"), actor: nonempty("actor"), since_ms, limit })
 }
 
-async fn entries(console: &Console, q: &HashMap<String, String>, limit: u32) -> Result<Vec<AuditRecord>, ConsoleError> {
+async fn entries(
+    console: &Console,
+    q: &HashMap<String, String>,
+    limit: u32,
+) -> Result<Vec<AuditRecord>, ConsoleError> {
     let query = query_of(q, limit)?;
     let mut rows = console.app.engine.store().audit(&query).await?;
     if let Some(action) = q.get("action").map(|a| a.trim()).filter(|a| !a.is_empty()) {
@@ -38,12 +45,19 @@ async fn entries(console: &Console, q: &HashMap<String, String>, limit: u32) -> 
     Ok(rows)
 }
 
-pub async fn page(State(console): State<Console>, ctx: Ctx, Query(q): Query<HashMap<String, String>>) -> Result<Response, ConsoleError> {
+pub async fn page(
+    State(console): State<Console>,
+    ctx: Ctx,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ConsoleError> {
     let lang = ctx.lang;
     let now = madeira_engine::now_ms();
     let rows = entries(&console, &q, LIMIT).await?;
     let value = |k: &str| q.get(k).cloned().unwrap_or_default();
-    let qs: Vec<String> = ["run_id", "actor", "since", "action"].iter().filter_map(|k| q.get(*k).map(|v| format!("{k}={}", url_encode(v)))).collect();
+    let qs: Vec<String> = ["run_id", "actor", "since", "action"]
+        .iter()
+        .filter_map(|k| q.get(*k).map(|v| format!("{k}={}", url_encode(v))))
+        .collect();
     let body = html! {
         h1 { (t(lang, "Audit")) }
         form.search method="get" action="/audit" {
@@ -76,17 +90,32 @@ pub fn csv_cell(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
 }
 
-pub async fn csv(State(console): State<Console>, _ctx: Ctx, Query(q): Query<HashMap<String, String>>) -> Result<Response, ConsoleError> {
+pub async fn csv(
+    State(console): State<Console>,
+    _ctx: Ctx,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ConsoleError> {
     let rows = entries(&console, &q, CSV_LIMIT).await?;
     let mut out = String::from("at,actor,action,run_id,node,reason,details\r\n");
     for a in &rows {
         let details = a.details.as_ref().map(|d| d.to_string()).unwrap_or_default();
-        let cells = [rfc3339(a.at), a.actor.clone(), a.action.clone(), a.run_id.clone().unwrap_or_default(), a.node.clone().unwrap_or_default(), a.reason.clone().unwrap_or_default(), details];
+        let cells = [
+            rfc3339(a.at),
+            a.actor.clone(),
+            a.action.clone(),
+            a.run_id.clone().unwrap_or_default(),
+            a.node.clone().unwrap_or_default(),
+            a.reason.clone().unwrap_or_default(),
+            details,
+        ];
         out.push_str(&cells.iter().map(|c| csv_cell(c)).collect::<Vec<_>>().join(","));
         out.push_str("\r\n");
     }
     Ok((
-        [(header::CONTENT_TYPE, "text/csv; charset=utf-8"), (header::CONTENT_DISPOSITION, "attachment; filename=\"madeira-audit.csv\"")],
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
+            (header::CONTENT_DISPOSITION, "attachment; filename=\"madeira-audit.csv\""),
+        ],
         out,
     )
         .into_response())

@@ -68,7 +68,10 @@ pub async fn list(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
     let mut rows = Vec::new();
     for record in engine.store().list_flows().await? {
         let def = engine.flow(&record.name, Some(record.latest_version)).await?;
-        let runs = engine.store().list_runs(&RunQuery { flow: Some(record.name.clone()), limit: STRIP, ..Default::default() }).await?;
+        let runs = engine
+            .store()
+            .list_runs(&RunQuery { flow: Some(record.name.clone()), limit: STRIP, ..Default::default() })
+            .await?;
         rows.push((record, def, runs));
     }
     let body = html! {
@@ -106,16 +109,25 @@ pub struct FlowQuery {
     version: Option<u32>,
 }
 
-pub async fn show(State(console): State<Console>, ctx: Ctx, Path(name): Path<String>, Query(q): Query<FlowQuery>) -> Result<Response, ConsoleError> {
+pub async fn show(
+    State(console): State<Console>,
+    ctx: Ctx,
+    Path(name): Path<String>,
+    Query(q): Query<FlowQuery>,
+) -> Result<Response, ConsoleError> {
     let lang = ctx.lang;
     let now = madeira_engine::now_ms();
     let engine = &console.app.engine;
     let store = engine.store();
-    let record = store.get_flow(&name).await?.ok_or_else(|| ConsoleError::NotFound(format!("flow {name} not found")))?;
+    let record = store
+        .get_flow(&name)
+        .await?
+        .ok_or_else(|| ConsoleError::NotFound(format!("flow {name} not found")))?;
     let version = q.version.unwrap_or(record.latest_version);
     let def = engine.flow(&name, Some(version)).await?;
     let versions = store.flow_versions(&name).await?;
-    let runs = store.list_runs(&RunQuery { flow: Some(name.clone()), limit: 20, ..Default::default() }).await?;
+    let runs =
+        store.list_runs(&RunQuery { flow: Some(name.clone()), limit: 20, ..Default::default() }).await?;
     let scope = dag::scope_of(&def, q.focus.as_deref(), q.depth, def.topo.first().copied().unwrap_or(0));
     let diff = q.diff.and_then(|v| {
         let new = versions.iter().find(|x| x.version == v)?;

@@ -23,15 +23,22 @@ fn text(v: &Value) -> String {
     }
 }
 
-pub async fn alerts(State(console): State<Console>, ctx: Ctx, Query(q): Query<HashMap<String, String>>) -> Result<Response, ConsoleError> {
+pub async fn alerts(
+    State(console): State<Console>,
+    ctx: Ctx,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ConsoleError> {
     let lang = ctx.lang;
     let status = q.get("status").filter(|s| matches!(s.as_str(), "pending" | "firing" | "resolved")).cloned();
     let list = match &console.app.alerts {
-        Some(a) => Some(
-            a.list(&AlertQuery { status: status.clone(), flow: None, limit: 200 })
-                .await
-                .map_err(|e| ConsoleError::Api { status: axum::http::StatusCode::INTERNAL_SERVER_ERROR, message: e.to_string() })?,
-        ),
+        Some(a) => {
+            Some(a.list(&AlertQuery { status: status.clone(), flow: None, limit: 200 }).await.map_err(
+                |e| ConsoleError::Api {
+                    status: axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    message: e.to_string(),
+                },
+            )?)
+        }
         None => None,
     };
     let body = html! {
@@ -88,5 +95,7 @@ pub async fn sidecars(State(console): State<Console>, ctx: Ctx) -> Result<Respon
         @if waiting.is_empty() { p.muted { (t(lang, "none")) } }
         ul { @for (run, node, reason) in &waiting { li { a href=(super::run_href(run)) { code { (super::run::short(run)) } } " " code { (node) } " — " (reason) } } }
     };
-    Ok(page::html_response(Shell::new(&ctx, t(lang, "Sidecars"), &console.assets, Nav::Sidecars).render(body)))
+    Ok(page::html_response(
+        Shell::new(&ctx, t(lang, "Sidecars"), &console.assets, Nav::Sidecars).render(body),
+    ))
 }

@@ -24,8 +24,11 @@ pub struct LoadedRun {
 /// Loads run `id` and its flow version through the engine handle.
 pub async fn load_run(console: &Console, id: &str) -> Result<LoadedRun, ConsoleError> {
     let engine = &console.app.engine;
-    let stored =
-        engine.store().load_run(id).await?.ok_or_else(|| ConsoleError::NotFound(format!("run {id} not found")))?;
+    let stored = engine
+        .store()
+        .load_run(id)
+        .await?
+        .ok_or_else(|| ConsoleError::NotFound(format!("run {id} not found")))?;
     let def = engine.flow(&stored.run.flow, Some(stored.run.version)).await?;
     Ok(LoadedRun { stored, def })
 }

@@ -27,12 +27,16 @@ pub async fn page(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
     let day_ago = id_bound(now - 24 * 3_600_000);
     let mut counts = Vec::new();
     for state in ["QUEUED", "RUNNING", "SUCCESS", "FAILED", "CANCELLED"] {
-        let rows = store.list_runs(&RunQuery { state: Some(state.into()), limit: COUNT_CAP, ..Default::default() }).await?;
+        let rows = store
+            .list_runs(&RunQuery { state: Some(state.into()), limit: COUNT_CAP, ..Default::default() })
+            .await?;
         let n = rows.iter().filter(|r| r.id >= day_ago).count();
         counts.push((state, n, n as u32 >= COUNT_CAP));
     }
-    let running = store.list_runs(&RunQuery { state: Some("RUNNING".into()), limit: 10, ..Default::default() }).await?;
-    let failed = store.list_runs(&RunQuery { state: Some("FAILED".into()), limit: 5, ..Default::default() }).await?;
+    let running =
+        store.list_runs(&RunQuery { state: Some("RUNNING".into()), limit: 10, ..Default::default() }).await?;
+    let failed =
+        store.list_runs(&RunQuery { state: Some("FAILED".into()), limit: 5, ..Default::default() }).await?;
     let (waiting, _) = super::approvals::pending(&console).await?;
     let sidecars = console.app.fleet.as_ref().map(|f| f.sidecars());
     let alerts = match &console.app.alerts {
@@ -93,5 +97,7 @@ pub async fn page(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
         section { h2 { (t(lang, "Running now")) } (runs_table(lang, &running, now)) }
         section { h2 { (t(lang, "Recently failed")) } (runs_table(lang, &failed, now)) }
     };
-    Ok(page::html_response(Shell::new(&ctx, t(lang, "Overview"), &console.assets, Nav::Overview).render(body)))
+    Ok(page::html_response(
+        Shell::new(&ctx, t(lang, "Overview"), &console.assets, Nav::Overview).render(body),
+    ))
 }

@@ -99,7 +99,11 @@ pub fn short(id: &str) -> &str {
 }
 
 /// `GET /runs/{id}/live`: the part of the run page that is refetched.
-pub async fn live(State(console): State<Console>, ctx: Ctx, Path(id): Path<String>) -> Result<Response, ConsoleError> {
+pub async fn live(
+    State(console): State<Console>,
+    ctx: Ctx,
+    Path(id): Path<String>,
+) -> Result<Response, ConsoleError> {
     let run = load_run(&console, &id).await?;
     Ok(page::html_response(live_fragment(&console, &ctx, &run).await?))
 }
@@ -117,7 +121,8 @@ async fn fragments(console: &Console, ctx: &Ctx, run: &LoadedRun) -> Result<(Mar
     let now = madeira_engine::now_ms();
     let store = console.app.engine.store();
     let transitions = store.transitions(&r.id).await?;
-    let audit = store.audit(&AuditQuery { run_id: Some(r.id.clone()), limit: 200, ..Default::default() }).await?;
+    let audit =
+        store.audit(&AuditQuery { run_id: Some(r.id.clone()), limit: 200, ..Default::default() }).await?;
     let actor = transitions.first().map(|t| t.actor.clone()).unwrap_or_else(|| "-".into());
     let states: serde_json::Map<String, serde_json::Value> =
         run.stored.nodes.iter().map(|n| (n.node.clone(), json!(n.state.as_str()))).collect();
@@ -129,7 +134,12 @@ async fn fragments(console: &Console, ctx: &Ctx, run: &LoadedRun) -> Result<(Mar
         label: t(lang, "Cancel run"),
         action: format!("/runs/{}/cancel", r.id),
         hidden: vec![],
-        preview: Some(format!("{} {} {}", t(lang, "touches"), run.stored.nodes.iter().filter(|n| !n.state.is_terminal()).count(), t(lang, "nodes"))),
+        preview: Some(format!(
+            "{} {} {}",
+            t(lang, "touches"),
+            run.stored.nodes.iter().filter(|n| !n.state.is_terminal()).count(),
+            t(lang, "nodes")
+        )),
         danger: true,
         denied: ctx.denied(Role::Operator),
     };
@@ -228,8 +238,12 @@ pub async fn panel(
     if crate::error::is_htmx(&headers) {
         return Ok(page::html_response(markup));
     }
-    let shell = Shell::new(&ctx, format!("{} · {node}", short(&id)), &console.assets, Nav::Runs).module("run.js").live("run");
-    Ok(page::html_response(shell.render(html! { div.run-page data-run=(id) { aside #panel.panel.standalone { (markup) } } })))
+    let shell = Shell::new(&ctx, format!("{} · {node}", short(&id)), &console.assets, Nav::Runs)
+        .module("run.js")
+        .live("run");
+    Ok(page::html_response(
+        shell.render(html! { div.run-page data-run=(id) { aside #panel.panel.standalone { (markup) } } }),
+    ))
 }
 
 /// Nodes downstream of `v` (transitively).
@@ -251,20 +265,38 @@ fn descendants(def: &madeira_core::FlowDef, v: usize) -> Vec<usize> {
 
 fn preview(lang: Lang, names: &[String]) -> String {
     let shown: Vec<&str> = names.iter().take(8).map(String::as_str).collect();
-    let more = if names.len() > 8 { format!(" … +{} {}", names.len() - 8, t(lang, "more")) } else { String::new() };
+    let more = if names.len() > 8 {
+        format!(" … +{} {}", names.len() - 8, t(lang, "more"))
+    } else {
+        String::new()
+    };
     format!("{} {} {}: {}{more}", t(lang, "touches"), names.len(), t(lang, "nodes"), shown.join(", "))
 }
 
-async fn panel_markup(console: &Console, ctx: &Ctx, run: &LoadedRun, node: &str) -> Result<Markup, ConsoleError> {
+async fn panel_markup(
+    console: &Console,
+    ctx: &Ctx,
+    run: &LoadedRun,
+    node: &str,
+) -> Result<Markup, ConsoleError> {
     let lang = ctx.lang;
     let r = &run.stored.run;
-    let idx = run.def.node_index(node).ok_or_else(|| ConsoleError::NotFound(format!("run {}: node {node} not found", r.id)))?;
-    let row = run.stored.nodes.iter().find(|n| n.node == node).ok_or_else(|| ConsoleError::NotFound(format!("run {}: node {node} not found", r.id)))?;
+    let idx = run
+        .def
+        .node_index(node)
+        .ok_or_else(|| ConsoleError::NotFound(format!("run {}: node {node} not found", r.id)))?;
+    let row = run
+        .stored
+        .nodes
+        .iter()
+        .find(|n| n.node == node)
+        .ok_or_else(|| ConsoleError::NotFound(format!("run {}: node {node} not found", r.id)))?;
     let now = madeira_engine::now_ms();
     let state = row.state.as_str();
     let attempts: Vec<_> = run.stored.attempts.iter().filter(|a| a.node == node).collect();
     let logs = console.app.engine.store().logs(&r.id, node).await?;
-    let mut tabs: Vec<u32> = attempts.iter().map(|a| a.attempt).chain(logs.iter().map(|l| l.attempt)).collect();
+    let mut tabs: Vec<u32> =
+        attempts.iter().map(|a| a.attempt).chain(logs.iter().map(|l| l.attempt)).collect();
     tabs.sort_unstable();
     tabs.dedup();
     let running_attempt = attempts.iter().filter(|a| a.finished_at.is_none()).map(|a| a.attempt).max();
@@ -273,7 +305,8 @@ async fn panel_markup(console: &Console, ctx: &Ctx, run: &LoadedRun, node: &str)
         NodeAction::Manual(m) => Some(madeira_server::render_prompt(&m.prompt, &run.stored, &run.def)),
         NodeAction::Run(_) => None,
     };
-    let key_version = if state == "SUCCESS" && row.data_version > 0 { row.data_version } else { row.data_version + 1 };
+    let key_version =
+        if state == "SUCCESS" && row.data_version > 0 { row.data_version } else { row.data_version + 1 };
     let below = descendants(&run.def, idx);
     let below_names: Vec<String> = below.iter().map(|&i| run.def.nodes[i].id.clone()).collect();
     let skipped_below: Vec<String> = below
@@ -285,7 +318,11 @@ async fn panel_markup(console: &Console, ctx: &Ctx, run: &LoadedRun, node: &str)
     let mut with_self = vec![node.to_string()];
     with_self.extend(below_names.iter().cloned());
     let denied = ctx.denied(Role::Operator);
-    let action = |name: &str, label: &'static str, preview_names: Option<Vec<String>>, danger: bool, hidden: Vec<(&'static str, String)>| ActionDialog {
+    let action = |name: &str,
+                  label: &'static str,
+                  preview_names: Option<Vec<String>>,
+                  danger: bool,
+                  hidden: Vec<(&'static str, String)>| ActionDialog {
         id: format!("dlg-{name}-{node}"),
         label: t(lang, label),
         action: format!("/runs/{}/nodes/{node}/{}", r.id, if name == "rerun-down" { "rerun" } else { name }),
@@ -302,7 +339,13 @@ async fn panel_markup(console: &Console, ctx: &Ctx, run: &LoadedRun, node: &str)
     if row.state.is_terminal() {
         actions.push(action("rerun", "Rerun", Some(vec![node.to_string()]), false, vec![]));
         if !below.is_empty() {
-            actions.push(action("rerun-down", "Rerun with downstream", Some(with_self.clone()), false, vec![("downstream", "true".into())]));
+            actions.push(action(
+                "rerun-down",
+                "Rerun with downstream",
+                Some(with_self.clone()),
+                false,
+                vec![("downstream", "true".into())],
+            ));
         }
     }
     if state == "FAILED" {

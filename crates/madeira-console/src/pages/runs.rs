@@ -34,7 +34,10 @@ pub fn parse_time(s: &str) -> Option<i64> {
             return Some(t.and_utc().timestamp_millis());
         }
     }
-    chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").ok()?.and_hms_opt(0, 0, 0).map(|t| t.and_utc().timestamp_millis())
+    chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .ok()?
+        .and_hms_opt(0, 0, 0)
+        .map(|t| t.and_utc().timestamp_millis())
 }
 
 /// A search: filters as given in the query string.
@@ -57,12 +60,23 @@ impl Search {
                 "state" => {
                     let up = v.trim().to_ascii_uppercase();
                     if !STATES.contains(&up.as_str()) {
-                        return Err(ConsoleError::BadRequest(format!("state `{v}`: use {}", STATES.join(", "))));
+                        return Err(ConsoleError::BadRequest(format!(
+                            "state `{v}`: use {}",
+                            STATES.join(", ")
+                        )));
                     }
                     s.states.push(up);
                 }
-                "since" => s.since = Some(parse_time(v).ok_or_else(|| ConsoleError::BadRequest(format!("since `{v}`: use 2026-12-01T09:30 (UTC)")))?),
-                "until" => s.until = Some(parse_time(v).ok_or_else(|| ConsoleError::BadRequest(format!("until `{v}`: use 2026-12-01T09:30 (UTC)")))?),
+                "since" => {
+                    s.since = Some(parse_time(v).ok_or_else(|| {
+                        ConsoleError::BadRequest(format!("since `{v}`: use 2026-12-01T09:30 (UTC)"))
+                    })?)
+                }
+                "until" => {
+                    s.until = Some(parse_time(v).ok_or_else(|| {
+                        ConsoleError::BadRequest(format!("until `{v}`: use 2026-12-01T09:30 (UTC)"))
+                    })?)
+                }
                 "trigger" => s.trigger = Some(v.trim().to_string()),
                 "cursor" => s.cursor = Some(v.trim().to_string()),
                 _ => {}
@@ -74,27 +88,43 @@ impl Search {
     /// The query string of this search without its cursor.
     fn query_string(&self) -> String {
         let mut parts = Vec::new();
-        if let Some(f) = &self.flow { parts.push(format!("flow={}", url_encode(f))); }
-        for st in &self.states { parts.push(format!("state={st}")); }
-        if let Some(ms) = self.since { parts.push(format!("since={}", url_encode(&crate::time::rfc3339(ms)))); }
-        if let Some(ms) = self.until { parts.push(format!("until={}", url_encode(&crate::time::rfc3339(ms)))); }
-        if let Some(tr) = &self.trigger { parts.push(format!("trigger={}", url_encode(tr))); }
+        if let Some(f) = &self.flow {
+            parts.push(format!("flow={}", url_encode(f)));
+        }
+        for st in &self.states {
+            parts.push(format!("state={st}"));
+        }
+        if let Some(ms) = self.since {
+            parts.push(format!("since={}", url_encode(&crate::time::rfc3339(ms))));
+        }
+        if let Some(ms) = self.until {
+            parts.push(format!("until={}", url_encode(&crate::time::rfc3339(ms))));
+        }
+        if let Some(tr) = &self.trigger {
+            parts.push(format!("trigger={}", url_encode(tr)));
+        }
         parts.join("&")
     }
 }
 
 /// One page of runs for `search` and the cursor of the next page.
-pub async fn find(console: &Console, search: &Search, limit: usize) -> Result<(Vec<RunRow>, Option<String>), ConsoleError> {
+pub async fn find(
+    console: &Console,
+    search: &Search,
+    limit: usize,
+) -> Result<(Vec<RunRow>, Option<String>), ConsoleError> {
     let store = console.app.engine.store();
     let until = search.until.map(id_bound);
     let before = match (&search.cursor, until) {
         (Some(c), Some(u)) => Some(if *c < u { c.clone() } else { u }),
         (c, u) => c.clone().or(u),
     };
-    let states: Vec<Option<String>> = if search.states.is_empty() { vec![None] } else { search.states.iter().cloned().map(Some).collect() };
+    let states: Vec<Option<String>> =
+        if search.states.is_empty() { vec![None] } else { search.states.iter().cloned().map(Some).collect() };
     let mut merged: Vec<RunRow> = Vec::new();
     for state in states {
-        let query = RunQuery { flow: search.flow.clone(), state, before: before.clone(), limit: (limit + 1) as u32 };
+        let query =
+            RunQuery { flow: search.flow.clone(), state, before: before.clone(), limit: (limit + 1) as u32 };
         merged.extend(store.list_runs(&query).await?);
     }
     merged.sort_by(|a, b| b.id.cmp(&a.id));
@@ -111,7 +141,11 @@ pub async fn find(console: &Console, search: &Search, limit: usize) -> Result<(V
     Ok((merged, next))
 }
 
-pub async fn search(State(console): State<Console>, ctx: Ctx, Query(pairs): Query<Vec<(String, String)>>) -> Result<Response, ConsoleError> {
+pub async fn search(
+    State(console): State<Console>,
+    ctx: Ctx,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> Result<Response, ConsoleError> {
     let lang = ctx.lang;
     let now = madeira_engine::now_ms();
     let search = Search::from_pairs(&pairs)?;
@@ -119,7 +153,11 @@ pub async fn search(State(console): State<Console>, ctx: Ctx, Query(pairs): Quer
     let (runs, next) = find(&console, &search, PAGE).await?;
     let took = started.elapsed();
     let flows = console.app.engine.store().list_flows().await?;
-    let fmt_local = |ms: Option<i64>| ms.and_then(chrono::DateTime::from_timestamp_millis).map(|t| t.format("%Y-%m-%dT%H:%M").to_string()).unwrap_or_default();
+    let fmt_local = |ms: Option<i64>| {
+        ms.and_then(chrono::DateTime::from_timestamp_millis)
+            .map(|t| t.format("%Y-%m-%dT%H:%M").to_string())
+            .unwrap_or_default()
+    };
     let qs = search.query_string();
     let body = html! {
         h1 { (t(lang, "Runs")) }
@@ -151,8 +189,18 @@ mod tests {
     #[test]
     fn a_time_bound_orders_like_uuidv7_ids() {
         let ms = 1_764_579_600_000; // 2025-12-01T09:00:00Z
-        let id = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, (ms / 1000) as u64, ((ms % 1000) * 1_000_000) as u32)).to_string();
-        assert!(id_bound(ms) <= id && id < id_bound(ms + 1), "{} <= {id} < {}", id_bound(ms), id_bound(ms + 1));
+        let id = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            (ms / 1000) as u64,
+            ((ms % 1000) * 1_000_000) as u32,
+        ))
+        .to_string();
+        assert!(
+            id_bound(ms) <= id && id < id_bound(ms + 1),
+            "{} <= {id} < {}",
+            id_bound(ms),
+            id_bound(ms + 1)
+        );
         assert_eq!(parse_time("2025-12-01T09:00"), Some(ms));
         assert_eq!(parse_time("2025-12-01T09:00:00Z"), Some(ms));
         assert_eq!(parse_time("2025-12-01"), Some(ms - 9 * 3_600_000));
@@ -161,9 +209,16 @@ mod tests {
 
     #[test]
     fn bad_states_are_refused_and_filters_round_trip() {
-        let pairs = |v: &[(&str, &str)]| v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect::<Vec<_>>();
+        let pairs =
+            |v: &[(&str, &str)]| v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect::<Vec<_>>();
         assert!(Search::from_pairs(&pairs(&[("state", "DONE")])).is_err());
-        let s = Search::from_pairs(&pairs(&[("flow", "f"), ("state", "failed"), ("state", "RUNNING"), ("trigger", "")])).expect("valid");
+        let s = Search::from_pairs(&pairs(&[
+            ("flow", "f"),
+            ("state", "failed"),
+            ("state", "RUNNING"),
+            ("trigger", ""),
+        ]))
+        .expect("valid");
         assert_eq!(s.states, vec!["FAILED", "RUNNING"]);
         assert_eq!(s.query_string(), "flow=f&state=FAILED&state=RUNNING");
     }

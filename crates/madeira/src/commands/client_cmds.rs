@@ -177,7 +177,11 @@ async fn trigger(args: RunArgs) -> Result<ExitCode> {
             let existing =
                 if b["existing"] == json!(true) { " (already made by this idempotency key)" } else { "" };
             let run_id = str_of(&b["run_id"]);
-            format!("run {run_id} of {} v{}{existing}\n  {console}/runs/{run_id}", str_of(&b["flow"]), b["version"])
+            format!(
+                "run {run_id} of {} v{}{existing}\n  {console}/runs/{run_id}",
+                str_of(&b["flow"]),
+                b["version"]
+            )
         });
     }
     if args.server.output == Output::Text {

@@ -91,7 +91,9 @@ pub async fn run(args: crate::cli::DemoArgs) -> Result<ExitCode> {
             println!("\nServing the console until Ctrl-C (--keep).");
             crate::app::shutdown_signal().await;
         }
-        (Some(url), false) => println!("  console: {url} (while it runs; `madeira demo --keep` keeps serving)"),
+        (Some(url), false) => {
+            println!("  console: {url} (while it runs; `madeira demo --keep` keeps serving)")
+        }
         (None, _) => {}
     }
     println!("  inspect: madeira show {} (against `madeira dev`)", settlement.run_id);
