@@ -84,9 +84,9 @@ pub fn layout(graph: &Graph) -> Layout {
     let mut pos = vec![0usize; vertices.len()];
     reindex(&order, &mut pos);
     for _ in 0..SWEEPS {
-        for l in 1..layers {
-            sort_by_barycenter(&mut order[l], &up, &pos);
-            reindex_layer(&order[l], &mut pos);
+        for layer in order.iter_mut().skip(1) {
+            sort_by_barycenter(layer, &up, &pos);
+            reindex_layer(layer, &mut pos);
         }
         for l in (0..layers.saturating_sub(1)).rev() {
             sort_by_barycenter(&mut order[l], &down, &pos);
@@ -99,8 +99,8 @@ pub fn layout(graph: &Graph) -> Layout {
     let center = |v: usize| ys[v] + shift;
     let mut x = Vec::with_capacity(graph.n);
     let mut y = Vec::with_capacity(graph.n);
-    for v in 0..graph.n {
-        x.push(MARGIN + layer[v] as f64 * LAYER_GAP);
+    for (v, &l) in layer.iter().enumerate() {
+        x.push(MARGIN + l as f64 * LAYER_GAP);
         y.push(center(v) - NODE_H / 2.0);
     }
     let routes = chains
