@@ -16,6 +16,17 @@ use crate::i18n::{Lang, t};
 use crate::layout::{Graph, Layout, NODE_H, NODE_W, layout};
 use crate::page::icon;
 
+thread_local! {
+    /// How long the layout computed by the last `svg` call on this thread took
+    /// (for the page's `Server-Timing`); `None` when it came from the cache.
+    static LAYOUT_MS: std::cell::Cell<Option<f64>> = const { std::cell::Cell::new(None) };
+}
+
+/// Takes what the last `svg` call on this thread spent computing a layout.
+pub fn take_layout_ms() -> Option<f64> {
+    LAYOUT_MS.with(|c| c.take())
+}
+
 /// Flows with more nodes than this open on a focused view.
 pub const FOCUS_ABOVE: usize = 300;
 pub const DEFAULT_DEPTH: usize = 2;
@@ -80,7 +91,11 @@ fn cached_layout(
         Scope::All => format!("{}:{version}", def.name),
         Scope::Focus { node, depth } => format!("{}:{version}:{node}:{depth}", def.name),
     };
-    let laid = console.layouts.get_or(&key, || layout(&graph));
+    let (laid, took) = console.layouts.get_timed(&key, || layout(&graph));
+    if let Some(took) = took {
+        tracing::info!(flow = %def.name, version, nodes = graph.n, took_ms = took.as_secs_f64() * 1000.0, "dag layout computed");
+        LAYOUT_MS.with(|c| c.set(Some(took.as_secs_f64() * 1000.0)));
+    }
     (nodes, flow_edges, laid)
 }
 

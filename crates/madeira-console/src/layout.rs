@@ -253,15 +253,26 @@ const CACHE_MAX: usize = 512;
 impl LayoutCache {
     /// The cached layout for `key`, or `compute()`'s, stored.
     pub fn get_or(&self, key: &str, compute: impl FnOnce() -> Layout) -> Arc<Layout> {
+        self.get_timed(key, compute).0
+    }
+
+    /// As `get_or`, with how long the layout took when it was computed now.
+    pub fn get_timed(
+        &self,
+        key: &str,
+        compute: impl FnOnce() -> Layout,
+    ) -> (Arc<Layout>, Option<std::time::Duration>) {
         if let Some(hit) = self.lock().get(key) {
-            return hit.clone();
+            return (hit.clone(), None);
         }
+        let started = std::time::Instant::now();
         let made = Arc::new(compute());
+        let took = started.elapsed();
         let mut entries = self.lock();
         if entries.len() >= CACHE_MAX {
             entries.clear();
         }
-        entries.entry(key.to_string()).or_insert(made).clone()
+        (entries.entry(key.to_string()).or_insert(made).clone(), Some(took))
     }
 
     pub fn len(&self) -> usize {

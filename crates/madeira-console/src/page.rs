@@ -286,3 +286,17 @@ pub async fn security_headers(request: Request, next: Next) -> Response {
 pub fn denied_note(denied: Option<&String>) -> Markup {
     html! { @if let Some(why) = denied { p.denied.muted role="note" { "🔒 " (why) } } }
 }
+
+/// `markup` with a `Server-Timing` header: the handler's time since `started`
+/// and, when it computed one, the DAG layout's.
+pub fn timed_response(markup: Markup, started: std::time::Instant, layout_ms: Option<f64>) -> Response {
+    let mut response = html_response(markup);
+    let mut timing = format!("app;dur={:.1}", started.elapsed().as_secs_f64() * 1000.0);
+    if let Some(ms) = layout_ms {
+        timing.push_str(&format!(", layout;dur={ms:.1}"));
+    }
+    if let Ok(v) = HeaderValue::from_str(&timing) {
+        response.headers_mut().insert("server-timing", v);
+    }
+    response
+}

@@ -115,6 +115,7 @@ pub async fn show(
     Path(name): Path<String>,
     Query(q): Query<FlowQuery>,
 ) -> Result<Response, ConsoleError> {
+    let started = std::time::Instant::now();
     let lang = ctx.lang;
     let now = madeira_engine::now_ms();
     let engine = &console.app.engine;
@@ -192,7 +193,7 @@ pub async fn show(
         }
     };
     let shell = Shell::new(&ctx, name.clone(), &console.assets, Nav::Flows).live_flow(&name);
-    Ok(page::html_response(shell.render(body)))
+    Ok(page::timed_response(shell.render(body), started, dag::take_layout_ms()))
 }
 
 /// A table of runs (used by the flow page, the runs search and the overview).

@@ -73,8 +73,9 @@ pub async fn page(
         }
     };
     let shell = Shell::new(&ctx, title, &console.assets, Nav::Runs).module("run.js").live("run");
+    let markup = shell.render(body);
     tracing::debug!(run_id = %id, nodes = run.def.nodes.len(), took_ms = started.elapsed().as_millis() as u64, "run page rendered");
-    Ok(page::html_response(shell.render(body)))
+    Ok(page::timed_response(markup, started, dag::take_layout_ms()))
 }
 
 /// The node a large run's focused view centres on: the first failed, waiting or

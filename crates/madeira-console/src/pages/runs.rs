@@ -179,7 +179,11 @@ pub async fn search(
             @if let Some(n) = &next { a href=(format!("/runs?{qs}&cursor={}", url_encode(n))) { (t(lang, "Older")) " »" } }
         }
     };
-    Ok(page::html_response(Shell::new(&ctx, t(lang, "Runs"), &console.assets, Nav::Runs).render(body)))
+    Ok(page::timed_response(
+        Shell::new(&ctx, t(lang, "Runs"), &console.assets, Nav::Runs).render(body),
+        started,
+        None,
+    ))
 }
 
 #[cfg(test)]
