@@ -9,6 +9,7 @@ mod cli_files;
 mod cluster;
 mod cluster_alerts;
 mod cluster_sidecars;
+mod console;
 mod crontab;
 mod exec;
 mod faults;

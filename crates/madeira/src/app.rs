@@ -173,13 +173,23 @@ impl ControlPlane {
             state.mark_ready();
             let shutdown = drain.clone();
             let tls = options.http_tls.clone();
+            // The web console under `/`, over the same state as the API.
+            let console = madeira_console::Console::new(
+                state.clone(),
+                madeira_console::ConsoleOptions {
+                    secure_cookies: tls.is_some(),
+                    shutdown: cancel.clone(),
+                    ..Default::default()
+                },
+            );
+            let app = madeira_server::router(state).merge(madeira_console::router(console));
             tasks.push(tokio::spawn(async move {
                 let served = match tls {
                     Some(config) => {
                         let listener = crate::tls::TlsListener::new(listener, config, "http");
-                        madeira_server::serve(listener, state, shutdown).await
+                        madeira_server::serve_router(listener, app, shutdown).await
                     }
-                    None => madeira_server::serve(listener, state, shutdown).await,
+                    None => madeira_server::serve_router(listener, app, shutdown).await,
                 };
                 if let Err(e) = served {
                     tracing::error!(error = %e, "HTTP server stopped");

@@ -87,7 +87,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     }
     if let Some(addr) = plane.http_addr {
         let scheme = if http_tls.is_some() { "https" } else { "http" };
-        eprintln!("madeira serve: API on {scheme}://{addr}/api/v1");
+        eprintln!("madeira serve: API on {scheme}://{addr}/api/v1 · web console {scheme}://{addr}/");
     }
     if let Some(parts) = &plane.fleet {
         eprintln!("madeira serve: sidecar link on {} ({link_mode})", parts.grpc_addr);
@@ -176,7 +176,10 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         tracing::info!(flows = n, dir = %dir.display(), "flows applied");
     }
     if let Some(addr) = plane.http_addr {
-        eprintln!("madeira dev: API on http://{addr}/api/v1 (data in {})", args.data.display());
+        eprintln!(
+            "madeira dev: API on http://{addr}/api/v1 · web console http://{addr}/ (data in {})",
+            args.data.display()
+        );
     }
     if let Some(parts) = &plane.fleet {
         eprintln!(
