@@ -260,6 +260,20 @@ impl EngineHandle {
         Ok(out)
     }
 
+    /// Every event type some flow listens to, paused flows included.
+    pub async fn event_types(&self) -> Result<std::collections::BTreeSet<String>, EngineError> {
+        let mut out = std::collections::BTreeSet::new();
+        for record in self.store.list_flows().await? {
+            let def = self.flows.get(self.store.as_ref(), &record.name, record.latest_version).await?;
+            for t in &def.triggers {
+                if let madeira_core::TriggerDef::Event { event } = t {
+                    out.insert(event.clone());
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Triggers every flow whose triggers list event `kind`, with the payload as
     /// params and `event:<kind>:<id>` as idempotency key: a redelivered event returns
     /// the same runs. Flows refusing by `on_overlap: skip` are left out.
