@@ -55,6 +55,7 @@ pub(crate) struct Parts {
     pub events: broadcast::Sender<RunEvent>,
     pub stats: Arc<EngineStats>,
     pub waiting: crate::gate::WaitingNodes,
+    pub health: Arc<crate::health::StoreHealth>,
 }
 
 pub struct Engine {
@@ -114,6 +115,7 @@ impl Engine {
         if let Some(rx) = self.p.creator.take() {
             let creator = crate::creator::run(
                 self.p.store.clone(),
+                self.p.health.clone(),
                 rx,
                 self.p.tx.clone(),
                 self.holder.clone(),
@@ -129,7 +131,9 @@ impl Engine {
         );
         let leases =
             crate::lease::spawn(self.p.store.clone(), self.holder.clone(), self.p.tx.clone(), cancel.clone());
-        let mut helpers = vec![leases, self.p.handle.spawn_inbox(self.p.options.inbox_poll, cancel.clone())];
+        let probe = self.p.health.clone().spawn_probe(self.p.store.clone(), cancel.clone());
+        let mut helpers =
+            vec![leases, probe, self.p.handle.spawn_inbox(self.p.options.inbox_poll, cancel.clone())];
         if let Some(publisher) = self.p.publisher.take() {
             let wake = self.p.handle.wake.clone();
             helpers.extend(wake.spawn(&self.holder.owner, publisher, self.p.tx.clone(), cancel.clone()));
@@ -163,6 +167,10 @@ impl Engine {
                     },
                     timer = self.timers.next(), if live => batch.push(timer_envelope(timer)),
                     _ = sweep.tick(), if live => {
+                        self.reconcile().await;
+                        continue;
+                    }
+                    _ = self.p.health.came_up.notified() => {
                         self.reconcile().await;
                         continue;
                     }
@@ -238,10 +246,14 @@ impl Engine {
         let transitions = work.batch.transitions.len();
         match self.p.store.commit(&work.batch).await {
             Ok(()) => {
+                self.p.health.wrote();
                 self.p.stats.committed(transitions);
                 self.after_commit(work).await;
             }
-            Err(e) => self.commit_failed(work, e),
+            Err(e) => {
+                self.p.health.failed("group commit", &e);
+                self.commit_failed(work, e)
+            }
         }
     }
 
@@ -267,9 +279,14 @@ impl Engine {
         if let madeira_store::StoreError::LeaseLost { runs, .. } = &e {
             self.lost(runs);
         }
+        let unavailable = e.is_unavailable();
         for (reply, _) in work.replies {
-            let _ = reply
-                .send(Err(EngineError::Store(madeira_store::StoreError::Refused(format!("not saved: {e}")))));
+            let message = format!("not saved: {e}");
+            let e = match unavailable {
+                true => madeira_store::StoreError::Unavailable(message),
+                false => madeira_store::StoreError::Refused(message),
+            };
+            let _ = reply.send(Err(EngineError::Store(e)));
         }
         let tx = self.p.tx.clone();
         tokio::spawn(async move {
@@ -495,8 +512,13 @@ impl Engine {
         let max = self.p.options.max_output_bytes;
         let result = match result {
             AttemptResult::Success { outputs, log } => {
-                let size = serde_json::Value::Object(outputs.clone()).to_string().len();
-                if size > max {
+                let outputs = serde_json::Value::Object(outputs);
+                let size = outputs.to_string().len();
+                let nul = madeira_core::text::check_json("outputs", &outputs).err();
+                let serde_json::Value::Object(outputs) = outputs else { unreachable!("built as an object") };
+                if let Some(error) = nul {
+                    AttemptResult::Failure { error, retryable: false, log }
+                } else if size > max {
                     AttemptResult::Failure {
                         error: format!(
                             "outputs are {size} bytes, more than the {max} allowed; write large data \
@@ -510,6 +532,13 @@ impl Engine {
                 }
             }
             failure => failure,
+        };
+        // Logs and error texts are kept, NUL shown as U+FFFD (the store cannot keep NUL).
+        let result = match result {
+            AttemptResult::Failure { error, retryable, log } => {
+                AttemptResult::Failure { error: error.replace('\0', "\u{FFFD}"), retryable, log }
+            }
+            success => success,
         };
         let (outcome, error, cmd) = match &result {
             AttemptResult::Success { outputs, .. } => {
@@ -525,7 +554,7 @@ impl Engine {
             run_id: run_id.to_string(),
             node: name.clone(),
             attempt,
-            content: tail(result.log(), LOG_TAIL_BYTES).to_string(),
+            content: tail(result.log(), LOG_TAIL_BYTES).replace('\0', "\u{FFFD}"),
         };
         let finished_at = now_ms();
         work.finished.push(FinishedAttempt {

@@ -29,6 +29,7 @@ pub struct EngineHandle {
     waiting: crate::gate::WaitingNodes,
     pub(crate) holder: Holder,
     pub(crate) wake: Wake,
+    health: Arc<crate::health::StoreHealth>,
     live_logs: crate::LiveLogs,
 }
 
@@ -45,6 +46,7 @@ pub(crate) struct Shared {
     pub waiting: crate::gate::WaitingNodes,
     pub holder: Holder,
     pub wake: Wake,
+    pub health: Arc<crate::health::StoreHealth>,
     pub live_logs: crate::LiveLogs,
 }
 
@@ -114,6 +116,7 @@ impl EngineHandle {
             waiting,
             holder,
             wake,
+            health,
             live_logs,
         } = shared;
         let (flow_changes, _) = broadcast::channel(4096);
@@ -129,8 +132,20 @@ impl EngineHandle {
             waiting,
             holder,
             wake,
+            health,
             live_logs,
         }
+    }
+
+    /// `Err(the last error)` while the store cannot write (disk full, I/O error,
+    /// lost connection, deleted store file): `/readyz` answers 503 with it.
+    pub fn store_status(&self) -> Result<(), String> {
+        self.health.status()
+    }
+
+    /// Writes that failed because the store could not write, since start.
+    pub fn store_write_failures(&self) -> u64 {
+        self.health.failures()
     }
 
     /// Live output of attempts (the sidecar link appends to it as jobs print).
@@ -188,6 +203,7 @@ impl EngineHandle {
 
     /// Validates and stores a flow (a new version only when its content changed).
     pub async fn apply_flow(&self, file: &str, source: &str) -> Result<ApplyOutcome, EngineError> {
+        madeira_core::text::check_text(file, source).map_err(EngineError::BadText)?;
         let outcome = self.flows.apply(self.store.as_ref(), file, source).await?;
         if outcome.created {
             let _ = self.flow_changes.send(outcome.flow.clone());
@@ -254,6 +270,9 @@ impl EngineHandle {
         payload: Json,
         actor: &str,
     ) -> Result<Vec<TriggerOutcome>, EngineError> {
+        madeira_core::text::check_text("type", kind).map_err(EngineError::BadText)?;
+        madeira_core::text::check_text("id", id).map_err(EngineError::BadText)?;
+        madeira_core::text::check_json("payload", &payload).map_err(EngineError::BadText)?;
         let mut outcomes = Vec::new();
         for def in self.event_flows(kind).await? {
             let request = TriggerRequest {
@@ -289,8 +308,21 @@ impl EngineHandle {
         self.flows.get(self.store.as_ref(), name, version).await
     }
 
-    /// Creates a run, or returns the one its idempotency key already made.
+    /// Creates a run, or returns the one its idempotency key already made. A
+    /// manual trigger's key is the caller's: it may not take a namespace Madeira
+    /// makes keys in, and reused with other params it is refused.
     pub async fn trigger(&self, req: TriggerRequest) -> Result<TriggerOutcome, EngineError> {
+        madeira_core::text::check_json("params", &req.params).map_err(EngineError::BadText)?;
+        if let Some(key) = &req.idempotency_key {
+            madeira_core::text::check_text("idempotency key", key).map_err(EngineError::BadText)?;
+        }
+        let caller_key = if req.trigger == "manual" { req.idempotency_key.clone() } else { None };
+        if let Some(key) = &caller_key
+            && let Some(problem) = madeira_core::keys::caller_key_problem(key)
+        {
+            return Err(EngineError::BadIdempotencyKey { key: key.clone(), problem });
+        }
+        let params = caller_key.is_some().then(|| req.params.clone());
         let latest = self.flow(&req.flow, None).await?;
         if latest.observe {
             return Err(EngineError::ObserveOnly(req.flow));
@@ -334,6 +366,9 @@ impl EngineHandle {
         self.create.send(request).await.map_err(|_| EngineError::ShuttingDown)?;
         match answer.await.map_err(|_| EngineError::ShuttingDown)?? {
             CreateOutcome::Existing { run_id, version } => {
+                if let (Some(key), Some(params)) = (caller_key, params) {
+                    self.same_params(&req.flow, &key, &run_id, &params).await?;
+                }
                 Ok(TriggerOutcome { run_id, flow: req.flow, version, created: false })
             }
             CreateOutcome::Throttled { node, claims, max_permits, queue_size } => {
@@ -375,6 +410,9 @@ impl EngineHandle {
     /// (or refused, naming the current state). A run another replica holds gets
     /// the action forwarded to that replica.
     pub async fn act(&self, req: ActionRequest) -> Result<(), EngineError> {
+        if let Some(reason) = &req.reason {
+            madeira_core::text::check_text("reason", reason).map_err(EngineError::BadText)?;
+        }
         match self.act_here(req.clone()).await {
             Err(EngineError::HeldElsewhere { owner, .. }) => self.forward(req, owner).await,
             other => other,
@@ -452,6 +490,22 @@ impl EngineHandle {
         let (reply, answer) = oneshot::channel();
         self.create.send(CreateRequest { run, flow, reply }).await.map_err(|_| EngineError::ShuttingDown)?;
         answer.await.map_err(|_| EngineError::ShuttingDown)?
+    }
+
+    /// Refuses a caller's key that made `run_id` with params other than `params`.
+    async fn same_params(
+        &self,
+        flow: &str,
+        key: &str,
+        run_id: &str,
+        params: &Json,
+    ) -> Result<(), EngineError> {
+        let stored =
+            self.store.load_run(run_id).await?.ok_or_else(|| EngineError::RunNotFound(run_id.into()))?;
+        if stored.run.params == *params {
+            return Ok(());
+        }
+        Err(EngineError::IdempotencyKeyReused { key: key.into(), flow: flow.into(), run_id: run_id.into() })
     }
 
     async fn send(&self, envelope: Envelope) -> Result<(), EngineError> {

@@ -186,8 +186,20 @@ impl Fleet {
     }
 
     /// Serves the link on `listener` and sweeps for lost sidecars until `cancel`.
+    /// Every accepted connection gets TCP_NODELAY: tonic's `tcp_nodelay` applies
+    /// only to listeners it binds itself, and without it each small report waits
+    /// for Nagle and the peer's delayed ACK (~40 ms per node).
     pub async fn serve(self, listener: TcpListener, cancel: CancellationToken) -> Result<(), FleetError> {
-        self.serve_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener), cancel).await
+        use tokio_stream::StreamExt as _;
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
+            if let Ok(stream) = &accepted
+                && let Err(e) = stream.set_nodelay(true)
+            {
+                warn!(error = %e, "cannot set TCP_NODELAY on a sidecar link connection");
+            }
+            accepted
+        });
+        self.serve_incoming(incoming, cancel).await
     }
 
     /// As `serve`, on connections accepted elsewhere (e.g. after a TLS handshake;

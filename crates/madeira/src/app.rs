@@ -173,13 +173,23 @@ impl ControlPlane {
             state.mark_ready();
             let shutdown = drain.clone();
             let tls = options.http_tls.clone();
+            // The web console under `/`, over the same state as the API.
+            let console = madeira_console::Console::new(
+                state.clone(),
+                madeira_console::ConsoleOptions {
+                    secure_cookies: tls.is_some(),
+                    shutdown: cancel.clone(),
+                    ..Default::default()
+                },
+            );
+            let app = madeira_server::router(state).merge(madeira_console::router(console));
             tasks.push(tokio::spawn(async move {
                 let served = match tls {
                     Some(config) => {
                         let listener = crate::tls::TlsListener::new(listener, config, "http");
-                        madeira_server::serve(listener, state, shutdown).await
+                        madeira_server::serve_router(listener, app, shutdown).await
                     }
-                    None => madeira_server::serve(listener, state, shutdown).await,
+                    None => madeira_server::serve_router(listener, app, shutdown).await,
                 };
                 if let Err(e) = served {
                     tracing::error!(error = %e, "HTTP server stopped");
@@ -192,15 +202,19 @@ impl ControlPlane {
 
     /// Applies every `*.yaml`/`*.yml` file in `dir`; the first invalid one aborts.
     pub async fn apply_dir(&self, dir: &Path) -> Result<usize> {
-        let mut files: Vec<_> = std::fs::read_dir(dir)
-            .with_context(|| format!("reading flows directory {}", dir.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
-            .collect();
-        files.sort();
+        let is_yaml = |p: &Path| p.extension().is_some_and(|x| x == "yaml" || x == "yml");
+        let mut files = Vec::new();
+        for entry in crate::files::dir_entries(dir).context("reading the flows directory")? {
+            match entry {
+                crate::files::Entry::File(file) if is_yaml(&file) => files.push(file),
+                crate::files::Entry::Skipped(file, why) if is_yaml(&file) => {
+                    anyhow::bail!("flows directory: {}: {why}", file.display())
+                }
+                _ => {}
+            }
+        }
         for file in &files {
-            let source =
-                std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+            let source = crate::files::read_text(file, crate::files::Confine::Within(dir))?;
             self.engine
                 .apply_flow(&file.display().to_string(), &source)
                 .await

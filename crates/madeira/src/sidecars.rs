@@ -131,7 +131,9 @@ pub fn load_jobs(path: &std::path::Path) -> Result<BTreeMap<String, JobSpec>> {
     let file = path.display().to_string();
     let bad =
         |e: madeira_sidecar::ConfigError| crate::config::ConfigError { file: e.file, message: e.message };
-    let config = madeira_sidecar::SidecarConfig::load(path).map_err(bad)?;
+    let text = crate::files::read_text(path, crate::files::Confine::Anywhere)
+        .map_err(|e| crate::config::ConfigError { file: file.clone(), message: e.problem.to_string() })?;
+    let config = madeira_sidecar::SidecarConfig::parse(&file, &text).map_err(bad)?;
     Ok(config.jobs(&file).map_err(bad)?)
 }
 

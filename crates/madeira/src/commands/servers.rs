@@ -42,6 +42,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     // The sidecar endpoint runs when the config asks for it (`grpc:`) or names
     // sidecar group tokens; without either there is nothing a sidecar could use.
     let tokens = config.sidecar_tokens(&file)?;
+    ServerConfig::distinct_secrets(&file, &auth, &tokens)?;
     let link_mode = match &config.grpc_tls {
         Some(section) if section.client_ca_file.is_some() => "mTLS",
         Some(_) => "TLS",
@@ -87,7 +88,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     }
     if let Some(addr) = plane.http_addr {
         let scheme = if http_tls.is_some() { "https" } else { "http" };
-        eprintln!("madeira serve: API on {scheme}://{addr}/api/v1");
+        eprintln!("madeira serve: API on {scheme}://{addr}/api/v1 · web console {scheme}://{addr}/");
     }
     if let Some(parts) = &plane.fleet {
         eprintln!("madeira serve: sidecar link on {} ({link_mode})", parts.grpc_addr);
@@ -139,7 +140,8 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
     }
     let engine = EngineOptions {
         retention: config.retention(&file)?,
-        http: config.http_executor.clone(),
+        // `dev` serves on loopback for a local developer: local targets are fine.
+        http: madeira_engine::HttpPolicy { allow_loopback: true, ..config.http_executor.clone() },
         // One dev control plane per data directory: a restart takes its runs back at once.
         replica_id: "dev".to_string(),
         live_log_bytes: config.live_log_bytes.unwrap_or(madeira_engine::livelog::DEFAULT_MAX_BYTES),
@@ -176,7 +178,10 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         tracing::info!(flows = n, dir = %dir.display(), "flows applied");
     }
     if let Some(addr) = plane.http_addr {
-        eprintln!("madeira dev: API on http://{addr}/api/v1 (data in {})", args.data.display());
+        eprintln!(
+            "madeira dev: API on http://{addr}/api/v1 · web console http://{addr}/ (data in {})",
+            args.data.display()
+        );
     }
     if let Some(parts) = &plane.fleet {
         eprintln!(

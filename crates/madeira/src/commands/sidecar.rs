@@ -20,7 +20,9 @@ use crate::config::ConfigError;
 pub async fn run(path: &Path) -> Result<ExitCode> {
     let file = path.display().to_string();
     let bad = |e: madeira_sidecar::ConfigError| ConfigError { file: e.file, message: e.message };
-    let config = SidecarConfig::load(path).map_err(bad)?;
+    let text = crate::files::read_text(path, crate::files::Confine::Anywhere)
+        .map_err(|e| ConfigError { file: file.clone(), message: e.problem.to_string() })?;
+    let config = SidecarConfig::parse(&file, &text).map_err(bad)?;
     let jobs = config.jobs(&file).map_err(bad)?;
     let err = |message: String| ConfigError { file: file.clone(), message };
     let group = config.group.clone().ok_or_else(|| err("`group` is not set".into()))?;
@@ -106,8 +108,8 @@ fn token(config: &SidecarConfig) -> std::result::Result<(Option<String>, Vec<Str
             Some(std::env::var(var).map_err(|_| format!("token_env: {var} is not set"))?)
         }
         (None, Some(path)) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|e| format!("token_file: cannot read {}: {e}", path.display()))?,
+            crate::files::read_text(path, crate::files::Confine::Anywhere)
+                .map_err(|e| format!("token_file: {e}"))?,
         ),
         (None, None) => None,
         (Some(_), Some(_)) => return Err("give token_env or token_file, not both".into()),
