@@ -120,3 +120,31 @@ async fn an_in_process_attempt_finishes_within_shutdown_grace_and_is_not_run_aga
     assert_eq!(run["nodes"]["s"]["attempts"], 1, "the sleep finished during the drain, not again: {run}");
     assert_eq!(run["nodes"]["s"]["attempt_history"][0]["outcome"], "SUCCESS", "{run}");
 }
+
+#[tokio::test]
+async fn after_a_restart_an_attempt_is_not_run_again_on_another_sidecar_of_the_group() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let grpc = free_grpc();
+    let mut dev = Dev::start_with(&data, &["--grpc", &grpc]);
+    let script = dir.path().join("work.sh");
+    std::fs::write(&script, work_script(dir.path())).expect("script");
+    let jobs = format!("jobs:\n  work:\n    command: [\"/bin/sh\", \"{}\"]\n", script.display());
+    let _a = SidecarProc::start(dir.path(), "s-one", &grpc, &jobs);
+    let _b = SidecarProc::start(dir.path(), "s-two", &grpc, &jobs);
+    wait_sidecars(&dev, "billing", 2).await;
+    let nodes: String =
+        (0..4).map(|i| format!("  n{i}: {{run: {{sidecar: {{group: billing, job: work}}}}}}\n")).collect();
+    dev.put_flow(&format!("flow: pair\nnodes:\n{nodes}")).await;
+    let run_id = dev.trigger("pair", json!({})).await;
+    let started = dir.path().join("started");
+    wait_for("every job to start", 20, || lines(&started).len() == 4).await;
+    sigterm(&dev.child);
+    wait_for("madeira dev to exit", 15, || dev.child.try_wait().ok().flatten().is_some()).await;
+
+    let dev = Dev::start_with(&data, &["--grpc", &grpc]);
+    let run = dev.wait_run(&run_id, 60, |r| r["status"] != "RUNNING").await;
+    assert_eq!(run["status"], "SUCCESS", "{run}");
+    assert_eq!(lines(&started).len(), 4, "no attempt started again on the other sidecar");
+    assert_eq!(lines(&dir.path().join("ran")).len(), 4, "each job ran once");
+}

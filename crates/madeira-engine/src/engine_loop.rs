@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use madeira_core::model::NodeAction;
-use madeira_core::{Action, Command, ExecutorDef, PlanCtx, RunSnapshot, RunState};
+use madeira_core::{Action, Command, ExecutorDef, NodeState, PlanCtx, RunSnapshot, RunState};
 use madeira_store::{AttemptRecord, AuditRecord, CommandAnswer, LogRecord, Store};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -71,6 +71,8 @@ pub struct Engine {
     remote: TaskTracker,
     /// Shutting down: no new attempts, no timers; results are still committed.
     draining: bool,
+    /// Nodes RUNNING when their run was resumed: their next attempt is `Job::resumed`.
+    resumed: std::collections::HashSet<(String, usize)>,
     gate: Gate,
     holder: Holder,
 }
@@ -91,6 +93,7 @@ impl Engine {
             tasks: TaskTracker::new(),
             remote: TaskTracker::new(),
             draining: false,
+            resumed: Default::default(),
             gate,
         }
     }
@@ -313,6 +316,11 @@ impl Engine {
                         error!(run_id = %run_id, error = %e, "cannot resume run");
                         return;
                     }
+                }
+                if let Some(snap) = self.runs.get(&run_id) {
+                    let running =
+                        snap.nodes.iter().enumerate().filter(|(_, n)| n.state == NodeState::Running);
+                    self.resumed.extend(running.map(|(i, _)| (run_id.clone(), i)));
                 }
                 let _ = self.apply(&run_id, Command::Recover, "engine", work);
                 work.resumed.push(run_id);
@@ -619,6 +627,7 @@ impl Engine {
                     self.publish_in_process();
                 }
                 Action::RunFinished { state } => {
+                    self.resumed.retain(|(run, _)| *run != run_id);
                     let run_trace = self.traces.remove(&run_id);
                     self.gate.forget_run(&run_id);
                     if let Some(snap) = self.runs.remove(&run_id) {
@@ -748,6 +757,7 @@ impl Engine {
             timeout: def.timeout,
             // The run's trace exists whether or not it is exported (SPEC §4).
             traceparent: context.map(|c| c.traceparent()),
+            resumed: self.resumed.remove(&(run_id.to_string(), node)),
         };
         let span = context.map_or_else(tracing::Span::none, |c| trace::attempt_log_span(&job, &c));
         let token = CancellationToken::new();

@@ -165,6 +165,33 @@ fn live_names(fleet: &Fleet, def: &SidecarDef) -> Vec<String> {
     names
 }
 
+/// An attempt in flight when the control plane stopped may still run on (or have
+/// finished on) a sidecar that has not reconnected yet: wait up to
+/// `sidecar_lost_after` for it to claim the attempt (an orphan in its hello, or a
+/// spooled result) before placing it anew, so it does not run twice. False when
+/// cancelled.
+async fn wait_for_claim(fleet: &Fleet, key: &(String, u32), cancel: &CancellationToken) -> bool {
+    let deadline = std::time::Instant::now() + fleet.inner.options.lost_after;
+    let mut changed = fleet.inner.changed.subscribe();
+    loop {
+        {
+            let state = fleet.state();
+            if state.inbox.contains_key(key) || state.orphans.contains_key(key) {
+                return true;
+            }
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            info!(key = %key.0, shard = key.1, "no sidecar claimed the resumed attempt; placing it anew");
+            return true;
+        }
+        tokio::select! {
+            _ = tokio::time::timeout(left, changed.changed()) => {}
+            _ = cancel.cancelled() => return false,
+        }
+    }
+}
+
 /// Which shard of how many, and the sidecar it is pinned to (broadcast).
 struct Fanout {
     shard: u32,
@@ -185,6 +212,9 @@ async fn run_shard(
 ) -> ShardEnd {
     let shard = fan.shard;
     let key = (shard_key(&job.idempotency_key, shard, fan.sharded), shard);
+    if job.resumed && !wait_for_claim(fleet, &key, &cancel).await {
+        return ShardEnd::Failed { error: "aborted".into(), retryable: false };
+    }
     if let Some((result, _)) = fleet.state().inbox.remove(&key) {
         info!(run_id = %job.run_id, node = %job.node, shard, "using the result a sidecar delivered after a restart");
         return ShardEnd::Done(Box::new(result));

@@ -327,6 +327,8 @@ fn take_result(fleet: &Fleet, name: &str, result: AttemptResult) {
         None => {
             info!(sidecar = %name, run_id = %result.run_id, node = %result.node, "result with nobody waiting kept for the next dispatch of its attempt");
             state.inbox.insert(key, (result, Instant::now()));
+            // A resumed attempt may be waiting for exactly this.
+            fleet.inner.changed.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
 }

@@ -47,6 +47,8 @@ pub struct ServerConfig {
     /// On SIGTERM, how long in-process (http, builtin) attempts may still finish
     /// (default 30s); sidecar attempts are never cancelled by a shutdown.
     pub shutdown_grace: Option<String>,
+    /// Live output kept per running sidecar attempt, in bytes (default 1 MiB).
+    pub live_log_bytes: Option<usize>,
     /// HTTPS on the `http:` listener.
     pub tls: Option<crate::tls::HttpTls>,
     /// TLS on the sidecar link; `client_ca_file` makes it mTLS.

@@ -34,6 +34,10 @@ pub struct Job {
     /// W3C `traceparent` of the attempt's span, handed to the job (env `TRACEPARENT`,
     /// or the `traceparent` header for http), exported or not.
     pub traceparent: Option<String>,
+    /// The node was RUNNING when this control plane started (crash or restart):
+    /// the previous attempt may still run on a sidecar, which should be given the
+    /// chance to claim it before the attempt is placed anew.
+    pub resumed: bool,
 }
 
 /// How an attempt ended.

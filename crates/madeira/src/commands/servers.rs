@@ -36,6 +36,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         redis: config.redis_url(&file)?,
         // Several replicas may share a PostgreSQL store: count permits there.
         shared_store: crate::app::is_postgres(&store_url),
+        live_log_bytes: config.live_log_bytes.unwrap_or(madeira_engine::livelog::DEFAULT_MAX_BYTES),
         ..Default::default()
     };
     // The sidecar endpoint runs when the config asks for it (`grpc:`) or names
@@ -143,6 +144,7 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         http: madeira_engine::HttpPolicy { allow_loopback: true, ..config.http_executor.clone() },
         // One dev control plane per data directory: a restart takes its runs back at once.
         replica_id: "dev".to_string(),
+        live_log_bytes: config.live_log_bytes.unwrap_or(madeira_engine::livelog::DEFAULT_MAX_BYTES),
         ..Default::default()
     };
     let alerts = config.alerts(&file)?;

@@ -71,6 +71,7 @@ fn job(url: &str) -> Job {
         input: serde_json::json!({}),
         timeout: Duration::from_secs(20),
         traceparent: None,
+        resumed: false,
     }
 }
 
