@@ -170,18 +170,20 @@ fn comprehension(c: ComprehensionExpr, ids: &mut u64) -> ComprehensionExpr {
 fn step(expr: IdedExpr, accu: &str, ids: &mut u64) -> IdedExpr {
     let IdedExpr { id, expr } = expr;
     match expr {
-        Expr::Call(mut call) if call.func_name == operators::CONDITIONAL && call.args.len() == 3 => {
-            let mut args = std::mem::take(&mut call.args).into_iter();
-            let (guard, then, otherwise) = match (args.next(), args.next(), args.next()) {
-                (Some(g), Some(t), Some(o)) => (g, t, o),
-                _ => unreachable!("checked: three arguments"),
+        Expr::Call(CallExpr { func_name, target: None, args }) if func_name == operators::CONDITIONAL => {
+            let args = match <[IdedExpr; 3]>::try_from(args) {
+                Ok([guard, then, otherwise]) => vec![
+                    wrap(generic(guard, ids), STEP_FN, ids),
+                    appended(then, accu, ids),
+                    appended(otherwise, accu, ids),
+                ],
+                // Not a macro's shape: charge the whole step.
+                Err(args) => {
+                    let call = CallExpr { func_name, target: None, args };
+                    return wrap(generic(IdedExpr { id, expr: Expr::Call(call) }, ids), STEP_FN, ids);
+                }
             };
-            call.args = vec![
-                wrap(generic(guard, ids), STEP_FN, ids),
-                appended(then, accu, ids),
-                appended(otherwise, accu, ids),
-            ];
-            IdedExpr { id, expr: Expr::Call(call) }
+            IdedExpr { id, expr: Expr::Call(CallExpr { func_name, target: None, args }) }
         }
         other => {
             let node = IdedExpr { id, expr: other };
@@ -200,13 +202,14 @@ fn appended(expr: IdedExpr, accu: &str, ids: &mut u64) -> IdedExpr {
     if !is_append(&expr, accu) {
         return generic(expr, ids);
     }
-    let IdedExpr { id, expr } = expr;
-    let Expr::Call(mut call) = expr else { unreachable!("is_append checked a call") };
-    if let Some(Expr::List(list)) = call.args.get_mut(1).map(|a| &mut a.expr) {
+    let IdedExpr { id, mut expr } = expr;
+    if let Expr::Call(call) = &mut expr
+        && let Some(Expr::List(list)) = call.args.get_mut(1).map(|a| &mut a.expr)
+    {
         let elements = std::mem::take(&mut list.elements);
         list.elements = elements.into_iter().map(|e| wrap(generic(e, ids), STEP_FN, ids)).collect();
     }
-    IdedExpr { id, expr: Expr::Call(call) }
+    IdedExpr { id, expr }
 }
 
 fn is_append(expr: &IdedExpr, accu: &str) -> bool {

@@ -137,3 +137,19 @@ fn a_list_within_the_budget_is_fine() {
         .expect("compiles");
     assert_eq!(c.eval(&json!({"xs": xs}), &json!({})), Ok(true));
 }
+
+#[test]
+fn a_constant_seven_level_map_is_refused_or_stopped() {
+    let digits = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]";
+    let mut body = "x0".to_string();
+    for level in (0..7).rev() {
+        body = format!("{digits}.map(x{level}, {body})");
+    }
+    let source = format!("size({body}) > 0");
+    let started = Instant::now();
+    match Condition::compile(&source) {
+        Err(e) => assert!(e.0.contains("levels deep"), "{e}"),
+        Ok(c) => assert!(c.eval(&json!({}), &json!({})).expect_err("over budget").0.contains("budget")),
+    }
+    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+}
