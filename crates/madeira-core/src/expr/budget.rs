@@ -22,6 +22,10 @@ pub const COST_LIMIT: u64 = 500_000;
 /// The cost of one comprehension step (plus the size of what it produced).
 pub const STEP_COST: u64 = 100;
 
+/// The cost of each JSON value (object, array, scalar) bound for CEL: converting
+/// it is the work.
+pub const DATA_COST: u64 = 10;
+
 /// Charges a comprehension step: `STEP_COST` + the size of its value.
 const STEP_FN: &str = "@madeira_step";
 /// Charges a value-building call: 1 + the size of its result.
@@ -59,6 +63,11 @@ impl Meter {
             return Err(ExecutionError::function_error("budget", "evaluation budget exceeded"));
         }
         Ok(())
+    }
+
+    /// Charges the conversion of `data`; false once over the limit.
+    pub(crate) fn charge_data(&self, data: &serde_json::Value) -> bool {
+        self.charge(json_values(data).saturating_mul(DATA_COST)).is_ok()
     }
 
     /// Whether the evaluation ran over the limit (whatever its result became).
@@ -224,4 +233,13 @@ fn max_id(expr: &IdedExpr) -> u64 {
     let mut max = expr.id;
     super::analysis::for_each_child(expr, &mut |child| max = max.max(max_id(child)));
     max
+}
+
+/// How many JSON values `data` holds, itself included.
+fn json_values(data: &serde_json::Value) -> u64 {
+    match data {
+        serde_json::Value::Array(items) => 1 + items.iter().map(json_values).sum::<u64>(),
+        serde_json::Value::Object(map) => 1 + map.values().map(json_values).sum::<u64>(),
+        _ => 1,
+    }
 }

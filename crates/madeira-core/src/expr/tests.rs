@@ -30,6 +30,38 @@ fn finds_node_references_outside_strings() {
 }
 
 #[test]
+fn only_the_params_fields_read_are_bound() {
+    let big: Vec<u32> = (0..50_000).collect();
+    let params = json!({"tenant": "t1", "big": big, "missing_is_fine": null});
+    let c = Condition::compile("params.tenant == 't1' && !has(params.nope) && params['tenant'] != ''")
+        .expect("compiles");
+    assert_eq!(c.program.outline.params_fields, vec!["tenant".to_string(), "nope".to_string()]);
+    assert!(!c.program.outline.params_whole);
+    let started = Instant::now();
+    assert_eq!(c.eval(&params, &json!({})), Ok(true));
+    assert!(started.elapsed() < Duration::from_millis(500), "took {:?}", started.elapsed());
+    // A dynamic use binds the whole object: here too big to read.
+    let whole = Condition::compile("size(params) == 3").expect("compiles");
+    assert!(whole.program.outline.params_whole);
+    assert!(whole.eval(&params, &json!({})).is_err());
+    assert_eq!(whole.eval(&json!({"a": 1, "b": 2, "c": 3}), &json!({})), Ok(true));
+    let c = Condition::compile("params.xs.exists(params, params > 1)").expect("compiles");
+    assert_eq!(c.eval(&json!({"xs": [1, 2]}), &json!({})), Ok(true), "a rebound name is not params");
+}
+
+#[test]
+fn reading_a_huge_payload_is_over_budget_before_it_is_converted() {
+    let items: Vec<serde_json::Value> = (0..30_000).map(|i| json!({"sku": i})).collect();
+    let params = json!({"items": items});
+    let c = Condition::compile("size(params.items) > 0").expect("compiles");
+    let started = Instant::now();
+    assert!(c.eval(&params, &json!({})).expect_err("over budget").0.contains("JSON values read"));
+    assert!(started.elapsed() < Duration::from_millis(500), "took {:?}", started.elapsed());
+    let small = json!({"items": [{"sku": 1}]});
+    assert_eq!(c.eval(&small, &json!({})), Ok(true));
+}
+
+#[test]
 fn comprehension_variables_are_not_reads() {
     let c = Condition::compile("params.xs.exists(i, i > 1) && params.m.all(k, k != 'z') && i == 0")
         .expect("compiles");
