@@ -34,6 +34,10 @@ async fn apply_run_wait_show_and_logs() {
     let out = madeira(&dev, &["show", &run_id]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("a") && text.contains("SUCCESS"), "{text}");
+    assert!(
+        text.contains(&format!("{}/runs/{run_id}", dev.base)),
+        "show links the console's run page: {text}"
+    );
     let out = madeira(&dev, &["logs", &run_id, "a"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "--- attempt 1 ---\nnoop\n");
     let out = madeira(&dev, &["confirm", &run_id, "a", "--reason", "x"]);

@@ -183,6 +183,11 @@ async fn mtls_lets_only_sidecars_with_a_ca_signed_certificate_and_the_token_run_
     let good = ca.client(d, "good");
     let ok = Sidecar::start(d, "s-good", &dev.grpc, &tls_section(&ca.cert_file, Some(&good)), true, "hello");
     ok.wait_log(&["connected to the control plane"]);
+    // TCP_NODELAY on both ends of the TLS link (the TLS listener sets it itself).
+    let port = crate::nodelay::port_of(&dev.grpc);
+    let dialled = crate::nodelay::wait_link_sockets(ok.child.id(), port, 1);
+    let accepted = crate::nodelay::wait_link_sockets(dev.child.id(), port, 1);
+    assert!(dialled.iter().chain(&accepted).all(|s| s.2), "without TCP_NODELAY: {dialled:?} {accepted:?}");
     dev.put_flow("flow: hello\nnodes:\n  h: {run: {sidecar: {group: billing, job: hello}}}\n").await;
     let run = dev.finished(&dev.trigger("hello", json!({})).await).await;
     assert_eq!(run["status"], "SUCCESS", "{run}");

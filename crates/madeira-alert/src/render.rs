@@ -108,8 +108,9 @@ fn list(names: &[String]) -> String {
     text
 }
 
+/// The console's run page (`external_url` + `/runs/<id>`, SPEC §9.1).
 pub fn run_link(base: Option<&str>, run_id: &str) -> Option<String> {
-    base.map(|b| format!("{b}/api/v1/runs/{run_id}"))
+    base.map(|b| format!("{b}/runs/{run_id}"))
 }
 
 pub fn render(content: &Content, base: Option<&str>) -> Message {

@@ -29,6 +29,8 @@ pub struct EngineHandle {
     waiting: crate::gate::WaitingNodes,
     pub(crate) holder: Holder,
     pub(crate) wake: Wake,
+    health: Arc<crate::health::StoreHealth>,
+    live_logs: crate::LiveLogs,
 }
 
 /// What a handle shares with its engine.
@@ -44,6 +46,8 @@ pub(crate) struct Shared {
     pub waiting: crate::gate::WaitingNodes,
     pub holder: Holder,
     pub wake: Wake,
+    pub health: Arc<crate::health::StoreHealth>,
+    pub live_logs: crate::LiveLogs,
 }
 
 #[derive(Debug, Clone)]
@@ -101,9 +105,78 @@ pub struct ActionRequest {
 
 impl EngineHandle {
     pub(crate) fn new(shared: Shared) -> Self {
-        let Shared { tx, create, store, flows, events, stats, throttle_view, waiting, holder, wake } = shared;
+        let Shared {
+            tx,
+            create,
+            store,
+            flows,
+            events,
+            stats,
+            throttle_view,
+            waiting,
+            holder,
+            wake,
+            health,
+            live_logs,
+        } = shared;
         let (flow_changes, _) = broadcast::channel(4096);
-        Self { tx, create, store, flows, events, stats, flow_changes, throttle_view, waiting, holder, wake }
+        Self {
+            tx,
+            create,
+            store,
+            flows,
+            events,
+            stats,
+            flow_changes,
+            throttle_view,
+            waiting,
+            holder,
+            wake,
+            health,
+            live_logs,
+        }
+    }
+
+    /// `Err(the last error)` while the store cannot write (disk full, I/O error,
+    /// lost connection, deleted store file): `/readyz` answers 503 with it.
+    pub fn store_status(&self) -> Result<(), String> {
+        self.health.status()
+    }
+
+    /// Writes that failed because the store could not write, since start.
+    pub fn store_write_failures(&self) -> u64 {
+        self.health.failures()
+    }
+
+    /// Live output of attempts (the sidecar link appends to it as jobs print).
+    pub fn live_logs(&self) -> &crate::LiveLogs {
+        &self.live_logs
+    }
+
+    /// The output of `node`'s attempt `attempt` (default: its latest with live
+    /// output) in `run_id` from byte `offset` on; `None` when none was seen (ended
+    /// attempts' tails are in the store: `Store::logs`). Resume with `next_offset`.
+    pub fn attempt_log(
+        &self,
+        run_id: &str,
+        node: &str,
+        attempt: Option<u32>,
+        offset: u64,
+    ) -> Option<crate::LogSlice> {
+        let attempt = attempt.or_else(|| self.live_logs.latest_attempt(run_id, node))?;
+        self.live_logs.read(&(run_id.to_string(), node.to_string(), attempt), offset)
+    }
+
+    /// A receiver woken when that attempt's output grows or it ends (its value is
+    /// the end offset); `None` when none was seen. For `logs -f` and the console's SSE.
+    pub fn follow_log(
+        &self,
+        run_id: &str,
+        node: &str,
+        attempt: Option<u32>,
+    ) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let attempt = attempt.or_else(|| self.live_logs.latest_attempt(run_id, node))?;
+        self.live_logs.subscribe(&(run_id.to_string(), node.to_string(), attempt))
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -130,6 +203,7 @@ impl EngineHandle {
 
     /// Validates and stores a flow (a new version only when its content changed).
     pub async fn apply_flow(&self, file: &str, source: &str) -> Result<ApplyOutcome, EngineError> {
+        madeira_core::text::check_text(file, source).map_err(EngineError::BadText)?;
         let outcome = self.flows.apply(self.store.as_ref(), file, source).await?;
         if outcome.created {
             let _ = self.flow_changes.send(outcome.flow.clone());
@@ -196,6 +270,9 @@ impl EngineHandle {
         payload: Json,
         actor: &str,
     ) -> Result<Vec<TriggerOutcome>, EngineError> {
+        madeira_core::text::check_text("type", kind).map_err(EngineError::BadText)?;
+        madeira_core::text::check_text("id", id).map_err(EngineError::BadText)?;
+        madeira_core::text::check_json("payload", &payload).map_err(EngineError::BadText)?;
         let mut outcomes = Vec::new();
         for def in self.event_flows(kind).await? {
             let request = TriggerRequest {
@@ -235,6 +312,10 @@ impl EngineHandle {
     /// manual trigger's key is the caller's: it may not take a namespace Madeira
     /// makes keys in, and reused with other params it is refused.
     pub async fn trigger(&self, req: TriggerRequest) -> Result<TriggerOutcome, EngineError> {
+        madeira_core::text::check_json("params", &req.params).map_err(EngineError::BadText)?;
+        if let Some(key) = &req.idempotency_key {
+            madeira_core::text::check_text("idempotency key", key).map_err(EngineError::BadText)?;
+        }
         let caller_key = if req.trigger == "manual" { req.idempotency_key.clone() } else { None };
         if let Some(key) = &caller_key
             && let Some(problem) = madeira_core::keys::caller_key_problem(key)
@@ -329,6 +410,9 @@ impl EngineHandle {
     /// (or refused, naming the current state). A run another replica holds gets
     /// the action forwarded to that replica.
     pub async fn act(&self, req: ActionRequest) -> Result<(), EngineError> {
+        if let Some(reason) = &req.reason {
+            madeira_core::text::check_text("reason", reason).map_err(EngineError::BadText)?;
+        }
         match self.act_here(req.clone()).await {
             Err(EngineError::HeldElsewhere { owner, .. }) => self.forward(req, owner).await,
             other => other,

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use auth::{AuthConfig, Role, TokenEntry};
 pub use error::ApiError;
+pub use views::render_prompt;
 
 /// Largest request body accepted (flow YAML, params, events).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -129,5 +130,15 @@ where
     L: axum::serve::Listener,
     L::Addr: std::fmt::Debug,
 {
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    serve_router(listener, router(state), shutdown).await
+}
+
+/// Serves `app` — the API's `router`, possibly merged with more routes (the web
+/// console) — on `listener` until `shutdown` fires.
+pub async fn serve_router<L>(listener: L, app: Router, shutdown: CancellationToken) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }

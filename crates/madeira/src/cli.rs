@@ -91,8 +91,9 @@ pub enum Command {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Run the daily-settlement example end to end and exit.
-    Demo,
+    /// Run the daily-settlement example end to end and exit (`--keep`: keep
+    /// serving the console afterwards).
+    Demo(DemoArgs),
     /// Measure the engine on an embedded durable SQLite store.
     Bench(BenchArgs),
     /// Check flow files offline.
@@ -207,6 +208,16 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Keep serving the API and the web console after the demo runs (until Ctrl-C).
+    #[arg(long)]
+    pub keep: bool,
+    /// Where the demo's API and console listen (loopback only; port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub http: String,
 }
 
 #[derive(Debug, Args)]

@@ -44,6 +44,9 @@ pub struct ServerConfig {
     pub alerts: madeira_alert::AlertsConfig,
     /// A sidecar silent this long is lost and its attempts move (default 30s).
     pub sidecar_lost_after: Option<String>,
+    /// On SIGTERM, how long in-process (http, builtin) attempts may still finish
+    /// (default 30s); sidecar attempts are never cancelled by a shutdown.
+    pub shutdown_grace: Option<String>,
     /// HTTPS on the `http:` listener.
     pub tls: Option<crate::tls::HttpTls>,
     /// TLS on the sidecar link; `client_ca_file` makes it mTLS.
@@ -168,6 +171,17 @@ impl ServerConfig {
             Some(text) => madeira_core::spec::parse_duration(text).map_err(|message| ConfigError {
                 file: file.to_string(),
                 message: format!("sidecar_lost_after: {message}"),
+            }),
+        }
+    }
+
+    /// `shutdown_grace`, default 30s.
+    pub fn shutdown_grace(&self, file: &str) -> Result<Duration, ConfigError> {
+        match &self.shutdown_grace {
+            None => Ok(Duration::from_secs(30)),
+            Some(text) => madeira_core::spec::parse_duration(text).map_err(|message| ConfigError {
+                file: file.to_string(),
+                message: format!("shutdown_grace: {message}"),
             }),
         }
     }

@@ -117,6 +117,8 @@ fn local_sidecar(local: LocalSidecar, grpc: SocketAddr, registry: &mut Registry)
         jobs: local.jobs,
         spool_dir: local.dir,
         socket: local.socket,
+        // `dev` is loopback-only without auth: its sidecar observes any flow.
+        exec: madeira_sidecar::ExecPolicy::owner_only(vec![madeira_sidecar::ObserveRule::parse("*")]),
         shutdown_grace: Duration::from_secs(10),
         hide_env: Vec::new(),
         metrics: SidecarMetrics::register(registry),

@@ -66,7 +66,7 @@ const MARKDOWN: &str = "## [critical] MadeiraRunFailed · flow settle
 **Root cause:** node `pull` failed after 3 attempts
 **Error:** HTTP 503 上游不可用
 **Skipped because of it:** verify, export (2)
-[Run r1](http://m:7070/api/v1/runs/r1)
+[Run r1](http://m:7070/runs/r1)
 `madeira rerun r1 pull --reason \"…\"`
 `madeira mark-success r1 pull --reason \"…\"`
 ";
@@ -155,7 +155,7 @@ fn webhook_signature_header_covers_the_exact_body() {
     let b = body(&req);
     assert_eq!(b["kind"], "firing");
     assert_eq!(b["alerts"][0]["causes"][0]["skipped"], json!(["verify", "export"]));
-    assert_eq!(b["alerts"][0]["run_url"], "http://m:7070/api/v1/runs/r1");
+    assert_eq!(b["alerts"][0]["run_url"], "http://m:7070/runs/r1");
 }
 
 #[test]
@@ -173,7 +173,7 @@ fn alertmanager_gets_a_v2_array_with_endsat_on_resolve() {
     );
     assert_eq!(b[0]["annotations"]["run_id"], "r1");
     assert_eq!(b[0]["startsAt"], "2023-11-14T22:13:20.000Z");
-    assert_eq!(b[0]["generatorURL"], "http://m:7070/api/v1/runs/r1");
+    assert_eq!(b[0]["generatorURL"], "http://m:7070/runs/r1");
     assert!(b[0].get("endsAt").is_none());
     let mut done = (*alert()).clone();
     done.status = AlertStatus::Resolved;

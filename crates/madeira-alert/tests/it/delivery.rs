@@ -36,7 +36,7 @@ const EXPECTED: &str = "## [critical] MadeiraRunFailed · flow settle
 **Root cause:** node `root` failed after 3 attempts
 **Error:** HTTP 503 from ledger
 **Skipped because of it:** d0, d1, d2, d3, d4, d5 (6)
-[Run run-1](http://madeira.test:7070/api/v1/runs/run-1)
+[Run run-1](http://madeira.test:7070/runs/run-1)
 `madeira rerun run-1 root --reason \"…\"`
 `madeira mark-success run-1 root --reason \"…\"`
 ";

@@ -33,7 +33,10 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             print(&server, Client::new(&server)?.get(&query).await?, runs_text)
         }
         Command::Show { run_id, server } => {
-            print(&server, Client::new(&server)?.get(&format!("/runs/{run_id}")).await?, show_text)
+            let link = format!("{}/runs/{run_id}", console_url(&server.server));
+            print(&server, Client::new(&server)?.get(&format!("/runs/{run_id}")).await?, |r| {
+                format!("{}\n  {link}", show_text(r))
+            })
         }
         Command::Confirm(a) => node_action(a, "confirm").await,
         Command::Reject(a) => node_action(a, "reject").await,
@@ -68,7 +71,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
     }
 }
 
-fn print(server: &ServerArgs, body: Value, text: fn(&Value) -> String) -> Result<ExitCode> {
+fn print(server: &ServerArgs, body: Value, text: impl Fn(&Value) -> String) -> Result<ExitCode> {
     match server.output {
         Output::Json => println!("{body}"),
         Output::Text => println!("{}", text(&body)),
@@ -169,10 +172,16 @@ async fn trigger(args: RunArgs) -> Result<ExitCode> {
     if !args.wait {
         let mut body = reply.body;
         body["existing"] = json!(reply.status == reqwest::StatusCode::OK);
+        let console = console_url(&args.server.server);
         return print(&args.server, body, |b| {
             let existing =
                 if b["existing"] == json!(true) { " (already made by this idempotency key)" } else { "" };
-            format!("run {} of {} v{}{existing}", str_of(&b["run_id"]), str_of(&b["flow"]), b["version"])
+            let run_id = str_of(&b["run_id"]);
+            format!(
+                "run {run_id} of {} v{}{existing}\n  {console}/runs/{run_id}",
+                str_of(&b["flow"]),
+                b["version"]
+            )
         });
     }
     if args.server.output == Output::Text {
@@ -182,7 +191,8 @@ async fn trigger(args: RunArgs) -> Result<ExitCode> {
         let run = client.get(&format!("/runs/{run_id}")).await?;
         let status = str_of(&run["status"]);
         if matches!(status.as_str(), "SUCCESS" | "FAILED" | "CANCELLED") {
-            print(&args.server, run, show_text)?;
+            let link = format!("{}/runs/{run_id}", console_url(&args.server.server));
+            print(&args.server, run, |r| format!("{}\n  {link}", show_text(r)))?;
             return Ok(if status == "SUCCESS" { ExitCode::SUCCESS } else { ExitCode::from(1) });
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -231,6 +241,11 @@ fn runs_text(body: &Value) -> String {
         out.push_str(&format!("(more: --cursor {next})\n"));
     }
     out.trim_end().to_string()
+}
+
+/// The web console's base URL on `server` (the API's address; SPEC §9.1).
+fn console_url(server: &str) -> String {
+    server.trim_end_matches('/').trim_end_matches("/api/v1").to_string()
 }
 
 pub fn show_text(run: &Value) -> String {

@@ -21,7 +21,11 @@ const STOCK_SYNC: &str = include_str!("../../../../examples/stock-sync.yaml");
 const JOBS: &str = include_str!("../../../../examples/jobs.yaml");
 const DEADLINE: Duration = Duration::from_secs(60);
 
-pub async fn run() -> Result<ExitCode> {
+pub async fn run(args: crate::cli::DemoArgs) -> Result<ExitCode> {
+    let http: std::net::SocketAddr = args.http.parse().with_context(|| format!("--http `{}`", args.http))?;
+    if !http.ip().is_loopback() {
+        bail!("--http {http}: the demo has no authentication and listens on loopback only; use 127.0.0.1");
+    }
     let telemetry = madeira_telemetry::TelemetryOptions { metrics: false, ..Default::default() };
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let jobs = SidecarConfig::parse("examples/jobs.yaml", JOBS)?.jobs("examples/jobs.yaml")?;
@@ -32,12 +36,13 @@ pub async fn run() -> Result<ExitCode> {
         local: Some(LocalSidecar { jobs, dir: dir.path().join("sidecar"), socket: None }),
     };
     let plane = ControlPlane::start(PlaneOptions {
+        shutdown_grace: std::time::Duration::from_secs(30),
         observers: Vec::new(),
         telemetry: telemetry.clone(),
         store_url: sqlite_url_in(dir.path())?,
         engine: Default::default(),
         auth: AuthConfig::default(),
-        http: Some("127.0.0.1:0".parse()?),
+        http: Some(http),
         http_tls: None,
         alerts: Default::default(),
         fleet: Some(fleet),
@@ -52,7 +57,7 @@ pub async fn run() -> Result<ExitCode> {
     println!("Madeira demo — embedded SQLite at {}", dir.path().join("madeira.db").display());
     println!("Jobs run as real processes on the in-process sidecar (group `local`, examples/jobs.yaml).");
     if let Some(addr) = plane.http_addr {
-        println!("API while it runs: http://{addr}/api/v1/runs\n");
+        println!("Web console: http://{addr}/   (API: http://{addr}/api/v1/runs)\n");
     }
     engine.apply_flow("examples/daily-settlement.yaml", SETTLEMENT).await?;
     engine.apply_flow("examples/stock-sync.yaml", STOCK_SYNC).await?;
@@ -80,6 +85,18 @@ pub async fn run() -> Result<ExitCode> {
         stats.commits,
         started.elapsed().as_secs_f64()
     );
+    let console_run = plane.http_addr.map(|addr| format!("http://{addr}/runs/{}", settlement.run_id));
+    match (&console_run, args.keep) {
+        (Some(url), true) => {
+            println!("  console: {url}");
+            println!("\nServing the console until Ctrl-C (--keep).");
+            crate::app::shutdown_signal().await;
+        }
+        (Some(url), false) => {
+            println!("  console: {url} (while it runs; `madeira demo --keep` keeps serving)")
+        }
+        (None, _) => {}
+    }
     println!("  inspect: madeira show {} (against `madeira dev`)", settlement.run_id);
     plane.shutdown().await;
     if settlement.status != "SUCCESS" || stock.status != "FAILED" {

@@ -24,7 +24,7 @@ pub async fn run(cli: Cli, telemetry: TelemetryOptions) -> Result<ExitCode> {
     match cli.command {
         Command::Dev(args) => servers::dev(args, telemetry).await,
         Command::Serve { config } => servers::serve(&config, telemetry).await,
-        Command::Demo => demo::run().await,
+        Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args, telemetry).await,
         Command::Validate { files, output } => offline::validate(&files, output),
         Command::Cron { command } => offline::cron(command),

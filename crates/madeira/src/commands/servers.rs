@@ -70,6 +70,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     let replica = engine.replica_id.clone();
     let alerts = config.alerts(&file)?;
     let plane = ControlPlane::start(PlaneOptions {
+        shutdown_grace: config.shutdown_grace(&file)?,
         observers: Vec::new(),
         telemetry: telemetry.clone(),
         store_url,
@@ -86,7 +87,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     }
     if let Some(addr) = plane.http_addr {
         let scheme = if http_tls.is_some() { "https" } else { "http" };
-        eprintln!("madeira serve: API on {scheme}://{addr}/api/v1");
+        eprintln!("madeira serve: API on {scheme}://{addr}/api/v1 · web console {scheme}://{addr}/");
     }
     if let Some(parts) = &plane.fleet {
         eprintln!("madeira serve: sidecar link on {} ({link_mode})", parts.grpc_addr);
@@ -97,9 +98,20 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         replica = %replica,
         "madeira control plane serving"
     );
+    stop_on_signal(plane).await
+}
+
+/// Waits for SIGTERM/SIGINT, then shuts down gracefully; a second signal exits now.
+async fn stop_on_signal(plane: ControlPlane) -> Result<ExitCode> {
     shutdown_signal().await;
-    plane.shutdown().await;
-    Ok(ExitCode::SUCCESS)
+    eprintln!("madeira: shutting down (sidecar attempts keep running; a second signal stops at once)");
+    tokio::select! {
+        _ = plane.shutdown() => Ok(ExitCode::SUCCESS),
+        _ = shutdown_signal() => {
+            eprintln!("madeira: second signal, exiting now");
+            Ok(ExitCode::from(130))
+        }
+    }
 }
 
 pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode> {
@@ -147,6 +159,7 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         }),
     };
     let plane = ControlPlane::start(PlaneOptions {
+        shutdown_grace: config.shutdown_grace(&file)?,
         observers: Vec::new(),
         telemetry: telemetry.clone(),
         store_url,
@@ -163,7 +176,10 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         tracing::info!(flows = n, dir = %dir.display(), "flows applied");
     }
     if let Some(addr) = plane.http_addr {
-        eprintln!("madeira dev: API on http://{addr}/api/v1 (data in {})", args.data.display());
+        eprintln!(
+            "madeira dev: API on http://{addr}/api/v1 · web console http://{addr}/ (data in {})",
+            args.data.display()
+        );
     }
     if let Some(parts) = &plane.fleet {
         eprintln!(
@@ -172,7 +188,5 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
             data.join("sidecar.sock").display()
         );
     }
-    shutdown_signal().await;
-    plane.shutdown().await;
-    Ok(ExitCode::SUCCESS)
+    stop_on_signal(plane).await
 }

@@ -37,6 +37,7 @@ pub async fn run(path: &Path) -> Result<ExitCode> {
     let spool_dir = config.spool_dir.clone().unwrap_or_else(|| "/var/lib/madeira/spool".into());
     let socket = config.socket.clone().unwrap_or_else(|| spool_dir.join("sidecar.sock"));
     let shutdown_grace = config.shutdown_grace(&file).map_err(bad)?;
+    let exec = config.exec_policy(&file).map_err(bad)?;
     let metrics_addr: Option<SocketAddr> = match &config.metrics {
         Some(text) => {
             Some(text.parse().map_err(|e| err(format!("metrics: `{text}` is not an address ({e})")))?)
@@ -55,6 +56,7 @@ pub async fn run(path: &Path) -> Result<ExitCode> {
         jobs,
         spool_dir,
         socket: Some(socket.clone()),
+        exec,
         shutdown_grace,
         hide_env,
         metrics: SidecarMetrics::register(&mut registry),

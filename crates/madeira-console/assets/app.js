@@ -1,0 +1,125 @@
+// Madeira console — shared page behaviour (ES module, no build step).
+// Dialogs, relative times, table filters, and the live stream: one EventSource
+// per page on /events, resumed by the browser with Last-Event-ID; after three
+// errors in a row the page falls back to polling every 5 s.
+
+const POLL_MS = 5000;
+
+function setStatus(kind) {
+  const el = document.getElementById('live-status');
+  if (!el) return;
+  el.dataset.kind = kind;
+  el.textContent = el.dataset[kind] || '';
+}
+
+/** Opens the page's live stream. `h.onEvent(transition)`, `h.onReset()`. */
+function live(url, h) {
+  let errors = 0;
+  let poll = null;
+  const es = new EventSource(url);
+  es.addEventListener('open', () => { errors = 0; setStatus('ok'); });
+  es.addEventListener('transition', (m) => {
+    try { h.onEvent({ ...JSON.parse(m.data), id: Number(m.lastEventId) }); } catch (e) { console.error('madeira: bad event', e); }
+  });
+  es.addEventListener('reset', () => h.onReset());
+  es.addEventListener('error', () => {
+    errors += 1;
+    setStatus('retry');
+    if (errors >= 3 && !poll) {
+      es.close();
+      setStatus('poll');
+      poll = setInterval(() => h.onReset(), POLL_MS);
+    }
+  });
+  return es;
+}
+
+/** Something the user is doing that a refresh must not destroy. */
+function busy() {
+  if (document.querySelector('dialog[open], details[open].run-now')) return true;
+  const a = document.activeElement;
+  return !!(a && a.closest && a.closest('form') && a.matches('input, textarea, select'));
+}
+
+function debounce(fn, ms) {
+  let t = null;
+  return () => { clearTimeout(t); t = setTimeout(fn, ms); };
+}
+
+/** Re-reads #main of the current URL (list pages' live update). */
+function refreshMain() {
+  if (busy() || !window.htmx) return;
+  window.htmx.ajax('GET', location.pathname + location.search, { target: '#main', select: '#main', swap: 'outerHTML' });
+}
+
+function relative(ms, lang) {
+  const d = Date.now() - ms;
+  const s = Math.round(Math.abs(d) / 1000);
+  const zh = lang === 'zh-CN';
+  let text;
+  if (s < 60) text = zh ? `${s} 秒` : `${s} s`;
+  else if (s < 3600) text = zh ? `${Math.floor(s / 60)} 分钟` : `${Math.floor(s / 60)} min`;
+  else if (s < 86400) text = zh ? `${Math.floor(s / 3600)} 小时 ${Math.floor((s % 3600) / 60)} 分钟` : `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  else text = zh ? `${Math.floor(s / 86400)} 天` : `${Math.floor(s / 86400)} d`;
+  if (zh) return d >= 0 ? `${text}前` : `${text}后`;
+  return d >= 0 ? `${text} ago` : `in ${text}`;
+}
+
+function tickTimes() {
+  const lang = document.body.dataset.lang;
+  for (const el of document.querySelectorAll('time[datetime]')) {
+    const ms = Date.parse(el.getAttribute('datetime'));
+    if (!Number.isNaN(ms)) el.textContent = relative(ms, lang);
+  }
+}
+
+document.addEventListener('click', (ev) => {
+  const open = ev.target.closest('[data-open]');
+  if (open) {
+    const dlg = document.getElementById(open.dataset.open);
+    if (dlg && dlg.showModal) { dlg.showModal(); const f = dlg.querySelector('textarea'); if (f) f.focus(); }
+    return;
+  }
+  const close = ev.target.closest('[data-close]');
+  if (close) {
+    const dlg = document.getElementById(close.dataset.close);
+    if (dlg) dlg.close();
+  }
+});
+
+document.addEventListener('input', (ev) => {
+  const input = ev.target.closest('input[data-filter]');
+  if (!input) return;
+  const q = input.value.trim().toLowerCase();
+  for (const row of document.querySelectorAll(`${input.dataset.filter} tbody tr`)) {
+    row.hidden = q !== '' && !(row.dataset.node || row.textContent).toLowerCase().includes(q);
+  }
+});
+
+// A successful htmx action closes its dialog; the server's HX-Trigger asks for a refresh.
+document.body.addEventListener('htmx:afterRequest', (ev) => {
+  const dlg = ev.target.closest && ev.target.closest('dialog');
+  if (dlg && ev.detail.successful) { dlg.close(); ev.target.reset && ev.target.reset(); }
+});
+
+const main = document.getElementById('main');
+const mode = main ? main.dataset.live : '';
+if (mode === 'runs' || mode === 'manual') {
+  const flow = main.dataset.liveFlow;
+  const params = new URLSearchParams();
+  if (flow) params.set('flow', flow);
+  if (main.dataset.after) params.set('after', main.dataset.after);
+  const url = `/events?${params}`;
+  const later = debounce(refreshMain, mode === 'manual' ? 300 : 1500);
+  live(url, {
+    onEvent: (e) => {
+      const manual = e.to === 'MANUAL_CONFIRM' || e.from === 'MANUAL_CONFIRM';
+      if (mode === 'manual' ? manual : e.node === null) later();
+    },
+    onReset: refreshMain,
+  });
+  document.body.addEventListener('madeira-refresh', () => setTimeout(refreshMain, 50));
+}
+
+setInterval(tickTimes, 30000);
+window.Madeira = { live, busy, debounce, setStatus };

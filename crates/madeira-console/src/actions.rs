@@ -1,0 +1,251 @@
+//! The console's POSTs: node actions (confirm, reject, rerun, rerun with
+//! downstream, mark-success, skip), cancel, bulk confirm, run now, pause and
+//! resume. Each checks the CSRF token and the role first, then calls the same
+//! `EngineHandle` method the REST API calls, with the signed-in token's name as
+//! the actor (the engine audits it with the reason). htmx requests get a flash
+//! fragment (and `HX-Trigger: madeira-refresh`), plain form posts a redirect.
+
+use axum::Form;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use madeira_engine::{ActionRequest, NodeActionKind, TriggerRequest};
+use madeira_server::Role;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::is_htmx;
+use crate::i18n::t;
+use crate::page::flash;
+use crate::session::Ctx;
+use crate::{Console, ConsoleError};
+
+const MAX_REASON: usize = 2000;
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ActionForm {
+    #[serde(default)]
+    csrf: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    downstream: Option<String>,
+    #[serde(default)]
+    params: Option<String>,
+}
+
+/// The reason an action needs: present, not blank, bounded, no NUL.
+fn required_reason(ctx: &Ctx, reason: Option<&str>) -> Result<String, ConsoleError> {
+    let reason = reason.map(str::trim).unwrap_or("");
+    if reason.is_empty() {
+        return Err(ConsoleError::BadRequest(t(ctx.lang, "reason required").into()));
+    }
+    if reason.len() > MAX_REASON || reason.contains('\0') {
+        return Err(ConsoleError::BadRequest(format!("reason: at most {MAX_REASON} bytes, no NUL")));
+    }
+    Ok(reason.to_string())
+}
+
+/// The answer to an action: a flash fragment for htmx, else a redirect to `back`.
+fn answer(headers: &HeaderMap, outcome: Result<String, ConsoleError>, back: &str) -> Response {
+    match (outcome, is_htmx(headers)) {
+        (Ok(message), true) => (
+            StatusCode::OK,
+            [("HX-Trigger", "madeira-refresh")],
+            crate::page::html_response(flash(true, &message)),
+        )
+            .into_response(),
+        (Ok(_), false) => (StatusCode::SEE_OTHER, [(header::LOCATION, back.to_string())]).into_response(),
+        (Err(e), true) => {
+            (e.status(), crate::page::html_response(flash(false, &e.to_string()))).into_response()
+        }
+        (Err(e), false) => e.into_response(),
+    }
+}
+
+pub async fn node_action(
+    State(console): State<Console>,
+    ctx: Ctx,
+    headers: HeaderMap,
+    Path((id, node, action)): Path<(String, String, String)>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let back = format!("/runs/{id}?node={node}");
+    let outcome = async {
+        ctx.check_post(&headers, form.csrf.as_deref(), Role::Operator)?;
+        let kind = match action.as_str() {
+            "confirm" => NodeActionKind::Confirm,
+            "reject" => NodeActionKind::Reject,
+            "rerun" => NodeActionKind::Rerun { downstream: form.downstream.as_deref() == Some("true") },
+            "mark-success" => NodeActionKind::MarkSuccess,
+            "skip" => NodeActionKind::Skip,
+            other => return Err(ConsoleError::NotFound(format!("unknown node action `{other}`"))),
+        };
+        let reason = required_reason(&ctx, form.reason.as_deref())?;
+        let request = ActionRequest {
+            run_id: id.clone(),
+            node: Some(node.clone()),
+            kind: Some(kind),
+            actor: ctx.user.name.clone(),
+            reason: Some(reason),
+        };
+        console.app.engine.act(request).await?;
+        tracing::info!(actor = %ctx.user.name, run_id = %id, node = %node, action = kind.name(), "console action");
+        Ok(format!("{} {node}: {} — {}", kind.name(), t(ctx.lang, "Done."), id))
+    }
+    .await;
+    answer(&headers, outcome, &back)
+}
+
+pub async fn cancel(
+    State(console): State<Console>,
+    ctx: Ctx,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let back = format!("/runs/{id}");
+    let outcome = async {
+        ctx.check_post(&headers, form.csrf.as_deref(), Role::Operator)?;
+        let reason = required_reason(&ctx, form.reason.as_deref())?;
+        let request = ActionRequest {
+            run_id: id.clone(),
+            node: None,
+            kind: None,
+            actor: ctx.user.name.clone(),
+            reason: Some(reason),
+        };
+        console.app.engine.act(request).await?;
+        tracing::info!(actor = %ctx.user.name, run_id = %id, action = "cancel", "console action");
+        Ok(format!("cancel: {}", t(ctx.lang, "Done.")))
+    }
+    .await;
+    answer(&headers, outcome, &back)
+}
+
+/// `POST /approvals/bulk`: `sel=<run>:<node>` (repeated), `reason`, `csrf`.
+pub async fn bulk_confirm(
+    State(console): State<Console>,
+    ctx: Ctx,
+    headers: HeaderMap,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let outcome = async {
+        ctx.check_post(&headers, field("csrf"), Role::Operator)?;
+        let reason = required_reason(&ctx, field("reason"))?;
+        let selected: Vec<(&str, &str)> =
+            fields.iter().filter(|(k, _)| k == "sel").filter_map(|(_, v)| v.split_once(':')).collect();
+        if selected.is_empty() || selected.len() > 500 {
+            return Err(ConsoleError::BadRequest("select 1 to 500 waiting nodes".into()));
+        }
+        let (mut done, mut failed) = (0, Vec::new());
+        for (run, node) in selected {
+            let request = ActionRequest {
+                run_id: run.to_string(),
+                node: Some(node.to_string()),
+                kind: Some(NodeActionKind::Confirm),
+                actor: ctx.user.name.clone(),
+                reason: Some(reason.clone()),
+            };
+            match console.app.engine.act(request).await {
+                Ok(()) => done += 1,
+                Err(e) => failed.push(format!("{run}: {e}")),
+            }
+        }
+        tracing::info!(actor = %ctx.user.name, confirmed = done, failed = failed.len(), "console bulk confirm");
+        if failed.is_empty() {
+            Ok(format!("confirm ×{done}: {}", t(ctx.lang, "Done.")))
+        } else {
+            Err(ConsoleError::Api { status: StatusCode::CONFLICT, message: format!("confirmed {done}; refused: {}", failed.join("; ")) })
+        }
+    }
+    .await;
+    answer(&headers, outcome, "/approvals")
+}
+
+/// `POST /flows/{name}/run`: `params` is a JSON object (or empty).
+pub async fn run_now(
+    State(console): State<Console>,
+    ctx: Ctx,
+    headers: HeaderMap,
+    Path(flow): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let outcome = async {
+        ctx.check_post(&headers, form.csrf.as_deref(), Role::Operator)?;
+        let text = form.params.as_deref().map(str::trim).filter(|s| !s.is_empty()).unwrap_or("{}");
+        let params: Value = serde_json::from_str(text).map_err(|e| {
+            ConsoleError::BadRequest(format!(
+                "params: {e}; give a JSON object like {{\"date\": \"2026-12-01\"}}"
+            ))
+        })?;
+        if !params.is_object() {
+            return Err(ConsoleError::BadRequest("params must be a JSON object".into()));
+        }
+        let def = console.app.engine.flow(&flow, None).await?;
+        console.app.check_rate(&flow, def.rate_limit).await?;
+        let request = TriggerRequest {
+            flow: flow.clone(),
+            params,
+            idempotency_key: None,
+            trigger: "manual".into(),
+            actor: ctx.user.name.clone(),
+            version: None,
+        };
+        let outcome = console.app.engine.trigger(request).await?;
+        tracing::info!(actor = %ctx.user.name, flow = %flow, run_id = %outcome.run_id, "console run now");
+        Ok(outcome.run_id)
+    }
+    .await;
+    match outcome {
+        Ok(run_id) => {
+            let to = format!("/runs/{run_id}");
+            if is_htmx(&headers) {
+                (StatusCode::OK, [("HX-Redirect", to)], "").into_response()
+            } else {
+                (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response()
+            }
+        }
+        Err(e) => answer(&headers, Err(e), &format!("/flows/{flow}")),
+    }
+}
+
+async fn set_paused(
+    console: &Console,
+    ctx: &Ctx,
+    headers: &HeaderMap,
+    flow: &str,
+    form: &ActionForm,
+    paused: bool,
+) -> Response {
+    let outcome = async {
+        ctx.check_post(headers, form.csrf.as_deref(), Role::Operator)?;
+        let reason = form.reason.as_deref().map(str::trim).filter(|r| !r.is_empty()).map(str::to_string);
+        console.app.engine.set_paused(flow, paused, &ctx.user.name, reason).await?;
+        tracing::info!(actor = %ctx.user.name, flow = %flow, paused, "console pause/resume");
+        Ok(format!("{}: {}", if paused { "pause" } else { "resume" }, t(ctx.lang, "Done.")))
+    }
+    .await;
+    answer(headers, outcome, &format!("/flows/{flow}"))
+}
+
+pub async fn pause(
+    State(console): State<Console>,
+    ctx: Ctx,
+    headers: HeaderMap,
+    Path(flow): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    set_paused(&console, &ctx, &headers, &flow, &form, true).await
+}
+
+pub async fn resume(
+    State(console): State<Console>,
+    ctx: Ctx,
+    headers: HeaderMap,
+    Path(flow): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    set_paused(&console, &ctx, &headers, &flow, &form, false).await
+}

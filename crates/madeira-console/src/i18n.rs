@@ -1,0 +1,247 @@
+//! English and Simplified Chinese. Pages are written with their English text;
+//! `t` looks the Chinese up in one table. State names (SUCCESS, MANUAL_CONFIRM …)
+//! are SPEC terms and stay as they are, with a translated gloss beside them.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    En,
+    ZhCn,
+}
+
+impl Lang {
+    pub fn parse(s: &str) -> Option<Self> {
+        let s = s.trim().to_ascii_lowercase();
+        if s.starts_with("zh") {
+            Some(Self::ZhCn)
+        } else if s.starts_with("en") {
+            Some(Self::En)
+        } else {
+            None
+        }
+    }
+
+    /// The first supported language in an `Accept-Language` header (English by default).
+    pub fn from_accept(header: Option<&str>) -> Self {
+        let Some(header) = header else { return Self::En };
+        let mut ranked: Vec<(f32, &str)> = header
+            .split(',')
+            .map(|part| {
+                let mut it = part.split(';');
+                let tag = it.next().unwrap_or("").trim();
+                let q = it
+                    .find_map(|p| p.trim().strip_prefix("q="))
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .unwrap_or(1.0);
+                (q, tag)
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+        ranked.into_iter().find_map(|(_, tag)| Self::parse(tag)).unwrap_or(Self::En)
+    }
+
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::En => "en",
+            Self::ZhCn => "zh-CN",
+        }
+    }
+}
+
+/// `text` in `lang` (the English text when no translation is known).
+pub fn t(lang: Lang, text: &'static str) -> &'static str {
+    match lang {
+        Lang::En => text,
+        Lang::ZhCn => ZH.iter().find(|(en, _)| *en == text).map_or(text, |(_, zh)| zh),
+    }
+}
+
+/// A state's gloss in `lang`.
+pub fn state_gloss(lang: Lang, state: &str) -> &'static str {
+    let en = match state {
+        "INIT" => "waiting",
+        "QUEUED" => "queued",
+        "RUNNING" => "running",
+        "SUCCESS" => "succeeded",
+        "FAILED" => "failed",
+        "RETRYING" => "retrying",
+        "SKIPPED" => "skipped",
+        "MANUAL_CONFIRM" => "needs confirmation",
+        "CANCELLED" => "cancelled",
+        _ => "unknown",
+    };
+    t(lang, en)
+}
+
+const ZH: &[(&str, &str)] = &[
+    ("Overview", "概览"),
+    ("Approvals", "待确认"),
+    ("Flows", "流程"),
+    ("Runs", "运行"),
+    ("Audit", "审计"),
+    ("Alerts", "告警"),
+    ("Sidecars", "边车"),
+    ("Sign in", "登录"),
+    ("Sign out", "退出"),
+    ("Token", "令牌"),
+    ("Unknown token.", "未知令牌。"),
+    ("The form expired: try again.", "表单已过期，请重试。"),
+    (
+        "Paste a bearer token from auth.tokens. It is checked once and never stored in the browser; you get a session cookie.",
+        "粘贴 auth.tokens 中的 Bearer 令牌。令牌只校验一次，不会保存在浏览器中；登录后获得会话 Cookie。",
+    ),
+    (
+        "Missing or wrong CSRF token: reload the page and try again.",
+        "CSRF 令牌缺失或错误：请刷新页面后重试。",
+    ),
+    ("Your token", "您的令牌"),
+    ("this needs", "此操作需要"),
+    ("signed in as", "当前用户"),
+    ("dev mode: no sign-in", "开发模式：无需登录"),
+    ("waiting", "等待中"),
+    ("queued", "排队中"),
+    ("running", "运行中"),
+    ("succeeded", "成功"),
+    ("failed", "失败"),
+    ("retrying", "重试中"),
+    ("skipped", "已跳过"),
+    ("needs confirmation", "待确认"),
+    ("cancelled", "已取消"),
+    ("unknown", "未知"),
+    ("Runs by state (24 h)", "近 24 小时运行状态"),
+    ("Running now", "正在运行"),
+    ("Recently failed", "最近失败"),
+    ("Waiting for confirmation", "等待人工确认"),
+    ("Sidecars online", "在线边车"),
+    ("Sidecars lost", "失联边车"),
+    ("Open alerts", "未恢复告警"),
+    ("Next cron fires", "下次定时触发"),
+    ("none", "无"),
+    ("Flow", "流程"),
+    ("Run", "运行"),
+    ("Node", "节点"),
+    ("State", "状态"),
+    ("Prompt", "提示"),
+    ("Waiting for", "已等待"),
+    ("Escalates", "升级时间"),
+    ("Falls back", "兜底于"),
+    ("Reason", "原因"),
+    ("Reason (required)", "原因（必填）"),
+    ("Confirm", "确认"),
+    ("Reject", "驳回"),
+    ("Confirm selected", "批量确认所选"),
+    ("Nothing waits for confirmation.", "没有等待确认的节点。"),
+    ("Rerun", "重跑"),
+    ("Rerun with downstream", "重跑（含下游）"),
+    ("Mark success", "标记成功"),
+    ("Skip", "跳过"),
+    ("Cancel run", "取消运行"),
+    ("Cancel", "取消"),
+    ("Close", "关闭"),
+    ("Pause", "暂停"),
+    ("Resume", "恢复"),
+    ("Run now", "立即运行"),
+    ("Parameters (JSON object)", "参数（JSON 对象）"),
+    ("paused", "已暂停"),
+    ("active", "启用"),
+    ("Versions", "版本"),
+    ("Recent runs", "最近运行"),
+    ("Triggers", "触发器"),
+    ("Labels", "标签"),
+    ("Routing", "路由"),
+    ("Version", "版本"),
+    ("Trigger", "触发方式"),
+    ("Params", "参数"),
+    ("Created", "创建时间"),
+    ("Started", "开始"),
+    ("Finished", "结束"),
+    ("Duration", "耗时"),
+    ("Attempts", "尝试次数"),
+    ("Attempt", "尝试"),
+    ("Timeline", "时间线"),
+    ("Nodes", "节点"),
+    ("Outputs", "输出"),
+    ("Error", "错误"),
+    ("Idempotency key", "幂等键"),
+    ("Data version", "数据版本"),
+    ("stale", "已过期"),
+    ("Log", "日志"),
+    ("Download", "下载"),
+    ("Search the log", "搜索日志"),
+    ("No output kept for this attempt yet.", "此尝试暂无输出。"),
+    ("Audit trail", "审计记录"),
+    ("Actions", "操作"),
+    ("Actor", "操作者"),
+    ("Action", "动作"),
+    ("Time", "时间"),
+    ("Details", "详情"),
+    ("Filter", "筛选"),
+    ("Search", "搜索"),
+    ("From", "起始"),
+    ("Until", "截止"),
+    ("States", "状态"),
+    ("Older", "更早"),
+    ("Newest", "最新"),
+    ("Export CSV", "导出 CSV"),
+    ("No runs match.", "没有匹配的运行。"),
+    ("Firing", "告警中"),
+    ("Resolved", "已恢复"),
+    ("Severity", "级别"),
+    ("Summary", "摘要"),
+    ("Deliveries", "投递"),
+    ("Group", "分组"),
+    ("Jobs", "作业"),
+    ("Heartbeat", "心跳"),
+    ("Connected", "已连接"),
+    ("Lost", "失联"),
+    ("Nodes waiting for a sidecar", "等待边车的节点"),
+    ("Alerting is not running here.", "此控制面未启用告警。"),
+    ("The sidecar link is off.", "边车连接未启用。"),
+    ("touches", "影响"),
+    ("nodes", "个节点"),
+    ("Find a node", "查找节点"),
+    ("Large flow: showing the selected node and its neighbours.", "大型流程：仅显示所选节点及其相邻层。"),
+    ("Show all", "显示全部"),
+    ("levels", "层"),
+    ("Live", "实时"),
+    ("Reconnecting…", "重新连接中…"),
+    ("Live updates lost: polling every 5 s.", "实时连接中断：每 5 秒轮询。"),
+    ("Done.", "已完成。"),
+    ("more", "更多"),
+    ("Language", "语言"),
+    ("strong", "强依赖"),
+    ("weak", "弱依赖"),
+    ("conditional", "条件"),
+    ("Not found", "未找到"),
+    ("Runs in this view are capped; narrow the filter.", "结果已截断，请缩小筛选范围。"),
+    ("Sidecar", "边车"),
+    ("Host", "主机"),
+    ("Shards", "分片"),
+    ("Reason for the record", "记录原因"),
+    ("reason required", "必须填写原因"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_language_picks_the_best_supported() {
+        assert_eq!(Lang::from_accept(Some("zh-CN,zh;q=0.9,en;q=0.8")), Lang::ZhCn);
+        assert_eq!(Lang::from_accept(Some("fr-FR, en;q=0.5, zh;q=0.4")), Lang::En);
+        assert_eq!(Lang::from_accept(Some("de")), Lang::En);
+        assert_eq!(Lang::from_accept(Some("en;q=0.1, zh-TW;q=0.9")), Lang::ZhCn);
+        assert_eq!(Lang::from_accept(None), Lang::En);
+    }
+
+    #[test]
+    fn chinese_is_looked_up_and_english_is_the_fallback() {
+        assert_eq!(t(Lang::ZhCn, "Approvals"), "待确认");
+        assert_eq!(t(Lang::En, "Approvals"), "Approvals");
+        assert_eq!(t(Lang::ZhCn, "no such text"), "no such text");
+        assert_eq!(state_gloss(Lang::ZhCn, "SUCCESS"), "成功");
+        let mut seen = std::collections::HashSet::new();
+        for (en, _) in ZH {
+            assert!(seen.insert(en), "duplicate entry {en}");
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! `/alerts` (firing and resolved, with deliveries per channel) and `/sidecars`
+//! (group, jobs, running attempts, heartbeat age, version; nodes waiting for a
+//! sidecar). Both read the same handles as `GET /api/v1/alerts` and `/sidecars`.
+
+use std::collections::HashMap;
+
+use axum::extract::{Query, State};
+use axum::response::Response;
+use madeira_store::AlertQuery;
+use maud::html;
+use serde_json::Value;
+
+use crate::i18n::t;
+use crate::page::{self, Nav, Shell};
+use crate::session::Ctx;
+use crate::{Console, ConsoleError};
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+pub async fn alerts(
+    State(console): State<Console>,
+    ctx: Ctx,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ConsoleError> {
+    let lang = ctx.lang;
+    let status = q.get("status").filter(|s| matches!(s.as_str(), "pending" | "firing" | "resolved")).cloned();
+    let list = match &console.app.alerts {
+        Some(a) => {
+            Some(a.list(&AlertQuery { status: status.clone(), flow: None, limit: 200 }).await.map_err(
+                |e| ConsoleError::Api {
+                    status: axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    message: e.to_string(),
+                },
+            )?)
+        }
+        None => None,
+    };
+    let body = html! {
+        h1 { (t(lang, "Alerts")) }
+        nav.filters { a href="/alerts" { "all" } " · " a href="/alerts?status=firing" { (t(lang, "Firing")) } " · " a href="/alerts?status=resolved" { (t(lang, "Resolved")) } }
+        @match &list {
+            None => p.muted { (t(lang, "Alerting is not running here.")) },
+            Some(v) => {
+                @let alerts = v["alerts"].as_array().cloned().unwrap_or_default();
+                @if alerts.is_empty() { p.muted { (t(lang, "none")) } }
+                div.table-wrap { table.alerts {
+                    thead { tr { th { (t(lang, "State")) } th { (t(lang, "Severity")) } th { (t(lang, "Summary")) } th { (t(lang, "Flow")) } th { (t(lang, "Runs")) } th { (t(lang, "Deliveries")) } } }
+                    tbody { @for a in &alerts { tr {
+                        td { span class=(format!("tag al-{}", text(&a["status"]))) { (text(&a["status"])) } }
+                        td { (text(&a["severity"])) }
+                        td { strong { (text(&a["alertname"])) } " " (text(&a["summary"])) @if !text(&a["node"]).is_empty() { " · " code { (text(&a["node"])) } } }
+                        td { (text(&a["flow"])) }
+                        td { @for r in a["runs"].as_array().cloned().unwrap_or_default().iter().take(5) {
+                            @let id = text(r); a href=(super::run_href(&id)) { code { (super::run::short(&id)) } } " " } }
+                        td { @for d in a["deliveries"].as_array().cloned().unwrap_or_default() {
+                            span.tag title=(text(&d["last_error"])) { (text(&d["channel"])) ": " (text(&d["status"])) } " " } }
+                    } } }
+                } }
+            }
+        }
+    };
+    Ok(page::html_response(Shell::new(&ctx, t(lang, "Alerts"), &console.assets, Nav::Alerts).render(body)))
+}
+
+pub async fn sidecars(State(console): State<Console>, ctx: Ctx) -> Result<Response, ConsoleError> {
+    let lang = ctx.lang;
+    let waiting = console.app.engine.waiting().list();
+    let body = html! {
+        h1 { (t(lang, "Sidecars")) }
+        @match console.app.fleet.as_ref().map(|f| f.sidecars()) {
+            None => p.muted { (t(lang, "The sidecar link is off.")) },
+            Some(list) => {
+                @if list.is_empty() { p.muted { (t(lang, "none")) } }
+                div.table-wrap { table.sidecars {
+                    thead { tr { th { "Name" } th { (t(lang, "Group")) } th { (t(lang, "State")) } th { (t(lang, "Jobs")) } th { (t(lang, "running")) } th { (t(lang, "Heartbeat")) } th { (t(lang, "Version")) } } }
+                    tbody { @for s in &list { tr {
+                        td { strong { (s.name) } }
+                        td { (s.group) }
+                        td { @if s.connected { span.tag.active { (t(lang, "Connected")) } } @else { span.tag.paused { (t(lang, "Lost")) } } }
+                        td { @for j in &s.jobs { code { (j) } " " } }
+                        td.num { (s.running) }
+                        td { (format!("{:.1} s", s.last_heartbeat_age_seconds)) }
+                        td { (s.version) }
+                    } } }
+                } }
+            }
+        }
+        h2 { (t(lang, "Nodes waiting for a sidecar")) }
+        @if waiting.is_empty() { p.muted { (t(lang, "none")) } }
+        ul { @for (run, node, reason) in &waiting { li { a href=(super::run_href(run)) { code { (super::run::short(run)) } } " " code { (node) } " — " (reason) } } }
+    };
+    Ok(page::html_response(
+        Shell::new(&ctx, t(lang, "Sidecars"), &console.assets, Nav::Sidecars).render(body),
+    ))
+}

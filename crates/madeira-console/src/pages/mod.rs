@@ -1,0 +1,48 @@
+//! The screens, one module each, and what several of them load.
+
+pub mod approvals;
+pub mod audit;
+pub mod flows;
+pub mod misc;
+pub mod overview;
+pub mod run;
+pub mod runs;
+
+use std::sync::Arc;
+
+use madeira_core::FlowDef;
+use madeira_store::StoredRun;
+
+use crate::{Console, ConsoleError};
+
+/// A run with the flow version it runs.
+pub struct LoadedRun {
+    pub stored: StoredRun,
+    pub def: Arc<FlowDef>,
+}
+
+/// Loads run `id` and its flow version through the engine handle.
+pub async fn load_run(console: &Console, id: &str) -> Result<LoadedRun, ConsoleError> {
+    let engine = &console.app.engine;
+    let stored = engine
+        .store()
+        .load_run(id)
+        .await?
+        .ok_or_else(|| ConsoleError::NotFound(format!("run {id} not found")))?;
+    let def = engine.flow(&stored.run.flow, Some(stored.run.version)).await?;
+    Ok(LoadedRun { stored, def })
+}
+
+/// Every run lives under a stable URL.
+pub fn run_href(id: &str) -> String {
+    format!("/runs/{id}")
+}
+
+pub fn flow_href(name: &str) -> String {
+    format!("/flows/{name}")
+}
+
+/// Whether a run state is final.
+pub fn run_terminal(state: &str) -> bool {
+    matches!(state, "SUCCESS" | "FAILED" | "CANCELLED")
+}

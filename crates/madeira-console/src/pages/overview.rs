@@ -1,0 +1,103 @@
+//! `/`: the overview. Runs by state over the last 24 h, what runs now, what
+//! failed, what waits for a person, sidecars online and lost, open alerts and the
+//! next cron fires.
+
+use axum::extract::State;
+use axum::response::Response;
+use madeira_core::TriggerDef;
+use madeira_store::{AlertQuery, RunQuery};
+use maud::html;
+
+use super::flows::runs_table;
+use super::runs::id_bound;
+use crate::i18n::t;
+use crate::page::{self, Nav, Shell, badge};
+use crate::session::Ctx;
+use crate::time::stamp;
+use crate::{Console, ConsoleError};
+
+/// Runs counted per state; more show as `1000+`.
+const COUNT_CAP: u32 = 1000;
+
+pub async fn page(State(console): State<Console>, ctx: Ctx) -> Result<Response, ConsoleError> {
+    let lang = ctx.lang;
+    let now = madeira_engine::now_ms();
+    let engine = &console.app.engine;
+    let store = engine.store();
+    let day_ago = id_bound(now - 24 * 3_600_000);
+    let mut counts = Vec::new();
+    for state in ["QUEUED", "RUNNING", "SUCCESS", "FAILED", "CANCELLED"] {
+        let rows = store
+            .list_runs(&RunQuery { state: Some(state.into()), limit: COUNT_CAP, ..Default::default() })
+            .await?;
+        let n = rows.iter().filter(|r| r.id >= day_ago).count();
+        counts.push((state, n, n as u32 >= COUNT_CAP));
+    }
+    let running =
+        store.list_runs(&RunQuery { state: Some("RUNNING".into()), limit: 10, ..Default::default() }).await?;
+    let failed =
+        store.list_runs(&RunQuery { state: Some("FAILED".into()), limit: 5, ..Default::default() }).await?;
+    let (waiting, _) = super::approvals::pending(&console).await?;
+    let sidecars = console.app.fleet.as_ref().map(|f| f.sidecars());
+    let alerts = match &console.app.alerts {
+        Some(a) => a.list(&AlertQuery { status: Some("firing".into()), flow: None, limit: 10 }).await.ok(),
+        None => None,
+    };
+    let mut fires = Vec::new();
+    for record in store.list_flows().await? {
+        if record.paused {
+            continue;
+        }
+        let def = engine.flow(&record.name, Some(record.latest_version)).await?;
+        for tr in &def.triggers {
+            if let TriggerDef::Cron(c) = tr
+                && let Some(next) = madeira_core::schedule::next_after(c, chrono::Utc::now())
+            {
+                fires.push((next.timestamp_millis(), record.name.clone(), c.expr.clone()));
+            }
+        }
+    }
+    fires.sort();
+    fires.truncate(8);
+    let body = html! {
+        h1 { (t(lang, "Overview")) }
+        section.cards-row {
+            @for (state, n, capped) in &counts {
+                a.stat href=(format!("/runs?state={state}&since={}", page::url_encode(&crate::time::rfc3339(now - 24 * 3_600_000)))) {
+                    span.num { (n) @if *capped { "+" } } (badge(lang, state))
+                }
+            }
+        }
+        p.muted.small { (t(lang, "Runs by state (24 h)")) }
+        div.overview-grid {
+            section.box { h2 { a href="/approvals" { (t(lang, "Waiting for confirmation")) } " " span.count { (waiting.len()) } }
+                ul { @for p in waiting.iter().take(6) { li { a href=(super::run_href(&p.run_id)) { (p.flow) " · " code { (p.node) } } " — " (p.prompt) } } }
+                @if waiting.is_empty() { p.muted { (t(lang, "none")) } } }
+            section.box { h2 { (t(lang, "Sidecars")) }
+                @match &sidecars {
+                    Some(list) => {
+                        @let online = list.iter().filter(|s| s.connected).count();
+                        p { a href="/sidecars" { (t(lang, "Sidecars online")) ": " strong { (online) } " · " (t(lang, "Sidecars lost")) ": " strong { (list.len() - online) } } }
+                    }
+                    None => p.muted { (t(lang, "The sidecar link is off.")) },
+                } }
+            section.box { h2 { a href="/alerts" { (t(lang, "Open alerts")) } }
+                @match &alerts {
+                    Some(v) => {
+                        @let list = v["alerts"].as_array().cloned().unwrap_or_default();
+                        @if list.is_empty() { p.muted { (t(lang, "none")) } }
+                        ul { @for a in &list { li { span.tag { (a["severity"].as_str().unwrap_or("")) } " " (a["summary"].as_str().unwrap_or("")) } } }
+                    }
+                    None => p.muted { (t(lang, "Alerting is not running here.")) },
+                } }
+            section.box { h2 { (t(lang, "Next cron fires")) }
+                @if fires.is_empty() { p.muted { (t(lang, "none")) } }
+                ul { @for (at, flow, expr) in &fires { li { a href=(super::flow_href(flow)) { (flow) } " " code { (expr) } " " (stamp(lang, Some(*at), now)) } } } }
+        }
+        section { h2 { (t(lang, "Running now")) } (runs_table(lang, &running, now)) }
+        section { h2 { (t(lang, "Recently failed")) } (runs_table(lang, &failed, now)) }
+    };
+    Ok(page::html_response(
+        Shell::new(&ctx, t(lang, "Overview"), &console.assets, Nav::Overview).render(body),
+    ))
+}

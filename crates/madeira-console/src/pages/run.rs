@@ -1,0 +1,414 @@
+//! `/runs/{id}`: the run page. Header (state, trigger, version, params, actor,
+//! duration), the live DAG, the nodes table with attempts and a Gantt bar, the
+//! node side panel (attempts, error, outputs with data version and stale mark,
+//! idempotency key, actions, log viewer with a tab per attempt) and the run's
+//! audit trail. `#run-live` is refetched from `/runs/{id}/live`; the SVG stays and
+//! only its classes change.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use madeira_core::NodeAction;
+use madeira_server::Role;
+use madeira_store::{AuditQuery, NodeRow};
+use maud::{Markup, html};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{LoadedRun, load_run, run_terminal};
+use crate::dag;
+use crate::i18n::{Lang, state_gloss, t};
+use crate::page::{self, ActionDialog, Nav, Shell, badge};
+use crate::session::Ctx;
+use crate::time::{duration_ms, stamp};
+use crate::{Console, ConsoleError};
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RunQuery {
+    #[serde(default)]
+    node: Option<String>,
+    #[serde(default)]
+    focus: Option<String>,
+    #[serde(default)]
+    depth: Option<usize>,
+}
+
+pub async fn page(
+    State(console): State<Console>,
+    ctx: Ctx,
+    Path(id): Path<String>,
+    Query(q): Query<RunQuery>,
+) -> Result<Response, ConsoleError> {
+    let started = std::time::Instant::now();
+    let run = load_run(&console, &id).await?;
+    let states: HashMap<String, String> =
+        run.stored.nodes.iter().map(|n| (n.node.clone(), n.state.as_str().to_string())).collect();
+    let preferred = preferred_node(&run);
+    let focus = q.focus.as_deref().or(q.node.as_deref().filter(|_| run.def.nodes.len() > dag::FOCUS_ABOVE));
+    let scope = dag::scope_of(&run.def, focus, q.depth, preferred);
+    let base = format!("/runs/{id}");
+    let (head, details) = fragments(&console, &ctx, &run).await?;
+    let panel = match q.node.as_deref() {
+        Some(node) => Some(panel_markup(&console, &ctx, &run, node).await?),
+        None => None,
+    };
+    let lang = ctx.lang;
+    let title = format!("{} {}", run.stored.run.flow, short(&id));
+    let body = html! {
+        div.run-page data-run=(id) data-flow=(run.stored.run.flow) data-terminal=(run_terminal(&run.stored.run.state)) {
+            h1 { a href=(super::flow_href(&run.stored.run.flow)) { (run.stored.run.flow) } " · " (t(lang, "Run")) " " code.runid { (short(&id)) } }
+            div #live-status.live-status data-ok=(t(lang, "Live")) data-retry=(t(lang, "Reconnecting…")) data-poll=(t(lang, "Live updates lost: polling every 5 s.")) {}
+            (head)
+            div.run-grid {
+                section.dag-section aria-label=(t(lang, "Nodes")) {
+                    (dag::section(&console, lang, &run.def, run.stored.run.version, &scope, Some(&states), &base))
+                }
+                aside #panel.panel aria-live="polite" {
+                    @if let Some(p) = panel { (p) }
+                }
+            }
+            (details)
+        }
+    };
+    let shell = Shell::new(&ctx, title, &console.assets, Nav::Runs).module("run.js").live("run");
+    let markup = shell.render(body);
+    tracing::debug!(run_id = %id, nodes = run.def.nodes.len(), took_ms = started.elapsed().as_millis() as u64, "run page rendered");
+    Ok(page::timed_response(markup, started, dag::take_layout_ms()))
+}
+
+/// The node a large run's focused view centres on: the first failed, waiting or
+/// running one, else the first in topological order.
+fn preferred_node(run: &LoadedRun) -> usize {
+    let rank = |s: &str| match s {
+        "FAILED" => 0,
+        "MANUAL_CONFIRM" => 1,
+        "RUNNING" | "RETRYING" => 2,
+        _ => 3,
+    };
+    run.def
+        .topo
+        .iter()
+        .copied()
+        .min_by_key(|&i| run.stored.nodes.get(i).map_or(9, |n| rank(n.state.as_str())))
+        .unwrap_or(0)
+}
+
+pub fn short(id: &str) -> &str {
+    id.get(..13).unwrap_or(id)
+}
+
+/// `GET /runs/{id}/live`: the part of the run page that is refetched.
+pub async fn live(
+    State(console): State<Console>,
+    ctx: Ctx,
+    Path(id): Path<String>,
+) -> Result<Response, ConsoleError> {
+    let run = load_run(&console, &id).await?;
+    Ok(page::html_response(live_fragment(&console, &ctx, &run).await?))
+}
+
+async fn live_fragment(console: &Console, ctx: &Ctx, run: &LoadedRun) -> Result<Markup, ConsoleError> {
+    let (head, details) = fragments(console, ctx, run).await?;
+    Ok(html! { (head) (details) })
+}
+
+/// The run's header (`#run-live`, with every node's state for the SVG) and the
+/// nodes table with the audit trail (`#run-details`, swapped out of band).
+async fn fragments(console: &Console, ctx: &Ctx, run: &LoadedRun) -> Result<(Markup, Markup), ConsoleError> {
+    let lang = ctx.lang;
+    let r = &run.stored.run;
+    let now = madeira_engine::now_ms();
+    let store = console.app.engine.store();
+    let transitions = store.transitions(&r.id).await?;
+    let audit =
+        store.audit(&AuditQuery { run_id: Some(r.id.clone()), limit: 200, ..Default::default() }).await?;
+    let actor = transitions.first().map(|t| t.actor.clone()).unwrap_or_else(|| "-".into());
+    let states: serde_json::Map<String, serde_json::Value> =
+        run.stored.nodes.iter().map(|n| (n.node.clone(), json!(n.state.as_str()))).collect();
+    let end = r.finished_at.unwrap_or(now);
+    let span_start = r.started_at.unwrap_or(r.created_at);
+    let terminal = run_terminal(&r.state);
+    let cancel = ActionDialog {
+        id: "dlg-cancel".into(),
+        label: t(lang, "Cancel run"),
+        action: format!("/runs/{}/cancel", r.id),
+        hidden: vec![],
+        preview: Some(format!(
+            "{} {} {}",
+            t(lang, "touches"),
+            run.stored.nodes.iter().filter(|n| !n.state.is_terminal()).count(),
+            t(lang, "nodes")
+        )),
+        danger: true,
+        denied: ctx.denied(Role::Operator),
+    };
+    let head = html! {
+        div #run-live data-state=(r.state) data-event=(ctx.after) data-states=(serde_json::Value::Object(states).to_string()) {
+            section.run-head {
+                div.kv { span.k { (t(lang, "State")) } span #run-state.v { (badge(lang, &r.state)) " " span.muted { (state_gloss(lang, &r.state)) } } }
+                div.kv { span.k { (t(lang, "Version")) } span.v { "v" (r.version) } }
+                div.kv { span.k { (t(lang, "Trigger")) } span.v { (r.trigger) } }
+                div.kv { span.k { (t(lang, "Actor")) } span.v { (actor) } }
+                div.kv { span.k { (t(lang, "Created")) } span.v { (stamp(lang, Some(r.created_at), now)) } }
+                div.kv { span.k { (t(lang, "Duration")) } span.v { (duration_ms(lang, end - span_start)) } }
+                div.kv.wide { span.k { (t(lang, "Params")) } code.v.params { (r.params) } }
+                @if let Some(key) = &r.idempotency_key { div.kv.wide { span.k { (t(lang, "Idempotency key")) } code.v { (key) } } }
+                @if !terminal { div.run-actions { (page::denied_note(cancel.denied.as_ref())) (cancel.render(ctx)) } }
+            }
+        }
+    };
+    let details = html! {
+        div #run-details hx-swap-oob="true" {
+            section.nodes-section {
+                h2 { (t(lang, "Nodes")) " " span.muted { "(" (run.stored.nodes.len()) ")" } }
+                input.node-filter type="search" placeholder=(t(lang, "Find a node")) aria-label=(t(lang, "Find a node")) data-filter="#nodes-table";
+                div.table-wrap {
+                    table #nodes-table.nodes {
+                        thead { tr { th { (t(lang, "Node")) } th { (t(lang, "State")) } th.num { (t(lang, "Attempts")) } th.opt { (t(lang, "Started")) } th { (t(lang, "Duration")) } th.gantt-h { (t(lang, "Timeline")) } } }
+                        tbody {
+                            @for &i in &run.def.topo {
+                                @if let Some(n) = run.stored.nodes.get(i) { (node_row(lang, &r.id, n, span_start, end, now)) }
+                            }
+                        }
+                    }
+                }
+            }
+            section.audit-section {
+                h2 { (t(lang, "Audit trail")) }
+                @if audit.is_empty() { p.muted { (t(lang, "none")) } }
+                @else {
+                    ul.audit {
+                        @for a in &audit {
+                            li { (stamp(lang, Some(a.at), now)) " · " strong { (a.actor) } " · " (a.action)
+                                @if let Some(n) = &a.node { " · " code { (n) } }
+                                @if let Some(reason) = &a.reason { " — " q { (reason) } } }
+                        }
+                    }
+                }
+                details.transitions {
+                    summary { (transitions.len()) " transitions" }
+                    ol {
+                        @for tr in transitions.iter().rev().take(500) {
+                            li { (stamp(lang, Some(tr.at), now)) " " code { (tr.node.as_deref().unwrap_or("run")) } " " (tr.from) " → " (tr.to) " (" (tr.cause) ", " (tr.actor) ")" }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok((head, details))
+}
+
+fn node_row(lang: Lang, run_id: &str, n: &NodeRow, span_start: i64, span_end: i64, now: i64) -> Markup {
+    let state = n.state.as_str();
+    let duration = n.started_at.map(|s| n.finished_at.unwrap_or(now) - s);
+    let total = (span_end - span_start).max(1) as f64;
+    let bar = n.started_at.map(|s| {
+        let x = ((s - span_start).max(0) as f64 / total * 100.0).clamp(0.0, 99.0);
+        let w = ((n.finished_at.unwrap_or(now) - s).max(0) as f64 / total * 100.0).clamp(0.8, 100.0 - x);
+        (x, w)
+    });
+    html! {
+        tr id=(format!("r-{}", n.node)) data-node=(n.node) {
+            td { a.node-link href=(format!("/runs/{run_id}?node={}", n.node)) data-node=(n.node) { (n.node) }
+                @if n.stale { " " span.tag.stale { (t(lang, "stale")) } } }
+            td.state-cell { (badge(lang, state)) }
+            td.num { (n.attempt) }
+            td.opt { (stamp(lang, n.started_at, now)) }
+            td { @if let Some(d) = duration { (duration_ms(lang, d)) } @else { "-" } }
+            td.gantt {
+                svg.gantt viewBox="0 0 100 10" preserveAspectRatio="none" aria-hidden="true" {
+                    @if let Some((x, w)) = bar { rect class=(format!("bar st-{state}")) x=(format!("{x:.2}")) y="1" width=(format!("{w:.2}")) height="8" {} }
+                }
+            }
+        }
+    }
+}
+
+/// `GET /runs/{id}/nodes/{node}`: the side panel (a fragment).
+pub async fn panel(
+    State(console): State<Console>,
+    ctx: Ctx,
+    Path((id, node)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ConsoleError> {
+    let run = load_run(&console, &id).await?;
+    let markup = panel_markup(&console, &ctx, &run, &node).await?;
+    if crate::error::is_htmx(&headers) {
+        return Ok(page::html_response(markup));
+    }
+    let shell = Shell::new(&ctx, format!("{} · {node}", short(&id)), &console.assets, Nav::Runs)
+        .module("run.js")
+        .live("run");
+    Ok(page::html_response(
+        shell.render(html! { div.run-page data-run=(id) { aside #panel.panel.standalone { (markup) } } }),
+    ))
+}
+
+/// Nodes downstream of `v` (transitively).
+fn descendants(def: &madeira_core::FlowDef, v: usize) -> Vec<usize> {
+    let mut seen = vec![false; def.nodes.len()];
+    let mut stack = vec![v];
+    let mut out = Vec::new();
+    while let Some(u) = stack.pop() {
+        for &(w, _) in &def.downstream[u] {
+            if !seen[w] {
+                seen[w] = true;
+                out.push(w);
+                stack.push(w);
+            }
+        }
+    }
+    out
+}
+
+fn preview(lang: Lang, names: &[String]) -> String {
+    let shown: Vec<&str> = names.iter().take(8).map(String::as_str).collect();
+    let more = if names.len() > 8 {
+        format!(" … +{} {}", names.len() - 8, t(lang, "more"))
+    } else {
+        String::new()
+    };
+    format!("{} {} {}: {}{more}", t(lang, "touches"), names.len(), t(lang, "nodes"), shown.join(", "))
+}
+
+async fn panel_markup(
+    console: &Console,
+    ctx: &Ctx,
+    run: &LoadedRun,
+    node: &str,
+) -> Result<Markup, ConsoleError> {
+    let lang = ctx.lang;
+    let r = &run.stored.run;
+    let idx = run
+        .def
+        .node_index(node)
+        .ok_or_else(|| ConsoleError::NotFound(format!("run {}: node {node} not found", r.id)))?;
+    let row = run
+        .stored
+        .nodes
+        .iter()
+        .find(|n| n.node == node)
+        .ok_or_else(|| ConsoleError::NotFound(format!("run {}: node {node} not found", r.id)))?;
+    let now = madeira_engine::now_ms();
+    let state = row.state.as_str();
+    let attempts: Vec<_> = run.stored.attempts.iter().filter(|a| a.node == node).collect();
+    let logs = console.app.engine.store().logs(&r.id, node).await?;
+    let mut tabs: Vec<u32> =
+        attempts.iter().map(|a| a.attempt).chain(logs.iter().map(|l| l.attempt)).collect();
+    tabs.sort_unstable();
+    tabs.dedup();
+    let running_attempt = attempts.iter().filter(|a| a.finished_at.is_none()).map(|a| a.attempt).max();
+    let waiting = console.app.engine.waiting().reason(&r.id, node);
+    let prompt = match &run.def.nodes[idx].action {
+        NodeAction::Manual(m) => Some(madeira_server::render_prompt(&m.prompt, &run.stored, &run.def)),
+        NodeAction::Run(_) => None,
+    };
+    let key_version =
+        if state == "SUCCESS" && row.data_version > 0 { row.data_version } else { row.data_version + 1 };
+    let below = descendants(&run.def, idx);
+    let below_names: Vec<String> = below.iter().map(|&i| run.def.nodes[i].id.clone()).collect();
+    let skipped_below: Vec<String> = below
+        .iter()
+        .filter_map(|&i| run.stored.nodes.get(i))
+        .filter(|n| n.state.as_str() == "SKIPPED")
+        .map(|n| n.node.clone())
+        .collect();
+    let mut with_self = vec![node.to_string()];
+    with_self.extend(below_names.iter().cloned());
+    let denied = ctx.denied(Role::Operator);
+    let action = |name: &str,
+                  label: &'static str,
+                  preview_names: Option<Vec<String>>,
+                  danger: bool,
+                  hidden: Vec<(&'static str, String)>| ActionDialog {
+        id: format!("dlg-{name}-{node}"),
+        label: t(lang, label),
+        action: format!("/runs/{}/nodes/{node}/{}", r.id, if name == "rerun-down" { "rerun" } else { name }),
+        hidden,
+        preview: preview_names.map(|n| preview(lang, &n)),
+        danger,
+        denied: denied.clone(),
+    };
+    let mut actions = Vec::new();
+    if state == "MANUAL_CONFIRM" {
+        actions.push(action("confirm", "Confirm", None, false, vec![]));
+        actions.push(action("reject", "Reject", None, true, vec![]));
+    }
+    if row.state.is_terminal() {
+        actions.push(action("rerun", "Rerun", Some(vec![node.to_string()]), false, vec![]));
+        if !below.is_empty() {
+            actions.push(action(
+                "rerun-down",
+                "Rerun with downstream",
+                Some(with_self.clone()),
+                false,
+                vec![("downstream", "true".into())],
+            ));
+        }
+    }
+    if state == "FAILED" {
+        let mut touched = vec![node.to_string()];
+        touched.extend(skipped_below.iter().cloned());
+        actions.push(action("mark-success", "Mark success", Some(touched), false, vec![]));
+    }
+    if matches!(state, "INIT" | "RETRYING" | "FAILED" | "MANUAL_CONFIRM") {
+        actions.push(action("skip", "Skip", Some(vec![node.to_string()]), true, vec![]));
+    }
+    Ok(html! {
+        div.panel-body data-node=(node) data-state=(state) {
+            header.panel-head {
+                h2 { code { (node) } " " (badge(lang, state)) }
+                a.close href=(format!("/runs/{}", r.id)) aria-label=(t(lang, "Close")) { "×" }
+            }
+            @if let Some(reason) = row.reason.as_ref().or(waiting.as_ref()) { p.reason { (t(lang, "Reason")) ": " (reason) } }
+            @if let Some(p) = &prompt { blockquote.prompt { (p) } }
+            @if !actions.is_empty() {
+                div.node-actions {
+                    (page::denied_note(denied.as_ref()))
+                    @for a in &actions { (a.render(ctx)) }
+                }
+            }
+            dl.facts {
+                dt { (t(lang, "Idempotency key")) } dd { code { (format!("{}:{node}:v{key_version}", r.id)) } }
+                dt { (t(lang, "Data version")) } dd { (row.data_version) @if row.stale { " " span.tag.stale { (t(lang, "stale")) } } }
+                dt { (t(lang, "Started")) } dd { (stamp(lang, row.started_at, now)) }
+                dt { (t(lang, "Finished")) } dd { (stamp(lang, row.finished_at, now)) }
+            }
+            @if !row.outputs.is_empty() {
+                h3 { (t(lang, "Outputs")) " " span.muted { "v" (row.data_version) } }
+                pre.outputs { (serde_json::to_string_pretty(&row.outputs).unwrap_or_default()) }
+            }
+            @if !attempts.is_empty() {
+                h3 { (t(lang, "Attempts")) }
+                div.table-wrap { table.attempts {
+                    thead { tr { th { "#" } th { (t(lang, "Started")) } th { (t(lang, "Duration")) } th { (t(lang, "State")) } th { (t(lang, "Error")) } } }
+                    tbody { @for a in &attempts { tr {
+                        td.num { (a.attempt) }
+                        td { (stamp(lang, Some(a.started_at), now)) }
+                        td { (duration_ms(lang, a.finished_at.unwrap_or(now) - a.started_at)) }
+                        td { (a.outcome.as_deref().unwrap_or("RUNNING")) }
+                        td.error { (a.error.as_deref().unwrap_or("")) }
+                    } } }
+                } }
+            }
+            @if !tabs.is_empty() {
+                h3 { (t(lang, "Log")) }
+                div.logs data-run=(r.id) data-node=(node) data-running=[running_attempt] data-empty=(t(lang, "No output kept for this attempt yet.")) {
+                    div.tabs role="tablist" {
+                        @for (i, a) in tabs.iter().enumerate() {
+                            button.tab type="button" role="tab" data-attempt=(a) aria-selected=(if i + 1 == tabs.len() { "true" } else { "false" }) { (t(lang, "Attempt")) " " (a) }
+                        }
+                    }
+                    div.log-tools {
+                        input.log-search type="search" placeholder=(t(lang, "Search the log")) aria-label=(t(lang, "Search the log"));
+                        a.log-download href=(format!("/runs/{}/nodes/{node}/log?attempt={}&download=1", r.id, tabs.last().copied().unwrap_or(1))) { (t(lang, "Download")) }
+                    }
+                    pre.log tabindex="0" {}
+                }
+            }
+        }
+    })
+}

@@ -1,0 +1,229 @@
+//! `/runs`: search by flow, states (several), time range and trigger, newest
+//! first, paginated on the server by run id (ids are UUIDv7, so time-ordered: a
+//! time bound is an id bound and each page is an index range scan).
+
+use axum::extract::{Query, State};
+use axum::response::Response;
+use madeira_store::{RunQuery, RunRow};
+use maud::html;
+
+use super::flows::runs_table;
+use crate::i18n::t;
+use crate::page::{self, Nav, Shell, url_encode};
+use crate::session::Ctx;
+use crate::{Console, ConsoleError};
+
+const PAGE: usize = 50;
+const STATES: [&str; 5] = ["QUEUED", "RUNNING", "SUCCESS", "FAILED", "CANCELLED"];
+
+/// The smallest run id created at `ms` or later (UUIDv7 text starts with the
+/// 48-bit millisecond time).
+pub fn id_bound(ms: i64) -> String {
+    let ms = ms.max(0) as u64;
+    format!("{:08x}-{:04x}-0000-0000-000000000000", ms >> 16, ms & 0xffff)
+}
+
+/// `2026-12-01`, `2026-12-01T09:30` (UTC) or RFC 3339, as Unix ms.
+pub fn parse_time(s: &str) -> Option<i64> {
+    let s = s.trim();
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Some(t.timestamp_millis());
+    }
+    for fmt in ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"] {
+        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, fmt) {
+            return Some(t.and_utc().timestamp_millis());
+        }
+    }
+    chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .ok()?
+        .and_hms_opt(0, 0, 0)
+        .map(|t| t.and_utc().timestamp_millis())
+}
+
+/// A search: filters as given in the query string.
+#[derive(Debug, Default, Clone)]
+pub struct Search {
+    pub flow: Option<String>,
+    pub states: Vec<String>,
+    pub since: Option<i64>,
+    pub until: Option<i64>,
+    pub trigger: Option<String>,
+    pub cursor: Option<String>,
+}
+
+impl Search {
+    fn from_pairs(pairs: &[(String, String)]) -> Result<Self, ConsoleError> {
+        let mut s = Search::default();
+        for (k, v) in pairs.iter().filter(|(_, v)| !v.trim().is_empty()) {
+            match k.as_str() {
+                "flow" => s.flow = Some(v.trim().to_string()),
+                "state" => {
+                    let up = v.trim().to_ascii_uppercase();
+                    if !STATES.contains(&up.as_str()) {
+                        return Err(ConsoleError::BadRequest(format!(
+                            "state `{v}`: use {}",
+                            STATES.join(", ")
+                        )));
+                    }
+                    s.states.push(up);
+                }
+                "since" => {
+                    s.since = Some(parse_time(v).ok_or_else(|| {
+                        ConsoleError::BadRequest(format!("since `{v}`: use 2026-12-01T09:30 (UTC)"))
+                    })?)
+                }
+                "until" => {
+                    s.until = Some(parse_time(v).ok_or_else(|| {
+                        ConsoleError::BadRequest(format!("until `{v}`: use 2026-12-01T09:30 (UTC)"))
+                    })?)
+                }
+                "trigger" => s.trigger = Some(v.trim().to_string()),
+                "cursor" => s.cursor = Some(v.trim().to_string()),
+                _ => {}
+            }
+        }
+        Ok(s)
+    }
+
+    /// The query string of this search without its cursor.
+    fn query_string(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(f) = &self.flow {
+            parts.push(format!("flow={}", url_encode(f)));
+        }
+        for st in &self.states {
+            parts.push(format!("state={st}"));
+        }
+        if let Some(ms) = self.since {
+            parts.push(format!("since={}", url_encode(&crate::time::rfc3339(ms))));
+        }
+        if let Some(ms) = self.until {
+            parts.push(format!("until={}", url_encode(&crate::time::rfc3339(ms))));
+        }
+        if let Some(tr) = &self.trigger {
+            parts.push(format!("trigger={}", url_encode(tr)));
+        }
+        parts.join("&")
+    }
+}
+
+/// One page of runs for `search` and the cursor of the next page.
+pub async fn find(
+    console: &Console,
+    search: &Search,
+    limit: usize,
+) -> Result<(Vec<RunRow>, Option<String>), ConsoleError> {
+    let store = console.app.engine.store();
+    let until = search.until.map(id_bound);
+    let before = match (&search.cursor, until) {
+        (Some(c), Some(u)) => Some(if *c < u { c.clone() } else { u }),
+        (c, u) => c.clone().or(u),
+    };
+    let states: Vec<Option<String>> =
+        if search.states.is_empty() { vec![None] } else { search.states.iter().cloned().map(Some).collect() };
+    let mut merged: Vec<RunRow> = Vec::new();
+    for state in states {
+        let query =
+            RunQuery { flow: search.flow.clone(), state, before: before.clone(), limit: (limit + 1) as u32 };
+        merged.extend(store.list_runs(&query).await?);
+    }
+    merged.sort_by(|a, b| b.id.cmp(&a.id));
+    merged.dedup_by(|a, b| a.id == b.id);
+    let since_bound = search.since.map(id_bound);
+    if let Some(bound) = &since_bound {
+        merged.retain(|r| r.id >= *bound);
+    }
+    let next = (merged.len() > limit).then(|| merged[limit - 1].id.clone());
+    merged.truncate(limit);
+    if let Some(tr) = &search.trigger {
+        merged.retain(|r| r.trigger == *tr);
+    }
+    Ok((merged, next))
+}
+
+pub async fn search(
+    State(console): State<Console>,
+    ctx: Ctx,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> Result<Response, ConsoleError> {
+    let lang = ctx.lang;
+    let now = madeira_engine::now_ms();
+    let search = Search::from_pairs(&pairs)?;
+    let started = std::time::Instant::now();
+    let (runs, next) = find(&console, &search, PAGE).await?;
+    let took = started.elapsed();
+    let flows = console.app.engine.store().list_flows().await?;
+    let fmt_local = |ms: Option<i64>| {
+        ms.and_then(chrono::DateTime::from_timestamp_millis)
+            .map(|t| t.format("%Y-%m-%dT%H:%M").to_string())
+            .unwrap_or_default()
+    };
+    let qs = search.query_string();
+    let body = html! {
+        h1 { (t(lang, "Runs")) }
+        form.search method="get" action="/runs" {
+            label { (t(lang, "Flow"))
+                select name="flow" { option value="" { "—" }
+                    @for f in &flows { option value=(f.name) selected[search.flow.as_deref() == Some(f.name.as_str())] { (f.name) } } } }
+            fieldset.states { legend { (t(lang, "States")) }
+                @for st in STATES { label.check { input type="checkbox" name="state" value=(st) checked[search.states.iter().any(|s| s == st)]; " " (st) } } }
+            label { (t(lang, "From")) " (UTC)" input type="datetime-local" name="since" value=(fmt_local(search.since)); }
+            label { (t(lang, "Until")) " (UTC)" input type="datetime-local" name="until" value=(fmt_local(search.until)); }
+            label { (t(lang, "Trigger")) input type="text" name="trigger" value=(search.trigger.clone().unwrap_or_default()) placeholder="manual, cron, event"; }
+            button.primary type="submit" { (t(lang, "Search")) }
+        }
+        p.muted.small { (runs.len()) " · " (took.as_millis()) " ms" }
+        (runs_table(lang, &runs, now))
+        nav.pager {
+            @if search.cursor.is_some() { a href=(format!("/runs?{qs}")) { "« " (t(lang, "Newest")) } }
+            @if let Some(n) = &next { a href=(format!("/runs?{qs}&cursor={}", url_encode(n))) { (t(lang, "Older")) " »" } }
+        }
+    };
+    Ok(page::timed_response(
+        Shell::new(&ctx, t(lang, "Runs"), &console.assets, Nav::Runs).render(body),
+        started,
+        None,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_time_bound_orders_like_uuidv7_ids() {
+        let ms = 1_764_579_600_000; // 2025-12-01T09:00:00Z
+        let id = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            (ms / 1000) as u64,
+            ((ms % 1000) * 1_000_000) as u32,
+        ))
+        .to_string();
+        assert!(
+            id_bound(ms) <= id && id < id_bound(ms + 1),
+            "{} <= {id} < {}",
+            id_bound(ms),
+            id_bound(ms + 1)
+        );
+        assert_eq!(parse_time("2025-12-01T09:00"), Some(ms));
+        assert_eq!(parse_time("2025-12-01T09:00:00Z"), Some(ms));
+        assert_eq!(parse_time("2025-12-01"), Some(ms - 9 * 3_600_000));
+        assert_eq!(parse_time("yesterday"), None);
+    }
+
+    #[test]
+    fn bad_states_are_refused_and_filters_round_trip() {
+        let pairs =
+            |v: &[(&str, &str)]| v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect::<Vec<_>>();
+        assert!(Search::from_pairs(&pairs(&[("state", "DONE")])).is_err());
+        let s = Search::from_pairs(&pairs(&[
+            ("flow", "f"),
+            ("state", "failed"),
+            ("state", "RUNNING"),
+            ("trigger", ""),
+        ]))
+        .expect("valid");
+        assert_eq!(s.states, vec!["FAILED", "RUNNING"]);
+        assert_eq!(s.query_string(), "flow=f&state=FAILED&state=RUNNING");
+    }
+}

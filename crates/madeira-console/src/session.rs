@@ -1,0 +1,386 @@
+//! Sign-in and sessions. A bearer token from `auth.tokens`, pasted once, makes a
+//! session: a random id in an HttpOnly, SameSite=Strict cookie, kept server-side
+//! with the token's name, role, a CSRF token and an expiry. Every POST must carry
+//! that CSRF token (form field `csrf` or header `X-CSRF-Token`). Without
+//! `auth.tokens` (`madeira dev`) every visitor is `local` (admin) and the CSRF
+//! token is one per process. Tokens are never stored in the session, logged or
+//! echoed; a session holds only the token's name.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::Form;
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use madeira_server::Role;
+use maud::html;
+use serde::Deserialize;
+
+use crate::i18n::{Lang, t};
+use crate::{Console, ConsoleError, page};
+
+pub const SESSION_COOKIE: &str = "madeira_session";
+pub const LANG_COOKIE: &str = "madeira_lang";
+/// Most live sessions; beyond it the oldest are dropped.
+const MAX_SESSIONS: usize = 10_000;
+
+/// Who is looking, and what they may do.
+#[derive(Debug, Clone)]
+pub struct User {
+    pub name: String,
+    pub role: Role,
+    pub csrf: String,
+}
+
+#[derive(Debug, Clone)]
+struct Session {
+    user: User,
+    expires: Instant,
+}
+
+/// The server-side session table.
+pub struct Sessions {
+    map: Mutex<HashMap<String, Session>>,
+    ttl: Duration,
+    /// CSRF token of the sign-in form and, without auth, of every form.
+    process_csrf: String,
+}
+
+/// 32 random bytes, hex.
+fn random_token() -> String {
+    let bytes: [u8; 32] = rand::random();
+    hex::encode(bytes)
+}
+
+/// Constant-time comparison (length leaks, content does not).
+pub fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
+    }
+    diff == 0
+}
+
+impl Sessions {
+    pub fn new(ttl: Duration) -> Self {
+        Self { map: Mutex::new(HashMap::new()), ttl, process_csrf: random_token() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens a session for `name`/`role`; returns its id.
+    pub fn open(&self, name: &str, role: Role) -> String {
+        let id = random_token();
+        let now = Instant::now();
+        let mut map = self.lock();
+        map.retain(|_, s| s.expires > now);
+        if map.len() >= MAX_SESSIONS
+            && let Some(oldest) = map.iter().min_by_key(|(_, s)| s.expires).map(|(k, _)| k.clone())
+        {
+            map.remove(&oldest);
+        }
+        let user = User { name: name.to_string(), role, csrf: random_token() };
+        map.insert(id.clone(), Session { user, expires: now + self.ttl });
+        id
+    }
+
+    /// The session's user while it has not expired.
+    pub fn get(&self, id: &str) -> Option<User> {
+        let mut map = self.lock();
+        match map.get(id) {
+            Some(s) if s.expires > Instant::now() => Some(s.user.clone()),
+            Some(_) => {
+                map.remove(id);
+                None
+            }
+            None => None,
+        }
+    }
+
+    pub fn close(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+}
+
+/// A cookie's value from the `Cookie` header.
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// The request's language: `?lang=`, then the cookie, then Accept-Language.
+pub fn lang_of(parts: &Parts) -> Lang {
+    let from_query = parts
+        .uri
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("lang=")))
+        .and_then(Lang::parse);
+    from_query.or_else(|| cookie(&parts.headers, LANG_COOKIE).and_then(Lang::parse)).unwrap_or_else(|| {
+        Lang::from_accept(parts.headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()))
+    })
+}
+
+/// The signed-in viewer of a page (or `local` without auth).
+pub struct Ctx {
+    pub user: User,
+    pub lang: Lang,
+    /// Path and query of this request (for sign-in's `next` and language links).
+    pub path: String,
+    pub auth_on: bool,
+    /// The newest live event id when the request arrived: what the page shows is
+    /// at least this recent, and its stream resumes after it.
+    pub after: u64,
+}
+
+impl Ctx {
+    pub fn can(&self, need: Role) -> bool {
+        self.user.role >= need
+    }
+
+    /// Why an action is not offered, or `None` when it is.
+    pub fn denied(&self, need: Role) -> Option<String> {
+        (!self.can(need)).then(|| {
+            format!(
+                "{} {} {:?}; {} {:?}",
+                t(self.lang, "Your token"),
+                self.user.name,
+                self.user.role,
+                t(self.lang, "this needs"),
+                need
+            )
+        })
+    }
+
+    /// A POST may go on: its CSRF token matches and the role suffices.
+    pub fn check_post(
+        &self,
+        headers: &HeaderMap,
+        form_csrf: Option<&str>,
+        need: Role,
+    ) -> Result<(), ConsoleError> {
+        let presented = headers.get("x-csrf-token").and_then(|v| v.to_str().ok()).or(form_csrf).unwrap_or("");
+        if presented.is_empty() || !same(presented, &self.user.csrf) {
+            tracing::warn!(actor = %self.user.name, path = %self.path, "console POST refused: missing or wrong CSRF token");
+            return Err(ConsoleError::Forbidden(
+                t(self.lang, "Missing or wrong CSRF token: reload the page and try again.").into(),
+            ));
+        }
+        if let Some(why) = self.denied(need) {
+            tracing::warn!(actor = %self.user.name, path = %self.path, "console POST refused: role too weak");
+            return Err(ConsoleError::Forbidden(why));
+        }
+        Ok(())
+    }
+}
+
+impl FromRequestParts<Console> for Ctx {
+    type Rejection = ConsoleError;
+
+    async fn from_request_parts(parts: &mut Parts, console: &Console) -> Result<Self, Self::Rejection> {
+        let lang = lang_of(parts);
+        let after = console.hub.last_id();
+        let path = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
+        if !console.auth_on() {
+            let user =
+                User { name: "local".into(), role: Role::Admin, csrf: console.sessions.process_csrf.clone() };
+            return Ok(Self { user, lang, path, auth_on: false, after });
+        }
+        let user = cookie(&parts.headers, SESSION_COOKIE).and_then(|id| console.sessions.get(id));
+        match user {
+            Some(user) => Ok(Self { user, lang, path, auth_on: true, after }),
+            None => Err(ConsoleError::SignIn { next: path, htmx: crate::error::is_htmx(&parts.headers) }),
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct NextQuery {
+    #[serde(default)]
+    next: Option<String>,
+    #[serde(default)]
+    set: Option<String>,
+}
+
+/// Only a local absolute path may be a redirect target.
+fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.contains('\\')
+                && !n.contains(['\r', '\n']) =>
+        {
+            n.to_string()
+        }
+        _ => "/".to_string(),
+    }
+}
+
+pub async fn signin_page(
+    State(console): State<Console>,
+    parts: Parts,
+    Query(q): Query<NextQuery>,
+) -> Response {
+    let lang = lang_of(&parts);
+    if !console.auth_on() {
+        return Redirect::to(&safe_next(q.next.as_deref())).into_response();
+    }
+    signin_form(&console, lang, &safe_next(q.next.as_deref()), None, StatusCode::OK)
+}
+
+fn signin_form(
+    console: &Console,
+    lang: Lang,
+    next: &str,
+    error: Option<&str>,
+    status: StatusCode,
+) -> Response {
+    let body = html! {
+        section.signin {
+            h1 { (t(lang, "Sign in")) }
+            p.muted { (t(lang, "Paste a bearer token from auth.tokens. It is checked once and never stored in the browser; you get a session cookie.")) }
+            @if let Some(e) = error { div.flash.error role="alert" { (e) } }
+            form method="post" action="/signin" {
+                input type="hidden" name="csrf" value=(console.sessions.process_csrf);
+                input type="hidden" name="next" value=(next);
+                label for="token" { (t(lang, "Token")) }
+                input #token type="password" name="token" autocomplete="off" required autofocus;
+                button.primary type="submit" { (t(lang, "Sign in")) }
+            }
+        }
+    };
+    let shell = page::Shell::bare(lang, t(lang, "Sign in"), &console.assets);
+    (status, page::html_response(shell.render(body))).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SignInForm {
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    next: Option<String>,
+    #[serde(default)]
+    csrf: String,
+}
+
+pub async fn signin(State(console): State<Console>, parts: Parts, Form(form): Form<SignInForm>) -> Response {
+    let lang = lang_of(&parts);
+    let next = safe_next(form.next.as_deref());
+    if !same(&form.csrf, &console.sessions.process_csrf) {
+        return signin_form(
+            &console,
+            lang,
+            &next,
+            Some(t(lang, "The form expired: try again.")),
+            StatusCode::FORBIDDEN,
+        );
+    }
+    let Some(tokens) = &console.app.auth.tokens else {
+        return Redirect::to(&next).into_response();
+    };
+    let presented = form.token.trim();
+    let Some(entry) = tokens.iter().find(|e| !presented.is_empty() && same(&e.token, presented)) else {
+        tracing::warn!("console sign-in refused: unknown token");
+        return signin_form(&console, lang, &next, Some(t(lang, "Unknown token.")), StatusCode::UNAUTHORIZED);
+    };
+    let id = console.sessions.open(&entry.name, entry.role);
+    tracing::info!(actor = %entry.name, role = ?entry.role, "console sign-in");
+    let cookie = session_cookie(&id, console.sessions.ttl().as_secs(), console.options.secure_cookies);
+    (StatusCode::SEE_OTHER, [(header::LOCATION, next), (header::SET_COOKIE, cookie)]).into_response()
+}
+
+fn session_cookie(id: &str, max_age: u64, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{SESSION_COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}")
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct CsrfForm {
+    #[serde(default)]
+    csrf: Option<String>,
+}
+
+pub async fn signout(
+    State(console): State<Console>,
+    ctx: Ctx,
+    headers: HeaderMap,
+    Form(form): Form<CsrfForm>,
+) -> Result<Response, ConsoleError> {
+    ctx.check_post(&headers, form.csrf.as_deref(), Role::Viewer)?;
+    if let Some(id) = cookie(&headers, SESSION_COOKIE) {
+        console.sessions.close(id);
+    }
+    tracing::info!(actor = %ctx.user.name, "console sign-out");
+    let clear = session_cookie("", 0, console.options.secure_cookies);
+    let to = if console.auth_on() { "/signin" } else { "/" };
+    Ok((StatusCode::SEE_OTHER, [(header::LOCATION, to.to_string()), (header::SET_COOKIE, clear)])
+        .into_response())
+}
+
+/// `GET /lang?set=zh-CN&next=/path`: remembers the language in a cookie.
+pub async fn set_lang(Query(q): Query<NextQuery>) -> Response {
+    let lang = q.set.as_deref().and_then(Lang::parse).unwrap_or(Lang::En);
+    let cookie = format!("{LANG_COOKIE}={}; Path=/; SameSite=Strict; Max-Age=31536000", lang.code());
+    let next = safe_next(q.next.as_deref());
+    (StatusCode::SEE_OTHER, [(header::LOCATION, next), (header::SET_COOKIE, cookie)]).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_expire_and_close() {
+        let sessions = Sessions::new(Duration::from_millis(30));
+        let id = sessions.open("sre", Role::Operator);
+        let user = sessions.get(&id).expect("live session");
+        assert_eq!((user.name.as_str(), user.role), ("sre", Role::Operator));
+        assert_eq!(user.csrf.len(), 64);
+        assert!(sessions.get("not-a-session").is_none());
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(sessions.get(&id).is_none(), "expired");
+        let id = Sessions::new(Duration::from_secs(60)).open("a", Role::Viewer);
+        assert_eq!(id.len(), 64);
+        let s = Sessions::new(Duration::from_secs(60));
+        let id = s.open("a", Role::Viewer);
+        s.close(&id);
+        assert!(s.get(&id).is_none(), "closed");
+    }
+
+    #[test]
+    fn only_local_paths_are_redirect_targets() {
+        assert_eq!(safe_next(Some("/runs/1?x=2")), "/runs/1?x=2");
+        for evil in ["//evil.example", "https://evil.example", "/\\evil", "", "/a\r\nSet-Cookie: x"] {
+            assert_eq!(safe_next(Some(evil)), "/", "{evil:?}");
+        }
+    }
+
+    #[test]
+    fn cookies_are_found_by_name() {
+        let mut h = HeaderMap::new();
+        h.insert(header::COOKIE, "a=1; madeira_session=abc; b=2".parse().expect("header"));
+        assert_eq!(cookie(&h, SESSION_COOKIE), Some("abc"));
+        assert_eq!(cookie(&h, "missing"), None);
+        assert!(session_cookie("x", 10, true).contains("HttpOnly; SameSite=Strict; Max-Age=10; Secure"));
+    }
+}

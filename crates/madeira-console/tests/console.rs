@@ -1,0 +1,334 @@
+//! The console in process over a real SQLite store and engine, with three tokens:
+//! the role × action matrix (viewer refused, operator and admin let through, no
+//! CSRF refused for everyone), actions audited with the token's name, sessions
+//! and their cookie, and the SSE stream resuming after `Last-Event-ID`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use futures::StreamExt;
+use madeira_console::{Console, ConsoleOptions};
+use madeira_engine::{EngineHandle, EngineOptions, Executors, TriggerRequest};
+use madeira_server::{AppState, AuthConfig, Role, TokenEntry};
+use madeira_store::sqlite::SqliteStore;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+const FLOW: &str = "flow: pay\nnodes:\n  compute: {run: {builtin: noop, outputs: {total: 5}}}\n  approve:\n    needs: [compute]\n    manual: {prompt: \"Pay {{ nodes.compute.outputs.total }}?\"}\n  pay: {needs: [approve], run: {builtin: noop}}\n";
+
+struct App {
+    router: axum::Router,
+    engine: EngineHandle,
+    cancel: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+fn token(name: &str, role: Role) -> TokenEntry {
+    TokenEntry { name: name.into(), role, token: format!("{name}-secret-token") }
+}
+
+async fn app(auth: bool) -> App {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
+    let (engine, handle) = madeira_engine::build(
+        store,
+        Executors::new(Default::default()),
+        Vec::new(),
+        EngineOptions::default(),
+    );
+    let cancel = CancellationToken::new();
+    tokio::spawn(engine.run(cancel.clone()));
+    handle.apply_flow("pay.yaml", FLOW).await.expect("flow");
+    let tokens = auth
+        .then(|| vec![token("vera", Role::Viewer), token("otto", Role::Operator), token("ada", Role::Admin)]);
+    let state = AppState::new(handle.clone(), AuthConfig { tokens });
+    let console =
+        Console::new(state.clone(), ConsoleOptions { shutdown: cancel.clone(), ..Default::default() });
+    let router = madeira_server::router(state).merge(madeira_console::router(console));
+    App { router, engine: handle, cancel, _dir: dir }
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    body: String,
+}
+
+async fn send(app: &App, request: Request<Body>) -> Reply {
+    let response = app.router.clone().oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = axum::body::to_bytes(response.into_body(), 4 << 20).await.expect("body");
+    Reply { status, headers, body: String::from_utf8_lossy(&bytes).into_owned() }
+}
+
+fn get(uri: &str, cookie: Option<&str>) -> Request<Body> {
+    let mut b = Request::builder().uri(uri);
+    if let Some(c) = cookie {
+        b = b.header(header::COOKIE, c);
+    }
+    b.body(Body::empty()).expect("request")
+}
+
+fn post(uri: &str, cookie: Option<&str>, form: &str) -> Request<Body> {
+    let mut b = Request::builder()
+        .method("POST")
+        .uri(uri)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header("HX-Request", "true");
+    if let Some(c) = cookie {
+        b = b.header(header::COOKIE, c);
+    }
+    b.body(Body::from(form.to_string())).expect("request")
+}
+
+/// Signs in with `name`'s token: the session cookie and the page's CSRF token.
+async fn sign_in(app: &App, name: &str) -> (String, String) {
+    let page = send(app, get("/signin", None)).await;
+    let signin_csrf = between(&page.body, "name=\"csrf\" value=\"", "\"");
+    let form = format!("csrf={signin_csrf}&next=%2Fapprovals&token={name}-secret-token");
+    let reply = send(app, post("/signin", None, &form)).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    assert_eq!(reply.headers[header::LOCATION], "/approvals");
+    let set = reply.headers[header::SET_COOKIE].to_str().expect("ascii").to_string();
+    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict") && set.contains("Max-Age="), "{set}");
+    let cookie = set.split(';').next().expect("cookie").to_string();
+    let page = send(app, get("/approvals", Some(&cookie))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains(name), "the page names who is signed in");
+    assert!(!page.body.contains(&format!("{name}-secret-token")), "the token is never in a page");
+    (cookie, between(&page.body, "&quot;X-CSRF-Token&quot;:&quot;", "&quot;"))
+}
+
+fn between(text: &str, start: &str, end: &str) -> String {
+    let from = text.find(start).unwrap_or_else(|| panic!("no `{start}` in {text}")) + start.len();
+    let to = text[from..].find(end).expect("end") + from;
+    text[from..to].to_string()
+}
+
+async fn start_waiting_run(app: &App) -> String {
+    let mut events = app.engine.subscribe();
+    let run = app
+        .engine
+        .trigger(TriggerRequest {
+            flow: "pay".into(),
+            params: serde_json::json!({}),
+            idempotency_key: None,
+            trigger: "manual".into(),
+            actor: "test".into(),
+            version: None,
+        })
+        .await
+        .expect("trigger")
+        .run_id;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let e = events.recv().await.expect("event");
+            if e.run_id == run && e.to == "MANUAL_CONFIRM" {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the run waits for confirmation");
+    run
+}
+
+/// Every POST the console offers, for one waiting run.
+fn actions(run: &str) -> Vec<(String, &'static str)> {
+    vec![
+        (format!("/runs/{run}/nodes/approve/confirm"), "reason=ok"),
+        (format!("/runs/{run}/nodes/approve/reject"), "reason=no"),
+        (format!("/runs/{run}/nodes/compute/rerun"), "reason=again"),
+        (format!("/runs/{run}/nodes/compute/rerun"), "reason=again&downstream=true"),
+        (format!("/runs/{run}/nodes/compute/mark-success"), "reason=push"),
+        (format!("/runs/{run}/nodes/approve/skip"), "reason=skip"),
+        (format!("/runs/{run}/cancel"), "reason=stop"),
+        ("/flows/pay/run".to_string(), "params=%7B%7D"),
+        ("/flows/pay/pause".to_string(), "reason=hold"),
+        ("/flows/pay/resume".to_string(), "reason=go"),
+        ("/approvals/bulk".to_string(), "reason=ok"),
+    ]
+}
+
+#[tokio::test]
+async fn role_by_action_matrix() {
+    let app = app(true).await;
+    for (name, role) in [("vera", Role::Viewer), ("otto", Role::Operator), ("ada", Role::Admin)] {
+        let (cookie, csrf) = sign_in(&app, name).await;
+        for (uri, form) in actions(&start_waiting_run(&app).await) {
+            let without = send(&app, post(&uri, Some(&cookie), form)).await;
+            assert_eq!(without.status, StatusCode::FORBIDDEN, "{name} {uri} without CSRF: {}", without.body);
+            let wrong =
+                send(&app, post(&uri, Some(&cookie), &format!("{form}&csrf={}", "0".repeat(64)))).await;
+            assert_eq!(wrong.status, StatusCode::FORBIDDEN, "{name} {uri} with a wrong CSRF token");
+            let reply = send(&app, post(&uri, Some(&cookie), &format!("{form}&csrf={csrf}"))).await;
+            if role == Role::Viewer {
+                assert_eq!(reply.status, StatusCode::FORBIDDEN, "viewer {uri}: {}", reply.body);
+                assert!(reply.body.contains("Viewer"), "says why: {}", reply.body);
+            } else {
+                // Allowed: done, or refused by the state machine (409) / bad input (400), never 401/403.
+                assert!(
+                    !matches!(reply.status, StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED),
+                    "{name} {uri}: {} {}",
+                    reply.status,
+                    reply.body
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn actions_are_audited_with_the_token_name_and_need_a_reason() {
+    let app = app(true).await;
+    let (cookie, csrf) = sign_in(&app, "otto").await;
+    let run = start_waiting_run(&app).await;
+    let blank = send(
+        &app,
+        post(&format!("/runs/{run}/nodes/approve/confirm"), Some(&cookie), &format!("csrf={csrf}&reason=+")),
+    )
+    .await;
+    assert_eq!(blank.status, StatusCode::BAD_REQUEST);
+    let done = send(
+        &app,
+        post(
+            &format!("/runs/{run}/nodes/approve/confirm"),
+            Some(&cookie),
+            &format!("csrf={csrf}&reason=totals+match"),
+        ),
+    )
+    .await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+    assert_eq!(done.headers["HX-Trigger"], "madeira-refresh");
+    let audit = app
+        .engine
+        .store()
+        .audit(&madeira_store::AuditQuery { run_id: Some(run.clone()), limit: 10, ..Default::default() })
+        .await
+        .expect("audit");
+    let confirm = audit.iter().find(|a| a.action == "confirm").expect("confirm audited");
+    assert_eq!((confirm.actor.as_str(), confirm.reason.as_deref()), ("otto", Some("totals match")));
+    // The same action again is refused by the state machine, with the API's status.
+    let again = send(
+        &app,
+        post(
+            &format!("/runs/{run}/nodes/approve/confirm"),
+            Some(&cookie),
+            &format!("csrf={csrf}&reason=again"),
+        ),
+    )
+    .await;
+    assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.body);
+}
+
+#[tokio::test]
+async fn pages_need_a_session_and_sign_out_ends_it() {
+    let app = app(true).await;
+    let page = send(&app, get("/runs", None)).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    assert_eq!(page.headers[header::LOCATION], "/signin?next=/runs");
+    let forged = send(&app, get("/runs", Some("madeira_session=0123"))).await;
+    assert_eq!(forged.status, StatusCode::SEE_OTHER, "an unknown session id is no session");
+    let bad = send(&app, post("/signin", None, "csrf=x&token=otto-secret-token")).await;
+    assert_eq!(bad.status, StatusCode::FORBIDDEN, "the sign-in form has its CSRF token too");
+    let (cookie, csrf) = sign_in(&app, "otto").await;
+    assert_eq!(send(&app, get("/runs", Some(&cookie))).await.status, StatusCode::OK);
+    let out = send(&app, post("/signout", Some(&cookie), &format!("csrf={csrf}"))).await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    assert_eq!(send(&app, get("/runs", Some(&cookie))).await.status, StatusCode::SEE_OTHER, "signed out");
+    let api = send(&app, get("/api/v1/runs", Some(&cookie))).await;
+    assert_eq!(api.status, StatusCode::UNAUTHORIZED, "a console session is not an API credential");
+}
+
+#[tokio::test]
+async fn dev_mode_needs_no_sign_in_but_still_checks_csrf() {
+    let app = app(false).await;
+    let page = send(&app, get("/approvals", None)).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("dev mode"));
+    let run = start_waiting_run(&app).await;
+    let forged =
+        send(&app, post(&format!("/runs/{run}/nodes/approve/confirm"), None, "reason=cross-site")).await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    let csrf =
+        between(&send(&app, get("/approvals", None)).await.body, "&quot;X-CSRF-Token&quot;:&quot;", "&quot;");
+    let ok = send(
+        &app,
+        post(&format!("/runs/{run}/nodes/approve/confirm"), None, &format!("reason=ok&csrf={csrf}")),
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.body);
+}
+
+#[tokio::test]
+async fn assets_are_immutable_and_pages_carry_a_strict_csp() {
+    let app = app(false).await;
+    let page = send(&app, get("/", None)).await;
+    let csp = page.headers[header::CONTENT_SECURITY_POLICY].to_str().expect("csp");
+    assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+    let src = between(&page.body, "<script src=\"", "\"");
+    assert!(page.body.contains("integrity=\"sha384-"), "htmx is loaded with SRI");
+    let asset = send(&app, get(&src, None)).await;
+    assert_eq!(asset.status, StatusCode::OK);
+    assert_eq!(asset.headers[header::CACHE_CONTROL], "public, max-age=31536000, immutable");
+    assert_eq!(send(&app, get("/assets/htmx.min.js", None)).await.status, StatusCode::NOT_FOUND);
+}
+
+/// Reads SSE events (`id:` and `event:` lines) from a live stream.
+async fn read_events(body: Body, n: usize) -> Vec<(u64, String)> {
+    let mut stream = body.into_data_stream();
+    let mut text = String::new();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while out.len() < n {
+            let chunk = stream.next().await.expect("stream open").expect("chunk");
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = text.find("\n\n") {
+                let block: String = text.drain(..end + 2).collect();
+                let id = block.lines().find_map(|l| l.strip_prefix("id: ").or_else(|| l.strip_prefix("id:")));
+                if let Some(id) = id {
+                    out.push((id.trim().parse().expect("numeric id"), block));
+                }
+            }
+        }
+    })
+    .await
+    .expect("events in time");
+    out
+}
+
+#[tokio::test]
+async fn sse_resumes_after_last_event_id() {
+    let app = app(false).await;
+    let live = app.router.clone().oneshot(get("/events", None)).await.expect("infallible");
+    assert_eq!(live.headers()[header::CONTENT_TYPE], "text/event-stream");
+    let run = start_waiting_run(&app).await;
+    // compute INIT→RUNNING→SUCCESS, approve INIT→MANUAL_CONFIRM (and the run's own).
+    let first = read_events(live.into_body(), 3).await;
+    assert!(first.windows(2).all(|w| w[1].0 > w[0].0), "ids increase: {first:?}");
+    assert!(first.iter().all(|(_, b)| b.contains(&run)));
+    let resume = Request::builder()
+        .uri("/events")
+        .header("last-event-id", first[0].0.to_string())
+        .body(Body::empty())
+        .expect("request");
+    let again = app.router.clone().oneshot(resume).await.expect("infallible");
+    let replayed = read_events(again.into_body(), 2).await;
+    assert_eq!(replayed[0].0, first[1].0, "the stream resumes right after the last id seen");
+    assert_eq!(replayed[1].0, first[2].0);
+    let bad = send(
+        &app,
+        Request::builder().uri("/events").header("last-event-id", "x").body(Body::empty()).expect("request"),
+    )
+    .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+}

@@ -1,0 +1,272 @@
+// Browser tests of the Madeira web console (node:test + playwright-core on
+// Debian's Chromium). Started by run.sh, which gives:
+//   MADEIRA_SERVE_URL  `madeira serve` with tokens T_OPERATOR / T_VIEWER / T_ADMIN
+//   MADEIRA_DEV_URL    `madeira dev` running examples/daily-settlement.yaml
+//   SCREENSHOTS        where PNG screenshots go
+// Every wait is on a condition with a deadline.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { chromium } from 'playwright-core';
+
+const SERVE = process.env.MADEIRA_SERVE_URL;
+const DEV = process.env.MADEIRA_DEV_URL;
+const SHOTS = process.env.SCREENSHOTS;
+const T = { operator: process.env.T_OPERATOR, viewer: process.env.T_VIEWER };
+const DEADLINE_MS = 30000;
+const PHONE = { width: 390, height: 844 };
+
+let browser;
+
+before(async () => {
+  assert.ok(SERVE && DEV && SHOTS && T.operator && T.viewer, 'run.sh sets the environment');
+  browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    // launch() gives Chromium a fresh temporary user-data-dir of its own.
+  });
+});
+
+after(async () => { if (browser) await browser.close(); });
+
+/** Calls the REST API (bearer token for `serve`, none for `dev`). */
+async function api(base, method, path, body, token) {
+  const headers = { 'content-type': 'application/json' };
+  if (token) headers.authorization = `Bearer ${token}`;
+  const res = await fetch(`${base}/api/v1${path}`, { method, headers, body: body ? JSON.stringify(body) : undefined });
+  const text = await res.text();
+  assert.ok(res.ok, `${method} ${path}: ${res.status} ${text}`);
+  return JSON.parse(text);
+}
+
+/** Polls `probe` until it returns a truthy value or the deadline passes. */
+async function until(what, probe, ms = DEADLINE_MS) {
+  const end = Date.now() + ms;
+  let last;
+  while (Date.now() < end) {
+    last = await probe();
+    if (last) return last;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out after ${ms} ms waiting for ${what} (last: ${JSON.stringify(last)})`);
+}
+
+async function startRun(base, flow, token) {
+  const out = await api(base, 'POST', `/flows/${flow}/runs`, { params: { date: '2026-12-01' } }, token);
+  return out.run_id;
+}
+
+async function nodeState(base, run, node, token) {
+  const r = await api(base, 'GET', `/runs/${run}`, null, token);
+  return r.nodes[node].status;
+}
+
+async function waitNode(base, run, node, state, token) {
+  await until(`${node} ${state}`, async () => (await nodeState(base, run, node, token)) === state);
+}
+
+async function context(opts = {}) {
+  return browser.newContext({ locale: 'en-US', ...opts });
+}
+
+async function signIn(ctx, token) {
+  const page = await ctx.newPage();
+  await page.goto(`${SERVE}/signin`);
+  await page.fill('#token', token);
+  await Promise.all([page.waitForURL((u) => !u.pathname.startsWith('/signin'), { timeout: DEADLINE_MS }), page.click('form[action="/signin"] button[type=submit]')]);
+  return page;
+}
+
+/** The CSRF token the page carries (in the htmx headers of <body>). */
+async function csrfOf(page) {
+  return page.evaluate(() => JSON.parse(document.body.getAttribute('hx-headers'))['X-CSRF-Token']);
+}
+
+/** POSTs a form from inside the page (same origin, the session cookie goes along). */
+async function postFrom(page, path, fields) {
+  return page.evaluate(async ([p, f]) => {
+    const res = await fetch(p, { method: 'POST', body: new URLSearchParams(f), credentials: 'same-origin', headers: { 'HX-Request': 'true' } });
+    return res.status;
+  }, [path, fields]);
+}
+
+async function noHorizontalScroll(page) {
+  const { sw, iw } = await page.evaluate(() => ({ sw: document.documentElement.scrollWidth, iw: window.innerWidth }));
+  assert.ok(sw <= iw, `page scrolls sideways: scrollWidth ${sw} > innerWidth ${iw}`);
+}
+
+test('sign-in: a pasted token opens a session; a wrong one is refused; sign-out ends it', async () => {
+  const ctx = await context();
+  const page = await ctx.newPage();
+  const first = await page.goto(`${SERVE}/runs`);
+  assert.match(new URL(page.url()).pathname, /^\/signin/, 'pages need a session');
+  assert.equal(first.status(), 200);
+  await page.screenshot({ path: `${SHOTS}/signin.png` });
+  await page.fill('#token', 'not-a-token');
+  await page.click('form[action="/signin"] button[type=submit]');
+  await page.waitForSelector('.flash.error');
+  assert.match(await page.textContent('.flash.error'), /Unknown token/);
+  await page.fill('#token', T.operator);
+  await Promise.all([page.waitForURL(`${SERVE}/runs`), page.click('form[action="/signin"] button[type=submit]')]);
+  assert.match(await page.textContent('.who'), /ops-alice/);
+  const cookies = await ctx.cookies();
+  const session = cookies.find((c) => c.name === 'madeira_session');
+  assert.ok(session && session.httpOnly && session.sameSite === 'Strict', `cookie: ${JSON.stringify(session)}`);
+  assert.ok(!(await page.content()).includes(T.operator), 'the token is not in the page');
+  await Promise.all([page.waitForURL(/\/signin/), page.click('form[action="/signout"] button')]);
+  await page.goto(`${SERVE}/`);
+  assert.match(new URL(page.url()).pathname, /^\/signin/, 'signed out');
+  await ctx.close();
+});
+
+test('viewer: no action buttons, and a forged POST with a viewer session is 403', async () => {
+  const run = await startRun(SERVE, 'payout-approval', T.operator);
+  await waitNode(SERVE, run, 'approve', 'MANUAL_CONFIRM', T.operator);
+  const ctx = await context();
+  const page = await signIn(ctx, T.viewer);
+  await page.goto(`${SERVE}/runs/${run}?node=approve`);
+  await page.waitForSelector('#panel .panel-body[data-node="approve"]');
+  assert.equal(await page.locator('button[data-open]').count(), 0, 'a viewer sees no action buttons');
+  assert.match(await page.textContent('#panel .denied'), /grafana.*Viewer.*Operator/s, 'and is told why');
+  await page.goto(`${SERVE}/approvals`);
+  assert.equal(await page.locator('button[data-open]').count(), 0);
+  assert.equal(await page.locator('article.approval').count() >= 1, true, 'but sees what waits');
+  const csrf = await csrfOf(page);
+  const status = await postFrom(page, `/runs/${run}/nodes/approve/confirm`, { csrf, reason: 'forged by a viewer' });
+  assert.equal(status, 403);
+  assert.equal(await nodeState(SERVE, run, 'approve', T.operator), 'MANUAL_CONFIRM', 'nothing happened');
+  await ctx.close();
+});
+
+test('operator: a POST without (or with a wrong) CSRF token is refused; with it the action is audited by name', async () => {
+  const run = await startRun(SERVE, 'payout-approval', T.operator);
+  await waitNode(SERVE, run, 'approve', 'MANUAL_CONFIRM', T.operator);
+  const ctx = await context();
+  const page = await signIn(ctx, T.operator);
+  assert.equal(await postFrom(page, `/runs/${run}/nodes/approve/confirm`, { reason: 'no csrf' }), 403);
+  assert.equal(await postFrom(page, `/runs/${run}/nodes/approve/confirm`, { reason: 'bad csrf', csrf: 'x'.repeat(64) }), 403);
+  assert.equal(await nodeState(SERVE, run, 'approve', T.operator), 'MANUAL_CONFIRM');
+  const csrf = await csrfOf(page);
+  assert.equal(await postFrom(page, `/runs/${run}/nodes/approve/confirm`, { csrf, reason: '' }), 400, 'a reason is required');
+  assert.equal(await postFrom(page, `/runs/${run}/nodes/approve/confirm`, { csrf, reason: 'totals match the bank' }), 200);
+  await waitNode(SERVE, run, 'approve', 'SUCCESS', T.operator);
+  const audit = await api(SERVE, 'GET', `/audit?run_id=${run}`, null, T.operator);
+  const entry = audit.entries.find((e) => e.action === 'confirm');
+  assert.equal(entry.actor, 'ops-alice');
+  assert.equal(entry.reason, 'totals match the bank');
+  await ctx.close();
+});
+
+test('the demo flow page draws its DAG: every node and edge, weak dashed, conditional dotted', async () => {
+  const ctx = await context({ viewport: { width: 1400, height: 900 } });
+  const page = await ctx.newPage();
+  await page.goto(`${DEV}/flows/daily-settlement`);
+  const flow = await api(DEV, 'GET', '/flows/daily-settlement');
+  assert.equal(await page.locator('svg.dag g.node').count(), flow.nodes.length);
+  for (const node of flow.nodes) assert.equal(await page.locator(`svg.dag #n-${node}`).count(), 1, node);
+  // SPEC §2's settlement has 10 dependencies; refund_check has `when`, two are weak.
+  assert.equal(await page.locator('svg.dag path.edge').count(), 10);
+  assert.equal(await page.locator('svg.dag path.edge.weak').count(), 2);
+  assert.equal(await page.locator('svg.dag path.edge.cond').count(), 1);
+  assert.equal(await page.locator('#e-receivables-notify.weak').count(), 1);
+  assert.match(await page.textContent('#n-refund_check .when'), /refund_count > 0/);
+  await page.screenshot({ path: `${SHOTS}/flow.png`, fullPage: true });
+  await ctx.close();
+});
+
+test('approvals inbox: confirming with a reason turns the open run page SUCCESS without a reload', async () => {
+  const run = await startRun(DEV, 'daily-settlement');
+  const ctx = await context({ viewport: { width: 1400, height: 1000 } });
+  const runPage = await ctx.newPage();
+  await runPage.goto(`${DEV}/runs/${run}`);
+  await runPage.evaluate(() => { window.__sameDocument = true; });
+  await waitNode(DEV, run, 'confirm', 'MANUAL_CONFIRM');
+  // The run page learns of the waiting node live.
+  await runPage.waitForSelector('#n-confirm.st-MANUAL_CONFIRM', { timeout: DEADLINE_MS });
+  await runPage.screenshot({ path: `${SHOTS}/run-waiting.png`, fullPage: true });
+  const inbox = await ctx.newPage();
+  await inbox.goto(`${DEV}/approvals`);
+  const card = inbox.locator(`article.approval[data-run="${run}"]`);
+  assert.match(await card.textContent(), /Balance diff is 0\.00 CNY/, 'the prompt is rendered from outputs');
+  await inbox.screenshot({ path: `${SHOTS}/approvals.png`, fullPage: true });
+  await card.locator('button[data-open]', { hasText: 'Confirm' }).click();
+  const dialog = inbox.locator(`dialog[id="dlg-confirm-${run}-confirm"]`);
+  await dialog.locator('textarea[name=reason]').fill('balance diff checked with the bank');
+  await dialog.locator('button[type=submit]').click();
+  await inbox.waitForSelector('#flash .flash.ok', { timeout: DEADLINE_MS });
+  await runPage.waitForSelector('#run-live[data-state="SUCCESS"]', { timeout: DEADLINE_MS });
+  await runPage.waitForSelector('#n-export.st-SUCCESS');
+  assert.equal(await runPage.evaluate(() => window.__sameDocument), true, 'the run page was not reloaded');
+  assert.match(await runPage.textContent('#run-state'), /SUCCESS/);
+  assert.match(await runPage.textContent('.audit-section'), /balance diff checked with the bank/);
+  // The inbox drops the confirmed node by itself.
+  await inbox.waitForFunction((id) => !document.querySelector(`article.approval[data-run="${id}"]`), run, { timeout: DEADLINE_MS });
+  // Side panel with the log of a node.
+  await runPage.click('#n-pull_payments');
+  await runPage.waitForSelector('#panel .panel-body[data-node="pull_payments"]');
+  await runPage.waitForFunction(() => /pulled 1284 payments/.test(document.querySelector('#panel pre.log')?.textContent || ''), null, { timeout: DEADLINE_MS });
+  await runPage.click('#n-pull_refunds');
+  await runPage.waitForSelector('#panel .panel-body[data-node="pull_refunds"] .tab[data-attempt="2"]');
+  assert.equal(await runPage.locator('#panel .tab').count(), 2, 'one log tab per attempt');
+  await runPage.screenshot({ path: `${SHOTS}/run.png`, fullPage: true });
+  await ctx.close();
+});
+
+test('zh-CN and en both render; the choice is kept in a cookie', async () => {
+  const ctx = await context({ locale: 'zh-CN' });
+  const page = await ctx.newPage();
+  await page.goto(`${DEV}/`);
+  assert.equal(await page.getAttribute('html', 'lang'), 'zh-CN');
+  assert.match(await page.textContent('nav.main-nav'), /概览.*待确认.*流程/s);
+  const runs = await api(DEV, 'GET', '/runs?flow=daily-settlement&limit=1');
+  await page.goto(`${DEV}/runs/${runs.runs[0].run_id}`);
+  assert.match(await page.textContent('.nodes-section h2'), /节点/);
+  await page.screenshot({ path: `${SHOTS}/run-zh-CN.png`, fullPage: true });
+  await page.click('a.lang');
+  await page.waitForFunction(() => document.documentElement.lang === 'en');
+  assert.match(await page.textContent('nav.main-nav'), /Overview.*Approvals.*Flows/s);
+  await page.goto(`${DEV}/approvals`);
+  assert.equal(await page.getAttribute('html', 'lang'), 'en', 'the cookie outranks Accept-Language');
+  await page.goto(`${DEV}/approvals?lang=zh-CN`);
+  assert.match(await page.textContent('h1'), /待确认/);
+  await ctx.close();
+});
+
+test('phone 390×844: run page and approvals do not scroll sideways; the confirm dialog is reachable', async () => {
+  const run = await startRun(DEV, 'daily-settlement');
+  await waitNode(DEV, run, 'confirm', 'MANUAL_CONFIRM');
+  const ctx = await context({ viewport: PHONE, isMobile: true, hasTouch: true, deviceScaleFactor: 2 });
+  const page = await ctx.newPage();
+  await page.goto(`${DEV}/runs/${run}?node=confirm`);
+  await page.waitForSelector('#panel .panel-body');
+  await noHorizontalScroll(page);
+  await page.screenshot({ path: `${SHOTS}/run-phone.png` });
+  await page.goto(`${DEV}/approvals`);
+  await noHorizontalScroll(page);
+  const card = page.locator(`article.approval[data-run="${run}"]`);
+  await card.locator('button[data-open]', { hasText: 'Confirm' }).tap();
+  const dialog = page.locator(`dialog[id="dlg-confirm-${run}-confirm"]`);
+  await dialog.waitFor({ state: 'visible' });
+  const box = await dialog.boundingBox();
+  assert.ok(box.x >= 0 && box.y >= 0 && box.x + box.width <= PHONE.width && box.y + box.height <= PHONE.height, `dialog in view: ${JSON.stringify(box)}`);
+  await page.screenshot({ path: `${SHOTS}/approvals-phone.png` });
+  await dialog.locator('textarea[name=reason]').fill('checked on the phone');
+  await dialog.locator('button[type=submit]').tap();
+  await waitNode(DEV, run, 'confirm', 'SUCCESS');
+  await ctx.close();
+});
+
+test('dark mode follows prefers-color-scheme', async () => {
+  const ctx = await context({ colorScheme: 'dark', viewport: { width: 1400, height: 900 } });
+  const page = await ctx.newPage();
+  const runs = await api(DEV, 'GET', '/runs?flow=daily-settlement&limit=1');
+  await page.goto(`${DEV}/runs/${runs.runs[0].run_id}`);
+  const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  assert.equal(bg, 'rgb(18, 22, 28)');
+  await page.screenshot({ path: `${SHOTS}/run-dark.png`, fullPage: true });
+  await page.goto(`${DEV}/`);
+  await page.screenshot({ path: `${SHOTS}/overview-dark.png`, fullPage: true });
+  await ctx.close();
+});
