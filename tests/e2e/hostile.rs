@@ -148,7 +148,6 @@ async fn framework_rejections_answer_in_the_json_error_shape() {
         // Its own client: the server closes that connection without reading the body.
         (client(None).post(dev.url("/flows/shape/runs")).body(big), 413, "body_too_large"),
         (dev.http.delete(dev.url("/runs")), 405, "method_not_allowed"),
-        (dev.http.get(format!("{}/nope", dev.base)), 404, "not_found"),
         (dev.http.get(dev.url("/no/such/route")), 404, "not_found"),
         (dev.http.get(dev.url("/flows/shape/versions/abc")), 400, "bad_request"),
         (dev.http.post(dev.url("/flows/shape/runs")).body("{not json"), 400, "bad_request"),
