@@ -148,7 +148,6 @@ async fn framework_rejections_answer_in_the_json_error_shape() {
         // Its own client: the server closes that connection without reading the body.
         (client(None).post(dev.url("/flows/shape/runs")).body(big), 413, "body_too_large"),
         (dev.http.delete(dev.url("/runs")), 405, "method_not_allowed"),
-        (dev.http.get(format!("{}/nope", dev.base)), 404, "not_found"),
         (dev.http.get(dev.url("/no/such/route")), 404, "not_found"),
         (dev.http.get(dev.url("/flows/shape/versions/abc")), 400, "bad_request"),
         (dev.http.post(dev.url("/flows/shape/runs")).body("{not json"), 400, "bad_request"),
@@ -209,4 +208,30 @@ fn a_secret_shared_by_two_token_entries_refuses_to_start() {
     assert_eq!(code, Some(64), "{stderr}");
     assert!(stderr.contains("auth.tokens `sre` and auth.sidecar_tokens `billing`"), "{stderr}");
     assert!(!stderr.contains("other-secret"), "the secret itself is never shown: {stderr}");
+}
+
+#[tokio::test]
+async fn serve_refuses_loopback_http_targets_unless_listed() {
+    let url = crate::webhook::Webhook::start().await.url;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = "hostile-admin-token-0123456789";
+    let flow = format!("flow: local\nnodes:\n  call: {{run: {{http: {{url: '{url}', method: POST}}}}}}\n");
+    for (extra, want) in [("", "FAILED"), ("http_executor: {allow_hosts: ['127.0.0.1']}\n", "SUCCESS")] {
+        let config = dir.path().join("madeira.yaml");
+        let text = format!(
+            "http: 127.0.0.1:0\nstore: sqlite://{}\n{extra}auth:\n  tokens:\n    - {{name: ci, role: admin, token_env: MADEIRA_T_HOSTILE}}\n",
+            dir.path().join("madeira.db").display()
+        );
+        std::fs::write(&config, text).expect("write config");
+        let dev = Dev::serve(&config, &[("MADEIRA_T_HOSTILE", token)], Some(token));
+        dev.put_flow(&flow).await;
+        let run_id = dev.trigger("local", json!({})).await;
+        let run = dev.finished(&run_id).await;
+        assert_eq!(status_of(&run, "call"), want, "{extra}: {run}");
+        if want == "FAILED" {
+            let reason = run["nodes"]["call"]["reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("loopback addresses are refused in `serve`"), "{reason}");
+            assert!(reason.contains("http_executor.allow_hosts"), "{reason}");
+        }
+    }
 }

@@ -11,6 +11,11 @@ pub(crate) struct Outline {
     pub free: Vec<String>,
     /// Node names selected as `nodes.X` or `nodes['X']`, in first-use order.
     pub nodes: Vec<String>,
+    /// Fields selected as `params.X` or `params['X']`, in first-use order.
+    pub params_fields: Vec<String>,
+    /// `params` is also used otherwise (`size(params)`, `params[k]`): every field
+    /// may be read.
+    pub params_whole: bool,
     /// Levels of nesting of the deepest sub-expression (1 for a literal).
     pub depth: usize,
 }
@@ -29,6 +34,7 @@ fn walk(expr: &IdedExpr, scope: &mut Vec<String>, depth: usize, out: &mut Outlin
         Expr::Ident(name) => {
             if !name.starts_with('@') && !scope.contains(name) {
                 push_unique(&mut out.free, name);
+                out.params_whole |= name == "params";
             }
         }
         Expr::Comprehension(c) => {
@@ -44,7 +50,13 @@ fn walk(expr: &IdedExpr, scope: &mut Vec<String>, depth: usize, out: &mut Outlin
             scope.truncate(before);
         }
         _ => {
-            if let Some(node) = selected_node(expr, scope) {
+            if let Some(field) = selected(expr, scope, "params") {
+                // Only this field of `params` is read here: no need to walk to the ident.
+                push_unique(&mut out.free, "params");
+                push_unique(&mut out.params_fields, &field);
+                return;
+            }
+            if let Some(node) = selected(expr, scope, "nodes") {
                 push_unique(&mut out.nodes, &node);
             }
             for_each_child(expr, &mut |child| walk(child, scope, depth + 1, out));
@@ -52,9 +64,9 @@ fn walk(expr: &IdedExpr, scope: &mut Vec<String>, depth: usize, out: &mut Outlin
     }
 }
 
-/// `nodes.X`, `has(nodes.X)` or `nodes['X']`, with `nodes` not rebound.
-fn selected_node(expr: &IdedExpr, scope: &[String]) -> Option<String> {
-    let is_nodes = |e: &IdedExpr| matches!(&e.expr, Expr::Ident(n) if n == "nodes" && !scope.contains(n));
+/// `X` of `var.X`, `has(var.X)` or `var['X']`, with `var` not rebound.
+fn selected(expr: &IdedExpr, scope: &[String], var: &str) -> Option<String> {
+    let is_nodes = |e: &IdedExpr| matches!(&e.expr, Expr::Ident(n) if n == var && !scope.contains(n));
     match &expr.expr {
         Expr::Select(select) if is_nodes(&select.operand) => Some(select.field.clone()),
         Expr::Call(call) if call.func_name == operators::INDEX && call.target.is_none() => {

@@ -22,6 +22,10 @@ pub const COST_LIMIT: u64 = 500_000;
 /// The cost of one comprehension step (plus the size of what it produced).
 pub const STEP_COST: u64 = 100;
 
+/// The cost of each JSON value (object, array, scalar) bound for CEL: converting
+/// it is the work.
+pub const DATA_COST: u64 = 10;
+
 /// Charges a comprehension step: `STEP_COST` + the size of its value.
 const STEP_FN: &str = "@madeira_step";
 /// Charges a value-building call: 1 + the size of its result.
@@ -59,6 +63,11 @@ impl Meter {
             return Err(ExecutionError::function_error("budget", "evaluation budget exceeded"));
         }
         Ok(())
+    }
+
+    /// Charges the conversion of `data`; false once over the limit.
+    pub(crate) fn charge_data(&self, data: &serde_json::Value) -> bool {
+        self.charge(json_values(data).saturating_mul(DATA_COST)).is_ok()
     }
 
     /// Whether the evaluation ran over the limit (whatever its result became).
@@ -170,18 +179,20 @@ fn comprehension(c: ComprehensionExpr, ids: &mut u64) -> ComprehensionExpr {
 fn step(expr: IdedExpr, accu: &str, ids: &mut u64) -> IdedExpr {
     let IdedExpr { id, expr } = expr;
     match expr {
-        Expr::Call(mut call) if call.func_name == operators::CONDITIONAL && call.args.len() == 3 => {
-            let mut args = std::mem::take(&mut call.args).into_iter();
-            let (guard, then, otherwise) = match (args.next(), args.next(), args.next()) {
-                (Some(g), Some(t), Some(o)) => (g, t, o),
-                _ => unreachable!("checked: three arguments"),
+        Expr::Call(CallExpr { func_name, target: None, args }) if func_name == operators::CONDITIONAL => {
+            let args = match <[IdedExpr; 3]>::try_from(args) {
+                Ok([guard, then, otherwise]) => vec![
+                    wrap(generic(guard, ids), STEP_FN, ids),
+                    appended(then, accu, ids),
+                    appended(otherwise, accu, ids),
+                ],
+                // Not a macro's shape: charge the whole step.
+                Err(args) => {
+                    let call = CallExpr { func_name, target: None, args };
+                    return wrap(generic(IdedExpr { id, expr: Expr::Call(call) }, ids), STEP_FN, ids);
+                }
             };
-            call.args = vec![
-                wrap(generic(guard, ids), STEP_FN, ids),
-                appended(then, accu, ids),
-                appended(otherwise, accu, ids),
-            ];
-            IdedExpr { id, expr: Expr::Call(call) }
+            IdedExpr { id, expr: Expr::Call(CallExpr { func_name, target: None, args }) }
         }
         other => {
             let node = IdedExpr { id, expr: other };
@@ -200,13 +211,14 @@ fn appended(expr: IdedExpr, accu: &str, ids: &mut u64) -> IdedExpr {
     if !is_append(&expr, accu) {
         return generic(expr, ids);
     }
-    let IdedExpr { id, expr } = expr;
-    let Expr::Call(mut call) = expr else { unreachable!("is_append checked a call") };
-    if let Some(Expr::List(list)) = call.args.get_mut(1).map(|a| &mut a.expr) {
+    let IdedExpr { id, mut expr } = expr;
+    if let Expr::Call(call) = &mut expr
+        && let Some(Expr::List(list)) = call.args.get_mut(1).map(|a| &mut a.expr)
+    {
         let elements = std::mem::take(&mut list.elements);
         list.elements = elements.into_iter().map(|e| wrap(generic(e, ids), STEP_FN, ids)).collect();
     }
-    IdedExpr { id, expr: Expr::Call(call) }
+    IdedExpr { id, expr }
 }
 
 fn is_append(expr: &IdedExpr, accu: &str) -> bool {
@@ -221,4 +233,13 @@ fn max_id(expr: &IdedExpr) -> u64 {
     let mut max = expr.id;
     super::analysis::for_each_child(expr, &mut |child| max = max.max(max_id(child)));
     max
+}
+
+/// How many JSON values `data` holds, itself included.
+fn json_values(data: &serde_json::Value) -> u64 {
+    match data {
+        serde_json::Value::Array(items) => 1 + items.iter().map(json_values).sum::<u64>(),
+        serde_json::Value::Object(map) => 1 + map.values().map(json_values).sum::<u64>(),
+        _ => 1,
+    }
 }

@@ -30,6 +30,38 @@ fn finds_node_references_outside_strings() {
 }
 
 #[test]
+fn only_the_params_fields_read_are_bound() {
+    let big: Vec<u32> = (0..50_000).collect();
+    let params = json!({"tenant": "t1", "big": big, "missing_is_fine": null});
+    let c = Condition::compile("params.tenant == 't1' && !has(params.nope) && params['tenant'] != ''")
+        .expect("compiles");
+    assert_eq!(c.program.outline.params_fields, vec!["tenant".to_string(), "nope".to_string()]);
+    assert!(!c.program.outline.params_whole);
+    let started = Instant::now();
+    assert_eq!(c.eval(&params, &json!({})), Ok(true));
+    assert!(started.elapsed() < Duration::from_millis(500), "took {:?}", started.elapsed());
+    // A dynamic use binds the whole object: here too big to read.
+    let whole = Condition::compile("size(params) == 3").expect("compiles");
+    assert!(whole.program.outline.params_whole);
+    assert!(whole.eval(&params, &json!({})).is_err());
+    assert_eq!(whole.eval(&json!({"a": 1, "b": 2, "c": 3}), &json!({})), Ok(true));
+    let c = Condition::compile("params.xs.exists(params, params > 1)").expect("compiles");
+    assert_eq!(c.eval(&json!({"xs": [1, 2]}), &json!({})), Ok(true), "a rebound name is not params");
+}
+
+#[test]
+fn reading_a_huge_payload_is_over_budget_before_it_is_converted() {
+    let items: Vec<serde_json::Value> = (0..30_000).map(|i| json!({"sku": i})).collect();
+    let params = json!({"items": items});
+    let c = Condition::compile("size(params.items) > 0").expect("compiles");
+    let started = Instant::now();
+    assert!(c.eval(&params, &json!({})).expect_err("over budget").0.contains("JSON values read"));
+    assert!(started.elapsed() < Duration::from_millis(500), "took {:?}", started.elapsed());
+    let small = json!({"items": [{"sku": 1}]});
+    assert_eq!(c.eval(&small, &json!({})), Ok(true));
+}
+
+#[test]
 fn comprehension_variables_are_not_reads() {
     let c = Condition::compile("params.xs.exists(i, i > 1) && params.m.all(k, k != 'z') && i == 0")
         .expect("compiles");
@@ -136,4 +168,20 @@ fn a_list_within_the_budget_is_fine() {
     let c = Condition::compile("params.xs.exists(x, x == 1999) && params.xs.map(x, x + 1u).size() == 2000")
         .expect("compiles");
     assert_eq!(c.eval(&json!({"xs": xs}), &json!({})), Ok(true));
+}
+
+#[test]
+fn a_constant_seven_level_map_is_refused_or_stopped() {
+    let digits = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]";
+    let mut body = "x0".to_string();
+    for level in (0..7).rev() {
+        body = format!("{digits}.map(x{level}, {body})");
+    }
+    let source = format!("size({body}) > 0");
+    let started = Instant::now();
+    match Condition::compile(&source) {
+        Err(e) => assert!(e.0.contains("levels deep"), "{e}"),
+        Ok(c) => assert!(c.eval(&json!({}), &json!({})).expect_err("over budget").0.contains("budget")),
+    }
+    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
 }
