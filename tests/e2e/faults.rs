@@ -83,17 +83,6 @@ async fn wait_readyz(dev: &Dev, want: u16, secs: u64) {
     }
 }
 
-/// Stops `dev` with SIGTERM and waits for it to exit.
-fn stop(dev: &mut Dev) {
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc::kill(dev.child.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while dev.child.try_wait().expect("wait").is_none() {
-        assert!(Instant::now() < deadline, "madeira did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 const FLOW: &str =
     "flow: big\nnodes:\n  a: {run: {builtin: noop}}\n  b: {run: {builtin: noop}, needs: [a]}\n";
 
@@ -140,7 +129,7 @@ async fn a_full_disk_never_acknowledges_a_run_it_did_not_store_and_recovers_by_i
         let run = dev.wait_run(id, 30, |r| r["status"] == "SUCCESS").await;
         assert_eq!(run["status"], "SUCCESS");
     }
-    stop(&mut dev);
+    crate::support::sigterm_and_wait(&mut dev.child, 20).await;
     let dev = Dev::start_in(&data);
     for id in &answered {
         let (code, run) = dev.get(&format!("/runs/{id}")).await;

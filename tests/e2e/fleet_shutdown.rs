@@ -30,13 +30,6 @@ pub fn free_grpc() -> String {
     format!("127.0.0.1:{port}")
 }
 
-fn sigterm(child: &std::process::Child) {
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
-}
-
 #[tokio::test]
 async fn sigterm_to_the_control_plane_fails_no_sidecar_job_and_raises_no_alert() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -55,14 +48,8 @@ async fn sigterm_to_the_control_plane_fails_no_sidecar_job_and_raises_no_alert()
     let started = dir.path().join("started");
     wait_for("every job to start", 20, || lines(&started).len() == N).await;
 
-    sigterm(&dev.child);
-    let mut exited = None;
-    wait_for("madeira dev to exit", 15, || {
-        exited = dev.child.try_wait().ok().flatten();
-        exited.is_some()
-    })
-    .await;
-    assert!(exited.is_some_and(|s| s.success()), "a graceful stop exits 0: {exited:?}");
+    let status = crate::support::sigterm_and_wait(&mut dev.child, 15).await;
+    assert!(status.success(), "a graceful stop exits 0: {status:?}");
     assert!(sidecar.child.try_wait().expect("sidecar").is_none(), "the sidecar keeps running");
     assert!(lines(&dir.path().join("ran")).len() < N, "the jobs were still running at the SIGTERM");
 
@@ -106,14 +93,8 @@ async fn an_in_process_attempt_finishes_within_shutdown_grace_and_is_not_run_aga
     dev.put_flow("flow: drain\nnodes:\n  s: {run: {builtin: sleep, for: 2s}}\n  after: {needs: [s], run: {builtin: noop}}\n").await;
     let run_id = dev.trigger("drain", json!({})).await;
     dev.wait_run(&run_id, 10, |r| status_of(r, "s") == "RUNNING").await;
-    sigterm(&dev.child);
-    let mut exited = None;
-    wait_for("madeira dev to exit", 15, || {
-        exited = dev.child.try_wait().ok().flatten();
-        exited.is_some()
-    })
-    .await;
-    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+    let status = crate::support::sigterm_and_wait(&mut dev.child, 15).await;
+    assert!(status.success(), "{status:?}");
     let dev = Dev::start_with(&data, &[]);
     let run = dev.finished(&run_id).await;
     assert_eq!(run["status"], "SUCCESS", "{run}");
@@ -139,8 +120,7 @@ async fn after_a_restart_an_attempt_is_not_run_again_on_another_sidecar_of_the_g
     let run_id = dev.trigger("pair", json!({})).await;
     let started = dir.path().join("started");
     wait_for("every job to start", 20, || lines(&started).len() == 4).await;
-    sigterm(&dev.child);
-    wait_for("madeira dev to exit", 15, || dev.child.try_wait().ok().flatten().is_some()).await;
+    crate::support::sigterm_and_wait(&mut dev.child, 15).await;
 
     let dev = Dev::start_with(&data, &["--grpc", &grpc]);
     let run = dev.wait_run(&run_id, 60, |r| r["status"] != "RUNNING").await;

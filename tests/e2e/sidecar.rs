@@ -282,17 +282,8 @@ async fn dev_and_sidecar_stop_on_sigterm_while_connected() {
     let mut dev = Dev::start_with(&dir.path().join("data"), &[]);
     let mut sidecar = SidecarProc::start(dir.path(), "s-stop", &dev.grpc, "jobs: {}\n");
     wait_sidecars(&dev, "billing", 1).await;
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe {
-        libc::kill(dev.child.id() as i32, libc::SIGTERM);
-    }
-    let mut exited = None;
-    wait_for("madeira dev to exit", 15, || {
-        exited = dev.child.try_wait().ok().flatten();
-        exited.is_some()
-    })
-    .await;
-    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+    let status = crate::support::sigterm_and_wait(&mut dev.child, 15).await;
+    assert!(status.success(), "{status:?}");
     sidecar.signal(libc::SIGTERM);
     let mut stopped = None;
     wait_for("the sidecar to exit", 15, || {

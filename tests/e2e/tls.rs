@@ -82,17 +82,8 @@ async fn the_api_over_https_answers_clients_trusting_the_ca_only() {
 
 /// SIGTERM, then a clean exit within 15 s: TLS connections drain like plain ones.
 async fn stops_cleanly(dev: &mut Dev) {
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe {
-        libc::kill(dev.child.id() as i32, libc::SIGTERM);
-    }
-    let mut exited = None;
-    wait_for("madeira serve to exit", 15, || {
-        exited = dev.child.try_wait().ok().flatten();
-        exited.is_some()
-    })
-    .await;
-    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+    let status = crate::support::sigterm_and_wait(&mut dev.child, 15).await;
+    assert!(status.success(), "{status:?}");
 }
 
 /// A `madeira sidecar` whose log lines arrive on a channel.
