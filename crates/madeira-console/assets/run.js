@@ -133,7 +133,8 @@ document.addEventListener('click', (ev) => {
     return;
   }
   const node = ev.target.closest('.dag .node[data-node], a.node-link[data-node]');
-  if (node && page) {
+  // A node outside a large run's focused view: follow the link (the page refocuses).
+  if (node && page && document.getElementById(`n-${node.dataset.node}`)) {
     ev.preventDefault();
     openPanel(node.dataset.node, true);
   }

@@ -123,7 +123,7 @@ const ZH: &[(&str, &str)] = &[
     ("Prompt", "提示"),
     ("Waiting for", "已等待"),
     ("Escalates", "升级时间"),
-    ("Fallback at", "兜底时间"),
+    ("Fallback", "兜底执行"),
     ("Reason", "原因"),
     ("Reason (required)", "原因（必填）"),
     ("Confirm", "确认"),
@@ -218,6 +218,7 @@ const ZH: &[(&str, &str)] = &[
     ("Shards", "分片"),
     ("Reason for the record", "记录原因"),
     ("reason required", "必须填写原因"),
+    ("transitions", "次状态变更"),
 ];
 
 #[cfg(test)]

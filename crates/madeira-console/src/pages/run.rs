@@ -188,7 +188,7 @@ async fn fragments(console: &Console, ctx: &Ctx, run: &LoadedRun) -> Result<(Mar
                     }
                 }
                 details.transitions {
-                    summary { (transitions.len()) " transitions" }
+                    summary { (transitions.len()) " " (t(lang, "transitions")) }
                     ol {
                         @for tr in transitions.iter().rev().take(500) {
                             li { (stamp(lang, Some(tr.at), now)) " " code { (tr.node.as_deref().unwrap_or("run")) } " " (tr.from) " → " (tr.to) " (" (tr.cause) ", " (tr.actor) ")" }
