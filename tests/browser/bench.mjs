@@ -119,24 +119,33 @@ for (let i = 0; i < 5; i++) deep.push(await timed(path));
 report.search['page 20 by cursor'] = { server_ms: median(deep.map((x) => x.server)) };
 void total;
 
-// 5. Memory per SSE subscriber: RSS before and after 1,000 open streams.
+// 5. Memory per SSE subscriber: RSS with 0, 1,000 and 2,000 open streams; the
+// second thousand gives the steady cost (the first also grows allocator arenas).
 const N = 1000;
-global.gc?.();
-await new Promise((r) => setTimeout(r, 1000));
-const before = rssKb();
 const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
 const open = [];
-await Promise.all(Array.from({ length: N }, () => new Promise((resolve, reject) => {
-  const req = http.get(`${BASE}/events?run=none`, { agent }, (res) => { if (res.statusCode !== 200) reject(new Error(`sse ${res.statusCode}`)); res.on('data', () => {}); open.push(req); resolve(); });
-  req.on('error', reject);
-})));
-await api('POST', '/flows/tiny/runs', { params: {} }); // every stream polls its filter once
-await new Promise((r) => setTimeout(r, 1500));
-const during = rssKb();
+async function openStreams(n) {
+  await Promise.all(Array.from({ length: n }, () => new Promise((resolve, reject) => {
+    const req = http.get(`${BASE}/events?run=none`, { agent }, (res) => {
+      if (res.statusCode !== 200) reject(new Error(`sse ${res.statusCode}`));
+      res.on('data', () => {});
+      open.push(req);
+      resolve();
+    });
+    req.on('error', reject);
+  })));
+  await api('POST', '/flows/tiny/runs', { params: {} }); // every stream handles an event
+  await new Promise((r) => setTimeout(r, 2000));
+  return rssKb();
+}
+await new Promise((r) => setTimeout(r, 1000));
+const rss0 = rssKb();
+const rss1 = await openStreams(N);
+const rss2 = await openStreams(N);
 report.sse_subscribers = open.length;
-report.sse_rss_kb_before = before;
-report.sse_rss_kb_with_streams = during;
-report.sse_bytes_per_subscriber = Math.round(((during - before) * 1024) / N);
+report.sse_rss_kb = { none: rss0, [N]: rss1, [2 * N]: rss2 };
+report.sse_bytes_per_subscriber_first_1000 = Math.round(((rss1 - rss0) * 1024) / N);
+report.sse_bytes_per_subscriber_next_1000 = Math.round(((rss2 - rss1) * 1024) / N);
 for (const r of open) r.destroy();
 agent.destroy();
 

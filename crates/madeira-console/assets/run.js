@@ -150,7 +150,10 @@ document.body.addEventListener('htmx:afterSwap', (ev) => {
   if (id === 'panel') startLog();
 });
 // htmx swaps #run-live by outerHTML: the new element replaces the target.
-document.body.addEventListener('htmx:afterSettle', () => applyIsland());
+document.body.addEventListener('htmx:afterSettle', (ev) => {
+  const elt = ev.detail.elt || ev.target;
+  if (elt && (elt.id === 'run-live' || elt.id === 'main' || elt.closest?.('#run-live'))) applyIsland();
+});
 document.body.addEventListener('madeira-refresh', () => setTimeout(() => {
   refreshLive();
   const n = panelNode();
