@@ -59,7 +59,10 @@ function applyIsland() {
 function refreshLive() {
   if (!page || !window.htmx) return;
   if (M.busy()) { pending = true; return; }
-  window.htmx.ajax('GET', `/runs/${page.dataset.run}/live`, { target: '#run-live', swap: 'outerHTML' });
+  // The same table search as the page (`?q=`), if any.
+  const q = new URLSearchParams(location.search).get('q');
+  const query = q ? `?q=${encodeURIComponent(q)}` : '';
+  window.htmx.ajax('GET', `/runs/${page.dataset.run}/live${query}`, { target: '#run-live', swap: 'outerHTML' });
 }
 
 function panelNode() {
