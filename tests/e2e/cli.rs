@@ -83,3 +83,13 @@ fn cron_next_prints_instants_with_offsets() {
     // 2026-03-29 02:30 does not exist in Berlin (spring forward): it fires once at 03:00.
     assert_eq!(text, "2026-03-29T03:00:00+02:00\n2026-03-30T02:30:00+02:00\n");
 }
+
+#[test]
+fn a_closed_pipe_ends_a_printing_command_quietly() {
+    // `head` closes the pipe after one line; the rest of 5,000 lines meets EPIPE.
+    let script = format!("'{BIN}' cron next '* * * * *' --count 5000 | head -n 1");
+    let out = Command::new("sh").args(["-c", &script]).output().expect("run sh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+}

@@ -78,7 +78,7 @@ async fn receiver() -> String {
 fn replica(dir: &Path, store: &str, redis_port: u16, id: &str) -> Dev {
     let path = dir.join(format!("{id}.yaml"));
     let text = format!(
-        "http: 127.0.0.1:0\nstore: {store}\nredis: redis://127.0.0.1:{redis_port}\nlease: 30s\nauth:\n  tokens:\n    \
+        "http: 127.0.0.1:0\nhttp_executor: {{allow_hosts: [127.0.0.1]}}\nstore: {store}\nredis: redis://127.0.0.1:{redis_port}\nlease: 30s\nauth:\n  tokens:\n    \
          - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n"
     );
     std::fs::write(&path, text).expect("write config");

@@ -43,7 +43,7 @@ async fn receiver() -> (String, Arc<AtomicUsize>) {
 fn replica(dir: &std::path::Path, store: &str, port: u16, id: &str) -> Dev {
     let path = dir.join(format!("{id}.yaml"));
     let text = format!(
-        "http: 127.0.0.1:0\nstore: {store}\nredis: redis://127.0.0.1:{port}\nlease: 30s\nauth:\n  tokens:\n    \
+        "http: 127.0.0.1:0\nhttp_executor: {{allow_hosts: [127.0.0.1]}}\nstore: {store}\nredis: redis://127.0.0.1:{port}\nlease: 30s\nauth:\n  tokens:\n    \
          - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n"
     );
     std::fs::write(&path, text).expect("write config");

@@ -50,7 +50,7 @@ async fn receiver() -> (String, Arrivals) {
 fn config(dir: &Path, store: &str, redis_port: u16) -> std::path::PathBuf {
     let path = dir.join("madeira.yaml");
     let text = format!(
-        "http: 127.0.0.1:0\nstore: {store}\nredis: redis://127.0.0.1:{redis_port}\nlease: 1s\nauth:\n  tokens:\n    \
+        "http: 127.0.0.1:0\nhttp_executor: {{allow_hosts: [127.0.0.1]}}\nstore: {store}\nredis: redis://127.0.0.1:{redis_port}\nlease: 1s\nauth:\n  tokens:\n    \
          - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n"
     );
     std::fs::write(&path, text).expect("write config");

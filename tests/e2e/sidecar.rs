@@ -86,7 +86,7 @@ async fn sidecars(dev: &Dev) -> Value {
     dev.get("/sidecars").await.1
 }
 
-async fn wait_sidecars(dev: &Dev, group: &str, n: usize) {
+pub async fn wait_sidecars(dev: &Dev, group: &str, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let body = sidecars(dev).await;
@@ -130,7 +130,9 @@ async fn outputs_reach_the_downstream_input_file_with_the_spec_environment() {
     assert_eq!(produced["date"], "2026-11-30; rm -rf /", "a templated value stays one argument");
     assert_eq!(produced["key"], format!("{run_id}:produce:v1"), "idempotency key");
     let tp = produced["tp"].as_str().unwrap_or("");
-    assert!(tp.is_empty() || tp.split('-').count() == 4, "TRACEPARENT is W3C when tracing is on: {tp}");
+    let parts: Vec<&str> = tp.split('-').collect();
+    assert_eq!(parts.len(), 4, "TRACEPARENT is given without an OTLP exporter too: {tp:?}");
+    assert_eq!((parts[0], parts[1].len(), parts[2].len()), ("00", 32, 16), "W3C traceparent: {tp}");
     let input = &run["nodes"]["consume"]["outputs"];
     assert_eq!(input["nodes"]["produce"]["outputs"]["count"], 7, "{input}");
     assert_eq!(input["nodes"]["produce"]["status"], "SUCCESS");
@@ -280,17 +282,8 @@ async fn dev_and_sidecar_stop_on_sigterm_while_connected() {
     let mut dev = Dev::start_with(&dir.path().join("data"), &[]);
     let mut sidecar = SidecarProc::start(dir.path(), "s-stop", &dev.grpc, "jobs: {}\n");
     wait_sidecars(&dev, "billing", 1).await;
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe {
-        libc::kill(dev.child.id() as i32, libc::SIGTERM);
-    }
-    let mut exited = None;
-    wait_for("madeira dev to exit", 15, || {
-        exited = dev.child.try_wait().ok().flatten();
-        exited.is_some()
-    })
-    .await;
-    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+    let status = crate::support::sigterm_and_wait(&mut dev.child, 15).await;
+    assert!(status.success(), "{status:?}");
     sidecar.signal(libc::SIGTERM);
     let mut stopped = None;
     wait_for("the sidecar to exit", 15, || {

@@ -192,3 +192,17 @@ impl Drop for Dev {
 pub fn status_of<'a>(run: &'a Value, node: &str) -> &'a str {
     run["nodes"][node]["status"].as_str().unwrap_or("?")
 }
+
+/// Sends SIGTERM to `child` and waits (at most `secs`) for it to exit.
+pub async fn sigterm_and_wait(child: &mut Child, secs: u64) -> std::process::ExitStatus {
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "pid {} did not exit within {secs}s of SIGTERM", child.id());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -82,17 +82,8 @@ async fn the_api_over_https_answers_clients_trusting_the_ca_only() {
 
 /// SIGTERM, then a clean exit within 15 s: TLS connections drain like plain ones.
 async fn stops_cleanly(dev: &mut Dev) {
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe {
-        libc::kill(dev.child.id() as i32, libc::SIGTERM);
-    }
-    let mut exited = None;
-    wait_for("madeira serve to exit", 15, || {
-        exited = dev.child.try_wait().ok().flatten();
-        exited.is_some()
-    })
-    .await;
-    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+    let status = crate::support::sigterm_and_wait(&mut dev.child, 15).await;
+    assert!(status.success(), "{status:?}");
 }
 
 /// A `madeira sidecar` whose log lines arrive on a channel.
@@ -183,6 +174,11 @@ async fn mtls_lets_only_sidecars_with_a_ca_signed_certificate_and_the_token_run_
     let good = ca.client(d, "good");
     let ok = Sidecar::start(d, "s-good", &dev.grpc, &tls_section(&ca.cert_file, Some(&good)), true, "hello");
     ok.wait_log(&["connected to the control plane"]);
+    // TCP_NODELAY on both ends of the TLS link (the TLS listener sets it itself).
+    let port = crate::nodelay::port_of(&dev.grpc);
+    let dialled = crate::nodelay::wait_link_sockets(ok.child.id(), port, 1);
+    let accepted = crate::nodelay::wait_link_sockets(dev.child.id(), port, 1);
+    assert!(dialled.iter().chain(&accepted).all(|s| s.2), "without TCP_NODELAY: {dialled:?} {accepted:?}");
     dev.put_flow("flow: hello\nnodes:\n  h: {run: {sidecar: {group: billing, job: hello}}}\n").await;
     let run = dev.finished(&dev.trigger("hello", json!({})).await).await;
     assert_eq!(run["status"], "SUCCESS", "{run}");

@@ -109,6 +109,22 @@ async fn an_event_posted_twice_or_concurrently_makes_one_run() {
 }
 
 #[tokio::test]
+async fn an_event_nobody_listens_to_answers_404_naming_the_known_types() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow(
+        "flow: on-close\ntriggers:\n  - event: payment.batch_closed\nnodes:\n  a: {run: {builtin: noop}}\n",
+    )
+    .await;
+    let (status, body) = dev.post("/events", json!({"type": "payment.batch_close", "id": "1"}), &[]).await;
+    assert_eq!((status, &body["error"]["code"]), (404, &json!("no_listener")), "{body}");
+    assert_eq!(body["error"]["details"]["known_types"], json!(["payment.batch_closed"]));
+    // A paused listener still makes the type known (not a typo).
+    dev.post("/flows/on-close/pause", json!({}), &[]).await;
+    let (status, body) = dev.post("/events", json!({"type": "payment.batch_closed", "id": "2"}), &[]).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
 async fn triggers_past_the_rate_limit_get_429_with_retry_after() {
     let (_dir, dev) = Dev::start();
     dev.put_flow("flow: limited\nrate_limit: 2/m\nnodes:\n  a: {run: {builtin: noop}}\n").await;

@@ -123,7 +123,7 @@ const ZH: &[(&str, &str)] = &[
     ("Prompt", "提示"),
     ("Waiting for", "已等待"),
     ("Escalates", "升级时间"),
-    ("Fallback", "兜底执行"),
+    ("Falls back", "兜底于"),
     ("Reason", "原因"),
     ("Reason (required)", "原因（必填）"),
     ("Confirm", "确认"),

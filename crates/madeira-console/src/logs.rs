@@ -3,14 +3,15 @@
 //! boundary) and the offset to ask from next in `X-Log-Offset`. The page asks
 //! again whenever the run emits an event and every second while the attempt runs.
 //!
-//! `read_log` is the one place the console reads output. Today it reads what the
-//! store keeps per attempt (the sidecar's last 64 KiB, stored when the attempt
-//! ends); live output streamed from sidecars can be served by changing it alone.
+//! `read_log` is the one place the console reads output: the live output the
+//! sidecar link streams into the engine while the attempt runs (and keeps after
+//! it ends, `EngineHandle::attempt_log`, offsets counted from the attempt's first
+//! byte), else what the store keeps per attempt (the last 64 KiB, stored when the
+//! attempt ends).
 
 use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use madeira_store::Store;
 use serde::Deserialize;
 
 use crate::session::Ctx;
@@ -31,13 +32,17 @@ pub struct LogChunk {
 
 /// Attempt `attempt`'s output of `run`/`node` from byte `offset` on.
 pub async fn read_log(
-    store: &dyn Store,
+    engine: &madeira_engine::EngineHandle,
     run: &str,
     node: &str,
     attempt: u32,
     offset: usize,
 ) -> Result<LogChunk, madeira_store::StoreError> {
-    let content = store
+    if let Some(live) = engine.attempt_log(run, node, Some(attempt), offset as u64) {
+        return Ok(live_chunk(live));
+    }
+    let content = engine
+        .store()
         .logs(run, node)
         .await?
         .into_iter()
@@ -46,6 +51,22 @@ pub async fn read_log(
         .collect::<Vec<_>>()
         .join("");
     Ok(slice(&content, offset))
+}
+
+/// A live slice as text, cut back to the last whole UTF-8 character (the rest
+/// comes with the next read).
+fn live_chunk(live: madeira_engine::LogSlice) -> LogChunk {
+    let end = live.next_offset as usize;
+    let mut data = live.data;
+    let keep = match std::str::from_utf8(&data) {
+        Ok(_) => data.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        Err(_) => data.len(),
+    };
+    let held_back = data.len() - keep;
+    data.truncate(keep);
+    let text = String::from_utf8_lossy(&data).into_owned();
+    LogChunk { text, next_offset: end - held_back, total: end }
 }
 
 /// `content` from `offset` (at most `MAX_CHUNK` bytes), on char boundaries.
@@ -89,7 +110,7 @@ pub async fn serve(
         return Err(ConsoleError::NotFound(format!("run {run}: node {node} not found")));
     }
     let offset = if q.download.is_some() { 0 } else { q.offset };
-    let chunk = read_log(store.as_ref(), &run, &node, q.attempt, offset).await?;
+    let chunk = read_log(&console.app.engine, &run, &node, q.attempt, offset).await?;
     let mut response = (
         [
             (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_string()),
@@ -112,6 +133,14 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_live_slice_holds_back_a_split_character() {
+        let mut data = "ok 日".as_bytes().to_vec();
+        data.pop(); // the slice ends inside 日
+        let live = madeira_engine::LogSlice { data, next_offset: 105, dropped: 0, finished: false };
+        assert_eq!(live_chunk(live), LogChunk { text: "ok ".into(), next_offset: 103, total: 105 });
+    }
 
     #[test]
     fn offsets_never_split_a_character() {

@@ -2,47 +2,41 @@
 //! to a string that picks a sidecar by consistent hashing.
 
 use std::fmt;
-use std::sync::Arc;
 
 use serde_json::Value as Json;
 
-use crate::expr::ExprError;
+use crate::expr::{ExprError, Program};
 
 /// A compiled CEL expression whose value, as text, is a routing key.
 #[derive(Clone)]
 pub struct KeyExpr {
-    source: String,
-    program: Arc<cel::Program>,
+    program: Program,
 }
 
 impl fmt::Debug for KeyExpr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "KeyExpr({:?})", self.source)
+        write!(f, "KeyExpr({:?})", self.program.source())
     }
 }
 
 impl PartialEq for KeyExpr {
     fn eq(&self, other: &Self) -> bool {
-        self.source == other.source
+        self.program.source() == other.program.source()
     }
 }
 
 impl KeyExpr {
     pub fn compile(source: &str) -> Result<Self, ExprError> {
-        let program = cel::Program::compile(source).map_err(|e| ExprError(e.to_string()))?;
-        Ok(Self { source: source.to_string(), program: Arc::new(program) })
+        Program::compile(source).map(|program| Self { program })
     }
 
     pub fn source(&self) -> &str {
-        &self.source
+        self.program.source()
     }
 
     /// The key: strings as they are, numbers and booleans printed, null empty.
     pub fn eval(&self, params: &Json, nodes: &Json) -> Result<String, ExprError> {
-        let mut ctx = cel::Context::default();
-        ctx.add_variable("params", params).map_err(|e| ExprError(e.to_string()))?;
-        ctx.add_variable("nodes", nodes).map_err(|e| ExprError(e.to_string()))?;
-        match self.program.execute(&ctx) {
+        match self.program.eval(params, nodes) {
             Ok(cel::Value::String(s)) => Ok(s.to_string()),
             Ok(cel::Value::Int(i)) => Ok(i.to_string()),
             Ok(cel::Value::UInt(u)) => Ok(u.to_string()),
@@ -50,7 +44,7 @@ impl KeyExpr {
             Ok(cel::Value::Bool(b)) => Ok(b.to_string()),
             Ok(cel::Value::Null) => Ok(String::new()),
             Ok(other) => Ok(format!("{other:?}")),
-            Err(e) => Err(ExprError(format!("`{}`: {e}", self.source))),
+            Err(e) => Err(e),
         }
     }
 }

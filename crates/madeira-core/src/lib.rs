@@ -5,6 +5,7 @@
 
 pub mod expr;
 pub mod keyexpr;
+pub mod keys;
 pub mod model;
 pub mod plan;
 pub mod retry;
@@ -12,6 +13,7 @@ pub mod rootcause;
 pub mod schedule;
 pub mod spec;
 pub mod state;
+pub mod text;
 
 pub use model::{
     ConcurrencyDef, DepKind, ExecutorDef, FlowDef, ManualDef, Need, NodeAction, NodeDef, OnOverlap,

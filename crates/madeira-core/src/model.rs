@@ -199,9 +199,21 @@ pub struct HttpDef {
 pub struct SidecarDef {
     pub group: String,
     pub job: String,
+    /// Attempts per node attempt; `SidecarDef::ALL` (`shards: all`): one per live
+    /// sidecar of the group (broadcast).
     pub shards: u32,
     /// How an attempt picks a sidecar of the group.
     pub route: SidecarRoute,
+}
+
+impl SidecarDef {
+    /// `shards: all`.
+    pub const ALL: u32 = 0;
+
+    /// One attempt per live sidecar of the group.
+    pub fn is_broadcast(&self) -> bool {
+        self.shards == Self::ALL
+    }
 }
 
 /// Routing within a sidecar group.
@@ -210,6 +222,8 @@ pub enum SidecarRoute {
     #[default]
     RoundRobin,
     LeastBusy,
+    /// Uniformly at random among the live sidecars.
+    Random,
     /// Consistent hashing on the value of a CEL expression (`hash_key`).
     Hash(crate::keyexpr::KeyExpr),
 }

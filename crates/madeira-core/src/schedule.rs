@@ -125,4 +125,6 @@ pub fn tick_of_key(key: &str) -> Option<DateTime<Utc>> {
 }
 
 #[cfg(test)]
+mod cronie;
+#[cfg(test)]
 mod tests;

@@ -5,6 +5,11 @@
 //! batch in parallel) and goes straight to the engine with its fresh snapshot and
 //! trace; should the claim miss, the engine gets a plain `Resume` and claims and
 //! loads it itself (or leaves it to the replica that holds it).
+//!
+//! Nothing is answered before its commit. A batch the store refuses is tried
+//! again run by run, so one row the database cannot take (a poison row) fails
+//! only its own request; when the store cannot write at all, every request of
+//! the batch gets `StoreError::Unavailable` (503) and no run is announced.
 
 use std::sync::Arc;
 
@@ -16,6 +21,7 @@ use tracing::{error, warn};
 
 use crate::EngineError;
 use crate::envelope::Envelope;
+use crate::health::StoreHealth;
 use crate::lease::Holder;
 
 const MAX_BATCH: usize = 512;
@@ -28,6 +34,7 @@ pub(crate) struct CreateRequest {
 
 pub(crate) async fn run(
     store: Arc<dyn Store>,
+    health: Arc<StoreHealth>,
     mut rx: mpsc::Receiver<CreateRequest>,
     engine: mpsc::Sender<Envelope>,
     holder: Holder,
@@ -49,8 +56,41 @@ pub(crate) async fn run(
             }
         }
         let runs: Vec<NewRun> = batch.iter().map(|r| r.run.clone()).collect();
-        match store.create_runs(&runs).await {
+        let created = match store.create_runs(&runs).await {
+            Ok(outcomes) => Ok(outcomes.into_iter().map(Ok).collect::<Vec<_>>()),
+            Err(e) if runs.len() > 1 && !e.is_unavailable() => {
+                warn!(error = %e, runs = runs.len(), "a batch of run creations was refused; creating them one by one");
+                let mut each = Vec::with_capacity(runs.len());
+                for run in &runs {
+                    each.push(store.create_run(run).await);
+                }
+                Ok(each)
+            }
+            Err(e) => Err(e),
+        };
+        if let Ok(outcomes) = &created
+            && outcomes.iter().any(Result::is_ok)
+        {
+            health.wrote();
+        }
+        match created {
             Ok(outcomes) => {
+                let mut replies = Vec::with_capacity(outcomes.len());
+                let mut ok = Vec::with_capacity(outcomes.len());
+                for (request, outcome) in batch.into_iter().zip(outcomes) {
+                    match outcome {
+                        Ok(outcome) => ok.push((request, outcome)),
+                        Err(e) => {
+                            health.failed("creating a run", &e);
+                            error!(error = %e, flow = %request.run.flow, "creating a run failed");
+                            replies.push((request.reply, not_created(&e)));
+                        }
+                    }
+                }
+                for (reply, e) in replies {
+                    let _ = reply.send(Err(e));
+                }
+                let (batch, outcomes): (Vec<_>, Vec<_>) = ok.into_iter().unzip();
                 let started: Vec<&str> = outcomes
                     .iter()
                     .filter_map(|o| match o {
@@ -94,13 +134,21 @@ pub(crate) async fn run(
                 }
             }
             Err(e) => {
+                health.failed("creating runs", &e);
                 error!(error = %e, runs = runs.len(), "creating runs failed");
-                let message = e.to_string();
                 for request in batch {
-                    let e = madeira_store::StoreError::Refused(format!("run not created: {message}"));
-                    let _ = request.reply.send(Err(EngineError::Store(e)));
+                    let _ = request.reply.send(Err(not_created(&e)));
                 }
             }
         }
     }
+}
+
+/// The answer for a request whose run was not created because of `e`.
+fn not_created(e: &madeira_store::StoreError) -> EngineError {
+    let message = format!("run not created: {e}");
+    EngineError::Store(match e.is_unavailable() {
+        true => madeira_store::StoreError::Unavailable(message),
+        false => madeira_store::StoreError::Refused(message),
+    })
 }

@@ -6,13 +6,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use madeira_core::model::NodeAction;
-use madeira_core::{Action, Command, ExecutorDef, PlanCtx, RunSnapshot, RunState};
+use madeira_core::{Action, Command, ExecutorDef, NodeState, PlanCtx, RunSnapshot, RunState};
 use madeira_store::{AttemptRecord, AuditRecord, CommandAnswer, LogRecord, Store};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, warn};
 
+mod drain;
+mod manual;
 mod waiting;
 
 use crate::envelope::Envelope;
@@ -53,6 +55,7 @@ pub(crate) struct Parts {
     pub events: broadcast::Sender<RunEvent>,
     pub stats: Arc<EngineStats>,
     pub waiting: crate::gate::WaitingNodes,
+    pub health: Arc<crate::health::StoreHealth>,
 }
 
 pub struct Engine {
@@ -61,9 +64,15 @@ pub struct Engine {
     traces: HashMap<String, RunTrace>,
     throttle: Throttle,
     timers: Timers,
-    running: HashMap<(String, usize), CancellationToken>,
+    running: HashMap<(String, usize), drain::Running>,
     pending: VecDeque<Envelope>,
     tasks: TaskTracker,
+    /// Sidecar attempts: never awaited at shutdown (their sidecars keep them).
+    remote: TaskTracker,
+    /// Shutting down: no new attempts, no timers; results are still committed.
+    draining: bool,
+    /// Nodes RUNNING when their run was resumed: their next attempt is `Job::resumed`.
+    resumed: std::collections::HashSet<(String, usize)>,
     gate: Gate,
     holder: Holder,
 }
@@ -82,18 +91,31 @@ impl Engine {
             running: HashMap::new(),
             pending: VecDeque::new(),
             tasks: TaskTracker::new(),
+            remote: TaskTracker::new(),
+            draining: false,
+            resumed: Default::default(),
             gate,
         }
     }
 
     /// Runs until `cancel` fires: recovers unfinished runs first, then loops.
-    /// Attempts in flight at shutdown are aborted; a later start retries them.
-    pub async fn run(mut self, cancel: CancellationToken) {
+    /// In-process attempts in flight at the stop are aborted (a later start
+    /// retries them); sidecar attempts are left running (a later start adopts them).
+    pub async fn run(self, cancel: CancellationToken) {
+        self.run_until(cancel.clone(), cancel).await
+    }
+
+    /// As `run`, shutting down in two steps: at `drain` no new attempt starts and no
+    /// timer fires while results are still committed (so in-process attempts can
+    /// finish; `EngineStats::wait_in_process_idle` tells when they have); at `stop`
+    /// the loop ends.
+    pub async fn run_until(mut self, drain: CancellationToken, cancel: CancellationToken) {
         self.reconcile().await;
         let retention = retention::spawn(self.p.store.clone(), self.p.options.clone(), cancel.clone());
         if let Some(rx) = self.p.creator.take() {
             let creator = crate::creator::run(
                 self.p.store.clone(),
+                self.p.health.clone(),
                 rx,
                 self.p.tx.clone(),
                 self.holder.clone(),
@@ -109,7 +131,9 @@ impl Engine {
         );
         let leases =
             crate::lease::spawn(self.p.store.clone(), self.holder.clone(), self.p.tx.clone(), cancel.clone());
-        let mut helpers = vec![leases, self.p.handle.spawn_inbox(self.p.options.inbox_poll, cancel.clone())];
+        let probe = self.p.health.clone().spawn_probe(self.p.store.clone(), cancel.clone());
+        let mut helpers =
+            vec![leases, probe, self.p.handle.spawn_inbox(self.p.options.inbox_poll, cancel.clone())];
         if let Some(publisher) = self.p.publisher.take() {
             let wake = self.p.handle.wake.clone();
             helpers.extend(wake.spawn(&self.holder.owner, publisher, self.p.tx.clone(), cancel.clone()));
@@ -119,6 +143,12 @@ impl Engine {
         let mut permit_poll = tokio::time::interval(self.p.options.inbox_poll);
         let mut offer = tokio::time::interval(handover::OFFER_EVERY);
         loop {
+            if cancel.is_cancelled() {
+                break;
+            }
+            if drain.is_cancelled() {
+                self.start_drain();
+            }
             let mut batch = Vec::new();
             while batch.len() < self.p.options.batch_max {
                 match self.pending.pop_front() {
@@ -127,22 +157,28 @@ impl Engine {
                 }
             }
             if batch.is_empty() {
+                let live = !self.draining;
                 tokio::select! {
                     _ = cancel.cancelled() => break,
+                    _ = drain.cancelled(), if live => continue,
                     envelope = self.p.rx.recv() => match envelope {
                         Some(envelope) => batch.push(envelope),
                         None => break,
                     },
-                    timer = self.timers.next() => batch.push(timer_envelope(timer)),
-                    _ = sweep.tick() => {
+                    timer = self.timers.next(), if live => batch.push(timer_envelope(timer)),
+                    _ = sweep.tick(), if live => {
                         self.reconcile().await;
                         continue;
                     }
-                    _ = offer.tick(), if self.p.options.shared_store && self.gate.has_parked() => {
+                    _ = self.p.health.came_up.notified() => {
+                        self.reconcile().await;
+                        continue;
+                    }
+                    _ = offer.tick(), if live && self.p.options.shared_store && self.gate.has_parked() => {
                         self.offer_waiting().await;
                         continue;
                     }
-                    _ = permit_poll.tick(), if self.p.options.shared_store => {
+                    _ = permit_poll.tick(), if live && self.p.options.shared_store => {
                         for (flow, node) in self.throttle.waiting_keys() {
                             self.pending.push_back(Envelope::PermitPoll { flow, node });
                         }
@@ -158,11 +194,7 @@ impl Engine {
             }
             self.process(batch).await;
         }
-        for token in self.running.values() {
-            token.cancel();
-        }
-        self.tasks.close();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
+        self.stop().await;
         let _ = retention.await;
         let _ = missed.await;
         for helper in helpers {
@@ -214,10 +246,14 @@ impl Engine {
         let transitions = work.batch.transitions.len();
         match self.p.store.commit(&work.batch).await {
             Ok(()) => {
+                self.p.health.wrote();
                 self.p.stats.committed(transitions);
                 self.after_commit(work).await;
             }
-            Err(e) => self.commit_failed(work, e),
+            Err(e) => {
+                self.p.health.failed("group commit", &e);
+                self.commit_failed(work, e)
+            }
         }
     }
 
@@ -243,9 +279,14 @@ impl Engine {
         if let madeira_store::StoreError::LeaseLost { runs, .. } = &e {
             self.lost(runs);
         }
+        let unavailable = e.is_unavailable();
         for (reply, _) in work.replies {
-            let _ = reply
-                .send(Err(EngineError::Store(madeira_store::StoreError::Refused(format!("not saved: {e}")))));
+            let message = format!("not saved: {e}");
+            let e = match unavailable {
+                true => madeira_store::StoreError::Unavailable(message),
+                false => madeira_store::StoreError::Refused(message),
+            };
+            let _ = reply.send(Err(EngineError::Store(e)));
         }
         let tx = self.p.tx.clone();
         tokio::spawn(async move {
@@ -275,6 +316,11 @@ impl Engine {
                         error!(run_id = %run_id, error = %e, "cannot resume run");
                         return;
                     }
+                }
+                if let Some(snap) = self.runs.get(&run_id) {
+                    let running =
+                        snap.nodes.iter().enumerate().filter(|(_, n)| n.state == NodeState::Running);
+                    self.resumed.extend(running.map(|(i, _)| (run_id.clone(), i)));
                 }
                 let _ = self.apply(&run_id, Command::Recover, "engine", work);
                 work.resumed.push(run_id);
@@ -319,6 +365,10 @@ impl Engine {
             }
             Envelope::AttemptDone { run_id, node, attempt, result } => {
                 self.running.remove(&(run_id.clone(), node));
+                self.publish_in_process();
+                if let Some(name) = self.node_name(&run_id, node) {
+                    self.p.handle.live_logs().finish(&(run_id.clone(), name, attempt));
+                }
                 if let Err(e) = self.ensure_loaded(&run_id, false).await {
                     warn!(run_id = %run_id, error = %e, "result for a run this replica does not hold dropped");
                     return;
@@ -400,6 +450,10 @@ impl Engine {
         let Some(snap) = self.runs.get(run_id) else {
             return;
         };
+        if self.draining {
+            // Stays INIT: the next start's recovery dispatches it.
+            return;
+        }
         let flow = snap.flow.clone();
         if let Some(reason) = self.waiting_reason(&flow, node) {
             self.park(run_id, node, ready_at, reason);
@@ -458,8 +512,13 @@ impl Engine {
         let max = self.p.options.max_output_bytes;
         let result = match result {
             AttemptResult::Success { outputs, log } => {
-                let size = serde_json::Value::Object(outputs.clone()).to_string().len();
-                if size > max {
+                let outputs = serde_json::Value::Object(outputs);
+                let size = outputs.to_string().len();
+                let nul = madeira_core::text::check_json("outputs", &outputs).err();
+                let serde_json::Value::Object(outputs) = outputs else { unreachable!("built as an object") };
+                if let Some(error) = nul {
+                    AttemptResult::Failure { error, retryable: false, log }
+                } else if size > max {
                     AttemptResult::Failure {
                         error: format!(
                             "outputs are {size} bytes, more than the {max} allowed; write large data \
@@ -473,6 +532,13 @@ impl Engine {
                 }
             }
             failure => failure,
+        };
+        // Logs and error texts are kept, NUL shown as U+FFFD (the store cannot keep NUL).
+        let result = match result {
+            AttemptResult::Failure { error, retryable, log } => {
+                AttemptResult::Failure { error: error.replace('\0', "\u{FFFD}"), retryable, log }
+            }
+            success => success,
         };
         let (outcome, error, cmd) = match &result {
             AttemptResult::Success { outputs, .. } => {
@@ -488,7 +554,7 @@ impl Engine {
             run_id: run_id.to_string(),
             node: name.clone(),
             attempt,
-            content: tail(result.log(), LOG_TAIL_BYTES).to_string(),
+            content: tail(result.log(), LOG_TAIL_BYTES).replace('\0', "\u{FFFD}"),
         };
         let finished_at = now_ms();
         work.finished.push(FinishedAttempt {
@@ -517,30 +583,6 @@ impl Engine {
         if let Err(e) = self.apply(run_id, cmd, "engine", work) {
             debug!(run_id = %run_id, error = %e, "attempt result not applied");
         }
-    }
-
-    async fn confirm_overdue(&mut self, run_id: &str, node: usize, work: &mut Work) {
-        if self.ensure_loaded(run_id, false).await.is_err() {
-            return;
-        }
-        let Some(snap) = self.runs.get(run_id) else {
-            return;
-        };
-        if snap.nodes[node].state != madeira_core::NodeState::ManualConfirm {
-            return;
-        }
-        let name = snap.flow.nodes[node].id.clone();
-        warn!(run_id = %run_id, flow = %snap.flow.name, node = %name, "manual confirmation overdue");
-        work.overdue.push((run_id.to_string(), name.clone()));
-        work.audit(AuditRecord {
-            at: now_ms(),
-            actor: "engine".into(),
-            action: "confirm_overdue".into(),
-            run_id: Some(run_id.to_string()),
-            node: Some(name),
-            reason: Some("alert_after elapsed without an answer".into()),
-            details: None,
-        });
     }
 
     async fn after_commit(&mut self, work: Work) {
@@ -579,11 +621,13 @@ impl Engine {
                 }
                 Action::AwaitConfirm { node } => self.arm_confirm_timers(&run_id, node),
                 Action::Abort { node, .. } => {
-                    if let Some(token) = self.running.remove(&(run_id, node)) {
-                        token.cancel();
+                    if let Some(running) = self.running.remove(&(run_id, node)) {
+                        running.token.cancel();
                     }
+                    self.publish_in_process();
                 }
                 Action::RunFinished { state } => {
+                    self.resumed.retain(|(run, _)| *run != run_id);
                     let run_trace = self.traces.remove(&run_id);
                     self.gate.forget_run(&run_id);
                     if let Some(snap) = self.runs.remove(&run_id) {
@@ -676,31 +720,16 @@ impl Engine {
         }
     }
 
-    fn arm_confirm_timers(&mut self, run_id: &str, node: usize) {
-        let Some(snap) = self.runs.get(run_id) else {
-            return;
-        };
-        let NodeAction::Manual(manual) = &snap.flow.nodes[node].action else {
-            return;
-        };
-        let since = snap.nodes[node].started_at_ms.unwrap_or_else(now_ms);
-        let at = |d: Duration| since + i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4);
-        if let Some(after) = manual.alert_after {
-            let timer = Timer { run_id: run_id.to_string(), node, kind: TimerKind::ConfirmOverdue };
-            self.timers.at(at(after), timer);
-        }
-        if let (Some(after), Some(_)) = (manual.fallback_after, &manual.fallback) {
-            let timer = Timer { run_id: run_id.to_string(), node, kind: TimerKind::ConfirmFallback };
-            self.timers.at(at(after), timer);
-        }
-    }
-
     fn execute(&mut self, run_id: &str, node: usize, attempt: u32, fallback: bool) {
         let Some(snap) = self.runs.get(run_id) else {
             return;
         };
         if snap.flow.observe {
             // Observe-only: `madeira exec` reports how the attempt ends.
+            return;
+        }
+        if self.draining {
+            info!(run_id = %run_id, node = %snap.flow.nodes[node].id, "shutting down: attempt left to recovery");
             return;
         }
         let def = &snap.flow.nodes[node];
@@ -726,15 +755,20 @@ impl Engine {
             no_retry_exit_codes: def.retry.no_retry_exit_codes.clone(),
             input,
             timeout: def.timeout,
-            traceparent: context.filter(|_| self.p.options.tracing).map(|c| c.traceparent()),
+            // The run's trace exists whether or not it is exported (SPEC §4).
+            traceparent: context.map(|c| c.traceparent()),
+            resumed: self.resumed.remove(&(run_id.to_string(), node)),
         };
         let span = context.map_or_else(tracing::Span::none, |c| trace::attempt_log_span(&job, &c));
         let token = CancellationToken::new();
-        self.running.insert((run_id.to_string(), node), token.clone());
+        let in_process = self.p.executors.in_process(&job.executor);
+        self.running.insert((run_id.to_string(), node), drain::Running { token: token.clone(), in_process });
+        self.publish_in_process();
         let executors = self.p.executors.clone();
         let tx = self.p.tx.clone();
         let run_id = run_id.to_string();
-        self.tasks.spawn(
+        let tracker = if in_process { &self.tasks } else { &self.remote };
+        tracker.spawn(
             async move {
                 let result = executors.run(job, token).await;
                 let _ = tx.send(Envelope::AttemptDone { run_id, node, attempt, result }).await;

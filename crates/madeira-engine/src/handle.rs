@@ -29,6 +29,8 @@ pub struct EngineHandle {
     waiting: crate::gate::WaitingNodes,
     pub(crate) holder: Holder,
     pub(crate) wake: Wake,
+    health: Arc<crate::health::StoreHealth>,
+    live_logs: crate::LiveLogs,
 }
 
 /// What a handle shares with its engine.
@@ -44,6 +46,8 @@ pub(crate) struct Shared {
     pub waiting: crate::gate::WaitingNodes,
     pub holder: Holder,
     pub wake: Wake,
+    pub health: Arc<crate::health::StoreHealth>,
+    pub live_logs: crate::LiveLogs,
 }
 
 #[derive(Debug, Clone)]
@@ -101,9 +105,78 @@ pub struct ActionRequest {
 
 impl EngineHandle {
     pub(crate) fn new(shared: Shared) -> Self {
-        let Shared { tx, create, store, flows, events, stats, throttle_view, waiting, holder, wake } = shared;
+        let Shared {
+            tx,
+            create,
+            store,
+            flows,
+            events,
+            stats,
+            throttle_view,
+            waiting,
+            holder,
+            wake,
+            health,
+            live_logs,
+        } = shared;
         let (flow_changes, _) = broadcast::channel(4096);
-        Self { tx, create, store, flows, events, stats, flow_changes, throttle_view, waiting, holder, wake }
+        Self {
+            tx,
+            create,
+            store,
+            flows,
+            events,
+            stats,
+            flow_changes,
+            throttle_view,
+            waiting,
+            holder,
+            wake,
+            health,
+            live_logs,
+        }
+    }
+
+    /// `Err(the last error)` while the store cannot write (disk full, I/O error,
+    /// lost connection, deleted store file): `/readyz` answers 503 with it.
+    pub fn store_status(&self) -> Result<(), String> {
+        self.health.status()
+    }
+
+    /// Writes that failed because the store could not write, since start.
+    pub fn store_write_failures(&self) -> u64 {
+        self.health.failures()
+    }
+
+    /// Live output of attempts (the sidecar link appends to it as jobs print).
+    pub fn live_logs(&self) -> &crate::LiveLogs {
+        &self.live_logs
+    }
+
+    /// The output of `node`'s attempt `attempt` (default: its latest with live
+    /// output) in `run_id` from byte `offset` on; `None` when none was seen (ended
+    /// attempts' tails are in the store: `Store::logs`). Resume with `next_offset`.
+    pub fn attempt_log(
+        &self,
+        run_id: &str,
+        node: &str,
+        attempt: Option<u32>,
+        offset: u64,
+    ) -> Option<crate::LogSlice> {
+        let attempt = attempt.or_else(|| self.live_logs.latest_attempt(run_id, node))?;
+        self.live_logs.read(&(run_id.to_string(), node.to_string(), attempt), offset)
+    }
+
+    /// A receiver woken when that attempt's output grows or it ends (its value is
+    /// the end offset); `None` when none was seen. For `logs -f` and the console's SSE.
+    pub fn follow_log(
+        &self,
+        run_id: &str,
+        node: &str,
+        attempt: Option<u32>,
+    ) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let attempt = attempt.or_else(|| self.live_logs.latest_attempt(run_id, node))?;
+        self.live_logs.subscribe(&(run_id.to_string(), node.to_string(), attempt))
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -130,6 +203,7 @@ impl EngineHandle {
 
     /// Validates and stores a flow (a new version only when its content changed).
     pub async fn apply_flow(&self, file: &str, source: &str) -> Result<ApplyOutcome, EngineError> {
+        madeira_core::text::check_text(file, source).map_err(EngineError::BadText)?;
         let outcome = self.flows.apply(self.store.as_ref(), file, source).await?;
         if outcome.created {
             let _ = self.flow_changes.send(outcome.flow.clone());
@@ -186,6 +260,20 @@ impl EngineHandle {
         Ok(out)
     }
 
+    /// Every event type some flow listens to, paused flows included.
+    pub async fn event_types(&self) -> Result<std::collections::BTreeSet<String>, EngineError> {
+        let mut out = std::collections::BTreeSet::new();
+        for record in self.store.list_flows().await? {
+            let def = self.flows.get(self.store.as_ref(), &record.name, record.latest_version).await?;
+            for t in &def.triggers {
+                if let madeira_core::TriggerDef::Event { event } = t {
+                    out.insert(event.clone());
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Triggers every flow whose triggers list event `kind`, with the payload as
     /// params and `event:<kind>:<id>` as idempotency key: a redelivered event returns
     /// the same runs. Flows refusing by `on_overlap: skip` are left out.
@@ -196,6 +284,9 @@ impl EngineHandle {
         payload: Json,
         actor: &str,
     ) -> Result<Vec<TriggerOutcome>, EngineError> {
+        madeira_core::text::check_text("type", kind).map_err(EngineError::BadText)?;
+        madeira_core::text::check_text("id", id).map_err(EngineError::BadText)?;
+        madeira_core::text::check_json("payload", &payload).map_err(EngineError::BadText)?;
         let mut outcomes = Vec::new();
         for def in self.event_flows(kind).await? {
             let request = TriggerRequest {
@@ -231,8 +322,21 @@ impl EngineHandle {
         self.flows.get(self.store.as_ref(), name, version).await
     }
 
-    /// Creates a run, or returns the one its idempotency key already made.
+    /// Creates a run, or returns the one its idempotency key already made. A
+    /// manual trigger's key is the caller's: it may not take a namespace Madeira
+    /// makes keys in, and reused with other params it is refused.
     pub async fn trigger(&self, req: TriggerRequest) -> Result<TriggerOutcome, EngineError> {
+        madeira_core::text::check_json("params", &req.params).map_err(EngineError::BadText)?;
+        if let Some(key) = &req.idempotency_key {
+            madeira_core::text::check_text("idempotency key", key).map_err(EngineError::BadText)?;
+        }
+        let caller_key = if req.trigger == "manual" { req.idempotency_key.clone() } else { None };
+        if let Some(key) = &caller_key
+            && let Some(problem) = madeira_core::keys::caller_key_problem(key)
+        {
+            return Err(EngineError::BadIdempotencyKey { key: key.clone(), problem });
+        }
+        let params = caller_key.is_some().then(|| req.params.clone());
         let latest = self.flow(&req.flow, None).await?;
         if latest.observe {
             return Err(EngineError::ObserveOnly(req.flow));
@@ -276,6 +380,9 @@ impl EngineHandle {
         self.create.send(request).await.map_err(|_| EngineError::ShuttingDown)?;
         match answer.await.map_err(|_| EngineError::ShuttingDown)?? {
             CreateOutcome::Existing { run_id, version } => {
+                if let (Some(key), Some(params)) = (caller_key, params) {
+                    self.same_params(&req.flow, &key, &run_id, &params).await?;
+                }
                 Ok(TriggerOutcome { run_id, flow: req.flow, version, created: false })
             }
             CreateOutcome::Throttled { node, claims, max_permits, queue_size } => {
@@ -317,6 +424,9 @@ impl EngineHandle {
     /// (or refused, naming the current state). A run another replica holds gets
     /// the action forwarded to that replica.
     pub async fn act(&self, req: ActionRequest) -> Result<(), EngineError> {
+        if let Some(reason) = &req.reason {
+            madeira_core::text::check_text("reason", reason).map_err(EngineError::BadText)?;
+        }
         match self.act_here(req.clone()).await {
             Err(EngineError::HeldElsewhere { owner, .. }) => self.forward(req, owner).await,
             other => other,
@@ -394,6 +504,22 @@ impl EngineHandle {
         let (reply, answer) = oneshot::channel();
         self.create.send(CreateRequest { run, flow, reply }).await.map_err(|_| EngineError::ShuttingDown)?;
         answer.await.map_err(|_| EngineError::ShuttingDown)?
+    }
+
+    /// Refuses a caller's key that made `run_id` with params other than `params`.
+    async fn same_params(
+        &self,
+        flow: &str,
+        key: &str,
+        run_id: &str,
+        params: &Json,
+    ) -> Result<(), EngineError> {
+        let stored =
+            self.store.load_run(run_id).await?.ok_or_else(|| EngineError::RunNotFound(run_id.into()))?;
+        if stored.run.params == *params {
+            return Ok(());
+        }
+        Err(EngineError::IdempotencyKeyReused { key: key.into(), flow: flow.into(), run_id: run_id.into() })
     }
 
     async fn send(&self, envelope: Envelope) -> Result<(), EngineError> {

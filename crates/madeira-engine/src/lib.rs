@@ -1,8 +1,13 @@
-//! Madeira's engine: the one writer of run state. Commands (triggers, executor
-//! results, timers, operator actions) arrive on a channel; the loop applies each to
-//! the run's snapshot with the core planner, group-commits every resulting
-//! transition in one store transaction, and only then acts (starts attempts, arms
-//! timers, answers callers). Recovery on start resumes every unfinished run.
+//! Madeira's engine: the one writer of run state. Triggers go to the run creator
+//! (`creator.rs`), which has the store admit and create runs in one transaction
+//! (idempotency, overlap and throttle queues are decided there, in SQL). Every
+//! other command (executor results, timers, operator actions) arrives on a
+//! channel; the loop applies each to the run's snapshot with the core planner,
+//! group-commits every resulting transition in one store transaction, and only
+//! then acts (starts attempts, arms timers, answers callers); a failed commit
+//! answers `StoreError::Unavailable`/`Refused` and drops the touched runs from
+//! memory (`health.rs` tracks whether the store takes writes). Recovery on start
+//! resumes every unfinished run.
 
 mod clock;
 mod creator;
@@ -13,7 +18,9 @@ mod flows;
 mod forward;
 mod gate;
 mod handle;
+mod health;
 mod lease;
+pub mod livelog;
 mod missed;
 pub mod observed;
 mod observer;
@@ -39,6 +46,7 @@ pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};
 pub use flows::{ApplyOutcome, FlowCache};
 pub use gate::WaitingNodes;
 pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, TriggerRequest};
+pub use livelog::{LiveLogs, LogSlice};
 pub use observed::ObservedReport;
 pub use observer::{AlertSource, AttemptOutcome, EngineObserver};
 pub use scheduler::Scheduler;
@@ -74,9 +82,11 @@ pub struct EngineOptions {
     /// and a run whose node waits for a sidecar group this replica has no sidecar
     /// of is handed to a replica that has one.
     pub shared_store: bool,
-    /// Hand every attempt its W3C `traceparent` (`Job::traceparent`) and report
-    /// run and attempt spans to observers (`EngineObserver::span_ended`).
+    /// Report run and attempt spans to observers (`EngineObserver::span_ended`).
+    /// Every attempt gets its W3C `traceparent` (`Job::traceparent`) either way.
     pub tracing: bool,
+    /// Live output kept per attempt, in bytes (older bytes are dropped with a marker).
+    pub live_log_bytes: usize,
 }
 
 impl Default for EngineOptions {
@@ -93,6 +103,7 @@ impl Default for EngineOptions {
             inbox_poll: Duration::from_millis(250),
             shared_store: false,
             tracing: false,
+            live_log_bytes: livelog::DEFAULT_MAX_BYTES,
         }
     }
 }
@@ -136,6 +147,18 @@ pub enum EngineError {
     Remote { code: String, message: String, state: Option<String> },
     #[error("the engine is shutting down")]
     ShuttingDown,
+    /// Text the store cannot keep (NUL), refused before anything is written.
+    #[error("{0}")]
+    BadText(String),
+    /// A caller's `Idempotency-Key` that may not be used (reserved namespace, length).
+    #[error("Idempotency-Key `{key}` {problem}")]
+    BadIdempotencyKey { key: String, problem: String },
+    /// The caller's key already made a run with other params (Stripe's rule).
+    #[error(
+        "Idempotency-Key `{key}` already made run {run_id} of flow {flow} with other params; \
+         use a new key for a different request"
+    )]
+    IdempotencyKeyReused { key: String, flow: String, run_id: String },
 }
 
 /// A state change, broadcast to live viewers (demo, `--wait`, tests).
@@ -165,6 +188,7 @@ pub fn build(
     let (events, _) = broadcast::channel(16_384);
     let flows = FlowCache::default();
     let stats = Arc::new(EngineStats::default());
+    let health = Arc::new(health::StoreHealth::new(observers.clone()));
     let throttle_view = ThrottleView::default();
     let waiting = WaitingNodes::default();
     let holder = lease::Holder { owner: options.replica_id.clone(), lease: options.lease };
@@ -180,6 +204,8 @@ pub fn build(
         waiting: waiting.clone(),
         holder,
         wake,
+        health: health.clone(),
+        live_logs: LiveLogs::new(options.live_log_bytes),
     });
     let engine = Engine::new(engine_loop::Parts {
         handle: handle.clone(),
@@ -196,6 +222,7 @@ pub fn build(
         events,
         stats,
         waiting,
+        health,
     });
     (engine, handle)
 }

@@ -69,4 +69,6 @@ pub trait EngineObserver: Send + Sync {
     /// An observe-only flow's cron instant `scheduled_at_ms` had no run that started
     /// (or finished) within the trigger's `grace` (`what` says which).
     fn observed_missed(&self, flow: &str, scheduled_at_ms: i64, what: &str) {}
+    /// The store stopped (`false`) or resumed (`true`) taking writes.
+    fn store_up(&self, up: bool) {}
 }

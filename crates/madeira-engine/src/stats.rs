@@ -5,6 +5,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tokio::sync::watch;
+
 const MAX_SAMPLES: usize = 1 << 20;
 
 #[derive(Default)]
@@ -12,6 +14,9 @@ pub struct EngineStats {
     transitions: AtomicU64,
     commits: AtomicU64,
     dispatch_latency_us: Mutex<Vec<u32>>,
+    /// Attempts running inside this process (http, builtin): what a graceful
+    /// shutdown waits for. Sidecar attempts are not counted.
+    in_process: watch::Sender<usize>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -34,6 +39,21 @@ impl EngineStats {
         {
             samples.push(latency.as_micros().min(u128::from(u32::MAX)) as u32);
         }
+    }
+
+    pub(crate) fn set_in_process(&self, n: usize) {
+        self.in_process.send_if_modified(|v| std::mem::replace(v, n) != n);
+    }
+
+    /// Attempts running in this process now (http, builtin; not sidecar ones).
+    pub fn in_process(&self) -> usize {
+        *self.in_process.borrow()
+    }
+
+    /// Waits until no in-process attempt runs, or `timeout`; true when none does.
+    pub async fn wait_in_process_idle(&self, timeout: Duration) -> bool {
+        let mut rx = self.in_process.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|n| *n == 0)).await.is_ok_and(|r| r.is_ok())
     }
 
     /// Current counters; `reset` clears the latency samples.

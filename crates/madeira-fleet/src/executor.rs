@@ -1,7 +1,9 @@
 //! `SidecarExecutor`: runs an attempt of a `sidecar` node on a live sidecar of its
 //! group that declares the job. `shards: N` fans the attempt into N assignments
-//! (MADEIRA_SHARD_INDEX/TOTAL); the node succeeds when every shard has, and a retry
-//! only runs the shards that have not. An assignment on a sidecar that is lost or
+//! (MADEIRA_SHARD_INDEX/TOTAL, each with its own idempotency key `…:s<index>`);
+//! the node succeeds when every shard has, and a retry only runs the shards that
+//! have not. `shards: all` broadcasts: one shard pinned to each live sidecar of the
+//! group (in name order), never moved. An assignment on a sidecar that is lost or
 //! refuses it moves to another sidecar of the group.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -53,11 +55,31 @@ impl Executor for SidecarExecutor {
         let ExecutorDef::Sidecar(def) = &job.executor else {
             return AttemptResult::failure("not a sidecar node", false);
         };
-        let total = def.shards.max(1);
-        let done: BTreeMap<u32, Map<String, Json>> =
-            self.memo().get(&job.idempotency_key).cloned().unwrap_or_default();
+        let pins = def.is_broadcast().then(|| live_names(&self.fleet, def));
+        let total = pins.as_ref().map_or(def.shards.max(1), |p| u32::try_from(p.len()).unwrap_or(u32::MAX));
+        if total == 0 {
+            let error = format!(
+                "shards: all, but no live sidecar of group `{}` declares job `{}`",
+                def.group, def.job
+            );
+            return AttemptResult::failure(error, true);
+        }
+        // A broadcast's shards follow the live sidecars, so a retry runs them all again.
+        let done: BTreeMap<u32, Map<String, Json>> = match pins {
+            Some(_) => BTreeMap::new(),
+            None => self.memo().get(&job.idempotency_key).cloned().unwrap_or_default(),
+        };
         let todo: Vec<u32> = (0..total).filter(|i| !done.contains_key(i)).collect();
-        let runs = todo.iter().map(|&shard| run_shard(&self.fleet, &job, def, shard, total, cancel.clone()));
+        let runs = todo.iter().map(|&shard| {
+            let fan = Fanout {
+                shard,
+                total,
+                sharded: total > 1 || pins.is_some(),
+                pin: pins.as_ref().map(|p| p[shard as usize].clone()),
+            };
+            run_shard(&self.fleet, &job, def, fan, cancel.clone())
+        });
+        let sharded = total > 1 || def.is_broadcast();
         let ends = futures::future::join_all(runs).await;
         let mut outputs = done;
         let mut failures = Vec::new();
@@ -65,7 +87,7 @@ impl Executor for SidecarExecutor {
         for (shard, end) in todo.into_iter().zip(ends) {
             match end {
                 ShardEnd::Done(r) => {
-                    if total > 1 {
+                    if sharded {
                         logs.push_str(&format!("--- shard {shard}/{total} ---\n"));
                     }
                     logs.push_str(&String::from_utf8_lossy(&r.log_tail));
@@ -89,7 +111,7 @@ impl Executor for SidecarExecutor {
         }
         if failures.is_empty() {
             self.memo().remove(&job.idempotency_key);
-            let outputs = if total == 1 {
+            let outputs = if !sharded {
                 outputs.into_values().next().unwrap_or_default()
             } else {
                 let list: Vec<Json> = outputs.into_values().map(Json::Object).collect();
@@ -97,11 +119,11 @@ impl Executor for SidecarExecutor {
             };
             return AttemptResult::Success { outputs, log: logs };
         }
-        if total > 1 {
+        if total > 1 && !def.is_broadcast() {
             self.memo().insert(job.idempotency_key.clone(), outputs);
         }
         let retryable = failures.iter().all(|(_, _, r)| *r);
-        let error = if total == 1 {
+        let error = if !sharded {
             failures[0].1.clone()
         } else {
             let parts: Vec<String> = failures.iter().map(|(s, e, _)| format!("shard {s}: {e}")).collect();
@@ -120,16 +142,79 @@ impl Executor for SidecarExecutor {
     }
 }
 
-/// Runs one shard to its end, moving it when its sidecar is lost or refuses.
+/// The idempotency key a shard's job sees: the node's, plus `:s<index>` when the
+/// node is sharded (SPEC §4), so each shard can recognise its own repeat.
+pub fn shard_key(key: &str, shard: u32, sharded: bool) -> String {
+    if sharded { format!("{key}:s{shard}") } else { key.to_string() }
+}
+
+fn live_key(job: &Job) -> madeira_engine::livelog::AttemptKey {
+    (job.run_id.clone(), job.node.clone(), job.attempt)
+}
+
+/// The live sidecars of the group declaring the job, in name order (a broadcast's shards).
+fn live_names(fleet: &Fleet, def: &SidecarDef) -> Vec<String> {
+    let state = fleet.state();
+    let mut names: Vec<String> = state
+        .sidecars
+        .iter()
+        .filter(|(_, s)| s.live() && s.group == def.group && s.declares(&def.job))
+        .map(|(name, _)| name.clone())
+        .collect();
+    names.sort();
+    names
+}
+
+/// An attempt in flight when the control plane stopped may still run on (or have
+/// finished on) a sidecar that has not reconnected yet: wait up to
+/// `sidecar_lost_after` for it to claim the attempt (an orphan in its hello, or a
+/// spooled result) before placing it anew, so it does not run twice. False when
+/// cancelled.
+async fn wait_for_claim(fleet: &Fleet, key: &(String, u32), cancel: &CancellationToken) -> bool {
+    let deadline = std::time::Instant::now() + fleet.inner.options.lost_after;
+    let mut changed = fleet.inner.changed.subscribe();
+    loop {
+        {
+            let state = fleet.state();
+            if state.inbox.contains_key(key) || state.orphans.contains_key(key) {
+                return true;
+            }
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            info!(key = %key.0, shard = key.1, "no sidecar claimed the resumed attempt; placing it anew");
+            return true;
+        }
+        tokio::select! {
+            _ = tokio::time::timeout(left, changed.changed()) => {}
+            _ = cancel.cancelled() => return false,
+        }
+    }
+}
+
+/// Which shard of how many, and the sidecar it is pinned to (broadcast).
+struct Fanout {
+    shard: u32,
+    total: u32,
+    /// `MADEIRA_SHARD_*` and `:s<index>` keys are given.
+    sharded: bool,
+    pin: Option<String>,
+}
+
+/// Runs one shard to its end, moving it when its sidecar is lost or refuses (a
+/// pinned broadcast shard fails instead).
 async fn run_shard(
     fleet: &Fleet,
     job: &Job,
     def: &SidecarDef,
-    shard: u32,
-    total: u32,
+    fan: Fanout,
     cancel: CancellationToken,
 ) -> ShardEnd {
-    let key = (job.idempotency_key.clone(), shard);
+    let shard = fan.shard;
+    let key = (shard_key(&job.idempotency_key, shard, fan.sharded), shard);
+    if job.resumed && !wait_for_claim(fleet, &key, &cancel).await {
+        return ShardEnd::Failed { error: "aborted".into(), retryable: false };
+    }
     if let Some((result, _)) = fleet.state().inbox.remove(&key) {
         info!(run_id = %job.run_id, node = %job.node, shard, "using the result a sidecar delivered after a restart");
         return ShardEnd::Done(Box::new(result));
@@ -138,8 +223,13 @@ async fn run_shard(
     let mut last_error = String::new();
     loop {
         let (tx_events, mut events) = mpsc::unbounded_channel();
-        let placed = place(fleet, job, def, shard, total, &excluded, tx_events);
+        let placed = place(fleet, job, def, &fan, &excluded, tx_events);
         let Some((sidecar, assignment_id, tx)) = placed else {
+            if let Some(pin) = &fan.pin {
+                let error =
+                    if last_error.is_empty() { format!("sidecar {pin} is not live") } else { last_error };
+                return ShardEnd::Failed { error, retryable: true };
+            }
             let waited = tokio::select! {
                 live = fleet.wait_live(&def.group, &def.job, fleet.inner.options.lost_after) => live,
                 _ = cancel.cancelled() => return ShardEnd::Failed { error: "aborted".into(), retryable: false },
@@ -208,28 +298,36 @@ fn place(
     fleet: &Fleet,
     job: &Job,
     def: &SidecarDef,
-    shard: u32,
-    total: u32,
+    fan: &Fanout,
     excluded: &HashSet<String>,
     events: mpsc::UnboundedSender<Event>,
 ) -> Option<(String, String, Option<Outbound>)> {
+    let (shard, total) = (fan.shard, fan.total);
     let mut state = fleet.state();
-    let key = (job.idempotency_key.clone(), shard);
+    let key = (shard_key(&job.idempotency_key, shard, fan.sharded), shard);
     if let Some(orphan) = state.orphans.remove(&key)
         && state.sidecars.contains_key(&orphan.sidecar)
     {
         info!(run_id = %job.run_id, node = %job.node, sidecar = %orphan.sidecar, "adopting the attempt the sidecar still runs");
+        if orphan.epoch > 0 {
+            state.epochs.insert(key.clone(), (orphan.epoch, std::time::Instant::now()));
+        }
         let tx = state.sidecars.get(&orphan.sidecar).and_then(|s| s.tx.clone());
-        state
-            .pending
-            .insert(orphan.assignment_id.clone(), Pending { sidecar: orphan.sidecar.clone(), events });
+        state.pending.insert(
+            orphan.assignment_id.clone(),
+            Pending { sidecar: orphan.sidecar.clone(), attempt: live_key(job), events },
+        );
         return Some((orphan.sidecar, orphan.assignment_id, tx));
     }
     let candidates: Vec<Candidate> = state
         .sidecars
         .iter()
         .filter(|(name, s)| {
-            s.live() && s.group == def.group && s.declares(&def.job) && !excluded.contains(*name)
+            s.live()
+                && s.group == def.group
+                && s.declares(&def.job)
+                && !excluded.contains(*name)
+                && fan.pin.as_ref().is_none_or(|pin| pin == *name)
         })
         .map(|(name, _)| Candidate { name: name.clone(), busy: state.busy(name) })
         .collect();
@@ -244,29 +342,33 @@ fn place(
         _ => String::new(),
     };
     let counter = state.round_robin.entry((def.group.clone(), def.job.clone())).or_insert(0);
-    let chosen = pick(&def.route, &candidates, counter, &route_key)?;
+    let chosen = pick(&def.route, &candidates, counter, &route_key, rand::random::<f64>())?;
     let name = candidates[chosen].name.clone();
     let tx = state.sidecars.get(&name).and_then(|s| s.tx.clone())?;
     let assignment_id = uuid::Uuid::now_v7().to_string();
+    let epoch = state.place_epoch(&key);
     let assignment = Assignment {
+        epoch,
         assignment_id: assignment_id.clone(),
         job: def.job.clone(),
         run_id: job.run_id.clone(),
         flow: job.flow.clone(),
         node: job.node.clone(),
         attempt: job.attempt,
-        idempotency_key: job.idempotency_key.clone(),
+        idempotency_key: key.0.clone(),
         input_json: job.input.to_string(),
         timeout_ms: u64::try_from(job.timeout.as_millis()).unwrap_or(u64::MAX),
         traceparent: job.traceparent.clone().unwrap_or_default(),
         shard_index: shard,
-        shard_total: if total > 1 { total } else { 0 },
+        shard_total: if fan.sharded { total } else { 0 },
         no_retry_exit_codes: job.no_retry_exit_codes.clone(),
     };
     let message = ControlMessage { msg: Some(ControlMsg::Assign(assignment)) };
     if tx.try_send(Ok(message)).is_err() {
         return None;
     }
-    state.pending.insert(assignment_id.clone(), Pending { sidecar: name.clone(), events });
+    state
+        .pending
+        .insert(assignment_id.clone(), Pending { sidecar: name.clone(), attempt: live_key(job), events });
     Some((name, assignment_id, Some(tx)))
 }

@@ -9,6 +9,7 @@
 //! `attach_engine` lets it wake nodes waiting for a sidecar and record exec reports.
 
 mod executor;
+mod fencing;
 mod metrics;
 mod presence;
 mod registry;
@@ -93,6 +94,9 @@ pub(crate) struct Inner {
     pub metrics: FleetMetrics,
     /// Fired when the server stops: every sidecar stream ends.
     pub shutdown: CancellationToken,
+    /// Set on shutdown once the engine commits nothing more: reports are no longer
+    /// taken (nor acknowledged), so they stay spooled for the next start.
+    pub intake_closed: std::sync::atomic::AtomicBool,
 }
 
 /// Told when a sidecar is lost (silent past `lost_after`) and when one attaches:
@@ -123,6 +127,7 @@ impl Fleet {
             listener: OnceLock::new(),
             metrics,
             shutdown: CancellationToken::new(),
+            intake_closed: std::sync::atomic::AtomicBool::new(false),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -130,6 +135,16 @@ impl Fleet {
     /// The engine to wake when sidecars come and to record exec reports with.
     pub fn attach_engine(&self, engine: EngineHandle) {
         let _ = self.inner.engine.set(engine);
+    }
+
+    /// Stops taking results and reports (shutdown): they stay in the sidecars'
+    /// spools, unacknowledged, and are delivered to the next control plane.
+    pub fn close_intake(&self) {
+        self.inner.intake_closed.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub(crate) fn intake_closed(&self) -> bool {
+        self.inner.intake_closed.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Who to tell about sidecars lost and attached (set once).
@@ -171,8 +186,20 @@ impl Fleet {
     }
 
     /// Serves the link on `listener` and sweeps for lost sidecars until `cancel`.
+    /// Every accepted connection gets TCP_NODELAY: tonic's `tcp_nodelay` applies
+    /// only to listeners it binds itself, and without it each small report waits
+    /// for Nagle and the peer's delayed ACK (~40 ms per node).
     pub async fn serve(self, listener: TcpListener, cancel: CancellationToken) -> Result<(), FleetError> {
-        self.serve_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener), cancel).await
+        use tokio_stream::StreamExt as _;
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
+            if let Ok(stream) = &accepted
+                && let Err(e) = stream.set_nodelay(true)
+            {
+                warn!(error = %e, "cannot set TCP_NODELAY on a sidecar link connection");
+            }
+            accepted
+        });
+        self.serve_incoming(incoming, cancel).await
     }
 
     /// As `serve`, on connections accepted elsewhere (e.g. after a TLS handshake;
@@ -257,6 +284,7 @@ impl Fleet {
                     }
                 }
                 state.inbox.retain(|_, (_, at)| at.elapsed() < registry::INBOX_TTL);
+                state.epochs.retain(|_, (_, at)| at.elapsed() < registry::INBOX_TTL);
                 lost
             };
             for (tx, assignment_id) in cancels {

@@ -1,6 +1,8 @@
-//! Control-plane metrics of the fleet: `madeira_sidecars_connected{group}`.
+//! Control-plane metrics of the fleet: `madeira_sidecars_connected{group}` and
+//! `madeira_sidecar_results_fenced_total{group}` (results of moved attempts refused).
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -13,13 +15,23 @@ pub struct GroupLabels {
 #[derive(Clone, Default)]
 pub struct FleetMetrics {
     pub connected: Family<GroupLabels, Gauge>,
+    pub fenced: Family<GroupLabels, Counter>,
 }
 
 impl FleetMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register("madeira_sidecars_connected", "Sidecars connected, by group", m.connected.clone());
+        registry.register(
+            "madeira_sidecar_results_fenced",
+            "Results of attempts that had moved to another sidecar, refused (never applied)",
+            m.fenced.clone(),
+        );
         m
+    }
+
+    pub(crate) fn fenced(&self, group: &str) {
+        self.fenced.get_or_create(&GroupLabels { group: group.to_string() }).inc();
     }
 
     pub(crate) fn connected(&self, group: &str, n: i64) {

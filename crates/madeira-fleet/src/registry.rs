@@ -1,8 +1,9 @@
 //! The fleet's state: connected sidecars (declared jobs, heartbeats, readiness),
 //! assignments in flight and who waits for them, results that arrived with nobody
 //! waiting (the inbox: spooled results after a control-plane restart), attempts a
-//! reconnecting sidecar still runs (orphans, adopted by a matching dispatch), and
-//! the report ids already taken (so a redelivered report changes nothing).
+//! reconnecting sidecar still runs (orphans, adopted by a matching dispatch), the
+//! report ids already taken (so a redelivered report changes nothing), and for
+//! fencing each attempt's latest epoch and the assignments moved off lost sidecars.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
@@ -41,11 +42,23 @@ pub(crate) struct Sidecar {
     pub reported_running: u32,
     /// Assignments the hello said are still running here.
     pub hello_running: HashSet<String>,
+    /// The sidecar process (random per process; empty from older sidecars).
+    pub instance: String,
+    pub peer: Option<std::net::SocketAddr>,
+    pub attached_at: Instant,
+    /// Results of moved attempts it delivered, refused (fencing).
+    pub stale_refused: u64,
 }
 
 impl Sidecar {
     pub fn live(&self) -> bool {
         self.ready && self.tx.is_some()
+    }
+
+    /// Connected and heard from within three heartbeats: its name is taken. A
+    /// silent one (a frozen host, a half-open connection) gives the name up.
+    pub fn holds_name(&self, heartbeat: Duration) -> bool {
+        self.tx.is_some() && self.last_seen.elapsed() < (heartbeat * 3).max(Duration::from_secs(1))
     }
 
     pub fn declares(&self, job: &str) -> bool {
@@ -55,6 +68,8 @@ impl Sidecar {
 
 pub(crate) struct Pending {
     pub sidecar: String,
+    /// (run id, node, attempt): where its live output goes.
+    pub attempt: madeira_engine::livelog::AttemptKey,
     pub events: mpsc::UnboundedSender<Event>,
 }
 
@@ -62,6 +77,7 @@ pub(crate) struct Orphan {
     pub sidecar: String,
     pub assignment_id: String,
     pub since: Instant,
+    pub epoch: u64,
 }
 
 /// One sidecar as `GET /api/v1/sidecars` shows it.
@@ -76,6 +92,8 @@ pub struct SidecarInfo {
     pub last_heartbeat_age_seconds: f64,
     pub connected: bool,
     pub ready: bool,
+    /// Results of attempts moved away from it that it delivered anyway: refused.
+    pub stale_results_refused: u64,
 }
 
 #[derive(Default)]
@@ -88,6 +106,11 @@ pub(crate) struct State {
     seen_order: VecDeque<String>,
     pub round_robin: HashMap<(String, String), u64>,
     pub next_conn: u64,
+    /// (idempotency key, shard) → the epoch of its latest placement.
+    pub epochs: HashMap<(String, u32), (u64, Instant)>,
+    last_epoch: u64,
+    /// Sidecar → assignments moved off it while it was lost: killed when it returns.
+    pub moved: HashMap<String, HashSet<String>>,
 }
 
 impl State {
@@ -105,6 +128,20 @@ impl State {
         true
     }
 
+    /// A new epoch for a placement of `key`: larger than any before, also across
+    /// control-plane restarts (it starts from the wall clock in milliseconds).
+    pub fn place_epoch(&mut self, key: &(String, u32)) -> u64 {
+        let now = SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        self.last_epoch = (self.last_epoch + 1).max(now);
+        self.epochs.insert(key.clone(), (self.last_epoch, Instant::now()));
+        self.last_epoch
+    }
+
+    /// True when a newer placement of `key` than `epoch` exists (a fenced result).
+    pub fn is_stale(&self, key: &(String, u32), epoch: u64) -> bool {
+        epoch != 0 && self.epochs.get(key).is_some_and(|(current, _)| epoch < *current)
+    }
+
     /// Assignments in flight on `sidecar`.
     pub fn busy(&self, sidecar: &str) -> u32 {
         u32::try_from(self.pending.values().filter(|p| p.sidecar == sidecar).count()).unwrap_or(u32::MAX)
@@ -118,6 +155,7 @@ impl State {
             if let Some(p) = self.pending.remove(&id) {
                 let _ = p.events.send(Event::Lost { sidecar: sidecar.to_string() });
             }
+            self.moved.entry(sidecar.to_string()).or_default().insert(id);
         }
         self.orphans.retain(|_, o| o.sidecar != sidecar);
     }
@@ -135,6 +173,7 @@ impl State {
                 last_heartbeat_age_seconds: s.last_seen.elapsed().as_secs_f64(),
                 connected: s.tx.is_some(),
                 ready: s.ready,
+                stale_results_refused: s.stale_refused,
             })
             .collect();
         out.sort_by(|a, b| (&a.group, &a.name).cmp(&(&b.group, &b.name)));

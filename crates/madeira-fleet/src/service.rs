@@ -1,5 +1,6 @@
 //! The gRPC `Link` service: authenticates a sidecar by its group's token, takes
-//! its hello, then handles heartbeats, results, refusals and exec reports on the
+//! its hello (refusing a second process with the name of a live sidecar, naming
+//! the holder), then handles heartbeats, results, refusals and exec reports on the
 //! stream until it ends. Every report is acknowledged once taken; a report id seen
 //! before is acknowledged again and otherwise ignored.
 
@@ -55,17 +56,21 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[tonic::async_trait]
 impl Link for LinkService {
-    type AttachStream = ReceiverStream<Result<ControlMessage, Status>>;
+    type AttachStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<ControlMessage, Status>> + Send>>;
 
     async fn attach(
         &self,
         request: Request<Streaming<SidecarMessage>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
         let group = self.authenticate(&request)?;
+        let peer = request.remote_addr();
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(1024);
-        tokio::spawn(connection(self.fleet.clone(), group, inbound, tx));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        tokio::spawn(connection(self.fleet.clone(), group, peer, inbound, tx));
+        // Ends at shutdown even while attempts in flight still hold a sender.
+        let shutdown = self.fleet.inner.shutdown.clone().cancelled_owned();
+        let stream = futures::StreamExt::take_until(ReceiverStream::new(rx), shutdown);
+        Ok(Response::new(Box::pin(stream)))
     }
 }
 
@@ -76,6 +81,7 @@ fn msg(m: ControlMsg) -> Result<ControlMessage, Status> {
 async fn connection(
     fleet: Fleet,
     group: Option<String>,
+    peer: Option<std::net::SocketAddr>,
     mut inbound: Streaming<SidecarMessage>,
     tx: Outbound,
 ) {
@@ -96,7 +102,15 @@ async fn connection(
         return;
     }
     let name = hello.name.clone();
-    let conn = register(&fleet, hello, tx.clone());
+    let again = Hello { running: Vec::new(), ..hello.clone() };
+    let (conn, stale) = match register(&fleet, hello, peer, tx.clone()) {
+        Ok(registered) => registered,
+        Err(reason) => {
+            warn!(sidecar = %name, peer = ?peer, "{reason}");
+            let _ = tx.send(msg(ControlMsg::Reject(Reject { reason }))).await;
+            return;
+        }
+    };
     let welcome = Welcome {
         heartbeat_ms: u64::try_from(fleet.inner.options.heartbeat.as_millis()).unwrap_or(5000),
         lost_after_ms: u64::try_from(fleet.inner.options.lost_after.as_millis()).unwrap_or(30_000),
@@ -104,6 +118,7 @@ async fn connection(
     if tx.send(msg(ControlMsg::Welcome(welcome))).await.is_err() {
         return;
     }
+    crate::fencing::kill_stale(&name, stale, &tx).await;
     fleet.notify();
     let shutdown = fleet.inner.shutdown.clone();
     loop {
@@ -113,7 +128,16 @@ async fn connection(
         };
         match next {
             Ok(Some(m)) => {
-                touch(&fleet, &name, conn);
+                match crate::fencing::touch(&fleet, &name, conn) {
+                    crate::fencing::Presence::Known => {}
+                    crate::fencing::Presence::Forgotten => {
+                        crate::fencing::reattach(&fleet, &again, peer, conn, &tx).await;
+                    }
+                    crate::fencing::Presence::Replaced => {
+                        info!(sidecar = %name, "another connection holds this name now; closing this one");
+                        break;
+                    }
+                }
                 handle(&fleet, &name, conn, m, &tx).await;
             }
             Ok(None) => break,
@@ -134,9 +158,29 @@ async fn connection(
     fleet.notify();
 }
 
-/// Registers (or re-registers) the sidecar; returns its connection number.
-fn register(fleet: &Fleet, hello: Hello, tx: Outbound) -> u64 {
+/// Registers (or re-registers) the sidecar; returns its connection number and the
+/// stale assignments it must kill (moved off it while it was lost). A name held by
+/// another live process is refused: the reason names the holder.
+pub(crate) fn register(
+    fleet: &Fleet,
+    hello: Hello,
+    peer: Option<std::net::SocketAddr>,
+    tx: Outbound,
+) -> Result<(u64, Vec<String>), String> {
     let mut state = fleet.state();
+    if let Some(holder) = state.sidecars.get(&hello.name)
+        && holder.instance != hello.instance
+        && holder.holds_name(fleet.inner.options.heartbeat)
+    {
+        return Err(format!(
+            "sidecar name `{}` is held by a live sidecar (group {}, {}, attached {}s ago, last heard {:.1}s ago);              names are unique: give this sidecar another `name:` or stop the other one",
+            hello.name,
+            holder.group,
+            holder.peer.map_or_else(|| "address unknown".to_string(), |a| format!("from {a}")),
+            holder.attached_at.elapsed().as_secs(),
+            holder.last_seen.elapsed().as_secs_f64(),
+        ));
+    }
     state.next_conn += 1;
     let conn = state.next_conn;
     let hello_running: HashSet<String> = hello.running.iter().map(|r| r.assignment_id.clone()).collect();
@@ -146,6 +190,7 @@ fn register(fleet: &Fleet, hello: Hello, tx: Outbound) -> u64 {
                 sidecar: hello.name.clone(),
                 assignment_id: r.assignment_id.clone(),
                 since: Instant::now(),
+                epoch: r.epoch,
             };
             state.orphans.insert((r.idempotency_key.clone(), r.shard_index), orphan);
         }
@@ -170,19 +215,29 @@ fn register(fleet: &Fleet, hello: Hello, tx: Outbound) -> u64 {
             last_seen_at: SystemTime::now(),
             reported_running: u32::try_from(hello.running.len()).unwrap_or(u32::MAX),
             hello_running,
+            instance: hello.instance,
+            peer,
+            attached_at: Instant::now(),
+            stale_refused: 0,
         },
     );
-    conn
-}
-
-fn touch(fleet: &Fleet, name: &str, conn: u64) {
-    if let Some(s) = fleet.state().sidecars.get_mut(name).filter(|s| s.conn == conn) {
-        s.last_seen = Instant::now();
-        s.last_seen_at = SystemTime::now();
-    }
+    let mut stale: Vec<String> = state.moved.remove(&hello.name).unwrap_or_default().into_iter().collect();
+    stale.extend(
+        hello
+            .running
+            .iter()
+            .filter(|r| state.is_stale(&(r.idempotency_key.clone(), r.shard_index), r.epoch))
+            .map(|r| r.assignment_id.clone()),
+    );
+    Ok((conn, stale))
 }
 
 async fn handle(fleet: &Fleet, name: &str, conn: u64, m: SidecarMessage, tx: &Outbound) {
+    let report = matches!(m.msg, Some(SidecarMsg::Result(_) | SidecarMsg::Refused(_) | SidecarMsg::Exec(_)));
+    if report && fleet.intake_closed() {
+        // Shutting down: left unacknowledged in the sidecar's spool for the next start.
+        return;
+    }
     match m.msg {
         Some(SidecarMsg::Heartbeat(beat)) => {
             if let Some(s) = fleet.state().sidecars.get_mut(name).filter(|s| s.conn == conn) {
@@ -206,7 +261,8 @@ async fn handle(fleet: &Fleet, name: &str, conn: u64, m: SidecarMessage, tx: &Ou
                 let _ = tx.send(msg(ControlMsg::Ack(Ack { report_id: id }))).await;
             }
         }
-        Some(SidecarMsg::Log(_)) | Some(SidecarMsg::Started(_)) | Some(SidecarMsg::Hello(_)) | None => {}
+        Some(SidecarMsg::Log(chunk)) => live_output(fleet, chunk),
+        Some(SidecarMsg::Started(_)) | Some(SidecarMsg::Hello(_)) | None => {}
     }
 }
 
@@ -243,6 +299,24 @@ fn take_result(fleet: &Fleet, name: &str, result: AttemptResult) {
         return;
     }
     let key = (result.idempotency_key.clone(), result.shard_index);
+    if let Some(moved) = state.moved.get_mut(name) {
+        moved.remove(&result.assignment_id);
+    }
+    if state.is_stale(&key, result.epoch) {
+        let group = match state.sidecars.get_mut(name) {
+            Some(s) => {
+                s.stale_refused += 1;
+                s.group.clone()
+            }
+            None => String::new(),
+        };
+        fleet.inner.metrics.fenced(&group);
+        warn!(
+            sidecar = %name, run_id = %result.run_id, node = %result.node, assignment = %result.assignment_id,
+            epoch = result.epoch, "result of an attempt that moved to another sidecar refused (fenced); not applied"
+        );
+        return;
+    }
     if state.orphans.get(&key).is_some_and(|o| o.assignment_id == result.assignment_id) {
         state.orphans.remove(&key);
     }
@@ -253,7 +327,20 @@ fn take_result(fleet: &Fleet, name: &str, result: AttemptResult) {
         None => {
             info!(sidecar = %name, run_id = %result.run_id, node = %result.node, "result with nobody waiting kept for the next dispatch of its attempt");
             state.inbox.insert(key, (result, Instant::now()));
+            // A resumed attempt may be waiting for exactly this.
+            fleet.inner.changed.send_modify(|n| *n = n.wrapping_add(1));
         }
+    }
+}
+
+/// A chunk of a running job's output: kept per attempt for `logs -f` and the console.
+fn live_output(fleet: &Fleet, chunk: madeira_proto::v1::LogChunk) {
+    let Some(engine) = fleet.inner.engine.get() else {
+        return;
+    };
+    let key = fleet.state().pending.get(&chunk.assignment_id).map(|p| p.attempt.clone());
+    if let Some(key) = key {
+        engine.live_logs().append(&key, &chunk.data);
     }
 }
 

@@ -38,6 +38,7 @@ fn sidecar(endpoint: &str, token: Option<&str>, dir: &std::path::Path) -> Sideca
         jobs: Default::default(),
         spool_dir: dir.to_path_buf(),
         socket: None,
+        exec: madeira_sidecar::ExecPolicy::owner_only(Vec::new()),
         shutdown_grace: Duration::from_secs(1),
         hide_env: Vec::new(),
         metrics: SidecarMetrics::unregistered(),

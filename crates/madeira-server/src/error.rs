@@ -81,6 +81,7 @@ impl From<EngineError> for ApiError {
             EngineError::ObserveOnly(_) => Self::new(StatusCode::CONFLICT, "observe_only", message),
             EngineError::Routing { .. } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "routing", message),
             EngineError::ShuttingDown => Self::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", message),
+            EngineError::BadText(_) => Self::new(StatusCode::BAD_REQUEST, "bad_text", message),
             EngineError::HolderSilent { owner } => {
                 Self::new(StatusCode::GATEWAY_TIMEOUT, "holder_silent", message)
                     .with_details(json!({"replica": owner}))
@@ -98,9 +99,31 @@ impl From<EngineError> for ApiError {
                 Self::new(StatusCode::CONFLICT, "held_elsewhere", message)
                     .with_details(json!({"replica": owner}))
             }
+            EngineError::Store(e) if e.is_unavailable() => {
+                tracing::warn!(error = %message, "answered 503: the store cannot write");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_unavailable",
+                    "the store cannot take writes right now (nothing was saved); retry shortly",
+                )
+                .with_details(json!({"retry_after_seconds": 1}))
+            }
+            EngineError::BadIdempotencyKey { ref key, .. } => {
+                Self::new(StatusCode::BAD_REQUEST, "bad_idempotency_key", message)
+                    .with_details(json!({"header": "Idempotency-Key", "key": key}))
+            }
+            EngineError::IdempotencyKeyReused { ref run_id, .. } => {
+                Self::new(StatusCode::CONFLICT, "idempotency_key_reused", message)
+                    .with_details(json!({"run_id": run_id}))
+            }
             EngineError::Store(_) | EngineError::BadStoredFlow { .. } => {
+                // The database's own text stays in the log: it may name tables, paths or values.
                 tracing::error!(error = %message, "internal error");
-                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error; the server log has the cause",
+                )
             }
         }
     }

@@ -5,6 +5,7 @@
 mod auth;
 mod error;
 mod ratelimit;
+mod rejections;
 mod routes;
 mod shared;
 mod views;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::access::{self, ExecPolicy, ObserveRule};
 use crate::template::Template;
 use crate::tls::{LinkTls, TlsSection};
 
@@ -41,6 +42,16 @@ pub struct SidecarConfig {
     pub socket: Option<PathBuf>,
     /// How long running jobs may finish on shutdown before they get SIGTERM.
     pub shutdown_grace: Option<String>,
+    /// Group given to the exec socket (0660); its members may report through it.
+    pub exec_group: Option<String>,
+    /// Users (names or uids) that may report besides root and the sidecar's own.
+    #[serde(default)]
+    pub exec_users: Vec<String>,
+    /// Flows `madeira exec` may report to: names, or prefixes ending in `*`
+    /// (default: the flows named after the declared jobs).
+    pub observe: Option<Vec<String>>,
+    /// Most distinct observe flows this sidecar reports to (default 100).
+    pub observe_max_flows: Option<usize>,
     /// TLS for an `https://` control plane: the CA to trust, and a client
     /// certificate for mTLS.
     pub tls: Option<TlsSection>,
@@ -124,6 +135,31 @@ impl SidecarConfig {
                 "tls: is set but control_plane `{endpoint}` is not https://; use https:// to turn TLS on"
             ))),
         }
+    }
+
+    /// The exec socket's policy: users and groups resolved, the observe list.
+    pub fn exec_policy(&self, file: &str) -> Result<ExecPolicy, ConfigError> {
+        let err = |message: String| ConfigError { file: file.to_string(), message };
+        let uids = self
+            .exec_users
+            .iter()
+            .map(|u| access::resolve_user(u).map_err(|e| err(format!("exec_users: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let gid = match &self.exec_group {
+            Some(g) => Some(access::resolve_group(g).map_err(|e| err(format!("exec_group: {e}")))?),
+            None => None,
+        };
+        let observe = match &self.observe {
+            Some(list) => list.iter().map(|r| ObserveRule::parse(r)).collect(),
+            None => self.jobs.keys().map(|j| ObserveRule::Exact(access::flow_name(j))).collect(),
+        };
+        Ok(ExecPolicy {
+            uids,
+            gids: gid.into_iter().collect(),
+            socket_gid: gid,
+            observe,
+            max_flows: self.observe_max_flows.unwrap_or(access::DEFAULT_MAX_OBSERVE_FLOWS),
+        })
     }
 
     pub fn shutdown_grace(&self, file: &str) -> Result<Duration, ConfigError> {

@@ -1,6 +1,8 @@
 //! The Unix socket `madeira exec` reports through: one JSON object a line (a start
 //! report, then a finish report), each answered `ok` once it is spooled. The
-//! sidecar forwards them to the control plane like any other report.
+//! sidecar forwards them to the control plane like any other report. The socket is
+//! 0660 and every peer is checked by its credentials; reports name only the flows
+//! the sidecar's `observe:` list allows (see `access`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -38,11 +40,14 @@ pub struct ExecMessage {
 }
 
 impl ExecMessage {
+    /// The report as forwarded: the flow normalized (what was checked is what is
+    /// recorded) and the host always the sidecar's own, never the client's.
     fn into_report(self, host: &str) -> ExecReport {
+        let flow = crate::access::flow_name(self.flow.as_deref().unwrap_or(&self.job));
         ExecReport {
             report_id: format!("{}-{}", self.exec_id, if self.finished { "finish" } else { "start" }),
             exec_id: self.exec_id,
-            flow: self.flow.unwrap_or_else(|| self.job.clone()),
+            flow,
             job: self.job,
             finished: self.finished,
             started_at_ms: self.started_at_ms,
@@ -50,7 +55,7 @@ impl ExecMessage {
             exit_code: self.exit_code,
             signal: self.signal,
             log_tail: self.log_tail.into_bytes(),
-            host: self.host.unwrap_or_else(|| host.to_string()),
+            host: host.to_string(),
         }
     }
 }
@@ -68,8 +73,11 @@ pub(crate) async fn serve(
         std::fs::create_dir_all(parent)?;
     }
     let listener = UnixListener::bind(path)?;
-    // Cron jobs of every user on the host report here.
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o666))?;
+    // Owner and `exec_group` only; every peer is checked again by its credentials.
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o660))?;
+    if let Some(gid) = shared.exec.socket_gid() {
+        std::os::unix::fs::chown(path, None, Some(gid))?;
+    }
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -92,6 +100,13 @@ pub(crate) async fn serve(
 
 async fn connection(stream: UnixStream, shared: Arc<Shared>) -> std::io::Result<()> {
     use tokio::io::AsyncReadExt;
+    let cred = stream.peer_cred()?;
+    let mut stream = stream;
+    if let Err(reason) = shared.exec.peer_allowed(cred.uid(), cred.gid(), cred.pid()) {
+        warn!(uid = cred.uid(), gid = cred.gid(), pid = ?cred.pid(), "exec socket: peer refused");
+        stream.write_all(format!("error: {reason}\n").as_bytes()).await?;
+        return Ok(());
+    }
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
     loop {
@@ -106,8 +121,17 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>) -> std::io::Result<
         }
         match serde_json::from_slice::<ExecMessage>(&line) {
             Ok(msg) => {
-                shared.report_exec(msg.into_report(&shared.identity.name)).await;
-                write.write_all(b"ok\n").await?;
+                let report = msg.into_report(&shared.identity.name);
+                match shared.exec.report_allowed(&report.flow) {
+                    Ok(()) => {
+                        shared.report_exec(report).await;
+                        write.write_all(b"ok\n").await?;
+                    }
+                    Err(reason) => {
+                        warn!(uid = cred.uid(), flow = %report.flow, "exec report refused: {reason}");
+                        write.write_all(format!("error: {reason}\n").as_bytes()).await?;
+                    }
+                }
             }
             Err(e) => write.write_all(format!("error: {e}\n").as_bytes()).await?,
         }

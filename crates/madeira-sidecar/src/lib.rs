@@ -7,6 +7,7 @@
 //! socket and the jobs until `cancel`, then drains: no new work, running jobs get
 //! `shutdown_grace` to finish, then SIGTERM (and SIGKILL after their grace).
 
+pub mod access;
 pub mod config;
 pub mod execsock;
 mod link;
@@ -27,6 +28,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+pub use access::{ExecPolicy, ObserveRule};
 pub use config::{ConfigError, JobSpec, SidecarConfig};
 pub use execsock::{ExecClient, ExecMessage};
 pub use link::{LinkError, LinkOptions, backoff, endpoint as link_endpoint};
@@ -39,8 +41,6 @@ pub use worker::Identity;
 pub enum SidecarError {
     #[error(transparent)]
     Spool(#[from] spool::SpoolError),
-    #[error("work directory {path}: {source}")]
-    WorkDir { path: String, source: std::io::Error },
 }
 
 /// Everything a sidecar needs, validated.
@@ -51,6 +51,8 @@ pub struct SidecarOptions {
     pub spool_dir: PathBuf,
     /// Unix socket for `madeira exec`; `None` for no socket.
     pub socket: Option<PathBuf>,
+    /// Who may report on the socket, and to which flows.
+    pub exec: ExecPolicy,
     /// On shutdown, how long running jobs may still finish before SIGTERM.
     pub shutdown_grace: Duration,
     /// Sidecar environment variables never passed to jobs (the token's).
@@ -86,11 +88,14 @@ pub struct Sidecar {
 
 impl Sidecar {
     pub fn new(options: SidecarOptions) -> Result<Self, SidecarError> {
+        // The spool directory holds the socket: others may traverse it (0711), not list it.
+        spool::private_dir(&options.spool_dir, 0o711)?;
         let spool =
             spool::Spool::open(&options.spool_dir.join("reports"), options.metrics.spool_pending.clone())?;
         let work_root = options.spool_dir.join("work");
-        std::fs::create_dir_all(&work_root)
-            .map_err(|source| SidecarError::WorkDir { path: work_root.display().to_string(), source })?;
+        // Jobs run as another `user` must reach their own (0700) attempt directory.
+        let switches_user = options.jobs.values().any(|j| j.user.is_some());
+        spool::private_dir(&work_root, if switches_user { 0o711 } else { 0o700 })?;
         let shared = worker::Shared::new(
             options.identity,
             options.jobs,
@@ -98,6 +103,7 @@ impl Sidecar {
             options.metrics,
             work_root,
             options.hide_env,
+            access::ExecAccess::new(options.exec),
         );
         Ok(Self {
             shared: Arc::new(shared),

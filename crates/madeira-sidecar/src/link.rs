@@ -152,6 +152,7 @@ async fn connect_once(
             .collect(),
         running: shared.running_list(),
         spooled: u32::try_from(pending.len()).unwrap_or(u32::MAX),
+        instance: shared.instance.clone(),
     };
     let _ = tx.send(SidecarMessage { msg: Some(SidecarMsg::Hello(hello)) }).await;
     let mut request = tonic::Request::new(ReceiverStream::new(rx));

@@ -1,10 +1,12 @@
 //! The disk spool: every report (result, refusal, exec report) is written here
 //! before it is sent and removed only when the control plane acknowledges it, so a
 //! report survives a lost connection, a control-plane outage and a sidecar restart.
-//! Files are written to a temporary name, synced, then renamed.
+//! Files are written to a temporary name, synced, then renamed; the directory is
+//! 0700 and every file 0600 (reports carry job output).
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,7 +38,7 @@ pub struct Spool {
 impl Spool {
     /// Opens (creating) the spool in `dir` and indexes what an earlier process left.
     pub fn open(dir: &Path, pending: Gauge) -> Result<Self, SpoolError> {
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        private_dir(dir, 0o700)?;
         let mut index = BTreeMap::new();
         for entry in std::fs::read_dir(dir).map_err(io(dir))?.flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
@@ -69,7 +71,13 @@ impl Spool {
         let name = format!("{millis:015}{seq:06}-{seq}-{}.report", sanitize(id));
         let tmp = self.dir.join(format!("{name}.tmp"));
         let path = self.dir.join(&name);
-        let mut file = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io(&tmp))?;
         file.write_all(&msg.encode_to_vec()).map_err(io(&tmp))?;
         file.sync_all().map_err(io(&tmp))?;
         std::fs::rename(&tmp, &path).map_err(io(&path))?;
@@ -134,6 +142,13 @@ impl Spool {
     }
 }
 
+/// Creates `dir` (and its parents) and sets its mode, e.g. 0700.
+pub fn private_dir(dir: &Path, mode: u32) -> Result<(), SpoolError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).map_err(io(dir))
+}
+
 /// Report ids are UUIDs; anything else is made file-name safe.
 fn sanitize(id: &str) -> String {
     id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
@@ -166,5 +181,20 @@ mod tests {
         let ids: Vec<&str> = pending.iter().map(|(id, _)| id.as_str()).collect();
         assert_eq!(ids, ["r1", "r2"]);
         assert_eq!(pending[0].1, msg(1));
+    }
+
+    #[test]
+    fn the_spool_is_0700_and_its_files_0600() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spool_dir = dir.path().join("reports");
+        let spool = Spool::open(&spool_dir, Gauge::default()).expect("open");
+        spool.put("r0", &msg(0)).expect("put");
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode(&spool_dir), 0o700);
+        let files: Vec<_> =
+            std::fs::read_dir(&spool_dir).expect("list").flatten().map(|e| e.path()).collect();
+        assert_eq!(files.len(), 1);
+        assert_eq!(mode(&files[0]), 0o600, "a report carries job output: owner only");
     }
 }

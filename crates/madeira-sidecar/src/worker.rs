@@ -36,10 +36,13 @@ struct Running {
     job: String,
     idempotency_key: String,
     shard_index: u32,
+    epoch: u64,
 }
 
 pub(crate) struct Shared {
     pub identity: Identity,
+    /// Random per process: tells the control plane a reconnect from a twin.
+    pub instance: String,
     pub jobs: BTreeMap<String, JobSpec>,
     limits: HashMap<String, Arc<Semaphore>>,
     running: Mutex<HashMap<String, Running>>,
@@ -52,6 +55,7 @@ pub(crate) struct Shared {
     pub tasks: TaskTracker,
     pub work_root: PathBuf,
     pub hide_env: Vec<String>,
+    pub exec: crate::access::ExecAccess,
 }
 
 impl Shared {
@@ -62,6 +66,7 @@ impl Shared {
         metrics: SidecarMetrics,
         work_root: PathBuf,
         hide_env: Vec<String>,
+        exec: crate::access::ExecAccess,
     ) -> Self {
         let limits = jobs
             .iter()
@@ -70,6 +75,7 @@ impl Shared {
             .collect();
         Self {
             identity,
+            instance: uuid::Uuid::now_v7().to_string(),
             jobs,
             limits,
             running: Mutex::new(HashMap::new()),
@@ -80,6 +86,7 @@ impl Shared {
             tasks: TaskTracker::new(),
             work_root,
             hide_env,
+            exec,
         }
     }
 
@@ -99,6 +106,7 @@ impl Shared {
                 job: r.job.clone(),
                 idempotency_key: r.idempotency_key.clone(),
                 shard_index: r.shard_index,
+                epoch: r.epoch,
             })
             .collect()
     }
@@ -193,6 +201,7 @@ impl Shared {
                     job: a.job.clone(),
                     idempotency_key: a.idempotency_key.clone(),
                     shard_index: a.shard_index,
+                    epoch: a.epoch,
                 },
             );
         }
@@ -264,6 +273,7 @@ impl Shared {
             log_tail: outcome.log_tail,
             duration_ms: u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
             job: a.job,
+            epoch: a.epoch,
         };
         self.report(&id, SidecarMessage { msg: Some(SidecarMsg::Result(result)) }).await;
         self.running().remove(&a.assignment_id);

@@ -38,6 +38,64 @@ pub enum StoreError {
     LeaseLost { owner: String, runs: Vec<String> },
     #[error("replica {holder} no longer holds the cluster role `{role}`: another replica took it over")]
     NotLeader { role: String, holder: String },
+    /// The store cannot take writes now (disk full, I/O error, connection lost,
+    /// store file deleted): nothing was written; retry later.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl StoreError {
+    /// Whether this is the store being unable to write for now (disk full, I/O
+    /// error, lost connection, a deleted store file) rather than a refusal of the
+    /// request itself: such requests answer 503 and may be retried.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Unavailable(_) => true,
+            StoreError::Db(e) => db_unavailable(e),
+            _ => false,
+        }
+    }
+
+    /// Whether a retry of the same transaction on a fresh connection may succeed
+    /// (PostgreSQL: connection lost, administrator shutdown, serialization failure,
+    /// deadlock). Every write is safe to retry: run ids are chosen before the
+    /// insert, so a commit that did happen makes its retry fail, never duplicate.
+    pub fn is_transient(&self) -> bool {
+        let StoreError::Db(e) = self else { return false };
+        match e {
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Protocol(_) => true,
+            sqlx::Error::Database(d) => {
+                d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().is_some()
+                    && d.code().is_some_and(|c| {
+                        c.starts_with("08")
+                            || ["57P01", "57P02", "57P03", "40001", "40P01"].contains(&c.as_ref())
+                    })
+            }
+            _ => false,
+        }
+    }
+}
+
+/// SQLite result codes (busy, locked, I/O, full, can't open, read-only, not a
+/// database) and PostgreSQL classes 08 (connection), 53 (resources: disk full),
+/// 57 (operator intervention), 58 (system error).
+fn db_unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(d) => {
+            let sqlite = d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some();
+            d.code().is_some_and(|c| match sqlite {
+                true => matches!(c.parse::<u32>().map(|n| n & 0xff), Ok(5 | 6 | 8 | 10 | 13 | 14 | 26)),
+                false => ["08", "53", "57", "58"].iter().any(|class| c.starts_with(class)),
+            })
+        }
+        _ => false,
+    }
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -126,6 +184,9 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes up to `batch` finished runs (and everything about them) finished
     /// before `before_ms`, and audit rows older than it. Returns runs deleted.
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64>;
+    /// A small durable write, to learn whether the store takes writes again after
+    /// a failure (the engine calls it while commits fail).
+    async fn probe(&self, now_ms: i64) -> Result<()>;
 }
 
 /// `reads` as stored: `[[upstream idx, data_version], ...]`.

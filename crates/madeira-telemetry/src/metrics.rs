@@ -100,6 +100,11 @@ pub struct Metrics {
     /// the last success.
     pub flow_last_scheduled: Family<FlowLabels, FloatGauge>,
     pub manual_confirm_pending: Family<NodeLabels, Gauge>,
+    /// Not in SPEC §8's fixed list: 1 while the store takes writes, 0 while
+    /// commits fail (disk full, I/O error, lost connection, deleted file).
+    pub store_up: Gauge,
+    /// Times the store stopped taking writes.
+    pub store_outages: Counter,
 }
 
 impl Metrics {
@@ -119,7 +124,10 @@ impl Metrics {
             flow_last_success: Family::default(),
             flow_last_scheduled: Family::default(),
             manual_confirm_pending: Family::default(),
+            store_up: Gauge::default(),
+            store_outages: Counter::default(),
         };
+        m.store_up.set(1);
         let r = registry;
         r.register("madeira_runs", "Finished runs by final status", Declared(m.runs.clone()));
         r.register("madeira_runs_active", "Runs RUNNING now", Declared(m.runs_active.clone()));
@@ -178,6 +186,12 @@ impl Metrics {
             "Nodes waiting in MANUAL_CONFIRM",
             Declared(m.manual_confirm_pending.clone()),
         );
+        r.register(
+            "madeira_store_up",
+            "1 while the store takes writes, 0 while they fail",
+            m.store_up.clone(),
+        );
+        r.register("madeira_store_outages", "Times the store stopped taking writes", m.store_outages.clone());
         m
     }
 }

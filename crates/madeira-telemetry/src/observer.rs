@@ -155,6 +155,13 @@ impl EngineObserver for MetricsObserver {
         self.metrics.node_queue_depth.get_or_create(&labels).set(i64::try_from(waiting).unwrap_or(i64::MAX));
     }
 
+    fn store_up(&self, up: bool) {
+        self.metrics.store_up.set(i64::from(up));
+        if !up {
+            self.metrics.store_outages.inc();
+        }
+    }
+
     fn cron_fired(&self, flow_name: &str, lateness: Duration) {
         let labels = flow(flow_name);
         self.metrics.cron_lateness.get_or_create(&labels).observe(lateness.as_secs_f64());

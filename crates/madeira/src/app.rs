@@ -1,7 +1,10 @@
 //! Assembles a control plane — telemetry, store, engine, HTTP API — so `serve`,
 //! `dev`, the demo, the benchmark and tests all build the same thing. One shutdown
-//! path: cancel the token, the server drains, the engine stops, spans are flushed
-//! last.
+//! path (SPEC §4.1): the API and the scheduler stop and the engine drains (no new
+//! attempts); in-process attempts get `shutdown_grace` to finish and the
+//! in-process sidecar its own grace; sidecar attempts are never cancelled (their
+//! sidecars spool the results for the next start); then the link stops taking
+//! results, everything stops, and spans are flushed last.
 //!
 //! Metrics: `Telemetry` owns the one Prometheus registry of the process; every
 //! component registers its families on `telemetry.registry_mut()` in `start`
@@ -27,6 +30,9 @@ pub struct ControlPlane {
     pub engine: EngineHandle,
     pub http_addr: Option<SocketAddr>,
     pub cancel: CancellationToken,
+    /// Fired first on shutdown: no new work (API, scheduler, dispatches).
+    drain: CancellationToken,
+    shutdown_grace: std::time::Duration,
     /// `/metrics` exposition and the span exporter.
     pub telemetry: madeira_telemetry::Running,
     tasks: Vec<JoinHandle<()>>,
@@ -50,6 +56,8 @@ pub struct PlaneOptions {
     pub telemetry: TelemetryOptions,
     /// The gRPC endpoint for sidecars and the in-process sidecar (`None`: no sidecars).
     pub fleet: Option<crate::sidecars::FleetSetup>,
+    /// On shutdown, how long in-process (http, builtin) attempts may finish.
+    pub shutdown_grace: std::time::Duration,
 }
 
 /// Opens the store named by `url` (`sqlite://…` or `postgres://…`/`postgresql://…`)
@@ -133,11 +141,12 @@ impl ControlPlane {
         let engine_options = EngineOptions { tracing: telemetry.tracing(), ..options.engine };
         let (engine, handle) = madeira_engine::build(store, executors, observers.clone(), engine_options);
         let cancel = CancellationToken::new();
+        let drain = CancellationToken::new();
         let mut tasks = Vec::new();
-        tasks.push(tokio::spawn(engine.run(cancel.clone())));
+        tasks.push(tokio::spawn(engine.run_until(drain.clone(), cancel.clone())));
         tasks.push(tokio::spawn(alert_task.run(cancel.clone())));
         let scheduler = madeira_engine::Scheduler::new(handle.clone(), observers);
-        tasks.push(tokio::spawn(scheduler.run(cancel.clone())));
+        tasks.push(tokio::spawn(scheduler.run(drain.clone())));
         let fleet = match (fleet, options.fleet) {
             (Some(fleet), Some(setup)) => {
                 fleet.attach_engine(handle.clone());
@@ -162,7 +171,7 @@ impl ControlPlane {
                 state = state.with_log_control(control);
             }
             state.mark_ready();
-            let shutdown = cancel.clone();
+            let shutdown = drain.clone();
             let tls = options.http_tls.clone();
             // The web console under `/`, over the same state as the API.
             let console = madeira_console::Console::new(
@@ -187,20 +196,25 @@ impl ControlPlane {
                 }
             }));
         }
-        Ok(Self { engine: handle, http_addr, cancel, telemetry, tasks, fleet })
+        let shutdown_grace = options.shutdown_grace;
+        Ok(Self { engine: handle, http_addr, cancel, drain, shutdown_grace, telemetry, tasks, fleet })
     }
 
     /// Applies every `*.yaml`/`*.yml` file in `dir`; the first invalid one aborts.
     pub async fn apply_dir(&self, dir: &Path) -> Result<usize> {
-        let mut files: Vec<_> = std::fs::read_dir(dir)
-            .with_context(|| format!("reading flows directory {}", dir.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
-            .collect();
-        files.sort();
+        let is_yaml = |p: &Path| p.extension().is_some_and(|x| x == "yaml" || x == "yml");
+        let mut files = Vec::new();
+        for entry in crate::files::dir_entries(dir).context("reading the flows directory")? {
+            match entry {
+                crate::files::Entry::File(file) if is_yaml(&file) => files.push(file),
+                crate::files::Entry::Skipped(file, why) if is_yaml(&file) => {
+                    anyhow::bail!("flows directory: {}: {why}", file.display())
+                }
+                _ => {}
+            }
+        }
         for file in &files {
-            let source =
-                std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+            let source = crate::files::read_text(file, crate::files::Confine::Within(dir))?;
             self.engine
                 .apply_flow(&file.display().to_string(), &source)
                 .await
@@ -209,10 +223,32 @@ impl ControlPlane {
         Ok(files.len())
     }
 
-    /// Stops the server and the engine and waits for them.
+    /// Shuts down gracefully (see the module doc) and waits for every part.
     pub async fn shutdown(mut self) {
-        if let Some(parts) = self.fleet.take() {
-            parts.stop_local_sidecar().await;
+        self.drain.cancel();
+        let parts = self.fleet.take();
+        let fleet = parts.as_ref().map(|p| p.fleet.clone());
+        let in_process = self.engine.stats().in_process();
+        if in_process > 0 {
+            tracing::info!(in_process, grace = ?self.shutdown_grace, "shutting down: letting in-process attempts finish");
+        }
+        let attempts = async {
+            if !self.engine.stats().wait_in_process_idle(self.shutdown_grace).await {
+                tracing::warn!(
+                    left = self.engine.stats().in_process(),
+                    "shutdown_grace over: aborting in-process attempts (the next start retries them)"
+                );
+            }
+        };
+        let local = async {
+            if let Some(parts) = parts {
+                parts.stop_local_sidecar().await;
+            }
+        };
+        tokio::join!(attempts, local);
+        if let Some(fleet) = fleet {
+            // Results from now on stay in the sidecars' spools for the next start.
+            fleet.close_intake();
         }
         self.cancel.cancel();
         for task in self.tasks {

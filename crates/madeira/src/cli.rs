@@ -157,10 +157,15 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Confirm a node waiting in MANUAL_CONFIRM: it becomes SUCCESS and its downstream runs.
     Confirm(NodeActionArgs),
+    /// Reject a node waiting in MANUAL_CONFIRM: it becomes FAILED.
     Reject(NodeActionArgs),
+    /// Run a SUCCESS, FAILED or SKIPPED node again (`--downstream`: and the nodes after it).
     Rerun(NodeActionArgs),
+    /// Mark a FAILED node SUCCESS by hand (its downstream then runs).
     MarkSuccess(NodeActionArgs),
+    /// Skip a node that waits (INIT, RETRYING, MANUAL_CONFIRM) or FAILED.
     Skip(NodeActionArgs),
     /// Cancel a run.
     Cancel {
@@ -208,6 +213,23 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+}
+
+impl Command {
+    /// Commands that only print (the client commands, validate, cron, crontab):
+    /// a closed pipe (`madeira sidecars | head`) ends them quietly, as it ends
+    /// `ls`. Servers, the sidecar and `exec` keep ignoring SIGPIPE and see EPIPE.
+    pub fn only_prints(&self) -> bool {
+        !matches!(
+            self,
+            Command::Dev(_)
+                | Command::Serve { .. }
+                | Command::Demo(_)
+                | Command::Bench(_)
+                | Command::Sidecar { .. }
+                | Command::Exec(_)
+        )
+    }
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,7 @@
 //! A small HTTP client for the control plane's API: bearer token, JSON in and out,
 //! `https://` with the system's roots or `--ca-file`, and the API's `{"error": …}`
-//! turned into a readable message.
+//! turned into a readable message. A password in `--server` never appears in an
+//! error: messages show the URL with it masked.
 
 use std::path::Path;
 use std::time::Duration;
@@ -13,6 +14,8 @@ use crate::cli::ServerArgs;
 
 pub struct Client {
     base: String,
+    /// `base` with any password masked, for messages.
+    shown: String,
     token: Option<String>,
     http: reqwest::Client,
 }
@@ -30,7 +33,8 @@ impl Client {
             builder = builder.tls_certs_only(ca_certs(path)?);
         }
         let http = builder.build()?;
-        Ok(Self { base: args.server.trim_end_matches('/').to_string(), token: args.token.clone(), http })
+        let base = args.server.trim_end_matches('/').to_string();
+        Ok(Self { shown: redact(&base), base, token: args.token.clone(), http })
     }
 
     pub async fn call(
@@ -53,17 +57,24 @@ impl Client {
             Some(Body::Yaml(text)) => req.header("content-type", "application/yaml").body(text),
             None => req,
         };
+        let shown = format!("{}/api/v1{path}", self.shown);
         let resp = req.send().await.map_err(|e| {
+            let e = e.without_url();
             let mut cause = e.to_string();
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
                 cause.push_str(&format!(": {s}"));
                 source = s.source();
             }
-            anyhow!("{method} {url}: {cause} (is the control plane running? set --server or MADEIRA_SERVER)")
+            anyhow!(
+                "{method} {shown}: {cause} (is the control plane running? set --server or MADEIRA_SERVER)"
+            )
         })?;
         let status = resp.status();
-        let text = resp.text().await?;
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| anyhow!("{method} {shown}: reading the answer: {}", e.without_url()))?;
         let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status.is_success() {
             return Ok(Reply { status, body });
@@ -84,10 +95,29 @@ impl Client {
     }
 }
 
+/// `url` with the password of its user info masked (`http://u:***@host`); a user
+/// info without a password may be a token, so it is masked whole.
+pub fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let start = scheme_end + 3;
+    let rest = &url[start..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_string();
+    };
+    let masked = match authority[..at].split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None => "***".to_string(),
+    };
+    format!("{}{masked}{}", &url[..start], &rest[at..])
+}
+
 /// The certificates of `--ca-file`: the only roots trusted then.
 fn ca_certs(path: &Path) -> Result<Vec<reqwest::Certificate>> {
-    let pem = std::fs::read(path)
-        .with_context(|| format!("--ca-file/MADEIRA_CA_FILE: cannot read {}", path.display()))?;
+    let pem = crate::files::read_bytes(path, crate::files::Confine::Anywhere)
+        .context("--ca-file/MADEIRA_CA_FILE")?;
     let certs = reqwest::Certificate::from_pem_bundle(&pem)
         .with_context(|| format!("--ca-file/MADEIRA_CA_FILE: {} is not PEM", path.display()))?;
     if certs.is_empty() {
@@ -99,4 +129,18 @@ fn ca_certs(path: &Path) -> Result<Vec<reqwest::Certificate>> {
 pub enum Body {
     Json(Value),
     Yaml(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_in_server_urls_are_masked() {
+        assert_eq!(redact("https://sre:s3cret@madeira:7070/x"), "https://sre:***@madeira:7070/x");
+        assert_eq!(redact("http://tok3n@madeira"), "http://***@madeira");
+        assert_eq!(redact("http://madeira:7070/a@b"), "http://madeira:7070/a@b");
+        assert_eq!(redact("http://u:p:q@h?x=1"), "http://u:***@h?x=1");
+        assert_eq!(redact("not a url"), "not a url");
+    }
 }

@@ -44,6 +44,11 @@ pub struct ServerConfig {
     pub alerts: madeira_alert::AlertsConfig,
     /// A sidecar silent this long is lost and its attempts move (default 30s).
     pub sidecar_lost_after: Option<String>,
+    /// On SIGTERM, how long in-process (http, builtin) attempts may still finish
+    /// (default 30s); sidecar attempts are never cancelled by a shutdown.
+    pub shutdown_grace: Option<String>,
+    /// Live output kept per running sidecar attempt, in bytes (default 1 MiB).
+    pub live_log_bytes: Option<usize>,
     /// HTTPS on the `http:` listener.
     pub tls: Option<crate::tls::HttpTls>,
     /// TLS on the sidecar link; `client_ca_file` makes it mTLS.
@@ -80,8 +85,8 @@ pub struct TokenSpec {
 impl ServerConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError { file: file.clone(), message: format!("cannot read: {e}") })?;
+        let text = crate::files::read_text(path, crate::files::Confine::Anywhere)
+            .map_err(|e| ConfigError { file: file.clone(), message: e.problem.to_string() })?;
         let mut config: ServerConfig = serde_saphyr::from_str(&text)
             .map_err(|e| ConfigError { file: file.clone(), message: e.to_string() })?;
         if let Ok(store) = std::env::var("MADEIRA_STORE") {
@@ -172,6 +177,17 @@ impl ServerConfig {
         }
     }
 
+    /// `shutdown_grace`, default 30s.
+    pub fn shutdown_grace(&self, file: &str) -> Result<Duration, ConfigError> {
+        match &self.shutdown_grace {
+            None => Ok(Duration::from_secs(30)),
+            Some(text) => madeira_core::spec::parse_duration(text).map_err(|message| ConfigError {
+                file: file.to_string(),
+                message: format!("shutdown_grace: {message}"),
+            }),
+        }
+    }
+
     /// The gRPC listen address for sidecars, checked.
     pub fn grpc_addr(&self, file: &str, default: &str) -> Result<SocketAddr, ConfigError> {
         let text = self.grpc.as_deref().unwrap_or(default);
@@ -202,9 +218,8 @@ impl ServerConfig {
                 (Some(var), None) => std::env::var(var).map_err(|_| {
                     err(format!("auth.sidecar_tokens `{}`: env variable {var} is not set", spec.group))
                 })?,
-                (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
-                    err(format!("auth.sidecar_tokens `{}`: cannot read {}: {e}", spec.group, path.display()))
-                })?,
+                (None, Some(path)) => crate::files::read_text(path, crate::files::Confine::Anywhere)
+                    .map_err(|e| err(format!("auth.sidecar_tokens `{}`: {e}", spec.group)))?,
                 _ => {
                     return Err(err(format!(
                         "auth.sidecar_tokens `{}`: give exactly one of token_env or token_file",
@@ -224,6 +239,32 @@ impl ServerConfig {
         Ok(out)
     }
 
+    /// Refuses a secret used by two entries of `auth.tokens` and
+    /// `auth.sidecar_tokens`: the first match would win, so one of them could act
+    /// as the other.
+    pub fn distinct_secrets(
+        file: &str,
+        users: &AuthConfig,
+        sidecars: &[madeira_fleet::GroupToken],
+    ) -> Result<(), ConfigError> {
+        let users = users.tokens.iter().flatten().map(|t| (format!("auth.tokens `{}`", t.name), &t.token));
+        let groups = sidecars.iter().map(|t| (format!("auth.sidecar_tokens `{}`", t.group), &t.token));
+        let mut seen: Vec<(String, &String)> = Vec::new();
+        for (entry, secret) in users.chain(groups) {
+            if let Some((first, _)) = seen.iter().find(|(_, s)| *s == secret) {
+                return Err(ConfigError {
+                    file: file.to_string(),
+                    message: format!(
+                        "{first} and {entry} have the same secret; give each entry its own token \
+                         (e.g. `openssl rand -hex 32`)"
+                    ),
+                });
+            }
+            seen.push((entry, secret));
+        }
+        Ok(())
+    }
+
     /// Bearer tokens read from their env variables or files; refuses an empty set.
     pub fn auth(&self, file: &str) -> Result<AuthConfig, ConfigError> {
         let err = |message: String| ConfigError { file: file.to_string(), message };
@@ -240,9 +281,8 @@ impl ServerConfig {
                 (Some(var), None) => std::env::var(var).map_err(|_| {
                     err(format!("auth.tokens `{}`: env variable {var} is not set", spec.name))
                 })?,
-                (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
-                    err(format!("auth.tokens `{}`: cannot read {}: {e}", spec.name, path.display()))
-                })?,
+                (None, Some(path)) => crate::files::read_text(path, crate::files::Confine::Anywhere)
+                    .map_err(|e| err(format!("auth.tokens `{}`: {e}", spec.name)))?,
                 _ => {
                     return Err(err(format!(
                         "auth.tokens `{}`: give exactly one of token_env or token_file",

@@ -12,12 +12,17 @@ mod client;
 mod commands;
 mod config;
 mod crontab;
+mod files;
 mod logging;
 mod sidecars;
 mod tls;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
+    if cli.command.only_prints() {
+        // SAFETY: restoring the default disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let log_control = logging::init(&cli.global);
     let telemetry = cli.global.telemetry(log_control);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

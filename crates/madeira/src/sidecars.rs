@@ -117,6 +117,8 @@ fn local_sidecar(local: LocalSidecar, grpc: SocketAddr, registry: &mut Registry)
         jobs: local.jobs,
         spool_dir: local.dir,
         socket: local.socket,
+        // `dev` is loopback-only without auth: its sidecar observes any flow.
+        exec: madeira_sidecar::ExecPolicy::owner_only(vec![madeira_sidecar::ObserveRule::parse("*")]),
         shutdown_grace: Duration::from_secs(10),
         hide_env: Vec::new(),
         metrics: SidecarMetrics::register(registry),
@@ -129,7 +131,9 @@ pub fn load_jobs(path: &std::path::Path) -> Result<BTreeMap<String, JobSpec>> {
     let file = path.display().to_string();
     let bad =
         |e: madeira_sidecar::ConfigError| crate::config::ConfigError { file: e.file, message: e.message };
-    let config = madeira_sidecar::SidecarConfig::load(path).map_err(bad)?;
+    let text = crate::files::read_text(path, crate::files::Confine::Anywhere)
+        .map_err(|e| crate::config::ConfigError { file: file.clone(), message: e.problem.to_string() })?;
+    let config = madeira_sidecar::SidecarConfig::parse(&file, &text).map_err(bad)?;
     Ok(config.jobs(&file).map_err(bad)?)
 }
 

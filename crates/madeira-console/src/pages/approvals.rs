@@ -166,7 +166,7 @@ fn card(ctx: &Ctx, p: &Pending, group: Option<usize>, now: i64) -> Markup {
                     a href=(run_href(&p.run_id)) { (t(lang, "Run")) " " code { (short(&p.run_id)) } }
                     " · " (t(lang, "Waiting for")) " " @if let Some(s) = p.since { (span_text(lang, ((now - s).max(0) / 1000) as u64)) } @else { "-" }
                     @if let Some(a) = p.alert_at { " · " (t(lang, "Escalates")) " " (stamp(lang, Some(a), now)) }
-                    @if let Some(f) = p.fallback_at { " · " (t(lang, "Fallback")) " " (stamp(lang, Some(f), now)) }
+                    @if let Some(f) = p.fallback_at { " · " (t(lang, "Falls back")) " " (stamp(lang, Some(f), now)) }
                 }
             }
             div.approval-actions { (dialog("confirm", "Confirm", false).render(ctx)) (dialog("reject", "Reject", true).render(ctx)) }

@@ -12,7 +12,7 @@ use crate::model::{
 use super::graph::{self, Ids};
 use super::node::{self, Defaults};
 use super::raw::{RawConcurrency, RawDefaults, RawFlow, RawNode, RawRouting, Span};
-use super::report::{At, Report, cel_error, did_you_mean, line_of, one_of};
+use super::report::{At, Report, did_you_mean, line_of, one_of};
 use super::trigger;
 
 const OVERLAPS: &[&str] = &["queue", "skip", "cancel_previous"];
@@ -181,7 +181,6 @@ fn routing(report: &mut Report, raw: &Span<RawRouting>) -> Option<RoutingDef> {
 fn routing_condition(report: &mut Report, at: At<'_>, source: &str) -> Option<Condition> {
     let cond = Condition::compile(source)
         .map_err(|e| {
-            let e = cel_error(&e.0);
             report.push(at, format!("routing `when` is not valid CEL: {e}"));
         })
         .ok()?;

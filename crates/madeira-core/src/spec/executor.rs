@@ -4,8 +4,9 @@
 use crate::keyexpr::KeyExpr;
 use crate::model::{BuiltinDef, BuiltinKind, ExecutorDef, HttpDef, SidecarDef, SidecarRoute};
 
-use super::raw::{RawExecutor, RawHttp, RawSidecar, Span};
+use super::raw::{RawExecutor, RawHttp, RawShards, RawSidecar, Span};
 use super::report::{At, Report, did_you_mean, one_of};
+use serde_saphyr::Spanned;
 
 const BUILTINS: &[&str] = &["noop", "sleep", "fail"];
 const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
@@ -163,16 +164,26 @@ fn sidecar(report: &mut Report, at: At<'_>, raw: &RawSidecar) -> Option<SidecarD
     let group = text("group", &raw.group);
     let job = text("job", &raw.job);
     let shards = match &raw.shards {
-        Some(s) => report.limit(at, "shards", s, 1),
+        Some(s) => match &s.value {
+            RawShards::Count(n) => report.limit(at, "shards", &Spanned::new(*n, s.referenced, s.defined), 1),
+            RawShards::Word(w) if w == "all" => Some(SidecarDef::ALL),
+            RawShards::Word(w) => {
+                report.push(
+                    at.at(s),
+                    format!("`shards` is a number or `all` (one attempt per live sidecar), got `{w}`"),
+                );
+                None
+            }
+        },
         None => Some(1),
     };
     let route = route(report, at, raw);
     Some(SidecarDef { group: group?, job: job?, shards: shards?, route: route? })
 }
 
-const ROUTES: &[&str] = &["round_robin", "least_busy"];
+const ROUTES: &[&str] = &["round_robin", "least_busy", "random"];
 
-/// `route: round_robin | least_busy`, or `hash_key: CEL` for consistent hashing.
+/// `route: round_robin | least_busy | random`, or `hash_key: CEL` for consistent hashing.
 fn route(report: &mut Report, at: At<'_>, raw: &RawSidecar) -> Option<SidecarRoute> {
     match (&raw.route, &raw.hash_key) {
         (Some(r), Some(_)) => {
@@ -189,6 +200,7 @@ fn route(report: &mut Report, at: At<'_>, raw: &RawSidecar) -> Option<SidecarRou
         (Some(r), None) => match r.value.as_str() {
             "round_robin" => Some(SidecarRoute::RoundRobin),
             "least_busy" => Some(SidecarRoute::LeastBusy),
+            "random" => Some(SidecarRoute::Random),
             other => {
                 let hint = did_you_mean(other, ROUTES.iter().copied());
                 report.push(

@@ -10,7 +10,7 @@ use crate::retry::RetryPolicy;
 
 use super::executor::executor;
 use super::raw::{RawManual, RawNode, RawRetry, RawThrottle, Span};
-use super::report::{At, Report, cel_error, did_you_mean, line_of};
+use super::report::{At, Report, did_you_mean, line_of};
 
 /// Default node timeout when neither the node nor `defaults` sets one.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -74,7 +74,7 @@ fn condition(report: &mut Report, at: At<'_>, when: &Span<String>) -> Option<Con
     let cond = match Condition::compile(&when.value) {
         Ok(c) => c,
         Err(e) => {
-            report.push(at, format!("`when` is not valid CEL: {}", cel_error(&e.0)));
+            report.push(at, format!("`when` is not valid CEL: {e}"));
             return None;
         }
     };

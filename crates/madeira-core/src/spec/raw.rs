@@ -123,11 +123,19 @@ pub(crate) struct RawHttp {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawShards {
+    Count(i64),
+    Word(String),
+}
+
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSidecar {
     pub group: Option<Span<String>>,
     pub job: Option<Span<String>>,
-    pub shards: Option<Span<i64>>,
+    /// A number, or `all` (one per live sidecar).
+    pub shards: Option<Span<RawShards>>,
     /// `round_robin` (default) or `least_busy`.
     pub route: Option<Span<String>>,
     /// CEL over `params`/`nodes`: consistent hashing on its value.

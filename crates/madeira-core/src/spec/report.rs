@@ -152,24 +152,3 @@ pub(crate) fn sanitize(text: &str) -> String {
     }
     text.chars().map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() }).collect()
 }
-
-/// Condenses a CEL parser error (multi-line, with a caret drawing and the full token
-/// list) to `at column C: what`, one clause per error.
-pub(crate) fn cel_error(raw: &str) -> String {
-    let clauses: Vec<String> = raw
-        .lines()
-        .filter_map(|l| l.strip_prefix("ERROR: "))
-        .map(|l| {
-            let l = l.strip_prefix("<input>:").unwrap_or(l);
-            let (column, rest) = match l.split_once(": ") {
-                Some((pos, rest)) => (pos.rsplit(':').next().unwrap_or(pos), rest),
-                None => ("?", l),
-            };
-            let rest = rest.strip_prefix("Syntax error: ").unwrap_or(rest);
-            let rest = rest.split(" expecting {").next().unwrap_or(rest);
-            let rest = rest.replace("mismatched input '<EOF>'", "the expression ends too early");
-            format!("at column {column}: {rest}")
-        })
-        .collect();
-    if clauses.is_empty() { raw.trim().to_string() } else { clauses.join("; ") }
-}

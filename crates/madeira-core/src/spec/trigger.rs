@@ -30,6 +30,9 @@ const ALIASES: &[(&str, &str)] = &[
 
 /// Parses a cron expression: 5 fields, 6 with leading seconds, or an alias
 /// (`@yearly`, `@annually`, `@monthly`, `@weekly`, `@daily`, `@midnight`, `@hourly`).
+/// Day of month and day of week combine as in cronie: either matches when both
+/// are restricted, both must when one starts with `*` (`0 0 */2 * 1` is odd days
+/// that are Mondays; `0 0 1,15 * 1` is the 1st, the 15th and every Monday).
 pub fn parse_cron(expr: &str) -> Result<Cron, String> {
     let trimmed = expr.trim();
     let pattern = if trimmed.starts_with('@') {
@@ -52,14 +55,23 @@ pub fn parse_cron(expr: &str) -> Result<Cron, String> {
              e.g. `5 1 * * *`) or 6 with seconds first"
         ));
     }
-    CronParser::builder().seconds(Seconds::Optional).year(Year::Disallowed).build().parse(pattern).map_err(
-        |e| {
+    // Day of month and day of week: cronie (and Vixie cron) OR them only when
+    // neither field starts with `*`; when one does (`*`, `*/2`) both must match.
+    let parts: Vec<&str> = pattern.split_whitespace().collect();
+    let starred = |f: &str| f.starts_with('*') || f.starts_with('?');
+    let and = starred(parts[fields - 3]) || starred(parts[fields - 1]);
+    CronParser::builder()
+        .seconds(Seconds::Optional)
+        .year(Year::Disallowed)
+        .dom_and_dow(and)
+        .build()
+        .parse(pattern)
+        .map_err(|e| {
             format!(
                 "bad cron `{expr}`: {e}; fields are minute 0-59, hour 0-23, day 1-31, \
                  month 1-12, weekday 0-7 (6 fields: seconds 0-59 first)"
             )
-        },
-    )
+        })
 }
 
 /// Rejects an expression that parses but names no real date (`0 0 30 2 *`); the

@@ -22,12 +22,13 @@ impl Engine {
 
     /// Another replica took these runs over: stop our attempts of them.
     pub(super) fn lost(&mut self, runs: &[String]) {
-        self.running.retain(|(run_id, _), token| {
+        self.running.retain(|(run_id, _), running| {
             let lost = runs.contains(run_id);
             if lost {
-                token.cancel();
+                running.token.cancel();
             }
             !lost
         });
+        self.publish_in_process();
     }
 }

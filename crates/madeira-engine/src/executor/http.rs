@@ -1,7 +1,9 @@
 //! The `http` executor: 2xx is success (a JSON object body becomes the outputs),
 //! 5xx, timeouts and connection errors are retryable, 4xx is not. The target is
 //! resolved and checked against the `HttpPolicy` first, and the request is pinned
-//! to the checked address so DNS cannot swap it afterwards.
+//! to the checked address so DNS cannot swap it afterwards. The body is streamed
+//! and read up to `http_executor.max_response_bytes`: a longer one fails the
+//! attempt, so one response cannot swell the control plane's memory.
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -28,7 +30,7 @@ impl HttpExecutor {
         let host = url.host_str().ok_or_else(|| format!("url `{url}` has no host"))?.to_string();
         if !self.policy.host_allowed(&host) {
             return Err(format!(
-                "host `{host}` is not in http.allow_hosts of the server config; add it there"
+                "host `{host}` is not in http_executor.allow_hosts of the server config; add it there"
             ));
         }
         let port = url.port_or_known_default().unwrap_or(80);
@@ -39,7 +41,7 @@ impl HttpExecutor {
             .collect();
         let first = *addrs.first().ok_or_else(|| format!("`{host}` resolves to no address"))?;
         for addr in &addrs {
-            if let Some(why) = self.policy.refuse_addr(addr.ip()) {
+            if let Some(why) = self.policy.refuse_addr(&host, addr.ip()) {
                 return Err(format!("`{host}` resolves to {}: {why}", addr.ip()));
             }
         }
@@ -96,10 +98,30 @@ impl Executor for HttpExecutor {
         };
         let response = match response {
             Ok(r) => r,
-            Err(e) => return AttemptResult::failure(format!("{method} {url}: {e}"), true),
+            Err(e) => return AttemptResult::failure(format!("{method} {url}: {}", chain(&e)), true),
         };
         let status = response.status();
-        let body = response.text().await.unwrap_or_default();
+        let limit = self.policy.max_response_bytes();
+        let body = tokio::select! {
+            body = read_capped(response, limit) => body,
+            _ = cancel.cancelled() => return AttemptResult::failure("aborted", false),
+        };
+        let body = match body {
+            Ok(body) => body,
+            Err(BodyError::TooLarge) if status.is_success() => {
+                return AttemptResult::failure(
+                    format!(
+                        "{method} {url} answered {status} with a body over http_executor.max_response_bytes \
+                         ({limit} bytes); return less data or raise the limit in the server config"
+                    ),
+                    false,
+                );
+            }
+            Err(BodyError::TooLarge) => format!("(body over {limit} bytes, not read)"),
+            Err(BodyError::Read(e)) => {
+                return AttemptResult::failure(format!("{method} {url}: reading the body: {e}"), true);
+            }
+        };
         let log = format!(
             "{method} {url} -> {} in {} ms\n{}\n",
             status.as_u16(),
@@ -118,3 +140,38 @@ impl Executor for HttpExecutor {
         }
     }
 }
+
+enum BodyError {
+    TooLarge,
+    Read(String),
+}
+
+/// Reads the body chunk by chunk, giving up as soon as it passes `limit` bytes
+/// (or announces more in `Content-Length`) without holding more than that.
+async fn read_capped(mut response: reqwest::Response, limit: u64) -> Result<String, BodyError> {
+    if response.content_length().is_some_and(|n| n > limit) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| BodyError::Read(chain(&e)))? {
+        if (body.len() + chunk.len()) as u64 > limit {
+            return Err(BodyError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// An error with its sources, `a: b: c` (reqwest's own text hides the cause).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests;

@@ -32,8 +32,12 @@ pub struct Job {
     pub input: Json,
     pub timeout: Duration,
     /// W3C `traceparent` of the attempt's span, handed to the job (env `TRACEPARENT`,
-    /// or the `traceparent` header for http); `None` when tracing is off.
+    /// or the `traceparent` header for http), exported or not.
     pub traceparent: Option<String>,
+    /// The node was RUNNING when this control plane started (crash or restart):
+    /// the previous attempt may still run on a sidecar, which should be given the
+    /// chance to claim it before the attempt is placed anew.
+    pub resumed: bool,
 }
 
 /// How an attempt ended.
@@ -81,6 +85,12 @@ pub struct Executors {
 impl Executors {
     pub fn new(http: HttpPolicy) -> Self {
         Self { http: HttpExecutor::new(http), sidecar: None }
+    }
+
+    /// True when an attempt of `def` runs inside this process (http, builtin), false
+    /// for one a sidecar runs (it outlives a control-plane shutdown).
+    pub fn in_process(&self, def: &ExecutorDef) -> bool {
+        !matches!((def, &self.sidecar), (ExecutorDef::Sidecar(_), Some(_)))
     }
 
     /// Why a node running `def` must wait in INIT before it is dispatched.

@@ -51,9 +51,6 @@ pub async fn trigger(
         ),
         None => None,
     };
-    if key.as_ref().is_some_and(|k| k.is_empty() || k.len() > 256) {
-        return Err(ApiError::bad_request("Idempotency-Key must be 1 to 256 characters"));
-    }
     let outcome = state
         .engine
         .trigger(TriggerRequest {

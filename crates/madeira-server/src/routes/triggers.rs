@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -35,7 +35,24 @@ pub async fn event(
             "an event needs `type` and `id` (1 to 200 characters each); `id` is what makes a redelivery a duplicate",
         ));
     }
+    for (field, text) in [("type", &body.kind), ("id", &body.id)] {
+        madeira_core::text::check_text(field, text)
+            .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, "bad_text", m))?;
+    }
     let flows = state.engine.event_flows(&body.kind).await?;
+    if flows.is_empty() {
+        let known = state.engine.event_types().await?;
+        if !known.contains(&body.kind) {
+            let list: Vec<&str> = known.iter().map(String::as_str).collect();
+            let hint = if list.is_empty() { "none".to_string() } else { list.join(", ") };
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no_listener",
+                format!("no flow listens to event type `{}`; known types: {hint}", body.kind),
+            )
+            .with_details(json!({"type": body.kind, "known_types": list})));
+        }
+    }
     // A redelivery Redis remembers, for every flow listening now, is answered
     // from there: no rate-limit slot, no store round trip.
     if let Some(seen) = state.shared.seen_event(&body.kind, &body.id).await {

@@ -264,13 +264,27 @@ async fn pump(
     sink: Option<mpsc::Sender<Vec<u8>>>,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
+    // Live output never blocks the job: while the link lags, chunks are dropped and
+    // the next one that goes through says how many bytes were lost.
+    let mut dropped: usize = 0;
     loop {
         match stream.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 tail.lock().unwrap_or_else(|p| p.into_inner()).push(&buf[..n]);
                 if let Some(sink) = &sink {
-                    let _ = sink.try_send(buf[..n].to_vec());
+                    let mut chunk = Vec::with_capacity(n + 64);
+                    if dropped > 0 {
+                        chunk.extend_from_slice(
+                            format!("\n[madeira] {dropped} bytes of live output dropped (link busy)\n")
+                                .as_bytes(),
+                        );
+                    }
+                    chunk.extend_from_slice(&buf[..n]);
+                    match sink.try_send(chunk) {
+                        Ok(()) => dropped = 0,
+                        Err(_) => dropped += n,
+                    }
                 }
             }
         }

@@ -56,6 +56,7 @@ pub(super) async fn prepare(
         .await
         .map_err(|e| format!("cannot write {}: {e}", input.display()))?;
     let _ = tokio::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).await;
+    let _ = tokio::fs::set_permissions(&input, std::fs::Permissions::from_mode(0o600)).await;
     if let Some(u) = &user {
         for path in [dir, input.as_path()] {
             std::os::unix::fs::chown(path, Some(u.uid), Some(u.gid))

@@ -20,28 +20,28 @@ const DELIVERY_COLUMNS: &str =
 #[async_trait]
 impl AlertStore for PostgresStore {
     async fn write_alerts(&self, batch: &AlertBatch) -> Result<()> {
-        write(&self.pool, batch).await
+        super::retry(|| write(&self.pool, batch)).await
     }
     async fn open_alerts(&self) -> Result<OpenAlerts> {
-        open(&self.pool).await
+        super::retry(|| open(&self.pool)).await
     }
     async fn list_alerts(&self, query: &AlertQuery) -> Result<Vec<AlertRow>> {
-        list(&self.pool, query).await
+        super::retry(|| list(&self.pool, query)).await
     }
     async fn deliveries_of(&self, alert_ids: &[String]) -> Result<Vec<DeliveryRow>> {
-        deliveries_of(&self.pool, alert_ids).await
+        super::retry(|| deliveries_of(&self.pool, alert_ids)).await
     }
     async fn prune_alerts(&self, before_ms: i64) -> Result<u64> {
-        prune(&self.pool, before_ms).await
+        super::retry(|| prune(&self.pool, before_ms)).await
     }
     async fn push_alert_events(&self, bodies: &[Json], now_ms: i64) -> Result<()> {
-        super::inbox::push(&self.pool, bodies, now_ms).await
+        super::retry(|| super::inbox::push(&self.pool, bodies, now_ms)).await
     }
     async fn alert_events(&self, limit: u32) -> Result<Vec<InboxEvent>> {
-        super::inbox::read(&self.pool, limit).await
+        super::retry(|| super::inbox::read(&self.pool, limit)).await
     }
     async fn lead(&self, role: &str, holder: &str, now_ms: i64, lease_ms: i64) -> Result<bool> {
-        super::inbox::lead(&self.pool, role, holder, now_ms, lease_ms).await
+        super::retry(|| super::inbox::lead(&self.pool, role, holder, now_ms, lease_ms)).await
     }
 }
 

@@ -75,100 +75,136 @@ impl PostgresStore {
 #[async_trait]
 impl Store for PostgresStore {
     async fn put_flow(&self, name: &str, source: &str, hash: &str, now_ms: i64) -> Result<PutFlow> {
-        flows::put_flow(&self.pool, name, source, hash, now_ms).await
+        retry(|| flows::put_flow(&self.pool, name, source, hash, now_ms)).await
     }
     async fn get_flow(&self, name: &str) -> Result<Option<FlowRecord>> {
-        flows::get_flow(&self.pool, name).await
+        retry(|| flows::get_flow(&self.pool, name)).await
     }
     async fn list_flows(&self) -> Result<Vec<FlowRecord>> {
-        flows::list_flows(&self.pool).await
+        retry(|| flows::list_flows(&self.pool)).await
     }
     async fn flow_version(&self, name: &str, version: u32) -> Result<Option<FlowVersion>> {
-        flows::flow_version(&self.pool, name, version).await
+        retry(|| flows::flow_version(&self.pool, name, version)).await
     }
     async fn flow_versions(&self, name: &str) -> Result<Vec<FlowVersion>> {
-        flows::flow_versions(&self.pool, name).await
+        retry(|| flows::flow_versions(&self.pool, name)).await
     }
     async fn set_paused(&self, name: &str, paused: bool, now_ms: i64) -> Result<bool> {
-        flows::set_paused(&self.pool, name, paused, now_ms).await
+        retry(|| flows::set_paused(&self.pool, name, paused, now_ms)).await
     }
     async fn create_run(&self, run: &NewRun) -> Result<CreateOutcome> {
-        let mut outcomes = runs::create_runs(&self.pool, std::slice::from_ref(run)).await?;
+        let mut outcomes = retry(|| runs::create_runs(&self.pool, std::slice::from_ref(run))).await?;
         outcomes.pop().ok_or_else(|| StoreError::Refused("no outcome for the run".into()))
     }
     async fn create_runs(&self, runs: &[NewRun]) -> Result<Vec<CreateOutcome>> {
-        runs::create_runs(&self.pool, runs).await
+        retry(|| runs::create_runs(&self.pool, runs)).await
     }
     async fn promote_queued(&self, flow: &str, max: u32, now_ms: i64) -> Result<Option<String>> {
-        runs::promote_queued(&self.pool, flow, max, now_ms).await
+        retry(|| runs::promote_queued(&self.pool, flow, max, now_ms)).await
     }
     async fn commit(&self, batch: &Batch) -> Result<()> {
-        commit::commit(&self.pool, batch).await
+        retry(|| commit::commit(&self.pool, batch)).await
     }
     async fn last_cron_key(&self, flow: &str) -> Result<Option<String>> {
-        read::last_cron_key(&self.pool, flow).await
+        retry(|| read::last_cron_key(&self.pool, flow)).await
     }
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>> {
-        read::load_run(&self.pool, run_id).await
+        retry(|| read::load_run(&self.pool, run_id)).await
     }
     async fn unfinished_runs(&self) -> Result<Vec<String>> {
-        read::unfinished_runs(&self.pool).await
+        retry(|| read::unfinished_runs(&self.pool)).await
     }
     async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRow>> {
-        read::list_runs(&self.pool, query).await
+        retry(|| read::list_runs(&self.pool, query)).await
     }
     async fn transitions(&self, run_id: &str) -> Result<Vec<TransitionRecord>> {
-        read::transitions(&self.pool, run_id).await
+        retry(|| read::transitions(&self.pool, run_id)).await
     }
     async fn put_log(&self, log: &LogRecord) -> Result<()> {
-        runs::put_log(&self.pool, log).await
+        retry(|| runs::put_log(&self.pool, log)).await
     }
     async fn logs(&self, run_id: &str, node: &str) -> Result<Vec<LogRecord>> {
-        read::logs(&self.pool, run_id, node).await
+        retry(|| read::logs(&self.pool, run_id, node)).await
     }
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
-        read::audit(&self.pool, query).await
+        retry(|| read::audit(&self.pool, query)).await
     }
     async fn claim_run(&self, run_id: &str, lease: &Lease, steal_idle: bool) -> Result<Claim> {
-        lease::claim_run(&self.pool, run_id, lease, steal_idle, None).await
+        retry(|| lease::claim_run(&self.pool, run_id, lease, steal_idle, None)).await
     }
     async fn adopt_run(&self, run_id: &str, from: &str, lease: &Lease) -> Result<Claim> {
-        lease::claim_run(&self.pool, run_id, lease, true, Some(from)).await
+        retry(|| lease::claim_run(&self.pool, run_id, lease, true, Some(from))).await
     }
     async fn claim_expired(&self, lease: &Lease, limit: u32) -> Result<Vec<String>> {
-        lease::claim_expired(&self.pool, lease, limit).await
+        retry(|| lease::claim_expired(&self.pool, lease, limit)).await
     }
     async fn renew_leases(&self, lease: &Lease) -> Result<u64> {
-        lease::renew_leases(&self.pool, lease).await
+        retry(|| lease::renew_leases(&self.pool, lease)).await
     }
     async fn try_permit(&self, key: &PermitKey, owner: &str, max: u32, now_ms: i64) -> Result<bool> {
-        permits::try_permit(&self.pool, key, owner, max, now_ms).await
+        retry(|| permits::try_permit(&self.pool, key, owner, max, now_ms)).await
     }
     async fn send_command(&self, cmd: &RunCommand) -> Result<i64> {
-        commands::send_command(&self.pool, cmd).await
+        retry(|| commands::send_command(&self.pool, cmd)).await
     }
     async fn take_commands(&self, target: &str, now_ms: i64) -> Result<Vec<RunCommand>> {
-        commands::take_commands(&self.pool, target, now_ms).await
+        retry(|| commands::take_commands(&self.pool, target, now_ms)).await
     }
     async fn answer_command(&self, id: i64, answer: &str, now_ms: i64) -> Result<()> {
-        commands::answer_command(&self.pool, id, answer, now_ms).await
+        retry(|| commands::answer_command(&self.pool, id, answer, now_ms)).await
     }
     async fn command_answer(&self, id: i64) -> Result<Option<String>> {
-        commands::command_answer(&self.pool, id).await
+        retry(|| commands::command_answer(&self.pool, id)).await
     }
     async fn withdraw_command(&self, id: i64) -> Result<bool> {
-        commands::withdraw_command(&self.pool, id).await
+        retry(|| commands::withdraw_command(&self.pool, id)).await
     }
     async fn publish_sidecars(&self, replica: &str, groups: &[SidecarPresence], now_ms: i64) -> Result<()> {
-        presence::publish(&self.pool, replica, groups, now_ms).await
+        retry(|| presence::publish(&self.pool, replica, groups, now_ms)).await
     }
     async fn sidecar_hosts(&self, group: &str, job: &str, since_ms: i64) -> Result<Vec<String>> {
-        presence::hosts(&self.pool, group, job, since_ms).await
+        retry(|| presence::hosts(&self.pool, group, job, since_ms)).await
     }
     async fn sidecar_presence(&self, since_ms: i64) -> Result<Vec<(String, SidecarPresence, i64)>> {
-        presence::all(&self.pool, since_ms).await
+        retry(|| presence::all(&self.pool, since_ms)).await
     }
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64> {
-        runs::prune(&self.pool, before_ms, batch).await
+        retry(|| runs::prune(&self.pool, before_ms, batch)).await
     }
+    async fn probe(&self, now_ms: i64) -> Result<()> {
+        retry(|| async {
+            sqlx::query(
+                "INSERT INTO store_probe (id, at) VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET at = excluded.at",
+            )
+            .bind(now_ms)
+            .execute(&self.pool)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// Runs `op` again, with backoff (50 ms doubling, 6 tries over ~1.5 s), while it fails
+/// with a transient error (lost connection, administrator shutdown, serialization
+/// failure, deadlock), so callers see only what a fresh connection cannot fix.
+/// Every operation here is one transaction and safe to repeat (see
+/// `StoreError::is_transient`).
+pub(crate) async fn retry<T, F, Fut>(mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut delay = Duration::from_millis(50);
+    for _ in 0..5 {
+        match op().await {
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "transient database error; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            other => return other,
+        }
+    }
+    op().await
 }

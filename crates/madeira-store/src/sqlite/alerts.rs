@@ -20,10 +20,10 @@ const DELIVERY_COLUMNS: &str =
 #[async_trait]
 impl AlertStore for SqliteStore {
     async fn write_alerts(&self, batch: &AlertBatch) -> Result<()> {
-        write(&self.write, batch).await
+        self.guarded(write(&self.write, batch)).await
     }
     async fn open_alerts(&self) -> Result<OpenAlerts> {
-        open(&self.write).await
+        self.guarded(open(&self.write)).await
     }
     async fn list_alerts(&self, query: &AlertQuery) -> Result<Vec<AlertRow>> {
         list(&self.read, query).await
@@ -32,16 +32,16 @@ impl AlertStore for SqliteStore {
         deliveries_of(&self.read, alert_ids).await
     }
     async fn prune_alerts(&self, before_ms: i64) -> Result<u64> {
-        prune(&self.write, before_ms).await
+        self.guarded(prune(&self.write, before_ms)).await
     }
     async fn push_alert_events(&self, bodies: &[Json], now_ms: i64) -> Result<()> {
-        super::inbox::push(&self.write, bodies, now_ms).await
+        self.guarded(super::inbox::push(&self.write, bodies, now_ms)).await
     }
     async fn alert_events(&self, limit: u32) -> Result<Vec<InboxEvent>> {
-        super::inbox::read(&self.write, limit).await
+        self.guarded(super::inbox::read(&self.write, limit)).await
     }
     async fn lead(&self, role: &str, holder: &str, now_ms: i64, lease_ms: i64) -> Result<bool> {
-        super::inbox::lead(&self.write, role, holder, now_ms, lease_ms).await
+        self.guarded(super::inbox::lead(&self.write, role, holder, now_ms, lease_ms)).await
     }
 }
 

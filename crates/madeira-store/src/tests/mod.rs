@@ -3,6 +3,7 @@
 //! a server unless `CI=true`). Each test body lives once in `suite.rs`.
 
 mod alerts;
+mod failures;
 mod lease;
 mod permits;
 mod suite;

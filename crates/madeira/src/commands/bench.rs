@@ -187,6 +187,7 @@ async fn start_planes(
         };
         planes.push(
             ControlPlane::start(PlaneOptions {
+                shutdown_grace: std::time::Duration::from_secs(30),
                 fleet,
                 observers: Vec::new(),
                 telemetry: telemetry.clone(),

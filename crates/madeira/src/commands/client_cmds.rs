@@ -83,7 +83,7 @@ async fn apply(files: &[std::path::PathBuf], server: &ServerArgs) -> Result<Exit
     let client = Client::new(server)?;
     let mut results = Vec::new();
     for file in files {
-        let source = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        let source = crate::files::read_text(file, crate::files::Confine::Parent)?;
         let def = madeira_core::spec::parse_flow(&file.display().to_string(), &source)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let reply =

@@ -36,6 +36,7 @@ pub async fn run(args: crate::cli::DemoArgs) -> Result<ExitCode> {
         local: Some(LocalSidecar { jobs, dir: dir.path().join("sidecar"), socket: None }),
     };
     let plane = ControlPlane::start(PlaneOptions {
+        shutdown_grace: std::time::Duration::from_secs(30),
         observers: Vec::new(),
         telemetry: telemetry.clone(),
         store_url: sqlite_url_in(dir.path())?,

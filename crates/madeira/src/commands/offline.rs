@@ -13,10 +13,10 @@ pub fn validate(files: &[PathBuf], output: Output) -> Result<ExitCode> {
     let mut valid = Vec::new();
     for file in files {
         let name = file.display().to_string();
-        let source = match std::fs::read_to_string(file) {
+        let source = match crate::files::read_text(file, crate::files::Confine::Parent) {
             Ok(s) => s,
             Err(e) => {
-                errors.push(format!("{name}:1: cannot read the file: {e}"));
+                errors.push(format!("{name}:1: {}", e.problem));
                 continue;
             }
         };

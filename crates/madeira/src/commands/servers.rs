@@ -36,11 +36,13 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         redis: config.redis_url(&file)?,
         // Several replicas may share a PostgreSQL store: count permits there.
         shared_store: crate::app::is_postgres(&store_url),
+        live_log_bytes: config.live_log_bytes.unwrap_or(madeira_engine::livelog::DEFAULT_MAX_BYTES),
         ..Default::default()
     };
     // The sidecar endpoint runs when the config asks for it (`grpc:`) or names
     // sidecar group tokens; without either there is nothing a sidecar could use.
     let tokens = config.sidecar_tokens(&file)?;
+    ServerConfig::distinct_secrets(&file, &auth, &tokens)?;
     let link_mode = match &config.grpc_tls {
         Some(section) if section.client_ca_file.is_some() => "mTLS",
         Some(_) => "TLS",
@@ -69,6 +71,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     let replica = engine.replica_id.clone();
     let alerts = config.alerts(&file)?;
     let plane = ControlPlane::start(PlaneOptions {
+        shutdown_grace: config.shutdown_grace(&file)?,
         observers: Vec::new(),
         telemetry: telemetry.clone(),
         store_url,
@@ -96,9 +99,20 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         replica = %replica,
         "madeira control plane serving"
     );
+    stop_on_signal(plane).await
+}
+
+/// Waits for SIGTERM/SIGINT, then shuts down gracefully; a second signal exits now.
+async fn stop_on_signal(plane: ControlPlane) -> Result<ExitCode> {
     shutdown_signal().await;
-    plane.shutdown().await;
-    Ok(ExitCode::SUCCESS)
+    eprintln!("madeira: shutting down (sidecar attempts keep running; a second signal stops at once)");
+    tokio::select! {
+        _ = plane.shutdown() => Ok(ExitCode::SUCCESS),
+        _ = shutdown_signal() => {
+            eprintln!("madeira: second signal, exiting now");
+            Ok(ExitCode::from(130))
+        }
+    }
 }
 
 pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode> {
@@ -126,9 +140,11 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
     }
     let engine = EngineOptions {
         retention: config.retention(&file)?,
-        http: config.http_executor.clone(),
+        // `dev` serves on loopback for a local developer: local targets are fine.
+        http: madeira_engine::HttpPolicy { allow_loopback: true, ..config.http_executor.clone() },
         // One dev control plane per data directory: a restart takes its runs back at once.
         replica_id: "dev".to_string(),
+        live_log_bytes: config.live_log_bytes.unwrap_or(madeira_engine::livelog::DEFAULT_MAX_BYTES),
         ..Default::default()
     };
     let alerts = config.alerts(&file)?;
@@ -145,6 +161,7 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         }),
     };
     let plane = ControlPlane::start(PlaneOptions {
+        shutdown_grace: config.shutdown_grace(&file)?,
         observers: Vec::new(),
         telemetry: telemetry.clone(),
         store_url,
@@ -173,7 +190,5 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
             data.join("sidecar.sock").display()
         );
     }
-    shutdown_signal().await;
-    plane.shutdown().await;
-    Ok(ExitCode::SUCCESS)
+    stop_on_signal(plane).await
 }

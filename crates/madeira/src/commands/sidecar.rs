@@ -20,7 +20,9 @@ use crate::config::ConfigError;
 pub async fn run(path: &Path) -> Result<ExitCode> {
     let file = path.display().to_string();
     let bad = |e: madeira_sidecar::ConfigError| ConfigError { file: e.file, message: e.message };
-    let config = SidecarConfig::load(path).map_err(bad)?;
+    let text = crate::files::read_text(path, crate::files::Confine::Anywhere)
+        .map_err(|e| ConfigError { file: file.clone(), message: e.problem.to_string() })?;
+    let config = SidecarConfig::parse(&file, &text).map_err(bad)?;
     let jobs = config.jobs(&file).map_err(bad)?;
     let err = |message: String| ConfigError { file: file.clone(), message };
     let group = config.group.clone().ok_or_else(|| err("`group` is not set".into()))?;
@@ -35,6 +37,7 @@ pub async fn run(path: &Path) -> Result<ExitCode> {
     let spool_dir = config.spool_dir.clone().unwrap_or_else(|| "/var/lib/madeira/spool".into());
     let socket = config.socket.clone().unwrap_or_else(|| spool_dir.join("sidecar.sock"));
     let shutdown_grace = config.shutdown_grace(&file).map_err(bad)?;
+    let exec = config.exec_policy(&file).map_err(bad)?;
     let metrics_addr: Option<SocketAddr> = match &config.metrics {
         Some(text) => {
             Some(text.parse().map_err(|e| err(format!("metrics: `{text}` is not an address ({e})")))?)
@@ -53,6 +56,7 @@ pub async fn run(path: &Path) -> Result<ExitCode> {
         jobs,
         spool_dir,
         socket: Some(socket.clone()),
+        exec,
         shutdown_grace,
         hide_env,
         metrics: SidecarMetrics::register(&mut registry),
@@ -104,8 +108,8 @@ fn token(config: &SidecarConfig) -> std::result::Result<(Option<String>, Vec<Str
             Some(std::env::var(var).map_err(|_| format!("token_env: {var} is not set"))?)
         }
         (None, Some(path)) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|e| format!("token_file: cannot read {}: {e}", path.display()))?,
+            crate::files::read_text(path, crate::files::Confine::Anywhere)
+                .map_err(|e| format!("token_file: {e}"))?,
         ),
         (None, None) => None,
         (Some(_), Some(_)) => return Err("give token_env or token_file, not both".into()),

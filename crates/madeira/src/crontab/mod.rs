@@ -18,6 +18,7 @@ use anyhow::{Context, Result};
 use serde_json::json;
 
 use crate::cli::{CrontabCommand, Output};
+use crate::files::{Confine, Entry};
 
 pub use emit::{Import, ImportOptions};
 
@@ -28,9 +29,9 @@ pub fn run(command: CrontabCommand) -> Result<ExitCode> {
     let options = ImportOptions { group, grace, madeira, sidecar: sidecar.display().to_string(), timezone };
     let mut import = Import::new(options);
     for path in &paths {
-        for (file, is_system) in files(path, system, &mut import)? {
-            let text =
-                std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+        for (file, is_system, within) in files(path, system, &mut import)? {
+            let confine = within.as_deref().map_or(Confine::Parent, Confine::Within);
+            let text = crate::files::read_text(&file, confine)?;
             import.add_file(&file, &text, is_system);
         }
     }
@@ -46,31 +47,32 @@ pub fn run(command: CrontabCommand) -> Result<ExitCode> {
 }
 
 /// The crontab files named by `path`: itself, or every file of a directory (as
-/// /etc/cron.d, with a user column). Skipped files are noted.
-fn files(path: &Path, system: bool, import: &mut Import) -> Result<Vec<(PathBuf, bool)>> {
+/// /etc/cron.d, with a user column), with the directory they must stay in.
+/// Skipped files (not regular, symlinks out of the directory, backups) are noted.
+fn files(path: &Path, system: bool, import: &mut Import) -> Result<Vec<(PathBuf, bool, Option<PathBuf>)>> {
     let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
     if !meta.is_dir() {
         let is_system = system || path == Path::new("/etc/crontab");
-        return Ok(vec![(path.to_path_buf(), is_system)]);
+        return Ok(vec![(path.to_path_buf(), is_system, None)]);
     }
     let mut out = Vec::new();
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-        .with_context(|| format!("reading directory {}", path.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for file in entries {
+    for entry in crate::files::dir_entries(path)? {
+        let file = match entry {
+            Entry::File(file) => file,
+            Entry::Skipped(file, why) => {
+                import.note_file(&file, &format!("skipped: {why}"));
+                continue;
+            }
+        };
         let name = file.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-        if !file.is_file() {
-            import.note_file(&file, "skipped: not a regular file");
-        } else if name.starts_with('.')
+        if name.starts_with('.')
             || name.ends_with('~')
             || name.contains(".dpkg-")
             || name.ends_with(".rpmsave")
         {
             import.note_file(&file, "skipped: cron ignores hidden, backup and package-manager files");
         } else {
-            out.push((file, true));
+            out.push((file, true, Some(path.to_path_buf())));
         }
     }
     Ok(out)

@@ -117,7 +117,7 @@ fn read_roots(key: &str, path: &Path) -> Result<RootCertStore, String> {
 }
 
 fn read(key: &str, path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("{key}: cannot read {}: {e}", path.display()))
+    crate::files::read_bytes(path, crate::files::Confine::Anywhere).map_err(|e| format!("{key}: {e}"))
 }
 
 #[cfg(test)]

@@ -303,6 +303,20 @@ fn executor_details() {
         "did you mean `POST`?",
     );
     assert_like(
+        "flow: f\nnodes:\n  a: {run: {sidecar: {group: g, job: j, shards: many}}}\n",
+        "flow.yaml:3: node a: ",
+        "`shards` is a number or `all`",
+    );
+    let all = crate::spec::parse_flow(
+        "flow.yaml",
+        "flow: f\nnodes:\n  a: {run: {sidecar: {group: g, job: j, shards: all}}}\n",
+    )
+    .expect("shards: all parses");
+    let crate::model::NodeAction::Run(crate::ExecutorDef::Sidecar(def)) = &all.nodes[0].action else {
+        panic!("a sidecar node");
+    };
+    assert!(def.is_broadcast());
+    assert_like(
         "flow: f\nnodes:\n  a: {run: {sidecar: {group: g, job: j, route: leastbusy}}}\n",
         "flow.yaml:3: node a: ",
         "did you mean `least_busy`?",

@@ -1,0 +1,59 @@
+//! Text every store can keep: PostgreSQL refuses the NUL character in `text` and
+//! `jsonb`, so Madeira refuses it wherever text enters (params, keys, event ids,
+//! reasons, flow sources), on every backend alike, naming the field.
+
+use serde_json::Value;
+
+/// The path (`params.items[2].name`) of the first string or key under `value`
+/// that contains NUL, `root` naming `value` itself.
+pub fn find_nul(value: &Value, root: &str) -> Option<String> {
+    match value {
+        Value::String(s) if s.contains('\0') => Some(root.to_string()),
+        Value::Array(items) => {
+            items.iter().enumerate().find_map(|(i, v)| find_nul(v, &format!("{root}[{i}]")))
+        }
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            if k.contains('\0') {
+                return Some(format!("{root} (a key)"));
+            }
+            find_nul(v, &format!("{root}.{k}"))
+        }),
+        _ => None,
+    }
+}
+
+/// `Err(message)` when `text` (named `field`) contains NUL.
+pub fn check_text(field: &str, text: &str) -> Result<(), String> {
+    match text.contains('\0') {
+        true => Err(nul_message(field)),
+        false => Ok(()),
+    }
+}
+
+/// `Err(message)` when a string or key under `value` (named `field`) contains NUL.
+pub fn check_json(field: &str, value: &Value) -> Result<(), String> {
+    match find_nul(value, field) {
+        Some(path) => Err(nul_message(&path)),
+        None => Ok(()),
+    }
+}
+
+fn nul_message(field: &str) -> String {
+    format!("{field}: contains the NUL character (\\u0000), which the store cannot keep; remove it")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names_the_path_of_the_first_nul() {
+        let v = json!({"a": 1, "b": ["ok", {"c": "x\u{0}y"}]});
+        assert_eq!(find_nul(&v, "params").as_deref(), Some("params.b[1].c"));
+        assert_eq!(find_nul(&json!({"k\u{0}": 1}), "params").as_deref(), Some("params (a key)"));
+        assert_eq!(find_nul(&json!({"a": "fine", "n": null}), "params"), None);
+        assert!(check_text("reason", "a\u{0}").unwrap_err().starts_with("reason: contains the NUL"));
+        assert!(check_json("params", &json!("ok")).is_ok());
+    }
+}

@@ -1,0 +1,73 @@
+//! Graceful shutdown of the engine loop (SPEC §4.1, "Shutdown"). While draining no
+//! node is dispatched and no timer fires, but results still arrive and are
+//! committed, so in-process attempts (http, builtin) can finish within the
+//! server's `shutdown_grace`. Sidecar attempts are never cancelled: their sidecars
+//! keep running them, spool the results and deliver them to the next control
+//! plane, whose recovery adopts the attempt (or takes the delivered result). At
+//! the stop, results already queued are committed; in-process attempts still
+//! running are cancelled and their aborts discarded, so recovery retries them.
+
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::Engine;
+use crate::envelope::Envelope;
+
+/// An attempt in flight.
+pub(crate) struct Running {
+    pub token: CancellationToken,
+    /// Runs in this process (http, builtin); false for a sidecar attempt.
+    pub in_process: bool,
+}
+
+impl Engine {
+    /// Stops starting attempts and arming timers; results are still committed.
+    pub(super) fn start_drain(&mut self) {
+        if self.draining {
+            return;
+        }
+        self.draining = true;
+        let in_process = self.running.values().filter(|r| r.in_process).count();
+        let sidecar = self.running.len() - in_process;
+        info!(
+            in_process,
+            sidecar, "draining: no new attempts; sidecar attempts are left running for recovery"
+        );
+    }
+
+    /// Publishes how many in-process attempts run (what a graceful shutdown waits for).
+    pub(super) fn publish_in_process(&self) {
+        self.p.stats.set_in_process(self.running.values().filter(|r| r.in_process).count());
+    }
+
+    /// After the loop: takes no more envelopes, commits the results already queued,
+    /// cancels the in-process attempts left and waits briefly for them to stop.
+    pub(super) async fn stop(&mut self) {
+        self.draining = true;
+        self.p.rx.close();
+        let mut results = Vec::new();
+        while let Ok(envelope) = self.p.rx.try_recv() {
+            if matches!(envelope, Envelope::AttemptDone { .. }) {
+                results.push(envelope);
+            }
+        }
+        if !results.is_empty() {
+            self.process(results).await;
+        }
+        let mut aborted = 0;
+        for running in self.running.values().filter(|r| r.in_process) {
+            running.token.cancel();
+            aborted += 1;
+        }
+        let left = self.running.len() - aborted;
+        if aborted > 0 || left > 0 {
+            info!(
+                aborted,
+                sidecar = left,
+                "engine stopping: in-process attempts aborted, sidecar attempts left to their sidecars"
+            );
+        }
+        self.tasks.close();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), self.tasks.wait()).await;
+    }
+}

@@ -1,0 +1,70 @@
+//! Commit failure and rollback, injected: SQLite's database filled up (its
+//! `max_page_count` lowered to the current size on the writer connection) and a
+//! row PostgreSQL refuses (NUL in text). Each time the failed batch leaves nothing
+//! behind, and the next commit is durable and visible to readers (the writer
+//! connection is not left inside a dead transaction).
+
+use madeira_core::{NodeState, RunState};
+
+use super::suite::new_run;
+use crate::sqlite::SqliteStore;
+use crate::*;
+
+fn node_success(stored: &StoredRun, idx: usize) -> NodeRow {
+    let mut node = stored.nodes[idx].clone();
+    node.state = NodeState::Success;
+    node.data_version = 1;
+    node
+}
+
+fn log(content: String) -> LogRecord {
+    LogRecord { run_id: "r1".into(), node: "a".into(), attempt: 1, content }
+}
+
+#[tokio::test]
+async fn sqlite_a_commit_on_a_full_database_rolls_back_and_the_next_one_is_durable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("m.db");
+    let store = SqliteStore::open_path(&path).await.expect("open");
+    store.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("create");
+    let stored = store.load_run("r1").await.expect("load").expect("r1");
+    store.fill_writer_for_tests().await;
+
+    let full = Batch {
+        nodes: vec![node_success(&stored, 0)],
+        logs: vec![log("x".repeat(4 << 20))],
+        ..Batch::default()
+    };
+    let e = store.commit(&full).await.expect_err("a 4 MiB log on a full database");
+    assert!(e.is_unavailable(), "{e}");
+    let after = store.load_run("r1").await.expect("load").expect("r1");
+    assert_eq!(after.nodes[0].state, NodeState::Init, "the failed batch left its node row");
+
+    let small = Batch { nodes: vec![node_success(&stored, 1)], ..Batch::default() };
+    store.commit(&small).await.expect("the next commit");
+    let seen = store.load_run("r1").await.expect("load").expect("r1");
+    assert_eq!((seen.nodes[0].state, seen.nodes[1].state), (NodeState::Init, NodeState::Success));
+    drop(store);
+    let reopened = SqliteStore::open_path(&path).await.expect("reopen");
+    let durable = reopened.load_run("r1").await.expect("load").expect("r1");
+    assert_eq!(durable.nodes[1].state, NodeState::Success, "acknowledged but not durable");
+    assert_eq!(durable.run.state, RunState::Running.as_str());
+}
+
+#[tokio::test]
+async fn postgres_a_refused_row_rolls_back_its_batch_and_the_next_commit_is_durable() {
+    let Some(f) = super::postgres().await else { return };
+    let s = f.store.as_ref();
+    s.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("create");
+    let stored = s.load_run("r1").await.expect("load").expect("r1");
+    let poison =
+        Batch { nodes: vec![node_success(&stored, 0)], logs: vec![log("a\0b".into())], ..Batch::default() };
+    let e = s.commit(&poison).await.expect_err("PostgreSQL refuses NUL in text");
+    assert!(!e.is_unavailable() && !e.is_transient(), "{e}");
+    assert_eq!(s.load_run("r1").await.expect("load").expect("r1").nodes[0].state, NodeState::Init);
+    s.commit(&Batch { nodes: vec![node_success(&stored, 1)], ..Batch::default() })
+        .await
+        .expect("next commit");
+    let seen = s.load_run("r1").await.expect("load").expect("r1");
+    assert_eq!((seen.nodes[0].state, seen.nodes[1].state), (NodeState::Init, NodeState::Success));
+}
