@@ -14,7 +14,6 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::pki::{Ca, Leaf, client_trusting};
-use crate::sidecar::wait_for;
 use crate::support::{BIN, Dev, client, status_of};
 
 const ADMIN: &str = "admin-token-0123456789abcdef";
