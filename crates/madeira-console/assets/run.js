@@ -3,7 +3,7 @@
 // node side panel, the log viewer (byte-offset tail), and the refetch of
 // #run-live: debounced on events, at once when the run reaches a final state.
 
-const ICONS = { SUCCESS: '✓', FAILED: '✗', RUNNING: '▶', RETRYING: '↻', SKIPPED: '⤼', MANUAL_CONFIRM: '⏸', CANCELLED: '⊘', QUEUED: '…' };
+const ICONS = { SUCCESS: '✓', FAILED: '✗', RUNNING: '▶', RETRYING: '↻', SKIPPED: '⤼', MANUAL_CONFIRM: '‖', CANCELLED: '⊘', QUEUED: '…' };
 const TERMINAL = ['SUCCESS', 'FAILED', 'CANCELLED'];
 const page = document.querySelector('.run-page[data-run]');
 const M = window.Madeira;
