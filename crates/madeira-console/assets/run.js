@@ -3,7 +3,7 @@
 // node side panel, the log viewer (byte-offset tail), and the refetch of
 // #run-live: debounced on events, at once when the run reaches a final state.
 
-const ICONS = { SUCCESS: '✓', FAILED: '✗', RUNNING: '▶', RETRYING: '↻', SKIPPED: '⤼', MANUAL_CONFIRM: '⏸', CANCELLED: '⊘', QUEUED: '…' };
+const ICONS = { SUCCESS: '✓', FAILED: '✗', RUNNING: '▶', RETRYING: '↻', SKIPPED: '⤼', MANUAL_CONFIRM: '‖', CANCELLED: '⊘', QUEUED: '…' };
 const TERMINAL = ['SUCCESS', 'FAILED', 'CANCELLED'];
 const page = document.querySelector('.run-page[data-run]');
 const M = window.Madeira;
@@ -59,7 +59,10 @@ function applyIsland() {
 function refreshLive() {
   if (!page || !window.htmx) return;
   if (M.busy()) { pending = true; return; }
-  window.htmx.ajax('GET', `/runs/${page.dataset.run}/live`, { target: '#run-live', swap: 'outerHTML' });
+  // The same table search as the page (`?q=`), if any.
+  const q = new URLSearchParams(location.search).get('q');
+  const query = q ? `?q=${encodeURIComponent(q)}` : '';
+  window.htmx.ajax('GET', `/runs/${page.dataset.run}/live${query}`, { target: '#run-live', swap: 'outerHTML' });
 }
 
 function panelNode() {
@@ -133,7 +136,8 @@ document.addEventListener('click', (ev) => {
     return;
   }
   const node = ev.target.closest('.dag .node[data-node], a.node-link[data-node]');
-  if (node && page) {
+  // A node outside a large run's focused view: follow the link (the page refocuses).
+  if (node && page && document.getElementById(`n-${node.dataset.node}`)) {
     ev.preventDefault();
     openPanel(node.dataset.node, true);
   }
@@ -149,7 +153,10 @@ document.body.addEventListener('htmx:afterSwap', (ev) => {
   if (id === 'panel') startLog();
 });
 // htmx swaps #run-live by outerHTML: the new element replaces the target.
-document.body.addEventListener('htmx:afterSettle', () => applyIsland());
+document.body.addEventListener('htmx:afterSettle', (ev) => {
+  const elt = ev.detail.elt || ev.target;
+  if (elt && (elt.id === 'run-live' || elt.id === 'main' || elt.closest?.('#run-live'))) applyIsland();
+});
 document.body.addEventListener('madeira-refresh', () => setTimeout(() => {
   refreshLive();
   const n = panelNode();

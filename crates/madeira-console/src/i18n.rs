@@ -218,6 +218,7 @@ const ZH: &[(&str, &str)] = &[
     ("Shards", "分片"),
     ("Reason for the record", "记录原因"),
     ("reason required", "必须填写原因"),
+    ("transitions", "次状态变更"),
 ];
 
 #[cfg(test)]

@@ -207,7 +207,7 @@ pub fn icon(state: &str) -> &'static str {
         "RUNNING" => "▶",
         "RETRYING" => "↻",
         "SKIPPED" => "⤼",
-        "MANUAL_CONFIRM" => "⏸",
+        "MANUAL_CONFIRM" => "‖",
         "CANCELLED" => "⊘",
         "QUEUED" => "…",
         _ => "○",

@@ -332,3 +332,48 @@ async fn sse_resumes_after_last_event_id() {
     .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
 }
+
+#[tokio::test]
+async fn a_large_flow_opens_on_a_focused_view_with_every_node_listed() {
+    let app = app(false).await;
+    let mut yaml = String::from("flow: wide\nnodes:\n");
+    for v in 0..400 {
+        match v {
+            0 => yaml.push_str("  n0: {run: {builtin: noop}}\n"),
+            _ => yaml.push_str(&format!("  n{v}: {{needs: [n{}], run: {{builtin: noop}}}}\n", (v - 1) / 3)),
+        }
+    }
+    app.engine.apply_flow("wide.yaml", &yaml).await.expect("flow");
+    let run = app
+        .engine
+        .trigger(TriggerRequest {
+            flow: "wide".into(),
+            params: serde_json::json!({}),
+            idempotency_key: None,
+            trigger: "manual".into(),
+            actor: "t".into(),
+            version: None,
+        })
+        .await
+        .expect("trigger")
+        .run_id;
+    let page = send(&app, get(&format!("/runs/{run}"), None)).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let drawn = page.body.matches("<g class=\"node ").count();
+    assert!(drawn > 1 && drawn < 50, "a focused view draws the neighbourhood only: {drawn}");
+    assert!(page.body.contains("focus-note"));
+    assert_eq!(page.body.matches("<tr id=\"r-n").count(), 200, "a large run's table shows 200 rows at once");
+    let found = send(&app, get(&format!("/runs/{run}?q=n39"), None)).await;
+    // n39, n390 … n399: the search finds nodes the first rows left out.
+    assert_eq!(found.body.matches("<tr id=\"r-n39").count(), 11, "the node search");
+    assert!(found.body.contains("id=\"r-n399\""));
+    let timing = page.headers["server-timing"].to_str().expect("ascii").to_string();
+    assert!(timing.starts_with("app;dur="), "{timing}");
+    let all = send(&app, get(&format!("/runs/{run}?focus=all"), None)).await;
+    assert_eq!(all.body.matches("<g class=\"node ").count(), 400);
+    let focused = send(&app, get(&format!("/runs/{run}?focus=n13&depth=1"), None)).await;
+    // n13: its upstream n4 and its downstream n40, n41, n42.
+    assert_eq!(focused.body.matches("<g class=\"node ").count(), 5, "n13 ± 1 level");
+    let flow = send(&app, get("/flows/wide?focus=all", None)).await;
+    assert!(flow.headers["server-timing"].to_str().expect("ascii").contains("app;dur="));
+}

@@ -127,7 +127,7 @@ fn list_markup(ctx: &Ctx, items: &[Pending], capped: bool) -> Markup {
                 section.approval-group {
                     h2 { a href=(super::flow_href(flow)) { (flow) } " · " code { (node) } " " span.muted { "(" (list.len()) ")" } }
                     div.cards {
-                        @for p in list { (card(ctx, p, gi, now)) }
+                        @for p in list { (card(ctx, p, (list.len() > 1).then_some(gi), now)) }
                     }
                     @if list.len() > 1 && denied.is_none() {
                         form.bulk id=(format!("bulk-{gi}")) method="post" action="/approvals/bulk" hx-post="/approvals/bulk" hx-target="#flash" {
@@ -142,7 +142,8 @@ fn list_markup(ctx: &Ctx, items: &[Pending], capped: bool) -> Markup {
     }
 }
 
-fn card(ctx: &Ctx, p: &Pending, group: usize, now: i64) -> Markup {
+/// One waiting node; `group` names its bulk form when there is one.
+fn card(ctx: &Ctx, p: &Pending, group: Option<usize>, now: i64) -> Markup {
     let lang = ctx.lang;
     let denied = ctx.denied(Role::Operator);
     let dialog = |name: &str, label: &'static str, danger: bool| ActionDialog {
@@ -156,7 +157,7 @@ fn card(ctx: &Ctx, p: &Pending, group: usize, now: i64) -> Markup {
     };
     html! {
         article.approval data-run=(p.run_id) data-node=(p.node) {
-            @if denied.is_none() {
+            @if let (None, Some(group)) = (&denied, group) {
                 label.select { input type="checkbox" name="sel" value=(format!("{}:{}", p.run_id, p.node)) form=(format!("bulk-{group}")) aria-label="select"; }
             }
             div.approval-main {

@@ -33,6 +33,40 @@ pub struct RunQuery {
     focus: Option<String>,
     #[serde(default)]
     depth: Option<usize>,
+    /// Node search of a large run's table.
+    #[serde(default)]
+    q: Option<String>,
+}
+
+/// Rows a large run's table shows at once (the search finds the others).
+const TABLE_ROWS: usize = 200;
+
+/// The table's rows: every node of a small run; of a large one the nodes whose
+/// name contains `q`, or the ones that need a look (failed, waiting, running)
+/// first, up to `TABLE_ROWS`. Returns the rows and whether some were left out.
+fn table_rows<'a>(run: &'a LoadedRun, q: Option<&str>) -> (Vec<&'a NodeRow>, bool) {
+    let all: Vec<&NodeRow> = run.def.topo.iter().filter_map(|&i| run.stored.nodes.get(i)).collect();
+    if all.len() <= dag::FOCUS_ABOVE && q.is_none() {
+        return (all, false);
+    }
+    let mut rows: Vec<&NodeRow> = match q.map(str::trim).filter(|q| !q.is_empty()) {
+        Some(q) => all.iter().copied().filter(|n| n.node.contains(q)).collect(),
+        None => {
+            let rank = |n: &NodeRow| match n.state.as_str() {
+                "FAILED" => 0,
+                "MANUAL_CONFIRM" => 1,
+                "RUNNING" | "RETRYING" => 2,
+                "INIT" => 3,
+                _ => 4,
+            };
+            let mut v = all.clone();
+            v.sort_by_key(|n| rank(n));
+            v
+        }
+    };
+    let cut = rows.len() > TABLE_ROWS;
+    rows.truncate(TABLE_ROWS);
+    (rows, cut)
 }
 
 pub async fn page(
@@ -49,7 +83,7 @@ pub async fn page(
     let focus = q.focus.as_deref().or(q.node.as_deref().filter(|_| run.def.nodes.len() > dag::FOCUS_ABOVE));
     let scope = dag::scope_of(&run.def, focus, q.depth, preferred);
     let base = format!("/runs/{id}");
-    let (head, details) = fragments(&console, &ctx, &run).await?;
+    let (head, details) = fragments(&console, &ctx, &run, q.q.as_deref()).await?;
     let panel = match q.node.as_deref() {
         Some(node) => Some(panel_markup(&console, &ctx, &run, node).await?),
         None => None,
@@ -104,19 +138,31 @@ pub async fn live(
     State(console): State<Console>,
     ctx: Ctx,
     Path(id): Path<String>,
+    Query(q): Query<RunQuery>,
 ) -> Result<Response, ConsoleError> {
     let run = load_run(&console, &id).await?;
-    Ok(page::html_response(live_fragment(&console, &ctx, &run).await?))
+    Ok(page::html_response(live_fragment(&console, &ctx, &run, q.q.as_deref()).await?))
 }
 
-async fn live_fragment(console: &Console, ctx: &Ctx, run: &LoadedRun) -> Result<Markup, ConsoleError> {
-    let (head, details) = fragments(console, ctx, run).await?;
+async fn live_fragment(
+    console: &Console,
+    ctx: &Ctx,
+    run: &LoadedRun,
+    q: Option<&str>,
+) -> Result<Markup, ConsoleError> {
+    let (head, details) = fragments(console, ctx, run, q).await?;
     Ok(html! { (head) (details) })
 }
 
 /// The run's header (`#run-live`, with every node's state for the SVG) and the
 /// nodes table with the audit trail (`#run-details`, swapped out of band).
-async fn fragments(console: &Console, ctx: &Ctx, run: &LoadedRun) -> Result<(Markup, Markup), ConsoleError> {
+async fn fragments(
+    console: &Console,
+    ctx: &Ctx,
+    run: &LoadedRun,
+    q: Option<&str>,
+) -> Result<(Markup, Markup), ConsoleError> {
+    let (rows, cut) = table_rows(run, q);
     let lang = ctx.lang;
     let r = &run.stored.run;
     let now = madeira_engine::now_ms();
@@ -163,14 +209,20 @@ async fn fragments(console: &Console, ctx: &Ctx, run: &LoadedRun) -> Result<(Mar
         div #run-details hx-swap-oob="true" {
             section.nodes-section {
                 h2 { (t(lang, "Nodes")) " " span.muted { "(" (run.stored.nodes.len()) ")" } }
-                input.node-filter type="search" placeholder=(t(lang, "Find a node")) aria-label=(t(lang, "Find a node")) data-filter="#nodes-table";
+                @if run.stored.nodes.len() > dag::FOCUS_ABOVE {
+                    form.node-search method="get" action=(format!("/runs/{}", r.id)) {
+                        input.node-filter type="search" name="q" value=(q.unwrap_or("")) placeholder=(t(lang, "Find a node")) aria-label=(t(lang, "Find a node"));
+                        button type="submit" { (t(lang, "Search")) }
+                        @if cut { span.muted.small { " " (rows.len()) " / " (run.stored.nodes.len()) } }
+                    }
+                } @else {
+                    input.node-filter type="search" placeholder=(t(lang, "Find a node")) aria-label=(t(lang, "Find a node")) data-filter="#nodes-table";
+                }
                 div.table-wrap {
                     table #nodes-table.nodes {
                         thead { tr { th { (t(lang, "Node")) } th { (t(lang, "State")) } th.num { (t(lang, "Attempts")) } th.opt { (t(lang, "Started")) } th { (t(lang, "Duration")) } th.gantt-h { (t(lang, "Timeline")) } } }
                         tbody {
-                            @for &i in &run.def.topo {
-                                @if let Some(n) = run.stored.nodes.get(i) { (node_row(lang, &r.id, n, span_start, end, now)) }
-                            }
+                            @for n in &rows { (node_row(lang, &r.id, n, span_start, end, now)) }
                         }
                     }
                 }
@@ -188,7 +240,7 @@ async fn fragments(console: &Console, ctx: &Ctx, run: &LoadedRun) -> Result<(Mar
                     }
                 }
                 details.transitions {
-                    summary { (transitions.len()) " transitions" }
+                    summary { (transitions.len()) " " (t(lang, "transitions")) }
                     ol {
                         @for tr in transitions.iter().rev().take(500) {
                             li { (stamp(lang, Some(tr.at), now)) " " code { (tr.node.as_deref().unwrap_or("run")) } " " (tr.from) " → " (tr.to) " (" (tr.cause) ", " (tr.actor) ")" }

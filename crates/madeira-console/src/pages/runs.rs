@@ -107,6 +107,34 @@ impl Search {
     }
 }
 
+/// Most (flow, state) pairs one search is split into.
+const MAX_PARTS: usize = 100;
+
+/// The (flow, state) queries that answer `search` together, each one an index
+/// range already in id order (the store's `runs(flow, state, id)` index): a
+/// flow without states asks each state, states without a flow ask each flow.
+/// Newest first over all of them is then a merge of short lists.
+async fn plan(
+    console: &Console,
+    search: &Search,
+) -> Result<Vec<(Option<String>, Option<String>)>, ConsoleError> {
+    let states: Vec<Option<String>> = match (&search.flow, search.states.is_empty()) {
+        (Some(_), true) => STATES.iter().map(|s| Some(s.to_string())).collect(),
+        (_, true) => vec![None],
+        _ => search.states.iter().cloned().map(Some).collect(),
+    };
+    let flows: Vec<Option<String>> = match &search.flow {
+        Some(f) => vec![Some(f.clone())],
+        None if !search.states.is_empty() => {
+            let names: Vec<Option<String>> =
+                console.app.engine.store().list_flows().await?.into_iter().map(|f| Some(f.name)).collect();
+            if names.len() * states.len() <= MAX_PARTS { names } else { vec![None] }
+        }
+        None => vec![None],
+    };
+    Ok(flows.iter().flat_map(|f| states.iter().map(move |s| (f.clone(), s.clone()))).collect())
+}
+
 /// One page of runs for `search` and the cursor of the next page.
 pub async fn find(
     console: &Console,
@@ -119,12 +147,9 @@ pub async fn find(
         (Some(c), Some(u)) => Some(if *c < u { c.clone() } else { u }),
         (c, u) => c.clone().or(u),
     };
-    let states: Vec<Option<String>> =
-        if search.states.is_empty() { vec![None] } else { search.states.iter().cloned().map(Some).collect() };
     let mut merged: Vec<RunRow> = Vec::new();
-    for state in states {
-        let query =
-            RunQuery { flow: search.flow.clone(), state, before: before.clone(), limit: (limit + 1) as u32 };
+    for (flow, state) in plan(console, search).await? {
+        let query = RunQuery { flow, state, before: before.clone(), limit: (limit + 1) as u32 };
         merged.extend(store.list_runs(&query).await?);
     }
     merged.sort_by(|a, b| b.id.cmp(&a.id));
