@@ -1,6 +1,7 @@
 //! Text every store can keep: PostgreSQL refuses the NUL character in `text` and
 //! `jsonb`, so Madeira refuses it wherever text enters (params, keys, event ids,
-//! reasons, flow sources), on every backend alike, naming the field.
+//! reasons, flow sources), on every backend alike, naming the field. Also the
+//! one way errors are printed with their causes (`error_chain`).
 
 use serde_json::Value;
 
@@ -36,6 +37,17 @@ pub fn check_json(field: &str, value: &Value) -> Result<(), String> {
         Some(path) => Err(nul_message(&path)),
         None => Ok(()),
     }
+}
+
+/// An error with its sources, `a: b: c` (transport errors keep the cause there).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
 }
 
 fn nul_message(field: &str) -> String {

@@ -243,35 +243,26 @@ impl EngineHandle {
 
     /// The latest versions of the unpaused flows that listen to event `kind`.
     pub async fn event_flows(&self, kind: &str) -> Result<Vec<Arc<FlowDef>>, EngineError> {
+        let listens = |def: &FlowDef| def.triggers.iter().any(|t| event_of(t) == Some(kind));
+        Ok(self.latest_defs(false).await?.into_iter().filter(|def| listens(def) && !def.observe).collect())
+    }
+
+    /// The latest definition of every flow (`with_paused`: paused ones too).
+    async fn latest_defs(&self, with_paused: bool) -> Result<Vec<Arc<FlowDef>>, EngineError> {
         let mut out = Vec::new();
         for record in self.store.list_flows().await? {
-            if record.paused {
+            if record.paused && !with_paused {
                 continue;
             }
-            let def = self.flows.get(self.store.as_ref(), &record.name, record.latest_version).await?;
-            let listens = def
-                .triggers
-                .iter()
-                .any(|t| matches!(t, madeira_core::TriggerDef::Event { event } if event == kind));
-            if listens && !def.observe {
-                out.push(def);
-            }
+            out.push(self.flows.get(self.store.as_ref(), &record.name, record.latest_version).await?);
         }
         Ok(out)
     }
 
     /// Every event type some flow listens to, paused flows included.
     pub async fn event_types(&self) -> Result<std::collections::BTreeSet<String>, EngineError> {
-        let mut out = std::collections::BTreeSet::new();
-        for record in self.store.list_flows().await? {
-            let def = self.flows.get(self.store.as_ref(), &record.name, record.latest_version).await?;
-            for t in &def.triggers {
-                if let madeira_core::TriggerDef::Event { event } = t {
-                    out.insert(event.clone());
-                }
-            }
-        }
-        Ok(out)
+        let defs = self.latest_defs(true).await?;
+        Ok(defs.iter().flat_map(|def| def.triggers.iter().filter_map(event_of).map(str::to_string)).collect())
     }
 
     /// Triggers every flow whose triggers list event `kind`, with the payload as
@@ -543,4 +534,12 @@ fn route(latest: &FlowDef, params: &Json, latest_version: u32) -> Result<u32, En
         }
     }
     Ok(routing.default)
+}
+
+/// The event type a trigger listens to, if it is an event trigger.
+fn event_of(trigger: &madeira_core::TriggerDef) -> Option<&str> {
+    match trigger {
+        madeira_core::TriggerDef::Event { event } => Some(event.as_str()),
+        _ => None,
+    }
 }

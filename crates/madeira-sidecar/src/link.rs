@@ -121,15 +121,9 @@ pub fn endpoint(options: &LinkOptions) -> Result<tonic::transport::Endpoint, Lin
     }
 }
 
-/// An error with its sources (tonic's transport errors hide the cause there).
+/// An error with its sources, `a: b: c` (the transport's own text hides the cause).
 fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    text
+    madeira_core::text::error_chain(e)
 }
 
 async fn connect_once(

@@ -162,15 +162,9 @@ async fn read_capped(mut response: reqwest::Response, limit: u64) -> Result<Stri
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
-/// An error with its sources, `a: b: c` (reqwest's own text hides the cause).
+/// An error with its sources, `a: b: c` (the transport's own text hides the cause).
 fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    text
+    madeira_core::text::error_chain(e)
 }
 
 #[cfg(test)]
