@@ -13,6 +13,13 @@ use crate::support::{Dev, status_of};
 
 const N: usize = 20;
 
+/// The sidecar `jobs:` section running `work_script` (written into `dir`).
+fn work_jobs(dir: &Path) -> String {
+    let script = dir.join("work.sh");
+    std::fs::write(&script, work_script(dir)).expect("script");
+    format!("jobs:\n  work:\n    command: [\"/bin/sh\", \"{}\"]\n", script.display())
+}
+
 /// A job that notes its start, works 3 s, notes its end and outputs its node.
 fn work_script(dir: &Path) -> String {
     let d = dir.display();
@@ -36,9 +43,7 @@ async fn sigterm_to_the_control_plane_fails_no_sidecar_job_and_raises_no_alert()
     let data = dir.path().join("data");
     let grpc = free_grpc();
     let mut dev = Dev::start_with(&data, &["--grpc", &grpc]);
-    let script = dir.path().join("work.sh");
-    std::fs::write(&script, work_script(dir.path())).expect("script");
-    let jobs = format!("jobs:\n  work:\n    command: [\"/bin/sh\", \"{}\"]\n", script.display());
+    let jobs = work_jobs(dir.path());
     let mut sidecar = SidecarProc::start(dir.path(), "s-deploy", &grpc, &jobs);
     wait_sidecars(&dev, "billing", 1).await;
     let nodes: String =
@@ -108,9 +113,7 @@ async fn after_a_restart_an_attempt_is_not_run_again_on_another_sidecar_of_the_g
     let data = dir.path().join("data");
     let grpc = free_grpc();
     let mut dev = Dev::start_with(&data, &["--grpc", &grpc]);
-    let script = dir.path().join("work.sh");
-    std::fs::write(&script, work_script(dir.path())).expect("script");
-    let jobs = format!("jobs:\n  work:\n    command: [\"/bin/sh\", \"{}\"]\n", script.display());
+    let jobs = work_jobs(dir.path());
     let _a = SidecarProc::start(dir.path(), "s-one", &grpc, &jobs);
     let _b = SidecarProc::start(dir.path(), "s-two", &grpc, &jobs);
     wait_sidecars(&dev, "billing", 2).await;

@@ -31,6 +31,15 @@ pub fn check_text(field: &str, text: &str) -> Result<(), String> {
     }
 }
 
+/// `Err(message)` when a key or a string under a value of `map` (named `field`) contains NUL.
+pub fn check_map(field: &str, map: &serde_json::Map<String, Value>) -> Result<(), String> {
+    let path = map.iter().find_map(|(k, v)| match k.contains('\0') {
+        true => Some(format!("{field} (a key)")),
+        false => find_nul(v, &format!("{field}.{k}")),
+    });
+    path.map_or(Ok(()), |p| Err(nul_message(&p)))
+}
+
 /// `Err(message)` when a string or key under `value` (named `field`) contains NUL.
 pub fn check_json(field: &str, value: &Value) -> Result<(), String> {
     match find_nul(value, field) {
@@ -67,5 +76,7 @@ mod tests {
         assert_eq!(find_nul(&json!({"a": "fine", "n": null}), "params"), None);
         assert!(check_text("reason", "a\u{0}").unwrap_err().starts_with("reason: contains the NUL"));
         assert!(check_json("params", &json!("ok")).is_ok());
+        let map = json!({"a": {"b": "x\u{0}"}}).as_object().cloned().expect("object");
+        assert!(check_map("outputs", &map).unwrap_err().starts_with("outputs.a.b: contains the NUL"));
     }
 }

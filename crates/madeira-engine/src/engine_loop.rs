@@ -512,11 +512,8 @@ impl Engine {
         let max = self.p.options.max_output_bytes;
         let result = match result {
             AttemptResult::Success { outputs, log } => {
-                let outputs = serde_json::Value::Object(outputs);
-                let size = outputs.to_string().len();
-                let nul = madeira_core::text::check_json("outputs", &outputs).err();
-                let serde_json::Value::Object(outputs) = outputs else { unreachable!("built as an object") };
-                if let Some(error) = nul {
+                let size = serde_json::to_string(&outputs).map_or(usize::MAX, |s| s.len());
+                if let Err(error) = madeira_core::text::check_map("outputs", &outputs) {
                     AttemptResult::Failure { error, retryable: false, log }
                 } else if size > max {
                     AttemptResult::Failure {
