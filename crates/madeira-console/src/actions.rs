@@ -1,6 +1,6 @@
 //! The console's POSTs: node actions (confirm, reject, rerun, rerun with
-//! downstream, mark-success, skip), cancel, bulk confirm, run now, pause and
-//! resume. Each checks the CSRF token and the role first, then calls the same
+//! downstream, mark-success, skip), cancel, bulk confirm, bulk cancel and bulk
+//! rerun-failed from the runs search, run now, pause and resume. Each checks the CSRF token and the role first, then calls the same
 //! `EngineHandle` method the REST API calls, with the signed-in token's name as
 //! the actor (the engine audits it with the reason). htmx requests get a flash
 //! fragment (and `HX-Trigger: madeira-refresh`), plain form posts a redirect.
@@ -162,6 +162,105 @@ pub async fn bulk_confirm(
     }
     .await;
     answer(&headers, outcome, "/approvals")
+}
+
+/// Most runs one bulk action touches.
+const MAX_BULK: usize = 500;
+
+/// `POST /runs/bulk`: `sel=<run id>` (repeated), `action=cancel|rerun-failed`,
+/// `reason`, `csrf`. Cancel ends each selected run that is not final; rerun-failed
+/// reruns, with their downstream, the FAILED nodes of each selected run that have
+/// no FAILED node upstream (the rest are reset as their downstream). Each run is
+/// one engine action per node, audited with the reason; the answer counts what
+/// was done and names each run that refused.
+pub async fn bulk_runs(
+    State(console): State<Console>,
+    ctx: Ctx,
+    headers: HeaderMap,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let back = field("back").filter(|b| b.starts_with("/runs")).unwrap_or("/runs").to_string();
+    let outcome = async {
+        ctx.check_post(&headers, field("csrf"), Role::Operator)?;
+        let action = match field("action") {
+            Some("cancel") => "cancel",
+            Some("rerun-failed") => "rerun-failed",
+            other => {
+                return Err(ConsoleError::BadRequest(format!(
+                    "action `{}`: use cancel or rerun-failed",
+                    other.unwrap_or("")
+                )));
+            }
+        };
+        let reason = required_reason(&ctx, field("reason"))?;
+        let selected: Vec<&str> = fields.iter().filter(|(k, _)| k == "sel").map(|(_, v)| v.as_str()).collect();
+        if selected.is_empty() || selected.len() > MAX_BULK {
+            return Err(ConsoleError::BadRequest(format!("select 1 to {MAX_BULK} runs")));
+        }
+        let (mut done, mut failed) = (0usize, Vec::new());
+        for run in selected {
+            let nodes = match action {
+                "cancel" => vec![None],
+                _ => match crate::pages::load_run(&console, run).await {
+                    Ok(loaded) => root_failed(&loaded).into_iter().map(Some).collect(),
+                    Err(e) => {
+                        failed.push(format!("{run}: {e}"));
+                        continue;
+                    }
+                },
+            };
+            if nodes.is_empty() {
+                failed.push(format!("{run}: {}", t(ctx.lang, "no FAILED node to rerun")));
+            }
+            for node in nodes {
+                let request = ActionRequest {
+                    run_id: run.to_string(),
+                    kind: node.as_ref().map(|_| NodeActionKind::Rerun { downstream: true }),
+                    node,
+                    actor: ctx.user.name.clone(),
+                    reason: Some(reason.clone()),
+                };
+                match console.app.engine.act(request).await {
+                    Ok(()) => done += 1,
+                    Err(e) => failed.push(format!("{run}: {e}")),
+                }
+            }
+        }
+        tracing::info!(actor = %ctx.user.name, action, done, refused = failed.len(), "console bulk run action");
+        if failed.is_empty() {
+            Ok(format!("{action} ×{done}: {}", t(ctx.lang, "Done.")))
+        } else {
+            Err(ConsoleError::Api {
+                status: StatusCode::CONFLICT,
+                message: format!("{action} ×{done}; refused: {}", failed.join("; ")),
+            })
+        }
+    }
+    .await;
+    answer(&headers, outcome, &back)
+}
+
+/// The FAILED nodes of `run` with no FAILED node upstream of them.
+fn root_failed(run: &crate::pages::LoadedRun) -> Vec<String> {
+    let def = &run.def;
+    let failed: Vec<bool> = def
+        .nodes
+        .iter()
+        .map(|n| {
+            run.stored.nodes.iter().any(|r| r.node == n.id && r.state == madeira_core::NodeState::Failed)
+        })
+        .collect();
+    // `covered[v]`: some FAILED node is upstream of v.
+    let mut covered = vec![false; def.nodes.len()];
+    for &u in &def.topo {
+        if failed[u] || covered[u] {
+            for &(w, _) in &def.downstream[u] {
+                covered[w] = true;
+            }
+        }
+    }
+    (0..def.nodes.len()).filter(|&v| failed[v] && !covered[v]).map(|v| def.nodes[v].id.clone()).collect()
 }
 
 /// `POST /flows/{name}/run`: `params` is a JSON object (or empty).

@@ -119,6 +119,7 @@ pub fn router(console: Console) -> Router {
         .route("/flows/{name}/pause", post(actions::pause))
         .route("/flows/{name}/resume", post(actions::resume))
         .route("/runs", get(pages::runs::search))
+        .route("/runs/bulk", post(actions::bulk_runs))
         .route("/runs/{id}", get(pages::run::page))
         .route("/runs/{id}/live", get(pages::run::live))
         .route("/runs/{id}/cancel", post(actions::cancel))

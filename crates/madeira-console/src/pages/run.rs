@@ -91,7 +91,7 @@ pub async fn page(
     let lang = ctx.lang;
     let title = format!("{} {}", run.stored.run.flow, short(&id));
     let body = html! {
-        div.run-page data-run=(id) data-flow=(run.stored.run.flow) data-terminal=(run_terminal(&run.stored.run.state)) {
+        div.run-page data-run=(id) data-flow=(run.stored.run.flow) data-tz=(crate::time::flow_tz(&run.def)) data-terminal=(run_terminal(&run.stored.run.state)) {
             h1 { a href=(super::flow_href(&run.stored.run.flow)) { (run.stored.run.flow) } " · " (t(lang, "Run")) " " code.runid { (short(&id)) } }
             div #live-status.live-status data-ok=(t(lang, "Live")) data-retry=(t(lang, "Reconnecting…")) data-poll=(t(lang, "Live updates lost: polling every 5 s.")) {}
             (head)
