@@ -21,6 +21,8 @@ use crate::session::Ctx;
 use crate::{Console, ConsoleError};
 
 const MAX_REASON: usize = 2000;
+/// Most runs (or waiting nodes) one bulk action touches.
+const MAX_BULK: usize = 500;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct ActionForm {
@@ -32,6 +34,39 @@ pub struct ActionForm {
     downstream: Option<String>,
     #[serde(default)]
     params: Option<String>,
+}
+
+/// A bulk form's fields (`sel` repeats).
+#[derive(Debug, Deserialize)]
+#[serde(from = "Vec<(String, String)>")]
+pub struct Fields(Vec<(String, String)>);
+
+impl From<Vec<(String, String)>> for Fields {
+    fn from(pairs: Vec<(String, String)>) -> Self {
+        Self(pairs)
+    }
+}
+
+impl Fields {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    fn all(&self, name: &str) -> impl Iterator<Item = &str> {
+        self.0.iter().filter(move |(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// How a bulk action went: done, or 409 naming each refusal.
+fn bulk_outcome(ctx: &Ctx, action: &str, done: usize, refused: &[String]) -> Result<String, ConsoleError> {
+    if refused.is_empty() {
+        Ok(format!("{action} ×{done}: {}", t(ctx.lang, "Done.")))
+    } else {
+        Err(ConsoleError::Api {
+            status: StatusCode::CONFLICT,
+            message: format!("{action} ×{done}; refused: {}", refused.join("; ")),
+        })
+    }
 }
 
 /// The reason an action needs: present, not blank, bounded, no NUL.
@@ -128,16 +163,14 @@ pub async fn bulk_confirm(
     State(console): State<Console>,
     ctx: Ctx,
     headers: HeaderMap,
-    Form(fields): Form<Vec<(String, String)>>,
+    Form(fields): Form<Fields>,
 ) -> Response {
-    let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
     let outcome = async {
-        ctx.check_post(&headers, field("csrf"), Role::Operator)?;
-        let reason = required_reason(&ctx, field("reason"))?;
-        let selected: Vec<(&str, &str)> =
-            fields.iter().filter(|(k, _)| k == "sel").filter_map(|(_, v)| v.split_once(':')).collect();
-        if selected.is_empty() || selected.len() > 500 {
-            return Err(ConsoleError::BadRequest("select 1 to 500 waiting nodes".into()));
+        ctx.check_post(&headers, fields.get("csrf"), Role::Operator)?;
+        let reason = required_reason(&ctx, fields.get("reason"))?;
+        let selected: Vec<(&str, &str)> = fields.all("sel").filter_map(|v| v.split_once(':')).collect();
+        if selected.is_empty() || selected.len() > MAX_BULK {
+            return Err(ConsoleError::BadRequest(format!("select 1 to {MAX_BULK} waiting nodes")));
         }
         let (mut done, mut failed) = (0, Vec::new());
         for (run, node) in selected {
@@ -154,18 +187,11 @@ pub async fn bulk_confirm(
             }
         }
         tracing::info!(actor = %ctx.user.name, confirmed = done, failed = failed.len(), "console bulk confirm");
-        if failed.is_empty() {
-            Ok(format!("confirm ×{done}: {}", t(ctx.lang, "Done.")))
-        } else {
-            Err(ConsoleError::Api { status: StatusCode::CONFLICT, message: format!("confirmed {done}; refused: {}", failed.join("; ")) })
-        }
+        bulk_outcome(&ctx, "confirm", done, &failed)
     }
     .await;
     answer(&headers, outcome, "/approvals")
 }
-
-/// Most runs one bulk action touches.
-const MAX_BULK: usize = 500;
 
 /// `POST /runs/bulk`: `sel=<run id>` (repeated), `action=cancel|rerun-failed`,
 /// `reason`, `csrf`. Cancel ends each selected run that is not final; rerun-failed
@@ -177,13 +203,12 @@ pub async fn bulk_runs(
     State(console): State<Console>,
     ctx: Ctx,
     headers: HeaderMap,
-    Form(fields): Form<Vec<(String, String)>>,
+    Form(fields): Form<Fields>,
 ) -> Response {
-    let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
-    let back = field("back").filter(|b| b.starts_with("/runs")).unwrap_or("/runs").to_string();
+    let back = fields.get("back").filter(|b| b.starts_with("/runs")).unwrap_or("/runs").to_string();
     let outcome = async {
-        ctx.check_post(&headers, field("csrf"), Role::Operator)?;
-        let action = match field("action") {
+        ctx.check_post(&headers, fields.get("csrf"), Role::Operator)?;
+        let action = match fields.get("action") {
             Some("cancel") => "cancel",
             Some("rerun-failed") => "rerun-failed",
             other => {
@@ -193,8 +218,8 @@ pub async fn bulk_runs(
                 )));
             }
         };
-        let reason = required_reason(&ctx, field("reason"))?;
-        let selected: Vec<&str> = fields.iter().filter(|(k, _)| k == "sel").map(|(_, v)| v.as_str()).collect();
+        let reason = required_reason(&ctx, fields.get("reason"))?;
+        let selected: Vec<&str> = fields.all("sel").collect();
         if selected.is_empty() || selected.len() > MAX_BULK {
             return Err(ConsoleError::BadRequest(format!("select 1 to {MAX_BULK} runs")));
         }
@@ -228,14 +253,7 @@ pub async fn bulk_runs(
             }
         }
         tracing::info!(actor = %ctx.user.name, action, done, refused = failed.len(), "console bulk run action");
-        if failed.is_empty() {
-            Ok(format!("{action} ×{done}: {}", t(ctx.lang, "Done.")))
-        } else {
-            Err(ConsoleError::Api {
-                status: StatusCode::CONFLICT,
-                message: format!("{action} ×{done}; refused: {}", failed.join("; ")),
-            })
-        }
+        bulk_outcome(&ctx, action, done, &failed)
     }
     .await;
     answer(&headers, outcome, &back)
@@ -347,4 +365,18 @@ pub async fn resume(
     Form(form): Form<ActionForm>,
 ) -> Response {
     set_paused(&console, &ctx, &headers, &flow, &form, false).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bulk_fields_keep_every_repeated_selection() {
+        let fields: Fields = serde_urlencoded::from_str("csrf=c&sel=r1&sel=r2%3An&reason=a+b").expect("form");
+        assert_eq!(fields.get("csrf"), Some("c"));
+        assert_eq!(fields.get("reason"), Some("a b"));
+        assert_eq!(fields.all("sel").collect::<Vec<_>>(), ["r1", "r2:n"]);
+        assert_eq!(fields.get("action"), None);
+    }
 }
