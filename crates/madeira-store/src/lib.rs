@@ -1,8 +1,11 @@
 //! Durable state of Madeira. The engine and server see only the `Store` trait;
-//! each backend lives in its own module (`sqlite`, `postgres`). `commit` is the single exit
-//! of SPEC §3: node/run state rows and their transition records are written in one
-//! database transaction, batched (group commit) by the engine.
+//! each backend lives in its own module (`sqlite`, `postgres`). The store writes the
+//! decisions of SPEC §3's single exit: `create_runs`/`promote_queued` gather a flow's
+//! facts under its lock and write what `madeira_core::admit` decides; `commit` writes
+//! what the planner decided. Either way state rows and their transition records go
+//! in one database transaction (batched, group commit, by the engine).
 
+mod admission;
 mod alerts;
 mod lease;
 pub mod postgres;

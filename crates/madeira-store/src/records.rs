@@ -30,13 +30,11 @@ pub struct FlowVersion {
     pub created_at: i64,
 }
 
-/// What `create_run` should do when the flow already has `max_active_runs`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Overlap {
-    Queue,
-    Skip,
-    CancelPrevious,
-}
+/// What `create_run` does when the flow already has `max_active_runs`: the core's
+/// `OnOverlap`, which `madeira_core::admit` decides with.
+pub use madeira_core::OnOverlap as Overlap;
+/// A throttled node a new run claims (`madeira_core::admit::Throttle`).
+pub use madeira_core::admit::Throttle as ThrottleClaim;
 
 #[derive(Debug, Clone)]
 pub struct NewRun {
@@ -57,13 +55,6 @@ pub struct NewRun {
     pub now_ms: i64,
     /// W3C `traceparent` of the run's span, kept so the run has one trace for life.
     pub trace_context: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThrottleClaim {
-    pub node: String,
-    pub max_permits: u32,
-    pub queue_size: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,12 +1,12 @@
 //! Run creation (idempotency key and `on_overlap` decided inside one transaction
 //! under the flow's advisory lock), promotion of queued runs, logs and retention.
 
-use std::collections::HashMap;
-
-use madeira_core::{RunCause, RunState};
+use madeira_core::RunState;
+use madeira_core::admit::{Existing, Facts, QueueFacts, RunEdge, admit, promote};
 use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
 
-use crate::{CreateOutcome, LogRecord, NewRun, Overlap, Result, StoreError};
+use crate::admission::{ClaimCache, from_name, refused, to_write};
+use crate::{CreateOutcome, LogRecord, NewRun, Result};
 
 /// Rows per multi-row INSERT (PostgreSQL allows 65,535 bound values).
 pub(super) const CHUNK: usize = 1000;
@@ -32,7 +32,7 @@ pub(super) async fn create_runs(pool: &PgPool, runs: &[NewRun]) -> Result<Vec<Cr
         lock_flow(&mut tx, flow).await?;
     }
     let mut outcomes = Vec::with_capacity(runs.len());
-    let mut claims = HashMap::new();
+    let mut claims = ClaimCache::new();
     for run in runs {
         outcomes.push(create_in(&mut tx, run, &mut claims).await?);
     }
@@ -40,16 +40,9 @@ pub(super) async fn create_runs(pool: &PgPool, runs: &[NewRun]) -> Result<Vec<Cr
     Ok(outcomes)
 }
 
-/// Claims on throttled `(flow, node)`, counted once per transaction and then kept
-/// up to date as runs are created in it (the flow's advisory lock makes this
-/// transaction the only one creating runs of the flow).
-type Claims = HashMap<(String, String), i64>;
-
-async fn create_in(
-    tx: &mut Transaction<'_, Postgres>,
-    run: &NewRun,
-    cache: &mut Claims,
-) -> Result<CreateOutcome> {
+/// Gathers the facts `admit` reads, in its order, leaving out what it will not
+/// read (see `madeira_core::admit::Facts`).
+async fn facts(tx: &mut Transaction<'_, Postgres>, run: &NewRun, cache: &mut ClaimCache) -> Result<Facts> {
     if let Some(key) = &run.idempotency_key {
         let existing: Option<(String, i64)> =
             sqlx::query_as("SELECT id, version FROM runs WHERE flow = $1 AND idempotency_key = $2")
@@ -58,12 +51,16 @@ async fn create_in(
                 .fetch_optional(&mut **tx)
                 .await?;
         if let Some((run_id, version)) = existing {
-            return Ok(CreateOutcome::Existing { run_id, version: version as u32 });
+            return Ok(Facts {
+                existing: Some(Existing { run_id, version: version as u32 }),
+                ..Facts::default()
+            });
         }
     }
+    let mut claims = Vec::with_capacity(run.throttles.len());
     for claim in &run.throttles {
         let key = (run.flow.clone(), claim.node.clone());
-        let claims = match cache.get(&key) {
+        let n = match cache.get(&key) {
             Some(n) => *n,
             None => {
                 let (n,): (i64,) = sqlx::query_as(
@@ -75,42 +72,43 @@ async fn create_in(
                 .bind(&claim.node)
                 .fetch_one(&mut **tx)
                 .await?;
-                cache.insert(key.clone(), n);
+                cache.insert(key, n);
                 n
             }
         };
-        if claims >= i64::from(claim.max_permits) + i64::from(claim.queue_size) {
-            return Ok(CreateOutcome::Throttled {
-                node: claim.node.clone(),
-                claims: claims as u32,
-                max_permits: claim.max_permits,
-                queue_size: claim.queue_size,
-            });
-        }
+        claims.push(u32::try_from(n).unwrap_or(u32::MAX));
     }
-    let (active, room) = if run.max_active_runs == 0 {
-        (Vec::new(), true)
-    } else {
-        let active: Vec<(String,)> =
-            sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'RUNNING' ORDER BY id")
-                .bind(&run.flow)
-                .fetch_all(&mut **tx)
-                .await?;
-        let active: Vec<String> = active.into_iter().map(|(id,)| id).collect();
-        let queued: Option<(String,)> =
-            sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' LIMIT 1")
-                .bind(&run.flow)
-                .fetch_optional(&mut **tx)
-                .await?;
-        let room = active.len() < run.max_active_runs as usize && queued.is_none();
-        (active, room)
+    if run.max_active_runs == 0 {
+        return Ok(Facts { claims, ..Facts::default() });
+    }
+    let active: Vec<(String,)> =
+        sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'RUNNING' ORDER BY id")
+            .bind(&run.flow)
+            .fetch_all(&mut **tx)
+            .await?;
+    let queued: Option<(String,)> =
+        sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' LIMIT 1")
+            .bind(&run.flow)
+            .fetch_optional(&mut **tx)
+            .await?;
+    let active = active.into_iter().map(|(id,)| id).collect();
+    Ok(Facts { existing: None, claims, active, queued: queued.is_some() })
+}
+
+/// Decides the run with `madeira_core::admit` and writes what it says: the run
+/// row, its node rows and one transition record per run-table edge.
+async fn create_in(
+    tx: &mut Transaction<'_, Postgres>,
+    run: &NewRun,
+    cache: &mut ClaimCache,
+) -> Result<CreateOutcome> {
+    let facts = facts(tx, run, cache).await?;
+    let decision = admit(&facts, &run.policy()).map_err(refused)?;
+    let (edges, cancel_previous) = match to_write(decision) {
+        Ok(write) => write,
+        Err(answer) => return Ok(answer),
     };
-    let (state, cancel_previous) = match (room, run.overlap) {
-        (true, _) => (RunState::Running, Vec::new()),
-        (false, Overlap::Skip) => return Ok(CreateOutcome::Skipped { active }),
-        (false, Overlap::Queue) => (RunState::Queued, Vec::new()),
-        (false, Overlap::CancelPrevious) => (RunState::Queued, active),
-    };
+    let state = edges.last().map_or(RunState::Queued, |e| e.to);
     sqlx::query(
         "INSERT INTO runs (id, flow, version, state, params, idempotency_key, trigger, created_at, \
          started_at, trace_context) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
@@ -140,9 +138,8 @@ async fn create_in(
         });
         q.build().execute(&mut **tx).await?;
     }
-    record_run_transition(tx, &run.id, None, RunState::Queued, "created", &run.actor, run.now_ms).await?;
-    if state == RunState::Running {
-        started(tx, &run.id, &run.actor, run.now_ms).await?;
+    for edge in &edges {
+        record_run_transition(tx, &run.id, edge, &run.actor, run.now_ms).await?;
     }
     for claim in &run.throttles {
         *cache.entry((run.flow.clone(), claim.node.clone())).or_default() += 1;
@@ -150,19 +147,10 @@ async fn create_in(
     Ok(CreateOutcome::Created { run_id: run.id.clone(), state, cancel_previous })
 }
 
-/// Records QUEUED -> RUNNING, checked against the run table.
-async fn started(tx: &mut Transaction<'_, Postgres>, run_id: &str, actor: &str, now_ms: i64) -> Result<()> {
-    let to = RunState::Queued.apply(RunCause::Started).map_err(|e| StoreError::Refused(e.to_string()))?;
-    record_run_transition(tx, run_id, Some(RunState::Queued), to, RunCause::Started.as_str(), actor, now_ms)
-        .await
-}
-
 async fn record_run_transition(
     tx: &mut Transaction<'_, Postgres>,
     run_id: &str,
-    from: Option<RunState>,
-    to: RunState,
-    cause: &str,
+    edge: &RunEdge,
     actor: &str,
     now_ms: i64,
 ) -> Result<()> {
@@ -171,9 +159,9 @@ async fn record_run_transition(
          VALUES ($1, NULL, $2, $3, $4, $5, 0, $6)",
     )
     .bind(run_id)
-    .bind(from.map_or("NONE", RunState::as_str))
-    .bind(to.as_str())
-    .bind(cause)
+    .bind(from_name(edge))
+    .bind(edge.to.as_str())
+    .bind(edge.cause.as_str())
     .bind(actor)
     .bind(now_ms)
     .execute(&mut **tx)
@@ -181,6 +169,8 @@ async fn record_run_transition(
     Ok(())
 }
 
+/// Starts the oldest QUEUED run of `flow` when `madeira_core::admit::promote` says
+/// there is room, recording its edge.
 pub(super) async fn promote_queued(
     pool: &PgPool,
     flow: &str,
@@ -189,29 +179,32 @@ pub(super) async fn promote_queued(
 ) -> Result<Option<String>> {
     let mut tx = pool.begin().await?;
     lock_flow(&mut tx, flow).await?;
-    let (active,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM runs WHERE flow = $1 AND state = 'RUNNING'")
-        .bind(flow)
-        .fetch_one(&mut *tx)
-        .await?;
-    if max_active_runs != 0 && active >= i64::from(max_active_runs) {
-        return Ok(None);
-    }
-    let next: Option<(String,)> =
+    let (running,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM runs WHERE flow = $1 AND state = 'RUNNING'")
+            .bind(flow)
+            .fetch_one(&mut *tx)
+            .await?;
+    let oldest: Option<(String,)> =
         sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' ORDER BY id LIMIT 1")
             .bind(flow)
             .fetch_optional(&mut *tx)
             .await?;
-    let Some((run_id,)) = next else {
+    let facts = QueueFacts {
+        running: u32::try_from(running).unwrap_or(u32::MAX),
+        oldest_queued: oldest.map(|(id,)| id),
+    };
+    let Some(promotion) = promote(&facts, max_active_runs).map_err(refused)? else {
         return Ok(None);
     };
-    sqlx::query("UPDATE runs SET state = 'RUNNING', started_at = $1 WHERE id = $2")
+    sqlx::query("UPDATE runs SET state = $1, started_at = $2 WHERE id = $3")
+        .bind(promotion.edge.to.as_str())
         .bind(now_ms)
-        .bind(&run_id)
+        .bind(&promotion.run_id)
         .execute(&mut *tx)
         .await?;
-    started(&mut tx, &run_id, "engine", now_ms).await?;
+    record_run_transition(&mut tx, &promotion.run_id, &promotion.edge, "engine", now_ms).await?;
     tx.commit().await?;
-    Ok(Some(run_id))
+    Ok(Some(promotion.run_id))
 }
 
 pub(super) async fn put_log(pool: &PgPool, log: &LogRecord) -> Result<()> {

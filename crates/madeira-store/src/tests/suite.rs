@@ -349,3 +349,31 @@ pub(crate) async fn last_cron_key_and_version_history(s: &dyn Store) {
     );
     assert!(s.flow_versions("missing").await.expect("none").is_empty());
 }
+
+/// Creation and promotion are run-table edges, each written as a transition record.
+pub(crate) async fn creation_and_promotion_are_recorded_run_edges(s: &dyn Store) {
+    s.create_run(&new_run("r1", None, 1, Overlap::Queue)).await.expect("r1");
+    s.create_run(&new_run("r2", None, 1, Overlap::Queue)).await.expect("r2");
+    let edges = |log: Vec<TransitionRecord>| {
+        log.into_iter().map(|t| (t.node, t.from, t.to, t.cause)).collect::<Vec<_>>()
+    };
+    let edge =
+        |from: &str, to: &str, cause: &str| (None, from.to_string(), to.to_string(), cause.to_string());
+    let created = edge("NONE", "QUEUED", "created");
+    let started = edge("QUEUED", "RUNNING", "started");
+    assert_eq!(edges(s.transitions("r1").await.expect("r1")), [created.clone(), started.clone()]);
+    assert_eq!(edges(s.transitions("r2").await.expect("r2")), std::slice::from_ref(&created), "r2 waits");
+    let mut batch = Batch::default();
+    batch.runs.push(RunWrite {
+        run_id: "r1".into(),
+        state: RunState::Success,
+        started_at: None,
+        finished_at: Some(30),
+    });
+    s.commit(&batch).await.expect("commit");
+    assert_eq!(s.promote_queued("f", 1, 40).await.expect("promote"), Some("r2".into()));
+    let log = s.transitions("r2").await.expect("r2");
+    assert_eq!(log.last().map(|t| (t.actor.as_str(), t.at)), Some(("engine", 40)));
+    assert_eq!(edges(log), [created, started]);
+    assert_eq!(s.load_run("r2").await.expect("load").expect("r2").run.state, "RUNNING");
+}
