@@ -15,6 +15,7 @@ mod exec;
 mod faults;
 mod fleet_fencing;
 mod fleet_identity;
+mod fleet_logs;
 mod fleet_routing;
 mod fleet_security;
 mod fleet_shutdown;

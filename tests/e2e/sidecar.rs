@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{BIN, Dev, status_of};
+use crate::support::{Dev, status_of};
 
 /// Polls `cond` every 20 ms until it holds or `secs` pass.
 pub async fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
@@ -50,7 +50,7 @@ impl SidecarProc {
     }
 
     pub fn spawn_with_env(config: PathBuf, env: &[(&str, &str)]) -> SidecarProc {
-        let child = Command::new(BIN)
+        let child = Command::new(crate::support::bin())
             .args(["sidecar", "--config"])
             .arg(&config)
             .envs(env.iter().copied())

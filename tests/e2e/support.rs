@@ -10,6 +10,12 @@ use serde_json::{Value, json};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_madeira");
 
+/// The `madeira` binary the servers and sidecars of `Dev` and `SidecarProc` run:
+/// `MADEIRA_E2E_BIN` when set (to measure a release build), else this build's.
+pub fn bin() -> std::ffi::OsString {
+    std::env::var_os("MADEIRA_E2E_BIN").unwrap_or_else(|| BIN.into())
+}
+
 pub struct Dev {
     pub child: Child,
     pub base: String,
@@ -44,7 +50,7 @@ impl Dev {
 
     fn start_with_all(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Dev {
         let grpc = if extra.contains(&"--grpc") { &[][..] } else { &["--grpc", "127.0.0.1:0"][..] };
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.args(["dev", "--http", "127.0.0.1:0", "--data"])
             .arg(dir)
             .args(grpc)
@@ -62,7 +68,7 @@ impl Dev {
     /// As `serve`, requests going through `http` (e.g. one trusting a test CA); with
     /// `link`, also waits for the sidecar link's address (`grpc`).
     pub fn serve_with(config: &Path, env: &[(&str, &str)], link: bool, http: reqwest::Client) -> Dev {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.arg("serve").arg("--config").arg(config).envs(env.iter().copied());
         let grpc_banner = link.then_some("madeira serve: sidecar link on ");
         Dev::spawn(cmd, "madeira serve: API on ", grpc_banner, http)

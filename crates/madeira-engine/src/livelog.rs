@@ -78,6 +78,9 @@ impl Inner {
 pub struct LiveLogs {
     inner: Arc<Mutex<Inner>>,
     max_bytes: usize,
+    /// Counts the buffers ever created; a change wakes readers waiting for an
+    /// attempt's first output.
+    created: Arc<watch::Sender<u64>>,
 }
 
 impl Default for LiveLogs {
@@ -88,7 +91,7 @@ impl Default for LiveLogs {
 
 impl LiveLogs {
     pub fn new(max_bytes: usize) -> Self {
-        Self { inner: Arc::default(), max_bytes: max_bytes.max(1) }
+        Self { inner: Arc::default(), max_bytes: max_bytes.max(1), created: Arc::new(watch::Sender::new(0)) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -106,6 +109,7 @@ impl LiveLogs {
             return;
         }
         while inner.total + data.len() > MAX_TOTAL_BYTES && inner.evict_oldest_finished() {}
+        let created = !inner.buffers.contains_key(key);
         let buffer = inner.buffers.entry(key.clone()).or_insert_with(|| Buffer {
             bytes: VecDeque::new(),
             start: 0,
@@ -127,6 +131,16 @@ impl LiveLogs {
         inner.total = others + buffer.bytes.len();
         let end = buffer.end();
         buffer.end.send_replace(end);
+        drop(guard);
+        if created {
+            self.created.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// A receiver woken whenever some attempt shows its first output: a reader
+    /// waiting for an attempt that has printed nothing yet waits on it.
+    pub fn watch_new(&self) -> watch::Receiver<u64> {
+        self.created.subscribe()
     }
 
     /// Marks the attempt ended (readers stop waiting); kept among the last finished.
@@ -221,5 +235,17 @@ mod tests {
         logs.append(&key(), b"late");
         assert_eq!(logs.read(&key(), 0).expect("seen").next_offset, 2, "nothing is appended after the end");
         assert_eq!(logs.latest_attempt("run", "n"), Some(1));
+    }
+
+    #[tokio::test]
+    async fn a_first_output_wakes_readers_waiting_for_new_attempts() {
+        let logs = LiveLogs::default();
+        let mut created = logs.watch_new();
+        created.borrow_and_update();
+        logs.append(&key(), b"a");
+        assert!(created.has_changed().expect("open"), "the first chunk announces the attempt");
+        created.borrow_and_update();
+        logs.append(&key(), b"b");
+        assert!(!created.has_changed().expect("open"), "later chunks do not");
     }
 }

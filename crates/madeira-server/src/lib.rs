@@ -42,6 +42,8 @@ pub struct AppState {
     pub log_control: Option<madeira_telemetry::LogControl>,
     /// The sidecar fleet (`GET /sidecars`), when the link runs.
     pub fleet: Option<madeira_fleet::Fleet>,
+    /// Ends long-lived answers (log streams), so a graceful stop is not held open.
+    pub shutdown: CancellationToken,
 }
 
 impl AppState {
@@ -56,7 +58,14 @@ impl AppState {
             metrics: None,
             log_control: None,
             fleet: None,
+            shutdown: CancellationToken::new(),
         }
+    }
+
+    /// Ends log streams when `token` fires (give the token that stops the server).
+    pub fn with_shutdown(mut self, token: CancellationToken) -> Self {
+        self.shutdown = token;
+        self
     }
 
     /// Shares trigger rate limits and the event cache with other replicas
@@ -130,6 +139,7 @@ where
     L: axum::serve::Listener,
     L::Addr: std::fmt::Debug,
 {
+    let state = state.with_shutdown(shutdown.clone());
     serve_router(listener, router(state), shutdown).await
 }
 

@@ -160,7 +160,8 @@ impl ControlPlane {
         if let Some(listener) = listener {
             let mut state = AppState::new(handle.clone(), options.auth)
                 .with_alerts(alerts)
-                .with_metrics(telemetry.exposition.clone());
+                .with_metrics(telemetry.exposition.clone())
+                .with_shutdown(drain.clone());
             if let Some(parts) = &fleet {
                 state = state.with_fleet(parts.fleet.clone());
             }

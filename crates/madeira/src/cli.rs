@@ -175,10 +175,18 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// Print a node's logs (the last 64 KiB per attempt).
+    /// Print a node's logs (the last 64 KiB per attempt, and a running attempt's
+    /// output so far); with `-f`, print its output as the job writes it until the
+    /// attempt ends.
     Logs {
         run_id: String,
         node: String,
+        /// Follow the running (or next) attempt's output until it ends.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// The attempt to show or follow (default: all stored / the latest).
+        #[arg(long)]
+        attempt: Option<u32>,
         #[command(flatten)]
         server: ServerArgs,
     },

@@ -28,7 +28,19 @@ pub struct Reply {
 
 impl Client {
     pub fn new(args: &ServerArgs) -> Result<Self> {
-        let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
+        Self::build(args, reqwest::Client::builder().timeout(Duration::from_secs(30)))
+    }
+
+    /// A client for long-lived answers (`logs -f`): no limit on the whole answer,
+    /// but one on silence (the server sends a keep-alive every 10 s).
+    pub fn streaming(args: &ServerArgs) -> Result<Self> {
+        let builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(Duration::from_secs(35));
+        Self::build(args, builder)
+    }
+
+    fn build(args: &ServerArgs, mut builder: reqwest::ClientBuilder) -> Result<Self> {
         if let Some(path) = &args.ca_file {
             builder = builder.tls_certs_only(ca_certs(path)?);
         }
@@ -59,13 +71,7 @@ impl Client {
         };
         let shown = format!("{}/api/v1{path}", self.shown);
         let resp = req.send().await.map_err(|e| {
-            let e = e.without_url();
-            let mut cause = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                cause.push_str(&format!(": {s}"));
-                source = s.source();
-            }
+            let cause = cause(e);
             anyhow!(
                 "{method} {shown}: {cause} (is the control plane running? set --server or MADEIRA_SERVER)"
             )
@@ -93,6 +99,49 @@ impl Client {
     pub async fn get(&self, path: &str) -> Result<Value> {
         Ok(self.call(Method::GET, path, None, &[]).await?.body)
     }
+
+    /// GET `path` and hand back the answer unread (its body is a stream); an error
+    /// says whether the API refused (worth no retry) or the connection failed.
+    pub async fn open(&self, path: &str, headers: &[(&str, String)]) -> Result<reqwest::Response, Opening> {
+        let url = format!("{}/api/v1{path}", self.base);
+        let mut req = self.http.get(&url);
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        for (name, value) in headers {
+            req = req.header(*name, value);
+        }
+        let shown = format!("{}/api/v1{path}", self.shown);
+        let link = |e| Opening::Link(anyhow!("GET {shown}: {}", cause(e)));
+        let mut resp = req.send().await.map_err(link)?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(link)? {
+            body.extend_from_slice(&chunk);
+            if body.len() > 64 * 1024 {
+                break;
+            }
+        }
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let message = body["error"]["message"].as_str().map_or_else(|| body.to_string(), str::to_string);
+        let error = anyhow!("{} {}: {message}", status.as_u16(), status.canonical_reason().unwrap_or(""));
+        Err(if status.is_server_error() { Opening::Link(error) } else { Opening::Api(error) })
+    }
+}
+
+/// The error and its sources on one line, without the URL (which may hold a password).
+pub fn cause(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut cause = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        cause.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    cause
 }
 
 /// `url` with the password of its user info masked (`http://u:***@host`); a user
@@ -124,6 +173,14 @@ fn ca_certs(path: &Path) -> Result<Vec<reqwest::Certificate>> {
         bail!("--ca-file/MADEIRA_CA_FILE: {} holds no certificate", path.display());
     }
     Ok(certs)
+}
+
+/// Why `Client::open` gave no stream.
+pub enum Opening {
+    /// The API answered with a client error (unknown run, no permission).
+    Api(anyhow::Error),
+    /// The connection failed or the server had a problem: worth another try.
+    Link(anyhow::Error),
 }
 
 pub enum Body {

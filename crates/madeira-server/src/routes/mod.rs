@@ -3,6 +3,7 @@
 mod alerts;
 mod audit;
 mod flows;
+mod follow;
 mod health;
 mod runs;
 mod sidecars;

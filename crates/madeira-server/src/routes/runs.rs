@@ -7,12 +7,13 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use madeira_engine::{ActionRequest, NodeActionKind, TriggerRequest};
 use madeira_store::RunQuery;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{json_body, sidecars};
+use super::{follow, json_body, sidecars};
 use crate::{ApiError, AppState, Role, views};
 
 #[derive(Debug, Default, Deserialize)]
@@ -187,25 +188,67 @@ pub async fn node_action(
     Ok(Json(json!({"run_id": id, "node": node, "action": action})))
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogsQuery {
+    /// Stream the output as Server-Sent Events until the attempt ends.
+    #[serde(default)]
+    follow: bool,
+    /// Byte offset to stream from (`Last-Event-ID` wins when both are given).
+    #[serde(default)]
+    offset: Option<u64>,
+    /// The attempt to follow (default: the latest with live output).
+    #[serde(default)]
+    attempt: Option<u32>,
+}
+
+/// A node's logs: the stored tail of each ended attempt, plus the live output of
+/// one still running (`"live": true`); with `follow=true`, an SSE stream
+/// (`follow.rs`).
 pub async fn logs(
     State(state): State<AppState>,
     Path((id, node)): Path<(String, String)>,
+    Query(query): Query<LogsQuery>,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     state.auth.authorize(&headers, Role::Viewer)?;
+    // Subscribed before the run is read, so no transition falls between the two.
+    let events = state.engine.subscribe();
     let store = state.engine.store();
     let stored =
         store.load_run(&id).await?.ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
-    if !stored.nodes.iter().any(|n| n.node == node) {
+    let Some(row) = stored.nodes.iter().find(|n| n.node == node) else {
         return Err(ApiError::not_found(format!("run {id}: node {node} not found")));
+    };
+    if query.follow {
+        let offset = match headers.get("last-event-id") {
+            Some(v) => v
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .ok_or_else(|| ApiError::bad_request("Last-Event-ID must be a byte offset"))?,
+            None => query.offset.unwrap_or(0),
+        };
+        let req = follow::FollowRequest { run_id: id, node, attempt: query.attempt, offset };
+        let sse = follow::stream(state.engine.clone(), events, row.state, req, state.shutdown.clone());
+        return Ok(sse.into_response());
     }
-    let logs: Vec<Value> = store
+    let mut logs: Vec<Value> = store
         .logs(&id, &node)
         .await?
         .into_iter()
+        .filter(|l| query.attempt.is_none_or(|a| a == l.attempt))
         .map(|l| json!({"attempt": l.attempt, "content": l.content}))
         .collect();
-    Ok(Json(json!({"run_id": id, "node": node, "logs": logs})))
+    let live_attempt = query.attempt.or_else(|| state.engine.live_logs().latest_attempt(&id, &node));
+    if let Some(attempt) = live_attempt
+        && !logs.iter().any(|l| l["attempt"] == attempt)
+        && let Some(slice) = state.engine.attempt_log(&id, &node, Some(attempt), 0)
+    {
+        let content = String::from_utf8_lossy(&slice.data);
+        logs.push(json!({"attempt": attempt, "content": content, "live": !slice.finished}));
+    }
+    Ok(Json(json!({"run_id": id, "node": node, "logs": logs})).into_response())
 }
 
 pub async fn transitions(

@@ -50,8 +50,12 @@ pub async fn run(command: Command) -> Result<ExitCode> {
                 .await?;
             print(&server, reply.body, |b| format!("run {} cancelled", str_of(&b["run_id"])))
         }
-        Command::Logs { run_id, node, server } => {
-            let body = Client::new(&server)?.get(&format!("/runs/{run_id}/nodes/{node}/logs")).await?;
+        Command::Logs { run_id, node, follow: true, attempt, server } => {
+            super::follow_logs::follow(&server, &run_id, &node, attempt).await
+        }
+        Command::Logs { run_id, node, follow: false, attempt, server } => {
+            let query = attempt.map(|a| format!("?attempt={a}")).unwrap_or_default();
+            let body = Client::new(&server)?.get(&format!("/runs/{run_id}/nodes/{node}/logs{query}")).await?;
             print(&server, body, logs_text)
         }
         Command::Audit { run, actor, limit, server } => {
@@ -294,7 +298,8 @@ pub fn show_text(run: &Value) -> String {
 fn logs_text(body: &Value) -> String {
     let mut out = String::new();
     for l in body["logs"].as_array().into_iter().flatten() {
-        out.push_str(&format!("--- attempt {} ---\n{}", l["attempt"], str_of(&l["content"])));
+        let live = if l["live"] == json!(true) { " (running)" } else { "" };
+        out.push_str(&format!("--- attempt {}{live} ---\n{}", l["attempt"], str_of(&l["content"])));
         if !out.ends_with('\n') {
             out.push('\n');
         }

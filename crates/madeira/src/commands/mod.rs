@@ -7,6 +7,7 @@ mod bench_sidecar;
 mod client_cmds;
 mod demo;
 mod exec;
+mod follow_logs;
 mod offline;
 mod servers;
 mod sidecar;
