@@ -125,6 +125,7 @@ pub fn router(console: Console) -> Router {
         .route("/runs/{id}/cancel", post(actions::cancel))
         .route("/runs/{id}/nodes/{node}", get(pages::run::panel))
         .route("/runs/{id}/nodes/{node}/log", get(logs::serve))
+        .route("/runs/{id}/nodes/{node}/log/follow", get(logs::follow))
         .route("/runs/{id}/nodes/{node}/{action}", post(actions::node_action))
         .route("/audit", get(pages::audit::page))
         .route("/audit.csv", get(pages::audit::csv))

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use auth::{AuthConfig, Role, TokenEntry};
 pub use error::ApiError;
+pub use routes::follow::{FollowRequest, follow_node, resume_offset};
 pub use views::render_prompt;
 
 /// Largest request body accepted (flow YAML, params, events).
