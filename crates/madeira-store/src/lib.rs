@@ -7,6 +7,7 @@
 
 mod admission;
 mod alerts;
+pub mod dialect;
 mod lease;
 pub mod postgres;
 mod records;

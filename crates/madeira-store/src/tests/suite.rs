@@ -363,17 +363,17 @@ pub(crate) async fn creation_and_promotion_are_recorded_run_edges(s: &dyn Store)
     let started = edge("QUEUED", "RUNNING", "started");
     assert_eq!(edges(s.transitions("r1").await.expect("r1")), [created.clone(), started.clone()]);
     assert_eq!(edges(s.transitions("r2").await.expect("r2")), std::slice::from_ref(&created), "r2 waits");
-    let mut batch = Batch::default();
-    batch.runs.push(RunWrite {
-        run_id: "r1".into(),
-        state: RunState::Success,
-        started_at: None,
-        finished_at: Some(30),
-    });
-    s.commit(&batch).await.expect("commit");
+    finish(s, "r1", 30).await;
     assert_eq!(s.promote_queued("f", 1, 40).await.expect("promote"), Some("r2".into()));
     let log = s.transitions("r2").await.expect("r2");
     assert_eq!(log.last().map(|t| (t.actor.as_str(), t.at)), Some(("engine", 40)));
     assert_eq!(edges(log), [created, started]);
     assert_eq!(s.load_run("r2").await.expect("load").expect("r2").run.state, "RUNNING");
+}
+
+/// Commits `run_id` as SUCCESS at `at`.
+async fn finish(s: &dyn Store, run_id: &str, at: i64) {
+    let write =
+        RunWrite { run_id: run_id.into(), state: RunState::Success, started_at: None, finished_at: Some(at) };
+    s.commit(&Batch { runs: vec![write], ..Batch::default() }).await.expect("commit");
 }
