@@ -41,6 +41,13 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// across every process sharing the database (a no-op with one writer).
     async fn lock(tx: &mut Transaction<'_, Self::DB>, space: LockSpace, key: &str) -> Result<()>;
 
+    /// ` ON CONFLICT (keys) DO UPDATE SET c = excluded.c, …` for `columns`: what
+    /// an INSERT appends to replace the row whose unique `keys` it repeats.
+    fn upsert(keys: &str, columns: &[&str]) -> String {
+        let set: Vec<String> = columns.iter().map(|c| format!("{c} = excluded.{c}")).collect();
+        format!(" ON CONFLICT ({keys}) DO UPDATE SET {}", set.join(", "))
+    }
+
     /// How often a transaction failing with a transient error is tried again
     /// (PostgreSQL: lost connection, shutdown, serialization failure, deadlock).
     const RETRIES: u32 = 0;

@@ -4,7 +4,7 @@
 use sqlx::QueryBuilder;
 use sqlx::Row as _;
 
-use super::{Db, Pool, Row, push_list};
+use super::{Db, Pool, Row, push_list, upsert};
 use crate::{AlertBatch, AlertQuery, AlertRow, DeliveryRow, OpenAlerts, Result, StoreError};
 
 const ALERT_COLUMNS: &str =
@@ -20,12 +20,8 @@ pub(super) async fn write(pool: &Pool, batch: &AlertBatch) -> Result<()> {
     super::inbox::fence_and_consume(&mut tx, batch).await?;
     for a in &batch.alerts {
         sqlx::query(&format!(
-            "INSERT INTO alerts ({ALERT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
-             ON CONFLICT (id) DO UPDATE SET key = excluded.key, severity = excluded.severity, \
-             status = excluded.status, flow = excluded.flow, node = excluded.node, \
-             details = excluded.details, created_at = excluded.created_at, \
-             notify_at = excluded.notify_at, updated_at = excluded.updated_at, \
-             resolved_at = excluded.resolved_at"
+            "INSERT INTO alerts ({ALERT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11){}",
+            upsert("id", &ALERT_COLUMNS["id, ".len()..])
         ))
         .bind(&a.id)
         .bind(&a.key)
@@ -43,11 +39,8 @@ pub(super) async fn write(pool: &Pool, batch: &AlertBatch) -> Result<()> {
     }
     for d in &batch.deliveries {
         sqlx::query(&format!(
-            "INSERT INTO alert_deliveries ({DELIVERY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
-             ON CONFLICT (id) DO UPDATE SET alert_id = excluded.alert_id, channel = excluded.channel, \
-             kind = excluded.kind, status = excluded.status, attempts = excluded.attempts, \
-             last_error = excluded.last_error, digest_id = excluded.digest_id, \
-             created_at = excluded.created_at, sent_at = excluded.sent_at"
+            "INSERT INTO alert_deliveries ({DELIVERY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10){}",
+            upsert("id", &DELIVERY_COLUMNS["id, ".len()..])
         ))
         .bind(&d.id)
         .bind(&d.alert_id)

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use sqlx::QueryBuilder;
 
-use super::{CHUNK, Db, Pool, Tx};
-use crate::{AttemptRecord, Batch, LogRecord, OutputWrite, Result, RunWrite};
+use super::{CHUNK, Db, Pool, Tx, last_per_key, upsert};
+use crate::{Batch, Result, RunWrite};
 
 pub(super) async fn commit(pool: &Pool, batch: &Batch) -> Result<()> {
     if batch.is_empty() {
@@ -67,14 +67,11 @@ async fn write_nodes(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
                 .push_bind(n.started_at)
                 .push_bind(n.finished_at);
         });
-        q.push(
-            " ON CONFLICT (run_id, idx) DO UPDATE SET state = excluded.state, reason = excluded.reason, \
-             attempt = excluded.attempt, series_start = excluded.series_start, \
-             data_version = excluded.data_version, outputs = excluded.outputs, reads = excluded.reads, \
-             stale = excluded.stale, fallback = excluded.fallback, \
-             next_attempt_at = excluded.next_attempt_at, started_at = excluded.started_at, \
-             finished_at = excluded.finished_at",
-        );
+        q.push(upsert(
+            "run_id, idx",
+            "state, reason, attempt, series_start, data_version, outputs, reads, stale, fallback, \
+             next_attempt_at, started_at, finished_at",
+        ));
         q.build().execute(&mut **tx).await?;
     }
     Ok(())
@@ -133,12 +130,7 @@ async fn write_transitions(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
 }
 
 async fn write_outputs(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
-    // PostgreSQL refuses one upsert touching a row twice: the last write wins.
-    let mut last: BTreeMap<(&str, &str, u32, &str), &OutputWrite> = BTreeMap::new();
-    for o in &batch.outputs {
-        last.insert((o.run_id.as_str(), o.node.as_str(), o.data_version, o.key.as_str()), o);
-    }
-    let rows: Vec<&OutputWrite> = last.into_values().collect();
+    let rows = last_per_key(&batch.outputs, |o| (&o.run_id, &o.node, o.data_version, &o.key));
     for chunk in rows.chunks(CHUNK) {
         let mut q: QueryBuilder<Db> =
             QueryBuilder::new("INSERT INTO node_outputs (run_id, node, data_version, key, value) ");
@@ -149,19 +141,15 @@ async fn write_outputs(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
                 .push_bind(&o.key)
                 .push_bind(o.value.to_string());
         });
-        q.push(" ON CONFLICT (run_id, node, data_version, key) DO UPDATE SET value = excluded.value");
+        q.push(upsert("run_id, node, data_version, key", "value"));
         q.build().execute(&mut **tx).await?;
     }
     Ok(())
 }
 
 async fn write_attempts(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
-    // A start and its end in one batch: keep the later record, as two upserts would.
-    let mut last: BTreeMap<(&str, &str, u32), &AttemptRecord> = BTreeMap::new();
-    for a in &batch.attempts {
-        last.insert((a.run_id.as_str(), a.node.as_str(), a.attempt), a);
-    }
-    let rows: Vec<&AttemptRecord> = last.into_values().collect();
+    // A start and its end in one batch: the later record is kept.
+    let rows = last_per_key(&batch.attempts, |a| (&a.run_id, &a.node, a.attempt));
     for chunk in rows.chunks(CHUNK) {
         let mut q: QueryBuilder<Db> = QueryBuilder::new(
             "INSERT INTO attempts (run_id, node, attempt, started_at, finished_at, outcome, error) ",
@@ -175,28 +163,20 @@ async fn write_attempts(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
                 .push_bind(&a.outcome)
                 .push_bind(&a.error);
         });
-        q.push(
-            " ON CONFLICT (run_id, node, attempt) DO UPDATE SET finished_at = excluded.finished_at, \
-             outcome = excluded.outcome, error = excluded.error",
-        );
+        q.push(upsert("run_id, node, attempt", "finished_at, outcome, error"));
         q.build().execute(&mut **tx).await?;
     }
     Ok(())
 }
 
 async fn write_logs(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
-    // The last content of an attempt wins, as with one upsert after another.
-    let mut last: BTreeMap<(&str, &str, u32), &LogRecord> = BTreeMap::new();
-    for log in &batch.logs {
-        last.insert((log.run_id.as_str(), log.node.as_str(), log.attempt), log);
-    }
-    let rows: Vec<&LogRecord> = last.into_values().collect();
+    let rows = last_per_key(&batch.logs, |l| (&l.run_id, &l.node, l.attempt));
     for chunk in rows.chunks(CHUNK) {
         let mut q: QueryBuilder<Db> = QueryBuilder::new("INSERT INTO logs (run_id, node, attempt, content) ");
         q.push_values(chunk, |mut b, l| {
             b.push_bind(&l.run_id).push_bind(&l.node).push_bind(i64::from(l.attempt)).push_bind(&l.content);
         });
-        q.push(" ON CONFLICT (run_id, node, attempt) DO UPDATE SET content = excluded.content");
+        q.push(upsert("run_id, node, attempt", "content"));
         q.build().execute(&mut **tx).await?;
     }
     Ok(())

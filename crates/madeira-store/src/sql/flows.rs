@@ -4,7 +4,7 @@
 use sqlx::Row as _;
 
 use super::runs::lock_flow;
-use super::{Pool, Row};
+use super::{Pool, Row, upsert};
 use crate::{FlowRecord, FlowVersion, PutFlow, Result};
 
 pub(super) async fn put_flow(
@@ -31,12 +31,12 @@ pub(super) async fn put_flow(
         Some((version, _)) => version + 1,
         None => 1,
     };
-    sqlx::query(
+    sqlx::query(&format!(
         "INSERT INTO flows (name, latest_version, paused, created_at, updated_at) \
          VALUES ($1, $2, FALSE, $3, $3) \
-         ON CONFLICT (name) DO UPDATE SET latest_version = excluded.latest_version, \
-         updated_at = excluded.updated_at",
-    )
+         {}",
+        upsert("name", "latest_version, updated_at")
+    ))
     .bind(name)
     .bind(version)
     .bind(now_ms)

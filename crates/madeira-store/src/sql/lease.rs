@@ -53,6 +53,10 @@ pub(super) async fn claim_run(
     Ok(Claim::Held)
 }
 
+pub(super) async fn adopt_run(pool: &Pool, run_id: &str, from: &str, lease: &Lease) -> Result<Claim> {
+    claim_run(pool, run_id, lease, true, Some(from)).await
+}
+
 pub(super) async fn claim_expired(pool: &Pool, lease: &Lease, limit: u32) -> Result<Vec<String>> {
     let rows: Vec<(String,)> = sqlx::query_as(&format!(
         "UPDATE runs SET owner = $1, lease_until = $2 WHERE id IN ( \

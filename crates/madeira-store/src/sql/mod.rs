@@ -28,6 +28,21 @@ type Row = <Db as sqlx::Database>::Row;
 /// Rows per multi-row statement.
 const CHUNK: usize = D::CHUNK;
 
+/// ` ON CONFLICT (keys) DO UPDATE …` replacing `columns` (comma-separated).
+fn upsert(keys: &str, columns: &str) -> String {
+    D::upsert(keys, &columns.split(", ").collect::<Vec<_>>())
+}
+
+/// The last of `rows` for each key, in key order: one upsert may not touch a row
+/// twice (PostgreSQL), and the last write must win, as in one upsert after another.
+fn last_per_key<'a, T, K: Ord>(rows: &'a [T], key: impl Fn(&'a T) -> K) -> Vec<&'a T> {
+    let mut last = std::collections::BTreeMap::new();
+    for row in rows {
+        last.insert(key(row), row);
+    }
+    last.into_values().collect()
+}
+
 /// Appends `(v1, v2, …)`, one bound value each, to `q` (a closing parenthesis included).
 fn push_list<'a, T>(q: &mut QueryBuilder<'a, Db>, values: impl IntoIterator<Item = T>)
 where

@@ -5,15 +5,20 @@ use madeira_core::RunState;
 use madeira_core::admit::{Existing, Facts, QueueFacts, RunEdge, admit, promote};
 use sqlx::QueryBuilder;
 
-use super::{CHUNK, D, Db, Pool, Tx, push_list};
+use super::{CHUNK, D, Db, Pool, Tx, push_list, upsert};
 use crate::admission::{ClaimCache, from_name, refused, to_write};
 use crate::dialect::{Dialect, LockSpace};
-use crate::{CreateOutcome, LogRecord, NewRun, Result};
+use crate::{CreateOutcome, LogRecord, NewRun, Result, StoreError};
 
 /// Serialises the decisions taken about one flow's runs and versions until the
 /// end of the transaction.
 pub(super) async fn lock_flow(tx: &mut Tx<'_>, flow: &str) -> Result<()> {
     D::lock(tx, LockSpace::Flow, flow).await
+}
+
+pub(super) async fn create_run(pool: &Pool, run: &NewRun) -> Result<CreateOutcome> {
+    let mut outcomes = create_runs(pool, std::slice::from_ref(run)).await?;
+    outcomes.pop().ok_or_else(|| StoreError::Refused("no outcome for the run".into()))
 }
 
 pub(super) async fn create_runs(pool: &Pool, runs: &[NewRun]) -> Result<Vec<CreateOutcome>> {
@@ -199,22 +204,15 @@ pub(super) async fn promote_queued(
 }
 
 pub(super) async fn put_log(pool: &Pool, log: &LogRecord) -> Result<()> {
-    let mut tx = pool.begin().await?;
-    put_log_in(&mut tx, log).await?;
-    tx.commit().await?;
-    Ok(())
-}
-
-pub(super) async fn put_log_in(tx: &mut Tx<'_>, log: &LogRecord) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO logs (run_id, node, attempt, content) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT (run_id, node, attempt) DO UPDATE SET content = excluded.content",
-    )
+    sqlx::query(&format!(
+        "INSERT INTO logs (run_id, node, attempt, content) VALUES ($1, $2, $3, $4){}",
+        upsert("run_id, node, attempt", "content")
+    ))
     .bind(&log.run_id)
     .bind(&log.node)
     .bind(i64::from(log.attempt))
     .bind(&log.content)
-    .execute(&mut **tx)
+    .execute(pool)
     .await?;
     Ok(())
 }
@@ -256,11 +254,9 @@ pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64
 
 /// Writes the probe row (the store's health check).
 pub(super) async fn probe(pool: &Pool, now_ms: i64) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO store_probe (id, at) VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET at = excluded.at",
-    )
-    .bind(now_ms)
-    .execute(pool)
-    .await?;
+    sqlx::query(&format!("INSERT INTO store_probe (id, at) VALUES (1, $1){}", upsert("id", "at")))
+        .bind(now_ms)
+        .execute(pool)
+        .await?;
     Ok(())
 }
