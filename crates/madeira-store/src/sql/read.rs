@@ -20,11 +20,12 @@ fn corrupt(table: &'static str, detail: impl ToString) -> StoreError {
 
 fn run_row(row: &Row) -> Result<RunRow> {
     let params: String = row.try_get("params")?;
+    let state: String = row.try_get("state")?;
     Ok(RunRow {
         id: row.try_get("id")?,
         flow: row.try_get("flow")?,
         version: row.try_get::<i64, _>("version")? as u32,
-        state: row.try_get("state")?,
+        state: state.parse().map_err(|e| corrupt("runs", e))?,
         params: serde_json::from_str(&params).map_err(|e| corrupt("runs", e))?,
         idempotency_key: row.try_get("idempotency_key")?,
         trigger: row.try_get("trigger")?,
