@@ -28,18 +28,23 @@ pub trait Dialect: Send + Sync + Sized + 'static {
 
     /// Rows per multi-row statement, under the database's bound-variable limit.
     const CHUNK: usize;
-    /// Appended to a SELECT in a write transaction that must lock the rows it reads
-    /// (empty where the one writer already serialises transactions).
-    const FOR_UPDATE: &'static str;
-    /// Appended to a SELECT that claims rows: skips rows another transaction is
-    /// claiming instead of waiting for it.
-    const SKIP_LOCKED: &'static str;
     /// A collation that orders strings bytewise.
     const BYTEWISE: &'static str;
 
+    // The defaults below suit a database with one writer, which serialises every
+    // transaction by itself (SQLite); several writers (PostgreSQL) override them.
+
+    /// Appended to a SELECT in a write transaction that must lock the rows it reads.
+    const FOR_UPDATE: &'static str = "";
+    /// Appended to a SELECT that claims rows: skips rows another transaction is
+    /// claiming instead of waiting for it.
+    const SKIP_LOCKED: &'static str = "";
+
     /// Serialises, until the end of `tx`, the decisions about `key` in `space`
-    /// across every process sharing the database (a no-op with one writer).
-    async fn lock(tx: &mut Transaction<'_, Self::DB>, space: LockSpace, key: &str) -> Result<()>;
+    /// across every process sharing the database.
+    async fn lock(_tx: &mut Transaction<'_, Self::DB>, _space: LockSpace, _key: &str) -> Result<()> {
+        Ok(())
+    }
 
     /// ` ON CONFLICT (keys) DO UPDATE SET c = excluded.c, …` for `columns`: what
     /// an INSERT appends to replace the row whose unique `keys` it repeats.

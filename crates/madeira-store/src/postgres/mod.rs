@@ -24,17 +24,14 @@ use crate::{Result, StoreError};
 /// PostgreSQL's dialect.
 pub struct PgDialect;
 
-type D = PgDialect;
-
-pub type PostgresStore = SqlStore<PgDialect>;
-
 impl Dialect for PgDialect {
     type DB = Postgres;
     /// PostgreSQL allows 65,535 bound values per statement.
     const CHUNK: usize = 1000;
+    const BYTEWISE: &'static str = "\"C\"";
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
-    const BYTEWISE: &'static str = "\"C\"";
+    const RETRIES: u32 = 5;
 
     async fn lock(tx: &mut Transaction<'_, Postgres>, space: LockSpace, key: &str) -> Result<()> {
         let space: i64 = match space {
@@ -48,8 +45,6 @@ impl Dialect for PgDialect {
             .await?;
         Ok(())
     }
-
-    const RETRIES: u32 = 5;
 }
 
 /// Pool settings for `PostgresStore::open_with`.
@@ -64,6 +59,11 @@ impl Default for PgOptions {
         Self { max_connections: 8, acquire_timeout: Duration::from_secs(10) }
     }
 }
+
+type D = PgDialect;
+
+/// The store on PostgreSQL.
+pub type PostgresStore = SqlStore<PgDialect>;
 
 impl SqlStore<PgDialect> {
     /// Connects to `url` (`postgres://user@host/db`) and applies the migrations

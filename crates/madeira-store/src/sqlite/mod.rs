@@ -15,10 +15,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, Transaction};
 
-use crate::dialect::{Dialect, LockSpace, SqlStore};
+use crate::dialect::{Dialect, SqlStore};
 use crate::{Result, StoreError};
 
 /// SQLite's dialect; holds the writer's guard.
@@ -26,21 +26,11 @@ pub struct SqliteDialect {
     guard: guard::WriteGuard,
 }
 
-type D = SqliteDialect;
-
-pub type SqliteStore = SqlStore<SqliteDialect>;
-
 impl Dialect for SqliteDialect {
     type DB = Sqlite;
     /// Well under SQLite's 32,766 bound variables.
     const CHUNK: usize = 500;
-    const FOR_UPDATE: &'static str = "";
-    const SKIP_LOCKED: &'static str = "";
     const BYTEWISE: &'static str = "BINARY";
-
-    async fn lock(_: &mut Transaction<'_, Sqlite>, _: LockSpace, _: &str) -> Result<()> {
-        Ok(())
-    }
 
     fn before_write(&self) -> Result<()> {
         self.guard.check_file()
@@ -50,6 +40,11 @@ impl Dialect for SqliteDialect {
         self.guard.after(result)
     }
 }
+
+type D = SqliteDialect;
+
+/// The store on SQLite.
+pub type SqliteStore = SqlStore<SqliteDialect>;
 
 impl SqlStore<SqliteDialect> {
     /// Opens (creating if needed) the database at `url` (`sqlite:///path/file.db` or
