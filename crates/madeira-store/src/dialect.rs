@@ -4,7 +4,10 @@
 //! (`sqlite`, `postgres`), which names its dialect `D`: every query is ordinary
 //! typed sqlx code for that database, and every difference is looked up on `D`.
 //! Placeholders are `$n` everywhere (sqlx's SQLite driver reads `$n` as the n-th
-//! argument); `QueryBuilder::push_bind` writes each backend's own.
+//! argument); `QueryBuilder::push_bind` writes each backend's own. The SQLite that
+//! sqlx bundles (3.46) reads the PostgreSQL forms the shared SQL uses (`IS DISTINCT
+//! FROM`, `UPDATE … FROM`, `RETURNING`, `ON CONFLICT … DO UPDATE`, `TRUE`/`FALSE`),
+//! so only what the list below names differs.
 
 use std::future::Future;
 use std::time::Duration;
