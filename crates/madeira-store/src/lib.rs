@@ -1,5 +1,7 @@
-//! Durable state of Madeira. The engine and server see only the `Store` trait;
-//! each backend lives in its own module (`sqlite`, `postgres`). The store writes the
+//! Durable state of Madeira. The engine and server see only the `Store` trait.
+//! Its SQL is written once (`sql/`) and compiled inside each backend module
+//! (`sqlite`, `postgres`), which holds only its `dialect::Dialect`: what differs
+//! between the databases, by name. The store writes the
 //! decisions of SPEC §3's single exit: `create_runs`/`promote_queued` gather a flow's
 //! facts under its lock and write what `madeira_core::admit` decides; `commit` writes
 //! what the planner decided. Either way state rows and their transition records go
@@ -7,6 +9,7 @@
 
 mod admission;
 mod alerts;
+pub mod dialect;
 mod lease;
 pub mod postgres;
 mod records;

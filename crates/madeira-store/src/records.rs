@@ -107,7 +107,8 @@ pub struct RunRow {
     pub id: String,
     pub flow: String,
     pub version: u32,
-    pub state: String,
+    #[serde(serialize_with = "state_name")]
+    pub state: RunState,
     pub params: Json,
     pub idempotency_key: Option<String>,
     pub trigger: String,
@@ -117,6 +118,11 @@ pub struct RunRow {
     /// W3C `traceparent` of the run's span (`None` for runs older than tracing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_context: Option<String>,
+}
+
+/// A run state as its name (`"RUNNING"`), as every API answer shows it.
+fn state_name<S: serde::Serializer>(state: &RunState, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(state.as_str())
 }
 
 #[derive(Debug, Clone)]

@@ -42,7 +42,7 @@ fn strip(runs: &[RunRow]) -> Markup {
     html! {
         span.strip {
             @for r in runs.iter().rev() {
-                a class=(format!("cell st-{}", r.state)) href=(run_href(&r.id)) title=(format!("{} {}", r.state, r.id)) { (crate::page::icon(&r.state)) }
+                a class=(format!("cell st-{}", r.state)) href=(run_href(&r.id)) title=(format!("{} {}", r.state, r.id)) { (crate::page::icon(r.state.as_str())) }
             }
         }
     }
@@ -215,7 +215,7 @@ pub fn selectable_runs_table(lang: Lang, runs: &[RunRow], now: i64, select: Opti
                     @if let Some(form) = select { td.sel { input type="checkbox" name="sel" value=(r.id) form=(form) data-state=(r.state) aria-label=(t(lang, "Select")); } }
                     td { a href=(run_href(&r.id)) { code { (short(&r.id)) } } }
                     td { a href=(flow_href(&r.flow)) { (r.flow) } " v" (r.version) }
-                    td { (badge(lang, &r.state)) }
+                    td { (badge(lang, r.state.as_str())) }
                     td { (r.trigger) }
                     td { (stamp(lang, Some(r.created_at), now)) }
                     td { @if let (Some(s), Some(f)) = (r.started_at, r.finished_at) { (crate::time::duration_ms(lang, f - s)) } @else { "-" } }

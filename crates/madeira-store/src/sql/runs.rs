@@ -1,18 +1,36 @@
-//! Run creation (idempotency key and `on_overlap` decided inside one transaction),
-//! promotion of queued runs, logs and retention.
+//! Run creation and promotion of queued runs (the facts gathered under the flow's
+//! lock, the decision taken by `madeira_core::admit`), logs and retention.
 
 use madeira_core::RunState;
 use madeira_core::admit::{Existing, Facts, QueueFacts, RunEdge, admit, promote};
-use sqlx::{QueryBuilder, Sqlite, SqlitePool, Transaction};
+use sqlx::QueryBuilder;
 
+use super::{CHUNK, D, Db, Pool, Tx, push_list, upsert};
 use crate::admission::{ClaimCache, from_name, refused, to_write};
-use crate::{CreateOutcome, LogRecord, NewRun, Result};
+use crate::dialect::{Dialect, LockSpace};
+use crate::{CreateOutcome, LogRecord, NewRun, Result, StoreError};
 
-/// Rows per multi-row INSERT, to stay well under SQLite's bound-variable limit.
-pub(super) const CHUNK: usize = 500;
+/// Serialises the decisions taken about one flow's runs and versions until the
+/// end of the transaction.
+pub(super) async fn lock_flow(tx: &mut Tx<'_>, flow: &str) -> Result<()> {
+    D::lock(tx, LockSpace::Flow, flow).await
+}
 
-pub(super) async fn create_runs(pool: &SqlitePool, runs: &[NewRun]) -> Result<Vec<CreateOutcome>> {
+pub(super) async fn create_run(pool: &Pool, run: &NewRun) -> Result<CreateOutcome> {
+    let mut outcomes = create_runs(pool, std::slice::from_ref(run)).await?;
+    outcomes.pop().ok_or_else(|| StoreError::Refused("no outcome for the run".into()))
+}
+
+pub(super) async fn create_runs(pool: &Pool, runs: &[NewRun]) -> Result<Vec<CreateOutcome>> {
     let mut tx = pool.begin().await?;
+    // Every flow of the batch is locked up front, in one order, so two replicas
+    // batching runs of the same flows never wait on each other in a cycle.
+    let mut flows: Vec<&str> = runs.iter().map(|r| r.flow.as_str()).collect();
+    flows.sort_unstable();
+    flows.dedup();
+    for flow in flows {
+        lock_flow(&mut tx, flow).await?;
+    }
     let mut outcomes = Vec::with_capacity(runs.len());
     let mut claims = ClaimCache::new();
     for run in runs {
@@ -24,10 +42,10 @@ pub(super) async fn create_runs(pool: &SqlitePool, runs: &[NewRun]) -> Result<Ve
 
 /// Gathers the facts `admit` reads, in its order, leaving out what it will not
 /// read (see `madeira_core::admit::Facts`).
-async fn facts(tx: &mut Transaction<'_, Sqlite>, run: &NewRun, cache: &mut ClaimCache) -> Result<Facts> {
+async fn facts(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Result<Facts> {
     if let Some(key) = &run.idempotency_key {
         let existing: Option<(String, i64)> =
-            sqlx::query_as("SELECT id, version FROM runs WHERE flow = ? AND idempotency_key = ?")
+            sqlx::query_as("SELECT id, version FROM runs WHERE flow = $1 AND idempotency_key = $2")
                 .bind(&run.flow)
                 .bind(key)
                 .fetch_optional(&mut **tx)
@@ -47,7 +65,7 @@ async fn facts(tx: &mut Transaction<'_, Sqlite>, run: &NewRun, cache: &mut Claim
             None => {
                 let (n,): (i64,) = sqlx::query_as(
                     "SELECT COUNT(*) FROM nodes n JOIN runs r ON r.id = n.run_id \
-                     WHERE r.flow = ? AND r.state IN ('RUNNING', 'QUEUED') AND n.node = ? \
+                     WHERE r.flow = $1 AND r.state IN ('RUNNING', 'QUEUED') AND n.node = $2 \
                      AND n.state IN ('INIT', 'RETRYING', 'RUNNING')",
                 )
                 .bind(&run.flow)
@@ -64,12 +82,12 @@ async fn facts(tx: &mut Transaction<'_, Sqlite>, run: &NewRun, cache: &mut Claim
         return Ok(Facts { claims, ..Facts::default() });
     }
     let active: Vec<(String,)> =
-        sqlx::query_as("SELECT id FROM runs WHERE flow = ? AND state = 'RUNNING' ORDER BY id")
+        sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'RUNNING' ORDER BY id")
             .bind(&run.flow)
             .fetch_all(&mut **tx)
             .await?;
     let queued: Option<(String,)> =
-        sqlx::query_as("SELECT id FROM runs WHERE flow = ? AND state = 'QUEUED' LIMIT 1")
+        sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' LIMIT 1")
             .bind(&run.flow)
             .fetch_optional(&mut **tx)
             .await?;
@@ -79,11 +97,7 @@ async fn facts(tx: &mut Transaction<'_, Sqlite>, run: &NewRun, cache: &mut Claim
 
 /// Decides the run with `madeira_core::admit` and writes what it says: the run
 /// row, its node rows and one transition record per run-table edge.
-async fn create_in(
-    tx: &mut Transaction<'_, Sqlite>,
-    run: &NewRun,
-    cache: &mut ClaimCache,
-) -> Result<CreateOutcome> {
+async fn create_in(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Result<CreateOutcome> {
     let facts = facts(tx, run, cache).await?;
     let decision = admit(&facts, &run.policy()).map_err(refused)?;
     let (edges, cancel_previous) = match to_write(decision) {
@@ -93,11 +107,11 @@ async fn create_in(
     let state = edges.last().map_or(RunState::Queued, |e| e.to);
     sqlx::query(
         "INSERT INTO runs (id, flow, version, state, params, idempotency_key, trigger, created_at, \
-         started_at, trace_context) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         started_at, trace_context) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )
     .bind(&run.id)
     .bind(&run.flow)
-    .bind(run.version)
+    .bind(i64::from(run.version))
     .bind(state.as_str())
     .bind(run.params.to_string())
     .bind(&run.idempotency_key)
@@ -108,7 +122,7 @@ async fn create_in(
     .execute(&mut **tx)
     .await?;
     for (offset, chunk) in run.node_names.chunks(CHUNK).enumerate() {
-        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+        let mut q: QueryBuilder<Db> = QueryBuilder::new(
             "INSERT INTO nodes (run_id, idx, node, state, attempt, series_start, data_version, \
              outputs, reads, stale, fallback) ",
         );
@@ -116,7 +130,7 @@ async fn create_in(
             b.push_bind(&run.id)
                 .push_bind((offset * CHUNK + i) as i64)
                 .push_bind(name)
-                .push("'INIT', 0, 0, 0, '{}', '[]', 0, 0");
+                .push("'INIT', 0, 0, 0, '{}', '[]', FALSE, FALSE");
         });
         q.build().execute(&mut **tx).await?;
     }
@@ -130,7 +144,7 @@ async fn create_in(
 }
 
 async fn record_run_transition(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut Tx<'_>,
     run_id: &str,
     edge: &RunEdge,
     actor: &str,
@@ -138,7 +152,7 @@ async fn record_run_transition(
 ) -> Result<()> {
     sqlx::query(
         "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, at) \
-         VALUES (?, NULL, ?, ?, ?, ?, 0, ?)",
+         VALUES ($1, NULL, $2, $3, $4, $5, 0, $6)",
     )
     .bind(run_id)
     .bind(from_name(edge))
@@ -154,18 +168,20 @@ async fn record_run_transition(
 /// Starts the oldest QUEUED run of `flow` when `madeira_core::admit::promote` says
 /// there is room, recording its edge.
 pub(super) async fn promote_queued(
-    pool: &SqlitePool,
+    pool: &Pool,
     flow: &str,
     max_active_runs: u32,
     now_ms: i64,
 ) -> Result<Option<String>> {
     let mut tx = pool.begin().await?;
-    let (running,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM runs WHERE flow = ? AND state = 'RUNNING'")
-        .bind(flow)
-        .fetch_one(&mut *tx)
-        .await?;
+    lock_flow(&mut tx, flow).await?;
+    let (running,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM runs WHERE flow = $1 AND state = 'RUNNING'")
+            .bind(flow)
+            .fetch_one(&mut *tx)
+            .await?;
     let oldest: Option<(String,)> =
-        sqlx::query_as("SELECT id FROM runs WHERE flow = ? AND state = 'QUEUED' ORDER BY id LIMIT 1")
+        sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' ORDER BY id LIMIT 1")
             .bind(flow)
             .fetch_optional(&mut *tx)
             .await?;
@@ -176,7 +192,7 @@ pub(super) async fn promote_queued(
     let Some(promotion) = promote(&facts, max_active_runs).map_err(refused)? else {
         return Ok(None);
     };
-    sqlx::query("UPDATE runs SET state = ?, started_at = ? WHERE id = ?")
+    sqlx::query("UPDATE runs SET state = $1, started_at = $2 WHERE id = $3")
         .bind(promotion.edge.to.as_str())
         .bind(now_ms)
         .bind(&promotion.run_id)
@@ -187,66 +203,60 @@ pub(super) async fn promote_queued(
     Ok(Some(promotion.run_id))
 }
 
-pub(super) async fn put_log(pool: &SqlitePool, log: &LogRecord) -> Result<()> {
-    let mut tx = pool.begin().await?;
-    put_log_in(&mut tx, log).await?;
-    tx.commit().await?;
-    Ok(())
-}
-
-pub(super) async fn put_log_in(tx: &mut Transaction<'_, Sqlite>, log: &LogRecord) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO logs (run_id, node, attempt, content) VALUES (?, ?, ?, ?) \
-         ON CONFLICT(run_id, node, attempt) DO UPDATE SET content = excluded.content",
-    )
+pub(super) async fn put_log(pool: &Pool, log: &LogRecord) -> Result<()> {
+    sqlx::query(&format!(
+        "INSERT INTO logs (run_id, node, attempt, content) VALUES ($1, $2, $3, $4){}",
+        upsert("run_id, node, attempt", "content")
+    ))
     .bind(&log.run_id)
     .bind(&log.node)
-    .bind(log.attempt)
+    .bind(i64::from(log.attempt))
     .bind(&log.content)
-    .execute(&mut **tx)
+    .execute(pool)
     .await?;
     Ok(())
 }
 
 /// Deletes one small batch so the engine's writes are never blocked for long.
-pub(super) async fn prune(pool: &SqlitePool, before_ms: i64, batch: u32) -> Result<u64> {
+pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64> {
     let mut tx = pool.begin().await?;
-    let ids: Vec<(String,)> = sqlx::query_as(
-        "SELECT id FROM runs WHERE finished_at IS NOT NULL AND finished_at < ? \
-         AND state IN ('SUCCESS', 'FAILED', 'CANCELLED') LIMIT ?",
-    )
+    let ids: Vec<(String,)> = sqlx::query_as(&format!(
+        "SELECT id FROM runs WHERE finished_at IS NOT NULL AND finished_at < $1 \
+         AND state IN ('SUCCESS', 'FAILED', 'CANCELLED') LIMIT $2{}",
+        D::SKIP_LOCKED
+    ))
     .bind(before_ms)
-    .bind(batch)
+    .bind(i64::from(batch))
     .fetch_all(&mut *tx)
     .await?;
-    for table in ["nodes", "transitions", "node_outputs", "attempts", "logs"] {
-        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(format!("DELETE FROM {table} WHERE run_id IN ("));
-        let mut sep = q.separated(", ");
-        for (id,) in &ids {
-            sep.push_bind(id);
-        }
-        sep.push_unseparated(")");
-        if !ids.is_empty() {
-            q.build().execute(&mut *tx).await?;
-        }
-    }
     let mut deleted = 0;
-    for (id,) in &ids {
-        deleted +=
-            sqlx::query("DELETE FROM runs WHERE id = ?").bind(id).execute(&mut *tx).await?.rows_affected();
+    if !ids.is_empty() {
+        for table in ["nodes", "transitions", "node_outputs", "attempts", "logs", "runs"] {
+            let column = if table == "runs" { "id" } else { "run_id" };
+            let mut q: QueryBuilder<Db> =
+                QueryBuilder::new(format!("DELETE FROM {table} WHERE {column} IN "));
+            push_list(&mut q, ids.iter().map(|(id,)| id));
+            deleted = q.build().execute(&mut *tx).await?.rows_affected();
+        }
     }
-    sqlx::query("DELETE FROM audit WHERE id IN (SELECT id FROM audit WHERE at < ? LIMIT ?)")
+    for (table, column) in [("audit", "at"), ("run_commands", "created_at")] {
+        sqlx::query(&format!(
+            "DELETE FROM {table} WHERE id IN (SELECT id FROM (SELECT id FROM {table} WHERE {column} < $1 LIMIT $2) AS old)"
+        ))
         .bind(before_ms)
-        .bind(batch)
+        .bind(i64::from(batch))
         .execute(&mut *tx)
         .await?;
-    sqlx::query(
-        "DELETE FROM run_commands WHERE id IN (SELECT id FROM run_commands WHERE created_at < ? LIMIT ?)",
-    )
-    .bind(before_ms)
-    .bind(batch)
-    .execute(&mut *tx)
-    .await?;
+    }
     tx.commit().await?;
     Ok(deleted)
+}
+
+/// Writes the probe row (the store's health check).
+pub(super) async fn probe(pool: &Pool, now_ms: i64) -> Result<()> {
+    sqlx::query(&format!("INSERT INTO store_probe (id, at) VALUES (1, $1){}", upsert("id", "at")))
+        .bind(now_ms)
+        .execute(pool)
+        .await?;
+    Ok(())
 }
