@@ -6,6 +6,7 @@ mod api;
 mod auth;
 mod cli;
 mod cli_files;
+mod cli_lifecycle;
 mod cluster;
 mod cluster_alerts;
 mod cluster_sidecars;

@@ -14,6 +14,7 @@ pub mod schedule;
 pub mod spec;
 pub mod state;
 pub mod text;
+pub mod timebound;
 
 pub use model::{
     ConcurrencyDef, DepKind, ExecutorDef, FlowDef, ManualDef, Need, NodeAction, NodeDef, OnOverlap,

@@ -99,6 +99,21 @@ pub struct RunListQuery {
     /// 1 to 1000, default 50.
     #[param(value_type = Option<u32>)]
     limit: Option<String>,
+    /// Only runs created at or after this time: RFC 3339, `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM` (UTC).
+    since: Option<String>,
+    /// Only runs created before this time (same forms as `since`).
+    until: Option<String>,
+}
+
+/// A `since`/`until` bound as the smallest run id created at that time.
+fn time_bound(name: &str, raw: Option<&String>) -> Result<Option<String>, ApiError> {
+    let Some(raw) = raw else { return Ok(None) };
+    let ms = madeira_core::timebound::parse_time(raw).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "{name} `{raw}`: give RFC 3339 (2026-12-01T09:30:00Z), YYYY-MM-DD or YYYY-MM-DDTHH:MM (UTC)"
+        ))
+    })?;
+    Ok(Some(madeira_core::timebound::id_bound(ms)))
 }
 
 pub(crate) fn parse_limit(raw: Option<&String>) -> Result<u32, ApiError> {
@@ -139,8 +154,23 @@ pub async fn list(
             "status `{status}`: use QUEUED, RUNNING, SUCCESS, FAILED or CANCELLED"
         )));
     }
-    let query = RunQuery { flow: q.flow, state: q.status, before: q.cursor, limit: limit + 1 };
+    let since = time_bound("since", q.since.as_ref())?;
+    let until = time_bound("until", q.until.as_ref())?;
+    if let (Some(s), Some(u)) = (&since, &until)
+        && s >= u
+    {
+        return Err(ApiError::bad_request("`since` must be earlier than `until`"));
+    }
+    // Run ids are UUIDv7: `until` is an upper id bound like the cursor, `since` a lower one.
+    let before = match (q.cursor, until) {
+        (Some(c), Some(u)) => Some(c.min(u)),
+        (c, u) => c.or(u),
+    };
+    let query = RunQuery { flow: q.flow, state: q.status, before, limit: limit + 1 };
     let mut rows = state.engine.store().list_runs(&query).await?;
+    if let Some(bound) = &since {
+        rows.retain(|r| r.id >= *bound);
+    }
     let next = if rows.len() > limit as usize {
         rows.truncate(limit as usize);
         rows.last().map(|r| Value::from(r.id.clone()))
