@@ -13,6 +13,7 @@ mod cluster_sidecars;
 mod console;
 mod crontab;
 mod exec;
+mod fallbacks;
 mod faults;
 mod fleet_fencing;
 mod fleet_identity;

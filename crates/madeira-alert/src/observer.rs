@@ -2,7 +2,8 @@
 //! the engine (an unbounded send; on a shared store they are written to the alert
 //! inbox in the engine's own commit instead). A FAILED run becomes a failure with
 //! its root causes; a SUCCESS run may resolve alerts that counted it; a confirmation past
-//! `alert_after` raises a warning that an answer resolves.
+//! `alert_after` raises a warning that an answer resolves; a cron tick that made
+//! no run raises a critical alert that the flow's next success resolves.
 
 use madeira_core::rootcause::root_causes;
 use madeira_core::{RunSnapshot, RunState};
@@ -29,6 +30,15 @@ impl AlertObserver {
                 Event::Succeeded { run_id: snap.run_id.clone() },
                 Event::Resolve { key: missed_key(&snap.flow.name) },
             ],
+            // A cron flow's success ends its "tick made no run" alert.
+            RunState::Success
+                if snap.flow.triggers.iter().any(|t| matches!(t, madeira_core::TriggerDef::Cron(_))) =>
+            {
+                vec![
+                    Event::Succeeded { run_id: snap.run_id.clone() },
+                    Event::Resolve { key: cron_key(&snap.flow.name) },
+                ]
+            }
             RunState::Success => vec![Event::Succeeded { run_id: snap.run_id.clone() }],
             _ => Vec::new(),
         }
@@ -46,6 +56,23 @@ impl AlertObserver {
             node: None,
             labels: Default::default(),
             summary: format!("flow {flow}: the run scheduled at {at} {what}"),
+            description: None,
+            run_id: None,
+        })
+    }
+
+    fn cron_event(flow: &str, scheduled_at_ms: i64, error: &str) -> Event {
+        let at = chrono::DateTime::from_timestamp_millis(scheduled_at_ms)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_default();
+        Event::Raise(Raise {
+            key: cron_key(flow),
+            alertname: "MadeiraCronRunNotCreated".into(),
+            severity: Severity::Critical,
+            flow: Some(flow.to_string()),
+            node: None,
+            labels: Default::default(),
+            summary: format!("flow {flow}: the cron tick at {at} made no run: {error}"),
             description: None,
             run_id: None,
         })
@@ -76,6 +103,11 @@ impl AlertObserver {
 /// The grouping key of a flow's missed cron runs (open until a run of it succeeds).
 pub fn missed_key(flow: &str) -> String {
     format!("missed_run|{flow}")
+}
+
+/// The grouping key of a flow's cron ticks that made no run (open until a run of it succeeds).
+pub fn cron_key(flow: &str) -> String {
+    format!("cron_not_created|{flow}")
 }
 
 /// The grouping key of an overdue confirmation.
@@ -111,6 +143,12 @@ impl EngineObserver for AlertObserver {
         }
     }
 
+    fn cron_not_created(&self, flow: &str, scheduled_at_ms: i64, error: &str) {
+        if !self.through_commit {
+            let _ = self.tx.send(Input::Event(Self::cron_event(flow, scheduled_at_ms, error)));
+        }
+    }
+
     fn confirm_overdue(&self, snap: &RunSnapshot, node: &str) {
         if !self.through_commit {
             let _ = self.tx.send(Input::Event(Self::overdue_event(snap, node)));
@@ -142,6 +180,9 @@ impl EngineObserver for AlertObserver {
             }
             AlertSource::ObservedMissed { flow, scheduled_at_ms, what } => {
                 vec![Self::missed_event(flow, scheduled_at_ms, what)]
+            }
+            AlertSource::CronNotCreated { flow, scheduled_at_ms, error } => {
+                vec![Self::cron_event(flow, scheduled_at_ms, error)]
             }
         };
         events

@@ -45,7 +45,6 @@ pub enum ErrorCode {
     BodyTooLarge,
     UnsupportedMediaType,
     Unprocessable,
-    Routing,
     RateLimited,
     QueueFull,
     Rejected,
@@ -99,6 +98,9 @@ pub struct RunDetail {
     /// data_version, stale, started_at, finished_at, needs; `prompt` (rendered) on
     /// manual nodes, `throttle` on throttled ones, `waiting` while no executor has it.
     pub nodes: std::collections::BTreeMap<String, Value>,
+    /// What happened instead of a failure, e.g. a routing rule that could not be
+    /// evaluated and sent the run to the default version.
+    pub warnings: Vec<String>,
 }
 
 /// `POST /flows/{name}/runs`: 201 for a new run, 200 for an `Idempotency-Key` seen before.

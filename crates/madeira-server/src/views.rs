@@ -86,6 +86,7 @@ pub fn run_detail(stored: &StoredRun, flow: &FlowDef) -> Json {
         "finished_at": time(run.finished_at),
         "order": flow.topo.iter().map(|i| flow.nodes[*i].id.clone()).collect::<Vec<_>>(),
         "nodes": nodes,
+        "warnings": [],
     })
 }
 

@@ -209,6 +209,17 @@ pub async fn show(
         .ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
     let def = state.engine.flow(&stored.run.flow, Some(stored.run.version)).await?;
     let mut view = views::run_detail(&stored, &def);
+    let audit = madeira_store::AuditQuery { run_id: Some(id.clone()), limit: 100, ..Default::default() };
+    let warnings: Vec<Value> = state
+        .engine
+        .store()
+        .audit(&audit)
+        .await?
+        .into_iter()
+        .filter(|a| a.action == madeira_engine::fallbacks::ROUTING_FALLBACK)
+        .filter_map(|a| a.reason.map(Value::from))
+        .collect();
+    view["warnings"] = Value::from(warnings);
     for node in def.nodes.iter().filter(|n| n.throttle.is_some()) {
         let (Some(throttle), Some(entry)) = (node.throttle, view["nodes"].get_mut(&node.id)) else {
             continue;
