@@ -28,7 +28,7 @@ impl AlertObserver {
             RunState::Failed => vec![Event::Failed(failure_of(snap))],
             RunState::Success if snap.flow.observe => vec![
                 Event::Succeeded { run_id: snap.run_id.clone() },
-                Event::Resolve { key: missed_key(&snap.flow.name) },
+                Event::Resolve { key: missed_key(&snap.flow.name), cause: None },
             ],
             // A cron flow's success ends its "tick made no run" alert.
             RunState::Success
@@ -36,7 +36,7 @@ impl AlertObserver {
             {
                 vec![
                     Event::Succeeded { run_id: snap.run_id.clone() },
-                    Event::Resolve { key: cron_key(&snap.flow.name) },
+                    Event::Resolve { key: cron_key(&snap.flow.name), cause: None },
                 ]
             }
             RunState::Success => vec![Event::Succeeded { run_id: snap.run_id.clone() }],
@@ -58,6 +58,7 @@ impl AlertObserver {
             summary: format!("flow {flow}: the run scheduled at {at} {what}"),
             description: None,
             run_id: None,
+            fallback_note: None,
         })
     }
 
@@ -75,14 +76,25 @@ impl AlertObserver {
             summary: format!("flow {flow}: the cron tick at {at} made no run: {error}"),
             description: None,
             run_id: None,
+            fallback_note: None,
         })
     }
 
     fn overdue_event(snap: &RunSnapshot, node: &str) -> Event {
-        let prompt = snap.flow.node_index(node).and_then(|i| match &snap.flow.nodes[i].action {
-            madeira_core::NodeAction::Manual(m) => Some(m.prompt.clone()),
+        let manual = snap.flow.node_index(node).and_then(|i| match &snap.flow.nodes[i].action {
+            madeira_core::NodeAction::Manual(m) => Some(m),
             _ => None,
         });
+        let prompt = manual.map(|m| {
+            madeira_core::prompt::render(&m.prompt, |path| madeira_core::prompt::lookup_in(snap, path))
+        });
+        let fallback_note =
+            manual.filter(|m| m.fallback.is_some()).and_then(|m| m.fallback_after).map(|after| {
+                format!(
+                    "no one confirmed within {}: the fallback ran, check its result",
+                    short_duration(after)
+                )
+            });
         Event::Raise(Raise {
             key: confirm_key(&snap.run_id, node),
             alertname: "MadeiraConfirmOverdue".into(),
@@ -96,7 +108,19 @@ impl AlertObserver {
             ),
             description: prompt,
             run_id: Some(snap.run_id.clone()),
+            fallback_note,
         })
+    }
+}
+
+/// `36h`, `90m`, `45s`: the largest whole unit.
+fn short_duration(d: std::time::Duration) -> String {
+    let secs = d.as_secs();
+    match secs {
+        0 => format!("{}ms", d.as_millis()),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
     }
 }
 
@@ -163,7 +187,8 @@ impl EngineObserver for AlertObserver {
             if e.from == "MANUAL_CONFIRM"
                 && let Some(node) = &e.node
             {
-                let _ = self.tx.send(Input::Event(Event::Resolve { key: confirm_key(&e.run_id, node) }));
+                let key = confirm_key(&e.run_id, node);
+                let _ = self.tx.send(Input::Event(Event::Resolve { key, cause: Some(e.cause.clone()) }));
             }
         }
     }
@@ -175,8 +200,8 @@ impl EngineObserver for AlertObserver {
         let events = match source {
             AlertSource::RunFinished(snap) => Self::run_events(snap),
             AlertSource::ConfirmOverdue(snap, node) => vec![Self::overdue_event(snap, node)],
-            AlertSource::ConfirmLeft { run_id, node } => {
-                vec![Event::Resolve { key: confirm_key(run_id, node) }]
+            AlertSource::ConfirmLeft { run_id, node, cause } => {
+                vec![Event::Resolve { key: confirm_key(run_id, node), cause: Some(cause.to_string()) }]
             }
             AlertSource::ObservedMissed { flow, scheduled_at_ms, what } => {
                 vec![Self::missed_event(flow, scheduled_at_ms, what)]

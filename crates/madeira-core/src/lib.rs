@@ -8,6 +8,7 @@ pub mod keyexpr;
 pub mod keys;
 pub mod model;
 pub mod plan;
+pub mod prompt;
 pub mod retry;
 pub mod rootcause;
 pub mod schedule;

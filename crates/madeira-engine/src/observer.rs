@@ -29,7 +29,8 @@ pub enum AlertSource<'a> {
     /// A manual confirmation of `node` is past its `alert_after`.
     ConfirmOverdue(&'a RunSnapshot, &'a str),
     /// Node `node` of run `run_id` left MANUAL_CONFIRM (answered, fallen back, cancelled).
-    ConfirmLeft { run_id: &'a str, node: &'a str },
+    /// `cause`: the transition's (`fallback` when `fallback_after` ran the fallback).
+    ConfirmLeft { run_id: &'a str, node: &'a str, cause: &'a str },
     /// A cron instant of an observe-only flow was missed (see `observed_missed`).
     ObservedMissed { flow: &'a str, scheduled_at_ms: i64, what: &'a str },
     /// A cron tick of `flow` could not create its run (`error` says why).
