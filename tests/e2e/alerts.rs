@@ -184,3 +184,63 @@ async fn one_wecom_message_per_failed_run_and_no_secret_anywhere() {
         }
     }
 }
+
+/// Polls the receiver until it holds `n` messages, or panics after `secs`.
+async fn hits_of(hits: &Hits, n: usize, secs: u64) -> Vec<(String, Value)> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let now = hits.lock().expect("hits").clone();
+        if now.len() >= n {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "{} message(s) of {n} in {secs}s: {now:?}", now.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overdue_message_shows_the_rendered_prompt_and_the_fallback_says_it_ran() {
+    let (receiver, hits) = receiver().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("madeira.yaml");
+    std::fs::write(
+        &config,
+        "alerts:\n  group_wait: 500ms\n  channels:\n    - {name: fin-hook, type: webhook, url_env: WECOM_URL}\n  routes:\n    - {match: {team: finance}, channels: [fin-hook]}\n",
+    )
+    .expect("write config");
+    let (dev, _logs) = start_dev(dir.path(), &config, &receiver);
+    dev.put_flow(
+        "flow: sign-off
+labels: {team: finance}
+nodes:
+  calc: {run: {builtin: noop, outputs: {diff: '12.50'}}}
+  approve:
+    needs: [calc]
+    manual:
+      prompt: 'diff is {{ nodes.calc.outputs.diff }} CNY'
+      alert_after: 1s
+      fallback_after: 4s
+      fallback: {builtin: noop, outputs: {drafted: true}}
+",
+    )
+    .await;
+    let run_id = dev.trigger("sign-off", json!({})).await;
+    let hits = hits_of(&hits, 2, 20).await;
+    assert_eq!(hits.len(), 2, "firing, then resolved by the fallback: {hits:?}");
+    let (firing, resolved) = (&hits[0].1, &hits[1].1);
+    assert_eq!(firing["kind"], "firing", "{firing}");
+    assert_eq!(firing["alerts"][0]["alertname"], "MadeiraConfirmOverdue");
+    assert_eq!(
+        firing["alerts"][0]["description"], "diff is 12.50 CNY",
+        "rendered, not the template: {firing}"
+    );
+    assert!(!firing.to_string().contains("{{"), "{firing}");
+    assert_eq!(resolved["kind"], "resolved", "{resolved}");
+    let title = resolved["title"].as_str().unwrap_or_default();
+    assert!(title.starts_with("[fallback ran] MadeiraConfirmOverdue"), "{resolved}");
+    let text = resolved["text"].as_str().unwrap_or_default();
+    assert!(text.contains("no one confirmed within 4s: the fallback ran, check its result"), "{resolved}");
+    assert!(!text.contains("the condition cleared"), "{resolved}");
+    let run = dev.finished(&run_id).await;
+    assert_eq!(run["nodes"]["approve"]["outputs"]["drafted"], true);
+}

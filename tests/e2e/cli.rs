@@ -6,7 +6,7 @@ use std::process::Command;
 use crate::support::{BIN, Dev};
 
 fn madeira(dev: &Dev, args: &[&str]) -> std::process::Output {
-    Command::new(BIN).args(args).env("MADEIRA_SERVER", &dev.base).output().expect("run madeira")
+    dev.cli(args)
 }
 
 #[tokio::test]

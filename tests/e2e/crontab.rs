@@ -97,3 +97,45 @@ fn cron_split(raw: &str) -> (String, String) {
     let command = parts.remove(0);
     (command, parts.join("\n"))
 }
+
+const MIDNIGHT: &str = "0 0 * * * /opt/bin/backup-db.sh\n0 0 * * * /opt/bin/vacuum.sh\n@daily /opt/bin/report.sh\n0 0 * * * /opt/bin/rotate.sh\n30 2 * * * /opt/bin/late.sh\n";
+
+#[test]
+fn a_stampede_is_reported_and_jitter_spreads_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let crontab = dir.path().join("crontab");
+    std::fs::write(&crontab, MIDNIGHT).expect("crontab");
+    let out = Command::new(BIN).args(["crontab", "import"]).arg(&crontab).output().expect("run import");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "crontab:1: warning: stampede: 4 jobs start at Mon 00:00 UTC (7 time(s) a week): backup-db, vacuum, report, rotate; spread them with `--jitter 10m`"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("late"), "a job alone at its minute is no stampede: {stderr}");
+
+    let out = Command::new(BIN)
+        .args(["crontab", "import", "--jitter", "20m", "--output", "json"])
+        .arg(&crontab)
+        .output()
+        .expect("run import");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let import: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let text = import["crontabs"][0]["text"].as_str().expect("crontab text");
+    let starts: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" exec --job "))
+        .map(|l| l.split(" madeira exec").next().unwrap_or(l))
+        .collect();
+    assert_eq!(starts, ["0 0 * * *", "5 0 * * *", "10 0 * * *", "15 0 * * *", "30 2 * * *"], "{text}");
+    let report = import["flows"].as_array().expect("flows");
+    assert!(
+        report.iter().any(|f| f["yaml"].as_str().unwrap_or_default().contains("15 0 * * *")),
+        "{report:?}"
+    );
+    let notes = import["report"].to_string();
+    assert!(notes.contains("--jitter: `@daily` now starts at `10 0 * * *`"), "{notes}");
+    assert!(notes.contains("spread over 20m (--jitter)"), "{notes}");
+}

@@ -150,3 +150,46 @@ async fn missed_runs_raise_one_warning_that_the_next_successful_run_resolves() {
         .collect();
     assert_eq!(ids.len(), 1, "misses every 2 s are one warning until a run succeeds");
 }
+
+#[tokio::test]
+async fn missed_run_detection_starts_at_the_flows_first_apply() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = Dev::start_with(&dir.path().join("data"), &[]);
+    // Let the checker run for a while before the flow exists: ticks of that time are not misses.
+    let up = Instant::now();
+    while up.elapsed() < Duration::from_secs(4) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    dev.put_flow(
+        "flow: late-import\nobserve: true\ntriggers:\n  - cron: \"* * * * * *\"\n    grace: 1s\nnodes:\n  late_import: {run: {sidecar: {group: cron, job: late-import}}}\n",
+    )
+    .await;
+    let (_, versions) = dev.get("/flows/late-import/versions").await;
+    let applied =
+        chrono::DateTime::parse_from_rfc3339(versions["versions"][0]["created_at"].as_str().expect("time"))
+            .expect("rfc3339");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let misses = loop {
+        let (_, audit) = dev.get("/audit?limit=100").await;
+        let misses: Vec<serde_json::Value> = audit["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .filter(|e| e["action"] == "missed_run" && e["details"]["flow"] == "late-import")
+            .cloned()
+            .collect();
+        if misses.len() >= 2 {
+            break misses;
+        }
+        assert!(Instant::now() < deadline, "no missed runs after the apply: {audit}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for miss in &misses {
+        let at = chrono::DateTime::parse_from_rfc3339(miss["details"]["scheduled_at"].as_str().expect("at"))
+            .expect("rfc3339");
+        assert!(
+            at >= applied,
+            "a tick from before the flow existed counted as missed: {miss} (applied {applied})"
+        );
+    }
+}

@@ -106,6 +106,15 @@ impl Dev {
         Dev { child, base, http, grpc: grpc.unwrap_or_default() }
     }
 
+    /// Runs the CLI with `args` against this control plane.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new(BIN)
+            .args(args)
+            .env("MADEIRA_SERVER", &self.base)
+            .output()
+            .expect("run madeira")
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}/api/v1{path}", self.base)
     }

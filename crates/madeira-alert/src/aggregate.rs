@@ -105,6 +105,7 @@ impl Aggregator {
             description: None,
             causes: f.causes,
             run_id: Some(f.run_id),
+            fallback_note: None,
             now,
         });
         self.insert_new(alert, out);
@@ -138,6 +139,7 @@ impl Aggregator {
             description: r.description,
             causes: Vec::new(),
             run_id: r.run_id,
+            fallback_note: r.fallback_note,
             now,
         });
         self.insert_new(alert, out);
@@ -165,8 +167,15 @@ impl Aggregator {
     }
 
     /// Resolves the open alert with `key`, if any.
-    pub fn resolve_key(&mut self, key: &str, now: i64, out: &mut Changes) {
+    /// Resolves the open alert with `key`; a `fallback` cause makes its
+    /// `resolved` message say the fallback ran (its `fallback_note`).
+    pub fn resolve_key(&mut self, key: &str, cause: Option<&str>, now: i64, out: &mut Changes) {
         if let Some(id) = self.by_key.get(key).cloned() {
+            if cause == Some("fallback")
+                && let Some(alert) = self.alerts.get_mut(&id)
+            {
+                alert.resolution = alert.fallback_note.clone();
+            }
             self.close(&id, now, out);
         }
     }
@@ -231,6 +240,8 @@ impl Aggregator {
             notify_at: n.now + self.group_wait_ms,
             updated_at: n.now,
             resolved_at: None,
+            fallback_note: n.fallback_note,
+            resolution: None,
         }
     }
 
@@ -260,6 +271,7 @@ struct NewAlert<'a> {
     description: Option<String>,
     causes: Vec<Cause>,
     run_id: Option<String>,
+    fallback_note: Option<String>,
     now: i64,
 }
 

@@ -45,7 +45,7 @@ impl AlertHandle {
 
     /// Resolves the open alert with `key` (sends `resolved` if it was sent).
     pub fn resolve(&self, key: &str) {
-        let _ = self.tx.send(Input::Event(Event::Resolve { key: key.to_string() }));
+        let _ = self.tx.send(Input::Event(Event::Resolve { key: key.to_string(), cause: None }));
     }
 
     /// Waits until every event sent before this call has been aggregated and every

@@ -91,6 +91,12 @@ pub struct Alert {
     pub notify_at: i64,
     pub updated_at: i64,
     pub resolved_at: Option<i64>,
+    /// From the raise: the `resolved` message when a fallback ends it.
+    #[serde(default)]
+    pub fallback_note: Option<String>,
+    /// Set when it was resolved by a fallback: what the `resolved` message says.
+    #[serde(default)]
+    pub resolution: Option<String>,
 }
 
 impl Alert {
@@ -144,4 +150,8 @@ pub struct Raise {
     pub description: Option<String>,
     /// The run concerned, if any (named in the message and its links).
     pub run_id: Option<String>,
+    /// What the `resolved` message says when a fallback ended the condition
+    /// (an overdue confirmation whose `fallback_after` ran the fallback).
+    #[serde(default)]
+    pub fallback_note: Option<String>,
 }

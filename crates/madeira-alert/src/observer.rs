@@ -2,7 +2,8 @@
 //! the engine (an unbounded send; on a shared store they are written to the alert
 //! inbox in the engine's own commit instead). A FAILED run becomes a failure with
 //! its root causes; a SUCCESS run may resolve alerts that counted it; a confirmation past
-//! `alert_after` raises a warning that an answer resolves.
+//! `alert_after` raises a warning that an answer resolves; a cron tick that made
+//! no run raises a critical alert that the flow's next success resolves.
 
 use madeira_core::rootcause::root_causes;
 use madeira_core::{RunSnapshot, RunState};
@@ -27,8 +28,17 @@ impl AlertObserver {
             RunState::Failed => vec![Event::Failed(failure_of(snap))],
             RunState::Success if snap.flow.observe => vec![
                 Event::Succeeded { run_id: snap.run_id.clone() },
-                Event::Resolve { key: missed_key(&snap.flow.name) },
+                Event::Resolve { key: missed_key(&snap.flow.name), cause: None },
             ],
+            // A cron flow's success ends its "tick made no run" alert.
+            RunState::Success
+                if snap.flow.triggers.iter().any(|t| matches!(t, madeira_core::TriggerDef::Cron(_))) =>
+            {
+                vec![
+                    Event::Succeeded { run_id: snap.run_id.clone() },
+                    Event::Resolve { key: cron_key(&snap.flow.name), cause: None },
+                ]
+            }
             RunState::Success => vec![Event::Succeeded { run_id: snap.run_id.clone() }],
             _ => Vec::new(),
         }
@@ -48,14 +58,43 @@ impl AlertObserver {
             summary: format!("flow {flow}: the run scheduled at {at} {what}"),
             description: None,
             run_id: None,
+            fallback_note: None,
+        })
+    }
+
+    fn cron_event(flow: &str, scheduled_at_ms: i64, error: &str) -> Event {
+        let at = chrono::DateTime::from_timestamp_millis(scheduled_at_ms)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_default();
+        Event::Raise(Raise {
+            key: cron_key(flow),
+            alertname: "MadeiraCronRunNotCreated".into(),
+            severity: Severity::Critical,
+            flow: Some(flow.to_string()),
+            node: None,
+            labels: Default::default(),
+            summary: format!("flow {flow}: the cron tick at {at} made no run: {error}"),
+            description: None,
+            run_id: None,
+            fallback_note: None,
         })
     }
 
     fn overdue_event(snap: &RunSnapshot, node: &str) -> Event {
-        let prompt = snap.flow.node_index(node).and_then(|i| match &snap.flow.nodes[i].action {
-            madeira_core::NodeAction::Manual(m) => Some(m.prompt.clone()),
+        let manual = snap.flow.node_index(node).and_then(|i| match &snap.flow.nodes[i].action {
+            madeira_core::NodeAction::Manual(m) => Some(m),
             _ => None,
         });
+        let prompt = manual.map(|m| {
+            madeira_core::prompt::render(&m.prompt, |path| madeira_core::prompt::lookup_in(snap, path))
+        });
+        let fallback_note =
+            manual.filter(|m| m.fallback.is_some()).and_then(|m| m.fallback_after).map(|after| {
+                format!(
+                    "no one confirmed within {}: the fallback ran, check its result",
+                    short_duration(after)
+                )
+            });
         Event::Raise(Raise {
             key: confirm_key(&snap.run_id, node),
             alertname: "MadeiraConfirmOverdue".into(),
@@ -69,13 +108,30 @@ impl AlertObserver {
             ),
             description: prompt,
             run_id: Some(snap.run_id.clone()),
+            fallback_note,
         })
+    }
+}
+
+/// `36h`, `90m`, `45s`: the largest whole unit.
+fn short_duration(d: std::time::Duration) -> String {
+    let secs = d.as_secs();
+    match secs {
+        0 => format!("{}ms", d.as_millis()),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
     }
 }
 
 /// The grouping key of a flow's missed cron runs (open until a run of it succeeds).
 pub fn missed_key(flow: &str) -> String {
     format!("missed_run|{flow}")
+}
+
+/// The grouping key of a flow's cron ticks that made no run (open until a run of it succeeds).
+pub fn cron_key(flow: &str) -> String {
+    format!("cron_not_created|{flow}")
 }
 
 /// The grouping key of an overdue confirmation.
@@ -111,6 +167,12 @@ impl EngineObserver for AlertObserver {
         }
     }
 
+    fn cron_not_created(&self, flow: &str, scheduled_at_ms: i64, error: &str) {
+        if !self.through_commit {
+            let _ = self.tx.send(Input::Event(Self::cron_event(flow, scheduled_at_ms, error)));
+        }
+    }
+
     fn confirm_overdue(&self, snap: &RunSnapshot, node: &str) {
         if !self.through_commit {
             let _ = self.tx.send(Input::Event(Self::overdue_event(snap, node)));
@@ -125,7 +187,8 @@ impl EngineObserver for AlertObserver {
             if e.from == "MANUAL_CONFIRM"
                 && let Some(node) = &e.node
             {
-                let _ = self.tx.send(Input::Event(Event::Resolve { key: confirm_key(&e.run_id, node) }));
+                let key = confirm_key(&e.run_id, node);
+                let _ = self.tx.send(Input::Event(Event::Resolve { key, cause: Some(e.cause.clone()) }));
             }
         }
     }
@@ -137,11 +200,14 @@ impl EngineObserver for AlertObserver {
         let events = match source {
             AlertSource::RunFinished(snap) => Self::run_events(snap),
             AlertSource::ConfirmOverdue(snap, node) => vec![Self::overdue_event(snap, node)],
-            AlertSource::ConfirmLeft { run_id, node } => {
-                vec![Event::Resolve { key: confirm_key(run_id, node) }]
+            AlertSource::ConfirmLeft { run_id, node, cause } => {
+                vec![Event::Resolve { key: confirm_key(run_id, node), cause: Some(cause.to_string()) }]
             }
             AlertSource::ObservedMissed { flow, scheduled_at_ms, what } => {
                 vec![Self::missed_event(flow, scheduled_at_ms, what)]
+            }
+            AlertSource::CronNotCreated { flow, scheduled_at_ms, error } => {
+                vec![Self::cron_event(flow, scheduled_at_ms, error)]
             }
         };
         events

@@ -184,6 +184,10 @@ pub(crate) fn firing(alert: &Alert, base: Option<&str>) -> Message {
 
 fn resolved(alert: &Alert) -> Message {
     let mut lines = vec![Line::Text(alert.summary.clone())];
+    if let Some(resolution) = &alert.resolution {
+        lines.push(Line::Field("Fallback", resolution.clone()));
+        return Message { title: title(alert, "fallback ran"), lines };
+    }
     if alert.fixed > 0 {
         lines.push(Line::Field(
             "Resolved",

@@ -96,6 +96,8 @@ mod tests {
             notify_at: 0,
             updated_at: 0,
             resolved_at: None,
+            fallback_note: None,
+            resolution: None,
         }
     }
 

@@ -29,9 +29,17 @@ const PRUNE_EVERY_MS: i64 = 3600 * 1000;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub(crate) enum Event {
     Failed(Failure),
-    Succeeded { run_id: String },
+    Succeeded {
+        run_id: String,
+    },
     Raise(Raise),
-    Resolve { key: String },
+    /// `cause`: the transition's cause when a node's change resolves it
+    /// (`fallback`: the fallback ran instead of an answer).
+    Resolve {
+        key: String,
+        #[serde(default)]
+        cause: Option<String>,
+    },
 }
 
 pub(crate) enum Input {
@@ -141,7 +149,7 @@ impl AlertTask {
             Event::Failed(f) => self.agg.failure(f, now, out),
             Event::Succeeded { run_id } => self.agg.run_succeeded(&run_id, now, out),
             Event::Raise(r) => self.agg.raise(r, now, out),
-            Event::Resolve { key } => self.agg.resolve_key(&key, now, out),
+            Event::Resolve { key, cause } => self.agg.resolve_key(&key, cause.as_deref(), now, out),
         }
     }
 

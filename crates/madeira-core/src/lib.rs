@@ -9,12 +9,14 @@ pub mod keyexpr;
 pub mod keys;
 pub mod model;
 pub mod plan;
+pub mod prompt;
 pub mod retry;
 pub mod rootcause;
 pub mod schedule;
 pub mod spec;
 pub mod state;
 pub mod text;
+pub mod timebound;
 
 pub use model::{
     ConcurrencyDef, DepKind, ExecutorDef, FlowDef, ManualDef, Need, NodeAction, NodeDef, OnOverlap,

@@ -332,9 +332,9 @@ impl EngineHandle {
         if latest.observe {
             return Err(EngineError::ObserveOnly(req.flow));
         }
-        let version = match req.version {
-            Some(v) => v,
-            None => route(&latest, &req.params, self.latest_version(&req.flow).await?)?,
+        let (version, routing_warning) = match req.version {
+            Some(v) => (v, None),
+            None => crate::fallbacks::route(&latest, &req.params, self.latest_version(&req.flow).await?),
         };
         let def = self.flows.get(self.store.as_ref(), &req.flow, version).await?;
         let run = NewRun {
@@ -379,6 +379,16 @@ impl EngineHandle {
                 Err(EngineError::OverlapSkipped { flow: req.flow, active: active.len() })
             }
             CreateOutcome::Created { run_id, cancel_previous, .. } => {
+                if let Some(warning) = routing_warning {
+                    crate::fallbacks::record_routing_fallback(
+                        self.store.as_ref(),
+                        &req.flow,
+                        &run_id,
+                        version,
+                        warning,
+                    )
+                    .await;
+                }
                 for previous in cancel_previous {
                     let cancel = Envelope::Command {
                         run_id: previous,
@@ -512,24 +522,6 @@ impl EngineHandle {
     async fn send(&self, envelope: Envelope) -> Result<(), EngineError> {
         self.tx.send(envelope).await.map_err(|_| EngineError::ShuttingDown)
     }
-}
-
-/// The version a run with `params` goes to: the first matching routing rule, the
-/// routing default, or the latest version.
-fn route(latest: &FlowDef, params: &Json, latest_version: u32) -> Result<u32, EngineError> {
-    let Some(routing) = &latest.routing else {
-        return Ok(latest_version);
-    };
-    for rule in &routing.rules {
-        let matched = rule
-            .when
-            .eval(params, &Json::Object(Default::default()))
-            .map_err(|e| EngineError::Routing { flow: latest.name.clone(), message: e.to_string() })?;
-        if matched {
-            return Ok(rule.version);
-        }
-    }
-    Ok(routing.default)
 }
 
 /// The event type a trigger listens to, if it is an event trigger.

@@ -15,6 +15,7 @@ mod creator;
 mod engine_loop;
 mod envelope;
 pub mod executor;
+pub mod fallbacks;
 mod flows;
 mod forward;
 mod gate;
@@ -137,8 +138,6 @@ pub enum EngineError {
     QueueFull { flow: String, node: String, claims: u32, max_permits: u32, queue_size: u32 },
     #[error("flow {0} is observe-only: its runs are reported by `madeira exec`, never dispatched")]
     ObserveOnly(String),
-    #[error("flow {flow}: routing: {message}")]
-    Routing { flow: String, message: String },
     #[error("run {run} is held by replica {owner}, which has attempts of it in flight; retry once they end")]
     HeldElsewhere { run: String, owner: String },
     #[error("replica {owner} holds the run but did not take the action in time; nothing was done")]

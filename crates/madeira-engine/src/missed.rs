@@ -2,7 +2,9 @@
 //! it: for every cron instant `t` of a flow with `observe: true` and a `grace`, a
 //! run must start within `[t - 1 min, t + grace]` and finish within `grace` of its
 //! start. A miss is logged, audited (`missed_run`) and handed to the observers
-//! (alerting raises the `warning`).
+//! (alerting raises the `warning`). Instants are looked at from the later of the
+//! checker's start and the apply of the flow version it first sees, never before
+//! the flow (or its trigger) existed.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -76,7 +78,21 @@ impl Checker {
                 let TriggerDef::Cron(cron) = trigger else { continue };
                 let Some(grace) = cron.grace else { continue };
                 let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX / 4);
-                let cursor = *self.cursors.entry((def.name.clone(), i)).or_insert(self.started_ms);
+                let key = (def.name.clone(), i);
+                let cursor = match self.cursors.get(&key) {
+                    Some(c) => *c,
+                    None => {
+                        // First sight of this trigger: instants before the version that
+                        // declared it was applied are none of its misses.
+                        let applied = match store.flow_version(&record.name, record.latest_version).await {
+                            Ok(Some(v)) => v.created_at,
+                            _ => record.updated_at,
+                        };
+                        let start = self.started_ms.max(applied);
+                        self.cursors.insert(key, start);
+                        start
+                    }
+                };
                 let Some(from) = DateTime::from_timestamp_millis(cursor) else { continue };
                 let Ok(instants) = madeira_core::schedule::next_fires(&cron.expr, &cron.timezone, from, 100)
                 else {

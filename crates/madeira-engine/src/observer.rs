@@ -29,9 +29,12 @@ pub enum AlertSource<'a> {
     /// A manual confirmation of `node` is past its `alert_after`.
     ConfirmOverdue(&'a RunSnapshot, &'a str),
     /// Node `node` of run `run_id` left MANUAL_CONFIRM (answered, fallen back, cancelled).
-    ConfirmLeft { run_id: &'a str, node: &'a str },
+    /// `cause`: the transition's (`fallback` when `fallback_after` ran the fallback).
+    ConfirmLeft { run_id: &'a str, node: &'a str, cause: &'a str },
     /// A cron instant of an observe-only flow was missed (see `observed_missed`).
     ObservedMissed { flow: &'a str, scheduled_at_ms: i64, what: &'a str },
+    /// A cron tick of `flow` could not create its run (`error` says why).
+    CronNotCreated { flow: &'a str, scheduled_at_ms: i64, error: &'a str },
 }
 
 #[allow(unused_variables)]
@@ -69,6 +72,8 @@ pub trait EngineObserver: Send + Sync {
     /// An observe-only flow's cron instant `scheduled_at_ms` had no run that started
     /// (or finished) within the trigger's `grace` (`what` says which).
     fn observed_missed(&self, flow: &str, scheduled_at_ms: i64, what: &str) {}
+    /// A cron tick of `flow` at `scheduled_at_ms` could not create its run.
+    fn cron_not_created(&self, flow: &str, scheduled_at_ms: i64, error: &str) {}
     /// The store stopped (`false`) or resumed (`true`) taking writes.
     fn store_up(&self, up: bool) {}
 }

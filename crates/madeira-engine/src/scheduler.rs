@@ -218,6 +218,7 @@ impl Scheduler {
         let lateness = Duration::from_millis((crate::now_ms() - due_ms).max(0) as u64);
         self.observers.iter().for_each(|o| o.cron_fired(flow, lateness));
         let engine = self.engine.clone();
+        let observers = self.observers.clone();
         let request = TriggerRequest {
             flow: flow.to_string(),
             params: serde_json::json!({"scheduled_at": tick.to_rfc3339()}),
@@ -226,13 +227,18 @@ impl Scheduler {
             actor: "scheduler".into(),
             version: None,
         };
+        let (flow_name, tick_ms) = (flow.to_string(), tick.timestamp_millis());
         tokio::spawn(async move {
             match engine.trigger(request).await {
                 Ok(outcome) => debug!(run_id = %outcome.run_id, created = outcome.created, "cron run"),
                 Err(EngineError::OverlapSkipped { flow, active }) => {
                     info!(flow = %flow, active, "cron tick skipped: on_overlap is skip")
                 }
-                Err(e) => error!(error = %e, "cron run not created"),
+                Err(EngineError::ShuttingDown) => debug!(flow = %flow_name, "cron tick at shutdown: no run"),
+                Err(e) => {
+                    crate::fallbacks::cron_not_created(engine.store(), &observers, &flow_name, tick_ms, &e)
+                        .await
+                }
             }
         });
     }

@@ -79,7 +79,6 @@ impl From<EngineError> for ApiError {
                 Self::new(StatusCode::TOO_MANY_REQUESTS, "queue_full", message).with_details(details)
             }
             EngineError::ObserveOnly(_) => Self::new(StatusCode::CONFLICT, "observe_only", message),
-            EngineError::Routing { .. } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "routing", message),
             EngineError::ShuttingDown => Self::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", message),
             EngineError::BadText(_) => Self::new(StatusCode::BAD_REQUEST, "bad_text", message),
             EngineError::HolderSilent { owner } => {

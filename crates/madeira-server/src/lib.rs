@@ -7,6 +7,7 @@ mod error;
 mod ratelimit;
 mod rejections;
 mod routes;
+pub mod schema;
 mod shared;
 mod views;
 
@@ -21,6 +22,17 @@ pub use auth::{AuthConfig, Role, TokenEntry};
 pub use error::ApiError;
 pub use routes::follow::{FollowRequest, follow_node, resume_offset};
 pub use views::render_prompt;
+
+/// The OpenAPI 3.1 document of `/api/v1` (also served at `GET /api/v1/openapi.json`).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    routes::openapi::spec()
+}
+
+/// The paths the router serves under `/api/v1` (relative, `{param}` templates):
+/// what the OpenAPI route test probes.
+pub fn api_paths() -> Vec<&'static str> {
+    routes::api_routes().into_iter().map(|(path, _)| path).collect()
+}
 
 /// Largest request body accepted (flow YAML, params, events).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;

@@ -86,25 +86,14 @@ pub fn run_detail(stored: &StoredRun, flow: &FlowDef) -> Json {
         "finished_at": time(run.finished_at),
         "order": flow.topo.iter().map(|i| flow.nodes[*i].id.clone()).collect::<Vec<_>>(),
         "nodes": nodes,
+        "warnings": [],
     })
 }
 
-/// Replaces `{{ nodes.X.outputs.K }}` and `{{ params.K }}` in a manual prompt.
+/// Replaces `{{ nodes.X.outputs.K }}` and `{{ params.K }}` in a manual prompt
+/// (`madeira_core::prompt::render` over the stored run).
 pub fn render_prompt(prompt: &str, stored: &StoredRun, _flow: &FlowDef) -> String {
-    let mut out = String::new();
-    let mut rest = prompt;
-    while let Some(start) = rest.find("{{") {
-        out.push_str(&rest[..start]);
-        let Some(end) = rest[start..].find("}}") else {
-            out.push_str(&rest[start..]);
-            return out;
-        };
-        let path = rest[start + 2..start + end].trim();
-        out.push_str(&lookup(path, stored).unwrap_or_else(|| format!("<{path}: not available>")));
-        rest = &rest[start + end + 2..];
-    }
-    out.push_str(rest);
-    out
+    madeira_core::prompt::render(prompt, |path| lookup(path, stored))
 }
 
 fn lookup(path: &str, stored: &StoredRun) -> Option<String> {
@@ -121,10 +110,7 @@ fn lookup(path: &str, stored: &StoredRun) -> Option<String> {
         }
         _ => return None,
     };
-    Some(match value {
-        Json::String(s) => s.clone(),
-        other => other.to_string(),
-    })
+    Some(madeira_core::prompt::shown(value))
 }
 
 /// `GET /flows/{name}`.

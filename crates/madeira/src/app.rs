@@ -203,17 +203,7 @@ impl ControlPlane {
 
     /// Applies every `*.yaml`/`*.yml` file in `dir`; the first invalid one aborts.
     pub async fn apply_dir(&self, dir: &Path) -> Result<usize> {
-        let is_yaml = |p: &Path| p.extension().is_some_and(|x| x == "yaml" || x == "yml");
-        let mut files = Vec::new();
-        for entry in crate::files::dir_entries(dir).context("reading the flows directory")? {
-            match entry {
-                crate::files::Entry::File(file) if is_yaml(&file) => files.push(file),
-                crate::files::Entry::Skipped(file, why) if is_yaml(&file) => {
-                    anyhow::bail!("flows directory: {}: {why}", file.display())
-                }
-                _ => {}
-            }
-        }
+        let files = crate::files::yaml_files(dir).context("reading the flows directory")?;
         for file in &files {
             let source = crate::files::read_text(file, crate::files::Confine::Within(dir))?;
             self.engine

@@ -109,7 +109,9 @@ pub enum Command {
         command: CronCommand,
     },
     /// Store flow files on the control plane (a new version when content changed).
+    /// Every file is validated first; one invalid file and nothing is applied.
     Apply {
+        /// A flow file, or a directory: its *.yaml and *.yml files (repeatable).
         #[arg(short = 'f', long = "file", required = true)]
         files: Vec<PathBuf>,
         #[command(flatten)]
@@ -148,6 +150,12 @@ pub enum Command {
         status: Option<String>,
         #[arg(long, default_value_t = 20)]
         limit: u32,
+        /// Only runs created at or after: RFC 3339, YYYY-MM-DD or YYYY-MM-DDTHH:MM (UTC).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only runs created before (same forms as --since).
+        #[arg(long)]
+        until: Option<String>,
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -248,6 +256,9 @@ pub struct DemoArgs {
     /// Where the demo's API and console listen (loopback only; port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub http: String,
+    /// `json`: the narrative goes to stderr, one JSON summary to stdout.
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
 }
 
 #[derive(Debug, Args)]
@@ -379,6 +390,10 @@ pub enum CrontabCommand {
         /// Schedule timezone when a crontab sets neither CRON_TZ nor TZ.
         #[arg(long, default_value = "UTC")]
         timezone: String,
+        /// Spread jobs that start in the same minute (3 or more) over this long:
+        /// job k of n moves k/n of it later (`10m`; whole minutes).
+        #[arg(long)]
+        jitter: Option<String>,
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -435,4 +450,43 @@ pub struct BenchArgs {
     pub flows: usize,
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Commands that run until stopped (servers, the sidecar) or pass a child's
+    /// output through unchanged (`exec`): they print no result of their own.
+    const NO_RESULT: [&str; 4] = ["dev", "serve", "sidecar", "exec"];
+
+    /// Every command that can run by itself (not one that only groups subcommands).
+    fn commands(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
+        if !path.is_empty() && !cmd.is_subcommand_required_set() {
+            out.push((path.to_string(), cmd.clone()));
+        }
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            commands(sub, format!("{path} {}", sub.get_name()).trim(), out);
+        }
+    }
+
+    #[test]
+    fn every_command_that_prints_takes_output_json() {
+        let mut all = Vec::new();
+        commands(&super::Cli::command(), "", &mut all);
+        assert!(all.len() > 25, "found too few commands: {:?}", all.iter().map(|c| &c.0).collect::<Vec<_>>());
+        let mut missing = Vec::new();
+        for (path, cmd) in &all {
+            if NO_RESULT.contains(&path.as_str()) {
+                continue;
+            }
+            let output = cmd.get_arguments().find(|a| a.get_id() == "output");
+            let takes_json =
+                output.is_some_and(|a| a.get_possible_values().iter().any(|v| v.get_name() == "json"));
+            if !takes_json {
+                missing.push(path.clone());
+            }
+        }
+        assert!(missing.is_empty(), "commands without --output json: {missing:?}");
+    }
 }

@@ -108,6 +108,26 @@ pub fn dir_entries(dir: &Path) -> Result<Vec<Entry>, FileError> {
         .collect())
 }
 
+/// The `*.yaml`/`*.yml` regular files of `dir`, sorted; such an entry that is
+/// not a readable regular file inside `dir` (a symlink out, a FIFO) is an error.
+pub fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>, FileError> {
+    let is_yaml = |p: &Path| p.extension().is_some_and(|x| x == "yaml" || x == "yml");
+    let mut files = Vec::new();
+    for entry in dir_entries(dir)? {
+        match entry {
+            Entry::File(file) if is_yaml(&file) => files.push(file),
+            Entry::Skipped(file, why) if is_yaml(&file) => {
+                return Err(FileError {
+                    path: shown(&file),
+                    problem: Problem::Io(std::io::Error::other(why)),
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(files)
+}
+
 /// Refuses a symlink at `path` whose target leaves the allowed directory.
 fn check_link(path: &Path, confine: Confine<'_>) -> Result<(), FileError> {
     let dir = match confine {

@@ -164,6 +164,7 @@ impl madeira_fleet::FleetListener for SidecarAlerts {
                     .into(),
             ),
             run_id: None,
+            fallback_note: None,
         });
     }
 

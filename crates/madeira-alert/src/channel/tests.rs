@@ -39,6 +39,8 @@ fn alert() -> Arc<Alert> {
         notify_at: 1_700_000_000_000,
         updated_at: 1_700_000_000_000,
         resolved_at: None,
+        fallback_note: None,
+        resolution: None,
     })
 }
 

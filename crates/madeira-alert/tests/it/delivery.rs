@@ -204,6 +204,7 @@ async fn other_sources_raise_warnings_that_group_by_key_and_resolve() {
         summary: "sidecar group billing: no heartbeat for 30s".into(),
         description: Some("host pay-01 stopped answering".into()),
         run_id: None,
+        fallback_note: None,
     };
     h.handle.raise(raise());
     h.handle.raise(raise());

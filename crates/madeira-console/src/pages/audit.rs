@@ -10,12 +10,12 @@ use axum::response::{IntoResponse, Response};
 use madeira_store::{AuditQuery, AuditRecord};
 use maud::html;
 
-use super::runs::parse_time;
 use crate::i18n::t;
 use crate::page::{self, Nav, Shell, url_encode};
 use crate::session::Ctx;
 use crate::time::{rfc3339, stamp};
 use crate::{Console, ConsoleError};
+use madeira_core::timebound::parse_time;
 
 const LIMIT: u32 = 200;
 const CSV_LIMIT: u32 = 10_000;

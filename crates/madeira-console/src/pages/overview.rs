@@ -9,12 +9,12 @@ use madeira_store::{AlertQuery, RunQuery};
 use maud::html;
 
 use super::flows::runs_table;
-use super::runs::id_bound;
 use crate::i18n::t;
 use crate::page::{self, Nav, Shell, badge};
 use crate::session::Ctx;
 use crate::time::stamp;
 use crate::{Console, ConsoleError};
+use madeira_core::timebound::id_bound;
 
 /// Runs counted per state; more show as `1000+`.
 const COUNT_CAP: u32 = 1000;

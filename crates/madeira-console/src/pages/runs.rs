@@ -12,34 +12,11 @@ use crate::i18n::t;
 use crate::page::{self, Nav, Shell, url_encode};
 use crate::session::Ctx;
 use crate::{Console, ConsoleError};
+use madeira_core::timebound::{id_bound, parse_time};
 use madeira_server::Role;
 
 const PAGE: usize = 50;
 const STATES: [&str; 5] = ["QUEUED", "RUNNING", "SUCCESS", "FAILED", "CANCELLED"];
-
-/// The smallest run id created at `ms` or later (UUIDv7 text starts with the
-/// 48-bit millisecond time).
-pub fn id_bound(ms: i64) -> String {
-    let ms = ms.max(0) as u64;
-    format!("{:08x}-{:04x}-0000-0000-000000000000", ms >> 16, ms & 0xffff)
-}
-
-/// `2026-12-01`, `2026-12-01T09:30` (UTC) or RFC 3339, as Unix ms.
-pub fn parse_time(s: &str) -> Option<i64> {
-    let s = s.trim();
-    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
-        return Some(t.timestamp_millis());
-    }
-    for fmt in ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"] {
-        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, fmt) {
-            return Some(t.and_utc().timestamp_millis());
-        }
-    }
-    chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
-        .ok()?
-        .and_hms_opt(0, 0, 0)
-        .map(|t| t.and_utc().timestamp_millis())
-}
 
 /// A search: filters as given in the query string.
 #[derive(Debug, Default, Clone)]
@@ -235,27 +212,6 @@ fn bulk_form(ctx: &Ctx, back: &str) -> maud::Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_time_bound_orders_like_uuidv7_ids() {
-        let ms = 1_764_579_600_000; // 2025-12-01T09:00:00Z
-        let id = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(
-            uuid::NoContext,
-            (ms / 1000) as u64,
-            ((ms % 1000) * 1_000_000) as u32,
-        ))
-        .to_string();
-        assert!(
-            id_bound(ms) <= id && id < id_bound(ms + 1),
-            "{} <= {id} < {}",
-            id_bound(ms),
-            id_bound(ms + 1)
-        );
-        assert_eq!(parse_time("2025-12-01T09:00"), Some(ms));
-        assert_eq!(parse_time("2025-12-01T09:00:00Z"), Some(ms));
-        assert_eq!(parse_time("2025-12-01"), Some(ms - 9 * 3_600_000));
-        assert_eq!(parse_time("yesterday"), None);
-    }
 
     #[test]
     fn bad_states_are_refused_and_filters_round_trip() {

@@ -29,7 +29,7 @@ impl Engine {
         }
         for t in &work.batch.transitions {
             if let (Some(node), "MANUAL_CONFIRM") = (&t.node, t.from.as_str()) {
-                report(AlertSource::ConfirmLeft { run_id: &t.run_id, node });
+                report(AlertSource::ConfirmLeft { run_id: &t.run_id, node, cause: &t.cause });
             }
         }
         work.batch.alert_events.extend(events);

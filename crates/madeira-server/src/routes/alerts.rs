@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::json_body;
 use crate::{ApiError, AppState, Role};
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct TestBody {
     #[serde(default)]
@@ -45,6 +45,20 @@ fn alert_error(e: AlertError) -> ApiError {
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/alerts",
+    tag = "alerts",
+    params(("status" = Option<String>, Query, description = "pending, firing or resolved"), ("flow" = Option<String>, Query), ("limit" = Option<u32>, Query, description = "1 to 1000, default 50")),
+    responses(
+        (status = 200, description = "alerts, newest first, with their deliveries", body = crate::schema::AlertList),
+        (status = 400, description = "bad request: the message names the field and the fix", body = crate::schema::ErrorBody),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     Query(q): Query<HashMap<String, String>>,
@@ -63,6 +77,23 @@ pub async fn list(
     Ok(Json(alerts.list(&query).await.map_err(alert_error)?))
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/alerts/test",
+    tag = "alerts",
+    request_body(content = TestBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "the test message was sent (or why not)", body = crate::schema::AlertTestAnswer),
+        (status = 400, description = "bad request: the message names the field and the fix", body = crate::schema::ErrorBody),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 404, description = "not found", body = crate::schema::ErrorBody),
+        (status = 413, description = "body over 1 MiB", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody),
+        (status = 504, description = "timed out", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn test(
     State(state): State<AppState>,
     headers: HeaderMap,

@@ -10,6 +10,20 @@ use serde_json::{Value, json};
 
 use crate::{ApiError, AppState, Role, views};
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/audit",
+    tag = "audit",
+    params(("run_id" = Option<String>, Query), ("actor" = Option<String>, Query), ("since" = Option<String>, Query, description = "RFC 3339"), ("limit" = Option<u32>, Query, description = "1 to 1000, default 50")),
+    responses(
+        (status = 200, description = "audit entries, newest first", body = crate::schema::AuditList),
+        (status = 400, description = "bad request: the message names the field and the fix", body = crate::schema::ErrorBody),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     Query(q): Query<HashMap<String, String>>,

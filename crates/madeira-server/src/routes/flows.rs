@@ -8,6 +8,23 @@ use serde_json::{Value, json};
 
 use crate::{ApiError, AppState, Role, views};
 
+#[utoipa::path(
+    put,
+    path = "/api/v1/flows/{name}",
+    tag = "flows",
+    params(("name" = String, Path, description = "flow name")),
+    request_body(content = String, content_type = "application/yaml", description = "the flow YAML (SPEC §4)"),
+    responses(
+        (status = 200, description = "a new version (or the same one, unchanged)", body = crate::schema::ApplyAnswer),
+        (status = 201, description = "the flow was created", body = crate::schema::ApplyAnswer),
+        (status = 400, description = "bad request: the message names the field and the fix", body = crate::schema::ErrorBody),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 413, description = "body over 1 MiB", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn put(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -30,6 +47,20 @@ pub async fn put(
     Ok((status, Json(json!({"flow": outcome.flow, "version": outcome.version, "created": outcome.created}))))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/flows/{name}",
+    tag = "flows",
+    params(("name" = String, Path, description = "flow name")),
+    responses(
+        (status = 200, description = "the flow at its latest version", body = crate::schema::FlowDetail),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 404, description = "not found", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn get(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -43,6 +74,18 @@ pub async fn get(
     Ok(Json(views::flow_detail(&record, &def)))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/flows",
+    tag = "flows",
+    responses(
+        (status = 200, description = "every flow", body = crate::schema::FlowList),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     state.auth.authorize(&headers, Role::Viewer)?;
     let mut flows = Vec::new();
@@ -53,6 +96,20 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<J
     Ok(Json(json!({"flows": flows})))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/flows/{name}/versions",
+    tag = "flows",
+    params(("name" = String, Path, description = "flow name")),
+    responses(
+        (status = 200, description = "every applied version", body = crate::schema::FlowVersions),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 404, description = "not found", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn versions(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -70,6 +127,21 @@ pub async fn versions(
     Ok(Json(json!({"flow": name, "versions": list})))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/flows/{name}/versions/{version}",
+    tag = "flows",
+    params(("name" = String, Path, description = "flow name"), ("version" = u32, Path, description = "version number")),
+    responses(
+        (status = 200, description = "the YAML of one version", body = crate::schema::FlowSource),
+        (status = 400, description = "bad request: the message names the field and the fix", body = crate::schema::ErrorBody),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 404, description = "not found", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn version(
     State(state): State<AppState>,
     Path((name, version)): Path<(String, u32)>,

@@ -1,8 +1,6 @@
 //! Runs: trigger (with `Idempotency-Key`), list with a cursor, show, cancel, node
 //! actions, logs and the transition log.
 
-use std::collections::HashMap;
-
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -16,16 +14,17 @@ use serde_json::{Value, json};
 use super::{follow, json_body, sidecars};
 use crate::{ApiError, AppState, Role, views};
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct TriggerBody {
     #[serde(default)]
+    #[schema(value_type = Object)]
     params: serde_json::Map<String, Value>,
     #[serde(default)]
     version: Option<u32>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ActionBody {
     #[serde(default)]
@@ -34,6 +33,27 @@ struct ActionBody {
     downstream: bool,
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/flows/{name}/runs",
+    tag = "runs",
+    params(("name" = String, Path, description = "flow name"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key returns the same run")),
+    request_body(content = TriggerBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "the run this Idempotency-Key made before", body = crate::schema::TriggerAnswer),
+        (status = 201, description = "a new run", body = crate::schema::TriggerAnswer),
+        (status = 400, description = "bad request: the message names the field and the fix", body = crate::schema::ErrorBody),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 404, description = "not found", body = crate::schema::ErrorBody),
+        (status = 409, description = "refused in this state", body = crate::schema::ErrorBody),
+        (status = 413, description = "body over 1 MiB", body = crate::schema::ErrorBody),
+        (status = 422, description = "unprocessable", body = crate::schema::ErrorBody),
+        (status = 429, description = "rate limited; see Retry-After", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn trigger(
     State(state): State<AppState>,
     Path(flow): Path<String>,
@@ -67,6 +87,36 @@ pub async fn trigger(
     Ok((status, Json(json!({"run_id": outcome.run_id, "flow": outcome.flow, "version": outcome.version}))))
 }
 
+/// `GET /runs` filters; all optional.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RunListQuery {
+    /// Only this flow's runs.
+    flow: Option<String>,
+    /// QUEUED, RUNNING, SUCCESS, FAILED or CANCELLED.
+    status: Option<String>,
+    /// The `next` of the previous page.
+    cursor: Option<String>,
+    /// 1 to 1000, default 50.
+    #[param(value_type = Option<u32>)]
+    limit: Option<String>,
+    /// Only runs created at or after this time: RFC 3339, `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM` (UTC).
+    since: Option<String>,
+    /// Only runs created before this time (same forms as `since`).
+    until: Option<String>,
+}
+
+/// A `since`/`until` bound as the smallest run id created at that time.
+fn time_bound(name: &str, raw: Option<&String>) -> Result<Option<String>, ApiError> {
+    let Some(raw) = raw else { return Ok(None) };
+    let ms = madeira_core::timebound::parse_time(raw).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "{name} `{raw}`: give RFC 3339 (2026-12-01T09:30:00Z), YYYY-MM-DD or YYYY-MM-DDTHH:MM (UTC)"
+        ))
+    })?;
+    Ok(Some(madeira_core::timebound::id_bound(ms)))
+}
+
 pub(crate) fn parse_limit(raw: Option<&String>) -> Result<u32, ApiError> {
     match raw {
         None => Ok(50),
@@ -77,27 +127,51 @@ pub(crate) fn parse_limit(raw: Option<&String>) -> Result<u32, ApiError> {
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/runs",
+    tag = "runs",
+    params(RunListQuery),
+    responses(
+        (status = 200, description = "one page of runs, newest first", body = crate::schema::RunList),
+        (status = 400, description = "bad request: the message names the field and the fix", body = crate::schema::ErrorBody),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<RunListQuery>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     state.auth.authorize(&headers, Role::Viewer)?;
-    let limit = parse_limit(q.get("limit"))?;
-    if let Some(status) = q.get("status")
+    let limit = parse_limit(q.limit.as_ref())?;
+    if let Some(status) = &q.status
         && status.parse::<madeira_core::RunState>().is_err()
     {
         return Err(ApiError::bad_request(format!(
             "status `{status}`: use QUEUED, RUNNING, SUCCESS, FAILED or CANCELLED"
         )));
     }
-    let query = RunQuery {
-        flow: q.get("flow").cloned(),
-        state: q.get("status").cloned(),
-        before: q.get("cursor").cloned(),
-        limit: limit + 1,
+    let since = time_bound("since", q.since.as_ref())?;
+    let until = time_bound("until", q.until.as_ref())?;
+    if let (Some(s), Some(u)) = (&since, &until)
+        && s >= u
+    {
+        return Err(ApiError::bad_request("`since` must be earlier than `until`"));
+    }
+    // Run ids are UUIDv7: `until` is an upper id bound like the cursor, `since` a lower one.
+    let before = match (q.cursor, until) {
+        (Some(c), Some(u)) => Some(c.min(u)),
+        (c, u) => c.or(u),
     };
+    let query = RunQuery { flow: q.flow, state: q.status, before, limit: limit + 1 };
     let mut rows = state.engine.store().list_runs(&query).await?;
+    if let Some(bound) = &since {
+        rows.retain(|r| r.id >= *bound);
+    }
     let next = if rows.len() > limit as usize {
         rows.truncate(limit as usize);
         rows.last().map(|r| Value::from(r.id.clone()))
@@ -108,6 +182,20 @@ pub async fn list(
     Ok(Json(json!({"runs": runs, "next": next})))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/runs/{id}",
+    tag = "runs",
+    params(("id" = String, Path, description = "run id (UUIDv7)")),
+    responses(
+        (status = 200, description = "the run and every node", body = crate::schema::RunDetail),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 404, description = "not found", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -122,6 +210,17 @@ pub async fn show(
         .ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
     let def = state.engine.flow(&stored.run.flow, Some(stored.run.version)).await?;
     let mut view = views::run_detail(&stored, &def);
+    let audit = madeira_store::AuditQuery { run_id: Some(id.clone()), limit: 100, ..Default::default() };
+    let warnings: Vec<Value> = state
+        .engine
+        .store()
+        .audit(&audit)
+        .await?
+        .into_iter()
+        .filter(|a| a.action == madeira_engine::fallbacks::ROUTING_FALLBACK)
+        .filter_map(|a| a.reason.map(Value::from))
+        .collect();
+    view["warnings"] = Value::from(warnings);
     for node in def.nodes.iter().filter(|n| n.throttle.is_some()) {
         let (Some(throttle), Some(entry)) = (node.throttle, view["nodes"].get_mut(&node.id)) else {
             continue;
@@ -140,6 +239,24 @@ pub async fn show(
     Ok(Json(view))
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/runs/{id}/cancel",
+    tag = "runs",
+    params(("id" = String, Path, description = "run id (UUIDv7)")),
+    request_body(content = ActionBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "the run is cancelling", body = crate::schema::ActionAnswer),
+        (status = 400, description = "bad request: the message names the field and the fix", body = crate::schema::ErrorBody),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 404, description = "not found", body = crate::schema::ErrorBody),
+        (status = 409, description = "refused in this state", body = crate::schema::ErrorBody),
+        (status = 413, description = "body over 1 MiB", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn cancel(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -155,6 +272,24 @@ pub async fn cancel(
     Ok(Json(json!({"run_id": id, "action": "cancel"})))
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/runs/{id}/nodes/{node}/{action}",
+    tag = "runs",
+    params(("id" = String, Path, description = "run id (UUIDv7)"), ("node" = String, Path, description = "node id"), ("action" = String, Path, description = "confirm, reject, rerun, mark-success or skip")),
+    request_body(content = ActionBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "the action was taken", body = crate::schema::ActionAnswer),
+        (status = 400, description = "bad request: the message names the field and the fix", body = crate::schema::ErrorBody),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 404, description = "not found", body = crate::schema::ErrorBody),
+        (status = 409, description = "refused in this state", body = crate::schema::ErrorBody),
+        (status = 413, description = "body over 1 MiB", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn node_action(
     State(state): State<AppState>,
     Path((id, node, action)): Path<(String, String, String)>,
@@ -205,6 +340,26 @@ pub struct LogsQuery {
 /// A node's logs: the stored tail of each ended attempt, plus the live output of
 /// one still running (`"live": true`); with `follow=true`, an SSE stream
 /// (`follow.rs`).
+#[utoipa::path(
+    get,
+    path = "/api/v1/runs/{id}/nodes/{node}/logs",
+    tag = "runs",
+    params(
+        ("id" = String, Path, description = "run id (UUIDv7)"),
+        ("node" = String, Path, description = "node id"),
+        ("follow" = Option<bool>, Query, description = "stream the output as Server-Sent Events (`text/event-stream`: `log` events `{attempt, offset, text}` with the byte offset after them as id, then one `end`) until the attempt ends"),
+        ("offset" = Option<u64>, Query, description = "with follow: the byte offset to stream from (`Last-Event-ID` wins)"),
+        ("attempt" = Option<u32>, Query, description = "one attempt only (default: every stored one, plus the live one)")
+    ),
+    responses(
+        (status = 200, description = "the node's log, per attempt (with follow=true: an SSE stream)", body = crate::schema::NodeLogs),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 404, description = "not found", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn logs(
     State(state): State<AppState>,
     Path((id, node)): Path<(String, String)>,
@@ -241,6 +396,20 @@ pub async fn logs(
     Ok(Json(json!({"run_id": id, "node": node, "logs": logs})).into_response())
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/runs/{id}/transitions",
+    tag = "runs",
+    params(("id" = String, Path, description = "run id (UUIDv7)")),
+    responses(
+        (status = 200, description = "every state change of the run", body = crate::schema::TransitionList),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 404, description = "not found", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn transitions(
     State(state): State<AppState>,
     Path(id): Path<String>,

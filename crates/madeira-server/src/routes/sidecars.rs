@@ -14,6 +14,18 @@ use crate::{ApiError, AppState, Role};
 /// Reports older than this (a replica gone without saying so) are not shown.
 const PRESENCE_FRESH_MS: i64 = 10_000;
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/sidecars",
+    tag = "sidecars",
+    responses(
+        (status = 200, description = "the fleet", body = crate::schema::SidecarsView),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     state.auth.authorize(&headers, Role::Viewer)?;
     let sidecars = state.fleet.as_ref().map(|f| f.sidecars()).unwrap_or_default();

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::json_body;
 use crate::{ApiError, AppState, Role};
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct EventBody {
     #[serde(rename = "type", default)]
@@ -20,9 +20,28 @@ struct EventBody {
     #[serde(default)]
     id: String,
     #[serde(default)]
+    #[schema(value_type = Object)]
     payload: serde_json::Map<String, Value>,
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/events",
+    tag = "triggers",
+    request_body(content = EventBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "the runs the event started", body = crate::schema::EventAnswer),
+        (status = 400, description = "bad request: the message names the field and the fix", body = crate::schema::ErrorBody),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 404, description = "not found", body = crate::schema::ErrorBody),
+        (status = 413, description = "body over 1 MiB", body = crate::schema::ErrorBody),
+        (status = 422, description = "unprocessable", body = crate::schema::ErrorBody),
+        (status = 429, description = "rate limited; see Retry-After", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn event(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -72,13 +91,30 @@ pub async fn event(
     Ok(Json(json!({"runs": runs})))
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ReasonBody {
     #[serde(default)]
     reason: Option<String>,
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/flows/{name}/{action}",
+    tag = "flows",
+    params(("name" = String, Path, description = "flow name"), ("action" = String, Path, description = "pause or resume")),
+    request_body(content = ReasonBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "the flow is paused or resumed", body = crate::schema::PauseAnswer),
+        (status = 400, description = "bad request: the message names the field and the fix", body = crate::schema::ErrorBody),
+        (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
+        (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
+        (status = 404, description = "not found", body = crate::schema::ErrorBody),
+        (status = 413, description = "body over 1 MiB", body = crate::schema::ErrorBody),
+        (status = 500, description = "internal error; the server log has the cause", body = crate::schema::ErrorBody),
+        (status = 503, description = "shutting down or the store cannot write; retry", body = crate::schema::ErrorBody)
+    )
+)]
 pub async fn pause(
     State(state): State<AppState>,
     Path((name, action)): Path<(String, String)>,

@@ -22,13 +22,12 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Run(args) => trigger(args).await,
         Command::Pause { flow, reason, server } => pause(&flow, "pause", reason, &server).await,
         Command::Resume { flow, reason, server } => pause(&flow, "resume", reason, &server).await,
-        Command::Runs { flow, status, limit, server } => {
+        Command::Runs { flow, status, limit, since, until, server } => {
             let mut query = format!("/runs?limit={limit}");
-            if let Some(f) = flow {
-                query.push_str(&format!("&flow={f}"));
-            }
-            if let Some(s) = status {
-                query.push_str(&format!("&status={s}"));
+            for (key, value) in [("flow", flow), ("status", status), ("since", since), ("until", until)] {
+                if let Some(v) = value {
+                    query.push_str(&format!("&{key}={}", query_value(&v)));
+                }
             }
             print(&server, Client::new(&server)?.get(&query).await?, runs_text)
         }
@@ -83,15 +82,53 @@ fn print(server: &ServerArgs, body: Value, text: impl Fn(&Value) -> String) -> R
     Ok(ExitCode::SUCCESS)
 }
 
-async fn apply(files: &[std::path::PathBuf], server: &ServerArgs) -> Result<ExitCode> {
+/// Validates every file (a directory: its *.yaml/*.yml) before applying any:
+/// one invalid file and nothing is applied, and every problem is listed as
+/// `file:line: message`.
+async fn apply(paths: &[std::path::PathBuf], server: &ServerArgs) -> Result<ExitCode> {
+    let mut flows: Vec<(String, String, String)> = Vec::new();
+    let mut problems = Vec::new();
+    for path in paths {
+        let files = if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+            let files = crate::files::yaml_files(path)?;
+            if files.is_empty() {
+                problems.push(format!("{}: no *.yaml or *.yml flow files in this directory", path.display()));
+            }
+            files.into_iter().map(|f| (f, Some(path.as_path()))).collect()
+        } else {
+            vec![(path.clone(), None)]
+        };
+        for (file, dir) in files {
+            let confine = dir.map_or(crate::files::Confine::Parent, crate::files::Confine::Within);
+            let shown = file.display().to_string();
+            let source = match crate::files::read_text(&file, confine) {
+                Ok(source) => source,
+                Err(e) => {
+                    problems.push(e.to_string());
+                    continue;
+                }
+            };
+            match madeira_core::spec::parse_flow(&shown, &source) {
+                Ok(def) => match flows.iter().find(|(name, _, _)| *name == def.name) {
+                    Some((_, _, first)) => {
+                        problems.push(format!("{shown}:1: flow `{}` is also defined in {first}", def.name))
+                    }
+                    None => flows.push((def.name, source, shown)),
+                },
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
+    }
+    if !problems.is_empty() {
+        bail!("nothing applied; fix these first:\n{}", problems.join("\n"));
+    }
     let client = Client::new(server)?;
     let mut results = Vec::new();
-    for file in files {
-        let source = crate::files::read_text(file, crate::files::Confine::Parent)?;
-        let def = madeira_core::spec::parse_flow(&file.display().to_string(), &source)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let reply =
-            client.call(Method::PUT, &format!("/flows/{}", def.name), Some(Body::Yaml(source)), &[]).await?;
+    for (name, source, shown) in flows {
+        let reply = client
+            .call(Method::PUT, &format!("/flows/{name}"), Some(Body::Yaml(source)), &[])
+            .await
+            .with_context(|| format!("{shown}: applying flow {name}"))?;
         results.push(reply.body);
     }
     print(server, json!({"applied": results}), |v| {
@@ -108,6 +145,18 @@ async fn apply(files: &[std::path::PathBuf], server: &ServerArgs) -> Result<Exit
             })
             .unwrap_or_default()
     })
+}
+
+/// Percent-encodes a query-string value (RFC 3986 unreserved characters pass).
+fn query_value(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b':' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 async fn pause(flow: &str, action: &str, reason: Option<String>, server: &ServerArgs) -> Result<ExitCode> {

@@ -13,6 +13,7 @@ use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::app::{ControlPlane, PlaneOptions, sqlite_url_in};
+use crate::cli::Output;
 use crate::sidecars::{FleetSetup, LocalSidecar};
 use madeira_sidecar::SidecarConfig;
 
@@ -21,11 +22,26 @@ const STOCK_SYNC: &str = include_str!("../../../../examples/stock-sync.yaml");
 const JOBS: &str = include_str!("../../../../examples/jobs.yaml");
 const DEADLINE: Duration = Duration::from_secs(60);
 
+/// Set by `--output json`: the narrative goes to stderr, stdout gets one JSON summary.
+static NARRATE_ON_STDERR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `println!` for the narrative (stderr under `--output json`).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        if NARRATE_ON_STDERR.load(std::sync::atomic::Ordering::Relaxed) {
+            eprintln!($($arg)*)
+        } else {
+            println!($($arg)*)
+        }
+    };
+}
+
 pub async fn run(args: crate::cli::DemoArgs) -> Result<ExitCode> {
     let http: std::net::SocketAddr = args.http.parse().with_context(|| format!("--http `{}`", args.http))?;
     if !http.ip().is_loopback() {
         bail!("--http {http}: the demo has no authentication and listens on loopback only; use 127.0.0.1");
     }
+    NARRATE_ON_STDERR.store(args.output == Output::Json, std::sync::atomic::Ordering::Relaxed);
     let telemetry = madeira_telemetry::TelemetryOptions { metrics: false, ..Default::default() };
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let jobs = SidecarConfig::parse("examples/jobs.yaml", JOBS)?.jobs("examples/jobs.yaml")?;
@@ -54,10 +70,10 @@ pub async fn run(args: crate::cli::DemoArgs) -> Result<ExitCode> {
         bail!("the in-process sidecar did not connect");
     }
     let engine = plane.engine.clone();
-    println!("Madeira demo — embedded SQLite at {}", dir.path().join("madeira.db").display());
-    println!("Jobs run as real processes on the in-process sidecar (group `local`, examples/jobs.yaml).");
+    say!("Madeira demo — embedded SQLite at {}", dir.path().join("madeira.db").display());
+    say!("Jobs run as real processes on the in-process sidecar (group `local`, examples/jobs.yaml).");
     if let Some(addr) = plane.http_addr {
-        println!("Web console: http://{addr}/   (API: http://{addr}/api/v1/runs)\n");
+        say!("Web console: http://{addr}/   (API: http://{addr}/api/v1/runs)\n");
     }
     engine.apply_flow("examples/daily-settlement.yaml", SETTLEMENT).await?;
     engine.apply_flow("examples/stock-sync.yaml", STOCK_SYNC).await?;
@@ -70,34 +86,41 @@ pub async fn run(args: crate::cli::DemoArgs) -> Result<ExitCode> {
     print_alert(&engine, &stock.run_id).await?;
 
     let stats = engine.stats().snapshot(false);
-    println!("\nSummary");
-    println!(
+    say!("\nSummary");
+    say!(
         "  daily-settlement  {}  ({} transitions, {:.2}s)",
-        settlement.status, settlement.transitions, settlement.seconds
+        settlement.status,
+        settlement.transitions,
+        settlement.seconds
     );
-    println!(
-        "  stock-sync        {}  ({} transitions, {:.2}s)",
-        stock.status, stock.transitions, stock.seconds
-    );
-    println!(
+    say!("  stock-sync        {}  ({} transitions, {:.2}s)", stock.status, stock.transitions, stock.seconds);
+    say!(
         "  {} transitions in {} group commits, {:.2}s in all",
         stats.transitions,
         stats.commits,
         started.elapsed().as_secs_f64()
     );
     let console_run = plane.http_addr.map(|addr| format!("http://{addr}/runs/{}", settlement.run_id));
+    if args.output == Output::Json {
+        let run = |r: &Outcome| json!({"run_id": r.run_id, "status": r.status, "transitions": r.transitions, "seconds": r.seconds});
+        println!(
+            "{}",
+            json!({"daily-settlement": run(&settlement), "stock-sync": run(&stock),
+                   "transitions": stats.transitions, "commits": stats.commits, "console": console_run})
+        );
+    }
     match (&console_run, args.keep) {
         (Some(url), true) => {
-            println!("  console: {url}");
-            println!("\nServing the console until Ctrl-C (--keep).");
+            say!("  console: {url}");
+            say!("\nServing the console until Ctrl-C (--keep).");
             crate::app::shutdown_signal().await;
         }
         (Some(url), false) => {
-            println!("  console: {url} (while it runs; `madeira demo --keep` keeps serving)")
+            say!("  console: {url} (while it runs; `madeira demo --keep` keeps serving)")
         }
         (None, _) => {}
     }
-    println!("  inspect: madeira show {} (against `madeira dev`)", settlement.run_id);
+    say!("  inspect: madeira show {} (against `madeira dev`)", settlement.run_id);
     plane.shutdown().await;
     if settlement.status != "SUCCESS" || stock.status != "FAILED" {
         bail!("demo ended unexpectedly: daily-settlement {}, stock-sync {}", settlement.status, stock.status);
@@ -107,7 +130,7 @@ pub async fn run(args: crate::cli::DemoArgs) -> Result<ExitCode> {
 
 async fn print_dag(engine: &EngineHandle, flow: &str) -> Result<()> {
     let def = engine.flow(flow, None).await?;
-    println!("Flow {flow} ({} nodes):", def.nodes.len());
+    say!("Flow {flow} ({} nodes):", def.nodes.len());
     for &i in &def.topo {
         let node = &def.nodes[i];
         let needs: Vec<String> = node
@@ -120,9 +143,9 @@ async fn print_dag(engine: &EngineHandle, flow: &str) -> Result<()> {
             .collect();
         let when = node.when.as_ref().map(|w| format!("  when {}", w.source())).unwrap_or_default();
         let arrow = if needs.is_empty() { String::new() } else { format!(" ← {}", needs.join(", ")) };
-        println!("  {:<14}{arrow}{when}", node.id);
+        say!("  {:<14}{arrow}{when}", node.id);
     }
-    println!();
+    say!();
     Ok(())
 }
 
@@ -147,7 +170,7 @@ async fn watch_run(engine: &EngineHandle, flow: &str, auto_confirm: bool) -> Res
             version: None,
         })
         .await?;
-    println!("▶ run {} of {flow} v{}", run.run_id, run.version);
+    say!("▶ run {} of {flow} v{}", run.run_id, run.version);
     let started = Instant::now();
     let mut transitions = 0;
     let mut since: HashMap<String, Instant> = HashMap::new();
@@ -168,8 +191,8 @@ async fn watch_run(engine: &EngineHandle, flow: &str, auto_confirm: bool) -> Res
             (Some(node), "MANUAL_CONFIRM") if auto_confirm => {
                 let view = engine.snapshot(&run.run_id).await?;
                 let outputs = view.nodes_json(0..view.nodes.len());
-                println!("           ⏸ {node} waits for a person: {}", render(&view, node, &outputs));
-                println!("           ✔ auto-confirming (demo)");
+                say!("           ⏸ {node} waits for a person: {}", render(&view, node, &outputs));
+                say!("           ✔ auto-confirming (demo)");
                 engine
                     .act(ActionRequest {
                         run_id: run.run_id.clone(),
@@ -181,7 +204,7 @@ async fn watch_run(engine: &EngineHandle, flow: &str, auto_confirm: bool) -> Res
                     .await?;
             }
             (None, to @ ("SUCCESS" | "FAILED" | "CANCELLED")) => {
-                println!("■ run {} {to} in {:.2}s\n", run.run_id, started.elapsed().as_secs_f64());
+                say!("■ run {} {to} in {:.2}s\n", run.run_id, started.elapsed().as_secs_f64());
                 return Ok(Outcome {
                     run_id: run.run_id,
                     status: to.to_string(),
@@ -216,7 +239,7 @@ fn print_event(event: &RunEvent, started: Instant, since: &mut HashMap<String, I
     };
     let reason = event.reason.as_ref().map(|r| format!("  ({r})")).unwrap_or_default();
     let attempt = if event.to == "RUNNING" { format!(" attempt {}", event.attempt) } else { String::new() };
-    println!("  +{elapsed:5.2}s {mark} {node:<14} {} → {}{attempt}{took}{reason}", event.from, event.to);
+    say!("  +{elapsed:5.2}s {mark} {node:<14} {} → {}{attempt}{took}{reason}", event.from, event.to);
 }
 
 /// The manual node's prompt with `{{ nodes.X.outputs.K }}` filled in.
@@ -246,21 +269,19 @@ fn render(snap: &madeira_core::RunSnapshot, node: &str, nodes: &serde_json::Valu
 /// Prints the alert a failed run raises: one message, naming the root cause.
 async fn print_alert(engine: &EngineHandle, run_id: &str) -> Result<()> {
     let snap = engine.snapshot(run_id).await?;
-    println!("Alert that would be sent (critical, grouped by root cause):");
+    say!("Alert that would be sent (critical, grouped by root cause):");
     for cause in madeira_core::rootcause::root_causes(&snap) {
-        println!(
-            "  ┌ [critical] MadeiraRunFailed · flow {} · root cause: node {}",
-            snap.flow.name, cause.node
-        );
-        println!("  │ error: {} (after {} attempts)", cause.error.as_deref().unwrap_or("-"), cause.attempts);
-        println!(
+        say!("  ┌ [critical] MadeiraRunFailed · flow {} · root cause: node {}", snap.flow.name, cause.node);
+        say!("  │ error: {} (after {} attempts)", cause.error.as_deref().unwrap_or("-"), cause.attempts);
+        say!(
             "  │ skipped because of it: {}",
             if cause.skipped.is_empty() { "-".into() } else { cause.skipped.join(", ") }
         );
-        println!("  │ logs:  madeira logs {run_id} {}", cause.node);
-        println!(
+        say!("  │ logs:  madeira logs {run_id} {}", cause.node);
+        say!(
             "  └ act:   madeira rerun {run_id} {} --downstream   |   madeira mark-success {run_id} {}",
-            cause.node, cause.node
+            cause.node,
+            cause.node
         );
     }
     Ok(())
@@ -268,14 +289,14 @@ async fn print_alert(engine: &EngineHandle, run_id: &str) -> Result<()> {
 
 /// Prints what the sidecar kept of some nodes' output (the last 64 KiB per attempt).
 async fn print_logs(engine: &EngineHandle, run_id: &str, nodes: &[&str]) -> Result<()> {
-    println!("Output kept from the job processes (madeira logs RUN NODE):");
+    say!("Output kept from the job processes (madeira logs RUN NODE):");
     for node in nodes {
         for log in engine.store().logs(run_id, node).await? {
             for line in log.content.lines().filter(|l| !l.trim().is_empty()).take(4) {
-                println!("  {node:<13} #{} │ {line}", log.attempt);
+                say!("  {node:<13} #{} │ {line}", log.attempt);
             }
         }
     }
-    println!();
+    say!();
     Ok(())
 }

@@ -57,6 +57,10 @@ pub struct Import {
     pub crontabs: Vec<Rewritten>,
     pub notes: Vec<Note>,
     names: HashSet<String>,
+    /// Every translated job with a schedule (for the stampede check).
+    pub planned: Vec<super::stampede::Planned>,
+    /// New schedules by (file, line), from `--jitter`.
+    pub overrides: std::collections::HashMap<(PathBuf, usize), String>,
 }
 
 /// The environment cron gives the lines below an env line.
@@ -110,10 +114,12 @@ impl Import {
             crontabs: Vec::new(),
             notes: Vec::new(),
             names: HashSet::new(),
+            planned: Vec::new(),
+            overrides: Default::default(),
         }
     }
 
-    fn note(&mut self, file: &Path, line: usize, level: &'static str, message: impl Into<String>) {
+    pub(super) fn note(&mut self, file: &Path, line: usize, level: &'static str, message: impl Into<String>) {
         self.notes.push(Note { file: file.display().to_string(), line, level, message: message.into() });
     }
 
@@ -147,14 +153,19 @@ impl Import {
             let (printed, real) = match parse::line(raw, system) {
                 Line::Blank | Line::Comment(_) => (raw.to_string(), raw.to_string()),
                 Line::Env { name, value } => self.env_line(file, no, raw, &name, &value, &mut env),
-                Line::Job(entry) => match self.job(file, no, &entry, &env, owner.as_deref()) {
-                    Ok(line) => (line.clone(), line),
-                    Err(why) => {
-                        self.note(file, no, "error", format!("not translated, kept as it was: {why}"));
-                        let kept = format!("# madeira: line {no} not translated: {why}\n{raw}");
-                        (kept.clone(), kept)
+                Line::Job(mut entry) => {
+                    if let Some(new) = self.overrides.get(&(file.to_path_buf(), no)) {
+                        entry.schedule = new.clone();
                     }
-                },
+                    match self.job(file, no, &entry, &env, owner.as_deref()) {
+                        Ok(line) => (line.clone(), line),
+                        Err(why) => {
+                            self.note(file, no, "error", format!("not translated, kept as it was: {why}"));
+                            let kept = format!("# madeira: line {no} not translated: {why}\n{raw}");
+                            (kept.clone(), kept)
+                        }
+                    }
+                }
                 Line::Disabled(entry) => {
                     let line = format!("# {}", self.wrap(&entry, &self.job_name_preview(&entry), &env));
                     self.note(
@@ -284,6 +295,15 @@ impl Import {
             return Err(format!("the generated flow does not validate: {e}"));
         }
         self.flows.push((flow, yaml));
+        if let Some(schedule) = &cron {
+            self.planned.push(super::stampede::Planned {
+                file: file.to_path_buf(),
+                line: no,
+                name: name.clone(),
+                schedule: schedule.clone(),
+                timezone: timezone.clone(),
+            });
+        }
         if cron.is_none() {
             self.note(
                 file,

@@ -4,10 +4,12 @@
 //! job keeps cron's semantics: `[SHELL, "-c", command]` with the crontab's
 //! environment and user, `%` as cron reads it. A line that cannot be translated is
 //! reported with its line number and kept as it was; secrets in env lines are not
-//! echoed.
+//! echoed. Jobs starting in the same minute are reported as a stampede;
+//! `--jitter DURATION` spreads them (see `stampede`).
 
 mod emit;
 mod parse;
+mod stampede;
 #[cfg(test)]
 mod tests;
 
@@ -23,17 +25,94 @@ use crate::files::{Confine, Entry};
 pub use emit::{Import, ImportOptions};
 
 pub fn run(command: CrontabCommand) -> Result<ExitCode> {
-    let CrontabCommand::Import { paths, group, grace, out, madeira, sidecar, system, timezone, output } =
-        command;
+    let CrontabCommand::Import {
+        paths,
+        group,
+        grace,
+        out,
+        madeira,
+        sidecar,
+        system,
+        timezone,
+        jitter,
+        output,
+    } = command;
     madeira_core::spec::parse_duration(&grace).map_err(|e| anyhow::anyhow!("--grace: {e}"))?;
+    let jitter_minutes = match &jitter {
+        None => None,
+        Some(text) => {
+            let d = madeira_core::spec::parse_duration(text).map_err(|e| anyhow::anyhow!("--jitter: {e}"))?;
+            let minutes = u32::try_from(d.as_secs() / 60).unwrap_or(u32::MAX);
+            if !(1..=24 * 60).contains(&minutes) {
+                anyhow::bail!("--jitter {text}: give 1m to 24h (cron starts jobs on whole minutes)");
+            }
+            Some(minutes)
+        }
+    };
     let options = ImportOptions { group, grace, madeira, sidecar: sidecar.display().to_string(), timezone };
-    let mut import = Import::new(options);
+    let mut skipped = Vec::new();
+    let mut inputs = Vec::new();
     for path in &paths {
-        for (file, is_system, within) in files(path, system, &mut import)? {
+        for (file, is_system, within) in files(path, system, &mut skipped)? {
             let confine = within.as_deref().map_or(Confine::Parent, Confine::Within);
             let text = crate::files::read_text(&file, confine)?;
-            import.add_file(&file, &text, is_system);
+            inputs.push((file, text, is_system));
         }
+    }
+    let build = |overrides| {
+        let mut import = Import::new(options.clone());
+        import.overrides = overrides;
+        for (file, why) in &skipped {
+            import.note_file(file, why);
+        }
+        for (file, text, is_system) in &inputs {
+            import.add_file(file, text, *is_system);
+        }
+        import
+    };
+    let mut import = build(Default::default());
+    let stampedes = stampede::find(&import.planned);
+    let planned = import.planned.clone();
+    let mut spread = Vec::new();
+    if let Some(minutes) = jitter_minutes
+        && !stampedes.is_empty()
+    {
+        let (moved, notes) = stampede::spread(&planned, &stampedes, minutes);
+        import = build(moved);
+        spread = notes;
+    }
+    for group in &stampedes {
+        let first = &planned[group.jobs[0]];
+        let names: Vec<&str> = group.jobs.iter().map(|&i| planned[i].name.as_str()).collect();
+        let advice = match &jitter {
+            Some(j) => format!("spread over {j} (--jitter)"),
+            None => "spread them with `--jitter 10m` or by hand".to_string(),
+        };
+        import.note(
+            &first.file,
+            first.line,
+            "warning",
+            format!(
+                "stampede: {} jobs start at {} UTC ({} time(s) a week): {}; {advice}",
+                names.len(),
+                group.first.format("%a %H:%M"),
+                group.times_a_week,
+                names.join(", ")
+            ),
+        );
+    }
+    for (i, outcome) in spread {
+        let job = &planned[i];
+        let message = match outcome {
+            Ok(new) => format!("--jitter: `{}` now starts at `{new}`", job.schedule),
+            Err(why) => format!("--jitter: `{}` not moved: {why}", job.schedule),
+        };
+        import.note(
+            &job.file,
+            job.line,
+            if message.contains("not moved") { "warning" } else { "info" },
+            message,
+        );
     }
     match &out {
         Some(dir) => write(dir, &import)?,
@@ -49,7 +128,11 @@ pub fn run(command: CrontabCommand) -> Result<ExitCode> {
 /// The crontab files named by `path`: itself, or every file of a directory (as
 /// /etc/cron.d, with a user column), with the directory they must stay in.
 /// Skipped files (not regular, symlinks out of the directory, backups) are noted.
-fn files(path: &Path, system: bool, import: &mut Import) -> Result<Vec<(PathBuf, bool, Option<PathBuf>)>> {
+fn files(
+    path: &Path,
+    system: bool,
+    skipped: &mut Vec<(PathBuf, String)>,
+) -> Result<Vec<(PathBuf, bool, Option<PathBuf>)>> {
     let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
     if !meta.is_dir() {
         let is_system = system || path == Path::new("/etc/crontab");
@@ -60,7 +143,7 @@ fn files(path: &Path, system: bool, import: &mut Import) -> Result<Vec<(PathBuf,
         let file = match entry {
             Entry::File(file) => file,
             Entry::Skipped(file, why) => {
-                import.note_file(&file, &format!("skipped: {why}"));
+                skipped.push((file, format!("skipped: {why}")));
                 continue;
             }
         };
@@ -70,7 +153,8 @@ fn files(path: &Path, system: bool, import: &mut Import) -> Result<Vec<(PathBuf,
             || name.contains(".dpkg-")
             || name.ends_with(".rpmsave")
         {
-            import.note_file(&file, "skipped: cron ignores hidden, backup and package-manager files");
+            skipped
+                .push((file, "skipped: cron ignores hidden, backup and package-manager files".to_string()));
         } else {
             out.push((file, true, Some(path.to_path_buf())));
         }

@@ -1,0 +1,262 @@
+//! The JSON shapes of `/api/v1` as OpenAPI schemas (`utoipa::ToSchema`): the
+//! error body every handler answers with, and the responses that `views` and
+//! the handlers build. Request bodies and query parameters are the handlers' own
+//! types (in `routes`); these are the answers' shapes, checked against real
+//! answers by the OpenAPI tests.
+
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// Every error: `{"error": {"code", "message", "details"}}`.
+#[derive(Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorObject,
+}
+
+/// What went wrong, for a program (`code`) and for a person (`message`).
+#[derive(Serialize, ToSchema)]
+pub struct ErrorObject {
+    pub code: ErrorCode,
+    /// Names the place and the fix.
+    pub message: String,
+    /// Code-specific facts (`retry_after_seconds`, `state`, `errors`, `known_types`, ...), or null.
+    pub details: Value,
+}
+
+/// Every `code` an error answer can carry.
+#[derive(Serialize, ToSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    BadRequest,
+    BadText,
+    BadIdempotencyKey,
+    InvalidFlow,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    NoListener,
+    MethodNotAllowed,
+    Refused,
+    OverlapSkipped,
+    ObserveOnly,
+    HeldElsewhere,
+    IdempotencyKeyReused,
+    BodyTooLarge,
+    UnsupportedMediaType,
+    Unprocessable,
+    RateLimited,
+    QueueFull,
+    Rejected,
+    Internal,
+    NotImplemented,
+    AlertsOff,
+    ShuttingDown,
+    StoreUnavailable,
+    HolderSilent,
+    Timeout,
+}
+
+/// One run in a list.
+#[derive(Serialize, ToSchema)]
+pub struct RunSummary {
+    pub run_id: String,
+    pub flow: String,
+    pub version: u32,
+    /// QUEUED, RUNNING, SUCCESS, FAILED or CANCELLED.
+    pub status: String,
+    /// manual, cron, event:TYPE, rerun, ...
+    pub trigger: String,
+    /// RFC 3339, UTC, milliseconds.
+    pub created_at: String,
+    pub finished_at: Option<String>,
+}
+
+/// `GET /runs`: newest first; pass `next` as `cursor` for the following page.
+#[derive(Serialize, ToSchema)]
+pub struct RunList {
+    pub runs: Vec<RunSummary>,
+    pub next: Option<String>,
+}
+
+/// `GET /runs/{id}`.
+#[derive(Serialize, ToSchema)]
+pub struct RunDetail {
+    pub run_id: String,
+    pub flow: String,
+    pub version: u32,
+    pub status: String,
+    pub params: Value,
+    pub trigger: String,
+    pub idempotency_key: Option<String>,
+    pub created_at: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    /// Node ids in topological order.
+    pub order: Vec<String>,
+    /// Node id → its state: status, reason, attempts, attempt_history, outputs,
+    /// data_version, stale, started_at, finished_at, needs; `prompt` (rendered) on
+    /// manual nodes, `throttle` on throttled ones, `waiting` while no executor has it.
+    pub nodes: std::collections::BTreeMap<String, Value>,
+    /// What happened instead of a failure, e.g. a routing rule that could not be
+    /// evaluated and sent the run to the default version.
+    pub warnings: Vec<String>,
+}
+
+/// `POST /flows/{name}/runs`: 201 for a new run, 200 for an `Idempotency-Key` seen before.
+#[derive(Serialize, ToSchema)]
+pub struct TriggerAnswer {
+    pub run_id: String,
+    pub flow: String,
+    pub version: u32,
+}
+
+/// `POST /runs/{id}/cancel` and `POST /runs/{id}/nodes/{node}/{action}`.
+#[derive(Serialize, ToSchema)]
+pub struct ActionAnswer {
+    pub run_id: String,
+    /// Absent for a run cancel.
+    pub node: Option<String>,
+    pub action: String,
+}
+
+/// One transition of the run's state machine log.
+#[derive(Serialize, ToSchema)]
+pub struct Transition {
+    /// Null for a run-level transition.
+    pub node: Option<String>,
+    pub from: String,
+    pub to: String,
+    pub cause: String,
+    pub actor: String,
+    pub attempt: u32,
+    pub reason: Option<String>,
+    pub at: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TransitionList {
+    pub run_id: String,
+    pub transitions: Vec<Transition>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct LogChunk {
+    pub attempt: u32,
+    pub content: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct NodeLogs {
+    pub run_id: String,
+    pub node: String,
+    pub logs: Vec<LogChunk>,
+}
+
+/// `GET /flows/{name}`.
+#[derive(Serialize, ToSchema)]
+pub struct FlowDetail {
+    pub flow: String,
+    pub version: u32,
+    pub description: Option<String>,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub paused: bool,
+    pub observe: bool,
+    /// `{cron, timezone, next_run}` or `{event}` per trigger.
+    pub triggers: Vec<Value>,
+    pub nodes: Vec<String>,
+    pub updated_at: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct FlowList {
+    pub flows: Vec<FlowDetail>,
+}
+
+/// `PUT /flows/{name}`: 201 for a new flow, 200 for a new version or an unchanged body.
+#[derive(Serialize, ToSchema)]
+pub struct ApplyAnswer {
+    pub flow: String,
+    pub version: u32,
+    pub created: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct FlowVersion {
+    pub version: u32,
+    pub content_hash: String,
+    pub created_at: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct FlowVersions {
+    pub flow: String,
+    pub versions: Vec<FlowVersion>,
+}
+
+/// `GET /flows/{name}/versions/{version}`: the YAML as applied.
+#[derive(Serialize, ToSchema)]
+pub struct FlowSource {
+    pub flow: String,
+    pub version: u32,
+    pub source: String,
+    pub created_at: String,
+}
+
+/// `POST /flows/{name}/pause|resume`.
+#[derive(Serialize, ToSchema)]
+pub struct PauseAnswer {
+    pub flow: String,
+    pub paused: bool,
+}
+
+/// `POST /events`: the runs the event started (the same ones for a redelivered id).
+#[derive(Serialize, ToSchema)]
+pub struct EventAnswer {
+    pub runs: Vec<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AuditEntry {
+    pub at: String,
+    pub actor: String,
+    pub action: String,
+    pub run_id: Option<String>,
+    pub node: Option<String>,
+    pub reason: Option<String>,
+    pub details: Value,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AuditList {
+    pub entries: Vec<AuditEntry>,
+}
+
+/// `GET /alerts`: open and recent alerts.
+#[derive(Serialize, ToSchema)]
+pub struct AlertList {
+    /// Each alert: its rule, key, status (pending, firing, resolved), runs and times.
+    pub alerts: Vec<Value>,
+    /// Configured channels: `{name, type}` (never their URLs).
+    pub channels: Vec<Value>,
+}
+
+/// `POST /alerts/test`.
+#[derive(Serialize, ToSchema)]
+pub struct AlertTestAnswer {
+    pub channel: String,
+    pub delivered: bool,
+    pub error: Option<String>,
+}
+
+/// `GET /sidecars`: the fleet this replica sees.
+#[derive(Serialize, ToSchema)]
+pub struct SidecarsView {
+    pub replica: String,
+    /// Sidecars connected to this replica.
+    pub sidecars: Vec<Value>,
+    /// `{replica, group, jobs, seen_at}` per replica with fresh presence.
+    pub replicas: Vec<Value>,
+    /// `{run_id, node, reason}` per node waiting for an executor.
+    pub waiting: Vec<Value>,
+}

@@ -1,0 +1,189 @@
+//! The OpenAPI document cannot drift: the (path, method) pairs the router serves
+//! equal the document's, every error code the handlers use is in its `ErrorCode`
+//! enum, and real answers have the documented properties.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use madeira_engine::{EngineOptions, Executors};
+use madeira_server::{AppState, AuthConfig};
+use madeira_store::sqlite::SqliteStore;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const METHODS: [&str; 5] = ["GET", "POST", "PUT", "DELETE", "PATCH"];
+
+struct App {
+    router: axum::Router,
+    _dir: tempfile::TempDir,
+    _cancel: tokio_util::sync::CancellationToken,
+}
+
+async fn app() -> App {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
+    let (engine, handle) = madeira_engine::build(
+        store,
+        Executors::new(Default::default()),
+        Vec::new(),
+        EngineOptions::default(),
+    );
+    let cancel = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(engine.run(cancel.clone()));
+    let router = madeira_server::router(AppState::new(handle, AuthConfig::default()));
+    App { router, _dir: dir, _cancel: cancel }
+}
+
+async fn send(router: &axum::Router, method: &str, uri: &str, body: &str) -> (StatusCode, Value) {
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("request");
+    let response = router.clone().oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 22).await.expect("body");
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+fn spec() -> Value {
+    serde_json::to_value(madeira_server::openapi()).expect("spec serializes")
+}
+
+#[tokio::test]
+async fn the_router_serves_exactly_the_documented_paths_and_methods() {
+    let app = app().await;
+    let mut served = BTreeSet::new();
+    for path in madeira_server::api_paths() {
+        let concrete: String = path
+            .split('/')
+            .map(|seg| if seg.starts_with('{') { "x" } else { seg })
+            .collect::<Vec<_>>()
+            .join("/");
+        for method in METHODS {
+            let (status, body) = send(&app.router, method, &format!("/api/v1{concrete}"), "").await;
+            if status != StatusCode::METHOD_NOT_ALLOWED {
+                assert_ne!(
+                    body["error"]["message"],
+                    "no such API route; see SPEC §9 or /api/v1/openapi.json"
+                );
+                served.insert(format!("{method} /api/v1{path}"));
+            }
+        }
+    }
+    let doc = spec();
+    let mut documented = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for method in METHODS {
+            if item.get(method.to_lowercase()).is_some() {
+                documented.insert(format!("{method} {path}"));
+            }
+        }
+    }
+    assert!(served.len() > 15, "probe found too few routes: {served:?}");
+    assert_eq!(served, documented, "router (left) and /api/v1/openapi.json (right) differ");
+}
+
+#[tokio::test]
+async fn the_document_is_served_as_openapi_3_1_with_bearer_auth() {
+    let app = app().await;
+    let (status, doc) = send(&app.router, "GET", "/api/v1/openapi.json", "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(doc, spec());
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+    let get_run = &doc["paths"]["/api/v1/runs/{id}"]["get"];
+    assert_eq!(
+        get_run["responses"]["404"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/ErrorBody"
+    );
+    let params: Vec<&str> = doc["paths"]["/api/v1/runs"]["get"]["parameters"]
+        .as_array()
+        .expect("parameters")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert!(params.contains(&"cursor") && params.contains(&"status"), "{params:?}");
+}
+
+/// Every `ApiError::new(StatusCode::X, "code", ..)` in the crate's source names a
+/// code the document's `ErrorCode` lists.
+#[test]
+fn every_error_code_in_use_is_documented() {
+    let doc = spec();
+    let listed: BTreeSet<String> = doc["components"]["schemas"]["ErrorCode"]["enum"]
+        .as_array()
+        .expect("ErrorCode enum")
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    let mut used = BTreeSet::from(["bad_request".to_string(), "not_found".to_string()]);
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut dirs = vec![src];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read src") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("read");
+            // `ApiError::new(<status>, "<code>"` with the status on the same or the next line.
+            let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            for piece in flat.split("ApiError::new(").skip(1) {
+                if let Some(code) = piece.split_once(", \"").and_then(|(_, rest)| rest.split_once('"')) {
+                    used.insert(code.0.to_string());
+                }
+            }
+        }
+    }
+    assert!(used.len() > 15, "scan found too few codes: {used:?}");
+    let missing: Vec<_> = used.difference(&listed).collect();
+    assert!(missing.is_empty(), "error codes used but not in the OpenAPI ErrorCode enum: {missing:?}");
+}
+
+/// The top-level keys of a real answer equal the documented schema's properties.
+fn assert_shape(doc: &Value, schema: &str, answer: &Value) {
+    let props: BTreeSet<&str> = doc["components"]["schemas"][schema]["properties"]
+        .as_object()
+        .unwrap_or_else(|| panic!("schema {schema} has no properties"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let keys: BTreeSet<&str> =
+        answer.as_object().expect("object answer").keys().map(String::as_str).collect();
+    assert_eq!(keys, props, "{schema}: answer keys (left) vs documented properties (right): {answer}");
+}
+
+#[tokio::test]
+async fn real_answers_have_the_documented_shapes() {
+    let app = app().await;
+    let doc = spec();
+    let flow = "flow: shape\nnodes:\n  a: {run: {builtin: noop}}\n";
+    let (status, applied) = send(&app.router, "PUT", "/api/v1/flows/shape", flow).await;
+    assert_eq!(status, StatusCode::CREATED, "{applied}");
+    assert_shape(&doc, "ApplyAnswer", &applied);
+    let (_, detail) = send(&app.router, "GET", "/api/v1/flows/shape", "").await;
+    assert_shape(&doc, "FlowDetail", &detail);
+    let (status, run) = send(&app.router, "POST", "/api/v1/flows/shape/runs", "{}").await;
+    assert_eq!(status, StatusCode::CREATED, "{run}");
+    assert_shape(&doc, "TriggerAnswer", &run);
+    let id = run["run_id"].as_str().expect("run id");
+    let (_, list) = send(&app.router, "GET", "/api/v1/runs", "").await;
+    assert_shape(&doc, "RunList", &list);
+    assert_shape(&doc, "RunSummary", &list["runs"][0]);
+    let (_, shown) = send(&app.router, "GET", &format!("/api/v1/runs/{id}"), "").await;
+    assert_shape(&doc, "RunDetail", &shown);
+    let (_, versions) = send(&app.router, "GET", "/api/v1/flows/shape/versions", "").await;
+    assert_shape(&doc, "FlowVersions", &versions);
+    assert_shape(&doc, "FlowVersion", &versions["versions"][0]);
+    let (status, missing) = send(&app.router, "GET", "/api/v1/runs/nope", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_shape(&doc, "ErrorBody", &missing);
+    assert_shape(&doc, "ErrorObject", &missing["error"]);
+    let (_, paused) = send(&app.router, "POST", "/api/v1/flows/shape/pause", &json!({}).to_string()).await;
+    assert_shape(&doc, "PauseAnswer", &paused);
+}
