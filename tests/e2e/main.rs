@@ -13,6 +13,7 @@ mod console;
 mod crontab;
 mod exec;
 mod faults;
+mod fleet_acks;
 mod fleet_fencing;
 mod fleet_identity;
 mod fleet_logs;
