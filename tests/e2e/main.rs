@@ -17,6 +17,7 @@ mod fleet_acks;
 mod fleet_fencing;
 mod fleet_identity;
 mod fleet_logs;
+mod fleet_orphans;
 mod fleet_routing;
 mod fleet_security;
 mod fleet_shutdown;
