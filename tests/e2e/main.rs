@@ -18,6 +18,7 @@ mod fleet_fencing;
 mod fleet_identity;
 mod fleet_logs;
 mod fleet_orphans;
+mod fleet_rolling;
 mod fleet_routing;
 mod fleet_security;
 mod fleet_shutdown;
