@@ -21,6 +21,7 @@ mod fleet_orphans;
 mod fleet_rolling;
 mod fleet_routing;
 mod fleet_security;
+mod fleet_shards;
 mod fleet_shutdown;
 mod forwarding;
 mod governance;
