@@ -214,6 +214,98 @@ test('approvals inbox: confirming with a reason turns the open run page SUCCESS 
   await ctx.close();
 });
 
+test('a running job\'s log lines appear live in the node panel, in order, while it runs', async () => {
+  const run = await startRun(DEV, 'ticker');
+  const ctx = await context({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${DEV}/runs/${run}?node=tick`);
+  await page.waitForSelector('#panel .panel-body[data-node="tick"]');
+  // Arrival time of each line in the page (job prints `tick N <epoch ms>`).
+  await page.evaluate(() => {
+    window.__arrived = {};
+    const note = () => {
+      const text = document.querySelector('#panel pre.log')?.textContent || '';
+      for (const m of text.matchAll(/tick (\d+) (\d+)/g)) {
+        if (!(m[1] in window.__arrived)) window.__arrived[m[1]] = { printed: Number(m[2]), seen: Date.now() };
+      }
+    };
+    new MutationObserver(note).observe(document.body, { subtree: true, childList: true, characterData: true });
+    note();
+  });
+  await page.waitForFunction(() => /tick 5 \d+/.test(document.querySelector('#panel pre.log')?.textContent || ''), null, { timeout: DEADLINE_MS });
+  // Seen while the job still runs (it prints 40 lines over 8 s).
+  assert.equal(await nodeState(DEV, run, 'tick', undefined), 'RUNNING', 'line 5 shown before the job ended');
+  const text = await page.textContent('#panel pre.log');
+  const seen = [...text.matchAll(/tick (\d+) /g)].map((m) => Number(m[1]));
+  assert.ok(seen.length >= 5 && seen.length < 40, `a part of the output so far: ${seen.length} lines`);
+  assert.deepEqual(seen, seen.map((_, i) => i + 1), 'lines in order, none missing');
+  await page.screenshot({ path: `${SHOTS}/run-live-log.png`, fullPage: true });
+  await waitNode(DEV, run, 'tick', 'SUCCESS');
+  await page.waitForFunction(() => /tick 40 \d+/.test(document.querySelector('#panel pre.log')?.textContent || ''), null, { timeout: DEADLINE_MS });
+  const all = [...(await page.textContent('#panel pre.log')).matchAll(/tick (\d+) /g)].map((m) => Number(m[1]));
+  assert.deepEqual(all, Array.from({ length: 40 }, (_, i) => i + 1), 'every line once, in order');
+  // Lines printed once the page was following (the earlier ones came with the first read).
+  const arrived = Object.values(await page.evaluate(() => window.__arrived));
+  const opened = Math.min(...arrived.map((a) => a.seen));
+  const delays = arrived.filter((a) => a.printed > opened).map((a) => a.seen - a.printed).sort((a, b) => a - b);
+  const pct = (p) => delays[Math.min(delays.length - 1, Math.floor(delays.length * p))];
+  console.log(`live log: ${delays.length} lines printed while followed, print→page delay p50 ${pct(0.5)} ms, p90 ${pct(0.9)} ms, max ${pct(1)} ms`);
+  await ctx.close();
+});
+
+test('times: relative by default, in the flow\'s timezone or UTC on request, kept across pages', async () => {
+  const runs = await api(DEV, 'GET', '/runs?flow=daily-settlement&limit=1');
+  const ctx = await context({ viewport: { width: 1400, height: 900 } });
+  const page = await ctx.newPage();
+  await page.goto(`${DEV}/runs/${runs.runs[0].run_id}`);
+  const first = page.locator('.run-head time[datetime]').first();
+  assert.match(await first.textContent(), /ago|in /, 'relative first');
+  await page.selectOption('#time-mode', 'flow');
+  await until('flow timezone text', async () => /Asia\/Shanghai$/.test(await first.textContent()));
+  const iso = await first.getAttribute('datetime');
+  const shanghai = new Date(Date.parse(iso) + 8 * 3600 * 1000).toISOString().slice(0, 19).replace('T', ' ');
+  assert.equal(await first.textContent(), `${shanghai} Asia/Shanghai`, 'UTC+8, no DST in Shanghai');
+  await page.selectOption('#time-mode', 'utc');
+  await until('UTC text', async () => / UTC$/.test(await first.textContent()));
+  assert.equal(await first.textContent(), `${iso.slice(0, 19).replace('T', ' ')} UTC`);
+  await page.goto(`${DEV}/approvals`);
+  assert.equal(await page.inputValue('#time-mode'), 'utc', 'the choice is kept');
+  await page.selectOption('#time-mode', 'relative');
+  await ctx.close();
+});
+
+test('runs search: bulk cancel of selected runs and bulk rerun of failed nodes, each audited', async () => {
+  const ids = [];
+  for (let i = 0; i < 3; i++) ids.push(await startRun(SERVE, 'payout-approval', T.operator));
+  for (const id of ids) await waitNode(SERVE, id, 'approve', 'MANUAL_CONFIRM', T.operator);
+  const ctx = await context({ viewport: { width: 1400, height: 1000 } });
+  const page = await signIn(ctx, T.operator);
+  await page.goto(`${SERVE}/runs?flow=payout-approval&state=RUNNING`);
+  for (const id of ids) await page.check(`input[name=sel][value="${id}"]`);
+  assert.equal(await page.textContent('#bulk-runs .sel-count'), '3');
+  await page.fill('#bulk-runs textarea[name=reason]', 'payout moved to tomorrow');
+  await page.click('#bulk-runs button[value=cancel]');
+  await page.waitForSelector('#flash .flash.ok', { timeout: DEADLINE_MS });
+  for (const id of ids) {
+    await until(`run ${id} CANCELLED`, async () => (await api(SERVE, 'GET', `/runs/${id}`, null, T.operator)).status === 'CANCELLED');
+  }
+  const audit = await api(SERVE, 'GET', `/audit?run_id=${ids[0]}`, null, T.operator);
+  assert.ok(JSON.stringify(audit).includes('payout moved to tomorrow'), `cancel audited with the reason: ${JSON.stringify(audit)}`);
+  // Rerun failed: stock-sync on dev fails at its first node.
+  const failed = await startRun(DEV, 'stock-sync');
+  await until('stock-sync FAILED', async () => (await api(DEV, 'GET', `/runs/${failed}`)).status === 'FAILED');
+  const before = (await api(DEV, 'GET', `/runs/${failed}`)).nodes.pull_stock.attempts;
+  const dev = await ctx.newPage();
+  await dev.goto(`${DEV}/runs?flow=stock-sync&state=FAILED`);
+  await dev.check(`input[name=sel][value="${failed}"]`);
+  await dev.fill('#bulk-runs textarea[name=reason]', 'warehouse API is back');
+  await dev.click('#bulk-runs button[value=rerun-failed]');
+  await dev.waitForSelector('#flash .flash.ok', { timeout: DEADLINE_MS });
+  await until('pull_stock rerun', async () => (await api(DEV, 'GET', `/runs/${failed}`)).nodes.pull_stock.attempts > before);
+  await page.screenshot({ path: `${SHOTS}/runs-bulk.png`, fullPage: true });
+  await ctx.close();
+});
+
 test('zh-CN and en both render; the choice is kept in a cookie', async () => {
   const ctx = await context({ locale: 'zh-CN' });
   const page = await ctx.newPage();

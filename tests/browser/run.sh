@@ -39,7 +39,8 @@ export T_VIEWER="view-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 export T_ADMIN="admin-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 mkdir -p "$work/flows" "$work/dev-flows"
 cp "$here/fixtures/payout-approval.yaml" "$work/flows/"
-cp "$root/examples/daily-settlement.yaml" "$root/examples/stock-sync.yaml" "$work/dev-flows/"
+cp "$root/examples/daily-settlement.yaml" "$root/examples/stock-sync.yaml" "$here/fixtures/ticker.yaml" "$work/dev-flows/"
+cat "$root/examples/jobs.yaml" "$here/fixtures/ticker-job.yaml" > "$work/jobs.yaml"
 cat > "$work/serve.yaml" <<YAML
 http: 127.0.0.1:0
 store: sqlite://$work/serve.db
@@ -54,7 +55,7 @@ YAML
 "$bin" serve --config "$work/serve.yaml" >"$work/serve.log" 2>&1 &
 pids+=($!)
 "$bin" dev --http 127.0.0.1:0 --grpc 127.0.0.1:0 --data "$work/dev" --flows "$work/dev-flows" \
-  --jobs "$root/examples/jobs.yaml" >"$work/dev.log" 2>&1 &
+  --jobs "$work/jobs.yaml" >"$work/dev.log" 2>&1 &
 pids+=($!)
 MADEIRA_SERVE_URL="$(banner_url "$work/serve.log" "madeira serve: API on ")"
 MADEIRA_DEV_URL="$(banner_url "$work/dev.log" "madeira dev: API on ")"

@@ -37,6 +37,7 @@ function live(url, h) {
 /** Something the user is doing that a refresh must not destroy. */
 function busy() {
   if (document.querySelector('dialog[open], details[open].run-now')) return true;
+  if (document.querySelector('input[type=checkbox][name="sel"]:checked')) return true;
   const a = document.activeElement;
   return !!(a && a.closest && a.closest('form') && a.matches('input, textarea, select'));
 }
@@ -65,13 +66,50 @@ function relative(ms, lang) {
   return d >= 0 ? `${text} ago` : `in ${text}`;
 }
 
+const TIME_KEY = 'madeira.time';
+function timeMode() {
+  try { return localStorage.getItem(TIME_KEY) || 'relative'; } catch (e) { return 'relative'; }
+}
+
+/** `ms` as `2026-12-01 17:30:00 Asia/Shanghai` (UTC when `tz` is unknown). */
+function absolute(ms, tz) {
+  let parts;
+  try {
+    parts = new Intl.DateTimeFormat('en-CA', {
+      timeZone: tz, year: 'numeric', month: '2-digit', day: '2-digit',
+      hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23',
+    }).formatToParts(new Date(ms));
+  } catch (e) {
+    return tz === 'UTC' ? new Date(ms).toISOString() : absolute(ms, 'UTC');
+  }
+  const get = (type) => (parts.find((p) => p.type === type) || {}).value;
+  return `${get('year')}-${get('month')}-${get('day')} ${get('hour')}:${get('minute')}:${get('second')} ${tz}`;
+}
+
 function tickTimes() {
   const lang = document.body.dataset.lang;
+  const mode = timeMode();
   for (const el of document.querySelectorAll('time[datetime]')) {
     const ms = Date.parse(el.getAttribute('datetime'));
-    if (!Number.isNaN(ms)) el.textContent = relative(ms, lang);
+    if (Number.isNaN(ms)) continue;
+    if (mode === 'utc') el.textContent = absolute(ms, 'UTC');
+    else if (mode === 'flow') {
+      const holder = el.closest('[data-tz]');
+      el.textContent = absolute(ms, holder ? holder.dataset.tz : 'UTC');
+    } else el.textContent = relative(ms, lang);
   }
 }
+
+const timeSelect = document.getElementById('time-mode');
+if (timeSelect) {
+  timeSelect.value = timeMode();
+  timeSelect.addEventListener('change', () => {
+    try { localStorage.setItem(TIME_KEY, timeSelect.value); } catch (e) { /* private mode: this page only */ }
+    tickTimes();
+  });
+}
+document.body.addEventListener('htmx:afterSettle', () => { if (timeMode() !== 'relative') tickTimes(); });
+if (timeMode() !== 'relative') tickTimes();
 
 document.addEventListener('click', (ev) => {
   const open = ev.target.closest('[data-open]');
@@ -96,10 +134,30 @@ document.addEventListener('input', (ev) => {
   }
 });
 
+// Row selection for bulk forms: a "select all" box and a live count.
+function countSelected(name) {
+  const n = document.querySelectorAll(`input[type=checkbox][name="${name}"]:checked`).length;
+  for (const el of document.querySelectorAll(`.sel-count[data-for="${name}"]`)) el.textContent = String(n);
+}
+document.addEventListener('change', (ev) => {
+  const all = ev.target.closest('input[data-select-all]');
+  const name = all ? all.dataset.selectAll : ev.target.name;
+  if (all) {
+    for (const box of document.querySelectorAll(`input[type=checkbox][name="${name}"]`)) box.checked = all.checked;
+  }
+  if (name) countSelected(name);
+});
+
 // A successful htmx action closes its dialog; the server's HX-Trigger asks for a refresh.
 document.body.addEventListener('htmx:afterRequest', (ev) => {
   const dlg = ev.target.closest && ev.target.closest('dialog');
   if (dlg && ev.detail.successful) { dlg.close(); ev.target.reset && ev.target.reset(); }
+  // A bulk form that succeeded lets go of its selection (so the refresh may run).
+  if (!dlg && ev.detail.successful && ev.target.matches && ev.target.matches('form.bulk')) {
+    ev.target.reset();
+    for (const all of document.querySelectorAll('input[data-select-all]')) all.checked = false;
+    countSelected('sel');
+  }
 });
 
 const main = document.getElementById('main');

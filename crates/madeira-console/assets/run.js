@@ -83,7 +83,7 @@ let pending = false;
 document.addEventListener('close', () => { if (pending) { pending = false; refreshLive(); } }, true);
 
 // ---- log viewer ----------------------------------------------------------
-const log = { run: null, node: null, attempt: null, offset: 0, text: '', timer: null, inflight: false };
+const log = { run: null, node: null, attempt: null, offset: 0, text: '', timer: null, inflight: null, es: null, gen: 0 };
 
 function renderLog() {
   const box = document.querySelector('#panel .logs');
@@ -96,36 +96,69 @@ function renderLog() {
   if (!q) pre.scrollTop = pre.scrollHeight;
 }
 
-async function pollLog() {
-  if (!log.node || log.inflight) return;
-  log.inflight = true;
-  try {
-    const url = `/runs/${log.run}/nodes/${log.node}/log?attempt=${log.attempt}&offset=${log.offset}`;
+/** Reads the bytes past the offset once (one read at a time; a read started for
+ * another node or attempt is dropped when it answers). */
+function pollLog() {
+  if (!log.node || log.es) return Promise.resolve();
+  if (log.inflight) return log.inflight;
+  const gen = log.gen;
+  const url = `/runs/${log.run}/nodes/${log.node}/log?attempt=${log.attempt}&offset=${log.offset}`;
+  log.inflight = (async () => {
     const res = await fetch(url, { credentials: 'same-origin' });
-    if (res.ok) {
-      const chunk = await res.text();
-      const next = Number(res.headers.get('X-Log-Offset'));
-      if (next < log.offset) { log.text = ''; } // the log was replaced: start over
-      log.text += chunk;
-      log.offset = Number.isFinite(next) ? next : log.offset + chunk.length;
-      renderLog();
-    }
-  } finally {
-    log.inflight = false;
-  }
+    if (!res.ok || gen !== log.gen) return;
+    const chunk = await res.text();
+    if (gen !== log.gen) return;
+    const next = Number(res.headers.get('X-Log-Offset'));
+    if (next < log.offset) { log.text = ''; } // the log was replaced: start over
+    log.text += chunk;
+    log.offset = Number.isFinite(next) ? next : log.offset + chunk.length;
+    renderLog();
+  })().catch(() => {}).finally(() => { log.inflight = null; });
+  return log.inflight;
 }
 
-function startLog() {
+/** Appends what the follow stream pushes; ends with a last read of the tail. */
+function followLog() {
+  const es = new EventSource(`/runs/${log.run}/nodes/${log.node}/log/follow?attempt=${log.attempt}&offset=${log.offset}`);
+  log.es = es;
+  let errors = 0;
+  es.addEventListener('open', () => { errors = 0; });
+  es.addEventListener('log', (m) => {
+    if (log.es !== es) return;
+    try {
+      const d = JSON.parse(m.data);
+      log.text += d.text;
+      log.offset = Number(m.lastEventId);
+      renderLog();
+    } catch (e) { console.error('madeira: bad log event', e); }
+  });
+  const stop = () => { es.close(); if (log.es === es) log.es = null; };
+  es.addEventListener('end', () => { stop(); pollLog(); });
+  es.addEventListener('error', () => {
+    // The browser reconnects by itself with Last-Event-ID; after three errors in
+    // a row the viewer asks every second instead.
+    errors += 1;
+    if (errors >= 3 && log.es === es) {
+      stop();
+      log.timer = setInterval(pollLog, 1000);
+    }
+  });
+}
+
+async function startLog() {
   clearInterval(log.timer);
+  if (log.es) { log.es.close(); log.es = null; }
   const box = document.querySelector('#panel .logs');
   if (!box) { log.node = null; return; }
   const tab = box.querySelector('.tab[aria-selected="true"]') || box.querySelector('.tab');
-  Object.assign(log, { run: box.dataset.run, node: box.dataset.node, attempt: tab ? tab.dataset.attempt : 1, offset: 0, text: '' });
+  if (log.inflight) await log.inflight; // a read for the previous view answers first
+  const gen = log.gen + 1;
+  Object.assign(log, { run: box.dataset.run, node: box.dataset.node, attempt: tab ? tab.dataset.attempt : 1, offset: 0, text: '', gen });
   const dl = box.querySelector('.log-download');
   if (dl) dl.href = `/runs/${log.run}/nodes/${log.node}/log?attempt=${log.attempt}&download=1`;
-  pollLog();
-  // While the attempt runs, ask every second for bytes past the offset.
-  if (box.dataset.running && box.dataset.running === String(log.attempt)) log.timer = setInterval(pollLog, 1000);
+  await pollLog();
+  // While the attempt runs, the server pushes the bytes past the offset.
+  if (gen === log.gen && !log.es && box.isConnected && box.dataset.running === String(log.attempt)) followLog();
 }
 
 document.addEventListener('click', (ev) => {

@@ -1,6 +1,6 @@
 //! The console's POSTs: node actions (confirm, reject, rerun, rerun with
-//! downstream, mark-success, skip), cancel, bulk confirm, run now, pause and
-//! resume. Each checks the CSRF token and the role first, then calls the same
+//! downstream, mark-success, skip), cancel, bulk confirm, bulk cancel and bulk
+//! rerun-failed from the runs search, run now, pause and resume. Each checks the CSRF token and the role first, then calls the same
 //! `EngineHandle` method the REST API calls, with the signed-in token's name as
 //! the actor (the engine audits it with the reason). htmx requests get a flash
 //! fragment (and `HX-Trigger: madeira-refresh`), plain form posts a redirect.
@@ -21,6 +21,8 @@ use crate::session::Ctx;
 use crate::{Console, ConsoleError};
 
 const MAX_REASON: usize = 2000;
+/// Most runs (or waiting nodes) one bulk action touches.
+const MAX_BULK: usize = 500;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct ActionForm {
@@ -32,6 +34,39 @@ pub struct ActionForm {
     downstream: Option<String>,
     #[serde(default)]
     params: Option<String>,
+}
+
+/// A bulk form's fields (`sel` repeats).
+#[derive(Debug, Deserialize)]
+#[serde(from = "Vec<(String, String)>")]
+pub struct Fields(Vec<(String, String)>);
+
+impl From<Vec<(String, String)>> for Fields {
+    fn from(pairs: Vec<(String, String)>) -> Self {
+        Self(pairs)
+    }
+}
+
+impl Fields {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    fn all(&self, name: &str) -> impl Iterator<Item = &str> {
+        self.0.iter().filter(move |(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// How a bulk action went: done, or 409 naming each refusal.
+fn bulk_outcome(ctx: &Ctx, action: &str, done: usize, refused: &[String]) -> Result<String, ConsoleError> {
+    if refused.is_empty() {
+        Ok(format!("{action} ×{done}: {}", t(ctx.lang, "Done.")))
+    } else {
+        Err(ConsoleError::Api {
+            status: StatusCode::CONFLICT,
+            message: format!("{action} ×{done}; refused: {}", refused.join("; ")),
+        })
+    }
 }
 
 /// The reason an action needs: present, not blank, bounded, no NUL.
@@ -128,16 +163,14 @@ pub async fn bulk_confirm(
     State(console): State<Console>,
     ctx: Ctx,
     headers: HeaderMap,
-    Form(fields): Form<Vec<(String, String)>>,
+    Form(fields): Form<Fields>,
 ) -> Response {
-    let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
     let outcome = async {
-        ctx.check_post(&headers, field("csrf"), Role::Operator)?;
-        let reason = required_reason(&ctx, field("reason"))?;
-        let selected: Vec<(&str, &str)> =
-            fields.iter().filter(|(k, _)| k == "sel").filter_map(|(_, v)| v.split_once(':')).collect();
-        if selected.is_empty() || selected.len() > 500 {
-            return Err(ConsoleError::BadRequest("select 1 to 500 waiting nodes".into()));
+        ctx.check_post(&headers, fields.get("csrf"), Role::Operator)?;
+        let reason = required_reason(&ctx, fields.get("reason"))?;
+        let selected: Vec<(&str, &str)> = fields.all("sel").filter_map(|v| v.split_once(':')).collect();
+        if selected.is_empty() || selected.len() > MAX_BULK {
+            return Err(ConsoleError::BadRequest(format!("select 1 to {MAX_BULK} waiting nodes")));
         }
         let (mut done, mut failed) = (0, Vec::new());
         for (run, node) in selected {
@@ -154,14 +187,98 @@ pub async fn bulk_confirm(
             }
         }
         tracing::info!(actor = %ctx.user.name, confirmed = done, failed = failed.len(), "console bulk confirm");
-        if failed.is_empty() {
-            Ok(format!("confirm ×{done}: {}", t(ctx.lang, "Done.")))
-        } else {
-            Err(ConsoleError::Api { status: StatusCode::CONFLICT, message: format!("confirmed {done}; refused: {}", failed.join("; ")) })
-        }
+        bulk_outcome(&ctx, "confirm", done, &failed)
     }
     .await;
     answer(&headers, outcome, "/approvals")
+}
+
+/// `POST /runs/bulk`: `sel=<run id>` (repeated), `action=cancel|rerun-failed`,
+/// `reason`, `csrf`. Cancel ends each selected run that is not final; rerun-failed
+/// reruns, with their downstream, the FAILED nodes of each selected run that have
+/// no FAILED node upstream (the rest are reset as their downstream). Each run is
+/// one engine action per node, audited with the reason; the answer counts what
+/// was done and names each run that refused.
+pub async fn bulk_runs(
+    State(console): State<Console>,
+    ctx: Ctx,
+    headers: HeaderMap,
+    Form(fields): Form<Fields>,
+) -> Response {
+    let back = fields.get("back").filter(|b| b.starts_with("/runs")).unwrap_or("/runs").to_string();
+    let outcome = async {
+        ctx.check_post(&headers, fields.get("csrf"), Role::Operator)?;
+        let action = match fields.get("action") {
+            Some("cancel") => "cancel",
+            Some("rerun-failed") => "rerun-failed",
+            other => {
+                return Err(ConsoleError::BadRequest(format!(
+                    "action `{}`: use cancel or rerun-failed",
+                    other.unwrap_or("")
+                )));
+            }
+        };
+        let reason = required_reason(&ctx, fields.get("reason"))?;
+        let selected: Vec<&str> = fields.all("sel").collect();
+        if selected.is_empty() || selected.len() > MAX_BULK {
+            return Err(ConsoleError::BadRequest(format!("select 1 to {MAX_BULK} runs")));
+        }
+        let (mut done, mut failed) = (0usize, Vec::new());
+        for run in selected {
+            let nodes = match action {
+                "cancel" => vec![None],
+                _ => match crate::pages::load_run(&console, run).await {
+                    Ok(loaded) => root_failed(&loaded).into_iter().map(Some).collect(),
+                    Err(e) => {
+                        failed.push(format!("{run}: {e}"));
+                        continue;
+                    }
+                },
+            };
+            if nodes.is_empty() {
+                failed.push(format!("{run}: {}", t(ctx.lang, "no FAILED node to rerun")));
+            }
+            for node in nodes {
+                let request = ActionRequest {
+                    run_id: run.to_string(),
+                    kind: node.as_ref().map(|_| NodeActionKind::Rerun { downstream: true }),
+                    node,
+                    actor: ctx.user.name.clone(),
+                    reason: Some(reason.clone()),
+                };
+                match console.app.engine.act(request).await {
+                    Ok(()) => done += 1,
+                    Err(e) => failed.push(format!("{run}: {e}")),
+                }
+            }
+        }
+        tracing::info!(actor = %ctx.user.name, action, done, refused = failed.len(), "console bulk run action");
+        bulk_outcome(&ctx, action, done, &failed)
+    }
+    .await;
+    answer(&headers, outcome, &back)
+}
+
+/// The FAILED nodes of `run` with no FAILED node upstream of them.
+fn root_failed(run: &crate::pages::LoadedRun) -> Vec<String> {
+    let def = &run.def;
+    let failed: Vec<bool> = def
+        .nodes
+        .iter()
+        .map(|n| {
+            run.stored.nodes.iter().any(|r| r.node == n.id && r.state == madeira_core::NodeState::Failed)
+        })
+        .collect();
+    // `covered[v]`: some FAILED node is upstream of v.
+    let mut covered = vec![false; def.nodes.len()];
+    for &u in &def.topo {
+        if failed[u] || covered[u] {
+            for &(w, _) in &def.downstream[u] {
+                covered[w] = true;
+            }
+        }
+    }
+    (0..def.nodes.len()).filter(|&v| failed[v] && !covered[v]).map(|v| def.nodes[v].id.clone()).collect()
 }
 
 /// `POST /flows/{name}/run`: `params` is a JSON object (or empty).
@@ -248,4 +365,18 @@ pub async fn resume(
     Form(form): Form<ActionForm>,
 ) -> Response {
     set_paused(&console, &ctx, &headers, &flow, &form, false).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bulk_fields_keep_every_repeated_selection() {
+        let fields: Fields = serde_urlencoded::from_str("csrf=c&sel=r1&sel=r2%3An&reason=a+b").expect("form");
+        assert_eq!(fields.get("csrf"), Some("c"));
+        assert_eq!(fields.get("reason"), Some("a b"));
+        assert_eq!(fields.all("sel").collect::<Vec<_>>(), ["r1", "r2:n"]);
+        assert_eq!(fields.get("action"), None);
+    }
 }

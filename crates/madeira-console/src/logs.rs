@@ -1,7 +1,10 @@
 //! Log tail by byte offset: `GET /runs/{id}/nodes/{node}/log?attempt=N&offset=K`
 //! answers the bytes of attempt N's output from K on (cut back to a UTF-8
-//! boundary) and the offset to ask from next in `X-Log-Offset`. The page asks
-//! again whenever the run emits an event and every second while the attempt runs.
+//! boundary) and the offset to ask from next in `X-Log-Offset`. While the attempt
+//! runs the page then follows `GET /runs/{id}/nodes/{node}/log/follow?attempt=N&offset=K`:
+//! the same SSE stream as the API's `…/logs?follow=true` (`madeira_server::follow_node`),
+//! pushed as the engine receives output, resumed by byte offset (`Last-Event-ID`);
+//! after repeated errors the page falls back to asking every second.
 //!
 //! `read_log` is the one place the console reads output: the live output the
 //! sidecar link streams into the engine while the attempt runs (and keeps after
@@ -128,6 +131,27 @@ pub async fn serve(
         }
     }
     Ok(response)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct FollowQuery {
+    #[serde(default = "one")]
+    attempt: u32,
+    #[serde(default)]
+    offset: Option<u64>,
+}
+
+/// `GET /runs/{id}/nodes/{node}/log/follow`: attempt N's output as SSE.
+pub async fn follow(
+    State(console): State<Console>,
+    _ctx: Ctx,
+    Path((run, node)): Path<(String, String)>,
+    Query(q): Query<FollowQuery>,
+    headers: axum::http::HeaderMap,
+) -> Result<Response, ConsoleError> {
+    let offset = madeira_server::resume_offset(&headers, q.offset)?;
+    let req = madeira_server::FollowRequest { run_id: run, node, attempt: Some(q.attempt), offset };
+    Ok(madeira_server::follow_node(&console.app.engine, req, console.app.shutdown.clone()).await?)
 }
 
 #[cfg(test)]

@@ -116,6 +116,7 @@ impl<'a> Shell<'a> {
                         a.brand href="/" { "Madeira" }
                         @if let Some(ctx) = self.ctx { (nav(ctx, self.nav)) }
                         div.who {
+                            (time_switch(lang))
                             (lang_switch(lang, self.ctx.map_or("/", |c| c.path.as_str())))
                             @if let Some(ctx) = self.ctx { (who(ctx)) }
                         }
@@ -165,6 +166,17 @@ fn who(ctx: &Ctx) -> Markup {
             }
         } @else {
             span.user.muted { (t(lang, "dev mode: no sign-in")) }
+        }
+    }
+}
+
+/// How times are shown (kept in the browser; `time` module doc).
+fn time_switch(lang: Lang) -> Markup {
+    html! {
+        select #time-mode.time-mode aria-label=(t(lang, "Times")) title=(t(lang, "Times")) {
+            option value="relative" { (t(lang, "Relative")) }
+            option value="flow" { (t(lang, "Flow timezone")) }
+            option value="utc" { "UTC" }
         }
     }
 }

@@ -1,9 +1,23 @@
-//! Times on pages: UTC with a relative gloss (`2026-12-01 09:30:00 UTC · 5 min ago`)
-//! in a `<time datetime>` element that the page's script keeps relative.
+//! Times on pages: a `<time datetime>` element (UTC in its title) whose text the
+//! page's script shows as the reader chose in the header: relative (`5 min ago`,
+//! the default and what the server renders), in the flow's timezone (the
+//! `data-tz` of the closest element that has one: the timezone of the flow's
+//! first cron trigger, else UTC), or in UTC.
 
 use maud::{Markup, html};
 
 use crate::i18n::Lang;
+
+/// The timezone a flow's times are shown in: its first cron trigger's, else UTC.
+pub fn flow_tz(def: &madeira_core::FlowDef) -> &str {
+    def.triggers
+        .iter()
+        .find_map(|t| match t {
+            madeira_core::TriggerDef::Cron(c) => Some(c.timezone.as_str()),
+            _ => None,
+        })
+        .unwrap_or("UTC")
+}
 
 /// `ms` (Unix milliseconds) as UTC text.
 pub fn utc(ms: i64) -> String {

@@ -143,7 +143,7 @@ async fn start_waiting_run(app: &App) -> String {
 }
 
 /// Every POST the console offers, for one waiting run.
-fn actions(run: &str) -> Vec<(String, &'static str)> {
+fn actions(run: &str) -> Vec<(String, String)> {
     vec![
         (format!("/runs/{run}/nodes/approve/confirm"), "reason=ok"),
         (format!("/runs/{run}/nodes/approve/reject"), "reason=no"),
@@ -157,6 +157,13 @@ fn actions(run: &str) -> Vec<(String, &'static str)> {
         ("/flows/pay/resume".to_string(), "reason=go"),
         ("/approvals/bulk".to_string(), "reason=ok"),
     ]
+    .into_iter()
+    .map(|(uri, form)| (uri, form.to_string()))
+    .chain([
+        ("/runs/bulk".to_string(), format!("reason=stop&action=cancel&sel={run}")),
+        ("/runs/bulk".to_string(), format!("reason=again&action=rerun-failed&sel={run}")),
+    ])
+    .collect()
 }
 
 #[tokio::test]
@@ -165,7 +172,7 @@ async fn role_by_action_matrix() {
     for (name, role) in [("vera", Role::Viewer), ("otto", Role::Operator), ("ada", Role::Admin)] {
         let (cookie, csrf) = sign_in(&app, name).await;
         for (uri, form) in actions(&start_waiting_run(&app).await) {
-            let without = send(&app, post(&uri, Some(&cookie), form)).await;
+            let without = send(&app, post(&uri, Some(&cookie), &form)).await;
             assert_eq!(without.status, StatusCode::FORBIDDEN, "{name} {uri} without CSRF: {}", without.body);
             let wrong =
                 send(&app, post(&uri, Some(&cookie), &format!("{form}&csrf={}", "0".repeat(64)))).await;

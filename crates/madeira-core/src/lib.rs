@@ -1,8 +1,9 @@
 //! Pure core of Madeira: the validated flow model, the flow-spec parser and validator,
-//! the node/run state machine (one transition table), dependency rules, the run
+//! the node/run state machine (one transition table), run admission, dependency rules, the run
 //! planner and the retry policy. No I/O, no async runtime: everything here is a
 //! function of its inputs, so it is property-tested in isolation.
 
+pub mod admit;
 pub mod expr;
 pub mod keyexpr;
 pub mod keys;

@@ -1,6 +1,7 @@
 //! The node and run state machines: the seven node states, the run states, and the
 //! one transition table each. Every state change anywhere in Madeira is checked here
-//! (`NodeState::apply`, `RunState::apply`); nothing else decides what is allowed.
+//! (`NodeState::apply`, `RunState::apply`, and `run_edge` for a run's creation);
+//! nothing else decides what is allowed.
 
 use std::fmt;
 use std::str::FromStr;
@@ -177,6 +178,9 @@ pub enum RunState {
 /// Why a run changes state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RunCause {
+    /// A trigger was admitted: the run exists, QUEUED (`admit`).
+    Created,
+    /// QUEUED -> RUNNING: at once when admitted with room, or on promotion.
     Started,
     Succeeded,
     Failed,
@@ -184,22 +188,34 @@ pub enum RunCause {
     Reactivated,
 }
 
-/// The run transition table.
-const RUN_TABLE: &[(RunState, RunCause, RunState)] = &[
-    (RunState::Queued, RunCause::Started, RunState::Running),
-    (RunState::Queued, RunCause::Cancelled, RunState::Cancelled),
-    (RunState::Running, RunCause::Succeeded, RunState::Success),
-    (RunState::Running, RunCause::Failed, RunState::Failed),
-    (RunState::Running, RunCause::Cancelled, RunState::Cancelled),
-    (RunState::Success, RunCause::Reactivated, RunState::Running),
-    (RunState::Failed, RunCause::Reactivated, RunState::Running),
+/// The run transition table. `None` is "no run yet": the one edge out of it is
+/// creation, which `admit` takes; promotion is `Started` from QUEUED.
+const RUN_TABLE: &[(Option<RunState>, RunCause, RunState)] = &[
+    (None, RunCause::Created, RunState::Queued),
+    (Some(RunState::Queued), RunCause::Started, RunState::Running),
+    (Some(RunState::Queued), RunCause::Cancelled, RunState::Cancelled),
+    (Some(RunState::Running), RunCause::Succeeded, RunState::Success),
+    (Some(RunState::Running), RunCause::Failed, RunState::Failed),
+    (Some(RunState::Running), RunCause::Cancelled, RunState::Cancelled),
+    (Some(RunState::Success), RunCause::Reactivated, RunState::Running),
+    (Some(RunState::Failed), RunCause::Reactivated, RunState::Running),
 ];
 
+/// A run transition the table does not allow (`from: None`: the run does not exist yet).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot {cause} a run in state {from}")]
+#[error("cannot {cause} a run in state {}", .from.map_or("NONE", RunState::as_str))]
 pub struct RunRefusal {
-    pub from: RunState,
+    pub from: Option<RunState>,
     pub cause: RunCause,
+}
+
+/// The state `cause` leads to from `from` (`None`: no run yet), or a refusal.
+pub fn run_edge(from: Option<RunState>, cause: RunCause) -> Result<RunState, RunRefusal> {
+    RUN_TABLE
+        .iter()
+        .find(|(f, c, _)| *f == from && *c == cause)
+        .map(|(_, _, to)| *to)
+        .ok_or(RunRefusal { from, cause })
 }
 
 impl RunState {
@@ -207,15 +223,11 @@ impl RunState {
         [RunState::Queued, RunState::Running, RunState::Success, RunState::Failed, RunState::Cancelled];
 
     pub fn apply(self, cause: RunCause) -> Result<RunState, RunRefusal> {
-        RUN_TABLE
-            .iter()
-            .find(|(from, c, _)| *from == self && *c == cause)
-            .map(|(_, _, to)| *to)
-            .ok_or(RunRefusal { from: self, cause })
+        run_edge(Some(self), cause)
     }
 
-    /// Queued and running runs count against `max_active_runs`... only running ones do;
-    /// this says whether the run can still change without an operator.
+    /// SUCCESS, FAILED and CANCELLED: the run changes no more unless an operator
+    /// reactivates it. (Only RUNNING runs count against `max_active_runs`.)
     pub fn is_terminal(self) -> bool {
         matches!(self, RunState::Success | RunState::Failed | RunState::Cancelled)
     }
@@ -232,8 +244,18 @@ impl RunState {
 }
 
 impl RunCause {
+    pub const ALL: [RunCause; 6] = [
+        RunCause::Created,
+        RunCause::Started,
+        RunCause::Succeeded,
+        RunCause::Failed,
+        RunCause::Cancelled,
+        RunCause::Reactivated,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
+            RunCause::Created => "created",
             RunCause::Started => "started",
             RunCause::Succeeded => "succeeded",
             RunCause::Failed => "failed",
@@ -272,11 +294,7 @@ macro_rules! text_enum {
 text_enum!(NodeState, "node state", NodeState::ALL);
 text_enum!(RunState, "run state", RunState::ALL);
 text_enum!(Cause, "cause", Cause::ALL);
-text_enum!(
-    RunCause,
-    "run cause",
-    [RunCause::Started, RunCause::Succeeded, RunCause::Failed, RunCause::Cancelled, RunCause::Reactivated]
-);
+text_enum!(RunCause, "run cause", RunCause::ALL);
 
 #[cfg(test)]
 mod tests {
@@ -288,6 +306,24 @@ mod tests {
             let dup = NODE_TABLE[i + 1..].iter().any(|(f, c, _)| f == from && c == cause);
             assert!(!dup, "duplicate row for {from} {cause}");
         }
+    }
+
+    #[test]
+    fn run_table_has_one_target_per_state_and_cause_and_one_way_in() {
+        for (i, (from, cause, _)) in RUN_TABLE.iter().enumerate() {
+            let dup = RUN_TABLE[i + 1..].iter().any(|(f, c, _)| f == from && c == cause);
+            assert!(!dup, "duplicate run row for {from:?} {cause}");
+        }
+        let entries: Vec<_> = RUN_TABLE.iter().filter(|(from, _, _)| from.is_none()).collect();
+        assert_eq!(entries, [&(None, RunCause::Created, RunState::Queued)]);
+        assert_eq!(
+            RunState::Running.apply(RunCause::Created).unwrap_err().to_string(),
+            "cannot created a run in state RUNNING"
+        );
+        assert_eq!(
+            run_edge(None, RunCause::Started).unwrap_err().to_string(),
+            "cannot started a run in state NONE"
+        );
     }
 
     #[test]
@@ -310,6 +346,9 @@ mod tests {
         }
         for c in Cause::ALL {
             assert_eq!(c.as_str().parse::<Cause>(), Ok(c));
+        }
+        for c in RunCause::ALL {
+            assert_eq!(c.as_str().parse::<RunCause>(), Ok(c));
         }
     }
 

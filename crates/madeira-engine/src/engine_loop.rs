@@ -219,7 +219,7 @@ impl Engine {
                 continue;
             }
             match self.p.store.load_run(&run_id).await {
-                Ok(Some(stored)) if stored.run.state == RunState::Queued.as_str() => {
+                Ok(Some(stored)) if stored.run.state == RunState::Queued => {
                     queued_flows.push(stored.run.flow.clone());
                 }
                 Ok(Some(_)) => self.pending.push_back(Envelope::Resume { run_id, fresh: None }),

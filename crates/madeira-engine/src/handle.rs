@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use madeira_core::{Command, FlowDef};
-use madeira_store::{CreateOutcome, NewRun, Overlap, Store};
+use madeira_store::{CreateOutcome, NewRun, Store};
 use serde_json::Value as Json;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -346,11 +346,7 @@ impl EngineHandle {
             trigger: req.trigger,
             node_names: def.nodes.iter().map(|n| n.id.clone()).collect(),
             max_active_runs: def.concurrency.max_active_runs,
-            overlap: match def.concurrency.on_overlap {
-                madeira_core::OnOverlap::Queue => Overlap::Queue,
-                madeira_core::OnOverlap::Skip => Overlap::Skip,
-                madeira_core::OnOverlap::CancelPrevious => Overlap::CancelPrevious,
-            },
+            overlap: def.concurrency.on_overlap,
             throttles: def
                 .nodes
                 .iter()

@@ -1,8 +1,9 @@
 //! Madeira's engine: the one writer of run state. Triggers go to the run creator
-//! (`creator.rs`), which has the store admit and create runs in one transaction
-//! (idempotency, overlap and throttle queues are decided there, in SQL). Every
-//! other command (executor results, timers, operator actions) arrives on a
-//! channel; the loop applies each to the run's snapshot with the core planner,
+//! (`creator.rs`), which has the store admit and create runs in one transaction:
+//! the store gathers the flow's facts under its lock and writes what
+//! `madeira_core::admit` decides (idempotency, overlap, throttle queues; promotion
+//! of QUEUED runs likewise through `admit::promote`). Every other command
+//! (executor results, timers, operator actions) arrives on a channel; the loop applies each to the run's snapshot with the core planner,
 //! group-commits every resulting transition in one store transaction, and only
 //! then acts (starts attempts, arms timers, answers callers); a failed commit
 //! answers `StoreError::Unavailable`/`Refused` and drops the touched runs from

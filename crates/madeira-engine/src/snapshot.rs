@@ -10,9 +10,7 @@ use crate::EngineError;
 /// Rebuilds a run's snapshot from its rows; node rows are matched by index.
 pub(crate) fn from_stored(stored: StoredRun, flow: Arc<FlowDef>) -> Result<RunSnapshot, EngineError> {
     let run_id = stored.run.id.clone();
-    let state: RunState = stored.run.state.parse().map_err(|e| {
-        EngineError::Store(madeira_store::StoreError::Corrupt { table: "runs", detail: format!("{e}") })
-    })?;
+    let state: RunState = stored.run.state;
     let mut nodes = vec![NodeRt::default(); flow.nodes.len()];
     for row in stored.nodes {
         let Some(slot) = nodes.get_mut(row.idx as usize) else {

@@ -109,7 +109,7 @@ pub async fn serve(
             }
         }),
     );
-    axum::serve(listener, app).with_graceful_shutdown(cancel.cancelled_owned()).await
+    axum::serve(listener, app.into_make_service()).with_graceful_shutdown(cancel.cancelled_owned()).await
 }
 
 /// Binds the metrics address.

@@ -1,9 +1,15 @@
-//! Durable state of Madeira. The engine and server see only the `Store` trait;
-//! each backend lives in its own module (`sqlite`, `postgres`). `commit` is the single exit
-//! of SPEC §3: node/run state rows and their transition records are written in one
-//! database transaction, batched (group commit) by the engine.
+//! Durable state of Madeira. The engine and server see only the `Store` trait.
+//! Its SQL is written once (`sql/`) and compiled inside each backend module
+//! (`sqlite`, `postgres`), which holds only its `dialect::Dialect`: what differs
+//! between the databases, by name. The store writes the
+//! decisions of SPEC §3's single exit: `create_runs`/`promote_queued` gather a flow's
+//! facts under its lock and write what `madeira_core::admit` decides; `commit` writes
+//! what the planner decided. Either way state rows and their transition records go
+//! in one database transaction (batched, group commit, by the engine).
 
+mod admission;
 mod alerts;
+pub mod dialect;
 mod lease;
 pub mod postgres;
 mod records;

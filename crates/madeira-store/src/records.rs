@@ -30,13 +30,11 @@ pub struct FlowVersion {
     pub created_at: i64,
 }
 
-/// What `create_run` should do when the flow already has `max_active_runs`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Overlap {
-    Queue,
-    Skip,
-    CancelPrevious,
-}
+/// What `create_run` does when the flow already has `max_active_runs`: the core's
+/// `OnOverlap`, which `madeira_core::admit` decides with.
+pub use madeira_core::OnOverlap as Overlap;
+/// A throttled node a new run claims (`madeira_core::admit::Throttle`).
+pub use madeira_core::admit::Throttle as ThrottleClaim;
 
 #[derive(Debug, Clone)]
 pub struct NewRun {
@@ -57,13 +55,6 @@ pub struct NewRun {
     pub now_ms: i64,
     /// W3C `traceparent` of the run's span, kept so the run has one trace for life.
     pub trace_context: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThrottleClaim {
-    pub node: String,
-    pub max_permits: u32,
-    pub queue_size: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,7 +107,8 @@ pub struct RunRow {
     pub id: String,
     pub flow: String,
     pub version: u32,
-    pub state: String,
+    #[serde(serialize_with = "state_name")]
+    pub state: RunState,
     pub params: Json,
     pub idempotency_key: Option<String>,
     pub trigger: String,
@@ -126,6 +118,11 @@ pub struct RunRow {
     /// W3C `traceparent` of the run's span (`None` for runs older than tracing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_context: Option<String>,
+}
+
+/// A run state as its name (`"RUNNING"`), as every API answer shows it.
+fn state_name<S: serde::Serializer>(state: &RunState, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(state.as_str())
 }
 
 #[derive(Debug, Clone)]

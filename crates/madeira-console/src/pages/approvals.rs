@@ -31,6 +31,8 @@ pub struct Pending {
     pub since: Option<i64>,
     pub alert_at: Option<i64>,
     pub fallback_at: Option<i64>,
+    /// The flow's timezone (times shown in it on request).
+    pub tz: String,
 }
 
 /// Every MANUAL_CONFIRM node of a running run, oldest first; `true` when the scan
@@ -70,6 +72,7 @@ pub async fn pending(console: &Console) -> Result<(Vec<Pending>, bool), ConsoleE
                     since,
                     alert_at: at(manual.alert_after),
                     fallback_at: at(manual.fallback_after),
+                    tz: crate::time::flow_tz(&def).to_string(),
                 });
             }
         }
@@ -156,7 +159,7 @@ fn card(ctx: &Ctx, p: &Pending, group: Option<usize>, now: i64) -> Markup {
         denied: denied.clone(),
     };
     html! {
-        article.approval data-run=(p.run_id) data-node=(p.node) {
+        article.approval data-run=(p.run_id) data-node=(p.node) data-tz=(p.tz) {
             @if let (None, Some(group)) = (&denied, group) {
                 label.select { input type="checkbox" name="sel" value=(format!("{}:{}", p.run_id, p.node)) form=(format!("bulk-{group}")) aria-label="select"; }
             }

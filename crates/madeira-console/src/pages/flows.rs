@@ -42,7 +42,7 @@ fn strip(runs: &[RunRow]) -> Markup {
     html! {
         span.strip {
             @for r in runs.iter().rev() {
-                a class=(format!("cell st-{}", r.state)) href=(run_href(&r.id)) title=(format!("{} {}", r.state, r.id)) { (crate::page::icon(&r.state)) }
+                a class=(format!("cell st-{}", r.state)) href=(run_href(&r.id)) title=(format!("{} {}", r.state, r.id)) { (crate::page::icon(r.state.as_str())) }
             }
         }
     }
@@ -142,7 +142,7 @@ pub async fn show(
     });
     let base = flow_href(&name);
     let body = html! {
-        div.flow-page data-flow=(name) {
+        div.flow-page data-flow=(name) data-tz=(crate::time::flow_tz(&def)) {
             h1 { (name) " " span.muted { "v" (version) } " "
                 @if record.paused { span.tag.paused { (t(lang, "paused")) } } @else { span.tag.active { (t(lang, "active")) } } }
             @if let Some(d) = &def.description { p.muted { (d) } }
@@ -198,15 +198,24 @@ pub async fn show(
 
 /// A table of runs (used by the flow page, the runs search and the overview).
 pub fn runs_table(lang: Lang, runs: &[RunRow], now: i64) -> Markup {
+    selectable_runs_table(lang, runs, now, None)
+}
+
+/// The runs table; with `select` (a form id), each row has a checkbox `sel`
+/// belonging to that form (the runs search's bulk actions).
+pub fn selectable_runs_table(lang: Lang, runs: &[RunRow], now: i64, select: Option<&str>) -> Markup {
     html! {
         @if runs.is_empty() { p.muted { (t(lang, "No runs match.")) } }
         @else {
             div.table-wrap { table.runs {
-                thead { tr { th { (t(lang, "Run")) } th { (t(lang, "Flow")) } th { (t(lang, "State")) } th { (t(lang, "Trigger")) } th { (t(lang, "Created")) } th { (t(lang, "Duration")) } } }
+                thead { tr {
+                    @if select.is_some() { th.sel { input type="checkbox" data-select-all="sel" aria-label=(t(lang, "Select all")); } }
+                    th { (t(lang, "Run")) } th { (t(lang, "Flow")) } th { (t(lang, "State")) } th { (t(lang, "Trigger")) } th { (t(lang, "Created")) } th { (t(lang, "Duration")) } } }
                 tbody { @for r in runs { tr data-run=(r.id) {
+                    @if let Some(form) = select { td.sel { input type="checkbox" name="sel" value=(r.id) form=(form) data-state=(r.state) aria-label=(t(lang, "Select")); } }
                     td { a href=(run_href(&r.id)) { code { (short(&r.id)) } } }
                     td { a href=(flow_href(&r.flow)) { (r.flow) } " v" (r.version) }
-                    td { (badge(lang, &r.state)) }
+                    td { (badge(lang, r.state.as_str())) }
                     td { (r.trigger) }
                     td { (stamp(lang, Some(r.created_at), now)) }
                     td { @if let (Some(s), Some(f)) = (r.started_at, r.finished_at) { (crate::time::duration_ms(lang, f - s)) } @else { "-" } }

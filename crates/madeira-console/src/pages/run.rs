@@ -91,7 +91,7 @@ pub async fn page(
     let lang = ctx.lang;
     let title = format!("{} {}", run.stored.run.flow, short(&id));
     let body = html! {
-        div.run-page data-run=(id) data-flow=(run.stored.run.flow) data-terminal=(run_terminal(&run.stored.run.state)) {
+        div.run-page data-run=(id) data-flow=(run.stored.run.flow) data-tz=(crate::time::flow_tz(&run.def)) data-terminal=(run_terminal(run.stored.run.state.as_str())) {
             h1 { a href=(super::flow_href(&run.stored.run.flow)) { (run.stored.run.flow) } " · " (t(lang, "Run")) " " code.runid { (short(&id)) } }
             div #live-status.live-status data-ok=(t(lang, "Live")) data-retry=(t(lang, "Reconnecting…")) data-poll=(t(lang, "Live updates lost: polling every 5 s.")) {}
             (head)
@@ -175,7 +175,7 @@ async fn fragments(
         run.stored.nodes.iter().map(|n| (n.node.clone(), json!(n.state.as_str()))).collect();
     let end = r.finished_at.unwrap_or(now);
     let span_start = r.started_at.unwrap_or(r.created_at);
-    let terminal = run_terminal(&r.state);
+    let terminal = run_terminal(r.state.as_str());
     let cancel = ActionDialog {
         id: "dlg-cancel".into(),
         label: t(lang, "Cancel run"),
@@ -191,9 +191,9 @@ async fn fragments(
         denied: ctx.denied(Role::Operator),
     };
     let head = html! {
-        div #run-live data-state=(r.state) data-event=(ctx.after) data-states=(serde_json::Value::Object(states).to_string()) {
+        div #run-live data-state=(r.state.as_str()) data-event=(ctx.after) data-states=(serde_json::Value::Object(states).to_string()) {
             section.run-head {
-                div.kv { span.k { (t(lang, "State")) } span #run-state.v { (badge(lang, &r.state)) " " span.muted { (state_gloss(lang, &r.state)) } } }
+                div.kv { span.k { (t(lang, "State")) } span #run-state.v { (badge(lang, r.state.as_str())) " " span.muted { (state_gloss(lang, r.state.as_str())) } } }
                 div.kv { span.k { (t(lang, "Version")) } span.v { "v" (r.version) } }
                 div.kv { span.k { (t(lang, "Trigger")) } span.v { (r.trigger) } }
                 div.kv { span.k { (t(lang, "Actor")) } span.v { (actor) } }

@@ -7,11 +7,12 @@ use axum::response::Response;
 use madeira_store::{RunQuery, RunRow};
 use maud::html;
 
-use super::flows::runs_table;
+use super::flows::selectable_runs_table;
 use crate::i18n::t;
 use crate::page::{self, Nav, Shell, url_encode};
 use crate::session::Ctx;
 use crate::{Console, ConsoleError};
+use madeira_server::Role;
 
 const PAGE: usize = 50;
 const STATES: [&str; 5] = ["QUEUED", "RUNNING", "SUCCESS", "FAILED", "CANCELLED"];
@@ -198,7 +199,9 @@ pub async fn search(
             button.primary type="submit" { (t(lang, "Search")) }
         }
         p.muted.small { (runs.len()) " · " (took.as_millis()) " ms" }
-        (runs_table(lang, &runs, now))
+        @let bulk = ctx.denied(Role::Operator).is_none() && !runs.is_empty();
+        (selectable_runs_table(lang, &runs, now, bulk.then_some("bulk-runs")))
+        @if bulk { (bulk_form(&ctx, &format!("/runs?{qs}"))) }
         nav.pager {
             @if search.cursor.is_some() { a href=(format!("/runs?{qs}")) { "« " (t(lang, "Newest")) } }
             @if let Some(n) = &next { a href=(format!("/runs?{qs}&cursor={}", url_encode(n))) { (t(lang, "Older")) " »" } }
@@ -209,6 +212,24 @@ pub async fn search(
         started,
         None,
     ))
+}
+
+/// The bulk actions over the selected rows: a reason, then cancel or rerun-failed
+/// (`actions::bulk_runs`). The count of selected runs is kept by the page script.
+fn bulk_form(ctx: &Ctx, back: &str) -> maud::Markup {
+    let lang = ctx.lang;
+    html! {
+        form #bulk-runs.bulk method="post" action="/runs/bulk" hx-post="/runs/bulk" hx-target="#flash" {
+            input type="hidden" name="csrf" value=(ctx.user.csrf);
+            input type="hidden" name="back" value=(back);
+            p.preview { span.sel-count data-for="sel" { "0" } " " (t(lang, "runs selected")) }
+            label { (t(lang, "Reason (required)")) textarea name="reason" required rows="2" maxlength="2000" {} }
+            div.buttons {
+                button.danger type="submit" name="action" value="cancel" { (t(lang, "Cancel selected")) }
+                button.primary type="submit" name="action" value="rerun-failed" { (t(lang, "Rerun failed nodes of selected")) }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,16 @@
 //! The `http` executor: 2xx is success (a JSON object body becomes the outputs),
 //! 5xx, timeouts and connection errors are retryable, 4xx is not. The target is
-//! resolved and checked against the `HttpPolicy` first, and the request is pinned
-//! to the checked address so DNS cannot swap it afterwards. The body is streamed
+//! resolved and checked against the `HttpPolicy` first (a refusal fails the node
+//! at once, with the reason). Every attempt then goes through one shared client
+//! (its connection pool and the TLS roots loaded once: building a client loads
+//! the system's CA certificates, several milliseconds of CPU), whose resolver
+//! checks again every address a name resolves to before it connects, so DNS
+//! cannot swap in a refused address after the check. The body is streamed
 //! and read up to `http_executor.max_response_bytes`: a longer one fails the
 //! attempt, so one response cannot swell the control plane's memory.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -18,15 +23,51 @@ use crate::engine_loop::tail;
 
 pub struct HttpExecutor {
     policy: HttpPolicy,
+    /// Built on the first http attempt (a control plane without http nodes never loads the roots).
+    client: OnceLock<Result<reqwest::Client, String>>,
+}
+
+/// The shared client's DNS: a name's addresses are all checked against the
+/// policy, and a refused one fails the connection.
+struct CheckedResolver {
+    policy: HttpPolicy,
+}
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.policy.clone();
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            if let Some(why) = addrs.iter().find_map(|a| policy.refuse_addr(&host, a.ip())) {
+                return Err(format!("`{host}` resolves to a refused address: {why}").into());
+            }
+            let addrs: reqwest::dns::Addrs = Box::new(addrs.into_iter());
+            Ok(addrs)
+        })
+    }
 }
 
 impl HttpExecutor {
     pub fn new(policy: HttpPolicy) -> Self {
-        Self { policy }
+        Self { policy, client: OnceLock::new() }
     }
 
-    /// Resolves `url`'s host and returns the address to pin, or why not.
-    async fn check_target(&self, url: &reqwest::Url) -> Result<(String, SocketAddr), String> {
+    fn client(&self) -> Result<&reqwest::Client, String> {
+        self.client
+            .get_or_init(|| {
+                reqwest::Client::builder()
+                    .dns_resolver(Arc::new(CheckedResolver { policy: self.policy.clone() }))
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .map_err(|e| format!("http client: {}", chain(&e)))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Resolves `url`'s host and checks it and every address it has, or says why not.
+    async fn check_target(&self, url: &reqwest::Url) -> Result<(), String> {
         let host = url.host_str().ok_or_else(|| format!("url `{url}` has no host"))?.to_string();
         if !self.policy.host_allowed(&host) {
             return Err(format!(
@@ -39,13 +80,15 @@ impl HttpExecutor {
             .await
             .map_err(|e| format!("cannot resolve `{host}`: {e}"))?
             .collect();
-        let first = *addrs.first().ok_or_else(|| format!("`{host}` resolves to no address"))?;
+        if addrs.is_empty() {
+            return Err(format!("`{host}` resolves to no address"));
+        }
         for addr in &addrs {
             if let Some(why) = self.policy.refuse_addr(&host, addr.ip()) {
                 return Err(format!("`{host}` resolves to {}: {why}", addr.ip()));
             }
         }
-        Ok((bare.to_string(), first))
+        Ok(())
     }
 }
 
@@ -59,23 +102,18 @@ impl Executor for HttpExecutor {
             Ok(url) => url,
             Err(e) => return AttemptResult::failure(format!("bad url `{}`: {e}", def.url), false),
         };
-        let (host, addr) = match self.check_target(&url).await {
-            Ok(target) => target,
-            Err(e) => return AttemptResult::failure(e, false),
-        };
-        let client = match reqwest::Client::builder()
-            .resolve(&host, addr)
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(job.timeout)
-            .build()
-        {
+        if let Err(e) = self.check_target(&url).await {
+            return AttemptResult::failure(e, false);
+        }
+        let client = match self.client() {
             Ok(client) => client,
-            Err(e) => return AttemptResult::failure(format!("http client: {e}"), true),
+            Err(e) => return AttemptResult::failure(e, true),
         };
         let method = reqwest::Method::from_bytes(def.method.to_ascii_uppercase().as_bytes())
             .unwrap_or(reqwest::Method::GET);
         let mut request = client
             .request(method.clone(), url.clone())
+            .timeout(job.timeout)
             .header("Idempotency-Key", &job.idempotency_key)
             .header("X-Madeira-Run-Id", &job.run_id)
             .header("X-Madeira-Node", &job.node)

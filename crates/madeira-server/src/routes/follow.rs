@@ -20,13 +20,17 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
+use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
 use madeira_core::state::NodeState;
 use madeira_engine::EngineHandle;
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
+
+use crate::ApiError;
 
 /// Interval of the keep-alive comment.
 const KEEP_ALIVE: Duration = Duration::from_secs(10);
@@ -43,10 +47,44 @@ pub struct FollowRequest {
     pub offset: u64,
 }
 
+/// The offset a follow starts from: `Last-Event-ID` (a reconnecting
+/// `EventSource` sends the id of the last event it got), else `offset=`, else 0.
+pub fn resume_offset(headers: &HeaderMap, query_offset: Option<u64>) -> Result<u64, ApiError> {
+    match headers.get("last-event-id") {
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or_else(|| ApiError::bad_request("Last-Event-ID must be a byte offset")),
+        None => Ok(query_offset.unwrap_or(0)),
+    }
+}
+
+/// Follows `req.node` of run `req.run_id` as SSE (404 when either is unknown):
+/// the REST API's `…/logs?follow=true` and the console's log viewer.
+pub async fn follow_node(
+    engine: &EngineHandle,
+    req: FollowRequest,
+    shutdown: CancellationToken,
+) -> Result<Response, ApiError> {
+    // Subscribed before the run is read, so no transition falls between the two.
+    let events = engine.subscribe();
+    let id = &req.run_id;
+    let stored = engine
+        .store()
+        .load_run(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
+    let Some(row) = stored.nodes.iter().find(|n| n.node == req.node) else {
+        return Err(ApiError::not_found(format!("run {id}: node {} not found", req.node)));
+    };
+    Ok(stream(engine.clone(), events, row.state, req, shutdown).into_response())
+}
+
 /// The SSE response following `req`; `node_state` is the node's state as stored
 /// when the request came (read after subscribing to the engine's events, so no
 /// transition is missed between the two).
-pub fn stream(
+fn stream(
     engine: EngineHandle,
     events: broadcast::Receiver<madeira_engine::RunEvent>,
     node_state: NodeState,

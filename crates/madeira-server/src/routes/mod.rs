@@ -3,7 +3,7 @@
 mod alerts;
 mod audit;
 mod flows;
-mod follow;
+pub(crate) mod follow;
 mod health;
 mod runs;
 mod sidecars;

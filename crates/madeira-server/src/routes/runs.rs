@@ -212,26 +212,16 @@ pub async fn logs(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     state.auth.authorize(&headers, Role::Viewer)?;
-    // Subscribed before the run is read, so no transition falls between the two.
-    let events = state.engine.subscribe();
+    if query.follow {
+        let offset = follow::resume_offset(&headers, query.offset)?;
+        let req = follow::FollowRequest { run_id: id, node, attempt: query.attempt, offset };
+        return follow::follow_node(&state.engine, req, state.shutdown.clone()).await;
+    }
     let store = state.engine.store();
     let stored =
         store.load_run(&id).await?.ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
-    let Some(row) = stored.nodes.iter().find(|n| n.node == node) else {
+    if !stored.nodes.iter().any(|n| n.node == node) {
         return Err(ApiError::not_found(format!("run {id}: node {node} not found")));
-    };
-    if query.follow {
-        let offset = match headers.get("last-event-id") {
-            Some(v) => v
-                .to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .ok_or_else(|| ApiError::bad_request("Last-Event-ID must be a byte offset"))?,
-            None => query.offset.unwrap_or(0),
-        };
-        let req = follow::FollowRequest { run_id: id, node, attempt: query.attempt, offset };
-        let sse = follow::stream(state.engine.clone(), events, row.state, req, state.shutdown.clone());
-        return Ok(sse.into_response());
     }
     let mut logs: Vec<Value> = store
         .logs(&id, &node)

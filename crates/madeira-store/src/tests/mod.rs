@@ -83,4 +83,5 @@ on_every_backend!(
     trace_context_is_kept_with_the_run,
     batched_creation_refuses_full_throttle_queues,
     last_cron_key_and_version_history,
+    creation_and_promotion_are_recorded_run_edges,
 );

@@ -101,7 +101,7 @@ pub(crate) async fn commit_writes_nodes_and_transitions_together_and_prune_remov
     s.commit(&batch).await.expect("commit");
     let again = s.load_run("r1").await.expect("load").expect("exists");
     assert_eq!(again.nodes[0], stored.nodes[0]);
-    assert_eq!(again.run.state, "SUCCESS");
+    assert_eq!(again.run.state, RunState::Success);
     let log = s.transitions("r1").await.expect("transitions");
     assert_eq!(log.iter().map(|t| t.cause.as_str()).collect::<Vec<_>>(), ["created", "started", "succeeded"]);
     let command = |created_at| RunCommand {
@@ -249,7 +249,7 @@ pub(crate) async fn run_listing_filters_and_pages_newest_first(s: &dyn Store) {
     let g = s.list_runs(&RunQuery { flow: Some("g".into()), limit: 10, ..RunQuery::default() }).await;
     assert_eq!(ids(g.expect("flow g")), ["r3", "r1"]);
     let row = s.load_run("r0").await.expect("load").expect("exists").run;
-    assert_eq!((row.params, row.state.as_str(), row.started_at), (json!({"a": 1}), "RUNNING", Some(10)));
+    assert_eq!((row.params, row.state, row.started_at), (json!({"a": 1}), RunState::Running, Some(10)));
     assert_eq!(s.unfinished_runs().await.expect("unfinished"), ["r0", "r1", "r2", "r3", "r4"]);
 }
 
@@ -289,7 +289,7 @@ pub(crate) async fn repeated_rows_in_one_batch_keep_the_last(s: &dyn Store) {
     s.commit(&batch).await.expect("commit");
     let stored = s.load_run("r1").await.expect("load").expect("exists");
     assert_eq!(stored.attempts, vec![ended]);
-    assert_eq!((stored.run.state.as_str(), stored.run.finished_at), ("SUCCESS", Some(3)));
+    assert_eq!((stored.run.state, stored.run.finished_at), (RunState::Success, Some(3)));
     assert_eq!(s.logs("r1", "a").await.expect("logs")[0].content, "second");
 }
 
@@ -348,4 +348,32 @@ pub(crate) async fn last_cron_key_and_version_history(s: &dyn Store) {
         [(1, "one"), (2, "two")]
     );
     assert!(s.flow_versions("missing").await.expect("none").is_empty());
+}
+
+/// Creation and promotion are run-table edges, each written as a transition record.
+pub(crate) async fn creation_and_promotion_are_recorded_run_edges(s: &dyn Store) {
+    s.create_run(&new_run("r1", None, 1, Overlap::Queue)).await.expect("r1");
+    s.create_run(&new_run("r2", None, 1, Overlap::Queue)).await.expect("r2");
+    let edges = |log: Vec<TransitionRecord>| {
+        log.into_iter().map(|t| (t.node, t.from, t.to, t.cause)).collect::<Vec<_>>()
+    };
+    let edge =
+        |from: &str, to: &str, cause: &str| (None, from.to_string(), to.to_string(), cause.to_string());
+    let created = edge("NONE", "QUEUED", "created");
+    let started = edge("QUEUED", "RUNNING", "started");
+    assert_eq!(edges(s.transitions("r1").await.expect("r1")), [created.clone(), started.clone()]);
+    assert_eq!(edges(s.transitions("r2").await.expect("r2")), std::slice::from_ref(&created), "r2 waits");
+    finish(s, "r1", 30).await;
+    assert_eq!(s.promote_queued("f", 1, 40).await.expect("promote"), Some("r2".into()));
+    let log = s.transitions("r2").await.expect("r2");
+    assert_eq!(log.last().map(|t| (t.actor.as_str(), t.at)), Some(("engine", 40)));
+    assert_eq!(edges(log), [created, started]);
+    assert_eq!(s.load_run("r2").await.expect("load").expect("r2").run.state, RunState::Running);
+}
+
+/// Commits `run_id` as SUCCESS at `at`.
+async fn finish(s: &dyn Store, run_id: &str, at: i64) {
+    let write =
+        RunWrite { run_id: run_id.into(), state: RunState::Success, started_at: None, finished_at: Some(at) };
+    s.commit(&Batch { runs: vec![write], ..Batch::default() }).await.expect("commit");
 }

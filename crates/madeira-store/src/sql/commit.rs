@@ -1,14 +1,14 @@
 //! The group commit: one transaction writes every node row, run row, transition
 //! record, output, attempt and audit entry of a batch, with multi-row statements.
 
-use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
-
-use super::runs::CHUNK;
 use std::collections::BTreeMap;
 
-use crate::{AttemptRecord, Batch, LogRecord, OutputWrite, Result, RunWrite};
+use sqlx::QueryBuilder;
 
-pub(super) async fn commit(pool: &PgPool, batch: &Batch) -> Result<()> {
+use super::{CHUNK, Db, Pool, Tx, last_per_key, upsert};
+use crate::{Batch, Result, RunWrite};
+
+pub(super) async fn commit(pool: &Pool, batch: &Batch) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
@@ -25,7 +25,7 @@ pub(super) async fn commit(pool: &PgPool, batch: &Batch) -> Result<()> {
     super::permits::release(&mut tx, &batch.permit_releases).await?;
     for chunk in batch.alert_events.chunks(CHUNK) {
         let at = crate::unix_ms();
-        let mut q: QueryBuilder<Postgres> = QueryBuilder::new("INSERT INTO alert_inbox (body, created_at) ");
+        let mut q: QueryBuilder<Db> = QueryBuilder::new("INSERT INTO alert_inbox (body, created_at) ");
         q.push_values(chunk, |mut row, body| {
             row.push_bind(body).push_bind(at);
         });
@@ -44,9 +44,9 @@ pub(super) async fn commit(pool: &PgPool, batch: &Batch) -> Result<()> {
     Ok(())
 }
 
-async fn write_nodes(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
+async fn write_nodes(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
     for chunk in batch.nodes.chunks(CHUNK) {
-        let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
+        let mut q: QueryBuilder<Db> = QueryBuilder::new(
             "INSERT INTO nodes (run_id, idx, node, state, reason, attempt, series_start, \
              data_version, outputs, reads, stale, fallback, next_attempt_at, started_at, finished_at) ",
         );
@@ -67,48 +67,49 @@ async fn write_nodes(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Resul
                 .push_bind(n.started_at)
                 .push_bind(n.finished_at);
         });
-        q.push(
-            " ON CONFLICT (run_id, idx) DO UPDATE SET state = excluded.state, reason = excluded.reason, \
-             attempt = excluded.attempt, series_start = excluded.series_start, \
-             data_version = excluded.data_version, outputs = excluded.outputs, reads = excluded.reads, \
-             stale = excluded.stale, fallback = excluded.fallback, \
-             next_attempt_at = excluded.next_attempt_at, started_at = excluded.started_at, \
-             finished_at = excluded.finished_at",
-        );
+        q.push(upsert(
+            "run_id, idx",
+            "state, reason, attempt, series_start, data_version, outputs, reads, stale, fallback, \
+             next_attempt_at, started_at, finished_at",
+        ));
         q.build().execute(&mut **tx).await?;
     }
     Ok(())
 }
 
-async fn write_runs(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
-    // One statement for every run of the batch (the last write of a run wins).
-    let mut last: BTreeMap<&str, &RunWrite> = BTreeMap::new();
+async fn write_runs(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
+    // One statement for every run of the batch: the last write of a run wins, with
+    // the latest start time any of its writes set (as one update after another).
+    let mut last: BTreeMap<&str, RunWrite> = BTreeMap::new();
     for r in &batch.runs {
-        last.insert(r.run_id.as_str(), r);
+        let started_at = r.started_at.or_else(|| last.get(r.run_id.as_str()).and_then(|w| w.started_at));
+        last.insert(r.run_id.as_str(), RunWrite { started_at, ..r.clone() });
     }
-    let rows: Vec<&RunWrite> = last.into_values().collect();
+    let rows: Vec<RunWrite> = last.into_values().collect();
     for chunk in rows.chunks(CHUNK) {
-        let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
-            "UPDATE runs SET state = v.state, started_at = COALESCE(v.started_at, runs.started_at), \
-             finished_at = v.finished_at FROM (",
-        );
+        let mut q: QueryBuilder<Db> = QueryBuilder::new("WITH v (id, state, started_at, finished_at) AS (");
         q.push_values(chunk, |mut b, r| {
             b.push_bind(&r.run_id)
                 .push_bind(r.state.as_str())
-                .push_bind(r.started_at)
-                .push_unseparated("::BIGINT")
-                .push_bind(r.finished_at)
-                .push_unseparated("::BIGINT");
+                .push("CAST(")
+                .push_bind_unseparated(r.started_at)
+                .push_unseparated(" AS BIGINT)")
+                .push("CAST(")
+                .push_bind_unseparated(r.finished_at)
+                .push_unseparated(" AS BIGINT)");
         });
-        q.push(") AS v(id, state, started_at, finished_at) WHERE runs.id = v.id");
+        q.push(
+            ") UPDATE runs SET state = v.state, started_at = COALESCE(v.started_at, runs.started_at), \
+             finished_at = v.finished_at FROM v WHERE runs.id = v.id",
+        );
         q.build().execute(&mut **tx).await?;
     }
     Ok(())
 }
 
-async fn write_transitions(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
+async fn write_transitions(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
     for chunk in batch.transitions.chunks(CHUNK) {
-        let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
+        let mut q: QueryBuilder<Db> = QueryBuilder::new(
             "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, \
              reason, at) ",
         );
@@ -128,15 +129,10 @@ async fn write_transitions(tx: &mut Transaction<'_, Postgres>, batch: &Batch) ->
     Ok(())
 }
 
-async fn write_outputs(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
-    // PostgreSQL refuses one upsert touching a row twice: the last write wins.
-    let mut last: BTreeMap<(&str, &str, u32, &str), &OutputWrite> = BTreeMap::new();
-    for o in &batch.outputs {
-        last.insert((o.run_id.as_str(), o.node.as_str(), o.data_version, o.key.as_str()), o);
-    }
-    let rows: Vec<&OutputWrite> = last.into_values().collect();
+async fn write_outputs(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
+    let rows = last_per_key(&batch.outputs, |o| (&o.run_id, &o.node, o.data_version, &o.key));
     for chunk in rows.chunks(CHUNK) {
-        let mut q: QueryBuilder<Postgres> =
+        let mut q: QueryBuilder<Db> =
             QueryBuilder::new("INSERT INTO node_outputs (run_id, node, data_version, key, value) ");
         q.push_values(chunk, |mut b, o| {
             b.push_bind(&o.run_id)
@@ -145,21 +141,17 @@ async fn write_outputs(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Res
                 .push_bind(&o.key)
                 .push_bind(o.value.to_string());
         });
-        q.push(" ON CONFLICT (run_id, node, data_version, key) DO UPDATE SET value = excluded.value");
+        q.push(upsert("run_id, node, data_version, key", "value"));
         q.build().execute(&mut **tx).await?;
     }
     Ok(())
 }
 
-async fn write_attempts(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
-    // A start and its end in one batch: keep the later record, as two upserts would.
-    let mut last: BTreeMap<(&str, &str, u32), &AttemptRecord> = BTreeMap::new();
-    for a in &batch.attempts {
-        last.insert((a.run_id.as_str(), a.node.as_str(), a.attempt), a);
-    }
-    let rows: Vec<&AttemptRecord> = last.into_values().collect();
+async fn write_attempts(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
+    // A start and its end in one batch: the later record is kept.
+    let rows = last_per_key(&batch.attempts, |a| (&a.run_id, &a.node, a.attempt));
     for chunk in rows.chunks(CHUNK) {
-        let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
+        let mut q: QueryBuilder<Db> = QueryBuilder::new(
             "INSERT INTO attempts (run_id, node, attempt, started_at, finished_at, outcome, error) ",
         );
         q.push_values(chunk, |mut b, a| {
@@ -171,37 +163,28 @@ async fn write_attempts(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Re
                 .push_bind(&a.outcome)
                 .push_bind(&a.error);
         });
-        q.push(
-            " ON CONFLICT (run_id, node, attempt) DO UPDATE SET finished_at = excluded.finished_at, \
-             outcome = excluded.outcome, error = excluded.error",
-        );
+        q.push(upsert("run_id, node, attempt", "finished_at, outcome, error"));
         q.build().execute(&mut **tx).await?;
     }
     Ok(())
 }
 
-async fn write_logs(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
-    // The last content of an attempt wins, as with one upsert after another.
-    let mut last: BTreeMap<(&str, &str, u32), &LogRecord> = BTreeMap::new();
-    for log in &batch.logs {
-        last.insert((log.run_id.as_str(), log.node.as_str(), log.attempt), log);
-    }
-    let rows: Vec<&LogRecord> = last.into_values().collect();
+async fn write_logs(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
+    let rows = last_per_key(&batch.logs, |l| (&l.run_id, &l.node, l.attempt));
     for chunk in rows.chunks(CHUNK) {
-        let mut q: QueryBuilder<Postgres> =
-            QueryBuilder::new("INSERT INTO logs (run_id, node, attempt, content) ");
+        let mut q: QueryBuilder<Db> = QueryBuilder::new("INSERT INTO logs (run_id, node, attempt, content) ");
         q.push_values(chunk, |mut b, l| {
             b.push_bind(&l.run_id).push_bind(&l.node).push_bind(i64::from(l.attempt)).push_bind(&l.content);
         });
-        q.push(" ON CONFLICT (run_id, node, attempt) DO UPDATE SET content = excluded.content");
+        q.push(upsert("run_id, node, attempt", "content"));
         q.build().execute(&mut **tx).await?;
     }
     Ok(())
 }
 
-async fn write_audit(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<()> {
+async fn write_audit(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
     for chunk in batch.audit.chunks(CHUNK) {
-        let mut q: QueryBuilder<Postgres> =
+        let mut q: QueryBuilder<Db> =
             QueryBuilder::new("INSERT INTO audit (at, actor, action, run_id, node, reason, details) ");
         q.push_values(chunk, |mut b, a| {
             b.push_bind(a.at)

@@ -1,14 +1,17 @@
-//! Run ownership by lease: claims take row locks and skip rows another replica is
-//! claiming (`FOR UPDATE SKIP LOCKED`), so each run is taken by one replica only;
-//! commits lock the rows they touch and check the owner (the fence).
+//! Run ownership by lease: claims lock the rows they read and skip rows another
+//! replica is claiming (`D::FOR_UPDATE`, `D::SKIP_LOCKED`; SQLite's one writer
+//! needs neither), so each run is taken by one replica only; commits lock the rows
+//! they touch and check the owner (the fence).
 
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::QueryBuilder;
 
+use super::{CHUNK, D, Db, Pool, Tx, push_list};
+use crate::dialect::Dialect;
 use crate::lease::{UNCLAIMED_GRACE_MS, check_fence, claimable};
 use crate::{Claim, Lease, Result};
 
 pub(super) async fn claim_run(
-    pool: &PgPool,
+    pool: &Pool,
     run_id: &str,
     lease: &Lease,
     steal_idle: bool,
@@ -16,7 +19,7 @@ pub(super) async fn claim_run(
 ) -> Result<Claim> {
     let mut tx = pool.begin().await?;
     let row: Option<(Option<String>, Option<i64>)> =
-        sqlx::query_as("SELECT owner, lease_until FROM runs WHERE id = $1 FOR UPDATE")
+        sqlx::query_as(&format!("SELECT owner, lease_until FROM runs WHERE id = $1{}", D::FOR_UPDATE))
             .bind(run_id)
             .fetch_optional(&mut *tx)
             .await?;
@@ -50,14 +53,19 @@ pub(super) async fn claim_run(
     Ok(Claim::Held)
 }
 
-pub(super) async fn claim_expired(pool: &PgPool, lease: &Lease, limit: u32) -> Result<Vec<String>> {
-    let rows: Vec<(String,)> = sqlx::query_as(
+pub(super) async fn adopt_run(pool: &Pool, run_id: &str, from: &str, lease: &Lease) -> Result<Claim> {
+    claim_run(pool, run_id, lease, true, Some(from)).await
+}
+
+pub(super) async fn claim_expired(pool: &Pool, lease: &Lease, limit: u32) -> Result<Vec<String>> {
+    let rows: Vec<(String,)> = sqlx::query_as(&format!(
         "UPDATE runs SET owner = $1, lease_until = $2 WHERE id IN ( \
            SELECT id FROM runs WHERE state = 'RUNNING' AND owner IS DISTINCT FROM $1 \
              AND COALESCE(lease_until, COALESCE(started_at, created_at) + $3) < $4 \
-           ORDER BY id LIMIT $5 FOR UPDATE SKIP LOCKED) \
+           ORDER BY id LIMIT $5{}) \
          RETURNING id",
-    )
+        D::SKIP_LOCKED
+    ))
     .bind(&lease.owner)
     .bind(lease.until_ms)
     .bind(UNCLAIMED_GRACE_MS)
@@ -70,7 +78,7 @@ pub(super) async fn claim_expired(pool: &PgPool, lease: &Lease, limit: u32) -> R
     Ok(ids)
 }
 
-pub(super) async fn renew_leases(pool: &PgPool, lease: &Lease) -> Result<u64> {
+pub(super) async fn renew_leases(pool: &Pool, lease: &Lease) -> Result<u64> {
     let done =
         sqlx::query("UPDATE runs SET lease_until = $1 WHERE owner = $2 AND state IN ('QUEUED', 'RUNNING')")
             .bind(lease.until_ms)
@@ -81,14 +89,15 @@ pub(super) async fn renew_leases(pool: &PgPool, lease: &Lease) -> Result<u64> {
 }
 
 /// Locks the touched runs' rows (in id order) and checks `owner` holds them all.
-pub(super) async fn fence(tx: &mut Transaction<'_, Postgres>, owner: &str, runs: &[String]) -> Result<()> {
-    if runs.is_empty() {
-        return Ok(());
+pub(super) async fn fence(tx: &mut Tx<'_>, owner: &str, runs: &[String]) -> Result<()> {
+    let mut sorted: Vec<&String> = runs.iter().collect();
+    sorted.sort_unstable();
+    for chunk in sorted.chunks(CHUNK) {
+        let mut q: QueryBuilder<Db> = QueryBuilder::new("SELECT id, owner FROM runs WHERE id IN ");
+        push_list(&mut q, chunk.iter().copied());
+        q.push(" ORDER BY id").push(D::FOR_UPDATE);
+        let rows: Vec<(String, Option<String>)> = q.build_query_as().fetch_all(&mut **tx).await?;
+        check_fence(owner, &rows)?;
     }
-    let rows: Vec<(String, Option<String>)> =
-        sqlx::query_as("SELECT id, owner FROM runs WHERE id = ANY($1) ORDER BY id FOR UPDATE")
-            .bind(runs)
-            .fetch_all(&mut **tx)
-            .await?;
-    check_fence(owner, &rows)
+    Ok(())
 }

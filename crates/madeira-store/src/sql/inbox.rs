@@ -1,16 +1,19 @@
-//! PostgreSQL side of the cluster's alert inbox and leader rows: events appended by
+//! The cluster's alert inbox and leader rows: events appended by
 //! any replica, read in order by the leader, deleted in the leader's fenced write.
 
 use serde_json::Value as Json;
-use sqlx::{PgPool, Postgres, QueryBuilder, Row, Transaction};
+use sqlx::QueryBuilder;
+use sqlx::Row as _;
 
+use super::{D, Db, Pool, Tx, push_list};
+use crate::dialect::Dialect;
 use crate::{AlertBatch, InboxEvent, Result, StoreError};
 
-pub(super) async fn push(pool: &PgPool, bodies: &[Json], now_ms: i64) -> Result<()> {
+pub(super) async fn push(pool: &Pool, bodies: &[Json], now_ms: i64) -> Result<()> {
     if bodies.is_empty() {
         return Ok(());
     }
-    let mut q: QueryBuilder<Postgres> = QueryBuilder::new("INSERT INTO alert_inbox (body, created_at) ");
+    let mut q: QueryBuilder<Db> = QueryBuilder::new("INSERT INTO alert_inbox (body, created_at) ");
     q.push_values(bodies, |mut row, body| {
         row.push_bind(body.to_string()).push_bind(now_ms);
     });
@@ -18,7 +21,7 @@ pub(super) async fn push(pool: &PgPool, bodies: &[Json], now_ms: i64) -> Result<
     Ok(())
 }
 
-pub(super) async fn read(pool: &PgPool, limit: u32) -> Result<Vec<InboxEvent>> {
+pub(super) async fn read(pool: &Pool, limit: u32) -> Result<Vec<InboxEvent>> {
     let rows = sqlx::query("SELECT seq, body FROM alert_inbox ORDER BY seq LIMIT $1")
         .bind(i64::from(limit))
         .fetch_all(pool)
@@ -34,13 +37,7 @@ pub(super) async fn read(pool: &PgPool, limit: u32) -> Result<Vec<InboxEvent>> {
         .collect()
 }
 
-pub(super) async fn lead(
-    pool: &PgPool,
-    role: &str,
-    holder: &str,
-    now_ms: i64,
-    lease_ms: i64,
-) -> Result<bool> {
+pub(super) async fn lead(pool: &Pool, role: &str, holder: &str, now_ms: i64, lease_ms: i64) -> Result<bool> {
     let done = sqlx::query(
         "INSERT INTO leaders (role, holder, lease_until) VALUES ($1, $2, $3) \
          ON CONFLICT (role) DO UPDATE SET holder = excluded.holder, lease_until = excluded.lease_until \
@@ -57,10 +54,10 @@ pub(super) async fn lead(
 
 /// Inside a batch's transaction: refuses it unless the fence's holder leads (the
 /// row lock orders it against a takeover), and deletes the consumed events.
-pub(super) async fn fence_and_consume(tx: &mut Transaction<'_, Postgres>, batch: &AlertBatch) -> Result<()> {
+pub(super) async fn fence_and_consume(tx: &mut Tx<'_>, batch: &AlertBatch) -> Result<()> {
     if let Some(fence) = &batch.fence {
         let holder: Option<String> =
-            sqlx::query_scalar("SELECT holder FROM leaders WHERE role = $1 FOR UPDATE")
+            sqlx::query_scalar(&format!("SELECT holder FROM leaders WHERE role = $1{}", D::FOR_UPDATE))
                 .bind(&fence.role)
                 .fetch_optional(&mut **tx)
                 .await?;
@@ -68,11 +65,10 @@ pub(super) async fn fence_and_consume(tx: &mut Transaction<'_, Postgres>, batch:
             return Err(StoreError::NotLeader { role: fence.role.clone(), holder: fence.holder.clone() });
         }
     }
-    if !batch.consumed.is_empty() {
-        sqlx::query("DELETE FROM alert_inbox WHERE seq = ANY($1)")
-            .bind(&batch.consumed)
-            .execute(&mut **tx)
-            .await?;
+    for chunk in batch.consumed.chunks(super::CHUNK) {
+        let mut q: QueryBuilder<Db> = QueryBuilder::new("DELETE FROM alert_inbox WHERE seq IN ");
+        push_list(&mut q, chunk);
+        q.build().execute(&mut **tx).await?;
     }
     Ok(())
 }

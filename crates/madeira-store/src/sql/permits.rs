@@ -1,19 +1,20 @@
-//! Throttle permits shared by the replicas: taken on the single writer connection (which serialises
-//! them), counted over runs that are still RUNNING, freed in commits.
+//! Throttle permits shared by the replicas: taken under the lock of their
+//! (flow, node), counted over runs that are still RUNNING, freed in commits.
 
-use sqlx::{Sqlite, SqlitePool, Transaction};
-
+use super::{D, Pool, Tx};
+use crate::dialect::{Dialect, LockSpace};
 use crate::{PermitKey, Result};
 
 pub(super) async fn try_permit(
-    pool: &SqlitePool,
+    pool: &Pool,
     key: &PermitKey,
     owner: &str,
     max: u32,
     now_ms: i64,
 ) -> Result<bool> {
     let mut tx = pool.begin().await?;
-    let held = sqlx::query("UPDATE permits SET owner = ?1 WHERE flow = ?2 AND node = ?3 AND run_id = ?4")
+    D::lock(&mut tx, LockSpace::Permit, &format!("{}\n{}", key.flow, key.node)).await?;
+    let held = sqlx::query("UPDATE permits SET owner = $1 WHERE flow = $2 AND node = $3 AND run_id = $4")
         .bind(owner)
         .bind(&key.flow)
         .bind(&key.node)
@@ -26,7 +27,7 @@ pub(super) async fn try_permit(
     }
     let (used,): (i64,) = sqlx::query_as(
         "SELECT COUNT(*) FROM permits p JOIN runs r ON r.id = p.run_id \
-         WHERE p.flow = ?1 AND p.node = ?2 AND r.state = 'RUNNING'",
+         WHERE p.flow = $1 AND p.node = $2 AND r.state = 'RUNNING'",
     )
     .bind(&key.flow)
     .bind(&key.node)
@@ -35,7 +36,7 @@ pub(super) async fn try_permit(
     if used >= i64::from(max) {
         return Ok(false);
     }
-    sqlx::query("INSERT INTO permits (flow, node, run_id, owner, acquired_at) VALUES (?1, ?2, ?3, ?4, ?5)")
+    sqlx::query("INSERT INTO permits (flow, node, run_id, owner, acquired_at) VALUES ($1, $2, $3, $4, $5)")
         .bind(&key.flow)
         .bind(&key.node)
         .bind(&key.run_id)
@@ -47,9 +48,9 @@ pub(super) async fn try_permit(
     Ok(true)
 }
 
-pub(super) async fn release(tx: &mut Transaction<'_, Sqlite>, keys: &[PermitKey]) -> Result<()> {
+pub(super) async fn release(tx: &mut Tx<'_>, keys: &[PermitKey]) -> Result<()> {
     for key in keys {
-        sqlx::query("DELETE FROM permits WHERE flow = ?1 AND node = ?2 AND run_id = ?3")
+        sqlx::query("DELETE FROM permits WHERE flow = $1 AND node = $2 AND run_id = $3")
             .bind(&key.flow)
             .bind(&key.node)
             .bind(&key.run_id)

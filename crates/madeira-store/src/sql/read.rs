@@ -1,9 +1,11 @@
 //! Queries: runs with their nodes and attempts, run listings with a cursor, the
 //! transition log, logs and the audit trail.
 
-use sqlx::sqlite::SqliteRow;
-use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
+use sqlx::QueryBuilder;
+use sqlx::Row as _;
 
+use super::{D, Db, Pool, Row};
+use crate::dialect::Dialect;
 use crate::{
     AttemptRecord, AuditQuery, AuditRecord, LogRecord, NodeRow, Result, RunQuery, RunRow, StoreError,
     StoredRun, TransitionRecord,
@@ -16,13 +18,14 @@ fn corrupt(table: &'static str, detail: impl ToString) -> StoreError {
     StoreError::Corrupt { table, detail: detail.to_string() }
 }
 
-fn run_row(row: &SqliteRow) -> Result<RunRow> {
+fn run_row(row: &Row) -> Result<RunRow> {
     let params: String = row.try_get("params")?;
+    let state: String = row.try_get("state")?;
     Ok(RunRow {
         id: row.try_get("id")?,
         flow: row.try_get("flow")?,
         version: row.try_get::<i64, _>("version")? as u32,
-        state: row.try_get("state")?,
+        state: state.parse().map_err(|e| corrupt("runs", e))?,
         params: serde_json::from_str(&params).map_err(|e| corrupt("runs", e))?,
         idempotency_key: row.try_get("idempotency_key")?,
         trigger: row.try_get("trigger")?,
@@ -33,7 +36,7 @@ fn run_row(row: &SqliteRow) -> Result<RunRow> {
     })
 }
 
-fn node_row(row: &SqliteRow) -> Result<NodeRow> {
+fn node_row(row: &Row) -> Result<NodeRow> {
     let state: String = row.try_get("state")?;
     let outputs: String = row.try_get("outputs")?;
     let reads: String = row.try_get("reads")?;
@@ -57,8 +60,10 @@ fn node_row(row: &SqliteRow) -> Result<NodeRow> {
     })
 }
 
-pub(super) async fn load_run(pool: &SqlitePool, run_id: &str) -> Result<Option<StoredRun>> {
-    let Some(row) = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?"))
+type AttemptTuple = (String, String, i64, i64, Option<i64>, Option<String>, Option<String>);
+
+pub(super) async fn load_run(pool: &Pool, run_id: &str) -> Result<Option<StoredRun>> {
+    let Some(row) = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"))
         .bind(run_id)
         .fetch_optional(pool)
         .await?
@@ -66,36 +71,39 @@ pub(super) async fn load_run(pool: &SqlitePool, run_id: &str) -> Result<Option<S
         return Ok(None);
     };
     let run = run_row(&row)?;
-    let nodes = sqlx::query("SELECT * FROM nodes WHERE run_id = ? ORDER BY idx")
-        .bind(run_id)
-        .fetch_all(pool)
-        .await?
-        .iter()
-        .map(node_row)
-        .collect::<Result<Vec<_>>>()?;
-    let attempts =
-        sqlx::query_as::<_, (String, String, i64, i64, Option<i64>, Option<String>, Option<String>)>(
-            "SELECT run_id, node, attempt, started_at, finished_at, outcome, error FROM attempts \
-         WHERE run_id = ? ORDER BY node, attempt",
-        )
-        .bind(run_id)
-        .fetch_all(pool)
-        .await?
-        .into_iter()
-        .map(|(run_id, node, attempt, started_at, finished_at, outcome, error)| AttemptRecord {
-            run_id,
-            node,
-            attempt: attempt as u32,
-            started_at,
-            finished_at,
-            outcome,
-            error,
-        })
-        .collect();
+    let nodes = sqlx::query(
+        "SELECT run_id, idx, node, state, reason, attempt, series_start, data_version, outputs, \
+         reads, stale, fallback, next_attempt_at, started_at, finished_at \
+         FROM nodes WHERE run_id = $1 ORDER BY idx",
+    )
+    .bind(run_id)
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(node_row)
+    .collect::<Result<Vec<_>>>()?;
+    let attempts = sqlx::query_as::<_, AttemptTuple>(
+        "SELECT run_id, node, attempt, started_at, finished_at, outcome, error FROM attempts \
+         WHERE run_id = $1 ORDER BY node, attempt",
+    )
+    .bind(run_id)
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|(run_id, node, attempt, started_at, finished_at, outcome, error)| AttemptRecord {
+        run_id,
+        node,
+        attempt: attempt as u32,
+        started_at,
+        finished_at,
+        outcome,
+        error,
+    })
+    .collect();
     Ok(Some(StoredRun { run, nodes, attempts }))
 }
 
-pub(super) async fn unfinished_runs(pool: &SqlitePool) -> Result<Vec<String>> {
+pub(super) async fn unfinished_runs(pool: &Pool) -> Result<Vec<String>> {
     let rows: Vec<(String,)> =
         sqlx::query_as("SELECT id FROM runs WHERE state IN ('QUEUED', 'RUNNING') ORDER BY id")
             .fetch_all(pool)
@@ -103,9 +111,8 @@ pub(super) async fn unfinished_runs(pool: &SqlitePool) -> Result<Vec<String>> {
     Ok(rows.into_iter().map(|(id,)| id).collect())
 }
 
-pub(super) async fn list_runs(pool: &SqlitePool, query: &RunQuery) -> Result<Vec<RunRow>> {
-    let mut q: QueryBuilder<Sqlite> =
-        QueryBuilder::new(format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1"));
+pub(super) async fn list_runs(pool: &Pool, query: &RunQuery) -> Result<Vec<RunRow>> {
+    let mut q: QueryBuilder<Db> = QueryBuilder::new(format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1"));
     if let Some(flow) = &query.flow {
         q.push(" AND flow = ").push_bind(flow);
     }
@@ -119,10 +126,10 @@ pub(super) async fn list_runs(pool: &SqlitePool, query: &RunQuery) -> Result<Vec
     q.build().fetch_all(pool).await?.iter().map(run_row).collect()
 }
 
-pub(super) async fn transitions(pool: &SqlitePool, run_id: &str) -> Result<Vec<TransitionRecord>> {
+pub(super) async fn transitions(pool: &Pool, run_id: &str) -> Result<Vec<TransitionRecord>> {
     let rows = sqlx::query(
         "SELECT run_id, node, from_state, to_state, cause, actor, attempt, reason, at \
-         FROM transitions WHERE run_id = ? ORDER BY id",
+         FROM transitions WHERE run_id = $1 ORDER BY id",
     )
     .bind(run_id)
     .fetch_all(pool)
@@ -144,9 +151,9 @@ pub(super) async fn transitions(pool: &SqlitePool, run_id: &str) -> Result<Vec<T
         .collect()
 }
 
-pub(super) async fn logs(pool: &SqlitePool, run_id: &str, node: &str) -> Result<Vec<LogRecord>> {
+pub(super) async fn logs(pool: &Pool, run_id: &str, node: &str) -> Result<Vec<LogRecord>> {
     let rows: Vec<(String, String, i64, String)> = sqlx::query_as(
-        "SELECT run_id, node, attempt, content FROM logs WHERE run_id = ? AND node = ? ORDER BY attempt",
+        "SELECT run_id, node, attempt, content FROM logs WHERE run_id = $1 AND node = $2 ORDER BY attempt",
     )
     .bind(run_id)
     .bind(node)
@@ -158,8 +165,8 @@ pub(super) async fn logs(pool: &SqlitePool, run_id: &str, node: &str) -> Result<
         .collect())
 }
 
-pub(super) async fn audit(pool: &SqlitePool, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
-    let mut q: QueryBuilder<Sqlite> =
+pub(super) async fn audit(pool: &Pool, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
+    let mut q: QueryBuilder<Db> =
         QueryBuilder::new("SELECT at, actor, action, run_id, node, reason, details FROM audit WHERE 1 = 1");
     if let Some(run_id) = &query.run_id {
         q.push(" AND run_id = ").push_bind(run_id);
@@ -190,12 +197,14 @@ pub(super) async fn audit(pool: &SqlitePool, query: &AuditQuery) -> Result<Vec<A
         .collect()
 }
 
-pub(super) async fn last_cron_key(pool: &SqlitePool, flow: &str) -> Result<Option<String>> {
-    // Keys are `cron:<flow>:<RFC 3339 UTC with milliseconds>`: they sort by instant.
-    let row: Option<(String,)> = sqlx::query_as(
-        "SELECT idempotency_key FROM runs WHERE flow = ? AND idempotency_key LIKE 'cron:%' \
-         ORDER BY idempotency_key DESC LIMIT 1",
-    )
+pub(super) async fn last_cron_key(pool: &Pool, flow: &str) -> Result<Option<String>> {
+    // Keys are `cron:<flow>:<RFC 3339 UTC with milliseconds>`: they sort by instant
+    // (compared bytewise, whatever the database collation).
+    let row: Option<(String,)> = sqlx::query_as(&format!(
+        "SELECT idempotency_key FROM runs WHERE flow = $1 AND idempotency_key LIKE 'cron:%' \
+         ORDER BY idempotency_key COLLATE {} DESC LIMIT 1",
+        D::BYTEWISE
+    ))
     .bind(flow)
     .fetch_optional(pool)
     .await?;

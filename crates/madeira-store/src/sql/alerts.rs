@@ -1,51 +1,18 @@
-//! SQLite side of `AlertStore`: alert and delivery rows, upserted in one
-//! transaction per batch; the open set a restart resumes from; listings; pruning.
+//! `AlertStore`'s rows: alerts and deliveries, upserted in one transaction per
+//! batch; the open set a restart resumes from; listings; pruning.
 
-use async_trait::async_trait;
-use sqlx::sqlite::SqliteRow;
-use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
+use sqlx::QueryBuilder;
+use sqlx::Row as _;
 
-use super::SqliteStore;
-use serde_json::Value as Json;
-
-use crate::{
-    AlertBatch, AlertQuery, AlertRow, AlertStore, DeliveryRow, InboxEvent, OpenAlerts, Result, StoreError,
-};
+use super::{Db, Pool, Row, push_list, upsert};
+use crate::{AlertBatch, AlertQuery, AlertRow, DeliveryRow, OpenAlerts, Result, StoreError};
 
 const ALERT_COLUMNS: &str =
     "id, key, severity, status, flow, node, details, created_at, notify_at, updated_at, resolved_at";
 const DELIVERY_COLUMNS: &str =
     "id, alert_id, channel, kind, status, attempts, last_error, digest_id, created_at, sent_at";
 
-#[async_trait]
-impl AlertStore for SqliteStore {
-    async fn write_alerts(&self, batch: &AlertBatch) -> Result<()> {
-        self.guarded(write(&self.write, batch)).await
-    }
-    async fn open_alerts(&self) -> Result<OpenAlerts> {
-        self.guarded(open(&self.write)).await
-    }
-    async fn list_alerts(&self, query: &AlertQuery) -> Result<Vec<AlertRow>> {
-        list(&self.read, query).await
-    }
-    async fn deliveries_of(&self, alert_ids: &[String]) -> Result<Vec<DeliveryRow>> {
-        deliveries_of(&self.read, alert_ids).await
-    }
-    async fn prune_alerts(&self, before_ms: i64) -> Result<u64> {
-        self.guarded(prune(&self.write, before_ms)).await
-    }
-    async fn push_alert_events(&self, bodies: &[Json], now_ms: i64) -> Result<()> {
-        self.guarded(super::inbox::push(&self.write, bodies, now_ms)).await
-    }
-    async fn alert_events(&self, limit: u32) -> Result<Vec<InboxEvent>> {
-        self.guarded(super::inbox::read(&self.write, limit)).await
-    }
-    async fn lead(&self, role: &str, holder: &str, now_ms: i64, lease_ms: i64) -> Result<bool> {
-        self.guarded(super::inbox::lead(&self.write, role, holder, now_ms, lease_ms)).await
-    }
-}
-
-async fn write(pool: &SqlitePool, batch: &AlertBatch) -> Result<()> {
+pub(super) async fn write(pool: &Pool, batch: &AlertBatch) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
@@ -53,7 +20,8 @@ async fn write(pool: &SqlitePool, batch: &AlertBatch) -> Result<()> {
     super::inbox::fence_and_consume(&mut tx, batch).await?;
     for a in &batch.alerts {
         sqlx::query(&format!(
-            "INSERT OR REPLACE INTO alerts ({ALERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT INTO alerts ({ALERT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11){}",
+            upsert("id", &ALERT_COLUMNS["id, ".len()..])
         ))
         .bind(&a.id)
         .bind(&a.key)
@@ -71,7 +39,8 @@ async fn write(pool: &SqlitePool, batch: &AlertBatch) -> Result<()> {
     }
     for d in &batch.deliveries {
         sqlx::query(&format!(
-            "INSERT OR REPLACE INTO alert_deliveries ({DELIVERY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT INTO alert_deliveries ({DELIVERY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10){}",
+            upsert("id", &DELIVERY_COLUMNS["id, ".len()..])
         ))
         .bind(&d.id)
         .bind(&d.alert_id)
@@ -90,7 +59,7 @@ async fn write(pool: &SqlitePool, batch: &AlertBatch) -> Result<()> {
     Ok(())
 }
 
-fn alert_row(row: &SqliteRow) -> Result<AlertRow> {
+fn alert_row(row: &Row) -> Result<AlertRow> {
     let details: String = row.try_get("details")?;
     Ok(AlertRow {
         id: row.try_get("id")?,
@@ -108,7 +77,7 @@ fn alert_row(row: &SqliteRow) -> Result<AlertRow> {
     })
 }
 
-fn delivery_row(row: &SqliteRow) -> Result<DeliveryRow> {
+fn delivery_row(row: &Row) -> Result<DeliveryRow> {
     Ok(DeliveryRow {
         id: row.try_get("id")?,
         alert_id: row.try_get("alert_id")?,
@@ -123,7 +92,7 @@ fn delivery_row(row: &SqliteRow) -> Result<DeliveryRow> {
     })
 }
 
-async fn open(pool: &SqlitePool) -> Result<OpenAlerts> {
+pub(super) async fn open(pool: &Pool) -> Result<OpenAlerts> {
     let deliveries = sqlx::query(&format!(
         "SELECT {DELIVERY_COLUMNS} FROM alert_deliveries WHERE status = 'pending' \
          OR (status = 'merged' AND digest_id IN \
@@ -150,9 +119,8 @@ async fn open(pool: &SqlitePool) -> Result<OpenAlerts> {
     Ok(OpenAlerts { alerts, deliveries })
 }
 
-async fn list(pool: &SqlitePool, query: &AlertQuery) -> Result<Vec<AlertRow>> {
-    let mut q: QueryBuilder<Sqlite> =
-        QueryBuilder::new(format!("SELECT {ALERT_COLUMNS} FROM alerts WHERE 1=1"));
+pub(super) async fn list(pool: &Pool, query: &AlertQuery) -> Result<Vec<AlertRow>> {
+    let mut q: QueryBuilder<Db> = QueryBuilder::new(format!("SELECT {ALERT_COLUMNS} FROM alerts WHERE 1=1"));
     if let Some(status) = &query.status {
         q.push(" AND status = ").push_bind(status);
     }
@@ -163,36 +131,33 @@ async fn list(pool: &SqlitePool, query: &AlertQuery) -> Result<Vec<AlertRow>> {
     q.build().fetch_all(pool).await?.iter().map(alert_row).collect()
 }
 
-async fn deliveries_of(pool: &SqlitePool, alert_ids: &[String]) -> Result<Vec<DeliveryRow>> {
+pub(super) async fn deliveries_of(pool: &Pool, alert_ids: &[String]) -> Result<Vec<DeliveryRow>> {
     if alert_ids.is_empty() {
         return Ok(Vec::new());
     }
-    let mut q: QueryBuilder<Sqlite> =
-        QueryBuilder::new(format!("SELECT {DELIVERY_COLUMNS} FROM alert_deliveries WHERE alert_id IN ("));
-    let mut ids = q.separated(", ");
-    for id in alert_ids {
-        ids.push_bind(id);
-    }
-    q.push(") ORDER BY id");
+    let mut q: QueryBuilder<Db> =
+        QueryBuilder::new(format!("SELECT {DELIVERY_COLUMNS} FROM alert_deliveries WHERE alert_id IN "));
+    push_list(&mut q, alert_ids);
+    q.push(" ORDER BY id");
     q.build().fetch_all(pool).await?.iter().map(delivery_row).collect()
 }
 
-async fn prune(pool: &SqlitePool, before_ms: i64) -> Result<u64> {
+pub(super) async fn prune(pool: &Pool, before_ms: i64) -> Result<u64> {
     let mut tx = pool.begin().await?;
     sqlx::query(
         "DELETE FROM alert_deliveries WHERE alert_id IN \
-         (SELECT id FROM alerts WHERE status = 'resolved' AND resolved_at < ?)",
+         (SELECT id FROM alerts WHERE status = 'resolved' AND resolved_at < $1)",
     )
     .bind(before_ms)
     .execute(&mut *tx)
     .await?;
     sqlx::query(
-        "DELETE FROM alert_deliveries WHERE alert_id IS NULL AND status != 'pending' AND created_at < ?",
+        "DELETE FROM alert_deliveries WHERE alert_id IS NULL AND status != 'pending' AND created_at < $1",
     )
     .bind(before_ms)
     .execute(&mut *tx)
     .await?;
-    let done = sqlx::query("DELETE FROM alerts WHERE status = 'resolved' AND resolved_at < ?")
+    let done = sqlx::query("DELETE FROM alerts WHERE status = 'resolved' AND resolved_at < $1")
         .bind(before_ms)
         .execute(&mut *tx)
         .await?;

@@ -1,12 +1,14 @@
-//! PostgreSQL side of sidecar presence: each replica rewrites its own rows (one
+//! Sidecar presence: each replica rewrites its own rows (one
 //! per group of live sidecars); the others read them to hand runs over.
 
-use sqlx::{PgPool, Postgres, QueryBuilder};
+use sqlx::QueryBuilder;
+
+use super::{Db, Pool};
 
 use crate::{Result, SidecarPresence};
 
 pub(super) async fn publish(
-    pool: &PgPool,
+    pool: &Pool,
     replica: &str,
     groups: &[SidecarPresence],
     now_ms: i64,
@@ -14,7 +16,7 @@ pub(super) async fn publish(
     let mut tx = pool.begin().await?;
     sqlx::query("DELETE FROM sidecar_presence WHERE replica = $1").bind(replica).execute(&mut *tx).await?;
     if !groups.is_empty() {
-        let mut q: QueryBuilder<Postgres> =
+        let mut q: QueryBuilder<Db> =
             QueryBuilder::new("INSERT INTO sidecar_presence (replica, grp, jobs, seen_at) ");
         q.push_values(groups, |mut row, g| {
             let jobs = serde_json::to_string(&g.jobs).unwrap_or_else(|_| "[]".into());
@@ -26,7 +28,7 @@ pub(super) async fn publish(
     Ok(())
 }
 
-pub(super) async fn hosts(pool: &PgPool, group: &str, job: &str, since_ms: i64) -> Result<Vec<String>> {
+pub(super) async fn hosts(pool: &Pool, group: &str, job: &str, since_ms: i64) -> Result<Vec<String>> {
     let rows: Vec<(String, String)> = sqlx::query_as(
         "SELECT replica, jobs FROM sidecar_presence WHERE grp = $1 AND seen_at >= $2 ORDER BY seen_at DESC, replica",
     )
@@ -43,7 +45,7 @@ pub(super) async fn hosts(pool: &PgPool, group: &str, job: &str, since_ms: i64) 
         .collect())
 }
 
-pub(super) async fn all(pool: &PgPool, since_ms: i64) -> Result<Vec<(String, SidecarPresence, i64)>> {
+pub(super) async fn all(pool: &Pool, since_ms: i64) -> Result<Vec<(String, SidecarPresence, i64)>> {
     let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
         "SELECT replica, grp, jobs, seen_at FROM sidecar_presence WHERE seen_at >= $1 ORDER BY replica, grp",
     )

@@ -1,14 +1,14 @@
 //! Flow definitions and their versions; a new version is numbered under the
-//! flow's advisory lock so two replicas applying at once never collide.
+//! flow's lock so two replicas applying at once never collide.
 
-use sqlx::postgres::PgRow;
-use sqlx::{PgPool, Row};
+use sqlx::Row as _;
 
 use super::runs::lock_flow;
+use super::{Pool, Row, upsert};
 use crate::{FlowRecord, FlowVersion, PutFlow, Result};
 
 pub(super) async fn put_flow(
-    pool: &PgPool,
+    pool: &Pool,
     name: &str,
     source: &str,
     hash: &str,
@@ -31,12 +31,12 @@ pub(super) async fn put_flow(
         Some((version, _)) => version + 1,
         None => 1,
     };
-    sqlx::query(
+    sqlx::query(&format!(
         "INSERT INTO flows (name, latest_version, paused, created_at, updated_at) \
          VALUES ($1, $2, FALSE, $3, $3) \
-         ON CONFLICT (name) DO UPDATE SET latest_version = excluded.latest_version, \
-         updated_at = excluded.updated_at",
-    )
+         {}",
+        upsert("name", "latest_version, updated_at")
+    ))
     .bind(name)
     .bind(version)
     .bind(now_ms)
@@ -60,7 +60,7 @@ pub(super) async fn put_flow(
 const FLOW_SELECT: &str = "SELECT f.name, f.latest_version, f.paused, v.source, f.created_at, \
     f.updated_at FROM flows f JOIN flow_versions v ON v.flow = f.name AND v.version = f.latest_version";
 
-fn flow_record(row: &PgRow) -> std::result::Result<FlowRecord, sqlx::Error> {
+fn flow_record(row: &Row) -> std::result::Result<FlowRecord, sqlx::Error> {
     Ok(FlowRecord {
         name: row.try_get("name")?,
         latest_version: row.try_get::<i64, _>("latest_version")? as u32,
@@ -71,18 +71,18 @@ fn flow_record(row: &PgRow) -> std::result::Result<FlowRecord, sqlx::Error> {
     })
 }
 
-pub(super) async fn get_flow(pool: &PgPool, name: &str) -> Result<Option<FlowRecord>> {
+pub(super) async fn get_flow(pool: &Pool, name: &str) -> Result<Option<FlowRecord>> {
     let row =
         sqlx::query(&format!("{FLOW_SELECT} WHERE f.name = $1")).bind(name).fetch_optional(pool).await?;
     Ok(row.as_ref().map(flow_record).transpose()?)
 }
 
-pub(super) async fn list_flows(pool: &PgPool) -> Result<Vec<FlowRecord>> {
+pub(super) async fn list_flows(pool: &Pool) -> Result<Vec<FlowRecord>> {
     let rows = sqlx::query(&format!("{FLOW_SELECT} ORDER BY f.name")).fetch_all(pool).await?;
     Ok(rows.iter().map(flow_record).collect::<std::result::Result<_, _>>()?)
 }
 
-pub(super) async fn flow_version(pool: &PgPool, name: &str, version: u32) -> Result<Option<FlowVersion>> {
+pub(super) async fn flow_version(pool: &Pool, name: &str, version: u32) -> Result<Option<FlowVersion>> {
     let row: Option<(String, i64, String, String, i64)> = sqlx::query_as(
         "SELECT flow, version, source, content_hash, created_at FROM flow_versions \
          WHERE flow = $1 AND version = $2",
@@ -100,7 +100,7 @@ pub(super) async fn flow_version(pool: &PgPool, name: &str, version: u32) -> Res
     }))
 }
 
-pub(super) async fn set_paused(pool: &PgPool, name: &str, paused: bool, now_ms: i64) -> Result<bool> {
+pub(super) async fn set_paused(pool: &Pool, name: &str, paused: bool, now_ms: i64) -> Result<bool> {
     let done = sqlx::query("UPDATE flows SET paused = $1, updated_at = $2 WHERE name = $3")
         .bind(paused)
         .bind(now_ms)
@@ -110,7 +110,7 @@ pub(super) async fn set_paused(pool: &PgPool, name: &str, paused: bool, now_ms: 
     Ok(done.rows_affected() > 0)
 }
 
-pub(super) async fn flow_versions(pool: &PgPool, name: &str) -> Result<Vec<FlowVersion>> {
+pub(super) async fn flow_versions(pool: &Pool, name: &str) -> Result<Vec<FlowVersion>> {
     let rows: Vec<(String, i64, String, String, i64)> = sqlx::query_as(
         "SELECT flow, version, source, content_hash, created_at FROM flow_versions \
          WHERE flow = $1 ORDER BY version",

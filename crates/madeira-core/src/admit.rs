@@ -1,0 +1,146 @@
+//! Run admission: what a trigger does to a flow's runs (return the run its
+//! idempotency key already made, refuse because a throttle queue is full, skip,
+//! queue, cancel the previous runs, or start) and whether a QUEUED run may start
+//! (promotion). Pure: the store gathers the `Facts` inside the transaction that
+//! holds the flow's lock, calls `admit`/`promote`, and writes what they decide;
+//! every run state they produce is an edge of the run table (`state::run_edge`).
+
+#[cfg(test)]
+mod tests;
+
+use crate::model::OnOverlap;
+use crate::state::{RunCause, RunRefusal, RunState, run_edge};
+
+/// A throttled node of the flow: the trigger is refused while the node already has
+/// `max_permits + queue_size` claims (runs that will still run it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Throttle {
+    pub node: String,
+    pub max_permits: u32,
+    pub queue_size: u32,
+}
+
+/// The flow's admission rules, as the trigger's flow version states them.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy<'a> {
+    /// 0 = unlimited.
+    pub max_active_runs: u32,
+    pub on_overlap: OnOverlap,
+    pub throttles: &'a [Throttle],
+}
+
+/// The run an idempotency key already made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Existing {
+    pub run_id: String,
+    pub version: u32,
+}
+
+/// What the store knows about the flow when a trigger arrives. `admit` reads the
+/// fields in this order and stops at the first that decides, so a store may leave
+/// the later ones empty: nothing after `existing` when it is `Some`, and `active`
+/// and `queued` unset when `max_active_runs` is 0.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facts {
+    /// The run made earlier with the trigger's idempotency key, if any.
+    pub existing: Option<Existing>,
+    /// Claims on each throttled node, index-aligned with `Policy::throttles`: its
+    /// INIT, RETRYING or RUNNING rows in QUEUED or RUNNING runs of the flow.
+    pub claims: Vec<u32>,
+    /// Ids of the flow's RUNNING runs, in id order.
+    pub active: Vec<String>,
+    /// Whether the flow has a QUEUED run (a new run never overtakes it).
+    pub queued: bool,
+}
+
+/// One run transition that admission or promotion makes: an edge of the run table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunEdge {
+    /// `None`: the run is being created.
+    pub from: Option<RunState>,
+    pub cause: RunCause,
+    pub to: RunState,
+}
+
+impl RunEdge {
+    fn take(from: Option<RunState>, cause: RunCause) -> Result<RunEdge, RunRefusal> {
+        run_edge(from, cause).map(|to| RunEdge { from, cause, to })
+    }
+}
+
+/// What the store does with a trigger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The idempotency key already made this run; nothing is written.
+    Existing(Existing),
+    /// A throttled node's queue is full; nothing is written.
+    Throttled { node: String, claims: u32, max_permits: u32, queue_size: u32 },
+    /// `on_overlap: skip` and the flow has no room; nothing is written.
+    Skip { active: Vec<String> },
+    /// Create the run with the transitions `edges` (creation, then `Started` when
+    /// there is room); with `on_overlap: cancel_previous` the runs to cancel.
+    Create { edges: Vec<RunEdge>, cancel_previous: Vec<String> },
+}
+
+impl Decision {
+    /// The state a created run is written in.
+    pub fn created_state(&self) -> Option<RunState> {
+        match self {
+            Decision::Create { edges, .. } => edges.last().map(|e| e.to),
+            _ => None,
+        }
+    }
+}
+
+/// Decides a trigger. Refuses only if the run table lost its creation or start
+/// edge (a bug in the table, caught by its tests).
+pub fn admit(facts: &Facts, policy: &Policy<'_>) -> Result<Decision, RunRefusal> {
+    if let Some(existing) = &facts.existing {
+        return Ok(Decision::Existing(existing.clone()));
+    }
+    for (i, t) in policy.throttles.iter().enumerate() {
+        let claims = facts.claims.get(i).copied().unwrap_or(0);
+        if u64::from(claims) >= u64::from(t.max_permits) + u64::from(t.queue_size) {
+            let (max_permits, queue_size) = (t.max_permits, t.queue_size);
+            return Ok(Decision::Throttled { node: t.node.clone(), claims, max_permits, queue_size });
+        }
+    }
+    let room = policy.max_active_runs == 0
+        || (facts.active.len() < policy.max_active_runs as usize && !facts.queued);
+    let created = RunEdge::take(None, RunCause::Created)?;
+    let started = || RunEdge::take(Some(created.to), RunCause::Started);
+    Ok(match (room, policy.on_overlap) {
+        (true, _) => Decision::Create { edges: vec![created, started()?], cancel_previous: Vec::new() },
+        (false, OnOverlap::Skip) => Decision::Skip { active: facts.active.clone() },
+        (false, OnOverlap::Queue) => Decision::Create { edges: vec![created], cancel_previous: Vec::new() },
+        (false, OnOverlap::CancelPrevious) => {
+            Decision::Create { edges: vec![created], cancel_previous: facts.active.clone() }
+        }
+    })
+}
+
+/// The flow's state when a queued run may be promoted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueFacts {
+    /// How many of the flow's runs are RUNNING.
+    pub running: u32,
+    /// The flow's QUEUED run with the smallest id (ids sort by creation time).
+    pub oldest_queued: Option<String>,
+}
+
+/// A queued run to start, and its edge (QUEUED -> RUNNING, `Started`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Promotion {
+    pub run_id: String,
+    pub edge: RunEdge,
+}
+
+/// Starts the oldest queued run when `max_active_runs` (0 = unlimited) leaves room.
+pub fn promote(facts: &QueueFacts, max_active_runs: u32) -> Result<Option<Promotion>, RunRefusal> {
+    if max_active_runs != 0 && facts.running >= max_active_runs {
+        return Ok(None);
+    }
+    let Some(run_id) = facts.oldest_queued.clone() else { return Ok(None) };
+    let edge = RunEdge::take(Some(RunState::Queued), RunCause::Started)?;
+    Ok(Some(Promotion { run_id, edge }))
+}

@@ -1,0 +1,125 @@
+//! What differs between the SQL databases Madeira runs on, as the named items of
+//! one small trait, and `SqlStore<D>`, the store that the SQL written once (in
+//! `sql/`) implements for each dialect. `sql/` is compiled once per backend module
+//! (`sqlite`, `postgres`), which names its dialect `D`: every query is ordinary
+//! typed sqlx code for that database, and every difference is looked up on `D`.
+//! Placeholders are `$n` everywhere (sqlx's SQLite driver reads `$n` as the n-th
+//! argument); `QueryBuilder::push_bind` writes each backend's own. The SQLite that
+//! sqlx bundles (3.46) reads the PostgreSQL forms the shared SQL uses (`IS DISTINCT
+//! FROM`, `UPDATE … FROM`, `RETURNING`, `ON CONFLICT … DO UPDATE`, `TRUE`/`FALSE`),
+//! so only what the list below names differs.
+
+use std::future::Future;
+use std::time::Duration;
+
+use sqlx::{Database, Pool, Transaction};
+
+use crate::Result;
+
+/// Serialised decisions: the flow's runs and versions, or one throttle's permits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockSpace {
+    Flow,
+    Permit,
+}
+
+/// The items that differ between SQL dialects. (`async fn` here is fine: every
+/// caller names a concrete dialect, so the futures' `Send` is known.)
+#[allow(async_fn_in_trait)]
+pub trait Dialect: Send + Sync + Sized + 'static {
+    type DB: Database;
+
+    /// Rows per multi-row statement, under the database's bound-variable limit.
+    const CHUNK: usize;
+    /// A collation that orders strings bytewise.
+    const BYTEWISE: &'static str;
+
+    // The defaults below suit a database with one writer, which serialises every
+    // transaction by itself (SQLite); several writers (PostgreSQL) override them.
+
+    /// Appended to a SELECT in a write transaction that must lock the rows it reads.
+    const FOR_UPDATE: &'static str = "";
+    /// Appended to a SELECT that claims rows: skips rows another transaction is
+    /// claiming instead of waiting for it.
+    const SKIP_LOCKED: &'static str = "";
+
+    /// Serialises, until the end of `tx`, the decisions about `key` in `space`
+    /// across every process sharing the database.
+    async fn lock(_tx: &mut Transaction<'_, Self::DB>, _space: LockSpace, _key: &str) -> Result<()> {
+        Ok(())
+    }
+
+    /// ` ON CONFLICT (keys) DO UPDATE SET c = excluded.c, …` for `columns`: what
+    /// an INSERT appends to replace the row whose unique `keys` it repeats.
+    fn upsert(keys: &str, columns: &[&str]) -> String {
+        let set: Vec<String> = columns.iter().map(|c| format!("{c} = excluded.{c}")).collect();
+        format!(" ON CONFLICT ({keys}) DO UPDATE SET {}", set.join(", "))
+    }
+
+    /// How often a transaction failing with a transient error is tried again
+    /// (PostgreSQL: lost connection, shutdown, serialization failure, deadlock).
+    const RETRIES: u32 = 0;
+
+    /// Checked before every write (SQLite: the store file is still the one opened).
+    fn before_write(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Sees every write's result (SQLite: a failure poisons the writer connection).
+    fn after_write<T>(&self, result: Result<T>) -> Result<T> {
+        result
+    }
+}
+
+/// The store over one SQL database: `writer` takes every write (SQLite: its one
+/// connection), `reader` serves plain reads (PostgreSQL: the same pool).
+pub struct SqlStore<D: Dialect> {
+    pub(crate) writer: Pool<D::DB>,
+    pub(crate) reader: Pool<D::DB>,
+    pub(crate) dialect: D,
+}
+
+impl<D: Dialect> SqlStore<D> {
+    /// Runs a write (`op` is one transaction) on the writer, between the dialect's
+    /// checks, retrying transient errors.
+    pub(crate) async fn write<T, F, Fut>(&self, op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        self.dialect.before_write()?;
+        self.dialect.after_write(retry(D::RETRIES, op).await)
+    }
+
+    /// Runs a read, retrying transient errors.
+    pub(crate) async fn read<T, F, Fut>(&self, op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        retry(D::RETRIES, op).await
+    }
+}
+
+/// Runs `op` again, up to `retries` times with backoff (50 ms doubling: 5 retries
+/// span ~1.5 s), while it fails with a transient error, so callers see only what a
+/// fresh connection cannot fix. Every operation is one transaction and safe to
+/// repeat (see `StoreError::is_transient`).
+async fn retry<T, F, Fut>(retries: u32, mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut delay = Duration::from_millis(50);
+    for _ in 0..retries {
+        match op().await {
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "transient database error; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            other => return other,
+        }
+    }
+    op().await
+}

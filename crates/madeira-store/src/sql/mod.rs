@@ -1,0 +1,57 @@
+//! The SQL of every store operation, written once. This directory is compiled
+//! inside each backend module (`#[path]`), which defines `D`, its `Dialect`: the
+//! names below resolve to that backend's types, and each dialect difference is an
+//! item of `D` (see `crate::dialect`).
+
+mod alerts;
+mod commands;
+mod commit;
+mod flows;
+mod inbox;
+mod lease;
+mod permits;
+mod presence;
+mod read;
+mod runs;
+mod store;
+
+use sqlx::QueryBuilder;
+
+use crate::dialect::Dialect;
+
+pub(super) type D = super::D;
+type Db = <D as Dialect>::DB;
+type Pool = sqlx::Pool<Db>;
+type Tx<'c> = sqlx::Transaction<'c, Db>;
+type Row = <Db as sqlx::Database>::Row;
+
+/// Rows per multi-row statement.
+const CHUNK: usize = D::CHUNK;
+
+/// ` ON CONFLICT (keys) DO UPDATE …` replacing `columns` (comma-separated).
+fn upsert(keys: &str, columns: &str) -> String {
+    D::upsert(keys, &columns.split(", ").collect::<Vec<_>>())
+}
+
+/// The last of `rows` for each key, in key order: one upsert may not touch a row
+/// twice (PostgreSQL), and the last write must win, as in one upsert after another.
+fn last_per_key<'a, T, K: Ord>(rows: &'a [T], key: impl Fn(&'a T) -> K) -> Vec<&'a T> {
+    let mut last = std::collections::BTreeMap::new();
+    for row in rows {
+        last.insert(key(row), row);
+    }
+    last.into_values().collect()
+}
+
+/// Appends `(v1, v2, …)`, one bound value each, to `q` (a closing parenthesis included).
+fn push_list<'a, T>(q: &mut QueryBuilder<'a, Db>, values: impl IntoIterator<Item = T>)
+where
+    T: 'a + sqlx::Encode<'a, Db> + sqlx::Type<Db> + Send,
+{
+    q.push("(");
+    let mut sep = q.separated(", ");
+    for v in values {
+        sep.push_bind(v);
+    }
+    sep.push_unseparated(")");
+}

@@ -1,0 +1,262 @@
+//! Run creation and promotion of queued runs (the facts gathered under the flow's
+//! lock, the decision taken by `madeira_core::admit`), logs and retention.
+
+use madeira_core::RunState;
+use madeira_core::admit::{Existing, Facts, QueueFacts, RunEdge, admit, promote};
+use sqlx::QueryBuilder;
+
+use super::{CHUNK, D, Db, Pool, Tx, push_list, upsert};
+use crate::admission::{ClaimCache, from_name, refused, to_write};
+use crate::dialect::{Dialect, LockSpace};
+use crate::{CreateOutcome, LogRecord, NewRun, Result, StoreError};
+
+/// Serialises the decisions taken about one flow's runs and versions until the
+/// end of the transaction.
+pub(super) async fn lock_flow(tx: &mut Tx<'_>, flow: &str) -> Result<()> {
+    D::lock(tx, LockSpace::Flow, flow).await
+}
+
+pub(super) async fn create_run(pool: &Pool, run: &NewRun) -> Result<CreateOutcome> {
+    let mut outcomes = create_runs(pool, std::slice::from_ref(run)).await?;
+    outcomes.pop().ok_or_else(|| StoreError::Refused("no outcome for the run".into()))
+}
+
+pub(super) async fn create_runs(pool: &Pool, runs: &[NewRun]) -> Result<Vec<CreateOutcome>> {
+    let mut tx = pool.begin().await?;
+    // Every flow of the batch is locked up front, in one order, so two replicas
+    // batching runs of the same flows never wait on each other in a cycle.
+    let mut flows: Vec<&str> = runs.iter().map(|r| r.flow.as_str()).collect();
+    flows.sort_unstable();
+    flows.dedup();
+    for flow in flows {
+        lock_flow(&mut tx, flow).await?;
+    }
+    let mut outcomes = Vec::with_capacity(runs.len());
+    let mut claims = ClaimCache::new();
+    for run in runs {
+        outcomes.push(create_in(&mut tx, run, &mut claims).await?);
+    }
+    tx.commit().await?;
+    Ok(outcomes)
+}
+
+/// Gathers the facts `admit` reads, in its order, leaving out what it will not
+/// read (see `madeira_core::admit::Facts`).
+async fn facts(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Result<Facts> {
+    if let Some(key) = &run.idempotency_key {
+        let existing: Option<(String, i64)> =
+            sqlx::query_as("SELECT id, version FROM runs WHERE flow = $1 AND idempotency_key = $2")
+                .bind(&run.flow)
+                .bind(key)
+                .fetch_optional(&mut **tx)
+                .await?;
+        if let Some((run_id, version)) = existing {
+            return Ok(Facts {
+                existing: Some(Existing { run_id, version: version as u32 }),
+                ..Facts::default()
+            });
+        }
+    }
+    let mut claims = Vec::with_capacity(run.throttles.len());
+    for claim in &run.throttles {
+        let key = (run.flow.clone(), claim.node.clone());
+        let n = match cache.get(&key) {
+            Some(n) => *n,
+            None => {
+                let (n,): (i64,) = sqlx::query_as(
+                    "SELECT COUNT(*) FROM nodes n JOIN runs r ON r.id = n.run_id \
+                     WHERE r.flow = $1 AND r.state IN ('RUNNING', 'QUEUED') AND n.node = $2 \
+                     AND n.state IN ('INIT', 'RETRYING', 'RUNNING')",
+                )
+                .bind(&run.flow)
+                .bind(&claim.node)
+                .fetch_one(&mut **tx)
+                .await?;
+                cache.insert(key, n);
+                n
+            }
+        };
+        claims.push(u32::try_from(n).unwrap_or(u32::MAX));
+    }
+    if run.max_active_runs == 0 {
+        return Ok(Facts { claims, ..Facts::default() });
+    }
+    let active: Vec<(String,)> =
+        sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'RUNNING' ORDER BY id")
+            .bind(&run.flow)
+            .fetch_all(&mut **tx)
+            .await?;
+    let queued: Option<(String,)> =
+        sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' LIMIT 1")
+            .bind(&run.flow)
+            .fetch_optional(&mut **tx)
+            .await?;
+    let active = active.into_iter().map(|(id,)| id).collect();
+    Ok(Facts { existing: None, claims, active, queued: queued.is_some() })
+}
+
+/// Decides the run with `madeira_core::admit` and writes what it says: the run
+/// row, its node rows and one transition record per run-table edge.
+async fn create_in(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Result<CreateOutcome> {
+    let facts = facts(tx, run, cache).await?;
+    let decision = admit(&facts, &run.policy()).map_err(refused)?;
+    let (edges, cancel_previous) = match to_write(decision) {
+        Ok(write) => write,
+        Err(answer) => return Ok(answer),
+    };
+    let state = edges.last().map_or(RunState::Queued, |e| e.to);
+    sqlx::query(
+        "INSERT INTO runs (id, flow, version, state, params, idempotency_key, trigger, created_at, \
+         started_at, trace_context) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    )
+    .bind(&run.id)
+    .bind(&run.flow)
+    .bind(i64::from(run.version))
+    .bind(state.as_str())
+    .bind(run.params.to_string())
+    .bind(&run.idempotency_key)
+    .bind(&run.trigger)
+    .bind(run.now_ms)
+    .bind((state == RunState::Running).then_some(run.now_ms))
+    .bind(&run.trace_context)
+    .execute(&mut **tx)
+    .await?;
+    for (offset, chunk) in run.node_names.chunks(CHUNK).enumerate() {
+        let mut q: QueryBuilder<Db> = QueryBuilder::new(
+            "INSERT INTO nodes (run_id, idx, node, state, attempt, series_start, data_version, \
+             outputs, reads, stale, fallback) ",
+        );
+        q.push_values(chunk.iter().enumerate(), |mut b, (i, name)| {
+            b.push_bind(&run.id)
+                .push_bind((offset * CHUNK + i) as i64)
+                .push_bind(name)
+                .push("'INIT', 0, 0, 0, '{}', '[]', FALSE, FALSE");
+        });
+        q.build().execute(&mut **tx).await?;
+    }
+    for edge in &edges {
+        record_run_transition(tx, &run.id, edge, &run.actor, run.now_ms).await?;
+    }
+    for claim in &run.throttles {
+        *cache.entry((run.flow.clone(), claim.node.clone())).or_default() += 1;
+    }
+    Ok(CreateOutcome::Created { run_id: run.id.clone(), state, cancel_previous })
+}
+
+async fn record_run_transition(
+    tx: &mut Tx<'_>,
+    run_id: &str,
+    edge: &RunEdge,
+    actor: &str,
+    now_ms: i64,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, at) \
+         VALUES ($1, NULL, $2, $3, $4, $5, 0, $6)",
+    )
+    .bind(run_id)
+    .bind(from_name(edge))
+    .bind(edge.to.as_str())
+    .bind(edge.cause.as_str())
+    .bind(actor)
+    .bind(now_ms)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Starts the oldest QUEUED run of `flow` when `madeira_core::admit::promote` says
+/// there is room, recording its edge.
+pub(super) async fn promote_queued(
+    pool: &Pool,
+    flow: &str,
+    max_active_runs: u32,
+    now_ms: i64,
+) -> Result<Option<String>> {
+    let mut tx = pool.begin().await?;
+    lock_flow(&mut tx, flow).await?;
+    let (running,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM runs WHERE flow = $1 AND state = 'RUNNING'")
+            .bind(flow)
+            .fetch_one(&mut *tx)
+            .await?;
+    let oldest: Option<(String,)> =
+        sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' ORDER BY id LIMIT 1")
+            .bind(flow)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let facts = QueueFacts {
+        running: u32::try_from(running).unwrap_or(u32::MAX),
+        oldest_queued: oldest.map(|(id,)| id),
+    };
+    let Some(promotion) = promote(&facts, max_active_runs).map_err(refused)? else {
+        return Ok(None);
+    };
+    sqlx::query("UPDATE runs SET state = $1, started_at = $2 WHERE id = $3")
+        .bind(promotion.edge.to.as_str())
+        .bind(now_ms)
+        .bind(&promotion.run_id)
+        .execute(&mut *tx)
+        .await?;
+    record_run_transition(&mut tx, &promotion.run_id, &promotion.edge, "engine", now_ms).await?;
+    tx.commit().await?;
+    Ok(Some(promotion.run_id))
+}
+
+pub(super) async fn put_log(pool: &Pool, log: &LogRecord) -> Result<()> {
+    sqlx::query(&format!(
+        "INSERT INTO logs (run_id, node, attempt, content) VALUES ($1, $2, $3, $4){}",
+        upsert("run_id, node, attempt", "content")
+    ))
+    .bind(&log.run_id)
+    .bind(&log.node)
+    .bind(i64::from(log.attempt))
+    .bind(&log.content)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Deletes one small batch so the engine's writes are never blocked for long.
+pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64> {
+    let mut tx = pool.begin().await?;
+    let ids: Vec<(String,)> = sqlx::query_as(&format!(
+        "SELECT id FROM runs WHERE finished_at IS NOT NULL AND finished_at < $1 \
+         AND state IN ('SUCCESS', 'FAILED', 'CANCELLED') LIMIT $2{}",
+        D::SKIP_LOCKED
+    ))
+    .bind(before_ms)
+    .bind(i64::from(batch))
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut deleted = 0;
+    if !ids.is_empty() {
+        for table in ["nodes", "transitions", "node_outputs", "attempts", "logs", "runs"] {
+            let column = if table == "runs" { "id" } else { "run_id" };
+            let mut q: QueryBuilder<Db> =
+                QueryBuilder::new(format!("DELETE FROM {table} WHERE {column} IN "));
+            push_list(&mut q, ids.iter().map(|(id,)| id));
+            deleted = q.build().execute(&mut *tx).await?.rows_affected();
+        }
+    }
+    for (table, column) in [("audit", "at"), ("run_commands", "created_at")] {
+        sqlx::query(&format!(
+            "DELETE FROM {table} WHERE id IN (SELECT id FROM (SELECT id FROM {table} WHERE {column} < $1 LIMIT $2) AS old)"
+        ))
+        .bind(before_ms)
+        .bind(i64::from(batch))
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(deleted)
+}
+
+/// Writes the probe row (the store's health check).
+pub(super) async fn probe(pool: &Pool, now_ms: i64) -> Result<()> {
+    sqlx::query(&format!("INSERT INTO store_probe (id, at) VALUES (1, $1){}", upsert("id", "at")))
+        .bind(now_ms)
+        .execute(pool)
+        .await?;
+    Ok(())
+}

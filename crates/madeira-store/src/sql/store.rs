@@ -1,0 +1,76 @@
+//! `Store` and `AlertStore` for `SqlStore<D>`: each operation is one function of
+//! this directory, run through `SqlStore::write` (writer pool, the dialect's
+//! checks, retries) or `SqlStore::read` (reader pool).
+
+use async_trait::async_trait;
+use serde_json::Value as Json;
+
+use super::{D, alerts, commands, commit, flows, inbox, lease, permits, presence, read, runs};
+use crate::dialect::SqlStore;
+use crate::{
+    AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, Batch, Claim, CreateOutcome,
+    DeliveryRow, FlowRecord, FlowVersion, InboxEvent, Lease, LogRecord, NewRun, OpenAlerts, PermitKey,
+    PutFlow, Result, RunCommand, RunQuery, RunRow, SidecarPresence, Store, StoredRun, TransitionRecord,
+};
+
+/// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
+/// function with the writer/reader pool, its arguments and any `[extra]` ones.
+macro_rules! forward {
+    ($trait:ident { $($via:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $out:ty = $f:path $([$($extra:expr),*])?;)* }) => {
+        #[async_trait]
+        impl $trait for SqlStore<D> {
+            $(async fn $name(&self, $($arg: $ty),*) -> Result<$out> {
+                forward!(@$via self, $f, $($arg,)* $($($extra,)*)?)
+            })*
+        }
+    };
+    (@write $s:ident, $f:path, $($a:expr,)*) => { $s.write(|| $f(&$s.writer, $($a),*)).await };
+    (@read $s:ident, $f:path, $($a:expr,)*) => { $s.read(|| $f(&$s.reader, $($a),*)).await };
+}
+
+forward!(Store {
+    write fn put_flow(name: &str, source: &str, hash: &str, now_ms: i64) -> PutFlow = flows::put_flow;
+    read fn get_flow(name: &str) -> Option<FlowRecord> = flows::get_flow;
+    read fn list_flows() -> Vec<FlowRecord> = flows::list_flows;
+    read fn flow_version(name: &str, version: u32) -> Option<FlowVersion> = flows::flow_version;
+    read fn flow_versions(name: &str) -> Vec<FlowVersion> = flows::flow_versions;
+    write fn set_paused(name: &str, paused: bool, now_ms: i64) -> bool = flows::set_paused;
+    write fn create_run(run: &NewRun) -> CreateOutcome = runs::create_run;
+    write fn create_runs(new: &[NewRun]) -> Vec<CreateOutcome> = runs::create_runs;
+    write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
+    write fn commit(batch: &Batch) -> () = commit::commit;
+    read fn last_cron_key(flow: &str) -> Option<String> = read::last_cron_key;
+    read fn load_run(run_id: &str) -> Option<StoredRun> = read::load_run;
+    write fn unfinished_runs() -> Vec<String> = read::unfinished_runs;
+    read fn list_runs(query: &RunQuery) -> Vec<RunRow> = read::list_runs;
+    read fn transitions(run_id: &str) -> Vec<TransitionRecord> = read::transitions;
+    write fn put_log(log: &LogRecord) -> () = runs::put_log;
+    read fn logs(run_id: &str, node: &str) -> Vec<LogRecord> = read::logs;
+    read fn audit(query: &AuditQuery) -> Vec<AuditRecord> = read::audit;
+    write fn claim_run(run_id: &str, lease: &Lease, steal_idle: bool) -> Claim = lease::claim_run [None];
+    write fn adopt_run(run_id: &str, from: &str, lease: &Lease) -> Claim = lease::adopt_run;
+    write fn claim_expired(lease: &Lease, limit: u32) -> Vec<String> = lease::claim_expired;
+    write fn renew_leases(lease: &Lease) -> u64 = lease::renew_leases;
+    write fn try_permit(key: &PermitKey, owner: &str, max: u32, now_ms: i64) -> bool = permits::try_permit;
+    write fn send_command(cmd: &RunCommand) -> i64 = commands::send_command;
+    write fn take_commands(target: &str, now_ms: i64) -> Vec<RunCommand> = commands::take_commands;
+    write fn answer_command(id: i64, answer: &str, now_ms: i64) -> () = commands::answer_command;
+    write fn command_answer(id: i64) -> Option<String> = commands::command_answer;
+    write fn withdraw_command(id: i64) -> bool = commands::withdraw_command;
+    write fn publish_sidecars(replica: &str, groups: &[SidecarPresence], now_ms: i64) -> () = presence::publish;
+    write fn sidecar_hosts(group: &str, job: &str, since_ms: i64) -> Vec<String> = presence::hosts;
+    write fn sidecar_presence(since_ms: i64) -> Vec<(String, SidecarPresence, i64)> = presence::all;
+    write fn prune(before_ms: i64, batch: u32) -> u64 = runs::prune;
+    write fn probe(now_ms: i64) -> () = runs::probe;
+});
+
+forward!(AlertStore {
+    write fn write_alerts(batch: &AlertBatch) -> () = alerts::write;
+    write fn open_alerts() -> OpenAlerts = alerts::open;
+    read fn list_alerts(query: &AlertQuery) -> Vec<AlertRow> = alerts::list;
+    read fn deliveries_of(alert_ids: &[String]) -> Vec<DeliveryRow> = alerts::deliveries_of;
+    write fn prune_alerts(before_ms: i64) -> u64 = alerts::prune;
+    write fn push_alert_events(bodies: &[Json], now_ms: i64) -> () = inbox::push;
+    write fn alert_events(limit: u32) -> Vec<InboxEvent> = inbox::read;
+    write fn lead(role: &str, holder: &str, now_ms: i64, lease_ms: i64) -> bool = inbox::lead;
+});
