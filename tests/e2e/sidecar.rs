@@ -21,7 +21,7 @@ pub async fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn running(pid: u32) -> bool {
+pub fn running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| s.rfind(')').map(|i| s[i + 1..].split_whitespace().next() != Some("Z")))

@@ -176,7 +176,10 @@ async fn wait_for_claim(fleet: &Fleet, key: &(String, u32), cancel: &Cancellatio
     loop {
         {
             let state = fleet.state();
-            if state.inbox.contains_key(key) || state.orphans.contains_key(key) {
+            if state.inbox.contains_key(key)
+                || state.orphans.contains_key(key)
+                || state.unacked.contains_key(key)
+            {
                 return true;
             }
         }
@@ -217,6 +220,10 @@ async fn run_shard(
     }
     if let Some((result, _)) = fleet.state().inbox.remove(&key) {
         info!(run_id = %job.run_id, node = %job.node, shard, "using the result a sidecar delivered after a restart");
+        return ShardEnd::Done(Box::new(result));
+    }
+    if let Some(result) = fleet.take_kept(&key, job) {
+        info!(run_id = %job.run_id, node = %job.node, shard, "using the result kept since a commit that failed");
         return ShardEnd::Done(Box::new(result));
     }
     let mut excluded: HashSet<String> = HashSet::new();

@@ -8,6 +8,7 @@
 //! and the lost-sidecar sweep; `executor()` plugs into `Executors.sidecar`, and
 //! `attach_engine` lets it wake nodes waiting for a sidecar and record exec reports.
 
+mod acks;
 mod executor;
 mod fencing;
 mod metrics;
@@ -216,6 +217,7 @@ impl Fleet {
         IE: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let sweep = tokio::spawn(self.clone().sweep(cancel.clone()));
+        let acks = tokio::spawn(self.clone().acknowledge_commits(cancel.clone()));
         let presence = self
             .inner
             .options
@@ -242,6 +244,7 @@ impl Fleet {
             }
         };
         let _ = sweep.await;
+        let _ = acks.await;
         if let Some(presence) = presence {
             let _ = presence.await;
         }
@@ -287,6 +290,7 @@ impl Fleet {
                 state.epochs.retain(|_, (_, at)| at.elapsed() < registry::INBOX_TTL);
                 lost
             };
+            self.sweep_store(acks::RECHECK_AFTER).await;
             for (tx, assignment_id) in cancels {
                 let reason = "nobody claimed this attempt after the control plane restarted".to_string();
                 let msg = ControlMessage { msg: Some(ControlMsg::Cancel(Cancel { assignment_id, reason })) };

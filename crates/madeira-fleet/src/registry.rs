@@ -3,7 +3,8 @@
 //! waiting (the inbox: spooled results after a control-plane restart), attempts a
 //! reconnecting sidecar still runs (orphans, adopted by a matching dispatch), the
 //! report ids already taken (so a redelivered report changes nothing), and for
-//! fencing each attempt's latest epoch and the assignments moved off lost sidecars.
+//! fencing each attempt's latest epoch and the assignments moved off lost sidecars,
+//! and the results taken but not yet acknowledged (waiting for their commit).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
@@ -111,6 +112,9 @@ pub(crate) struct State {
     last_epoch: u64,
     /// Sidecar → assignments moved off it while it was lost: killed when it returns.
     pub moved: HashMap<String, HashSet<String>>,
+    /// (idempotency key, shard) → a result taken but not acknowledged until the
+    /// engine commits its attempt's end (`acks.rs`).
+    pub unacked: HashMap<(String, u32), crate::acks::Unacked>,
 }
 
 impl State {
@@ -126,6 +130,11 @@ impl State {
             self.seen.remove(&old);
         }
         true
+    }
+
+    /// A result with this report id waits for its commit to be acknowledged.
+    pub fn awaits_commit(&self, report_id: &str) -> bool {
+        self.unacked.values().any(|u| u.report_id == report_id)
     }
 
     /// A new epoch for a placement of `key`: larger than any before, also across

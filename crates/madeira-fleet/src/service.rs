@@ -1,8 +1,10 @@
 //! The gRPC `Link` service: authenticates a sidecar by its group's token, takes
 //! its hello (refusing a second process with the name of a live sidecar, naming
 //! the holder), then handles heartbeats, results, refusals and exec reports on the
-//! stream until it ends. Every report is acknowledged once taken; a report id seen
-//! before is acknowledged again and otherwise ignored.
+//! stream until it ends. A result is acknowledged once the engine has committed
+//! the end of its attempt (`acks.rs`; at once when it is refused as stale), a
+//! refusal once taken and an exec report once recorded; a report id seen before
+//! is ignored, and acknowledged again unless its commit is still awaited.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime};
@@ -247,8 +249,9 @@ async fn handle(fleet: &Fleet, name: &str, conn: u64, m: SidecarMessage, tx: &Ou
         Some(SidecarMsg::Ready(_)) => ready(fleet, name, conn),
         Some(SidecarMsg::Result(result)) => {
             let id = result.report_id.clone();
-            take_result(fleet, name, result);
-            let _ = tx.send(msg(ControlMsg::Ack(Ack { report_id: id }))).await;
+            if take_result(fleet, name, result) {
+                let _ = tx.send(msg(ControlMsg::Ack(Ack { report_id: id }))).await;
+            }
         }
         Some(SidecarMsg::Refused(refused)) => {
             let id = refused.report_id.clone();
@@ -292,11 +295,14 @@ fn ready(fleet: &Fleet, name: &str, conn: u64) {
     fleet.notify();
 }
 
-fn take_result(fleet: &Fleet, name: &str, result: AttemptResult) {
+/// Takes a result; true when it is to be acknowledged now (a repeat whose commit
+/// is not awaited, a fenced one, or no engine to wait for), false when the ack
+/// waits for the engine's commit.
+fn take_result(fleet: &Fleet, name: &str, result: AttemptResult) -> bool {
     let mut state = fleet.state();
     if !state.first_time(&result.report_id) {
         debug!(report = %result.report_id, "result delivered again; already taken");
-        return;
+        return !state.awaits_commit(&result.report_id);
     }
     let key = (result.idempotency_key.clone(), result.shard_index);
     if let Some(moved) = state.moved.get_mut(name) {
@@ -315,10 +321,20 @@ fn take_result(fleet: &Fleet, name: &str, result: AttemptResult) {
             sidecar = %name, run_id = %result.run_id, node = %result.node, assignment = %result.assignment_id,
             epoch = result.epoch, "result of an attempt that moved to another sidecar refused (fenced); not applied"
         );
-        return;
+        return true;
     }
     if state.orphans.get(&key).is_some_and(|o| o.assignment_id == result.assignment_id) {
         state.orphans.remove(&key);
+    }
+    let wait_for_commit = fleet.inner.engine.get().is_some();
+    if wait_for_commit {
+        let kept = crate::acks::Unacked {
+            report_id: result.report_id.clone(),
+            sidecar: name.to_string(),
+            result: result.clone(),
+            since: Instant::now(),
+        };
+        state.unacked.insert(key.clone(), kept);
     }
     match state.pending.remove(&result.assignment_id) {
         Some(p) => {
@@ -331,6 +347,7 @@ fn take_result(fleet: &Fleet, name: &str, result: AttemptResult) {
             fleet.inner.changed.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
+    !wait_for_commit
 }
 
 /// A chunk of a running job's output: kept per attempt for `logs -f` and the console.

@@ -10,6 +10,7 @@
 pub mod access;
 pub mod config;
 pub mod execsock;
+mod leftovers;
 mod link;
 pub mod metrics;
 pub mod runner;
@@ -96,10 +97,11 @@ impl Sidecar {
         // Jobs run as another `user` must reach their own (0700) attempt directory.
         let switches_user = options.jobs.values().any(|j| j.user.is_some());
         spool::private_dir(&work_root, if switches_user { 0o711 } else { 0o700 })?;
+        let leftovers = leftovers::Leftovers::open(&options.spool_dir.join("jobs"))?;
         let shared = worker::Shared::new(
             options.identity,
             options.jobs,
-            spool,
+            (spool, leftovers),
             options.metrics,
             work_root,
             options.hide_env,
@@ -118,8 +120,11 @@ impl Sidecar {
         SidecarHandle { connected: self.connected.subscribe() }
     }
 
-    /// Runs until `cancel`, then shuts down gracefully.
+    /// Runs until `cancel`, then shuts down gracefully. First stops the jobs an
+    /// earlier process left running (`leftovers.rs`) and spools their attempts as
+    /// lost, before any new work can come.
     pub async fn run(self, cancel: CancellationToken) {
+        self.reclaim_leftovers().await;
         let link_cancel = CancellationToken::new();
         let link = tokio::spawn(link::run(
             self.shared.clone(),
@@ -145,6 +150,32 @@ impl Sidecar {
             let _ = socket.await;
         }
         info!(spooled = self.shared.spool.len(), "sidecar stopped");
+    }
+
+    async fn reclaim_leftovers(&self) {
+        let shared = &self.shared;
+        let spooled: std::collections::HashSet<String> = shared
+            .spool
+            .pending()
+            .into_iter()
+            .filter_map(|(_, m)| match m.msg {
+                Some(madeira_proto::SidecarMsg::Result(r)) => Some(r.assignment_id),
+                _ => None,
+            })
+            .collect();
+        let grace_of = |job: &str| shared.jobs.get(job).map(|j| j.grace);
+        let results = shared.leftovers.reclaim(grace_of, |id| spooled.contains(id)).await;
+        for result in results {
+            let (id, assignment) = (result.report_id.clone(), result.assignment_id.clone());
+            let msg = madeira_proto::SidecarMessage { msg: Some(madeira_proto::SidecarMsg::Result(result)) };
+            if let Err(e) = shared.spool.put(&id, &msg) {
+                warn!(error = %e, "cannot spool the lost attempt of a leftover job");
+                continue;
+            }
+            shared.leftovers.clear(&assignment);
+            let dir = shared.work_root.join(runner::work_dir_name(&assignment));
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 
     async fn drain(&self) {

@@ -56,13 +56,15 @@ pub(crate) struct Shared {
     pub work_root: PathBuf,
     pub hide_env: Vec<String>,
     pub exec: crate::access::ExecAccess,
+    /// The process groups of running jobs, recorded for the next start.
+    pub leftovers: crate::leftovers::Leftovers,
 }
 
 impl Shared {
     pub fn new(
         identity: Identity,
         jobs: BTreeMap<String, JobSpec>,
-        spool: Spool,
+        (spool, leftovers): (Spool, crate::leftovers::Leftovers),
         metrics: SidecarMetrics,
         work_root: PathBuf,
         hide_env: Vec<String>,
@@ -87,6 +89,7 @@ impl Shared {
             work_root,
             hide_env,
             exec,
+            leftovers,
         }
     }
 
@@ -228,8 +231,8 @@ impl Shared {
         let forward = tokio::spawn(forward_logs(self.clone(), a.assignment_id.clone(), log_rx));
         let started = SidecarMsg::Started(Started { assignment_id: a.assignment_id.clone(), pid: 0 });
         self.send(SidecarMessage { msg: Some(started) }).await;
-        let ctx = RunCtx { work_root: &self.work_root, hide_env: &self.hide_env, log_sink: Some(log_tx) };
         let outcome = if cancel.is_cancelled() {
+            drop(log_tx);
             runner::Outcome {
                 status: Status::Retryable,
                 exit_code: None,
@@ -241,6 +244,13 @@ impl Shared {
                 cancelled: true,
             }
         } else {
+            let (leftovers, assignment) = (&self.leftovers, &a);
+            let ctx = RunCtx {
+                work_root: &self.work_root,
+                hide_env: &self.hide_env,
+                log_sink: Some(log_tx),
+                on_spawn: Some(Box::new(move |pgid| leftovers.record(assignment, pgid))),
+            };
             runner::run(&job, &attempt, ctx, cancel).await
         };
         let _ = forward.await;
@@ -276,6 +286,7 @@ impl Shared {
             epoch: a.epoch,
         };
         self.report(&id, SidecarMessage { msg: Some(SidecarMsg::Result(result)) }).await;
+        self.leftovers.clear(&a.assignment_id);
         self.running().remove(&a.assignment_id);
     }
 }

@@ -89,6 +89,8 @@ pub struct RunCtx<'a> {
     pub hide_env: &'a [String],
     /// Live output chunks (best effort: dropped when the receiver lags).
     pub log_sink: Option<mpsc::Sender<Vec<u8>>>,
+    /// Called with the job's process group id right after it is spawned.
+    pub on_spawn: Option<Box<dyn FnOnce(u32) + Send + 'a>>,
 }
 
 /// Runs `attempt` of `job` until it ends, times out or `cancel` fires.
@@ -97,7 +99,12 @@ pub async fn run(job: &JobSpec, attempt: &Attempt, ctx: RunCtx<'_>, cancel: Canc
     let dir = ctx.work_root.join(sanitize(&attempt.assignment_id));
     let mut outcome = match spawn::prepare(job, attempt, &dir, ctx.hide_env).await {
         Ok(mut command) => match command.spawn() {
-            Ok(child) => supervise(job, attempt, child, ctx.log_sink, cancel, &dir).await,
+            Ok(child) => {
+                if let Some(on_spawn) = ctx.on_spawn {
+                    on_spawn(child.id().unwrap_or(0));
+                }
+                supervise(job, attempt, child, ctx.log_sink, cancel, &dir).await
+            }
             Err(e) => {
                 let status = match e.kind() {
                     std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => Status::Failed,
@@ -317,6 +324,11 @@ async fn read_outputs(path: &Path) -> Result<Map<String, Json>, String> {
 }
 
 /// A directory name made only of safe characters.
+/// The name of an attempt's work directory under the work root.
+pub fn work_dir_name(assignment_id: &str) -> String {
+    sanitize(assignment_id)
+}
+
 fn sanitize(id: &str) -> String {
     id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
 }

@@ -46,7 +46,7 @@ fn attempt() -> Attempt {
 }
 
 async fn run_in(dir: &Path, job: &JobSpec, attempt: &Attempt, cancel: CancellationToken) -> Outcome {
-    let ctx = RunCtx { work_root: dir, hide_env: &[], log_sink: None };
+    let ctx = RunCtx { work_root: dir, hide_env: &[], log_sink: None, on_spawn: None };
     run(job, attempt, ctx, cancel).await
 }
 

@@ -1,0 +1,174 @@
+//! Acknowledging a result only after the engine's commit that records it. A
+//! result taken from a sidecar is kept here (`State::unacked`, by idempotency key
+//! and shard) until the engine commits the end of its attempt: the engine
+//! broadcasts that transition (from RUNNING to another state) after the commit, and this task
+//! then sends the `Ack` to the sidecar, which only then removes the result from
+//! its spool. Until then:
+//!
+//! - a commit that fails (the store refuses or is unreachable) makes the engine
+//!   resume the run from the store and start the attempt again (same
+//!   idempotency key); that resumed dispatch takes the kept result instead of
+//!   running the job again (`take_kept`);
+//! - a control plane that stops or crashes leaves the result in the sidecar's
+//!   spool, delivered to the next start;
+//! - the same report delivered again is not acknowledged early.
+//!
+//! A commit this replica's broadcast did not show (missed events, a cancel that
+//! ended the attempt before its result came) is found by `sweep_store`: results
+//! kept longer than `RECHECK_AFTER` are checked against the stored node.
+
+use std::time::{Duration, Instant};
+
+use madeira_core::state::NodeState;
+use madeira_engine::RunEvent;
+use madeira_proto::ControlMsg;
+use madeira_proto::v1::{Ack, AttemptResult};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::Fleet;
+
+/// A result kept past this is checked against the store on the next sweep.
+pub(crate) const RECHECK_AFTER: Duration = Duration::from_secs(5);
+/// Results checked against the store per sweep.
+const RECHECK_MAX: usize = 256;
+
+/// A result taken but not yet acknowledged.
+pub(crate) struct Unacked {
+    pub report_id: String,
+    pub sidecar: String,
+    pub result: AttemptResult,
+    pub since: Instant,
+}
+
+impl Fleet {
+    /// Sends `Ack`s for kept results whose attempts the engine has committed,
+    /// until `cancel`. Without an engine attached results are acknowledged when
+    /// taken (`service::handle`).
+    pub(crate) async fn acknowledge_commits(self, cancel: CancellationToken) {
+        let Some(engine) = self.inner.engine.get().cloned() else {
+            return;
+        };
+        let mut events = engine.subscribe();
+        loop {
+            let event = tokio::select! {
+                _ = cancel.cancelled() => return,
+                event = events.recv() => event,
+            };
+            match event {
+                Ok(e) => self.committed_event(&e).await,
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    debug!(missed = n, "engine events missed; checking kept results against the store");
+                    self.sweep_store(Duration::ZERO).await;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
+    async fn committed_event(&self, e: &RunEvent) {
+        let Some(node) = e.node.as_deref() else {
+            return;
+        };
+        // The end of an attempt; not a recovery (RUNNING → RUNNING, the attempt
+        // started again), whose resumed dispatch still needs the kept result.
+        if e.from != NodeState::Running.as_str() || e.to == NodeState::Running.as_str() {
+            return;
+        }
+        let done = self.take_unacked(|u| {
+            u.result.run_id == e.run_id && u.result.node == node && u.result.attempt <= e.attempt
+        });
+        self.send_acks(done).await;
+    }
+
+    /// Acknowledges kept results older than `age` whose attempt the store shows
+    /// ended: the node is no longer RUNNING, or that attempt has an outcome.
+    pub(crate) async fn sweep_store(&self, age: Duration) {
+        let Some(engine) = self.inner.engine.get().cloned() else {
+            return;
+        };
+        let old: Vec<(String, String, u32)> = {
+            let state = self.state();
+            let mut old: Vec<_> = state
+                .unacked
+                .values()
+                .filter(|u| u.since.elapsed() >= age)
+                .map(|u| (u.result.run_id.clone(), u.result.node.clone(), u.result.attempt))
+                .collect();
+            old.sort();
+            old.dedup();
+            old.truncate(RECHECK_MAX);
+            old
+        };
+        for (run_id, node, attempt) in old {
+            let ended = match engine.store().load_run(&run_id).await {
+                Ok(Some(stored)) => {
+                    let recorded = stored
+                        .attempts
+                        .iter()
+                        .any(|a| a.node == node && a.attempt == attempt && a.outcome.is_some());
+                    recorded
+                        || stored
+                            .nodes
+                            .iter()
+                            .find(|n| n.node == node)
+                            .is_none_or(|n| n.state != NodeState::Running)
+                }
+                // A run that is gone will record nothing.
+                Ok(None) => true,
+                Err(e) => {
+                    debug!(run_id = %run_id, error = %e, "cannot check a kept result against the store");
+                    false
+                }
+            };
+            if ended {
+                let done = self.take_unacked(|u| {
+                    u.result.run_id == run_id && u.result.node == node && u.result.attempt == attempt
+                });
+                self.send_acks(done).await;
+            }
+        }
+    }
+
+    fn take_unacked(&self, matches: impl Fn(&Unacked) -> bool) -> Vec<Unacked> {
+        let mut state = self.state();
+        let keys: Vec<(String, u32)> =
+            state.unacked.iter().filter(|(_, u)| matches(u)).map(|(k, _)| k.clone()).collect();
+        keys.into_iter().filter_map(|k| state.unacked.remove(&k)).collect()
+    }
+
+    /// Sends each `Ack` on its sidecar's current connection; a sidecar that is
+    /// not connected delivers the report again on its return and is acknowledged
+    /// then (its report id was seen and nothing is kept for it any more).
+    pub(crate) async fn send_acks(&self, done: Vec<Unacked>) {
+        for u in done {
+            let tx = self.state().sidecars.get(&u.sidecar).and_then(|s| s.tx.clone());
+            debug!(sidecar = %u.sidecar, report = %u.report_id, "result committed; acknowledged");
+            if let Some(tx) = tx {
+                let ack = ControlMsg::Ack(Ack { report_id: u.report_id });
+                if tx.send(Ok(madeira_proto::ControlMessage { msg: Some(ack) })).await.is_err() {
+                    warn!(sidecar = %u.sidecar, "sidecar gone before its result was acknowledged; it delivers it again");
+                }
+            }
+        }
+    }
+
+    /// The result kept for `job`'s attempt when `job` resumes it (its end was not
+    /// committed: the commit failed and the engine resumed the run from the store,
+    /// which starts the attempt again under the same idempotency key), to use
+    /// instead of running the job again.
+    pub(crate) fn take_kept(&self, key: &(String, u32), job: &madeira_engine::Job) -> Option<AttemptResult> {
+        if !job.resumed {
+            return None;
+        }
+        let state = self.state();
+        state
+            .unacked
+            .get(key)
+            .filter(|u| {
+                u.result.run_id == job.run_id && u.result.node == job.node && u.result.attempt <= job.attempt
+            })
+            .map(|u| u.result.clone())
+    }
+}
