@@ -31,6 +31,7 @@ mod recovery;
 mod replicas;
 mod semantics;
 mod sidecar;
+mod sql;
 mod support;
 mod tls;
 mod triggers;

@@ -42,6 +42,8 @@ pub struct AppState {
     pub log_control: Option<madeira_telemetry::LogControl>,
     /// The sidecar fleet (`GET /sidecars`), when the link runs.
     pub fleet: Option<madeira_fleet::Fleet>,
+    /// The SQL datasources (`GET /datasources`), when any are configured.
+    pub datasources: Option<Arc<madeira_sql::SqlExecutor>>,
 }
 
 impl AppState {
@@ -56,6 +58,7 @@ impl AppState {
             metrics: None,
             log_control: None,
             fleet: None,
+            datasources: None,
         }
     }
 
@@ -69,6 +72,12 @@ impl AppState {
     /// Serves the fleet view from `fleet`.
     pub fn with_fleet(mut self, fleet: madeira_fleet::Fleet) -> Self {
         self.fleet = Some(fleet);
+        self
+    }
+
+    /// Serves the datasource view (`GET /datasources`) from `sql`.
+    pub fn with_datasources(mut self, sql: Arc<madeira_sql::SqlExecutor>) -> Self {
+        self.datasources = Some(sql);
         self
     }
 

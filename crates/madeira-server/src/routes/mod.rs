@@ -2,6 +2,7 @@
 
 mod alerts;
 mod audit;
+mod datasources;
 mod flows;
 mod health;
 mod runs;
@@ -36,6 +37,7 @@ pub fn router(state: AppState) -> Router {
         .route("/alerts", get(alerts::list))
         .route("/alerts/test", post(alerts::test))
         .route("/sidecars", get(sidecars::list))
+        .route("/datasources", get(datasources::list))
         .fallback(|| async { ApiError::not_found("no such API route; see SPEC §9") });
     Router::new()
         .route("/healthz", get(health::healthz))
