@@ -262,6 +262,9 @@ impl Executor for SqlExecutor {
 /// The pool of one datasource, lazily connected; errors never include the URL.
 fn open_pool(config: &DatasourceConfig) -> Result<Pool, String> {
     let url = config.url.trim();
+    // Attempts bound their wait for a connection by the node's timeout. No ping
+    // before each use (a round trip per node): a dead connection fails the attempt
+    // as a retryable connection error and is not returned to the pool.
     let acquire = std::time::Duration::from_secs(24 * 3600);
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let options: sqlx::postgres::PgConnectOptions =
@@ -270,6 +273,7 @@ fn open_pool(config: &DatasourceConfig) -> Result<Pool, String> {
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(acquire)
+            .test_before_acquire(false)
             .connect_lazy_with(options.clone());
         return Ok(Pool::Pg(pool, options));
     }
@@ -280,6 +284,7 @@ fn open_pool(config: &DatasourceConfig) -> Result<Pool, String> {
         let pool = sqlx::mysql::MySqlPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(acquire)
+            .test_before_acquire(false)
             .connect_lazy_with(options.clone());
         return Ok(Pool::My(mysql::MyPool::new(pool, options)));
     }

@@ -112,6 +112,33 @@ impl TestDb {
         Ok(self.strings(&sql).await?.len())
     }
 
+    /// Mean time of `sql` (prepared once) run `n` times on one warm connection: the
+    /// statement's own time, for overhead figures.
+    pub async fn statement_time(&self, sql: &str, n: u32) -> Result<std::time::Duration, String> {
+        let e = |e: sqlx::Error| e.to_string();
+        let n = n.max(1);
+        match self.kind {
+            Kind::Postgres => {
+                let mut c = PgConnection::connect(&self.url).await.map_err(e)?;
+                sqlx::query(sql).fetch_all(&mut c).await.map_err(e)?;
+                let started = std::time::Instant::now();
+                for _ in 0..n {
+                    sqlx::query(sql).fetch_all(&mut c).await.map_err(e)?;
+                }
+                Ok(started.elapsed() / n)
+            }
+            Kind::Mysql => {
+                let mut c = MySqlConnection::connect(&self.url).await.map_err(e)?;
+                sqlx::query(sql).fetch_all(&mut c).await.map_err(e)?;
+                let started = std::time::Instant::now();
+                for _ in 0..n {
+                    sqlx::query(sql).fetch_all(&mut c).await.map_err(e)?;
+                }
+                Ok(started.elapsed() / n)
+            }
+        }
+    }
+
     /// Sessions connected to this database (other than the caller's).
     pub async fn sessions(&self) -> Result<usize, String> {
         let sql = match self.kind {

@@ -242,3 +242,39 @@ async fn rows_are_bounded_and_too_large_outputs_fail() {
     );
     assert!(error.contains("64 KiB output limit") && !retryable, "{error}");
 }
+
+/// Overhead of one SQL attempt on a warm pool over the statement's own time (the
+/// same prepared statement on a plain connection): `cargo test -p madeira-sql
+/// --test executor overhead -- --nocapture` prints the figures.
+async fn overhead(kind: Kind) {
+    let Some((db, exec)) = setup(kind, 1).await else { return };
+    let n = 200;
+    let attempt =
+        job("{datasource: db, statement: \"SELECT 1 AS one\", outputs: first_row}", 10 * SECOND, json!({}));
+    for _ in 0..20 {
+        outputs(run(&exec, attempt.clone()).await);
+    }
+    let started = Instant::now();
+    for _ in 0..n {
+        outputs(run(&exec, attempt.clone()).await);
+    }
+    let per_attempt = started.elapsed() / n;
+    let own = db.statement_time("SELECT 1 AS one", n).await.expect("baseline");
+    let overhead = per_attempt.saturating_sub(own);
+    eprintln!(
+        "{kind:?}: SQL attempt {per_attempt:?}, statement alone {own:?}, overhead {overhead:?} per node (warm pool, {} build)",
+        if cfg!(debug_assertions) { "debug" } else { "release" }
+    );
+    // Loose bound so a slow shared machine does not fail it; the figure is the report.
+    assert!(overhead < Duration::from_millis(50), "overhead {overhead:?}");
+}
+
+#[tokio::test]
+async fn pg_overhead_per_node() {
+    overhead(Kind::Postgres).await;
+}
+
+#[tokio::test]
+async fn mysql_overhead_per_node() {
+    overhead(Kind::Mysql).await;
+}
