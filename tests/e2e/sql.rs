@@ -277,3 +277,97 @@ async fn pg_pool_limit_holds_in_the_database() {
 async fn mysql_pool_limit_holds_in_the_database() {
     pool_limit_holds(Kind::Mysql).await;
 }
+
+/// `validate --config` names an unknown datasource with its line; `madeira
+/// datasources` lists the configured ones without their URLs (pools connect on
+/// first use, so no database is needed here).
+#[tokio::test]
+async fn validate_checks_datasources_and_the_cli_lists_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!("datasources:\n  - {{name: finance, url_env: {URL_ENV}, read_only: true}}\n"),
+    )
+    .expect("config");
+    let flow = dir.path().join("flow.yaml");
+    let write_flow = |ds: &str| {
+        std::fs::write(
+            &flow,
+            format!("flow: v\nnodes:\n  a:\n    run:\n      sql:\n        datasource: {ds}\n        statement: \"SELECT 1\"\n"),
+        )
+        .expect("flow")
+    };
+    let validate = || {
+        std::process::Command::new(crate::support::BIN)
+            .arg("validate")
+            .arg("--config")
+            .arg(&config)
+            .arg(&flow)
+            .output()
+            .expect("validate")
+    };
+    write_flow("financ");
+    let out = validate();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "{}:6: node a: unknown datasource `financ`; the server config has: finance",
+            flow.display()
+        )),
+        "{stdout}"
+    );
+    write_flow("finance");
+    assert_eq!(validate().status.code(), Some(0));
+
+    let secret_url = "postgres://app:cli-s3cret-pw@127.0.0.1:1/finance";
+    let (dev, logs) = start_logged(dir.path(), &config, &[(URL_ENV, secret_url)]);
+    let out = std::process::Command::new(crate::support::BIN)
+        .args(["datasources", "--server", &dev.base, "--output", "json"])
+        .output()
+        .expect("datasources");
+    let body: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(body["datasources"][0]["name"], "finance", "{body}");
+    assert_eq!(body["datasources"][0]["read_only"], true, "{body}");
+    let text = std::process::Command::new(crate::support::BIN)
+        .args(["datasources", "--server", &dev.base])
+        .output()
+        .expect("datasources");
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    assert!(text.contains("finance") && text.contains("read-only"), "{text}");
+    for shown in [body.to_string(), text, logs.lock().expect("logs").clone()] {
+        assert!(!shown.contains("cli-s3cret-pw"), "the password leaked: {shown}");
+    }
+}
+
+/// Cancelling the run cancels the statement on the server: the activity view
+/// shows no session of it within the grace.
+#[tokio::test]
+async fn pg_cancelling_a_run_cancels_its_statement_in_the_database() {
+    let Some(db) = db(Kind::Postgres).await else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (dev, _) = dev_on(dir.path(), &db.url, 2);
+    dev.put_flow(
+        "flow: sql-cancel\nnodes:\n  slow: {run: {sql: {datasource: db, statement: \"SELECT pg_sleep(60)\", grace: 3s}}}\n",
+    )
+    .await;
+    let run_id = dev.trigger("sql-cancel", json!({})).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.active_statements("pg_sleep(60)").await.expect("activity") == 0 {
+        assert!(Instant::now() < deadline, "the statement never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, body) = dev.post(&format!("/runs/{run_id}/cancel"), json!({}), &[]).await;
+    assert!(status < 300, "{status} {body}");
+    let cancelled = Instant::now();
+    let run = dev.finished(&run_id).await;
+    assert_eq!(run["status"], "CANCELLED", "{run}");
+    while db.active_statements("pg_sleep(60)").await.expect("activity") > 0 {
+        assert!(
+            cancelled.elapsed() < Duration::from_secs(3 + 2),
+            "the statement outlived the cancel and grace"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

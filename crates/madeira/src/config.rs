@@ -368,3 +368,47 @@ impl ServerConfig {
         Ok(AuthConfig { tokens: Some(entries) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(yaml: &str) -> ServerConfig {
+        serde_saphyr::from_str(yaml).expect("config")
+    }
+
+    #[test]
+    fn datasources_read_their_url_from_env_and_never_echo_it() {
+        let var = "MADEIRA_CONFIG_TEST_DS_URL";
+        let c = config(&format!("datasources:\n  - {{name: finance, url_env: {var}, max_connections: 3}}\n"));
+        let e = c.datasources("server.yaml").expect_err("unset env");
+        assert_eq!(
+            e.to_string(),
+            format!("server.yaml: datasources `finance`: env variable {var} is not set")
+        );
+        // SAFETY: this test alone uses the variable; the process's other tests never read it.
+        unsafe { std::env::set_var(var, " postgres://app:pw-xyz@db/finance\n") };
+        let ds = c.datasources("server.yaml").expect("datasources");
+        assert_eq!(
+            (ds[0].name.as_str(), ds[0].url.as_str(), ds[0].max_connections),
+            ("finance", "postgres://app:pw-xyz@db/finance", 3)
+        );
+        assert!(!format!("{ds:?}").contains("pw-xyz"));
+        let both = config("datasources:\n  - {name: x, url_env: A, url_file: /b}\n");
+        assert!(
+            both.datasources("s")
+                .expect_err("both")
+                .to_string()
+                .contains("exactly one of url_env or url_file")
+        );
+        let twice = config(&format!(
+            "datasources:\n  - {{name: x, url_env: {var}}}\n  - {{name: x, url_env: {var}}}\n"
+        ));
+        assert!(twice.datasources("s").expect_err("twice").to_string().contains("listed twice"));
+        let zero = config(&format!("datasources:\n  - {{name: x, url_env: {var}, max_connections: 0}}\n"));
+        assert!(zero.datasources("s").expect_err("zero").to_string().contains("at least 1"));
+        let inline: Result<ServerConfig, _> =
+            serde_saphyr::from_str("datasources:\n  - {name: x, url: postgres://a}\n");
+        assert!(inline.is_err(), "a URL in the config text is refused");
+    }
+}
