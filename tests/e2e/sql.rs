@@ -150,33 +150,51 @@ async fn mysql_timeout_fails_within_grace_and_leaves_no_session() {
     timeout_fails_within_grace(Kind::Mysql).await;
 }
 
-/// The statement catches its own cancellation: the attempt waits for it through
+/// The statement ignores its cancellation (PostgreSQL: it catches
+/// `query_canceled`; MariaDB: a procedure with a CONTINUE handler, which neither
+/// `max_statement_time` nor `KILL QUERY` stops): the attempt waits for it through
 /// `grace`, kills the session, and only then is the retry scheduled; the database
 /// never shows two of them at once.
-#[tokio::test]
-async fn pg_a_retry_never_overlaps_a_statement_ignoring_cancel() {
-    let Some(db) = db(Kind::Postgres).await else { return };
+async fn retry_never_overlaps_a_stubborn_statement(kind: Kind) {
+    let Some(db) = db(kind).await else { return };
+    let statement = match kind {
+        Kind::Postgres => {
+            "DO $$ BEGIN FOR i IN 1..600 LOOP BEGIN PERFORM pg_sleep(0.1); \
+             EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $$"
+        }
+        Kind::Mysql => {
+            db.exec(
+                "CREATE PROCEDURE stubborn() BEGIN DECLARE i INT DEFAULT 0; \
+                 DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END; \
+                 WHILE i < 600 DO DO SLEEP(0.1); SET i = i + 1; END WHILE; END",
+            )
+            .await
+            .expect("procedure");
+            "CALL stubborn()"
+        }
+    };
+    let needle = format!("{}(0.1)", sleep_fn(kind));
     let dir = tempfile::tempdir().expect("tempdir");
     let (dev, _) = dev_on(dir.path(), &db.url, 4);
-    dev.put_flow(
-        r#"flow: sql-stubborn
+    dev.put_flow(&format!(
+        "flow: sql-stubborn
 nodes:
   stubborn:
     timeout: 1s
-    retry: {attempts: 2, backoff: 50ms, factor: 1, max_backoff: 50ms, jitter: 0s}
+    retry: {{attempts: 2, backoff: 50ms, factor: 1, max_backoff: 50ms, jitter: 0s}}
     run:
       sql:
         datasource: db
-        statement: "DO $$ BEGIN FOR i IN 1..600 LOOP BEGIN PERFORM pg_sleep(0.1); EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $$"
+        statement: \"{statement}\"
         grace: 2s
-"#,
-    )
+"
+    ))
     .await;
     let run_id = dev.trigger("sql-stubborn", json!({})).await;
     let mut peak = 0;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(40);
     let run = loop {
-        peak = peak.max(db.active_statements("pg_sleep(0.1)").await.expect("activity"));
+        peak = peak.max(db.active_statements(&needle).await.expect("activity"));
         let (_, run) = dev.get(&format!("/runs/{run_id}")).await;
         if matches!(run["status"].as_str(), Some("SUCCESS" | "FAILED" | "CANCELLED")) {
             break run;
@@ -190,7 +208,17 @@ nodes:
     let logs = logs_of(&dev, &run_id, "stubborn").await;
     assert!(logs.contains("still in the database after the cancel"), "{logs}");
     assert!(logs.contains("killing session"), "{logs}");
-    assert_eq!(db.active_statements("pg_sleep(0.1)").await.expect("activity"), 0);
+    assert_eq!(db.active_statements(&needle).await.expect("activity"), 0);
+}
+
+#[tokio::test]
+async fn pg_a_retry_never_overlaps_a_statement_ignoring_cancel() {
+    retry_never_overlaps_a_stubborn_statement(Kind::Postgres).await;
+}
+
+#[tokio::test]
+async fn mysql_a_retry_never_overlaps_a_statement_ignoring_cancel() {
+    retry_never_overlaps_a_stubborn_statement(Kind::Mysql).await;
 }
 
 async fn deadlock_retried_syntax_not(kind: Kind) {
