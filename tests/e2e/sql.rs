@@ -294,6 +294,15 @@ async fn pool_limit_holds(kind: Kind) {
     assert!(in_use_peak <= 2, "in_use {in_use_peak}");
     let value: Value = dev.get("/datasources").await.1;
     assert_eq!(value["datasources"][0]["in_use"], 0, "{value}");
+    let scrape = dev.http.get(format!("{}/metrics", dev.base)).send().await.expect("scrape");
+    let scrape = scrape.text().await.expect("metrics");
+    for line in [
+        "madeira_sql_pool_max{datasource=\"db\"} 2",
+        "madeira_sql_pool_in_use{datasource=\"db\"} 0",
+        "madeira_sql_pool_waiting{datasource=\"db\"} 0",
+    ] {
+        assert!(scrape.lines().any(|l| l == line), "no `{line}` on /metrics");
+    }
 }
 
 #[tokio::test]
