@@ -18,10 +18,17 @@ const URL_ENV: &str = "MADEIRA_E2E_SQL_URL";
 
 /// A dev server whose config has datasource `db` on `url` (from env).
 fn dev_on(dir: &Path, url: &str, max_connections: u32) -> (Dev, Arc<Mutex<String>>) {
+    dev_named(dir, "db", url, max_connections)
+}
+
+/// As `dev_on`, the datasource called `name`.
+fn dev_named(dir: &Path, name: &str, url: &str, max_connections: u32) -> (Dev, Arc<Mutex<String>>) {
     let config = dir.join("config.yaml");
     std::fs::write(
         &config,
-        format!("datasources:\n  - {{name: db, url_env: {URL_ENV}, max_connections: {max_connections}}}\n"),
+        format!(
+            "datasources:\n  - {{name: {name}, url_env: {URL_ENV}, max_connections: {max_connections}}}\n"
+        ),
     )
     .expect("config");
     start_logged(dir, &config, &[(URL_ENV, url)])
@@ -407,4 +414,48 @@ async fn pg_cancelling_a_run_cancels_its_statement_in_the_database() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// `examples/sql-settlement.yaml` runs as written, with its tables.
+async fn the_example_runs(kind: Kind) {
+    let Some(db) = db(kind).await else { return };
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sql-settlement.yaml"))
+            .expect("example");
+    db.exec("CREATE TABLE payments (day VARCHAR(10), amount BIGINT)").await.expect("payments");
+    db.exec(
+        "CREATE TABLE settlements (day VARCHAR(10) PRIMARY KEY, total BIGINT, payments BIGINT, run_id VARCHAR(64))",
+    )
+    .await
+    .expect("settlements");
+    db.exec("INSERT INTO payments VALUES ('2026-12-01', 1250), ('2026-12-01', 750), ('2026-11-30', 5)")
+        .await
+        .expect("rows");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (dev, _) = dev_named(dir.path(), "finance", &db.url, 4);
+    dev.put_flow(&example).await;
+    for _ in 0..2 {
+        let run_id = dev.trigger("sql-settlement", json!({"day": "2026-12-01"})).await;
+        let run = dev.finished(&run_id).await;
+        assert_eq!(run["status"], "SUCCESS", "{run}");
+    }
+    let row = match kind {
+        Kind::Postgres => "SELECT day || '|' || total || '|' || payments FROM settlements",
+        Kind::Mysql => "SELECT CONCAT(day, '|', total, '|', payments) FROM settlements",
+    };
+    assert_eq!(
+        db.strings(row).await.expect("settlements"),
+        ["2026-12-01|2000|2"],
+        "one row per day, rerun-safe"
+    );
+}
+
+#[tokio::test]
+async fn pg_the_example_runs() {
+    the_example_runs(Kind::Postgres).await;
+}
+
+#[tokio::test]
+async fn mysql_the_example_runs() {
+    the_example_runs(Kind::Mysql).await;
 }
