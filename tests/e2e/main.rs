@@ -38,6 +38,7 @@ mod recovery;
 mod replicas;
 mod semantics;
 mod sidecar;
+mod sql;
 mod support;
 mod tls;
 mod triggers;

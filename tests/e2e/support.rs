@@ -221,3 +221,42 @@ pub async fn sigterm_and_wait(child: &mut Child, secs: u64) -> std::process::Exi
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `madeira dev --config FILE --log-level debug` with `env`, keeping every stderr
+/// line (to check what the server logged).
+pub fn start_logged(
+    dir: &Path,
+    config: &Path,
+    env: &[(&str, &str)],
+) -> (Dev, std::sync::Arc<std::sync::Mutex<String>>) {
+    use std::sync::{Arc, Mutex};
+    let mut child = Command::new(BIN)
+        .args(["dev", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--log-level", "debug", "--data"])
+        .arg(dir.join("data"))
+        .arg("--config")
+        .arg(config)
+        .envs(env.iter().copied())
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn madeira dev");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let logs = Arc::new(Mutex::new(String::new()));
+    let base = loop {
+        let line = lines.next().expect("madeira dev exited before serving").expect("read stderr");
+        logs.lock().expect("logs").push_str(&format!("{line}\n"));
+        if let Some(rest) = line.strip_prefix("madeira dev: API on ") {
+            let url = rest.split_whitespace().next().expect("url");
+            break url.trim_end_matches("/api/v1").to_string();
+        }
+    };
+    let sink = logs.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            sink.lock().expect("logs").push_str(&format!("{line}\n"));
+        }
+    });
+    (Dev { child, base, http: client(None), grpc: String::new() }, logs)
+}

@@ -105,6 +105,7 @@ pub fn node_kind(def: &FlowDef, v: usize) -> String {
         NodeAction::Manual(_) => "manual".into(),
         NodeAction::Run(madeira_core::ExecutorDef::Sidecar(s)) => format!("sidecar {}", s.job),
         NodeAction::Run(madeira_core::ExecutorDef::Http(_)) => "http".into(),
+        NodeAction::Run(madeira_core::ExecutorDef::Sql(s)) => format!("sql {}", s.datasource),
         NodeAction::Run(madeira_core::ExecutorDef::Builtin(_)) => "builtin".into(),
     }
 }

@@ -49,6 +49,68 @@ impl KeyExpr {
     }
 }
 
+/// A compiled CEL expression whose value is taken as JSON (SQL bind values).
+#[derive(Clone)]
+pub struct ValueExpr {
+    program: Program,
+}
+
+impl fmt::Debug for ValueExpr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ValueExpr({:?})", self.program.source())
+    }
+}
+
+impl PartialEq for ValueExpr {
+    fn eq(&self, other: &Self) -> bool {
+        self.program.source() == other.program.source()
+    }
+}
+
+impl ValueExpr {
+    pub fn compile(source: &str) -> Result<Self, ExprError> {
+        Program::compile(source).map(|program| Self { program })
+    }
+
+    pub fn source(&self) -> &str {
+        self.program.source()
+    }
+
+    /// The value as JSON: bytes become lists of numbers, other non-JSON values
+    /// (functions, timestamps) their debug text.
+    pub fn eval(&self, params: &Json, nodes: &Json) -> Result<Json, ExprError> {
+        self.program.eval(params, nodes).map(|v| to_json(&v))
+    }
+}
+
+fn to_json(value: &cel::Value) -> Json {
+    match value {
+        cel::Value::Null => Json::Null,
+        cel::Value::Bool(b) => Json::Bool(*b),
+        cel::Value::Int(i) => Json::from(*i),
+        cel::Value::UInt(u) => Json::from(*u),
+        cel::Value::Float(f) => serde_json::Number::from_f64(*f).map(Json::Number).unwrap_or(Json::Null),
+        cel::Value::String(s) => Json::String(s.to_string()),
+        cel::Value::Bytes(b) => Json::Array(b.iter().map(|x| Json::from(*x)).collect()),
+        cel::Value::List(items) => Json::Array(items.iter().map(to_json).collect()),
+        cel::Value::Map(map) => Json::Object(
+            map.map
+                .iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        cel::objects::Key::Int(i) => i.to_string(),
+                        cel::objects::Key::Uint(u) => u.to_string(),
+                        cel::objects::Key::Bool(b) => b.to_string(),
+                        cel::objects::Key::String(s) => s.to_string(),
+                    };
+                    (key, to_json(v))
+                })
+                .collect(),
+        ),
+        other => Json::String(format!("{other:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,5 +123,14 @@ mod tests {
         let n = KeyExpr::compile("params.shop_id").expect("compiles");
         assert_eq!(n.eval(&json!({"shop_id": 123}), &json!({})).expect("evaluates"), "123");
         assert!(KeyExpr::compile("params.").is_err());
+    }
+
+    #[test]
+    fn values_are_json() {
+        let v = ValueExpr::compile("{'a': [1, params.x, 'y'], 'b': null}").expect("compiles");
+        assert_eq!(
+            v.eval(&json!({"x": 2.5}), &json!({})).expect("evaluates"),
+            json!({"a": [1, 2.5, "y"], "b": null})
+        );
     }
 }

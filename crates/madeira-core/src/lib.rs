@@ -14,6 +14,7 @@ pub mod retry;
 pub mod rootcause;
 pub mod schedule;
 pub mod spec;
+pub mod sqltext;
 pub mod state;
 pub mod text;
 pub mod timebound;

@@ -166,6 +166,34 @@ pub enum ExecutorDef {
     Builtin(BuiltinDef),
     Http(HttpDef),
     Sidecar(SidecarDef),
+    Sql(SqlDef),
+}
+
+/// `run: {sql: …}`: statements against a datasource of the server config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SqlDef {
+    /// A name in the server config's `datasources:`.
+    pub datasource: String,
+    /// Line of `datasource` in the flow file, for errors found later (`validate --config`).
+    pub datasource_line: Option<usize>,
+    /// `statement` (one) or the statements of `script` (run in one transaction).
+    pub statements: Vec<String>,
+    /// Bind values by name (`:name` in the statements), CEL over `params` and `nodes`.
+    pub params: BTreeMap<String, crate::keyexpr::ValueExpr>,
+    pub outputs: SqlOutputs,
+    /// How long a statement may outlive its cancellation before its session is killed.
+    pub grace: Duration,
+}
+
+/// What a SQL node's outputs are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqlOutputs {
+    /// The columns of the first row of the last statement (none: no outputs).
+    FirstRow,
+    /// `{rows: [...], count}`: at most this many rows of the last statement.
+    Rows(u32),
+    /// `{affected}`: rows changed by all statements.
+    Affected,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -57,6 +57,8 @@ pub struct AppState {
     pub fleet: Option<madeira_fleet::Fleet>,
     /// Ends long-lived answers (log streams), so a graceful stop is not held open.
     pub shutdown: CancellationToken,
+    /// The SQL datasources (`GET /datasources`), when any are configured.
+    pub datasources: Option<Arc<madeira_sql::SqlExecutor>>,
 }
 
 impl AppState {
@@ -72,6 +74,7 @@ impl AppState {
             log_control: None,
             fleet: None,
             shutdown: CancellationToken::new(),
+            datasources: None,
         }
     }
 
@@ -91,6 +94,12 @@ impl AppState {
     /// Serves the fleet view from `fleet`.
     pub fn with_fleet(mut self, fleet: madeira_fleet::Fleet) -> Self {
         self.fleet = Some(fleet);
+        self
+    }
+
+    /// Serves the datasource view (`GET /datasources`) from `sql`.
+    pub fn with_datasources(mut self, sql: Arc<madeira_sql::SqlExecutor>) -> Self {
+        self.datasources = Some(sql);
         self
     }
 

@@ -249,6 +249,14 @@ pub struct AlertTestAnswer {
     pub error: Option<String>,
 }
 
+/// `GET /datasources`: the SQL datasources of the server config and their pools
+/// (never their URLs).
+#[derive(Serialize, ToSchema)]
+pub struct DatasourcesView {
+    /// `{name, kind, max_connections, read_only, in_use, waiting, open, idle}` per datasource.
+    pub datasources: Vec<Value>,
+}
+
 /// `GET /sidecars`: the fleet this replica sees.
 #[derive(Serialize, ToSchema)]
 pub struct SidecarsView {

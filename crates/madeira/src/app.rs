@@ -58,6 +58,8 @@ pub struct PlaneOptions {
     pub fleet: Option<crate::sidecars::FleetSetup>,
     /// On shutdown, how long in-process (http, builtin) attempts may finish.
     pub shutdown_grace: std::time::Duration,
+    /// SQL datasources (`datasources:` of the server config).
+    pub datasources: Vec<madeira_sql::DatasourceConfig>,
 }
 
 /// Opens the store named by `url` (`sqlite://…` or `postgres://…`/`postgresql://…`)
@@ -137,6 +139,15 @@ impl ControlPlane {
             .as_ref()
             .map(|setup| madeira_fleet::Fleet::new(setup.options.clone(), telemetry.registry_mut()));
         executors.sidecar = fleet.as_ref().map(|f| f.executor());
+        let sql = if options.datasources.is_empty() {
+            None
+        } else {
+            let names: Vec<String> = options.datasources.iter().map(|d| d.name.clone()).collect();
+            let sql = madeira_sql::SqlExecutor::new(options.datasources, telemetry.registry_mut())?;
+            tracing::info!(datasources = ?names, "SQL datasources configured (pools connect on first use)");
+            Some(Arc::new(sql))
+        };
+        executors.sql = sql.clone().map(|s| s as Arc<dyn madeira_engine::Executor>);
         let redis_url = options.engine.redis.clone();
         let engine_options = EngineOptions { tracing: telemetry.tracing(), ..options.engine };
         let (engine, handle) = madeira_engine::build(store, executors, observers.clone(), engine_options);
@@ -164,6 +175,9 @@ impl ControlPlane {
                 .with_shutdown(drain.clone());
             if let Some(parts) = &fleet {
                 state = state.with_fleet(parts.fleet.clone());
+            }
+            if let Some(sql) = &sql {
+                state = state.with_datasources(sql.clone());
             }
             if let Some(url) = &redis_url {
                 state = state.with_redis(url);

@@ -100,6 +100,9 @@ pub enum Command {
     Validate {
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Server config: SQL nodes must name one of its `datasources:`.
+        #[arg(long)]
+        config: Option<PathBuf>,
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -215,6 +218,11 @@ pub enum Command {
     },
     /// The sidecar fleet: name, group, version, jobs, attempts running, heartbeat age.
     Sidecars {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// The SQL datasources: kind, pool size, statements running, waiting (no URLs).
+    Datasources {
         #[command(flatten)]
         server: ServerArgs,
     },

@@ -53,6 +53,23 @@ pub struct ServerConfig {
     pub tls: Option<crate::tls::HttpTls>,
     /// TLS on the sidecar link; `client_ca_file` makes it mTLS.
     pub grpc_tls: Option<crate::tls::GrpcTls>,
+    /// SQL datasources for `run: {sql: …}` nodes (SPEC §4.2).
+    #[serde(default)]
+    pub datasources: Vec<DatasourceSpec>,
+}
+
+/// One `datasources:` entry; the URL comes from env or a file, never the config text.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasourceSpec {
+    pub name: String,
+    pub url_env: Option<String>,
+    pub url_file: Option<PathBuf>,
+    /// Pool size, and so the limit of concurrent statements (default 4).
+    pub max_connections: Option<u32>,
+    /// Statements run in read-only transactions.
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -209,6 +226,54 @@ impl ServerConfig {
         self.grpc_tls.as_ref().map(crate::tls::grpc_config).transpose().map_err(err)
     }
 
+    /// The `datasources:` with their URLs read from env or files; errors name the
+    /// entry and the variable or file, never the URL.
+    pub fn datasources(&self, file: &str) -> Result<Vec<madeira_sql::DatasourceConfig>, ConfigError> {
+        let err = |message: String| ConfigError { file: file.to_string(), message };
+        let mut out: Vec<madeira_sql::DatasourceConfig> = Vec::new();
+        for spec in &self.datasources {
+            let name = spec.name.trim();
+            let valid = !name.is_empty()
+                && name.len() <= 63
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !valid {
+                return Err(err(format!(
+                    "datasources: name `{name}` must be 1 to 63 characters of letters, digits, `_` and `-`"
+                )));
+            }
+            if out.iter().any(|d| d.name == name) {
+                return Err(err(format!("datasources: `{name}` is listed twice")));
+            }
+            let url = match (&spec.url_env, &spec.url_file) {
+                (Some(var), None) => std::env::var(var)
+                    .map_err(|_| err(format!("datasources `{name}`: env variable {var} is not set")))?,
+                (None, Some(path)) => crate::files::read_text(path, crate::files::Confine::Anywhere)
+                    .map_err(|e| err(format!("datasources `{name}`: {}: {}", path.display(), e.problem)))?,
+                _ => {
+                    return Err(err(format!(
+                        "datasources `{name}`: give exactly one of url_env or url_file (the URL is a secret)"
+                    )));
+                }
+            };
+            let max_connections = spec.max_connections.unwrap_or(4);
+            if max_connections == 0 {
+                return Err(err(format!("datasources `{name}`: max_connections must be at least 1")));
+            }
+            out.push(madeira_sql::DatasourceConfig {
+                name: name.to_string(),
+                url: url.trim().to_string(),
+                max_connections,
+                read_only: spec.read_only,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The datasource names only (no URL is read): what `validate --config` checks.
+    pub fn datasource_names(&self) -> Vec<String> {
+        self.datasources.iter().map(|d| d.name.trim().to_string()).collect()
+    }
+
     /// Sidecar group tokens, read from their env variables or files.
     pub fn sidecar_tokens(&self, file: &str) -> Result<Vec<madeira_fleet::GroupToken>, ConfigError> {
         let err = |message: String| ConfigError { file: file.to_string(), message };
@@ -301,5 +366,49 @@ impl ServerConfig {
             entries.push(TokenEntry { name: spec.name.clone(), role: spec.role, token });
         }
         Ok(AuthConfig { tokens: Some(entries) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(yaml: &str) -> ServerConfig {
+        serde_saphyr::from_str(yaml).expect("config")
+    }
+
+    #[test]
+    fn datasources_read_their_url_from_env_and_never_echo_it() {
+        let var = "MADEIRA_CONFIG_TEST_DS_URL";
+        let c = config(&format!("datasources:\n  - {{name: finance, url_env: {var}, max_connections: 3}}\n"));
+        let e = c.datasources("server.yaml").expect_err("unset env");
+        assert_eq!(
+            e.to_string(),
+            format!("server.yaml: datasources `finance`: env variable {var} is not set")
+        );
+        // SAFETY: this test alone uses the variable; the process's other tests never read it.
+        unsafe { std::env::set_var(var, " postgres://app:pw-xyz@db/finance\n") };
+        let ds = c.datasources("server.yaml").expect("datasources");
+        assert_eq!(
+            (ds[0].name.as_str(), ds[0].url.as_str(), ds[0].max_connections),
+            ("finance", "postgres://app:pw-xyz@db/finance", 3)
+        );
+        assert!(!format!("{ds:?}").contains("pw-xyz"));
+        let both = config("datasources:\n  - {name: x, url_env: A, url_file: /b}\n");
+        assert!(
+            both.datasources("s")
+                .expect_err("both")
+                .to_string()
+                .contains("exactly one of url_env or url_file")
+        );
+        let twice = config(&format!(
+            "datasources:\n  - {{name: x, url_env: {var}}}\n  - {{name: x, url_env: {var}}}\n"
+        ));
+        assert!(twice.datasources("s").expect_err("twice").to_string().contains("listed twice"));
+        let zero = config(&format!("datasources:\n  - {{name: x, url_env: {var}, max_connections: 0}}\n"));
+        assert!(zero.datasources("s").expect_err("zero").to_string().contains("at least 1"));
+        let inline: Result<ServerConfig, _> =
+            serde_saphyr::from_str("datasources:\n  - {name: x, url: postgres://a}\n");
+        assert!(inline.is_err(), "a URL in the config text is refused");
     }
 }

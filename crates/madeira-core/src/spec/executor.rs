@@ -1,5 +1,6 @@
 //! Executors, the shape shared by `run` and `manual.fallback`: exactly one of
-//! `builtin` (noop, sleep, fail), `http` (URL and method checked) or `sidecar`.
+//! `builtin` (noop, sleep, fail), `http` (URL and method checked), `sidecar` or
+//! `sql` (checked in `sql`).
 
 use crate::keyexpr::KeyExpr;
 use crate::model::{BuiltinDef, BuiltinKind, ExecutorDef, HttpDef, SidecarDef, SidecarRoute};
@@ -22,13 +23,17 @@ pub(crate) fn executor(
         raw.builtin.as_ref().map(|_| "builtin"),
         raw.http.as_ref().map(|_| "http"),
         raw.sidecar.as_ref().map(|_| "sidecar"),
+        raw.sql.as_ref().map(|_| "sql"),
     ]
     .into_iter()
     .flatten()
     .collect();
     if kinds.len() != 1 {
         let has = if kinds.is_empty() { "none".to_string() } else { one_of(&kinds).replace(" or ", " and ") };
-        report.push(at, format!("`{field}` needs exactly one of `builtin`, `http` or `sidecar` (has {has})"));
+        report.push(
+            at,
+            format!("`{field}` needs exactly one of `builtin`, `http`, `sidecar` or `sql` (has {has})"),
+        );
         return None;
     }
     if let Some(b) = &raw.builtin {
@@ -46,6 +51,9 @@ pub(crate) fn executor(
     if !extra.is_empty() {
         let fields = one_of(&extra).replace(" or ", ", ");
         report.push(at, format!("{fields} only apply to `builtin` executors; remove them from `{field}`"));
+    }
+    if let Some(s) = &raw.sql {
+        return super::sql::sql(report, at.at(s), &s.value).map(ExecutorDef::Sql);
     }
     match (&raw.http, &raw.sidecar) {
         (Some(h), _) => http(report, at.at(h), &h.value).map(ExecutorDef::Http),

@@ -13,6 +13,7 @@ mod node;
 mod outline;
 mod raw;
 mod report;
+mod sql;
 mod trigger;
 mod yaml;
 

@@ -111,6 +111,20 @@ pub(crate) struct RawExecutor {
     pub outputs: Option<serde_json::Map<String, Json>>,
     pub http: Option<Span<RawHttp>>,
     pub sidecar: Option<Span<RawSidecar>>,
+    pub sql: Option<Span<RawSql>>,
+}
+
+/// `sql: {datasource, statement | script, params, outputs, max_rows, grace}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSql {
+    pub datasource: Option<Span<String>>,
+    pub statement: Option<Span<String>>,
+    pub script: Option<Span<String>>,
+    pub params: Option<Ordered<Span<String>, Span<String>>>,
+    pub outputs: Option<Span<String>>,
+    pub max_rows: Option<Span<i64>>,
+    pub grace: Option<Span<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,5 +1,6 @@
 //! Executors run one attempt of a node. `builtin` and `http` live here; the
-//! sidecar executor plugs in through the `Executor` trait. Every attempt is bounded
+//! sidecar executor (madeira-fleet) and the SQL executor (madeira-sql) plug in
+//! through the `Executor` trait. Every attempt is bounded
 //! by the node's timeout and can be aborted through its cancellation token.
 
 mod builtin;
@@ -80,11 +81,13 @@ pub struct Executors {
     pub http: HttpExecutor,
     /// Jobs on sidecars; `None` until a sidecar link is configured.
     pub sidecar: Option<Arc<dyn Executor>>,
+    /// SQL nodes against the configured datasources; `None`: none configured.
+    pub sql: Option<Arc<dyn Executor>>,
 }
 
 impl Executors {
     pub fn new(http: HttpPolicy) -> Self {
-        Self { http: HttpExecutor::new(http), sidecar: None }
+        Self { http: HttpExecutor::new(http), sidecar: None, sql: None }
     }
 
     /// True when an attempt of `def` runs inside this process (http, builtin), false
@@ -108,11 +111,27 @@ impl Executors {
         if let (ExecutorDef::Sidecar(_), Some(sidecar)) = (&job.executor, &self.sidecar) {
             return sidecar.execute(job, cancel).await;
         }
+        // SQL attempts enforce the timeout in the database and end only once the
+        // statement is gone there (cancelled, or its session killed after `grace`).
+        if let ExecutorDef::Sql(def) = &job.executor {
+            return match &self.sql {
+                Some(sql) => sql.execute(job, cancel).await,
+                None => AttemptResult::failure(
+                    format!(
+                        "no datasources configured: node needs datasource `{}`; add `datasources:` \
+                         to the server config",
+                        def.datasource
+                    ),
+                    false,
+                ),
+            };
+        }
         let timeout = job.timeout;
         let work = async {
             match &job.executor {
                 ExecutorDef::Builtin(def) => builtin::run(def, job.attempt, &cancel).await,
                 ExecutorDef::Http(_) => self.http.execute(job.clone(), cancel.clone()).await,
+                ExecutorDef::Sql(_) => AttemptResult::failure("sql node outside the sql executor", false),
                 ExecutorDef::Sidecar(def) => match &self.sidecar {
                     Some(sidecar) => sidecar.execute(job.clone(), cancel.clone()).await,
                     None => AttemptResult::failure(

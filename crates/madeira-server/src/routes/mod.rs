@@ -2,6 +2,7 @@
 
 mod alerts;
 mod audit;
+mod datasources;
 mod flows;
 pub(crate) mod follow;
 mod health;
@@ -54,6 +55,7 @@ pub(crate) fn api_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
         ("/alerts", get(alerts::list)),
         ("/alerts/test", post(alerts::test)),
         ("/sidecars", get(sidecars::list)),
+        ("/datasources", get(datasources::list)),
     ]
 }
 

@@ -70,6 +70,9 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Sidecars { server } => {
             print(&server, Client::new(&server)?.get("/sidecars").await?, super::sidecar::fleet_text)
         }
+        Command::Datasources { server } => {
+            print(&server, Client::new(&server)?.get("/datasources").await?, datasources_text)
+        }
         _ => bail!("not a client command"),
     }
 }
@@ -367,6 +370,28 @@ fn audit_text(body: &Value) -> String {
             str_of(&e["run_id"]),
             str_of(&e["node"]),
             str_of(&e["reason"])
+        ));
+    }
+    out.trim_end().to_string()
+}
+
+/// `madeira datasources` as a table.
+fn datasources_text(body: &Value) -> String {
+    let mut out = format!(
+        "{:<20} {:<9} {:>4} {:>7} {:>7} {:>5} {:>5}  {}\n",
+        "NAME", "KIND", "MAX", "IN_USE", "WAITING", "OPEN", "IDLE", "MODE"
+    );
+    for d in body["datasources"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{:<20} {:<9} {:>4} {:>7} {:>7} {:>5} {:>5}  {}\n",
+            d["name"].as_str().unwrap_or(""),
+            d["kind"].as_str().unwrap_or(""),
+            d["max_connections"],
+            d["in_use"],
+            d["waiting"],
+            d["open"],
+            d["idle"],
+            if d["read_only"].as_bool() == Some(true) { "read-only" } else { "read-write" },
         ));
     }
     out.trim_end().to_string()

@@ -27,7 +27,7 @@ pub async fn run(cli: Cli, telemetry: TelemetryOptions) -> Result<ExitCode> {
         Command::Serve { config } => servers::serve(&config, telemetry).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args, telemetry).await,
-        Command::Validate { files, output } => offline::validate(&files, output),
+        Command::Validate { files, config, output } => offline::validate(&files, config.as_deref(), output),
         Command::Cron { command } => offline::cron(command),
         Command::Alerts(args) => alerts::run(args).await,
         Command::Sidecar { config } => sidecar::run(&config).await,

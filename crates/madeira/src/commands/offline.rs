@@ -8,7 +8,12 @@ use serde_json::json;
 
 use crate::cli::{CronCommand, Output};
 
-pub fn validate(files: &[PathBuf], output: Output) -> Result<ExitCode> {
+pub fn validate(files: &[PathBuf], config: Option<&std::path::Path>, output: Output) -> Result<ExitCode> {
+    // With a server config, SQL nodes must name one of its datasources.
+    let datasources = match config {
+        Some(path) => Some(crate::config::ServerConfig::load(path)?.datasource_names()),
+        None => None,
+    };
     let mut errors = Vec::new();
     let mut valid = Vec::new();
     for file in files {
@@ -21,7 +26,13 @@ pub fn validate(files: &[PathBuf], output: Output) -> Result<ExitCode> {
             }
         };
         match madeira_core::spec::parse_flow(&name, &source) {
-            Ok(def) => valid.push(json!({"file": name, "flow": def.name, "nodes": def.nodes.len()})),
+            Ok(def) => {
+                let unknown = datasources.as_ref().map(|known| unknown_datasources(&name, &def, known));
+                match unknown {
+                    Some(found) if !found.is_empty() => errors.extend(found),
+                    _ => valid.push(json!({"file": name, "flow": def.name, "nodes": def.nodes.len()})),
+                }
+            }
             Err(e) => errors.extend(e.0.iter().map(ToString::to_string)),
         }
     }
@@ -42,6 +53,31 @@ pub fn validate(files: &[PathBuf], output: Output) -> Result<ExitCode> {
         }
     }
     Ok(if errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// `FILE:LINE: node X: unknown datasource` for each SQL node (run or manual
+/// fallback) naming a datasource that is not in `known`.
+fn unknown_datasources(file: &str, def: &madeira_core::FlowDef, known: &[String]) -> Vec<String> {
+    use madeira_core::{ExecutorDef, NodeAction};
+    let mut out = Vec::new();
+    for node in &def.nodes {
+        let exec = match &node.action {
+            NodeAction::Run(e) => Some(e),
+            NodeAction::Manual(m) => m.fallback.as_ref(),
+        };
+        if let Some(ExecutorDef::Sql(sql)) = exec
+            && !known.contains(&sql.datasource)
+        {
+            let have = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+            out.push(format!(
+                "{file}:{}: node {}: unknown datasource `{}`; the server config has: {have}",
+                sql.datasource_line.unwrap_or(1),
+                node.id,
+                sql.datasource
+            ));
+        }
+    }
+    out
 }
 
 pub fn cron(command: CronCommand) -> Result<ExitCode> {

@@ -72,6 +72,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     let alerts = config.alerts(&file)?;
     let plane = ControlPlane::start(PlaneOptions {
         shutdown_grace: config.shutdown_grace(&file)?,
+        datasources: config.datasources(&file)?,
         observers: Vec::new(),
         telemetry: telemetry.clone(),
         store_url,
@@ -162,6 +163,7 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
     };
     let plane = ControlPlane::start(PlaneOptions {
         shutdown_grace: config.shutdown_grace(&file)?,
+        datasources: config.datasources(&file)?,
         observers: Vec::new(),
         telemetry: telemetry.clone(),
         store_url,
