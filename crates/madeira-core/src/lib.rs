@@ -16,8 +16,8 @@ pub mod state;
 pub mod text;
 
 pub use model::{
-    ConcurrencyDef, DepKind, ExecutorDef, FlowDef, ManualDef, Need, NodeAction, NodeDef, OnOverlap,
-    TriggerDef,
+    ConcurrencyDef, DepKind, ExecutorDef, FlowDef, ManualDef, MessageTriggerDef, Need, NodeAction, NodeDef,
+    OnOverlap, OnPaused, TriggerDef,
 };
 pub use plan::{Action, Command, NodeChange, NodeRt, Plan, PlanCtx, Refusal, RunChange, RunSnapshot};
 pub use retry::RetryPolicy;
