@@ -4,6 +4,7 @@
 mod alerts;
 mod api;
 mod auth;
+mod brokers;
 mod cli;
 mod cli_files;
 mod cluster;
@@ -21,6 +22,9 @@ mod fleet_shutdown;
 mod forwarding;
 mod governance;
 mod hostile;
+mod messages;
+mod messages_nats;
+mod messages_redis;
 mod nodelay;
 mod observability;
 mod otlp;

@@ -42,7 +42,8 @@ impl Dev {
         Dev::start_with_all(dir, extra, &[])
     }
 
-    fn start_with_all(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Dev {
+    /// As `start_in`, with more arguments and environment variables.
+    pub fn start_with_all(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Dev {
         let grpc = if extra.contains(&"--grpc") { &[][..] } else { &["--grpc", "127.0.0.1:0"][..] };
         let mut cmd = Command::new(BIN);
         cmd.args(["dev", "--http", "127.0.0.1:0", "--data"])

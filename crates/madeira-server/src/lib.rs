@@ -42,7 +42,12 @@ pub struct AppState {
     pub log_control: Option<madeira_telemetry::LogControl>,
     /// The sidecar fleet (`GET /sidecars`), when the link runs.
     pub fleet: Option<madeira_fleet::Fleet>,
+    /// The message sources' states (`GET /sources`), when any are configured.
+    pub sources: Option<SourcesView>,
 }
+
+/// Renders the message sources' states as JSON (no URLs, no credentials).
+pub type SourcesView = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
 
 impl AppState {
     pub fn new(engine: EngineHandle, auth: AuthConfig) -> Self {
@@ -56,7 +61,14 @@ impl AppState {
             metrics: None,
             log_control: None,
             fleet: None,
+            sources: None,
         }
+    }
+
+    /// Serves `GET /sources` from `view`.
+    pub fn with_sources(mut self, view: SourcesView) -> Self {
+        self.sources = Some(view);
+        self
     }
 
     /// Shares trigger rate limits and the event cache with other replicas
@@ -97,12 +109,7 @@ impl AppState {
         flow: &str,
         limit: Option<madeira_core::model::RateLimitDef>,
     ) -> Result<(), ApiError> {
-        let limit = limit.unwrap_or(ratelimit::DEFAULT_LIMIT);
-        let verdict = match self.shared.take(flow, limit).await {
-            Some(verdict) => verdict,
-            None => self.rate_limits.check(flow, Some(limit)),
-        };
-        verdict.map_err(|wait| {
+        self.rate_wait(flow, limit).await.map_err(|wait| {
             let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
             ApiError::new(
                 axum::http::StatusCode::TOO_MANY_REQUESTS,
@@ -111,6 +118,20 @@ impl AppState {
             )
             .with_details(serde_json::json!({"retry_after_seconds": secs}))
         })
+    }
+
+    /// Takes one trigger from `flow`'s rate limit (as `check_rate`), or says how
+    /// long to wait: message triggers redeliver after it.
+    pub async fn rate_wait(
+        &self,
+        flow: &str,
+        limit: Option<madeira_core::model::RateLimitDef>,
+    ) -> Result<(), std::time::Duration> {
+        let limit = limit.unwrap_or(ratelimit::DEFAULT_LIMIT);
+        match self.shared.take(flow, limit).await {
+            Some(verdict) => verdict,
+            None => self.rate_limits.check(flow, Some(limit)),
+        }
     }
 
     pub fn mark_ready(&self) {

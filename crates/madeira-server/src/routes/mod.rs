@@ -6,6 +6,7 @@ mod flows;
 mod health;
 mod runs;
 mod sidecars;
+mod sources;
 mod telemetry;
 mod triggers;
 
@@ -36,6 +37,7 @@ pub fn router(state: AppState) -> Router {
         .route("/alerts", get(alerts::list))
         .route("/alerts/test", post(alerts::test))
         .route("/sidecars", get(sidecars::list))
+        .route("/sources", get(sources::list))
         .fallback(|| async { ApiError::not_found("no such API route; see SPEC §9") });
     Router::new()
         .route("/healthz", get(health::healthz))

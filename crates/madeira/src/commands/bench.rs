@@ -197,6 +197,7 @@ async fn start_planes(
                 http: None,
                 http_tls: None,
                 alerts: Default::default(),
+                sources: Vec::new(),
             })
             .await?,
         );

@@ -67,6 +67,9 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Sidecars { server } => {
             print(&server, Client::new(&server)?.get("/sidecars").await?, super::sidecar::fleet_text)
         }
+        Command::Sources { server } => {
+            print(&server, Client::new(&server)?.get("/sources").await?, crate::sources::sources_text)
+        }
         _ => bail!("not a client command"),
     }
 }

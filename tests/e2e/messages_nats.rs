@@ -1,0 +1,60 @@
+//! Message triggers on NATS JetStream (SPEC §6.1): 1,000 messages with 100
+//! duplicate keys on a fresh stream make exactly 900 runs; afterwards the durable
+//! consumer has nothing pending and nothing unacknowledged.
+
+use std::time::Instant;
+
+use async_nats::jetstream;
+
+use crate::brokers::{
+    bodies, count, dev_with_source, flow_yaml, fresh, message_runs, nats_url, wait_outcomes,
+};
+use crate::support::sigterm_and_wait;
+
+/// A fresh stream `name` capturing `name.>` (its dead letters, `name.dead`, too).
+pub async fn stream(url: &str, name: &str) -> jetstream::Context {
+    let client = async_nats::connect(url).await.expect("connect to NATS");
+    let js = jetstream::new(client);
+    let config = jetstream::stream::Config {
+        name: name.to_string(),
+        subjects: vec![format!("{name}.>")],
+        ..Default::default()
+    };
+    js.create_stream(config).await.expect("create stream");
+    js
+}
+
+pub async fn publish(js: &jetstream::Context, subject: &str, bodies: &[(String, Vec<u8>)]) {
+    let mut acks = Vec::new();
+    for (_, body) in bodies {
+        acks.push(js.publish(subject.to_string(), body.clone().into()).await.expect("publish"));
+    }
+    for ack in acks {
+        ack.await.expect("stored");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_jetstream_1000_messages_with_100_duplicates_make_900_runs_all_acked() {
+    let Some(url) = nats_url() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut dev = dev_with_source(dir.path(), "nats", &url);
+    let (flow, name) = (fresh("nats-900"), fresh("MADEIRA_T").replace('-', "_"));
+    let js = stream(&url, &name).await;
+    let what = format!("stream: {name}, consumer: madeira, subject: {name}.pay");
+    dev.put_flow(&flow_yaml(&flow, &what, "", "")).await;
+    let started = Instant::now();
+    publish(&js, &format!("{name}.pay"), &bodies(900, 100)).await;
+    let o = wait_outcomes(&dev, &flow, 120, |o| count(o, "run") + count(o, "duplicate") >= 1000).await;
+    let took = started.elapsed();
+    assert_eq!((count(&o, "run"), count(&o, "duplicate")), (900, 100), "{o}");
+    assert_eq!(message_runs(&dev, &flow).await, 900);
+    sigterm_and_wait(&mut dev.child, 30).await;
+    let s = js.get_stream(&name).await.expect("stream");
+    let mut consumer: jetstream::consumer::PullConsumer =
+        s.get_consumer("madeira").await.expect("durable consumer");
+    let info = consumer.info().await.expect("consumer info");
+    assert_eq!((info.num_pending, info.num_ack_pending), (0, 0), "everything delivered and acked");
+    js.delete_stream(&name).await.expect("delete stream");
+    eprintln!("nats jetstream: 1000 messages -> 900 runs in {took:?} (debug build)");
+}
