@@ -2,7 +2,9 @@
 //! binary: 1,000 messages with 100 duplicate keys make exactly 900 runs and leave
 //! nothing unacked; `kill -9` mid-stream loses nothing and doubles nothing; poison
 //! goes to `<queue>.dead` with its reason while the rest flows; a `queue_full`
-//! refusal is redelivered and runs once the queue drains.
+//! refusal is redelivered and runs once the queue drains; a paused flow leaves its
+//! messages in the queue until `resume` (or acks them as `filtered` under
+//! `on_paused: drop`).
 
 use std::time::Duration;
 
@@ -178,4 +180,94 @@ async fn rabbitmq_queue_full_is_redelivered_and_runs_once_the_queue_drains() {
     assert!(count(&o, "refused") >= 1, "some were refused with queue_full and redelivered: {o}");
     assert_eq!(count(&o, "dead_letter"), 0, "{o}");
     assert_eq!(message_runs(&dev, &flow).await, 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_paused_flow_leaves_messages_in_the_queue_until_resume_or_drops_them() {
+    let Some(url) = amqp_url() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = dev_with_source(dir.path(), "rabbitmq", &url);
+    let (_conn, ch) = channel(&url).await;
+    let (kept, kept_q) = (fresh("rmq-paused"), fresh("madeira.test.q"));
+    let (dropped, dropped_q) = (fresh("rmq-drop"), fresh("madeira.test.q"));
+    dev.put_flow(&flow_yaml(&kept, &format!("queue: {kept_q}"), "", "")).await;
+    dev.put_flow(&flow_yaml(&dropped, &format!("queue: {dropped_q}"), ", on_paused: drop", "")).await;
+    for flow in [&kept, &dropped] {
+        let (status, body) = dev.post(&format!("/flows/{flow}/pause"), serde_json::json!({}), &[]).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    // The queue-policy consumer shows `paused` (stopped); publishing now leaves the messages ready.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, body) = dev.get("/sources").await;
+        let consumers = body["sources"][0]["consumers"].as_array().cloned().unwrap_or_default();
+        if consumers.iter().any(|c| c["flow"] == kept.as_str() && c["state"] == "paused") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never paused: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    publish(&ch, &kept_q, &bodies(10, 0)).await;
+    publish(&ch, &dropped_q, &bodies(5, 0)).await;
+    let o = wait_outcomes(&dev, &dropped, 30, |o| count(o, "filtered") == 5).await;
+    assert_eq!(count(&o, "run"), 0, "{o}");
+    assert_eq!(ready(&ch, &kept_q).await, 10, "messages of a paused flow stay in the broker");
+    assert_eq!(message_runs(&dev, &kept).await, 0);
+    let (status, body) = dev.post(&format!("/flows/{kept}/resume"), serde_json::json!({}), &[]).await;
+    assert_eq!(status, 200, "{body}");
+    wait_outcomes(&dev, &kept, 30, |o| count(o, "run") == 10).await;
+    assert_eq!(message_runs(&dev, &kept).await, 10);
+    assert_eq!(message_runs(&dev, &dropped).await, 0, "on_paused: drop made no run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_show_state_and_counts_without_secrets_and_unknown_sources_are_refused() {
+    let Some(url) = amqp_url() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = dev_with_source(dir.path(), "rabbitmq", &url);
+    let (flow, queue) = (fresh("rmq-view"), fresh("madeira.test.q"));
+    dev.put_flow(&flow_yaml(&flow, &format!("queue: {queue}"), "", "")).await;
+    let (_conn, ch) = channel(&url).await;
+    publish(&ch, &queue, &bodies(3, 1)).await;
+    wait_outcomes(&dev, &flow, 30, |o| count(o, "run") == 3 && count(o, "duplicate") == 1).await;
+    let (_, body) = dev.get("/sources").await;
+    let text = body.to_string();
+    assert_eq!(body["sources"][0]["name"], "bus");
+    assert_eq!(body["sources"][0]["type"], "rabbitmq");
+    assert_eq!(body["sources"][0]["state"], "up", "{body}");
+    let password = url.split("://").nth(1).and_then(|r| r.split('@').next()).unwrap_or("");
+    assert!(!password.is_empty() && !text.contains(password), "the URL's credentials never show: {text}");
+    let out = std::process::Command::new(crate::support::BIN)
+        .args(["sources"])
+        .env("MADEIRA_SERVER", &dev.base)
+        .output()
+        .expect("run madeira sources");
+    let cli = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && cli.contains("bus") && cli.contains(&flow) && cli.contains("up"),
+        "{cli}"
+    );
+    let metrics = dev
+        .http
+        .get(format!("{}/metrics", dev.base))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(metrics.contains("madeira_trigger_source_up{source=\"bus\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("madeira_trigger_messages_total{source=\"bus\",outcome=\"duplicate\"} 1"),
+        "{metrics}"
+    );
+    let bad = "flow: bad-source\ntriggers:\n  - message: {source: buss, queue: q}\nnodes:\n  a: {run: {builtin: noop}}\n";
+    let resp = dev.http.put(dev.url("/flows/bad-source")).body(bad).send().await.expect("put");
+    let status = resp.status().as_u16();
+    let answer = resp.text().await.expect("body");
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer.contains(":3: unknown message source `buss`") && answer.contains("did you mean `bus`"),
+        "{answer}"
+    );
 }

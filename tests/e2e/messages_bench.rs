@@ -5,7 +5,7 @@
 //! - latency: 1,500 messages published at 500 msg/s (confirms awaited at the end),
 //!   each carrying its publish time; publish-to-RUNNING (`started_at` of the run) p50/p99.
 //!
-//! It reports whichever binary `cargo test` built (the debug one unless `--release`).
+//! The server is the binary `cargo test` built, or `MADEIRA_TEST_BIN` (a release build).
 
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,10 @@ fn now_ms() -> i64 {
 #[ignore = "benchmark: run explicitly"]
 async fn bench_rabbitmq_messages_to_runs_on_sqlite() {
     let Some(url) = amqp_url() else { return };
-    let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
+    let profile = match std::env::var("MADEIRA_TEST_BIN") {
+        Ok(bin) => format!("server {bin}"),
+        Err(_) => "debug".to_string(),
+    };
     let dir = tempfile::tempdir().expect("tempdir");
     let dev = dev_with_source(dir.path(), "rabbitmq", &url);
     let (_conn, ch) = channel(&url).await;

@@ -10,6 +10,12 @@ use serde_json::{Value, json};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_madeira");
 
+/// The server binary tests start: `MADEIRA_TEST_BIN` (e.g. a release build, for
+/// the benchmarks) or the one `cargo test` built.
+pub fn server_bin() -> String {
+    std::env::var("MADEIRA_TEST_BIN").unwrap_or_else(|_| BIN.to_string())
+}
+
 pub struct Dev {
     pub child: Child,
     pub base: String,
@@ -45,7 +51,7 @@ impl Dev {
     /// As `start_in`, with more arguments and environment variables.
     pub fn start_with_all(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Dev {
         let grpc = if extra.contains(&"--grpc") { &[][..] } else { &["--grpc", "127.0.0.1:0"][..] };
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(server_bin());
         cmd.args(["dev", "--http", "127.0.0.1:0", "--data"])
             .arg(dir)
             .args(grpc)
@@ -63,7 +69,7 @@ impl Dev {
     /// As `serve`, requests going through `http` (e.g. one trusting a test CA); with
     /// `link`, also waits for the sidecar link's address (`grpc`).
     pub fn serve_with(config: &Path, env: &[(&str, &str)], link: bool, http: reqwest::Client) -> Dev {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(server_bin());
         cmd.arg("serve").arg("--config").arg(config).envs(env.iter().copied());
         let grpc_banner = link.then_some("madeira serve: sidecar link on ");
         Dev::spawn(cmd, "madeira serve: API on ", grpc_banner, http)
