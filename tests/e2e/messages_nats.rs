@@ -1,6 +1,7 @@
 //! Message triggers on NATS JetStream (SPEC §6.1): 1,000 messages with 100
 //! duplicate keys on a fresh stream make exactly 900 runs; afterwards the durable
-//! consumer has nothing pending and nothing unacknowledged.
+//! consumer has nothing pending and nothing unacknowledged; a poison message is
+//! published to `<stream>.dead` with its reason and terminated while the rest flows.
 
 use std::time::Instant;
 
@@ -57,4 +58,34 @@ async fn nats_jetstream_1000_messages_with_100_duplicates_make_900_runs_all_acke
     assert_eq!((info.num_pending, info.num_ack_pending), (0, 0), "everything delivered and acked");
     js.delete_stream(&name).await.expect("delete stream");
     eprintln!("nats jetstream: 1000 messages -> 900 runs in {took:?} (debug build)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_jetstream_poison_goes_to_the_dead_letter_subject_with_its_reason() {
+    let Some(url) = nats_url() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = dev_with_source(dir.path(), "nats", &url);
+    let (flow, name) = (fresh("nats-poison"), fresh("MADEIRA_T").replace('-', "_"));
+    let js = stream(&url, &name).await;
+    dev.put_flow(&flow_yaml(
+        &flow,
+        &format!("stream: {name}, consumer: madeira, subject: {name}.pay"),
+        "",
+        "",
+    ))
+    .await;
+    let mut all = bodies(10, 0);
+    all.insert(3, ("bad".into(), b"{ not json".to_vec()));
+    publish(&js, &format!("{name}.pay"), &all).await;
+    let o = wait_outcomes(&dev, &flow, 60, |o| count(o, "run") == 10 && count(o, "dead_letter") == 1).await;
+    assert_eq!(count(&o, "refused"), 0, "{o}");
+    let s = js.get_stream(&name).await.expect("stream");
+    let dead = s.get_last_raw_message_by_subject(&format!("{name}.dead")).await.expect("a dead letter");
+    let reason = dead.headers.get("Madeira-Reason").map(|v| v.as_str().to_string()).unwrap_or_default();
+    assert!(reason.contains("not JSON"), "{reason}");
+    assert_eq!(&dead.payload[..], b"{ not json");
+    let mut consumer: jetstream::consumer::PullConsumer = s.get_consumer("madeira").await.expect("consumer");
+    let info = consumer.info().await.expect("info");
+    assert_eq!(info.num_ack_pending, 0, "the poison message was terminated, not left for redelivery");
+    js.delete_stream(&name).await.expect("delete stream");
 }

@@ -2,7 +2,8 @@
 //! duplicate keys make exactly 900 runs and leave nothing pending in the group;
 //! the broker (our own `redis-server` on a free port, never the machine's)
 //! stopped and started again mid-stream: the consumer says `down`, then resumes
-//! by itself.
+//! by itself; `kill -9` mid-stream: the restarted consumer (same `replica_id`)
+//! takes back the entries its predecessor had in hand, one run per key.
 
 use std::time::{Duration, Instant};
 
@@ -108,4 +109,29 @@ async fn redis_streams_broker_restarted_mid_stream_resumes_by_itself() {
     wait_outcomes(&dev, &flow, 90, |o| count(o, "run") == 150).await;
     assert_eq!(consumer_state(&dev).await.0, "up");
     assert_eq!(message_runs(&dev, &flow).await, 150);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_streams_kill_9_mid_stream_takes_back_pending_entries_one_run_per_key() {
+    let Some(url) = redis_url() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut dev = dev_with_source(dir.path(), "redis_streams", &url);
+    let (flow, stream) = (fresh("rs-kill"), fresh("madeira:test:s"));
+    dev.put_flow(&flow_yaml(&flow, &format!("stream: {stream}, group: g"), "", "")).await;
+    let mut conn = connection(&url).await;
+    publish(&mut conn, &stream, &bodies(900, 100)).await;
+    let before = wait_outcomes(&dev, &flow, 60, |o| count(o, "run") >= 150).await;
+    dev.kill9();
+    assert!(count(&before, "run") < 900, "killed mid-stream: {before}");
+    let mut dev = dev_with_source(dir.path(), "redis_streams", &url);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while message_runs(&dev, &flow).await < 900 || pending(&mut conn, &stream, "g").await > 0 {
+        assert!(Instant::now() < deadline, "runs after restart: {}", message_runs(&dev, &flow).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sigterm_and_wait(&mut dev.child, 30).await;
+    let dev = dev_with_source(dir.path(), "redis_streams", &url);
+    assert_eq!(message_runs(&dev, &flow).await, 900, "exactly one run per key");
+    assert_eq!(pending(&mut conn, &stream, "g").await, 0, "nothing left unacknowledged");
+    let _: () = conn.del(&[stream.as_str()]).await.expect("DEL");
 }
