@@ -11,6 +11,8 @@
 //!   the original XACKed in one MULTI/EXEC; dead letters go to `<stream>.dead`
 //!   with `madeira_reason` the same way.
 //! - Lag: the group's `lag` from XINFO GROUPS (Redis ≥ 7).
+//! - Reads are batches of `max_in_flight`: one batch may wait behind the messages
+//!   in hand, so up to twice `max_in_flight` entries can be pending in the group.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
