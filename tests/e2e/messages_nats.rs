@@ -1,7 +1,9 @@
 //! Message triggers on NATS JetStream (SPEC §6.1): 1,000 messages with 100
 //! duplicate keys on a fresh stream make exactly 900 runs; afterwards the durable
 //! consumer has nothing pending and nothing unacknowledged; a poison message is
-//! published to `<stream>.dead` with its reason and terminated while the rest flows.
+//! published to `<stream>.dead` with its reason and terminated while the rest flows;
+//! our own `nats-server -js` (free port, own store) restarted mid-stream: the
+//! consumer says `down`, then resumes by itself.
 
 use std::time::Instant;
 
@@ -88,4 +90,82 @@ async fn nats_jetstream_poison_goes_to_the_dead_letter_subject_with_its_reason()
     let info = consumer.info().await.expect("info");
     assert_eq!(info.num_ack_pending, 0, "the poison message was terminated, not left for redelivery");
     js.delete_stream(&name).await.expect("delete stream");
+}
+
+/// Our own `nats-server -js` on `port` with its store in `dir` (never the machine's).
+struct OwnNats(std::process::Child);
+
+impl OwnNats {
+    fn start(port: u16, dir: &std::path::Path) -> Option<OwnNats> {
+        let child = std::process::Command::new("nats-server")
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                assert!(
+                    std::env::var("CI").as_deref() != Ok("true"),
+                    "CI=true and nats-server cannot start: {e}"
+                );
+                eprintln!("skipping: cannot start nats-server ({e})");
+                return None;
+            }
+        };
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not listen on {port}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Some(OwnNats(child))
+    }
+}
+
+impl Drop for OwnNats {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_jetstream_broker_restarted_mid_stream_resumes_by_itself() {
+    let port = crate::forwarding::free_port();
+    let store = tempfile::tempdir().expect("tempdir");
+    let Some(broker) = OwnNats::start(port, store.path()) else { return };
+    let url = format!("nats://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = dev_with_source(dir.path(), "nats", &url);
+    let (flow, name) = (fresh("nats-restart"), "RESTART".to_string());
+    let js = stream(&url, &name).await;
+    dev.put_flow(&flow_yaml(
+        &flow,
+        &format!("stream: {name}, consumer: madeira, subject: {name}.pay"),
+        "",
+        "",
+    ))
+    .await;
+    publish(&js, &format!("{name}.pay"), &bodies(100, 0)).await;
+    wait_outcomes(&dev, &flow, 60, |o| count(o, "run") == 100).await;
+    drop(broker);
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (_, body) = dev.get("/sources").await;
+        if body["sources"][0]["consumers"][0]["state"] == "down" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the consumer never noticed the outage: {body}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let _broker = OwnNats::start(port, store.path()).expect("restart nats-server");
+    let client = async_nats::connect(url.as_str()).await.expect("reconnect");
+    let js = jetstream::new(client);
+    let later: Vec<(String, Vec<u8>)> = (0..50)
+        .map(|i| (format!("late{i}"), serde_json::json!({"id": format!("late{i}")}).to_string().into_bytes()))
+        .collect();
+    publish(&js, &format!("{name}.pay"), &later).await;
+    wait_outcomes(&dev, &flow, 120, |o| count(o, "run") == 150).await;
+    assert_eq!(message_runs(&dev, &flow).await, 150);
 }
