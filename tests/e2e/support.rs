@@ -11,9 +11,12 @@ use serde_json::{Value, json};
 pub const BIN: &str = env!("CARGO_BIN_EXE_madeira");
 
 /// The `madeira` binary the servers and sidecars of `Dev` and `SidecarProc` run:
-/// `MADEIRA_E2E_BIN` when set (to measure a release build), else this build's.
+/// `MADEIRA_E2E_BIN` (or `MADEIRA_TEST_BIN`) when set (to measure a release
+/// build), else this build's.
 pub fn bin() -> std::ffi::OsString {
-    std::env::var_os("MADEIRA_E2E_BIN").unwrap_or_else(|| BIN.into())
+    std::env::var_os("MADEIRA_E2E_BIN")
+        .or_else(|| std::env::var_os("MADEIRA_TEST_BIN"))
+        .unwrap_or_else(|| BIN.into())
 }
 
 pub struct Dev {
@@ -48,7 +51,8 @@ impl Dev {
         Dev::start_with_all(dir, extra, &[])
     }
 
-    fn start_with_all(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Dev {
+    /// As `start_in`, with more arguments and environment variables.
+    pub fn start_with_all(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Dev {
         let grpc = if extra.contains(&"--grpc") { &[][..] } else { &["--grpc", "127.0.0.1:0"][..] };
         let mut cmd = Command::new(bin());
         cmd.args(["dev", "--http", "127.0.0.1:0", "--data"])

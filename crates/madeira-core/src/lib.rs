@@ -20,8 +20,8 @@ pub mod text;
 pub mod timebound;
 
 pub use model::{
-    ConcurrencyDef, DepKind, ExecutorDef, FlowDef, ManualDef, Need, NodeAction, NodeDef, OnOverlap,
-    TriggerDef,
+    ConcurrencyDef, DepKind, ExecutorDef, FlowDef, ManualDef, MessageTriggerDef, Need, NodeAction, NodeDef,
+    OnOverlap, OnPaused, TriggerDef,
 };
 pub use plan::{Action, Command, NodeChange, NodeRt, Plan, PlanCtx, Refusal, RunChange, RunSnapshot};
 pub use retry::RetryPolicy;

@@ -38,7 +38,55 @@ impl FlowDef {
 #[derive(Debug, Clone)]
 pub enum TriggerDef {
     Cron(CronTriggerDef),
-    Event { event: String },
+    Event {
+        event: String,
+    },
+    /// Consume a broker (SPEC §6.1); one message makes at most one run.
+    Message(Box<MessageTriggerDef>),
+}
+
+/// A message trigger: which configured source to consume, what, and how each
+/// message maps to a run. Which of `queue`/`stream`/… a source needs depends on
+/// its type, checked when the flow is applied against the server's `sources:`.
+#[derive(Debug, Clone)]
+pub struct MessageTriggerDef {
+    /// Name of a `sources:` entry of the server config.
+    pub source: String,
+    /// Line of `source:` in the flow file (for errors found at apply time).
+    pub line: Option<usize>,
+    /// RabbitMQ queue.
+    pub queue: Option<String>,
+    /// RabbitMQ exchange the queue is bound to, with `binding_key`.
+    pub exchange: Option<String>,
+    pub binding_key: Option<String>,
+    /// NATS JetStream stream or Redis stream.
+    pub stream: Option<String>,
+    /// NATS JetStream durable consumer.
+    pub consumer: Option<String>,
+    /// NATS JetStream subject filter.
+    pub subject: Option<String>,
+    /// Redis Streams consumer group.
+    pub group: Option<String>,
+    /// The run key (default: the broker's message id).
+    pub key: Option<crate::expr::MessageExpr>,
+    /// Run params, each CEL over the message (default: the payload itself).
+    pub params: Vec<(String, crate::expr::MessageExpr)>,
+    /// Only messages for which this holds make runs; others are acked as `filtered`.
+    pub when: Option<crate::expr::MessageExpr>,
+    /// At most this many unacknowledged messages at once (default 64).
+    pub max_in_flight: u32,
+    /// A refused message is dead-lettered on this delivery (default 5).
+    pub max_deliveries: u32,
+    pub on_paused: OnPaused,
+}
+
+/// What a message trigger does while its flow is paused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnPaused {
+    /// Leave messages in the broker; they make runs after `resume` (default).
+    Queue,
+    /// Acknowledge and drop them.
+    Drop,
 }
 
 #[derive(Debug, Clone)]

@@ -17,6 +17,9 @@ type ByVersion = HashMap<(String, u32), Arc<FlowDef>>;
 #[derive(Clone, Default)]
 pub struct FlowCache {
     inner: Arc<Mutex<ByVersion>>,
+    /// The server's message sources `(name, type)`: a flow's message triggers
+    /// must name one of them (checked on apply only).
+    sources: Arc<Vec<(String, String)>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +31,11 @@ pub struct ApplyOutcome {
 }
 
 impl FlowCache {
+    /// A cache whose `apply` checks message triggers against `sources`.
+    pub fn with_sources(sources: Vec<(String, String)>) -> Self {
+        Self { inner: Arc::default(), sources: Arc::new(sources) }
+    }
+
     /// The parsed flow `name` at `version`, loading and parsing it on first use.
     pub async fn get(
         &self,
@@ -67,6 +75,7 @@ impl FlowCache {
         source: &str,
     ) -> Result<ApplyOutcome, EngineError> {
         let def = parse_flow(file, source)?;
+        madeira_core::spec::check_sources(file, &def, &self.sources)?;
         let hash = content_hash(file, source)?;
         let put = store.put_flow(&def.name, source, &hash, now_ms()).await?;
         self.lock().insert((def.name.clone(), put.version), Arc::new(def.clone()));

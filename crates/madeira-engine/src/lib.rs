@@ -89,6 +89,8 @@ pub struct EngineOptions {
     pub tracing: bool,
     /// Live output kept per attempt, in bytes (older bytes are dropped with a marker).
     pub live_log_bytes: usize,
+    /// The server's message sources `(name, type)` that flows' message triggers may name.
+    pub message_sources: Vec<(String, String)>,
 }
 
 impl Default for EngineOptions {
@@ -106,6 +108,7 @@ impl Default for EngineOptions {
             shared_store: false,
             tracing: false,
             live_log_bytes: livelog::DEFAULT_MAX_BYTES,
+            message_sources: Vec::new(),
         }
     }
 }
@@ -186,7 +189,7 @@ pub fn build(
     let (tx, rx) = mpsc::channel(65_536);
     let (create_tx, create_rx) = mpsc::channel(16_384);
     let (events, _) = broadcast::channel(16_384);
-    let flows = FlowCache::default();
+    let flows = FlowCache::with_sources(options.message_sources.clone());
     let stats = Arc::new(EngineStats::default());
     let health = Arc::new(health::StoreHealth::new(observers.clone()));
     let throttle_view = ThrottleView::default();

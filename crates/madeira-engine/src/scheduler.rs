@@ -159,7 +159,7 @@ impl Scheduler {
             .iter()
             .filter_map(|t| match t {
                 TriggerDef::Cron(c) => Some(c.clone()),
-                TriggerDef::Event { .. } => None,
+                TriggerDef::Event { .. } | TriggerDef::Message(_) => None,
             })
             .collect())
     }

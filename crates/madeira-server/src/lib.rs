@@ -59,7 +59,12 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// The SQL datasources (`GET /datasources`), when any are configured.
     pub datasources: Option<Arc<madeira_sql::SqlExecutor>>,
+    /// The message sources' states (`GET /sources`), when any are configured.
+    pub sources: Option<SourcesView>,
 }
+
+/// Renders the message sources' states as JSON (no URLs, no credentials).
+pub type SourcesView = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
 
 impl AppState {
     pub fn new(engine: EngineHandle, auth: AuthConfig) -> Self {
@@ -75,12 +80,19 @@ impl AppState {
             fleet: None,
             shutdown: CancellationToken::new(),
             datasources: None,
+            sources: None,
         }
     }
 
     /// Ends log streams when `token` fires (give the token that stops the server).
     pub fn with_shutdown(mut self, token: CancellationToken) -> Self {
         self.shutdown = token;
+        self
+    }
+
+    /// Serves `GET /sources` from `view`.
+    pub fn with_sources(mut self, view: SourcesView) -> Self {
+        self.sources = Some(view);
         self
     }
 
@@ -128,12 +140,7 @@ impl AppState {
         flow: &str,
         limit: Option<madeira_core::model::RateLimitDef>,
     ) -> Result<(), ApiError> {
-        let limit = limit.unwrap_or(ratelimit::DEFAULT_LIMIT);
-        let verdict = match self.shared.take(flow, limit).await {
-            Some(verdict) => verdict,
-            None => self.rate_limits.check(flow, Some(limit)),
-        };
-        verdict.map_err(|wait| {
+        self.rate_wait(flow, limit).await.map_err(|wait| {
             let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
             ApiError::new(
                 axum::http::StatusCode::TOO_MANY_REQUESTS,
@@ -142,6 +149,20 @@ impl AppState {
             )
             .with_details(serde_json::json!({"retry_after_seconds": secs}))
         })
+    }
+
+    /// Takes one trigger from `flow`'s rate limit (as `check_rate`), or says how
+    /// long to wait: message triggers redeliver after it.
+    pub async fn rate_wait(
+        &self,
+        flow: &str,
+        limit: Option<madeira_core::model::RateLimitDef>,
+    ) -> Result<(), std::time::Duration> {
+        let limit = limit.unwrap_or(ratelimit::DEFAULT_LIMIT);
+        match self.shared.take(flow, limit).await {
+            Some(verdict) => verdict,
+            None => self.rate_limits.check(flow, Some(limit)),
+        }
     }
 
     pub fn mark_ready(&self) {

@@ -257,6 +257,14 @@ pub struct DatasourcesView {
     pub datasources: Vec<Value>,
 }
 
+/// `GET /sources`: the message sources of the server config and their consumers
+/// (never a URL or a credential).
+#[derive(Serialize, ToSchema)]
+pub struct SourcesList {
+    /// `{name, type, state, consumers: [{flow, consumes, state, lag, last_error, counts}]}` per source.
+    pub sources: Vec<Value>,
+}
+
 /// `GET /sidecars`: the fleet this replica sees.
 #[derive(Serialize, ToSchema)]
 pub struct SidecarsView {

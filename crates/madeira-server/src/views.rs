@@ -125,6 +125,13 @@ pub fn flow_detail(record: &FlowRecord, flow: &FlowDef) -> Json {
                 "next_run": time(madeira_core::schedule::next_after(c, chrono::Utc::now()).map(|t| t.timestamp_millis())),
             }),
             TriggerDef::Event { event } => json!({"event": event}),
+            TriggerDef::Message(m) => json!({"message": {
+                "source": m.source,
+                "queue": m.queue, "exchange": m.exchange, "binding_key": m.binding_key,
+                "stream": m.stream, "consumer": m.consumer, "subject": m.subject, "group": m.group,
+                "key": m.key.as_ref().map(|k| k.source()),
+                "when": m.when.as_ref().map(|w| w.source()),
+            }}),
         })
         .collect();
     json!({

@@ -60,6 +60,8 @@ pub struct PlaneOptions {
     pub shutdown_grace: std::time::Duration,
     /// SQL datasources (`datasources:` of the server config).
     pub datasources: Vec<madeira_sql::DatasourceConfig>,
+    /// Message brokers that flows' `message:` triggers consume.
+    pub sources: Vec<madeira_sources::SourceConfig>,
 }
 
 /// Opens the store named by `url` (`sqlite://…` or `postgres://…`/`postgresql://…`)
@@ -167,20 +169,28 @@ impl ControlPlane {
             }
             _ => None,
         };
+        let source_metrics = (!options.sources.is_empty())
+            .then(|| madeira_sources::SourceMetrics::register(telemetry.registry_mut()));
         let telemetry = telemetry.finish();
+        let mut state = AppState::new(handle.clone(), options.auth)
+            .with_alerts(alerts.clone())
+            .with_metrics(telemetry.exposition.clone())
+            .with_shutdown(drain.clone());
+        if let Some(sql) = &sql {
+            state = state.with_datasources(sql.clone());
+        }
+        if let Some(url) = &redis_url {
+            state = state.with_redis(url);
+        }
+        if let Some(metrics) = source_metrics {
+            let setup =
+                crate::sources::Setup { configs: options.sources, metrics, alerts, state: state.clone() };
+            let view = crate::sources::start(setup, &drain, &mut tasks);
+            state = state.with_sources(view);
+        }
         if let Some(listener) = listener {
-            let mut state = AppState::new(handle.clone(), options.auth)
-                .with_alerts(alerts)
-                .with_metrics(telemetry.exposition.clone())
-                .with_shutdown(drain.clone());
             if let Some(parts) = &fleet {
                 state = state.with_fleet(parts.fleet.clone());
-            }
-            if let Some(sql) = &sql {
-                state = state.with_datasources(sql.clone());
-            }
-            if let Some(url) = &redis_url {
-                state = state.with_redis(url);
             }
             if let Some(control) = options.telemetry.log_control.clone() {
                 state = state.with_log_control(control);

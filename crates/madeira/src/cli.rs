@@ -226,6 +226,11 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Message sources (SPEC §6.1): state, lag and last error of each consumer.
+    Sources {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// The audit log of operator actions.
     Audit {
         #[arg(long)]

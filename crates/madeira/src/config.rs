@@ -53,6 +53,9 @@ pub struct ServerConfig {
     pub tls: Option<crate::tls::HttpTls>,
     /// TLS on the sidecar link; `client_ca_file` makes it mTLS.
     pub grpc_tls: Option<crate::tls::GrpcTls>,
+    /// Message brokers flows' `message:` triggers consume (SPEC §6.1).
+    #[serde(default)]
+    pub sources: Vec<madeira_sources::config::SourceSpec>,
     /// SQL datasources for `run: {sql: …}` nodes (SPEC §4.2).
     #[serde(default)]
     pub datasources: Vec<DatasourceSpec>,
@@ -116,6 +119,12 @@ impl ServerConfig {
             config.replica_id = Some(id);
         }
         Ok(config)
+    }
+
+    /// The message sources with their URLs resolved from env or file.
+    pub fn sources(&self, file: &str) -> Result<Vec<madeira_sources::SourceConfig>, ConfigError> {
+        madeira_sources::config::resolve_all(&self.sources)
+            .map_err(|e| ConfigError { file: file.to_string(), message: e.to_string() })
     }
 
     pub fn retention(&self, file: &str) -> Result<Duration, ConfigError> {

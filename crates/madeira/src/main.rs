@@ -15,6 +15,7 @@ mod crontab;
 mod files;
 mod logging;
 mod sidecars;
+mod sources;
 mod tls;
 
 fn main() -> ExitCode {

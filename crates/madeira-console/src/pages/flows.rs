@@ -31,6 +31,7 @@ fn triggers(lang: Lang, def: &FlowDef, now: i64) -> Markup {
                         li { "cron " code { (c.expr) } " " span.muted { (c.timezone) } " → " (stamp(lang, next, now)) }
                     }
                     TriggerDef::Event { event } => li { "event " code { (event) } },
+                    TriggerDef::Message(m) => li { "message " code { (m.source) } },
                 }
             }
             @if def.triggers.is_empty() { li.muted { "manual" } }

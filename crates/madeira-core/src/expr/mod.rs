@@ -8,6 +8,7 @@
 mod analysis;
 mod budget;
 mod message;
+mod payload;
 #[cfg(test)]
 mod tests;
 
@@ -18,6 +19,7 @@ use cel::common::ast::IdedExpr;
 use serde_json::Value as Json;
 
 pub use budget::{COST_LIMIT, DATA_COST, STEP_COST};
+pub use payload::{MESSAGE_VARIABLES, MessageExpr};
 
 /// Longest accepted expression source, in bytes.
 pub const MAX_SOURCE_BYTES: usize = 4096;
@@ -103,6 +105,36 @@ impl Program {
 
     pub(crate) fn source(&self) -> &str {
         &self.source
+    }
+
+    /// Evaluates with each `(name, value)` bound, within the budget (message
+    /// triggers bind `payload`, `headers` and `message`, not `params`/`nodes`).
+    pub(crate) fn eval_vars(&self, vars: &[(&str, &Json)]) -> Result<cel::Value, ExprError> {
+        let meter = Arc::new(budget::Meter::default());
+        let result = if vars.iter().all(|(_, v)| meter.charge_data(v)) {
+            let mut ctx = cel::Context::default();
+            for (name, value) in vars {
+                ctx.add_variable(*name, *value).map_err(|e| ExprError(e.to_string()))?;
+            }
+            budget::install(&mut ctx, &meter);
+            cel::Value::resolve(&self.expr, &ctx)
+        } else {
+            Ok(cel::Value::Null)
+        };
+        if meter.exceeded() {
+            return Err(ExprError(format!(
+                "`{}` is over the evaluation budget (about {} comprehension steps or {} JSON values read)",
+                self.source,
+                COST_LIMIT / STEP_COST,
+                COST_LIMIT / DATA_COST
+            )));
+        }
+        result.map_err(|e| ExprError(format!("`{}`: {e}", self.source)))
+    }
+
+    /// Top-level variables the expression reads.
+    pub(crate) fn free_variables(&self) -> &[String] {
+        &self.outline.free
     }
 }
 

@@ -9,6 +9,7 @@ use crate::model::{FlowDef, RateLimitDef};
 mod convert;
 mod executor;
 mod graph;
+mod message;
 mod node;
 mod outline;
 mod raw;
@@ -20,6 +21,7 @@ mod yaml;
 #[cfg(test)]
 mod tests;
 
+pub use message::{DEFAULT_MAX_DELIVERIES, DEFAULT_MAX_IN_FLIGHT, SOURCE_TYPES, check_sources};
 pub use trigger::{parse_cron, parse_timezone};
 
 /// One problem found in a flow file, printed as `FILE:LINE: node X: message`.

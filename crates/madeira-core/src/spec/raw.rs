@@ -44,6 +44,27 @@ pub(crate) struct RawTrigger {
     pub grace: Option<Span<String>>,
     pub catchup_window: Option<Span<String>>,
     pub event: Option<Span<String>>,
+    pub message: Option<Span<RawMessageTrigger>>,
+}
+
+/// `message: {source, queue, …, key, params, when, max_in_flight, max_deliveries, on_paused}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMessageTrigger {
+    pub source: Option<Span<String>>,
+    pub queue: Option<Span<String>>,
+    pub exchange: Option<Span<String>>,
+    pub binding_key: Option<Span<String>>,
+    pub stream: Option<Span<String>>,
+    pub consumer: Option<Span<String>>,
+    pub subject: Option<Span<String>>,
+    pub group: Option<Span<String>>,
+    pub key: Option<Span<String>>,
+    pub params: Option<Span<BTreeMap<String, Span<String>>>>,
+    pub when: Option<Span<String>>,
+    pub max_in_flight: Option<Span<i64>>,
+    pub max_deliveries: Option<Span<i64>>,
+    pub on_paused: Option<Span<String>>,
 }
 
 #[derive(Debug, Deserialize)]

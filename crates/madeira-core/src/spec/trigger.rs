@@ -1,5 +1,5 @@
 //! Triggers: cron (expression, IANA timezone, misfire policy, jitter, grace, catch-up
-//! window) or event. Cron expressions are checked with croner, timezones with chrono-tz.
+//! window), event, or message (`spec::message`). Cron expressions are checked with croner, timezones with chrono-tz.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -103,6 +103,17 @@ pub fn parse_timezone(name: &str) -> Result<Tz, String> {
 pub(crate) fn trigger(report: &mut Report, raw: &Span<RawTrigger>) -> Option<TriggerDef> {
     let at = At::top(None).at(raw);
     let t = &raw.value;
+    if let Some(message) = &t.message {
+        if t.cron.is_some() || t.event.is_some() {
+            report.push(
+                at.at(message),
+                "a trigger has one of `cron`, `event` or `message`; split it into several triggers",
+            );
+            return None;
+        }
+        return super::message::message_trigger(report, at, message)
+            .map(|m| TriggerDef::Message(Box::new(m)));
+    }
     match (&t.cron, &t.event) {
         (Some(_), Some(event)) => {
             report.push(
@@ -112,7 +123,7 @@ pub(crate) fn trigger(report: &mut Report, raw: &Span<RawTrigger>) -> Option<Tri
             None
         }
         (None, None) => {
-            report.push(at, "a trigger needs `cron` (e.g. `cron: \"5 1 * * *\"`) or `event` (e.g. `event: payment.batch_closed`)");
+            report.push(at, "a trigger needs `cron` (e.g. `cron: \"5 1 * * *\"`), `event` (e.g. `event: payment.batch_closed`) or `message` (e.g. `message: {source: payments, queue: pay.succeeded}`)");
             None
         }
         (None, Some(event)) => event_trigger(report, at, t, event),

@@ -9,6 +9,7 @@ mod health;
 pub(crate) mod openapi;
 mod runs;
 mod sidecars;
+mod sources;
 mod telemetry;
 mod triggers;
 
@@ -56,6 +57,7 @@ pub(crate) fn api_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
         ("/alerts/test", post(alerts::test)),
         ("/sidecars", get(sidecars::list)),
         ("/datasources", get(datasources::list)),
+        ("/sources", get(sources::list)),
     ]
 }
 

@@ -7,7 +7,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{alerts, audit, datasources, flows, runs, sidecars, triggers};
+use super::{alerts, audit, datasources, flows, runs, sidecars, sources, triggers};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -20,7 +20,7 @@ use super::{alerts, audit, datasources, flows, runs, sidecars, triggers};
         flows::list, flows::get, flows::put, flows::versions, flows::version,
         triggers::pause, triggers::event,
         runs::trigger, runs::list, runs::show, runs::cancel, runs::transitions, runs::logs, runs::node_action,
-        audit::list, alerts::list, alerts::test, sidecars::list, datasources::list, document,
+        audit::list, alerts::list, alerts::test, sidecars::list, datasources::list, sources::list, document,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

@@ -198,6 +198,7 @@ async fn start_planes(
                 http: None,
                 http_tls: None,
                 alerts: Default::default(),
+                sources: Vec::new(),
             })
             .await?,
         );

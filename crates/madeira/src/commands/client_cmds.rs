@@ -73,6 +73,9 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Datasources { server } => {
             print(&server, Client::new(&server)?.get("/datasources").await?, datasources_text)
         }
+        Command::Sources { server } => {
+            print(&server, Client::new(&server)?.get("/sources").await?, crate::sources::sources_text)
+        }
         _ => bail!("not a client command"),
     }
 }

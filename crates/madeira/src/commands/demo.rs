@@ -63,6 +63,7 @@ pub async fn run(args: crate::cli::DemoArgs) -> Result<ExitCode> {
         http_tls: None,
         alerts: Default::default(),
         fleet: Some(fleet),
+        sources: Vec::new(),
     })
     .await?;
     if let Some(mut local) = plane.fleet.as_ref().and_then(|f| f.local.clone())

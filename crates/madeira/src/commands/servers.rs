@@ -19,6 +19,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     let file = config_path.display().to_string();
     let config = ServerConfig::load(config_path)?;
     let auth = config.auth(&file)?;
+    let sources = config.sources(&file)?;
     let http = config.http_addr(&file, "0.0.0.0:7070")?;
     // Certificates and keys are read now: a bad file stops `serve` before any bind.
     let http_tls = config.http_tls(&file)?;
@@ -37,6 +38,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         // Several replicas may share a PostgreSQL store: count permits there.
         shared_store: crate::app::is_postgres(&store_url),
         live_log_bytes: config.live_log_bytes.unwrap_or(madeira_engine::livelog::DEFAULT_MAX_BYTES),
+        message_sources: crate::sources::names(&sources),
         ..Default::default()
     };
     // The sidecar endpoint runs when the config asks for it (`grpc:`) or names
@@ -82,6 +84,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         http_tls: http_tls.clone(),
         alerts,
         fleet,
+        sources,
     })
     .await?;
     if let Some(dir) = &config.flows {
@@ -139,6 +142,7 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
             "tls/grpc_tls: `dev` serves plain HTTP and gRPC on loopback; use `serve` for TLS".into();
         return Err(ConfigError { file, message }.into());
     }
+    let sources = config.sources(&file)?;
     let engine = EngineOptions {
         retention: config.retention(&file)?,
         // `dev` serves on loopback for a local developer: local targets are fine.
@@ -146,6 +150,7 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         // One dev control plane per data directory: a restart takes its runs back at once.
         replica_id: "dev".to_string(),
         live_log_bytes: config.live_log_bytes.unwrap_or(madeira_engine::livelog::DEFAULT_MAX_BYTES),
+        message_sources: crate::sources::names(&sources),
         ..Default::default()
     };
     let alerts = config.alerts(&file)?;
@@ -173,6 +178,7 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         http_tls: None,
         alerts,
         fleet: Some(fleet),
+        sources,
     })
     .await?;
     if let Some(dir) = &args.flows {
