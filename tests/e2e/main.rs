@@ -42,6 +42,7 @@ mod pki;
 mod prometheus;
 mod recovery;
 mod replicas;
+mod scopes;
 mod semantics;
 mod sidecar;
 mod sql;

@@ -117,6 +117,7 @@ pub async fn node_action(
             other => return Err(ConsoleError::NotFound(format!("unknown node action `{other}`"))),
         };
         let reason = required_reason(&ctx, form.reason.as_deref())?;
+        crate::pages::load_run(&console, &ctx.user, &id).await?;
         let request = ActionRequest {
             run_id: id.clone(),
             node: Some(node.clone()),
@@ -143,6 +144,7 @@ pub async fn cancel(
     let outcome = async {
         ctx.check_post(&headers, form.csrf.as_deref(), Role::Operator)?;
         let reason = required_reason(&ctx, form.reason.as_deref())?;
+        crate::pages::load_run(&console, &ctx.user, &id).await?;
         let request = ActionRequest {
             run_id: id.clone(),
             node: None,
@@ -174,6 +176,10 @@ pub async fn bulk_confirm(
         }
         let (mut done, mut failed) = (0, Vec::new());
         for (run, node) in selected {
+            if let Err(e) = crate::pages::load_run(&console, &ctx.user, run).await {
+                failed.push(format!("{run}: {e}"));
+                continue;
+            }
             let request = ActionRequest {
                 run_id: run.to_string(),
                 node: Some(node.to_string()),
@@ -225,15 +231,16 @@ pub async fn bulk_runs(
         }
         let (mut done, mut failed) = (0usize, Vec::new());
         for run in selected {
+            let loaded = match crate::pages::load_run(&console, &ctx.user, run).await {
+                Ok(loaded) => loaded,
+                Err(e) => {
+                    failed.push(format!("{run}: {e}"));
+                    continue;
+                }
+            };
             let nodes = match action {
                 "cancel" => vec![None],
-                _ => match crate::pages::load_run(&console, run).await {
-                    Ok(loaded) => root_failed(&loaded).into_iter().map(Some).collect(),
-                    Err(e) => {
-                        failed.push(format!("{run}: {e}"));
-                        continue;
-                    }
-                },
+                _ => root_failed(&loaded).into_iter().map(Some).collect(),
             };
             if nodes.is_empty() {
                 failed.push(format!("{run}: {}", t(ctx.lang, "no FAILED node to rerun")));
@@ -301,6 +308,9 @@ pub async fn run_now(
             return Err(ConsoleError::BadRequest("params must be a JSON object".into()));
         }
         let def = console.app.engine.flow(&flow, None).await?;
+        if !ctx.user.caller().sees(&def.labels) {
+            return Err(ConsoleError::NotFound(format!("flow {flow} not found")));
+        }
         console.app.check_rate(&flow, def.rate_limit).await?;
         let request = TriggerRequest {
             flow: flow.clone(),
@@ -339,6 +349,9 @@ async fn set_paused(
     let outcome = async {
         ctx.check_post(headers, form.csrf.as_deref(), Role::Operator)?;
         let reason = form.reason.as_deref().map(str::trim).filter(|r| !r.is_empty()).map(str::to_string);
+        if !ctx.user.caller().sees(&console.app.engine.flow(flow, None).await?.labels) {
+            return Err(ConsoleError::NotFound(format!("flow {flow} not found")));
+        }
         console.app.engine.set_paused(flow, paused, &ctx.user.name, reason).await?;
         tracing::info!(actor = %ctx.user.name, flow = %flow, paused, "console pause/resume");
         Ok(format!("{}: {}", if paused { "pause" } else { "resume" }, t(ctx.lang, "Done.")))

@@ -33,6 +33,15 @@ pub struct User {
     pub name: String,
     pub role: Role,
     pub csrf: String,
+    /// The token's flow-label scope (`None`: every flow), as in the API.
+    pub scope: Option<std::collections::BTreeMap<String, String>>,
+}
+
+impl User {
+    /// The same caller the API would see for this user's token.
+    pub fn caller(&self) -> madeira_server::Caller {
+        madeira_server::Caller { name: self.name.clone(), role: self.role, scope: self.scope.clone() }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -74,8 +83,19 @@ impl Sessions {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Opens a session for `name`/`role`; returns its id.
+    /// Opens a session for `name`/`role` (unscoped); returns its id.
+    #[cfg(test)]
     pub fn open(&self, name: &str, role: Role) -> String {
+        self.open_scoped(name, role, None)
+    }
+
+    /// Opens a session for `name`/`role` limited to flows matching `scope`.
+    pub fn open_scoped(
+        &self,
+        name: &str,
+        role: Role,
+        scope: Option<std::collections::BTreeMap<String, String>>,
+    ) -> String {
         let id = random_token();
         let now = Instant::now();
         let mut map = self.lock();
@@ -85,7 +105,8 @@ impl Sessions {
         {
             map.remove(&oldest);
         }
-        let user = User { name: name.to_string(), role, csrf: random_token() };
+        let scope = if role == Role::Admin { None } else { scope };
+        let user = User { name: name.to_string(), role, csrf: random_token(), scope };
         map.insert(id.clone(), Session { user, expires: now + self.ttl });
         id
     }
@@ -201,8 +222,12 @@ impl FromRequestParts<Console> for Ctx {
         let after = console.hub.last_id();
         let path = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
         if !console.auth_on() {
-            let user =
-                User { name: "local".into(), role: Role::Admin, csrf: console.sessions.process_csrf.clone() };
+            let user = User {
+                name: "local".into(),
+                role: Role::Admin,
+                csrf: console.sessions.process_csrf.clone(),
+                scope: None,
+            };
             return Ok(Self { user, lang, path, auth_on: false, after });
         }
         let user = cookie(&parts.headers, SESSION_COOKIE).and_then(|id| console.sessions.get(id));
@@ -303,7 +328,7 @@ pub async fn signin(State(console): State<Console>, parts: Parts, Form(form): Fo
         tracing::warn!("console sign-in refused: unknown token");
         return signin_form(&console, lang, &next, Some(t(lang, "Unknown token.")), StatusCode::UNAUTHORIZED);
     };
-    let id = console.sessions.open(&entry.name, entry.role);
+    let id = console.sessions.open_scoped(&entry.name, entry.role, entry.scope.clone());
     tracing::info!(actor = %entry.name, role = ?entry.role, "console sign-in");
     let cookie = session_cookie(&id, console.sessions.ttl().as_secs(), console.options.secure_cookies);
     (StatusCode::SEE_OTHER, [(header::LOCATION, next), (header::SET_COOKIE, cookie)]).into_response()

@@ -1,7 +1,8 @@
 //! The console in process over a real SQLite store and engine, with three tokens:
 //! the role × action matrix (viewer refused, operator and admin let through, no
 //! CSRF refused for everyone), actions audited with the token's name, sessions
-//! and their cookie, and the SSE stream resuming after `Last-Event-ID`.
+//! and their cookie, the SSE stream resuming after `Last-Event-ID`, and a token
+//! scoped to a team seeing only that team's flows and runs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +33,7 @@ impl Drop for App {
 }
 
 fn token(name: &str, role: Role) -> TokenEntry {
-    TokenEntry { name: name.into(), role, token: format!("{name}-secret-token") }
+    TokenEntry { name: name.into(), role, token: format!("{name}-secret-token"), scope: None }
 }
 
 async fn app(auth: bool) -> App {
@@ -47,8 +48,11 @@ async fn app(auth: bool) -> App {
     let cancel = CancellationToken::new();
     tokio::spawn(engine.run(cancel.clone()));
     handle.apply_flow("pay.yaml", FLOW).await.expect("flow");
-    let tokens = auth
-        .then(|| vec![token("vera", Role::Viewer), token("otto", Role::Operator), token("ada", Role::Admin)]);
+    let tokens = auth.then(|| {
+        let mut fina = token("fina", Role::Operator);
+        fina.scope = Some([("team".to_string(), "finance".to_string())].into());
+        vec![token("vera", Role::Viewer), token("otto", Role::Operator), token("ada", Role::Admin), fina]
+    });
     let state = AppState::new(handle.clone(), AuthConfig { tokens });
     let console =
         Console::new(state.clone(), ConsoleOptions { shutdown: cancel.clone(), ..Default::default() });
@@ -383,4 +387,37 @@ async fn a_large_flow_opens_on_a_focused_view_with_every_node_listed() {
     assert_eq!(focused.body.matches("<g class=\"node ").count(), 5, "n13 ± 1 level");
     let flow = send(&app, get("/flows/wide?focus=all", None)).await;
     assert!(flow.headers["server-timing"].to_str().expect("ascii").contains("app;dur="));
+}
+
+#[tokio::test]
+async fn a_scoped_token_sees_only_its_team_and_another_teams_run_is_not_found() {
+    let app = app(true).await;
+    let ledger = "flow: ledger\nlabels: {team: finance}\nnodes:\n  check: {manual: {prompt: ok?}}\n";
+    app.engine.apply_flow("ledger.yaml", ledger).await.expect("ledger flow");
+    let theirs = start_waiting_run(&app).await;
+    let (cookie, csrf) = sign_in(&app, "fina").await;
+
+    let flows = send(&app, get("/flows", Some(&cookie))).await;
+    assert_eq!(flows.status, StatusCode::OK);
+    assert!(flows.body.contains("/flows/ledger"), "its own flow is listed: {}", flows.body);
+    assert!(!flows.body.contains("/flows/pay"), "another team's flow is absent");
+    for page in ["/runs", "/approvals", "/", "/audit"] {
+        let reply = send(&app, get(page, Some(&cookie))).await;
+        assert_eq!(reply.status, StatusCode::OK, "{page}");
+        assert!(!reply.body.contains(&theirs), "{page} lists another team's run");
+    }
+    for page in [format!("/runs/{theirs}"), "/flows/pay".to_string()] {
+        let reply = send(&app, get(&page, Some(&cookie))).await;
+        assert_eq!(reply.status, StatusCode::NOT_FOUND, "{page}: {}", reply.body);
+    }
+    let confirm = format!("/runs/{theirs}/nodes/approve/confirm");
+    let reply = send(&app, post(&confirm, Some(&cookie), &format!("reason=ok&csrf={csrf}"))).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.body);
+    let run = app.engine.store().load_run(&theirs).await.expect("load").expect("run");
+    let approve = run.nodes.iter().find(|n| n.node == "approve").expect("approve node");
+    assert_eq!(approve.state.as_str(), "MANUAL_CONFIRM", "the refused confirm did nothing");
+
+    let (admin, _) = sign_in(&app, "ada").await;
+    let runs = send(&app, get("/runs", Some(&admin))).await;
+    assert!(runs.body.contains(&theirs), "admin stays global");
 }

@@ -1,6 +1,10 @@
 //! Bearer-token authentication with roles viewer < operator < admin. Without a
 //! config (`madeira dev`) every request acts as `local` with the admin role.
-//! Tokens are compared in constant time and never logged.
+//! Tokens are compared in constant time and never logged. A token may carry a
+//! `scope` over flow labels (`{team: finance}`): it then sees and acts only on
+//! flows whose labels contain every pair; other flows' runs answer 404.
+
+use std::collections::BTreeMap;
 
 use axum::http::HeaderMap;
 use axum::http::StatusCode;
@@ -20,6 +24,32 @@ pub struct TokenEntry {
     pub name: String,
     pub role: Role,
     pub token: String,
+    /// Flow labels the token is limited to; `None`: every flow.
+    pub scope: Option<BTreeMap<String, String>>,
+}
+
+/// Who made a request: the token's name, role and scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub name: String,
+    pub role: Role,
+    /// `None`: every flow (admin tokens are always global).
+    pub scope: Option<BTreeMap<String, String>>,
+}
+
+impl Caller {
+    /// Whether a flow with these labels is visible to the caller.
+    pub fn sees(&self, labels: &BTreeMap<String, String>) -> bool {
+        match &self.scope {
+            None => true,
+            Some(scope) => scope.iter().all(|(k, v)| labels.get(k) == Some(v)),
+        }
+    }
+
+    /// True when the caller is limited to some flows.
+    pub fn is_scoped(&self) -> bool {
+        self.scope.is_some()
+    }
 }
 
 impl std::fmt::Debug for TokenEntry {
@@ -27,6 +57,7 @@ impl std::fmt::Debug for TokenEntry {
         f.debug_struct("TokenEntry")
             .field("name", &self.name)
             .field("role", &self.role)
+            .field("scope", &self.scope)
             .finish_non_exhaustive()
     }
 }
@@ -40,8 +71,13 @@ pub struct AuthConfig {
 impl AuthConfig {
     /// The caller's name if its token grants at least `need`.
     pub fn authorize(&self, headers: &HeaderMap, need: Role) -> Result<String, ApiError> {
+        self.caller(headers, need).map(|c| c.name)
+    }
+
+    /// The caller (name, role, scope) if its token grants at least `need`.
+    pub fn caller(&self, headers: &HeaderMap, need: Role) -> Result<Caller, ApiError> {
         let Some(tokens) = &self.tokens else {
-            return Ok("local".to_string());
+            return Ok(Caller { name: "local".to_string(), role: Role::Admin, scope: None });
         };
         let presented = headers
             .get(axum::http::header::AUTHORIZATION)
@@ -59,7 +95,8 @@ impl AuthConfig {
                 format!("token `{}` has role {:?}; this needs {:?}", entry.name, entry.role, need),
             ));
         }
-        Ok(entry.name.clone())
+        let scope = if entry.role == Role::Admin { None } else { entry.scope.clone() };
+        Ok(Caller { name: entry.name.clone(), role: entry.role, scope })
     }
 }
 
@@ -94,6 +131,7 @@ mod tests {
                 name: "grafana".into(),
                 role: Role::Viewer,
                 token: "v-secret".into(),
+                scope: None,
             }]),
         };
         assert_eq!(auth.authorize(&headers("v-secret"), Role::Viewer).expect("ok"), "grafana");
@@ -109,5 +147,28 @@ mod tests {
             auth.authorize(&HeaderMap::new(), Role::Viewer).map_err(|e| e.status),
             Err(StatusCode::UNAUTHORIZED)
         );
+    }
+
+    #[test]
+    fn scope_matches_every_label_and_admin_is_global() {
+        let scope: BTreeMap<String, String> = [("team".to_string(), "finance".to_string())].into();
+        let entry = |name: &str, role| TokenEntry {
+            name: name.into(),
+            role,
+            token: format!("{name}-secret-token"),
+            scope: Some(scope.clone()),
+        };
+        let auth =
+            AuthConfig { tokens: Some(vec![entry("fin", Role::Operator), entry("root", Role::Admin)]) };
+        let fin = auth.caller(&headers("fin-secret-token"), Role::Viewer).expect("ok");
+        let finance: BTreeMap<String, String> =
+            [("team".to_string(), "finance".to_string()), ("tier".to_string(), "1".to_string())].into();
+        let ops: BTreeMap<String, String> = [("team".to_string(), "ops".to_string())].into();
+        assert!(fin.sees(&finance));
+        assert!(!fin.sees(&ops));
+        assert!(!fin.sees(&BTreeMap::new()));
+        let root = auth.caller(&headers("root-secret-token"), Role::Viewer).expect("ok");
+        assert!(!root.is_scoped());
+        assert!(root.sees(&ops));
     }
 }

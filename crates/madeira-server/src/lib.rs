@@ -8,6 +8,7 @@ mod ratelimit;
 mod rejections;
 mod routes;
 pub mod schema;
+mod scope;
 mod shared;
 mod views;
 
@@ -18,9 +19,10 @@ use axum::Router;
 use madeira_engine::EngineHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use auth::{AuthConfig, Role, TokenEntry};
+pub use auth::{AuthConfig, Caller, Role, TokenEntry};
 pub use error::ApiError;
 pub use routes::follow::{FollowRequest, follow_node, resume_offset};
+pub use scope::visible_flow_names;
 pub use views::render_prompt;
 
 /// The OpenAPI 3.1 document of `/api/v1` (also served at `GET /api/v1/openapi.json`).

@@ -100,6 +100,9 @@ pub struct TokenSpec {
     pub role: Role,
     pub token_env: Option<String>,
     pub token_file: Option<PathBuf>,
+    /// Flow labels this token is limited to (`scope: {team: finance}`); ignored for admin.
+    #[serde(default)]
+    pub scope: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl ServerConfig {
@@ -372,7 +375,18 @@ impl ServerConfig {
                     spec.name
                 )));
             }
-            entries.push(TokenEntry { name: spec.name.clone(), role: spec.role, token });
+            if spec.scope.as_ref().is_some_and(|s| s.is_empty()) {
+                return Err(err(format!(
+                    "auth.tokens `{}`: `scope` is empty; give flow labels (`scope: {{team: finance}}`) or leave it out",
+                    spec.name
+                )));
+            }
+            entries.push(TokenEntry {
+                name: spec.name.clone(),
+                role: spec.role,
+                token,
+                scope: spec.scope.clone(),
+            });
         }
         Ok(AuthConfig { tokens: Some(entries) })
     }

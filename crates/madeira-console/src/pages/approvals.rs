@@ -37,12 +37,19 @@ pub struct Pending {
 
 /// Every MANUAL_CONFIRM node of a running run, oldest first; `true` when the scan
 /// was capped.
-pub async fn pending(console: &Console) -> Result<(Vec<Pending>, bool), ConsoleError> {
+pub async fn pending(
+    console: &Console,
+    user: &crate::session::User,
+) -> Result<(Vec<Pending>, bool), ConsoleError> {
     let engine = &console.app.engine;
     let store = engine.store();
     let mut out = Vec::new();
     let mut capped = false;
+    let visible = super::visible(console, user).await?;
     for flow in store.list_flows().await? {
+        if visible.as_ref().is_some_and(|v| !v.contains(&flow.name)) {
+            continue;
+        }
         let query = RunQuery {
             flow: Some(flow.name.clone()),
             state: Some("RUNNING".into()),
@@ -92,7 +99,7 @@ pub async fn page(
     ctx: Ctx,
     Query(q): Query<ApprovalsQuery>,
 ) -> Result<Response, ConsoleError> {
-    let (items, capped) = pending(&console).await?;
+    let (items, capped) = pending(&console, &ctx.user).await?;
     let list = list_markup(&ctx, &items, capped);
     if q.fragment.is_some() {
         return Ok(page::html_response(list));

@@ -34,11 +34,27 @@ fn query_of(q: &HashMap<String, String>, limit: u32) -> Result<AuditQuery, Conso
 
 async fn entries(
     console: &Console,
+    user: &crate::session::User,
     q: &HashMap<String, String>,
     limit: u32,
 ) -> Result<Vec<AuditRecord>, ConsoleError> {
     let query = query_of(q, limit)?;
     let mut rows = console.app.engine.store().audit(&query).await?;
+    if let Some(visible) = super::visible(console, user).await? {
+        let mut kept = Vec::with_capacity(rows.len());
+        for r in rows {
+            let flow = match &r.run_id {
+                Some(id) => console.app.engine.store().load_run(id).await?.map(|s| s.run.flow),
+                None => {
+                    r.details.as_ref().and_then(|d| d.get("flow")).and_then(|f| f.as_str()).map(String::from)
+                }
+            };
+            if flow.is_some_and(|f| visible.contains(&f)) {
+                kept.push(r);
+            }
+        }
+        rows = kept;
+    }
     if let Some(action) = q.get("action").map(|a| a.trim()).filter(|a| !a.is_empty()) {
         rows.retain(|r| r.action == action);
     }
@@ -52,7 +68,7 @@ pub async fn page(
 ) -> Result<Response, ConsoleError> {
     let lang = ctx.lang;
     let now = madeira_engine::now_ms();
-    let rows = entries(&console, &q, LIMIT).await?;
+    let rows = entries(&console, &ctx.user, &q, LIMIT).await?;
     let value = |k: &str| q.get(k).cloned().unwrap_or_default();
     let qs: Vec<String> = ["run_id", "actor", "since", "action"]
         .iter()
@@ -92,10 +108,10 @@ pub fn csv_cell(s: &str) -> String {
 
 pub async fn csv(
     State(console): State<Console>,
-    _ctx: Ctx,
+    ctx: Ctx,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ConsoleError> {
-    let rows = entries(&console, &q, CSV_LIMIT).await?;
+    let rows = entries(&console, &ctx.user, &q, CSV_LIMIT).await?;
     let mut out = String::from("at,actor,action,run_id,node,reason,details\r\n");
     for a in &rows {
         let details = a.details.as_ref().map(|d| d.to_string()).unwrap_or_default();

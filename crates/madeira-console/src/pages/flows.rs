@@ -69,6 +69,9 @@ pub async fn list(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
     let mut rows = Vec::new();
     for record in engine.store().list_flows().await? {
         let def = engine.flow(&record.name, Some(record.latest_version)).await?;
+        if !ctx.user.caller().sees(&def.labels) {
+            continue;
+        }
         let runs = engine
             .store()
             .list_runs(&RunQuery { flow: Some(record.name.clone()), limit: STRIP, ..Default::default() })
@@ -125,6 +128,9 @@ pub async fn show(
         .get_flow(&name)
         .await?
         .ok_or_else(|| ConsoleError::NotFound(format!("flow {name} not found")))?;
+    if !ctx.user.caller().sees(&engine.flow(&name, None).await?.labels) {
+        return Err(ConsoleError::NotFound(format!("flow {name} not found")));
+    }
     let version = q.version.unwrap_or(record.latest_version);
     let def = engine.flow(&name, Some(version)).await?;
     let versions = store.flow_versions(&name).await?;

@@ -41,6 +41,12 @@ pub async fn alerts(
         }
         None => None,
     };
+    let mut list = list;
+    if let (Some(v), Some(visible)) = (list.as_mut(), super::visible(&console, &ctx.user).await?)
+        && let Some(alerts) = v.get_mut("alerts").and_then(|l| l.as_array_mut())
+    {
+        alerts.retain(|a| a.get("flow").and_then(|f| f.as_str()).is_some_and(|f| visible.contains(f)));
+    }
     let body = html! {
         h1 { (t(lang, "Alerts")) }
         nav.filters { a href="/alerts" { "all" } " · " a href="/alerts?status=firing" { (t(lang, "Firing")) } " · " a href="/alerts?status=resolved" { (t(lang, "Resolved")) } }

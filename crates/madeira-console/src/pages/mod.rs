@@ -21,8 +21,21 @@ pub struct LoadedRun {
     pub def: Arc<FlowDef>,
 }
 
-/// Loads run `id` and its flow version through the engine handle.
-pub async fn load_run(console: &Console, id: &str) -> Result<LoadedRun, ConsoleError> {
+/// The flows `user` sees (its token's scope, as in the API); `None`: all.
+pub async fn visible(
+    console: &Console,
+    user: &crate::session::User,
+) -> Result<Option<std::collections::HashSet<String>>, ConsoleError> {
+    Ok(madeira_server::visible_flow_names(&console.app.engine, &user.caller()).await?)
+}
+
+/// Loads run `id` and its flow version through the engine handle; another
+/// team's run is "not found" to a scoped user.
+pub async fn load_run(
+    console: &Console,
+    user: &crate::session::User,
+    id: &str,
+) -> Result<LoadedRun, ConsoleError> {
     let engine = &console.app.engine;
     let stored = engine
         .store()
@@ -30,6 +43,10 @@ pub async fn load_run(console: &Console, id: &str) -> Result<LoadedRun, ConsoleE
         .await?
         .ok_or_else(|| ConsoleError::NotFound(format!("run {id} not found")))?;
     let def = engine.flow(&stored.run.flow, Some(stored.run.version)).await?;
+    let latest = engine.flow(&stored.run.flow, None).await?;
+    if !user.caller().sees(&latest.labels) {
+        return Err(ConsoleError::NotFound(format!("run {id} not found")));
+    }
     Ok(LoadedRun { stored, def })
 }
 

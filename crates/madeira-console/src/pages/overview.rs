@@ -25,27 +25,42 @@ pub async fn page(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
     let engine = &console.app.engine;
     let store = engine.store();
     let day_ago = id_bound(now - 24 * 3_600_000);
+    let scope = super::visible(&console, &ctx.user).await?;
+    let in_scope = |flow: &str| scope.as_ref().is_none_or(|v| v.contains(flow));
     let mut counts = Vec::new();
     for state in ["QUEUED", "RUNNING", "SUCCESS", "FAILED", "CANCELLED"] {
         let rows = store
             .list_runs(&RunQuery { state: Some(state.into()), limit: COUNT_CAP, ..Default::default() })
             .await?;
-        let n = rows.iter().filter(|r| r.id >= day_ago).count();
+        let n = rows.iter().filter(|r| r.id >= day_ago && in_scope(&r.flow)).count();
         counts.push((state, n, n as u32 >= COUNT_CAP));
     }
-    let running =
+    let mut running =
         store.list_runs(&RunQuery { state: Some("RUNNING".into()), limit: 10, ..Default::default() }).await?;
-    let failed =
+    let mut failed =
         store.list_runs(&RunQuery { state: Some("FAILED".into()), limit: 5, ..Default::default() }).await?;
-    let (waiting, _) = super::approvals::pending(&console).await?;
+    running.retain(|r| in_scope(&r.flow));
+    failed.retain(|r| in_scope(&r.flow));
+    let (waiting, _) = super::approvals::pending(&console, &ctx.user).await?;
     let sidecars = console.app.fleet.as_ref().map(|f| f.sidecars());
     let alerts = match &console.app.alerts {
-        Some(a) => a.list(&AlertQuery { status: Some("firing".into()), flow: None, limit: 10 }).await.ok(),
+        Some(a) => {
+            a.list(&AlertQuery { status: Some("firing".into()), flow: None, limit: 10 }).await.ok().map(
+                |mut v| {
+                    if scope.is_some()
+                        && let Some(list) = v.get_mut("alerts").and_then(|l| l.as_array_mut())
+                    {
+                        list.retain(|a| a.get("flow").and_then(|f| f.as_str()).is_some_and(&in_scope));
+                    }
+                    v
+                },
+            )
+        }
         None => None,
     };
     let mut fires = Vec::new();
     for record in store.list_flows().await? {
-        if record.paused {
+        if record.paused || !in_scope(&record.name) {
             continue;
         }
         let def = engine.flow(&record.name, Some(record.latest_version)).await?;

@@ -76,7 +76,7 @@ pub async fn page(
     Query(q): Query<RunQuery>,
 ) -> Result<Response, ConsoleError> {
     let started = std::time::Instant::now();
-    let run = load_run(&console, &id).await?;
+    let run = load_run(&console, &ctx.user, &id).await?;
     let states: HashMap<String, String> =
         run.stored.nodes.iter().map(|n| (n.node.clone(), n.state.as_str().to_string())).collect();
     let preferred = preferred_node(&run);
@@ -140,7 +140,7 @@ pub async fn live(
     Path(id): Path<String>,
     Query(q): Query<RunQuery>,
 ) -> Result<Response, ConsoleError> {
-    let run = load_run(&console, &id).await?;
+    let run = load_run(&console, &ctx.user, &id).await?;
     Ok(page::html_response(live_fragment(&console, &ctx, &run, q.q.as_deref()).await?))
 }
 
@@ -286,7 +286,7 @@ pub async fn panel(
     Path((id, node)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ConsoleError> {
-    let run = load_run(&console, &id).await?;
+    let run = load_run(&console, &ctx.user, &id).await?;
     let markup = panel_markup(&console, &ctx, &run, &node).await?;
     if crate::error::is_htmx(&headers) {
         return Ok(page::html_response(markup));

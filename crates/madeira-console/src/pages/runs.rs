@@ -153,7 +153,10 @@ pub async fn search(
     let now = madeira_engine::now_ms();
     let search = Search::from_pairs(&pairs)?;
     let started = std::time::Instant::now();
-    let (runs, next) = find(&console, &search, PAGE).await?;
+    let (mut runs, next) = find(&console, &search, PAGE).await?;
+    if let Some(visible) = super::visible(&console, &ctx.user).await? {
+        runs.retain(|r| visible.contains(&r.flow));
+    }
     let took = started.elapsed();
     let flows = console.app.engine.store().list_flows().await?;
     let fmt_local = |ms: Option<i64>| {

@@ -64,8 +64,9 @@ pub async fn list(
     Query(q): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    state.auth.authorize(&headers, Role::Viewer)?;
+    let caller = state.auth.caller(&headers, Role::Viewer)?;
     let alerts = state.alerts.as_ref().ok_or_else(not_configured)?;
+    let visible = state.visible_flows(&caller).await?;
     let status = q.get("status").cloned();
     if let Some(s) = &status
         && !matches!(s.as_str(), "pending" | "firing" | "resolved")
@@ -74,7 +75,11 @@ pub async fn list(
     }
     let query =
         AlertQuery { status, flow: q.get("flow").cloned(), limit: super::runs::parse_limit(q.get("limit"))? };
-    Ok(Json(alerts.list(&query).await.map_err(alert_error)?))
+    let mut answer = alerts.list(&query).await.map_err(alert_error)?;
+    if let Some(visible) = visible {
+        scope_alerts(&mut answer, &visible);
+    }
+    Ok(Json(answer))
 }
 
 #[utoipa::path(
@@ -107,4 +112,12 @@ pub async fn test(
     }
     let outcome = alerts.test(&body.channel).await.map_err(alert_error)?;
     Ok(Json(json!(outcome)))
+}
+
+/// Keeps only the alerts of flows in `visible` (alerts without a flow, such as a
+/// sidecar's, are global and left out of a scoped caller's list).
+fn scope_alerts(answer: &mut Value, visible: &std::collections::HashSet<String>) {
+    if let Some(list) = answer.get_mut("alerts").and_then(Value::as_array_mut) {
+        list.retain(|a| a.get("flow").and_then(Value::as_str).is_some_and(|f| visible.contains(f)));
+    }
 }

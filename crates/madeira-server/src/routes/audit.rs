@@ -29,7 +29,8 @@ pub async fn list(
     Query(q): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    state.auth.authorize(&headers, Role::Viewer)?;
+    let caller = state.auth.caller(&headers, Role::Viewer)?;
+    let visible = state.visible_flows(&caller).await?;
     let since_ms = match q.get("since") {
         Some(s) => Some(
             chrono::DateTime::parse_from_rfc3339(s)
@@ -44,11 +45,32 @@ pub async fn list(
         since_ms,
         limit: super::runs::parse_limit(q.get("limit"))?,
     };
-    let entries: Vec<Value> = state
-        .engine
-        .store()
-        .audit(&query)
-        .await?
+    let mut records = state.engine.store().audit(&query).await?;
+    if let Some(visible) = &visible {
+        // A scoped caller sees the entries of its flows: by the run's flow, or
+        // the `flow` an entry without a run names (pause, missed_run, ...).
+        let mut run_flows: HashMap<String, Option<String>> = HashMap::new();
+        let mut kept = Vec::with_capacity(records.len());
+        for a in records {
+            let flow = match &a.run_id {
+                Some(id) => {
+                    if !run_flows.contains_key(id) {
+                        let flow = state.engine.store().load_run(id).await?.map(|r| r.run.flow);
+                        run_flows.insert(id.clone(), flow);
+                    }
+                    run_flows.get(id).cloned().flatten()
+                }
+                None => {
+                    a.details.as_ref().and_then(|d| d.get("flow")).and_then(Value::as_str).map(String::from)
+                }
+            };
+            if flow.is_some_and(|f| visible.contains(&f)) {
+                kept.push(a);
+            }
+        }
+        records = kept;
+    }
+    let entries: Vec<Value> = records
         .into_iter()
         .map(|a| {
             json!({

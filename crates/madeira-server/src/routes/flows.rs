@@ -66,10 +66,11 @@ pub async fn get(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    state.auth.authorize(&headers, Role::Viewer)?;
+    let caller = state.auth.caller(&headers, Role::Viewer)?;
     let store = state.engine.store();
     let record =
         store.get_flow(&name).await?.ok_or_else(|| ApiError::not_found(format!("flow {name} not found")))?;
+    state.check_flow(&caller, &name).await?;
     let def = state.engine.flow(&name, Some(record.latest_version)).await?;
     Ok(Json(views::flow_detail(&record, &def)))
 }
@@ -87,10 +88,13 @@ pub async fn get(
     )
 )]
 pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    state.auth.authorize(&headers, Role::Viewer)?;
+    let caller = state.auth.caller(&headers, Role::Viewer)?;
     let mut flows = Vec::new();
     for record in state.engine.store().list_flows().await? {
         let def = state.engine.flow(&record.name, Some(record.latest_version)).await?;
+        if !caller.sees(&def.labels) {
+            continue;
+        }
         flows.push(views::flow_detail(&record, &def));
     }
     Ok(Json(json!({"flows": flows})))
@@ -115,11 +119,12 @@ pub async fn versions(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    state.auth.authorize(&headers, Role::Viewer)?;
+    let caller = state.auth.caller(&headers, Role::Viewer)?;
     let versions = state.engine.store().flow_versions(&name).await?;
     if versions.is_empty() {
         return Err(ApiError::not_found(format!("flow {name} not found")));
     }
+    state.check_flow(&caller, &name).await?;
     let list: Vec<Value> = versions
         .iter()
         .map(|v| json!({"version": v.version, "content_hash": v.content_hash, "created_at": views::time(Some(v.created_at))}))
@@ -147,7 +152,10 @@ pub async fn version(
     Path((name, version)): Path<(String, u32)>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    state.auth.authorize(&headers, Role::Viewer)?;
+    let caller = state.auth.caller(&headers, Role::Viewer)?;
+    if state.engine.store().get_flow(&name).await?.is_some() {
+        state.check_flow(&caller, &name).await?;
+    }
     let v = state
         .engine
         .store()

@@ -60,7 +60,9 @@ pub async fn trigger(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let actor = state.auth.authorize(&headers, Role::Operator)?;
+    let caller = state.auth.caller(&headers, Role::Operator)?;
+    state.check_flow(&caller, &flow).await?;
+    let actor = caller.name;
     let body: TriggerBody = json_body(&body)?;
     let def = state.engine.flow(&flow, None).await?;
     state.check_rate(&flow, def.rate_limit).await?;
@@ -146,7 +148,13 @@ pub async fn list(
     Query(q): Query<RunListQuery>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    state.auth.authorize(&headers, Role::Viewer)?;
+    let caller = state.auth.caller(&headers, Role::Viewer)?;
+    let visible = state.visible_flows(&caller).await?;
+    if let (Some(flow), Some(visible)) = (&q.flow, &visible)
+        && !visible.contains(flow)
+    {
+        return Ok(Json(json!({"runs": [], "next": null})));
+    }
     let limit = parse_limit(q.limit.as_ref())?;
     if let Some(status) = &q.status
         && status.parse::<madeira_core::RunState>().is_err()
@@ -167,8 +175,19 @@ pub async fn list(
         (Some(c), Some(u)) => Some(c.min(u)),
         (c, u) => c.or(u),
     };
-    let query = RunQuery { flow: q.flow, state: q.status, before, limit: limit + 1 };
-    let mut rows = state.engine.store().list_runs(&query).await?;
+    let mut query = RunQuery { flow: q.flow, state: q.status, before, limit: limit + 1 };
+    let mut rows = Vec::new();
+    // A scoped caller's page skips other teams' runs: read on until it is full.
+    loop {
+        let page = state.engine.store().list_runs(&query).await?;
+        let exhausted = page.len() < query.limit as usize;
+        let reached_since = since.as_ref().is_some_and(|b| page.last().is_some_and(|r| r.id < *b));
+        query.before = page.last().map(|r| r.id.clone());
+        rows.extend(page.into_iter().filter(|r| visible.as_ref().is_none_or(|v| v.contains(&r.flow))));
+        if exhausted || reached_since || rows.len() > limit as usize {
+            break;
+        }
+    }
     if let Some(bound) = &since {
         rows.retain(|r| r.id >= *bound);
     }
@@ -201,7 +220,8 @@ pub async fn show(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    state.auth.authorize(&headers, Role::Viewer)?;
+    let caller = state.auth.caller(&headers, Role::Viewer)?;
+    state.check_run(&caller, &id).await?;
     let stored = state
         .engine
         .store()
@@ -263,7 +283,9 @@ pub async fn cancel(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let actor = state.auth.authorize(&headers, Role::Operator)?;
+    let caller = state.auth.caller(&headers, Role::Operator)?;
+    state.check_run(&caller, &id).await?;
+    let actor = caller.name;
     let body: ActionBody = json_body(&body)?;
     state
         .engine
@@ -296,7 +318,9 @@ pub async fn node_action(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let actor = state.auth.authorize(&headers, Role::Operator)?;
+    let caller = state.auth.caller(&headers, Role::Operator)?;
+    state.check_run(&caller, &id).await?;
+    let actor = caller.name;
     let body: ActionBody = json_body(&body)?;
     let kind = match action.as_str() {
         "confirm" => NodeActionKind::Confirm,
@@ -366,7 +390,8 @@ pub async fn logs(
     Query(query): Query<LogsQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    state.auth.authorize(&headers, Role::Viewer)?;
+    let caller = state.auth.caller(&headers, Role::Viewer)?;
+    state.check_run(&caller, &id).await?;
     if query.follow {
         let offset = follow::resume_offset(&headers, query.offset)?;
         let req = follow::FollowRequest { run_id: id, node, attempt: query.attempt, offset };
@@ -415,7 +440,8 @@ pub async fn transitions(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    state.auth.authorize(&headers, Role::Viewer)?;
+    let caller = state.auth.caller(&headers, Role::Viewer)?;
+    state.check_run(&caller, &id).await?;
     let records = state.engine.store().transitions(&id).await?;
     if records.is_empty() {
         return Err(ApiError::not_found(format!("run {id} not found")));

@@ -47,7 +47,18 @@ pub async fn event(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let actor = state.auth.authorize(&headers, Role::Operator)?;
+    let caller = state.auth.caller(&headers, Role::Operator)?;
+    if caller.is_scoped() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "token `{}` is scoped to some flows; an event may start any team's flow: send events with an unscoped token",
+                caller.name
+            ),
+        ));
+    }
+    let actor = caller.name;
     let body: EventBody = json_body(&body)?;
     if body.kind.is_empty() || body.id.is_empty() || body.kind.len() > 200 || body.id.len() > 200 {
         return Err(ApiError::bad_request(
@@ -121,7 +132,9 @@ pub async fn pause(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let actor = state.auth.authorize(&headers, Role::Operator)?;
+    let caller = state.auth.caller(&headers, Role::Operator)?;
+    state.check_flow(&caller, &name).await?;
+    let actor = caller.name;
     let body: ReasonBody = json_body(&body)?;
     let paused = match action.as_str() {
         "pause" => true,

@@ -1,0 +1,58 @@
+//! Team scopes (a token's `scope` over flow labels): which flows a scoped caller
+//! sees, and the checks handlers make so another team's flow or run answers 404
+//! (never 403: a scoped caller cannot learn that it exists).
+
+use std::collections::HashSet;
+
+use madeira_engine::{EngineError, EngineHandle};
+
+use crate::{ApiError, AppState, Caller};
+
+/// The names of the flows `caller` sees (labels of each flow's latest version);
+/// `None` when the caller is not scoped and sees every flow.
+pub async fn visible_flow_names(
+    engine: &EngineHandle,
+    caller: &Caller,
+) -> Result<Option<HashSet<String>>, EngineError> {
+    if !caller.is_scoped() {
+        return Ok(None);
+    }
+    let mut names = HashSet::new();
+    for record in engine.store().list_flows().await? {
+        let def = engine.flow(&record.name, Some(record.latest_version)).await?;
+        if caller.sees(&def.labels) {
+            names.insert(record.name);
+        }
+    }
+    Ok(Some(names))
+}
+
+impl AppState {
+    /// The flows `caller` sees; `None`: all of them.
+    pub(crate) async fn visible_flows(&self, caller: &Caller) -> Result<Option<HashSet<String>>, ApiError> {
+        Ok(visible_flow_names(&self.engine, caller).await?)
+    }
+
+    /// 404 `flow NAME not found` when `caller` may not see the flow.
+    pub(crate) async fn check_flow(&self, caller: &Caller, flow: &str) -> Result<(), ApiError> {
+        if !caller.is_scoped() {
+            return Ok(());
+        }
+        let def = self.engine.flow(flow, None).await?;
+        if caller.sees(&def.labels) {
+            Ok(())
+        } else {
+            Err(ApiError::not_found(format!("flow {flow} not found")))
+        }
+    }
+
+    /// 404 `run ID not found` when the run is missing or of a flow `caller` may not see.
+    pub(crate) async fn check_run(&self, caller: &Caller, run_id: &str) -> Result<(), ApiError> {
+        if !caller.is_scoped() {
+            return Ok(());
+        }
+        let not_found = || ApiError::not_found(format!("run {run_id} not found"));
+        let stored = self.engine.store().load_run(run_id).await?.ok_or_else(not_found)?;
+        self.check_flow(caller, &stored.run.flow).await.map_err(|_| not_found())
+    }
+}
