@@ -4,9 +4,8 @@
 //! CLI list it; the webhook keys and signing secrets appear in no log line, API
 //! answer or CLI output.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,39 +44,13 @@ async fn receiver() -> (String, Hits) {
     (base, hits)
 }
 
-/// `madeira dev --config FILE --log-level debug`, keeping every stderr line.
+/// `madeira dev --config FILE --log-level debug` with the channels' URLs and
+/// secrets in its environment, keeping every stderr line.
 fn start_dev(dir: &Path, config: &Path, receiver: &str) -> (Dev, Arc<Mutex<String>>) {
-    let mut child = Command::new(BIN)
-        .args(["dev", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--log-level", "debug", "--data"])
-        .arg(dir.join("data"))
-        .arg("--config")
-        .arg(config)
-        .env("WECOM_URL", format!("{receiver}/cgi-bin/webhook/send?key={WECOM_KEY}"))
-        .env("DING_URL", format!("{receiver}/down/robot/send?access_token={DING_TOKEN}"))
-        .env("DING_SECRET", DING_SECRET)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn madeira dev");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let logs = Arc::new(Mutex::new(String::new()));
-    let base = loop {
-        let line = lines.next().expect("madeira dev exited before serving").expect("read stderr");
-        logs.lock().expect("logs").push_str(&format!("{line}\n"));
-        if let Some(rest) = line.strip_prefix("madeira dev: API on ") {
-            let url = rest.split_whitespace().next().expect("url");
-            break url.trim_end_matches("/api/v1").to_string();
-        }
-    };
-    let sink = logs.clone();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            sink.lock().expect("logs").push_str(&format!("{line}\n"));
-        }
-    });
-    (Dev { child, base, http: reqwest::Client::new(), grpc: String::new() }, logs)
+    let wecom = format!("{receiver}/cgi-bin/webhook/send?key={WECOM_KEY}");
+    let ding = format!("{receiver}/down/robot/send?access_token={DING_TOKEN}");
+    let env = [("WECOM_URL", wecom.as_str()), ("DING_URL", ding.as_str()), ("DING_SECRET", DING_SECRET)];
+    crate::support::start_logged(dir, config, &env)
 }
 
 const FLOW: &str = "flow: settle-alerts
