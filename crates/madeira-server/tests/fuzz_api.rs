@@ -2,15 +2,13 @@
 //! (in process, on a real SQLite store) get a clean answer — a 2xx, or an error
 //! with the contract shape and a 4xx status — never a panic or a 500.
 
-use std::sync::Arc;
+mod support;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use madeira_engine::{EngineOptions, Executors};
-use madeira_server::{AppState, AuthConfig};
-use madeira_store::sqlite::SqliteStore;
 use proptest::prelude::*;
 use serde_json::Value;
+use support::app;
 use tower::ServiceExt;
 
 fn arb_json() -> impl Strategy<Value = Value> {
@@ -44,30 +42,7 @@ fn arb_json() -> impl Strategy<Value = Value> {
     })
 }
 
-struct App {
-    router: axum::Router,
-    _dir: tempfile::TempDir,
-    _cancel: tokio_util::sync::CancellationToken,
-}
-
-async fn app() -> App {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
-    let (engine, handle) = madeira_engine::build(
-        store,
-        Executors::new(Default::default()),
-        Vec::new(),
-        EngineOptions::default(),
-    );
-    let cancel = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(engine.run(cancel.clone()));
-    handle
-        .apply_flow("fuzz.yaml", "flow: fuzz\ntriggers:\n  - event: e\nnodes:\n  a: {run: {builtin: noop}}\n")
-        .await
-        .expect("flow");
-    let router = madeira_server::router(AppState::new(handle, AuthConfig::default()));
-    App { router, _dir: dir, _cancel: cancel }
-}
+const FUZZ_FLOW: &str = "flow: fuzz\ntriggers:\n  - event: e\nnodes:\n  a: {run: {builtin: noop}}\n";
 
 async fn send(router: &axum::Router, method: &str, uri: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
     let request = Request::builder()
@@ -98,7 +73,7 @@ proptest! {
     fn arbitrary_json_gets_a_clean_answer(body in arb_json(), raw in prop::collection::vec(any::<u8>(), 0..64), segment in "[a-zA-Z0-9_.~-]{1,12}") {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(async {
-            let app = app().await;
+            let app = app(&[("fuzz.yaml", FUZZ_FLOW)]).await;
             let json = serde_json::to_vec(&body).expect("json");
             let targets = [
                 ("POST", "/api/v1/flows/fuzz/runs".to_string()),

@@ -3,38 +3,16 @@
 //! enum, and real answers have the documented properties.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+
+mod support;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use madeira_engine::{EngineOptions, Executors};
-use madeira_server::{AppState, AuthConfig};
-use madeira_store::sqlite::SqliteStore;
 use serde_json::{Value, json};
+use support::app;
 use tower::ServiceExt;
 
 const METHODS: [&str; 5] = ["GET", "POST", "PUT", "DELETE", "PATCH"];
-
-struct App {
-    router: axum::Router,
-    _dir: tempfile::TempDir,
-    _cancel: tokio_util::sync::CancellationToken,
-}
-
-async fn app() -> App {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
-    let (engine, handle) = madeira_engine::build(
-        store,
-        Executors::new(Default::default()),
-        Vec::new(),
-        EngineOptions::default(),
-    );
-    let cancel = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(engine.run(cancel.clone()));
-    let router = madeira_server::router(AppState::new(handle, AuthConfig::default()));
-    App { router, _dir: dir, _cancel: cancel }
-}
 
 async fn send(router: &axum::Router, method: &str, uri: &str, body: &str) -> (StatusCode, Value) {
     let request = Request::builder()
@@ -55,7 +33,7 @@ fn spec() -> Value {
 
 #[tokio::test]
 async fn the_router_serves_exactly_the_documented_paths_and_methods() {
-    let app = app().await;
+    let app = app(&[]).await;
     let mut served = BTreeSet::new();
     for path in madeira_server::api_paths() {
         let concrete: String = path
@@ -89,7 +67,7 @@ async fn the_router_serves_exactly_the_documented_paths_and_methods() {
 
 #[tokio::test]
 async fn the_document_is_served_as_openapi_3_1_with_bearer_auth() {
-    let app = app().await;
+    let app = app(&[]).await;
     let (status, doc) = send(&app.router, "GET", "/api/v1/openapi.json", "").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(doc, spec());
@@ -160,7 +138,7 @@ fn assert_shape(doc: &Value, schema: &str, answer: &Value) {
 
 #[tokio::test]
 async fn real_answers_have_the_documented_shapes() {
-    let app = app().await;
+    let app = app(&[]).await;
     let doc = spec();
     let flow = "flow: shape\nnodes:\n  a: {run: {builtin: noop}}\n";
     let (status, applied) = send(&app.router, "PUT", "/api/v1/flows/shape", flow).await;
