@@ -1,18 +1,23 @@
 //! What differs between the SQL databases Madeira runs on, as the named items of
 //! one small trait, and `SqlStore<D>`, the store that the SQL written once (in
 //! `sql/`) implements for each dialect. `sql/` is compiled once per backend module
-//! (`sqlite`, `postgres`), which names its dialect `D`: every query is ordinary
-//! typed sqlx code for that database, and every difference is looked up on `D`.
-//! Placeholders are `$n` everywhere (sqlx's SQLite driver reads `$n` as the n-th
-//! argument); `QueryBuilder::push_bind` writes each backend's own. The SQLite that
-//! sqlx bundles (3.46) reads the PostgreSQL forms the shared SQL uses (`IS DISTINCT
-//! FROM`, `UPDATE … FROM`, `RETURNING`, `ON CONFLICT … DO UPDATE`, `TRUE`/`FALSE`),
-//! so only what the list below names differs.
+//! (`sqlite`, `postgres`, `mysql`), which names its dialect `D`: every query is
+//! ordinary typed sqlx code for that database, and every difference is looked up
+//! on `D`. Placeholders are written `$n`, in order, each once (sqlx's SQLite driver
+//! reads `$n` as the n-th argument; `Dialect::sql` turns them into MySQL's `?`);
+//! `QueryBuilder::push_bind` writes each backend's own. Identifiers that MySQL
+//! reserves (`key`, `trigger`, `reads`) are double-quoted, which every backend
+//! reads as an identifier (MySQL under the ANSI_QUOTES mode its connections set).
+//! The SQLite that sqlx bundles (3.46) reads the PostgreSQL forms the shared SQL
+//! uses (`IS DISTINCT FROM`, `UPDATE … FROM`, `RETURNING`, `ON CONFLICT … DO
+//! UPDATE`, `TRUE`/`FALSE`), so only what the list below names differs.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::time::Duration;
 
-use sqlx::{Database, Pool, Transaction};
+use sqlx::query_builder::Separated;
+use sqlx::{Database, Pool, QueryBuilder, Transaction};
 
 use crate::Result;
 
@@ -54,6 +59,48 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     fn upsert(keys: &str, columns: &[&str]) -> String {
         let set: Vec<String> = columns.iter().map(|c| format!("{c} = excluded.{c}")).collect();
         format!(" ON CONFLICT ({keys}) DO UPDATE SET {}", set.join(", "))
+    }
+
+    /// `sql` with its `$n` placeholders in this database's form (MySQL: `?`).
+    fn sql(sql: &str) -> Cow<'_, str> {
+        Cow::Borrowed(sql)
+    }
+
+    /// The SQL type a bound integer is cast to (MySQL: `SIGNED`).
+    const BIGINT: &'static str = "BIGINT";
+
+    /// `a IS DISTINCT FROM b` (NULL-safe inequality).
+    fn is_distinct(a: &str, b: &str) -> String {
+        format!("{a} IS DISTINCT FROM {b}")
+    }
+
+    /// How a SELECT list reads `column` as text when this database keeps it as
+    /// bytes (MySQL: idempotency keys, so they compare byte for byte).
+    fn bytes_as_text(column: &str) -> Cow<'_, str> {
+        Cow::Borrowed(column)
+    }
+
+    /// Runs the INSERT `q` (one row into a table whose key `id` the database
+    /// numbers) and answers the new row's `id`.
+    async fn insert_id(pool: &Pool<Self::DB>, q: QueryBuilder<'_, Self::DB>) -> Result<i64>;
+
+    /// Appends to `q` one UPDATE of `table` from `rows`, a derived table `v` with
+    /// `columns` (the first is the key matched with `table`'s column of that name):
+    /// each `(column, expression)` of `set` is assigned, the expressions reading
+    /// `v.` and `{table}.` columns. `push_row` binds one row's values in order.
+    fn update_from<'a, T>(
+        q: &mut QueryBuilder<'a, Self::DB>,
+        table: &str,
+        columns: &[&str],
+        set: &[(&str, &str)],
+        rows: impl IntoIterator<Item = T>,
+        push_row: impl FnMut(Separated<'_, 'a, Self::DB, &'static str>, T),
+    ) {
+        q.push(format!("WITH v ({}) AS (", columns.join(", ")));
+        q.push_values(rows, push_row);
+        let set: Vec<String> = set.iter().map(|(c, e)| format!("{c} = {e}")).collect();
+        let key = columns[0];
+        q.push(format!(") UPDATE {table} SET {} FROM v WHERE {table}.{key} = v.{key}", set.join(", ")));
     }
 
     /// How often a transaction failing with a transient error is tried again

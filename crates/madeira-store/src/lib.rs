@@ -1,6 +1,6 @@
 //! Durable state of Madeira. The engine and server see only the `Store` trait.
 //! Its SQL is written once (`sql/`) and compiled inside each backend module
-//! (`sqlite`, `postgres`), which holds only its `dialect::Dialect`: what differs
+//! (`sqlite`, `postgres`, `mysql`), which holds only its `dialect::Dialect`: what differs
 //! between the databases, by name. The store writes the
 //! decisions of SPEC §3's single exit: `create_runs`/`promote_queued` gather a flow's
 //! facts under its lock and write what `madeira_core::admit` decides; `commit` writes
@@ -11,6 +11,7 @@ mod admission;
 mod alerts;
 pub mod dialect;
 mod lease;
+pub mod mysql;
 pub mod postgres;
 mod records;
 pub mod sqlite;
@@ -63,14 +64,17 @@ impl StoreError {
     }
 
     /// Whether a retry of the same transaction on a fresh connection may succeed
-    /// (PostgreSQL: connection lost, administrator shutdown, serialization failure,
-    /// deadlock). Every write is safe to retry: run ids are chosen before the
+    /// (PostgreSQL and MySQL: connection lost, administrator shutdown, serialization
+    /// failure, deadlock; MySQL: a lock wait that timed out). Every write is safe to retry: run ids are chosen before the
     /// insert, so a commit that did happen makes its retry fail, never duplicate.
     pub fn is_transient(&self) -> bool {
         let StoreError::Db(e) = self else { return false };
         match e {
             sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Protocol(_) => true,
             sqlx::Error::Database(d) => {
+                if let Some(my) = d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                    return MYSQL_TRANSIENT.contains(&my.number());
+                }
                 d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().is_some()
                     && d.code().is_some_and(|c| {
                         c.starts_with("08")
@@ -82,9 +86,20 @@ impl StoreError {
     }
 }
 
+/// MySQL/MariaDB errors a retry on a fresh connection may clear: deadlock (1213),
+/// lock wait timeout (1205), server shutting down (1053), connection killed
+/// (1927), server gone or lost (2006, 2013), disconnected for inactivity (4031).
+const MYSQL_TRANSIENT: [u16; 7] = [1213, 1205, 1053, 1927, 2006, 2013, 4031];
+
+/// MySQL/MariaDB errors of a store that cannot take writes now: disk full (1021),
+/// table full (1114), out of memory (1037, 1038), too many connections (1040),
+/// read-only server (1290, 1836), error writing or reading a file (1026, 1030),
+/// and the transient ones.
+const MYSQL_UNAVAILABLE: [u16; 9] = [1021, 1114, 1037, 1038, 1040, 1290, 1836, 1026, 1030];
+
 /// SQLite result codes (busy, locked, I/O, full, can't open, read-only, not a
-/// database) and PostgreSQL classes 08 (connection), 53 (resources: disk full),
-/// 57 (operator intervention), 58 (system error).
+/// database), PostgreSQL classes 08 (connection), 53 (resources: disk full),
+/// 57 (operator intervention), 58 (system error), and MySQL's numbers above.
 fn db_unavailable(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_)
@@ -94,6 +109,9 @@ fn db_unavailable(e: &sqlx::Error) -> bool {
         | sqlx::Error::Protocol(_)
         | sqlx::Error::Tls(_) => true,
         sqlx::Error::Database(d) => {
+            if let Some(my) = d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                return MYSQL_UNAVAILABLE.contains(&my.number()) || MYSQL_TRANSIENT.contains(&my.number());
+            }
             let sqlite = d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some();
             d.code().is_some_and(|c| match sqlite {
                 true => matches!(c.parse::<u32>().map(|n| n & 0xff), Ok(5 | 6 | 8 | 10 | 13 | 14 | 26)),

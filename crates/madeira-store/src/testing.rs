@@ -1,14 +1,22 @@
 //! Test support (feature `test-support`): a fresh PostgreSQL database per test,
 //! created on the server named by `MADEIRA_TEST_PG_URL` (default
-//! `postgres://postgres@127.0.0.1:5432/test`) and dropped when the guard goes.
-//! Without a reachable server a test is skipped, unless `CI=true`: then it fails.
+//! `postgres://postgres@127.0.0.1:5432/test`), or a fresh MySQL/MariaDB one on
+//! `MADEIRA_TEST_MYSQL_URL` (default `mysql://root@127.0.0.1:3306`), dropped when
+//! the guard goes. Without a reachable server a test is skipped, unless
+//! `CI=true`: then it fails.
 
 use sqlx::Connection;
+use sqlx::mysql::MySqlConnection;
 use sqlx::postgres::PgConnection;
 
 /// The admin URL tests create their databases from.
 pub fn pg_admin_url() -> String {
     std::env::var("MADEIRA_TEST_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// The admin URL MySQL/MariaDB test databases are created from.
+pub fn mysql_admin_url() -> String {
+    std::env::var("MADEIRA_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
 }
 
 /// The Redis tests use (`MADEIRA_TEST_REDIS_URL`, default `redis://127.0.0.1:6379`);
@@ -78,6 +86,68 @@ impl Drop for PgTestDb {
                     let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                         .execute(&mut admin)
                         .await;
+                    let _ = admin.close().await;
+                }
+            });
+        });
+        let _ = dropper.join();
+    }
+}
+
+/// A MySQL/MariaDB database that exists for one test.
+pub struct MySqlTestDb {
+    pub url: String,
+    name: String,
+    admin_url: String,
+}
+
+impl MySqlTestDb {
+    /// Creates `madeira_t_<uuid>`. `Ok(None)`: no server and not on CI (skip).
+    pub async fn create() -> Result<Option<Self>, String> {
+        let admin_url = mysql_admin_url();
+        let mut admin = match MySqlConnection::connect(&admin_url).await {
+            Ok(conn) => conn,
+            Err(e) if !services_required() => {
+                eprintln!("skipping: MySQL/MariaDB at {admin_url} is unreachable ({e})");
+                return Ok(None);
+            }
+            Err(e) => return Err(format!("CI=true and MySQL/MariaDB at {admin_url} is unreachable: {e}")),
+        };
+        let name = format!("madeira_t_{}", uuid::Uuid::now_v7().simple());
+        sqlx::query(&format!("CREATE DATABASE {name} CHARACTER SET utf8mb4"))
+            .execute(&mut admin)
+            .await
+            .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
+        let _ = admin.close().await;
+        let url = replace_db(&admin_url, &name);
+        Ok(Some(Self { url, name, admin_url }))
+    }
+}
+
+impl Drop for MySqlTestDb {
+    fn drop(&mut self) {
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        let dropper = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            rt.block_on(async {
+                if let Ok(mut admin) = MySqlConnection::connect(&admin_url).await {
+                    // Like PostgreSQL's `WITH (FORCE)`: the store's pooled connections
+                    // may still hold a transaction (their rollback runs on a runtime
+                    // that is no longer polled), and DROP would wait on it.
+                    let ids: Vec<(i64,)> = sqlx::query_as(
+                        "SELECT CAST(id AS SIGNED) FROM information_schema.processlist WHERE db = ?",
+                    )
+                    .bind(&name)
+                    .fetch_all(&mut admin)
+                    .await
+                    .unwrap_or_default();
+                    for (id,) in ids {
+                        let _ = sqlx::query(&format!("KILL {id}")).execute(&mut admin).await;
+                    }
+                    let _ = sqlx::query("SET SESSION lock_wait_timeout = 30").execute(&mut admin).await;
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&mut admin).await;
                     let _ = admin.close().await;
                 }
             });

@@ -7,7 +7,7 @@
 //! `FOR UPDATE SKIP LOCKED`, and transient errors are retried. The SQL is `sql/`,
 //! compiled here for this dialect.
 
-// The SQL written once, compiled for this dialect (and again for the other).
+// The SQL written once, compiled for this dialect (and again for the others).
 #[allow(clippy::duplicate_mod)]
 #[path = "../sql/mod.rs"]
 mod sql;
@@ -32,6 +32,11 @@ impl Dialect for PgDialect {
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const RETRIES: u32 = 5;
+
+    async fn insert_id(pool: &PgPool, mut q: sqlx::QueryBuilder<'_, Postgres>) -> Result<i64> {
+        q.push(" RETURNING id");
+        Ok(q.build_query_scalar().fetch_one(pool).await?)
+    }
 
     async fn lock(tx: &mut Transaction<'_, Postgres>, space: LockSpace, key: &str) -> Result<()> {
         let space: i64 = match space {

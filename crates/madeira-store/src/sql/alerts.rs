@@ -4,11 +4,11 @@
 use sqlx::QueryBuilder;
 use sqlx::Row as _;
 
-use super::{Db, Pool, Row, push_list, upsert};
+use super::{Db, Pool, Row, push_list, sql, upsert};
 use crate::{AlertBatch, AlertQuery, AlertRow, DeliveryRow, OpenAlerts, Result, StoreError};
 
 const ALERT_COLUMNS: &str =
-    "id, key, severity, status, flow, node, details, created_at, notify_at, updated_at, resolved_at";
+    "id, \"key\", severity, status, flow, node, details, created_at, notify_at, updated_at, resolved_at";
 const DELIVERY_COLUMNS: &str =
     "id, alert_id, channel, kind, status, attempts, last_error, digest_id, created_at, sent_at";
 
@@ -19,10 +19,10 @@ pub(super) async fn write(pool: &Pool, batch: &AlertBatch) -> Result<()> {
     let mut tx = pool.begin().await?;
     super::inbox::fence_and_consume(&mut tx, batch).await?;
     for a in &batch.alerts {
-        sqlx::query(&format!(
+        sqlx::query(&sql(&format!(
             "INSERT INTO alerts ({ALERT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11){}",
             upsert("id", &ALERT_COLUMNS["id, ".len()..])
-        ))
+        )))
         .bind(&a.id)
         .bind(&a.key)
         .bind(&a.severity)
@@ -38,10 +38,10 @@ pub(super) async fn write(pool: &Pool, batch: &AlertBatch) -> Result<()> {
         .await?;
     }
     for d in &batch.deliveries {
-        sqlx::query(&format!(
+        sqlx::query(&sql(&format!(
             "INSERT INTO alert_deliveries ({DELIVERY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10){}",
             upsert("id", &DELIVERY_COLUMNS["id, ".len()..])
-        ))
+        )))
         .bind(&d.id)
         .bind(&d.alert_id)
         .bind(&d.channel)
@@ -93,24 +93,24 @@ fn delivery_row(row: &Row) -> Result<DeliveryRow> {
 }
 
 pub(super) async fn open(pool: &Pool) -> Result<OpenAlerts> {
-    let deliveries = sqlx::query(&format!(
+    let deliveries = sqlx::query(&sql(&format!(
         "SELECT {DELIVERY_COLUMNS} FROM alert_deliveries WHERE status = 'pending' \
          OR (status = 'merged' AND digest_id IN \
              (SELECT id FROM alert_deliveries WHERE status = 'pending' AND kind = 'digest')) \
          ORDER BY id"
-    ))
+    )))
     .fetch_all(pool)
     .await?
     .iter()
     .map(delivery_row)
     .collect::<Result<Vec<_>>>()?;
-    let alerts = sqlx::query(&format!(
+    let alerts = sqlx::query(&sql(&format!(
         "SELECT {ALERT_COLUMNS} FROM alerts WHERE status IN ('pending', 'firing') \
          OR id IN (SELECT alert_id FROM alert_deliveries WHERE status IN ('pending', 'merged') \
                    AND alert_id IS NOT NULL AND (status = 'pending' OR digest_id IN \
                    (SELECT id FROM alert_deliveries WHERE status = 'pending' AND kind = 'digest'))) \
          ORDER BY id"
-    ))
+    )))
     .fetch_all(pool)
     .await?
     .iter()
@@ -144,20 +144,18 @@ pub(super) async fn deliveries_of(pool: &Pool, alert_ids: &[String]) -> Result<V
 
 pub(super) async fn prune(pool: &Pool, before_ms: i64) -> Result<u64> {
     let mut tx = pool.begin().await?;
-    sqlx::query(
-        "DELETE FROM alert_deliveries WHERE alert_id IN \
-         (SELECT id FROM alerts WHERE status = 'resolved' AND resolved_at < $1)",
-    )
+    sqlx::query(&sql("DELETE FROM alert_deliveries WHERE alert_id IN \
+         (SELECT id FROM alerts WHERE status = 'resolved' AND resolved_at < $1)"))
     .bind(before_ms)
     .execute(&mut *tx)
     .await?;
-    sqlx::query(
+    sqlx::query(&sql(
         "DELETE FROM alert_deliveries WHERE alert_id IS NULL AND status != 'pending' AND created_at < $1",
-    )
+    ))
     .bind(before_ms)
     .execute(&mut *tx)
     .await?;
-    let done = sqlx::query("DELETE FROM alerts WHERE status = 'resolved' AND resolved_at < $1")
+    let done = sqlx::query(&sql("DELETE FROM alerts WHERE status = 'resolved' AND resolved_at < $1"))
         .bind(before_ms)
         .execute(&mut *tx)
         .await?;

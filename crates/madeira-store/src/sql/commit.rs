@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use sqlx::QueryBuilder;
 
-use super::{CHUNK, Db, Pool, Tx, last_per_key, upsert};
+use super::{CHUNK, D, Db, Pool, Tx, last_per_key, sql, upsert};
+use crate::dialect::Dialect;
 use crate::{Batch, Result, RunWrite};
 
 pub(super) async fn commit(pool: &Pool, batch: &Batch) -> Result<()> {
@@ -32,7 +33,7 @@ pub(super) async fn commit(pool: &Pool, batch: &Batch) -> Result<()> {
         q.build().execute(&mut *tx).await?;
     }
     for a in &batch.answers {
-        sqlx::query("UPDATE run_commands SET answer = $1, answered_at = $2 WHERE id = $3")
+        sqlx::query(&sql("UPDATE run_commands SET answer = $1, answered_at = $2 WHERE id = $3"))
             .bind(&a.answer)
             .bind(a.at)
             .bind(a.id)
@@ -48,7 +49,7 @@ async fn write_nodes(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
     for chunk in batch.nodes.chunks(CHUNK) {
         let mut q: QueryBuilder<Db> = QueryBuilder::new(
             "INSERT INTO nodes (run_id, idx, node, state, reason, attempt, series_start, \
-             data_version, outputs, reads, stale, fallback, next_attempt_at, started_at, finished_at) ",
+             data_version, outputs, \"reads\", stale, fallback, next_attempt_at, started_at, finished_at) ",
         );
         q.push_values(chunk, |mut b, n| {
             b.push_bind(&n.run_id)
@@ -69,7 +70,7 @@ async fn write_nodes(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
         });
         q.push(upsert(
             "run_id, idx",
-            "state, reason, attempt, series_start, data_version, outputs, reads, stale, fallback, \
+            "state, reason, attempt, series_start, data_version, outputs, \"reads\", stale, fallback, \
              next_attempt_at, started_at, finished_at",
         ));
         q.build().execute(&mut **tx).await?;
@@ -86,21 +87,29 @@ async fn write_runs(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
         last.insert(r.run_id.as_str(), RunWrite { started_at, ..r.clone() });
     }
     let rows: Vec<RunWrite> = last.into_values().collect();
+    let bigint = format!(" AS {})", D::BIGINT);
     for chunk in rows.chunks(CHUNK) {
-        let mut q: QueryBuilder<Db> = QueryBuilder::new("WITH v (id, state, started_at, finished_at) AS (");
-        q.push_values(chunk, |mut b, r| {
-            b.push_bind(&r.run_id)
-                .push_bind(r.state.as_str())
-                .push("CAST(")
-                .push_bind_unseparated(r.started_at)
-                .push_unseparated(" AS BIGINT)")
-                .push("CAST(")
-                .push_bind_unseparated(r.finished_at)
-                .push_unseparated(" AS BIGINT)");
-        });
-        q.push(
-            ") UPDATE runs SET state = v.state, started_at = COALESCE(v.started_at, runs.started_at), \
-             finished_at = v.finished_at FROM v WHERE runs.id = v.id",
+        let mut q: QueryBuilder<Db> = QueryBuilder::new("");
+        D::update_from(
+            &mut q,
+            "runs",
+            &["id", "state", "started_at", "finished_at"],
+            &[
+                ("state", "v.state"),
+                ("started_at", "COALESCE(v.started_at, runs.started_at)"),
+                ("finished_at", "v.finished_at"),
+            ],
+            chunk,
+            |mut b, r| {
+                b.push_bind(&r.run_id)
+                    .push_bind(r.state.as_str())
+                    .push("CAST(")
+                    .push_bind_unseparated(r.started_at)
+                    .push_unseparated(&bigint)
+                    .push("CAST(")
+                    .push_bind_unseparated(r.finished_at)
+                    .push_unseparated(&bigint);
+            },
         );
         q.build().execute(&mut **tx).await?;
     }
@@ -133,7 +142,7 @@ async fn write_outputs(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
     let rows = last_per_key(&batch.outputs, |o| (&o.run_id, &o.node, o.data_version, &o.key));
     for chunk in rows.chunks(CHUNK) {
         let mut q: QueryBuilder<Db> =
-            QueryBuilder::new("INSERT INTO node_outputs (run_id, node, data_version, key, value) ");
+            QueryBuilder::new("INSERT INTO node_outputs (run_id, node, data_version, \"key\", value) ");
         q.push_values(chunk, |mut b, o| {
             b.push_bind(&o.run_id)
                 .push_bind(&o.node)

@@ -4,7 +4,7 @@
 use sqlx::Row as _;
 
 use super::runs::lock_flow;
-use super::{Pool, Row, upsert};
+use super::{Pool, Row, sql, upsert};
 use crate::{FlowRecord, FlowVersion, PutFlow, Result};
 
 pub(super) async fn put_flow(
@@ -16,14 +16,13 @@ pub(super) async fn put_flow(
 ) -> Result<PutFlow> {
     let mut tx = pool.begin().await?;
     lock_flow(&mut tx, name).await?;
-    let latest: Option<(i64, String)> = sqlx::query_as(
-        "SELECT v.version, v.content_hash FROM flows f \
+    let latest: Option<(i64, String)> =
+        sqlx::query_as(&sql("SELECT v.version, v.content_hash FROM flows f \
          JOIN flow_versions v ON v.flow = f.name AND v.version = f.latest_version \
-         WHERE f.name = $1",
-    )
-    .bind(name)
-    .fetch_optional(&mut *tx)
-    .await?;
+         WHERE f.name = $1"))
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?;
     let version = match latest {
         Some((version, latest_hash)) if latest_hash == hash => {
             return Ok(PutFlow { version: version as u32, created: false });
@@ -31,21 +30,20 @@ pub(super) async fn put_flow(
         Some((version, _)) => version + 1,
         None => 1,
     };
-    sqlx::query(&format!(
+    sqlx::query(&sql(&format!(
         "INSERT INTO flows (name, latest_version, paused, created_at, updated_at) \
-         VALUES ($1, $2, FALSE, $3, $3) \
+         VALUES ($1, $2, FALSE, $3, $4) \
          {}",
         upsert("name", "latest_version, updated_at")
-    ))
+    )))
     .bind(name)
     .bind(version)
     .bind(now_ms)
+    .bind(now_ms)
     .execute(&mut *tx)
     .await?;
-    sqlx::query(
-        "INSERT INTO flow_versions (flow, version, source, content_hash, created_at) \
-         VALUES ($1, $2, $3, $4, $5)",
-    )
+    sqlx::query(&sql("INSERT INTO flow_versions (flow, version, source, content_hash, created_at) \
+         VALUES ($1, $2, $3, $4, $5)"))
     .bind(name)
     .bind(version)
     .bind(source)
@@ -72,25 +70,26 @@ fn flow_record(row: &Row) -> std::result::Result<FlowRecord, sqlx::Error> {
 }
 
 pub(super) async fn get_flow(pool: &Pool, name: &str) -> Result<Option<FlowRecord>> {
-    let row =
-        sqlx::query(&format!("{FLOW_SELECT} WHERE f.name = $1")).bind(name).fetch_optional(pool).await?;
+    let row = sqlx::query(&sql(&format!("{FLOW_SELECT} WHERE f.name = $1")))
+        .bind(name)
+        .fetch_optional(pool)
+        .await?;
     Ok(row.as_ref().map(flow_record).transpose()?)
 }
 
 pub(super) async fn list_flows(pool: &Pool) -> Result<Vec<FlowRecord>> {
-    let rows = sqlx::query(&format!("{FLOW_SELECT} ORDER BY f.name")).fetch_all(pool).await?;
+    let rows = sqlx::query(&sql(&format!("{FLOW_SELECT} ORDER BY f.name"))).fetch_all(pool).await?;
     Ok(rows.iter().map(flow_record).collect::<std::result::Result<_, _>>()?)
 }
 
 pub(super) async fn flow_version(pool: &Pool, name: &str, version: u32) -> Result<Option<FlowVersion>> {
-    let row: Option<(String, i64, String, String, i64)> = sqlx::query_as(
-        "SELECT flow, version, source, content_hash, created_at FROM flow_versions \
-         WHERE flow = $1 AND version = $2",
-    )
-    .bind(name)
-    .bind(i64::from(version))
-    .fetch_optional(pool)
-    .await?;
+    let row: Option<(String, i64, String, String, i64)> =
+        sqlx::query_as(&sql("SELECT flow, version, source, content_hash, created_at FROM flow_versions \
+         WHERE flow = $1 AND version = $2"))
+        .bind(name)
+        .bind(i64::from(version))
+        .fetch_optional(pool)
+        .await?;
     Ok(row.map(|(flow, version, source, content_hash, created_at)| FlowVersion {
         flow,
         version: version as u32,
@@ -101,7 +100,7 @@ pub(super) async fn flow_version(pool: &Pool, name: &str, version: u32) -> Resul
 }
 
 pub(super) async fn set_paused(pool: &Pool, name: &str, paused: bool, now_ms: i64) -> Result<bool> {
-    let done = sqlx::query("UPDATE flows SET paused = $1, updated_at = $2 WHERE name = $3")
+    let done = sqlx::query(&sql("UPDATE flows SET paused = $1, updated_at = $2 WHERE name = $3"))
         .bind(paused)
         .bind(now_ms)
         .bind(name)
@@ -111,13 +110,12 @@ pub(super) async fn set_paused(pool: &Pool, name: &str, paused: bool, now_ms: i6
 }
 
 pub(super) async fn flow_versions(pool: &Pool, name: &str) -> Result<Vec<FlowVersion>> {
-    let rows: Vec<(String, i64, String, String, i64)> = sqlx::query_as(
-        "SELECT flow, version, source, content_hash, created_at FROM flow_versions \
-         WHERE flow = $1 ORDER BY version",
-    )
-    .bind(name)
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<(String, i64, String, String, i64)> =
+        sqlx::query_as(&sql("SELECT flow, version, source, content_hash, created_at FROM flow_versions \
+         WHERE flow = $1 ORDER BY version"))
+        .bind(name)
+        .fetch_all(pool)
+        .await?;
     Ok(rows
         .into_iter()
         .map(|(flow, version, source, content_hash, created_at)| FlowVersion {

@@ -5,7 +5,7 @@ use serde_json::Value as Json;
 use sqlx::QueryBuilder;
 use sqlx::Row as _;
 
-use super::{D, Db, Pool, Tx, push_list};
+use super::{D, Db, Pool, Tx, push_list, sql};
 use crate::dialect::Dialect;
 use crate::{AlertBatch, InboxEvent, Result, StoreError};
 
@@ -22,7 +22,7 @@ pub(super) async fn push(pool: &Pool, bodies: &[Json], now_ms: i64) -> Result<()
 }
 
 pub(super) async fn read(pool: &Pool, limit: u32) -> Result<Vec<InboxEvent>> {
-    let rows = sqlx::query("SELECT seq, body FROM alert_inbox ORDER BY seq LIMIT $1")
+    let rows = sqlx::query(&sql("SELECT seq, body FROM alert_inbox ORDER BY seq LIMIT $1"))
         .bind(i64::from(limit))
         .fetch_all(pool)
         .await?;
@@ -38,18 +38,44 @@ pub(super) async fn read(pool: &Pool, limit: u32) -> Result<Vec<InboxEvent>> {
 }
 
 pub(super) async fn lead(pool: &Pool, role: &str, holder: &str, now_ms: i64, lease_ms: i64) -> Result<bool> {
-    let done = sqlx::query(
-        "INSERT INTO leaders (role, holder, lease_until) VALUES ($1, $2, $3) \
-         ON CONFLICT (role) DO UPDATE SET holder = excluded.holder, lease_until = excluded.lease_until \
-         WHERE leaders.holder = excluded.holder OR leaders.lease_until < $4",
-    )
+    // The row is locked, the decision taken here and written in the same
+    // transaction. Of two replicas creating the row at once, the second is
+    // refused by the primary key and does not lead.
+    let until = now_ms.saturating_add(lease_ms);
+    let mut tx = pool.begin().await?;
+    let current: Option<(String, i64)> = sqlx::query_as(&sql(&format!(
+        "SELECT holder, lease_until FROM leaders WHERE role = $1{}",
+        D::FOR_UPDATE
+    )))
     .bind(role)
-    .bind(holder)
-    .bind(now_ms.saturating_add(lease_ms))
-    .bind(now_ms)
-    .execute(pool)
+    .fetch_optional(&mut *tx)
     .await?;
-    Ok(done.rows_affected() == 1)
+    match current {
+        None => {
+            let inserted =
+                sqlx::query(&sql("INSERT INTO leaders (role, holder, lease_until) VALUES ($1, $2, $3)"))
+                    .bind(role)
+                    .bind(holder)
+                    .bind(until)
+                    .execute(&mut *tx)
+                    .await;
+            match inserted {
+                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(false),
+                other => other?,
+            };
+        }
+        Some((current, lease_until)) if current == holder || lease_until < now_ms => {
+            sqlx::query(&sql("UPDATE leaders SET holder = $1, lease_until = $2 WHERE role = $3"))
+                .bind(holder)
+                .bind(until)
+                .bind(role)
+                .execute(&mut *tx)
+                .await?;
+        }
+        Some(_) => return Ok(false),
+    }
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// Inside a batch's transaction: refuses it unless the fence's holder leads (the
@@ -57,7 +83,7 @@ pub(super) async fn lead(pool: &Pool, role: &str, holder: &str, now_ms: i64, lea
 pub(super) async fn fence_and_consume(tx: &mut Tx<'_>, batch: &AlertBatch) -> Result<()> {
     if let Some(fence) = &batch.fence {
         let holder: Option<String> =
-            sqlx::query_scalar(&format!("SELECT holder FROM leaders WHERE role = $1{}", D::FOR_UPDATE))
+            sqlx::query_scalar(&sql(&format!("SELECT holder FROM leaders WHERE role = $1{}", D::FOR_UPDATE)))
                 .bind(&fence.role)
                 .fetch_optional(&mut **tx)
                 .await?;

@@ -5,7 +5,7 @@
 
 use sqlx::QueryBuilder;
 
-use super::{CHUNK, D, Db, Pool, Tx, push_list};
+use super::{CHUNK, D, Db, Pool, Tx, push_list, sql};
 use crate::dialect::Dialect;
 use crate::lease::{UNCLAIMED_GRACE_MS, check_fence, claimable};
 use crate::{Claim, Lease, Result};
@@ -19,7 +19,7 @@ pub(super) async fn claim_run(
 ) -> Result<Claim> {
     let mut tx = pool.begin().await?;
     let row: Option<(Option<String>, Option<i64>)> =
-        sqlx::query_as(&format!("SELECT owner, lease_until FROM runs WHERE id = $1{}", D::FOR_UPDATE))
+        sqlx::query_as(&sql(&format!("SELECT owner, lease_until FROM runs WHERE id = $1{}", D::FOR_UPDATE)))
             .bind(run_id)
             .fetch_optional(&mut *tx)
             .await?;
@@ -34,16 +34,17 @@ pub(super) async fn claim_run(
     }
     if !claimable(owner.as_deref(), lease_until, lease) {
         // A fresh statement: it sees whatever the holder committed before our lock.
-        let busy: (bool,) =
-            sqlx::query_as("SELECT EXISTS (SELECT 1 FROM nodes WHERE run_id = $1 AND state = 'RUNNING')")
-                .bind(run_id)
-                .fetch_one(&mut *tx)
-                .await?;
+        let busy: (bool,) = sqlx::query_as(&sql(
+            "SELECT EXISTS (SELECT 1 FROM nodes WHERE run_id = $1 AND state = 'RUNNING')",
+        ))
+        .bind(run_id)
+        .fetch_one(&mut *tx)
+        .await?;
         if !steal_idle || busy.0 {
             return Ok(Claim::Other { owner: owner.unwrap_or_default() });
         }
     }
-    sqlx::query("UPDATE runs SET owner = $1, lease_until = $2 WHERE id = $3")
+    sqlx::query(&sql("UPDATE runs SET owner = $1, lease_until = $2 WHERE id = $3"))
         .bind(&lease.owner)
         .bind(lease.until_ms)
         .bind(run_id)
@@ -57,34 +58,43 @@ pub(super) async fn adopt_run(pool: &Pool, run_id: &str, from: &str, lease: &Lea
     claim_run(pool, run_id, lease, true, Some(from)).await
 }
 
+/// The expired runs are selected and locked (skipping rows another replica is
+/// claiming), then taken, in one transaction.
 pub(super) async fn claim_expired(pool: &Pool, lease: &Lease, limit: u32) -> Result<Vec<String>> {
-    let rows: Vec<(String,)> = sqlx::query_as(&format!(
-        "UPDATE runs SET owner = $1, lease_until = $2 WHERE id IN ( \
-           SELECT id FROM runs WHERE state = 'RUNNING' AND owner IS DISTINCT FROM $1 \
-             AND COALESCE(lease_until, COALESCE(started_at, created_at) + $3) < $4 \
-           ORDER BY id LIMIT $5{}) \
-         RETURNING id",
+    let mut tx = pool.begin().await?;
+    let rows: Vec<(String,)> = sqlx::query_as(&sql(&format!(
+        "SELECT id FROM runs WHERE state = 'RUNNING' AND {} \
+           AND COALESCE(lease_until, COALESCE(started_at, created_at) + $2) < $3 \
+         ORDER BY id LIMIT $4{}",
+        D::is_distinct("owner", "$1"),
         D::SKIP_LOCKED
-    ))
+    )))
     .bind(&lease.owner)
-    .bind(lease.until_ms)
     .bind(UNCLAIMED_GRACE_MS)
     .bind(lease.now_ms)
     .bind(i64::from(limit))
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
     let mut ids: Vec<String> = rows.into_iter().map(|(id,)| id).collect();
     ids.sort();
+    for chunk in ids.chunks(CHUNK) {
+        let mut q: QueryBuilder<Db> = QueryBuilder::new("UPDATE runs SET owner = ");
+        q.push_bind(&lease.owner).push(", lease_until = ").push_bind(lease.until_ms).push(" WHERE id IN ");
+        push_list(&mut q, chunk);
+        q.build().execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
     Ok(ids)
 }
 
 pub(super) async fn renew_leases(pool: &Pool, lease: &Lease) -> Result<u64> {
-    let done =
-        sqlx::query("UPDATE runs SET lease_until = $1 WHERE owner = $2 AND state IN ('QUEUED', 'RUNNING')")
-            .bind(lease.until_ms)
-            .bind(&lease.owner)
-            .execute(pool)
-            .await?;
+    let done = sqlx::query(&sql(
+        "UPDATE runs SET lease_until = $1 WHERE owner = $2 AND state IN ('QUEUED', 'RUNNING')",
+    ))
+    .bind(lease.until_ms)
+    .bind(&lease.owner)
+    .execute(pool)
+    .await?;
     Ok(done.rows_affected())
 }
 

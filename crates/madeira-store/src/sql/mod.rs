@@ -25,6 +25,11 @@ type Pool = sqlx::Pool<Db>;
 type Tx<'c> = sqlx::Transaction<'c, Db>;
 type Row = <Db as sqlx::Database>::Row;
 
+/// `s` with its placeholders in this database's form (`Dialect::sql`).
+fn sql(s: &str) -> std::borrow::Cow<'_, str> {
+    D::sql(s)
+}
+
 /// Rows per multi-row statement.
 const CHUNK: usize = D::CHUNK;
 

@@ -1,7 +1,7 @@
 //! Throttle permits shared by the replicas: taken under the lock of their
 //! (flow, node), counted over runs that are still RUNNING, freed in commits.
 
-use super::{D, Pool, Tx};
+use super::{D, Pool, Tx, sql};
 use crate::dialect::{Dialect, LockSpace};
 use crate::{PermitKey, Result};
 
@@ -14,43 +14,45 @@ pub(super) async fn try_permit(
 ) -> Result<bool> {
     let mut tx = pool.begin().await?;
     D::lock(&mut tx, LockSpace::Permit, &format!("{}\n{}", key.flow, key.node)).await?;
-    let held = sqlx::query("UPDATE permits SET owner = $1 WHERE flow = $2 AND node = $3 AND run_id = $4")
-        .bind(owner)
-        .bind(&key.flow)
-        .bind(&key.node)
-        .bind(&key.run_id)
-        .execute(&mut *tx)
-        .await?;
+    let held =
+        sqlx::query(&sql("UPDATE permits SET owner = $1 WHERE flow = $2 AND node = $3 AND run_id = $4"))
+            .bind(owner)
+            .bind(&key.flow)
+            .bind(&key.node)
+            .bind(&key.run_id)
+            .execute(&mut *tx)
+            .await?;
     if held.rows_affected() > 0 {
         tx.commit().await?;
         return Ok(true);
     }
-    let (used,): (i64,) = sqlx::query_as(
-        "SELECT COUNT(*) FROM permits p JOIN runs r ON r.id = p.run_id \
-         WHERE p.flow = $1 AND p.node = $2 AND r.state = 'RUNNING'",
-    )
-    .bind(&key.flow)
-    .bind(&key.node)
-    .fetch_one(&mut *tx)
-    .await?;
+    let (used,): (i64,) =
+        sqlx::query_as(&sql("SELECT COUNT(*) FROM permits p JOIN runs r ON r.id = p.run_id \
+         WHERE p.flow = $1 AND p.node = $2 AND r.state = 'RUNNING'"))
+        .bind(&key.flow)
+        .bind(&key.node)
+        .fetch_one(&mut *tx)
+        .await?;
     if used >= i64::from(max) {
         return Ok(false);
     }
-    sqlx::query("INSERT INTO permits (flow, node, run_id, owner, acquired_at) VALUES ($1, $2, $3, $4, $5)")
-        .bind(&key.flow)
-        .bind(&key.node)
-        .bind(&key.run_id)
-        .bind(owner)
-        .bind(now_ms)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(&sql(
+        "INSERT INTO permits (flow, node, run_id, owner, acquired_at) VALUES ($1, $2, $3, $4, $5)",
+    ))
+    .bind(&key.flow)
+    .bind(&key.node)
+    .bind(&key.run_id)
+    .bind(owner)
+    .bind(now_ms)
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(true)
 }
 
 pub(super) async fn release(tx: &mut Tx<'_>, keys: &[PermitKey]) -> Result<()> {
     for key in keys {
-        sqlx::query("DELETE FROM permits WHERE flow = $1 AND node = $2 AND run_id = $3")
+        sqlx::query(&sql("DELETE FROM permits WHERE flow = $1 AND node = $2 AND run_id = $3"))
             .bind(&key.flow)
             .bind(&key.node)
             .bind(&key.run_id)

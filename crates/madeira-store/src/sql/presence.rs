@@ -3,7 +3,7 @@
 
 use sqlx::QueryBuilder;
 
-use super::{Db, Pool};
+use super::{Db, Pool, sql};
 
 use crate::{Result, SidecarPresence};
 
@@ -14,7 +14,10 @@ pub(super) async fn publish(
     now_ms: i64,
 ) -> Result<()> {
     let mut tx = pool.begin().await?;
-    sqlx::query("DELETE FROM sidecar_presence WHERE replica = $1").bind(replica).execute(&mut *tx).await?;
+    sqlx::query(&sql("DELETE FROM sidecar_presence WHERE replica = $1"))
+        .bind(replica)
+        .execute(&mut *tx)
+        .await?;
     if !groups.is_empty() {
         let mut q: QueryBuilder<Db> =
             QueryBuilder::new("INSERT INTO sidecar_presence (replica, grp, jobs, seen_at) ");
@@ -30,7 +33,7 @@ pub(super) async fn publish(
 
 pub(super) async fn hosts(pool: &Pool, group: &str, job: &str, since_ms: i64) -> Result<Vec<String>> {
     let rows: Vec<(String, String)> = sqlx::query_as(
-        "SELECT replica, jobs FROM sidecar_presence WHERE grp = $1 AND seen_at >= $2 ORDER BY seen_at DESC, replica",
+        &sql("SELECT replica, jobs FROM sidecar_presence WHERE grp = $1 AND seen_at >= $2 ORDER BY seen_at DESC, replica"),
     )
     .bind(group)
     .bind(since_ms)
@@ -46,9 +49,9 @@ pub(super) async fn hosts(pool: &Pool, group: &str, job: &str, since_ms: i64) ->
 }
 
 pub(super) async fn all(pool: &Pool, since_ms: i64) -> Result<Vec<(String, SidecarPresence, i64)>> {
-    let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
+    let rows: Vec<(String, String, String, i64)> = sqlx::query_as(&sql(
         "SELECT replica, grp, jobs, seen_at FROM sidecar_presence WHERE seen_at >= $1 ORDER BY replica, grp",
-    )
+    ))
     .bind(since_ms)
     .fetch_all(pool)
     .await?;

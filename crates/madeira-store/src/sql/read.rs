@@ -4,15 +4,20 @@
 use sqlx::QueryBuilder;
 use sqlx::Row as _;
 
-use super::{D, Db, Pool, Row};
+use super::{D, Db, Pool, Row, sql};
 use crate::dialect::Dialect;
 use crate::{
     AttemptRecord, AuditQuery, AuditRecord, LogRecord, NodeRow, Result, RunQuery, RunRow, StoreError,
     StoredRun, TransitionRecord,
 };
 
-const RUN_COLUMNS: &str = "id, flow, version, state, params, idempotency_key, trigger, created_at, started_at, finished_at, \
-     trace_context";
+/// The columns `run_row` reads.
+fn run_columns() -> String {
+    format!(
+        "id, flow, version, state, params, {}, \"trigger\", created_at, started_at, finished_at, trace_context",
+        D::bytes_as_text("idempotency_key")
+    )
+}
 
 fn corrupt(table: &'static str, detail: impl ToString) -> StoreError {
     StoreError::Corrupt { table, detail: detail.to_string() }
@@ -63,7 +68,7 @@ fn node_row(row: &Row) -> Result<NodeRow> {
 type AttemptTuple = (String, String, i64, i64, Option<i64>, Option<String>, Option<String>);
 
 pub(super) async fn load_run(pool: &Pool, run_id: &str) -> Result<Option<StoredRun>> {
-    let Some(row) = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"))
+    let Some(row) = sqlx::query(&sql(&format!("SELECT {} FROM runs WHERE id = $1", run_columns())))
         .bind(run_id)
         .fetch_optional(pool)
         .await?
@@ -71,21 +76,21 @@ pub(super) async fn load_run(pool: &Pool, run_id: &str) -> Result<Option<StoredR
         return Ok(None);
     };
     let run = run_row(&row)?;
-    let nodes = sqlx::query(
+    let nodes = sqlx::query(&sql(
         "SELECT run_id, idx, node, state, reason, attempt, series_start, data_version, outputs, \
-         reads, stale, fallback, next_attempt_at, started_at, finished_at \
+         \"reads\", stale, fallback, next_attempt_at, started_at, finished_at \
          FROM nodes WHERE run_id = $1 ORDER BY idx",
-    )
+    ))
     .bind(run_id)
     .fetch_all(pool)
     .await?
     .iter()
     .map(node_row)
     .collect::<Result<Vec<_>>>()?;
-    let attempts = sqlx::query_as::<_, AttemptTuple>(
+    let attempts = sqlx::query_as::<_, AttemptTuple>(&sql(
         "SELECT run_id, node, attempt, started_at, finished_at, outcome, error FROM attempts \
          WHERE run_id = $1 ORDER BY node, attempt",
-    )
+    ))
     .bind(run_id)
     .fetch_all(pool)
     .await?
@@ -105,14 +110,15 @@ pub(super) async fn load_run(pool: &Pool, run_id: &str) -> Result<Option<StoredR
 
 pub(super) async fn unfinished_runs(pool: &Pool) -> Result<Vec<String>> {
     let rows: Vec<(String,)> =
-        sqlx::query_as("SELECT id FROM runs WHERE state IN ('QUEUED', 'RUNNING') ORDER BY id")
+        sqlx::query_as(&sql("SELECT id FROM runs WHERE state IN ('QUEUED', 'RUNNING') ORDER BY id"))
             .fetch_all(pool)
             .await?;
     Ok(rows.into_iter().map(|(id,)| id).collect())
 }
 
 pub(super) async fn list_runs(pool: &Pool, query: &RunQuery) -> Result<Vec<RunRow>> {
-    let mut q: QueryBuilder<Db> = QueryBuilder::new(format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1"));
+    let mut q: QueryBuilder<Db> =
+        QueryBuilder::new(format!("SELECT {} FROM runs WHERE 1 = 1", run_columns()));
     if let Some(flow) = &query.flow {
         q.push(" AND flow = ").push_bind(flow);
     }
@@ -127,13 +133,12 @@ pub(super) async fn list_runs(pool: &Pool, query: &RunQuery) -> Result<Vec<RunRo
 }
 
 pub(super) async fn transitions(pool: &Pool, run_id: &str) -> Result<Vec<TransitionRecord>> {
-    let rows = sqlx::query(
-        "SELECT run_id, node, from_state, to_state, cause, actor, attempt, reason, at \
-         FROM transitions WHERE run_id = $1 ORDER BY id",
-    )
-    .bind(run_id)
-    .fetch_all(pool)
-    .await?;
+    let rows =
+        sqlx::query(&sql("SELECT run_id, node, from_state, to_state, cause, actor, attempt, reason, at \
+         FROM transitions WHERE run_id = $1 ORDER BY id"))
+        .bind(run_id)
+        .fetch_all(pool)
+        .await?;
     rows.iter()
         .map(|r| {
             Ok(TransitionRecord {
@@ -152,9 +157,9 @@ pub(super) async fn transitions(pool: &Pool, run_id: &str) -> Result<Vec<Transit
 }
 
 pub(super) async fn logs(pool: &Pool, run_id: &str, node: &str) -> Result<Vec<LogRecord>> {
-    let rows: Vec<(String, String, i64, String)> = sqlx::query_as(
+    let rows: Vec<(String, String, i64, String)> = sqlx::query_as(&sql(
         "SELECT run_id, node, attempt, content FROM logs WHERE run_id = $1 AND node = $2 ORDER BY attempt",
-    )
+    ))
     .bind(run_id)
     .bind(node)
     .fetch_all(pool)
@@ -200,11 +205,12 @@ pub(super) async fn audit(pool: &Pool, query: &AuditQuery) -> Result<Vec<AuditRe
 pub(super) async fn last_cron_key(pool: &Pool, flow: &str) -> Result<Option<String>> {
     // Keys are `cron:<flow>:<RFC 3339 UTC with milliseconds>`: they sort by instant
     // (compared bytewise, whatever the database collation).
-    let row: Option<(String,)> = sqlx::query_as(&format!(
-        "SELECT idempotency_key FROM runs WHERE flow = $1 AND idempotency_key LIKE 'cron:%' \
-         ORDER BY idempotency_key COLLATE {} DESC LIMIT 1",
+    let row: Option<(String,)> = sqlx::query_as(&sql(&format!(
+        "SELECT {} FROM runs WHERE flow = $1 AND idempotency_key LIKE 'cron:%' \
+         ORDER BY runs.idempotency_key COLLATE {} DESC LIMIT 1",
+        D::bytes_as_text("idempotency_key"),
         D::BYTEWISE
-    ))
+    )))
     .bind(flow)
     .fetch_optional(pool)
     .await?;

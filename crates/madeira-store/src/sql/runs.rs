@@ -5,7 +5,7 @@ use madeira_core::RunState;
 use madeira_core::admit::{Existing, Facts, QueueFacts, RunEdge, admit, promote};
 use sqlx::QueryBuilder;
 
-use super::{CHUNK, D, Db, Pool, Tx, push_list, upsert};
+use super::{CHUNK, D, Db, Pool, Tx, push_list, sql, upsert};
 use crate::admission::{ClaimCache, from_name, refused, to_write};
 use crate::dialect::{Dialect, LockSpace};
 use crate::{CreateOutcome, LogRecord, NewRun, Result, StoreError};
@@ -45,7 +45,7 @@ pub(super) async fn create_runs(pool: &Pool, runs: &[NewRun]) -> Result<Vec<Crea
 async fn facts(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Result<Facts> {
     if let Some(key) = &run.idempotency_key {
         let existing: Option<(String, i64)> =
-            sqlx::query_as("SELECT id, version FROM runs WHERE flow = $1 AND idempotency_key = $2")
+            sqlx::query_as(&sql("SELECT id, version FROM runs WHERE flow = $1 AND idempotency_key = $2"))
                 .bind(&run.flow)
                 .bind(key)
                 .fetch_optional(&mut **tx)
@@ -63,15 +63,14 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Result<
         let n = match cache.get(&key) {
             Some(n) => *n,
             None => {
-                let (n,): (i64,) = sqlx::query_as(
-                    "SELECT COUNT(*) FROM nodes n JOIN runs r ON r.id = n.run_id \
+                let (n,): (i64,) =
+                    sqlx::query_as(&sql("SELECT COUNT(*) FROM nodes n JOIN runs r ON r.id = n.run_id \
                      WHERE r.flow = $1 AND r.state IN ('RUNNING', 'QUEUED') AND n.node = $2 \
-                     AND n.state IN ('INIT', 'RETRYING', 'RUNNING')",
-                )
-                .bind(&run.flow)
-                .bind(&claim.node)
-                .fetch_one(&mut **tx)
-                .await?;
+                     AND n.state IN ('INIT', 'RETRYING', 'RUNNING')"))
+                    .bind(&run.flow)
+                    .bind(&claim.node)
+                    .fetch_one(&mut **tx)
+                    .await?;
                 cache.insert(key, n);
                 n
             }
@@ -82,12 +81,12 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Result<
         return Ok(Facts { claims, ..Facts::default() });
     }
     let active: Vec<(String,)> =
-        sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'RUNNING' ORDER BY id")
+        sqlx::query_as(&sql("SELECT id FROM runs WHERE flow = $1 AND state = 'RUNNING' ORDER BY id"))
             .bind(&run.flow)
             .fetch_all(&mut **tx)
             .await?;
     let queued: Option<(String,)> =
-        sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' LIMIT 1")
+        sqlx::query_as(&sql("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' LIMIT 1"))
             .bind(&run.flow)
             .fetch_optional(&mut **tx)
             .await?;
@@ -105,10 +104,10 @@ async fn create_in(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Res
         Err(answer) => return Ok(answer),
     };
     let state = edges.last().map_or(RunState::Queued, |e| e.to);
-    sqlx::query(
-        "INSERT INTO runs (id, flow, version, state, params, idempotency_key, trigger, created_at, \
+    sqlx::query(&sql(
+        "INSERT INTO runs (id, flow, version, state, params, idempotency_key, \"trigger\", created_at, \
          started_at, trace_context) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-    )
+    ))
     .bind(&run.id)
     .bind(&run.flow)
     .bind(i64::from(run.version))
@@ -124,7 +123,7 @@ async fn create_in(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Res
     for (offset, chunk) in run.node_names.chunks(CHUNK).enumerate() {
         let mut q: QueryBuilder<Db> = QueryBuilder::new(
             "INSERT INTO nodes (run_id, idx, node, state, attempt, series_start, data_version, \
-             outputs, reads, stale, fallback) ",
+             outputs, \"reads\", stale, fallback) ",
         );
         q.push_values(chunk.iter().enumerate(), |mut b, (i, name)| {
             b.push_bind(&run.id)
@@ -150,10 +149,10 @@ async fn record_run_transition(
     actor: &str,
     now_ms: i64,
 ) -> Result<()> {
-    sqlx::query(
+    sqlx::query(&sql(
         "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, at) \
          VALUES ($1, NULL, $2, $3, $4, $5, 0, $6)",
-    )
+    ))
     .bind(run_id)
     .bind(from_name(edge))
     .bind(edge.to.as_str())
@@ -176,12 +175,12 @@ pub(super) async fn promote_queued(
     let mut tx = pool.begin().await?;
     lock_flow(&mut tx, flow).await?;
     let (running,): (i64,) =
-        sqlx::query_as("SELECT COUNT(*) FROM runs WHERE flow = $1 AND state = 'RUNNING'")
+        sqlx::query_as(&sql("SELECT COUNT(*) FROM runs WHERE flow = $1 AND state = 'RUNNING'"))
             .bind(flow)
             .fetch_one(&mut *tx)
             .await?;
     let oldest: Option<(String,)> =
-        sqlx::query_as("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' ORDER BY id LIMIT 1")
+        sqlx::query_as(&sql("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' ORDER BY id LIMIT 1"))
             .bind(flow)
             .fetch_optional(&mut *tx)
             .await?;
@@ -192,7 +191,7 @@ pub(super) async fn promote_queued(
     let Some(promotion) = promote(&facts, max_active_runs).map_err(refused)? else {
         return Ok(None);
     };
-    sqlx::query("UPDATE runs SET state = $1, started_at = $2 WHERE id = $3")
+    sqlx::query(&sql("UPDATE runs SET state = $1, started_at = $2 WHERE id = $3"))
         .bind(promotion.edge.to.as_str())
         .bind(now_ms)
         .bind(&promotion.run_id)
@@ -204,10 +203,10 @@ pub(super) async fn promote_queued(
 }
 
 pub(super) async fn put_log(pool: &Pool, log: &LogRecord) -> Result<()> {
-    sqlx::query(&format!(
+    sqlx::query(&sql(&format!(
         "INSERT INTO logs (run_id, node, attempt, content) VALUES ($1, $2, $3, $4){}",
         upsert("run_id, node, attempt", "content")
-    ))
+    )))
     .bind(&log.run_id)
     .bind(&log.node)
     .bind(i64::from(log.attempt))
@@ -220,11 +219,11 @@ pub(super) async fn put_log(pool: &Pool, log: &LogRecord) -> Result<()> {
 /// Deletes one small batch so the engine's writes are never blocked for long.
 pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64> {
     let mut tx = pool.begin().await?;
-    let ids: Vec<(String,)> = sqlx::query_as(&format!(
+    let ids: Vec<(String,)> = sqlx::query_as(&sql(&format!(
         "SELECT id FROM runs WHERE finished_at IS NOT NULL AND finished_at < $1 \
          AND state IN ('SUCCESS', 'FAILED', 'CANCELLED') LIMIT $2{}",
         D::SKIP_LOCKED
-    ))
+    )))
     .bind(before_ms)
     .bind(i64::from(batch))
     .fetch_all(&mut *tx)
@@ -240,9 +239,9 @@ pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64
         }
     }
     for (table, column) in [("audit", "at"), ("run_commands", "created_at")] {
-        sqlx::query(&format!(
+        sqlx::query(&sql(&format!(
             "DELETE FROM {table} WHERE id IN (SELECT id FROM (SELECT id FROM {table} WHERE {column} < $1 LIMIT $2) AS old)"
-        ))
+        )))
         .bind(before_ms)
         .bind(i64::from(batch))
         .execute(&mut *tx)
@@ -254,7 +253,7 @@ pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64
 
 /// Writes the probe row (the store's health check).
 pub(super) async fn probe(pool: &Pool, now_ms: i64) -> Result<()> {
-    sqlx::query(&format!("INSERT INTO store_probe (id, at) VALUES (1, $1){}", upsert("id", "at")))
+    sqlx::query(&sql(&format!("INSERT INTO store_probe (id, at) VALUES (1, $1){}", upsert("id", "at"))))
         .bind(now_ms)
         .execute(pool)
         .await?;

@@ -5,7 +5,7 @@
 //! The SQL is `sql/`, compiled here for this dialect.
 
 mod guard;
-// The SQL written once, compiled for this dialect (and again for the other).
+// The SQL written once, compiled for this dialect (and again for the others).
 #[allow(clippy::duplicate_mod)]
 #[path = "../sql/mod.rs"]
 mod sql;
@@ -31,6 +31,11 @@ impl Dialect for SqliteDialect {
     /// Well under SQLite's 32,766 bound variables.
     const CHUNK: usize = 500;
     const BYTEWISE: &'static str = "BINARY";
+
+    async fn insert_id(pool: &sqlx::SqlitePool, mut q: sqlx::QueryBuilder<'_, Sqlite>) -> Result<i64> {
+        q.push(" RETURNING id");
+        Ok(q.build_query_scalar().fetch_one(pool).await?)
+    }
 
     fn before_write(&self) -> Result<()> {
         self.guard.check_file()

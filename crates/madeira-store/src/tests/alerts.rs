@@ -3,9 +3,10 @@
 
 use serde_json::json;
 
+use crate::mysql::MySqlStore;
 use crate::postgres::PostgresStore;
 use crate::sqlite::SqliteStore;
-use crate::testing::PgTestDb;
+use crate::testing::{MySqlTestDb, PgTestDb};
 use crate::*;
 
 fn alert(id: &str, status: &str) -> AlertRow {
@@ -143,5 +144,19 @@ async fn sqlite_open_set_holds_what_a_restart_must_send_and_prune_drops_old_reso
 async fn postgres_open_set_holds_what_a_restart_must_send_and_prune_drops_old_resolved() {
     let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
     let s = PostgresStore::open(&db.url).await.expect("open postgres");
+    open_set_holds_what_a_restart_must_send_and_prune_drops_old_resolved(&s).await;
+}
+
+#[tokio::test]
+async fn mysql_inbox_is_consumed_only_under_the_leaders_fence() {
+    let Some(db) = MySqlTestDb::create().await.expect("MySQL test database") else { return };
+    let s = MySqlStore::open(&db.url).await.expect("open mysql");
+    the_inbox_is_consumed_only_under_the_leaders_fence(&s).await;
+}
+
+#[tokio::test]
+async fn mysql_open_set_holds_what_a_restart_must_send_and_prune_drops_old_resolved() {
+    let Some(db) = MySqlTestDb::create().await.expect("MySQL test database") else { return };
+    let s = MySqlStore::open(&db.url).await.expect("open mysql");
     open_set_holds_what_a_restart_must_send_and_prune_drops_old_resolved(&s).await;
 }

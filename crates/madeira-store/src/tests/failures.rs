@@ -68,3 +68,22 @@ async fn postgres_a_refused_row_rolls_back_its_batch_and_the_next_commit_is_dura
     let seen = s.load_run("r1").await.expect("load").expect("r1");
     assert_eq!((seen.nodes[0].state, seen.nodes[1].state), (NodeState::Init, NodeState::Success));
 }
+
+#[tokio::test]
+async fn mysql_a_refused_row_rolls_back_its_batch_and_the_next_commit_is_durable() {
+    let Some(f) = super::mysql().await else { return };
+    let s = f.store.as_ref();
+    s.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("create");
+    let stored = s.load_run("r1").await.expect("load").expect("r1");
+    // Strict mode: a key longer than its column is refused, never truncated.
+    let long = LogRecord { node: "n".repeat(300), ..log("x".into()) };
+    let poison = Batch { nodes: vec![node_success(&stored, 0)], logs: vec![long], ..Batch::default() };
+    let e = s.commit(&poison).await.expect_err("MySQL refuses a node name over 255 characters");
+    assert!(!e.is_unavailable() && !e.is_transient(), "{e}");
+    assert_eq!(s.load_run("r1").await.expect("load").expect("r1").nodes[0].state, NodeState::Init);
+    s.commit(&Batch { nodes: vec![node_success(&stored, 1)], ..Batch::default() })
+        .await
+        .expect("next commit");
+    let seen = s.load_run("r1").await.expect("load").expect("r1");
+    assert_eq!((seen.nodes[0].state, seen.nodes[1].state), (NodeState::Init, NodeState::Success));
+}

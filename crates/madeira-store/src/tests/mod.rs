@@ -1,6 +1,7 @@
-//! The store test suite, run against every backend: SQLite on a temporary file and
-//! PostgreSQL on a fresh database per test (`MADEIRA_TEST_PG_URL`; skipped without
-//! a server unless `CI=true`). Each test body lives once in `suite.rs`.
+//! The store test suite, run against every backend: SQLite on a temporary file,
+//! PostgreSQL (`MADEIRA_TEST_PG_URL`) and MySQL/MariaDB (`MADEIRA_TEST_MYSQL_URL`)
+//! on a fresh database per test (skipped without a server unless `CI=true`). Each
+//! test body lives once in `suite.rs`.
 
 mod alerts;
 mod failures;
@@ -9,28 +10,39 @@ mod permits;
 mod suite;
 
 use crate::Store;
+use crate::mysql::{MySqlOptions, MySqlStore};
 use crate::postgres::PostgresStore;
 use crate::sqlite::SqliteStore;
-use crate::testing::PgTestDb;
+use crate::testing::{MySqlTestDb, PgTestDb};
 
 /// A store and what keeps its database alive (dropped after the store).
 pub(crate) struct Fixture {
     pub store: Box<dyn Store>,
     _sqlite: Option<tempfile::TempDir>,
     _pg: Option<PgTestDb>,
+    _mysql: Option<MySqlTestDb>,
 }
 
 pub(crate) async fn sqlite() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = SqliteStore::open_path(&dir.path().join("m.db")).await.expect("open sqlite");
-    Fixture { store: Box::new(store), _sqlite: Some(dir), _pg: None }
+    Fixture { store: Box::new(store), _sqlite: Some(dir), _pg: None, _mysql: None }
 }
 
 /// `None` when PostgreSQL is unreachable and `CI` is not set.
 pub(crate) async fn postgres() -> Option<Fixture> {
     let db = PgTestDb::create().await.expect("PostgreSQL test database")?;
     let store = PostgresStore::open(&db.url).await.expect("open postgres");
-    Some(Fixture { store: Box::new(store), _sqlite: None, _pg: Some(db) })
+    Some(Fixture { store: Box::new(store), _sqlite: None, _pg: Some(db), _mysql: None })
+}
+
+/// `None` when MySQL/MariaDB is unreachable and `CI` is not set. Row-lock waits
+/// end after 2 s, so a lock cycle fails the test instead of hanging it.
+pub(crate) async fn mysql() -> Option<Fixture> {
+    let db = MySqlTestDb::create().await.expect("MySQL test database")?;
+    let options = MySqlOptions { lock_wait_timeout: std::time::Duration::from_secs(2), ..Default::default() };
+    let store = MySqlStore::open_with(&db.url, &options).await.expect("open mysql");
+    Some(Fixture { store: Box::new(store), _sqlite: None, _pg: None, _mysql: Some(db) })
 }
 
 /// Generates one `#[tokio::test]` per backend for each body in `suite`.
@@ -50,6 +62,15 @@ macro_rules! on_every_backend {
                 #[tokio::test]
                 async fn $name() {
                     let Some(f) = super::postgres().await else { return };
+                    super::bodies::$name(f.store.as_ref()).await;
+                }
+            )*
+        }
+        mod mysql_backend {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let Some(f) = super::mysql().await else { return };
                     super::bodies::$name(f.store.as_ref()).await;
                 }
             )*
