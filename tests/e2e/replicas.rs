@@ -1,5 +1,5 @@
-//! Several `madeira serve` replicas on one PostgreSQL database (a fresh one per
-//! test) and one Redis: 200 runs triggered across two replicas, Redis stopped for a
+//! Several `madeira serve` replicas on one PostgreSQL or MariaDB/MySQL database (a
+//! fresh one per test) and one Redis: 200 runs triggered across two replicas, Redis stopped for a
 //! few seconds and one replica killed with `kill -9` midway; every run finishes,
 //! and only attempts that were in flight on the killed replica run a second time
 //! (with the same idempotency key).
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::http::HeaderMap;
 use axum::routing::post;
-use madeira_store::testing::PgTestDb;
+use madeira_store::testing::{MySqlTestDb, PgTestDb};
 use serde_json::{Value, json};
 
 use crate::forwarding::{Redis, free_port};
@@ -71,12 +71,25 @@ async fn count(dev: &Dev, flow: &str, status: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_run_200_runs_and_survive_kill_9() {
     let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    two_replicas_200_runs_kill_9(&db.url).await;
+    drop(db);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_on_mariadb_run_200_runs_and_survive_kill_9() {
+    let Some(db) = MySqlTestDb::create().await.expect("MySQL test database") else { return };
+    two_replicas_200_runs_kill_9(&db.url).await;
+    drop(db);
+}
+
+/// The scenario of the module doc on the store at `store_url`.
+async fn two_replicas_200_runs_kill_9(store_url: &str) {
     let port = free_port();
     let Some(redis) = Redis::start(port) else { return };
     let mut redis = Some(redis);
     let (url, arrivals) = receiver().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = config(dir.path(), &db.url, port);
+    let config = config(dir.path(), store_url, port);
     let mut r1 = replica(&config, "r1");
     let r2 = replica(&config, "r2");
     r1.put_flow(&format!(
@@ -151,5 +164,4 @@ nodes:
     );
     drop(r2);
     drop(redis);
-    drop(db);
 }

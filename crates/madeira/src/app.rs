@@ -18,6 +18,7 @@ use anyhow::{Context, Result};
 use madeira_alert::{AlertHandle, AlertMetrics, SystemClock};
 use madeira_engine::{EngineHandle, EngineObserver, EngineOptions, Executors};
 use madeira_server::{AppState, AuthConfig};
+use madeira_store::mysql::MySqlStore;
 use madeira_store::postgres::PostgresStore;
 use madeira_store::sqlite::SqliteStore;
 use madeira_store::{AlertStore, RunQuery, Store};
@@ -64,8 +65,8 @@ pub struct PlaneOptions {
     pub sources: Vec<madeira_sources::SourceConfig>,
 }
 
-/// Opens the store named by `url` (`sqlite://…` or `postgres://…`/`postgresql://…`)
-/// and applies its migrations: run state, and the alert aggregate on the same
+/// Opens the store named by `url` (`sqlite://…`, `postgres://…`/`postgresql://…` or
+/// `mysql://…`, MySQL 8 or MariaDB ≥ 10.6) and applies its migrations: run state, and the alert aggregate on the same
 /// database.
 pub async fn open_store(url: &str) -> Result<(Arc<dyn Store>, Arc<dyn AlertStore>)> {
     if url.starts_with("sqlite:") {
@@ -78,12 +79,31 @@ pub async fn open_store(url: &str) -> Result<(Arc<dyn Store>, Arc<dyn AlertStore
         );
         return Ok((store.clone(), store));
     }
-    anyhow::bail!("store `{}`: use sqlite:///path/madeira.db or postgres://user@host/db", redact(url))
+    if is_mysql(url) {
+        let store =
+            Arc::new(MySqlStore::open(url).await.with_context(|| format!("opening store {}", redact(url)))?);
+        return Ok((store.clone(), store));
+    }
+    anyhow::bail!(
+        "store `{}`: use sqlite:///path/madeira.db, postgres://user@host/db or mysql://user:pass@host/db",
+        redact(url)
+    )
 }
 
-/// True for a PostgreSQL store URL (which several replicas may share).
+/// True for a PostgreSQL store URL.
 pub fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// True for a MySQL/MariaDB store URL.
+pub fn is_mysql(url: &str) -> bool {
+    url.starts_with("mysql://")
+}
+
+/// True for a store that several replicas may share (PostgreSQL, MySQL/MariaDB):
+/// leases, fenced commits, permits and the alert leader are kept there.
+pub fn is_shared_store(url: &str) -> bool {
+    is_postgres(url) || is_mysql(url)
 }
 
 /// `url` without its password, for messages.

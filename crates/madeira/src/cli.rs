@@ -449,7 +449,7 @@ pub struct BenchArgs {
     /// Concurrent runs in the settlement scenario.
     #[arg(long, default_value_t = 500)]
     pub runs: usize,
-    /// Store to benchmark (`postgres://…` or `sqlite://…`); default: a temporary SQLite file.
+    /// Store to benchmark (`postgres://…`, `mysql://…` or `sqlite://…`); default: a temporary SQLite file.
     #[arg(long)]
     pub store: Option<String>,
     /// Runs per second started by the `steady` scenario (its run count is `--runs`).

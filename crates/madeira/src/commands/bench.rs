@@ -169,7 +169,7 @@ async fn start_planes(
     for i in 0..args.replicas.max(1) {
         let engine = EngineOptions {
             replica_id: format!("bench-{}-{set}{i}", std::process::id()),
-            shared_store: store_url.starts_with("postgres"),
+            shared_store: crate::app::is_shared_store(&store_url),
             ..Default::default()
         };
         // The first replica of the first set carries an in-process sidecar for the

@@ -26,7 +26,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     let grpc_tls = config.grpc_tls(&file)?;
     let store_url = config.store.clone().ok_or_else(|| ConfigError {
         file: file.clone(),
-        message: "store is not set: give `store: postgres://madeira@db/madeira` or `sqlite:///var/lib/madeira/madeira.db` (or MADEIRA_STORE)"
+        message: "store is not set: give `store: postgres://madeira@db/madeira`, `mysql://madeira:pass@db/madeira` or `sqlite:///var/lib/madeira/madeira.db` (or MADEIRA_STORE)"
             .into(),
     })?;
     let engine = EngineOptions {
@@ -35,8 +35,8 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         replica_id: config.replica_id(),
         lease: config.lease(&file)?,
         redis: config.redis_url(&file)?,
-        // Several replicas may share a PostgreSQL store: count permits there.
-        shared_store: crate::app::is_postgres(&store_url),
+        // Several replicas may share a PostgreSQL or MySQL store: count permits there.
+        shared_store: crate::app::is_shared_store(&store_url),
         live_log_bytes: config.live_log_bytes.unwrap_or(madeira_engine::livelog::DEFAULT_MAX_BYTES),
         message_sources: crate::sources::names(&sources),
         ..Default::default()
@@ -60,7 +60,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
             grpc: config.grpc_addr(&file, "0.0.0.0:7071")?,
             options: FleetOptions {
                 tokens: Some(tokens),
-                shared_store: crate::app::is_postgres(&store_url),
+                shared_store: crate::app::is_shared_store(&store_url),
                 ..FleetOptions::with_lost_after(config.sidecar_lost_after(&file)?)
             },
             tls: grpc_tls,
