@@ -95,6 +95,7 @@ on_every_backend!(
     flow_versions_only_change_with_content,
     flows_list_and_pause,
     idempotency_key_returns_existing_run,
+    free_form_keys_compare_byte_for_byte,
     concurrent_triggers_with_one_key_make_one_run,
     overlap_policies_are_decided_in_the_store,
     commit_writes_nodes_and_transitions_together_and_prune_removes_old_runs,

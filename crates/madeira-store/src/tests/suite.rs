@@ -42,6 +42,33 @@ pub(crate) async fn idempotency_key_returns_existing_run(s: &dyn Store) {
     assert!(s.load_run("r2").await.expect("load").is_none());
 }
 
+/// Keys users write freely compare byte for byte on every backend (MySQL keeps
+/// them as bytes): case, trailing spaces and length all count.
+pub(crate) async fn free_form_keys_compare_byte_for_byte(s: &dyn Store) {
+    let long = format!("{}-end", "x".repeat(3000));
+    let keys = ["Key-1", "key-1", "key-1 ", "kéy-1", long.as_str()];
+    for (i, key) in keys.iter().enumerate() {
+        let run = new_run(&format!("r{i}"), Some(key), 0, Overlap::Queue);
+        let created = s.create_run(&run).await.expect("create");
+        assert!(matches!(created, CreateOutcome::Created { .. }), "{key:?} is a key of its own: {created:?}");
+    }
+    for (i, key) in keys.iter().enumerate() {
+        let again = s.create_run(&new_run("again", Some(key), 0, Overlap::Queue)).await.expect("again");
+        assert_eq!(again, CreateOutcome::Existing { run_id: format!("r{i}"), version: 1 }, "{key:?}");
+        let stored = s.load_run(&format!("r{i}")).await.expect("load").expect("exists");
+        assert_eq!(stored.run.idempotency_key.as_deref(), Some(*key), "read back as written");
+    }
+    let output = |key: &str, v: i64| OutputWrite {
+        run_id: "r0".into(),
+        node: "a".into(),
+        data_version: 1,
+        key: key.into(),
+        value: json!(v),
+    };
+    let batch = Batch { outputs: vec![output("Count", 1), output("count", 2)], ..Batch::default() };
+    s.commit(&batch).await.expect("two output keys that differ by case");
+}
+
 pub(crate) async fn overlap_policies_are_decided_in_the_store(s: &dyn Store) {
     s.create_run(&new_run("r1", None, 1, Overlap::Skip)).await.expect("r1");
     let skipped = s.create_run(&new_run("r2", None, 1, Overlap::Skip)).await.expect("r2");
