@@ -19,6 +19,13 @@ want = {"postgres", "redis", "madeira-1", "madeira-2", "sidecar", "prometheus", 
 missing = want - set(compose["services"])
 if missing:
     sys.exit(f"compose: missing services {sorted(missing)}")
+mysql = yaml.safe_load(open("compose/docker-compose.mysql.yaml"))
+assert "mariadb" in mysql["services"], "compose (mysql): no mariadb service"
+for replica in ["madeira-1", "madeira-2"]:
+    r = mysql["services"][replica]
+    assert r["environment"]["MADEIRA_STORE"].startswith("mysql://"), f"compose (mysql): {replica} store"
+    assert "mariadb" in r["depends_on"], f"compose (mysql): {replica} waits for mariadb"
+print("compose (mysql variant) structure ok")
 kinds = {}
 for f in sorted(glob.glob("k8s/*.yaml")):
     for d in yaml.safe_load_all(open(f)):
@@ -48,13 +55,16 @@ fi
 # v1 (Debian's package) predates the top-level `name:`; it checks a copy without it.
 if docker compose version >/dev/null 2>&1; then
     (cd compose && docker compose -f docker-compose.yaml config -q)
-    echo "compose ok: docker compose config"
+    (cd compose && docker compose -f docker-compose.yaml -f docker-compose.mysql.yaml config -q)
+    echo "compose ok: docker compose config (and with the MySQL variant)"
 elif command -v docker-compose >/dev/null 2>&1; then
     check=compose/.compose-check.yaml
     sed '/^name: /d' compose/docker-compose.yaml > "$check"
     (cd compose && docker-compose -f .compose-check.yaml config -q) || { rm -f "$check"; exit 1; }
+    (cd compose && docker-compose -f .compose-check.yaml -f docker-compose.mysql.yaml config -q) \
+        || { rm -f "$check"; exit 1; }
     rm -f "$check"
-    echo "compose ok: docker-compose config (v1, without the top-level name)"
+    echo "compose ok: docker-compose config (v1, without the top-level name; and with the MySQL variant)"
 else
     echo "skipped: compose schema check (apt-get install docker-compose)"
 fi
