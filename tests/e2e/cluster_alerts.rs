@@ -1,4 +1,4 @@
-//! Alerts across `madeira serve` replicas on one PostgreSQL database: failures on
+//! Alerts across `madeira serve` replicas on one PostgreSQL (or MariaDB) database: failures on
 //! several replicas make one alert, sent once; alerts keep flowing after a replica
 //! is killed with kill -9; a delivery pending on a killed alert leader is sent by
 //! the next one.
@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use madeira_store::testing::PgTestDb;
+use madeira_store::testing::{MySqlTestDb, PgTestDb};
 use serde_json::{Value, json};
 
 use crate::cluster::{config, replica};
@@ -28,9 +28,23 @@ fn failing(flow: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failures_on_two_replicas_make_one_alert_and_alerts_survive_kill_9() {
     let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    one_alert_across_replicas_and_kill_9(&db.url).await;
+    drop(db);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failures_on_two_replicas_on_mariadb_make_one_alert_and_alerts_survive_kill_9() {
+    let Some(db) = MySqlTestDb::create().await.expect("MySQL test database") else { return };
+    one_alert_across_replicas_and_kill_9(&db.url).await;
+    drop(db);
+}
+
+/// Failures on two replicas sharing `store_url` make one alert (one leader
+/// aggregates the inbox); the survivor of a kill -9 sends the next one.
+async fn one_alert_across_replicas_and_kill_9(store_url: &str) {
     let hook = Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = config(dir.path(), &db.url, &hook.config("2s"));
+    let config = config(dir.path(), store_url, &hook.config("2s"));
     let mut r1 = replica(&config, "r1");
     let r2 = replica(&config, "r2");
     for flow in ["settle", "later", "after-kill"] {
@@ -66,7 +80,6 @@ async fn failures_on_two_replicas_make_one_alert_and_alerts_survive_kill_9() {
     assert_eq!(after[0]["runs"], json!([orphan]));
     assert_eq!(distinct(&firing_for(&hook, "settle")), 1, "the survivor made a second `settle` alert");
     drop(r2);
-    drop(db);
 }
 
 /// The replica holding the cluster's `alerts` lease, read from the store.

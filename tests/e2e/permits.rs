@@ -1,5 +1,5 @@
 //! `throttle.max_permits` holds across replicas: runs triggered on two replicas
-//! of one PostgreSQL store never run more attempts of the throttled node at once
+//! of one PostgreSQL (or MariaDB) store never run more attempts of the throttled node at once
 //! than the permits allow — also while Redis (the wake-up path) is down for a
 //! while, which only slows hand-overs down.
 
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::routing::post;
-use madeira_store::testing::PgTestDb;
+use madeira_store::testing::{MySqlTestDb, PgTestDb};
 use serde_json::json;
 
 use crate::forwarding::{Redis, free_port};
@@ -53,13 +53,25 @@ fn replica(dir: &std::path::Path, store: &str, port: u16, id: &str) -> Dev {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn max_permits_is_global_across_replicas_even_without_redis() {
     let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    permits_are_global(&db.url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn max_permits_is_global_across_replicas_on_mariadb_even_without_redis() {
+    let Some(db) = MySqlTestDb::create().await.expect("MySQL test database") else { return };
+    permits_are_global(&db.url).await;
+}
+
+/// 24 runs of a node with `max_permits: 2` on two replicas sharing `store_url`,
+/// Redis stopped for the second half.
+async fn permits_are_global(store_url: &str) {
     let port = free_port();
     let Some(redis) = Redis::start(port) else { return };
     let (url, max_seen) = receiver().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let suffix = uuid::Uuid::now_v7().simple().to_string();
-    let r1 = replica(dir.path(), &db.url, port, &format!("p1-{suffix}"));
-    let r2 = replica(dir.path(), &db.url, port, &format!("p2-{suffix}"));
+    let r1 = replica(dir.path(), store_url, port, &format!("p1-{suffix}"));
+    let r2 = replica(dir.path(), store_url, port, &format!("p2-{suffix}"));
     r1.put_flow(&format!(
         "flow: thr
 nodes:
