@@ -1,4 +1,4 @@
-//! Cluster-wide duties of `madeira serve` replicas on one PostgreSQL database (a
+//! Cluster-wide duties of `madeira serve` replicas on one PostgreSQL (or MariaDB) database (a
 //! fresh one per test): every replica schedules cron triggers, yet each tick makes
 //! one run, also while one replica is killed; trigger rate limits and the event
 //! cache are shared through Redis, and without Redis each replica limits on its own
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use madeira_store::testing::PgTestDb;
+use madeira_store::testing::{MySqlTestDb, PgTestDb};
 use serde_json::json;
 
 use crate::forwarding::{Redis, free_port};
@@ -73,8 +73,22 @@ fn assert_once_each_second(ticks: &[DateTime<Utc>], runs: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_replicas_fire_each_cron_tick_once_even_when_one_dies() {
     let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    cron_ticks_once_on_three_replicas(&db.url).await;
+    drop(db);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_on_mariadb_fire_each_cron_tick_once_even_when_one_dies() {
+    let Some(db) = MySqlTestDb::create().await.expect("MySQL test database") else { return };
+    cron_ticks_once_on_three_replicas(&db.url).await;
+    drop(db);
+}
+
+/// A cron flow firing every second on three replicas sharing `store_url`, one of
+/// them killed midway: one run per tick, every run finishes.
+async fn cron_ticks_once_on_three_replicas(store_url: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = config(dir.path(), &db.url, "");
+    let config = config(dir.path(), store_url, "");
     let mut r1 = replica(&config, "r1");
     let r2 = replica(&config, "r2");
     let r3 = replica(&config, "r3");
@@ -112,7 +126,6 @@ async fn three_replicas_fire_each_cron_tick_once_even_when_one_dies() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     drop((r2, r3));
-    drop(db);
 }
 
 /// Status codes of manual triggers of `flow` through `dev`.
