@@ -167,6 +167,11 @@ pub struct NodeDef {
     pub timeout: Duration,
     pub retry: RetryPolicy,
     pub throttle: Option<ThrottleDef>,
+    /// Waiting in INIT for its executor (no live sidecar of its group) longer than
+    /// this raises a `MadeiraNodeStalled` warning (default 10m).
+    pub stall_after: Duration,
+    /// RUNNING longer than this raises a `MadeiraNodeSlow` warning; nothing is stopped.
+    pub warn_after: Option<Duration>,
 }
 
 impl NodeDef {
@@ -207,6 +212,18 @@ pub struct ManualDef {
     pub alert_after: Option<Duration>,
     pub fallback_after: Option<Duration>,
     pub fallback: Option<ExecutorDef>,
+    /// How the node ends when its fallback succeeds (`fallback: {…, then: skip|success}`).
+    pub fallback_then: FallbackThen,
+}
+
+/// A manual node's outcome once its fallback executor succeeded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FallbackThen {
+    /// SUCCESS, with the fallback's outputs (the default).
+    #[default]
+    Success,
+    /// SKIPPED (reason `fallback_skip`): strong downstream nodes are skipped too.
+    Skip,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -93,6 +93,8 @@ pub(crate) struct RawRoutingRule {
 pub(crate) struct RawDefaults {
     pub timeout: Option<Span<String>>,
     pub retry: Option<Span<RawRetry>>,
+    pub stall_after: Option<Span<String>>,
+    pub warn_after: Option<Span<String>>,
 }
 
 /// Every field optional: node retry overrides `defaults.retry` field by field.
@@ -117,6 +119,8 @@ pub(crate) struct RawNode {
     pub timeout: Option<Span<String>>,
     pub retry: Option<Span<RawRetry>>,
     pub throttle: Option<Span<RawThrottle>>,
+    pub stall_after: Option<Span<String>>,
+    pub warn_after: Option<Span<String>>,
 }
 
 /// One executor: exactly one of `builtin`, `http`, `sidecar`; the other fields
@@ -133,6 +137,8 @@ pub(crate) struct RawExecutor {
     pub http: Option<Span<RawHttp>>,
     pub sidecar: Option<Span<RawSidecar>>,
     pub sql: Option<Span<RawSql>>,
+    /// `manual.fallback` only: `skip` or `success`, how the node ends once it succeeded.
+    pub then: Option<Span<String>>,
 }
 
 /// `sql: {datasource, statement | script, params, outputs, max_rows, grace}`.

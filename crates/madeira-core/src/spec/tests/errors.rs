@@ -362,6 +362,37 @@ nodes:
 }
 
 #[test]
+fn fallback_then_and_watch_durations() {
+    let source = "flow: f
+nodes:
+  a:
+    manual:
+      fallback_after: 6h
+      fallback: {builtin: noop, then: skipp}
+  b: {run: {builtin: noop, then: skip}, stall_after: 0s}
+";
+    assert_errors(
+        source,
+        &[
+            "flow.yaml:6: node a: `manual.fallback.then` is `skipp`; did you mean `skip`?; it says how \
+             the node ends once its fallback succeeded: `skip` or `success`",
+            "flow.yaml:7: node b: `then` only applies to `manual.fallback`; remove it from `run`",
+            "flow.yaml:7: node b: `stall_after` must be more than zero",
+        ],
+    );
+    assert_like(
+        "flow: f\nnodes:\n  b: {run: {builtin: noop}, warn_after: soon}\n",
+        "flow.yaml:3: node b: ",
+        "warn_after",
+    );
+    assert_like(
+        "flow: f\ndefaults: {stall_after: -1m}\nnodes:\n  b: {run: {builtin: noop}}\n",
+        "flow.yaml:2: ",
+        "stall_after",
+    );
+}
+
+#[test]
 fn empty_nodes() {
     let msg = "the flow has no nodes; add at least one under `nodes:`, e.g. `hello: {run: {builtin: noop}}`";
     assert_errors("flow: f\nnodes: {}\n", &[&format!("flow.yaml:2: {msg}")]);
