@@ -41,6 +41,9 @@ fn alert() -> Arc<Alert> {
         resolved_at: None,
         fallback_note: None,
         resolution: None,
+        announced_at: None,
+        announced_count: None,
+        added: 0,
     })
 }
 
@@ -56,6 +59,7 @@ fn spec(kind: ChannelKind, url: &str, secret: Option<&str>) -> ChannelSpec {
         mentions: vec![],
         rate_count: 20,
         rate_per: Duration::from_secs(60),
+        digest_wait: Duration::from_secs(10),
         timeout: Duration::from_secs(5),
     }
 }

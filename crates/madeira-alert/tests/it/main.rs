@@ -5,3 +5,4 @@ mod delivery;
 mod durability;
 mod ratelimit;
 mod support;
+mod updates;
