@@ -1,6 +1,7 @@
 //! End-to-end tests: each starts the real `madeira` binary (`madeira dev` on a fresh
 //! data directory) and drives it over HTTP and the CLI.
 
+mod alert_updates;
 mod alerts;
 mod api;
 mod auth;
@@ -46,6 +47,7 @@ mod scopes;
 mod semantics;
 mod sidecar;
 mod sql;
+mod stalls;
 mod support;
 mod tls;
 mod triggers;

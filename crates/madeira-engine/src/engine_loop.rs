@@ -33,6 +33,7 @@ mod handover;
 mod outbox;
 mod ownership;
 mod permits;
+mod watch;
 
 /// Logs are kept to their last 64 KiB per attempt.
 const LOG_TAIL_BYTES: usize = 64 * 1024;
@@ -75,6 +76,7 @@ pub struct Engine {
     resumed: std::collections::HashSet<(String, usize)>,
     gate: Gate,
     holder: Holder,
+    watch: watch::Watch,
 }
 
 impl Engine {
@@ -95,6 +97,7 @@ impl Engine {
             draining: false,
             resumed: Default::default(),
             gate,
+            watch: Default::default(),
         }
     }
 
@@ -142,6 +145,7 @@ impl Engine {
         sweep.tick().await;
         let mut permit_poll = tokio::time::interval(self.p.options.inbox_poll);
         let mut offer = tokio::time::interval(handover::OFFER_EVERY);
+        let mut watch = tokio::time::interval(watch::WATCH_EVERY);
         loop {
             if cancel.is_cancelled() {
                 break;
@@ -149,6 +153,7 @@ impl Engine {
             if drain.is_cancelled() {
                 self.start_drain();
             }
+            self.watch_if_due();
             let mut batch = Vec::new();
             while batch.len() < self.p.options.batch_max {
                 match self.pending.pop_front() {
@@ -166,6 +171,7 @@ impl Engine {
                         None => break,
                     },
                     timer = self.timers.next(), if live => batch.push(timer_envelope(timer)),
+                    _ = watch.tick(), if live => continue,
                     _ = sweep.tick(), if live => {
                         self.reconcile().await;
                         continue;

@@ -50,7 +50,7 @@ pub use gate::WaitingNodes;
 pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, TriggerRequest};
 pub use livelog::{LiveLogs, LogSlice};
 pub use observed::ObservedReport;
-pub use observer::{AlertSource, AttemptOutcome, EngineObserver};
+pub use observer::{AlertSource, AttemptOutcome, EngineObserver, NodeWatch};
 pub use scheduler::Scheduler;
 pub use stats::{EngineStats, StatsSnapshot};
 pub use throttle::{ThrottleState, ThrottleView};

@@ -125,6 +125,8 @@ impl ControlPlane {
         let api_url = http_addr.map(|addr| api_url(addr, options.http_tls.is_some()));
         let (mut alert_task, alerts) =
             build_alerts(options.alerts, alert_store, api_url, telemetry.registry_mut())?;
+        // Open stall and slow warnings are checked against the runs they count.
+        alert_task = alert_task.with_probe(Arc::new(madeira_alert::StoreProbe(store.clone())));
         let mut observers = options.observers;
         if options.engine.shared_store {
             // Replicas may share this store: one of them aggregates and sends alerts,

@@ -6,3 +6,4 @@ mod durability;
 mod ratelimit;
 mod support;
 mod updates;
+mod watch;
