@@ -70,7 +70,7 @@ async fn failures_on_two_replicas_make_one_alert_and_alerts_survive_kill_9() {
 }
 
 /// The replica holding the cluster's `alerts` lease, read from the store.
-fn alert_leader(db_url: &str) -> Option<String> {
+pub(crate) fn alert_leader(db_url: &str) -> Option<String> {
     let out = std::process::Command::new("psql")
         .args([db_url, "-Atc", "SELECT holder FROM leaders WHERE role = 'alerts'"])
         .output()

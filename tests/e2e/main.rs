@@ -12,6 +12,7 @@ mod cli_lifecycle;
 mod cluster;
 mod cluster_alerts;
 mod cluster_sidecars;
+mod cluster_updates;
 mod console;
 mod crontab;
 mod exec;
