@@ -1,11 +1,12 @@
 //! One delivery worker per channel: sends its queue in order within the channel's
 //! rate limit; the last post the window allows is a digest of every message
 //! waiting, sent `digest_wait` after the first of them queued (or as soon as the
-//! window frees a second post), so a burst's overflow goes out within the window. A failing receiver backs the whole
-//! channel off with jittered exponential delays (a robot's "slow down" waits a
-//! whole window); every change of a delivery is written to the store, so a restart
-//! picks up what was pending. Alertmanager batches instead: each post carries every
-//! pending alert plus those still firing, and firing ones are re-sent periodically.
+//! window frees a second post), so a burst's overflow goes out within the window.
+//! A failing receiver backs the whole channel off with jittered exponential delays
+//! (a robot's "slow down" waits a whole window); every change of a delivery is
+//! written to the store, so a restart picks up what was pending. Alertmanager
+//! batches instead: each post carries every pending alert plus those still firing,
+//! and firing ones are re-sent periodically (an update or a reminder is a re-post).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
