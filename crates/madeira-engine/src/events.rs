@@ -13,7 +13,6 @@ use std::time::Duration;
 use madeira_core::{FlowDef, OnPaused, TriggerDef};
 use madeira_store::{AuditRecord, Batch, QueueOutcome, QueuedEvent};
 use serde_json::{Value as Json, json};
-use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -280,9 +279,9 @@ fn event_request(flow: &str, kind: &str, id: &str, payload: Json, actor: &str) -
     }
 }
 
-/// Starts the queued events of unpaused flows: at once when a flow changes here,
-/// and every `DRAIN_EVERY` for what a crash, another replica's resume or an
-/// error left.
+/// Starts the queued events of unpaused flows every `DRAIN_EVERY`: what a crash,
+/// a resume through another replica or an error left (a resume here starts them
+/// itself, in `EngineHandle::set_paused`). One grouped count per sweep.
 pub struct EventDrainer {
     engine: EngineHandle,
 }
@@ -293,17 +292,11 @@ impl EventDrainer {
     }
 
     pub async fn run(self, cancel: CancellationToken) {
-        let mut changes = self.engine.subscribe_flow_changes();
         let mut every = tokio::time::interval(DRAIN_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                change = changes.recv() => match change {
-                    Ok(flow) => { self.engine.drain_events(&flow).await; }
-                    Err(RecvError::Lagged(_)) => self.sweep().await,
-                    Err(RecvError::Closed) => return,
-                },
                 _ = every.tick() => self.sweep().await,
             }
         }
