@@ -39,6 +39,7 @@ mod messages_replicas;
 mod nodelay;
 mod observability;
 mod otlp;
+mod paused_events;
 mod permits;
 mod pki;
 mod prometheus;

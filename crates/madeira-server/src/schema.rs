@@ -55,6 +55,11 @@ pub enum ErrorCode {
     StoreUnavailable,
     HolderSilent,
     Timeout,
+    PausedQueueFull,
+    FlowActive,
+    ScheduleMismatch,
+    NoSchedule,
+    CannotEdit,
 }
 
 /// One run in a list.
@@ -208,12 +213,64 @@ pub struct FlowSource {
 pub struct PauseAnswer {
     pub flow: String,
     pub paused: bool,
+    /// Resume: the runs of the events kept while paused, oldest first (pause: empty).
+    pub started: Vec<String>,
+    /// Events still waiting for the flow (while paused, or left by an error that
+    /// the server retries within seconds).
+    pub queued_events: u64,
 }
 
-/// `POST /events`: the runs the event started (the same ones for a redelivered id).
+/// `POST /events`: the runs the event started (the same ones for a redelivered
+/// id), the paused flows that keep it until `resume` (answered 202), and the
+/// paused flows that dropped it (`on_paused: drop`).
 #[derive(Serialize, ToSchema)]
 pub struct EventAnswer {
     pub runs: Vec<String>,
+    pub queued: Vec<QueuedEvent>,
+    pub dropped: Vec<String>,
+}
+
+/// An event kept for a paused flow.
+#[derive(Serialize, ToSchema)]
+pub struct QueuedEvent {
+    pub flow: String,
+    /// 1 for the oldest event waiting for the flow.
+    pub position: u64,
+    /// RFC 3339, UTC, milliseconds.
+    pub queued_at: String,
+    pub max_queued: u32,
+    /// False when this (type, id) was already waiting.
+    pub created: bool,
+}
+
+/// `DELETE /flows/{name}`.
+#[derive(Serialize, ToSchema)]
+pub struct DeleteAnswer {
+    pub flow: String,
+    pub deleted: bool,
+    /// True with `purge`: versions and runs deleted; else they stay readable.
+    pub purged: bool,
+    /// Runs of the flow kept (or, purged, deleted).
+    pub runs: u64,
+    /// Runs cancelled first (`cancel`).
+    pub cancelled: Vec<String>,
+    /// Events that waited for the paused flow, dropped with it.
+    pub events_dropped: u64,
+}
+
+/// `POST /flows/{name}/promote|demote`.
+#[derive(Serialize, ToSchema)]
+pub struct PromoteAnswer {
+    pub flow: String,
+    pub version: u32,
+    pub observe: bool,
+    /// False when the flow already was as asked (nothing applied or audited).
+    pub changed: bool,
+    /// `{cron, timezone}` per cron trigger.
+    pub cron: Vec<Value>,
+    /// `{group, job}` per sidecar node: what runs the flow once governed.
+    pub jobs: Vec<Value>,
+    pub warnings: Vec<String>,
 }
 
 #[derive(Serialize, ToSchema)]

@@ -124,7 +124,9 @@ pub fn flow_detail(record: &FlowRecord, flow: &FlowDef) -> Json {
                 "timezone": c.timezone,
                 "next_run": time(madeira_core::schedule::next_after(c, chrono::Utc::now()).map(|t| t.timestamp_millis())),
             }),
-            TriggerDef::Event { event } => json!({"event": event}),
+            TriggerDef::Event { event, on_paused, max_queued } => {
+                json!({"event": event, "on_paused": on_paused.as_str(), "max_queued": max_queued})
+            }
             TriggerDef::Message(m) => json!({"message": {
                 "source": m.source,
                 "queue": m.queue, "exchange": m.exchange, "binding_key": m.binding_key,

@@ -11,6 +11,7 @@ mod admission;
 mod alerts;
 pub mod dialect;
 mod lease;
+mod lifecycle;
 pub mod postgres;
 mod records;
 pub mod sqlite;
@@ -23,6 +24,7 @@ use async_trait::async_trait;
 
 pub use alerts::*;
 pub use lease::{Claim, Lease, UNCLAIMED_GRACE_MS};
+pub use lifecycle::*;
 pub use records::*;
 
 /// Errors of the store, with the entity they concern.
@@ -117,6 +119,20 @@ pub trait Store: Send + Sync + 'static {
     /// Every stored version of a flow, oldest first.
     async fn flow_versions(&self, name: &str) -> Result<Vec<FlowVersion>>;
     async fn set_paused(&self, name: &str, paused: bool, now_ms: i64) -> Result<bool>;
+    /// Deleted flows whose history was kept (`delete_flow` without purge).
+    async fn deleted_flows(&self) -> Result<Vec<FlowRecord>>;
+    /// Deletes a flow (refused while runs of it are QUEUED or RUNNING), writing
+    /// `req.audit` in the same transaction.
+    async fn delete_flow(&self, req: &DeleteFlow) -> Result<DeleteOutcome>;
+
+    /// Keeps an event for its paused flow (at most `limit` of its type), decided
+    /// under the flow's lock against `set_paused`.
+    async fn queue_event(&self, event: &QueuedEvent, limit: u32) -> Result<QueueOutcome>;
+    /// Up to `limit` events waiting for `flow`, oldest first.
+    async fn queued_events(&self, flow: &str, limit: u32) -> Result<Vec<QueuedEvent>>;
+    async fn remove_queued_events(&self, ids: &[i64]) -> Result<()>;
+    /// Events waiting, per flow that has any.
+    async fn queued_event_counts(&self) -> Result<Vec<(String, u64)>>;
 
     /// Creates a run (QUEUED, or RUNNING when `max_active_runs` leaves room) with
     /// its node rows, honouring the idempotency key and `on_overlap` in one

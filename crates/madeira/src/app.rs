@@ -162,6 +162,9 @@ impl ControlPlane {
         tasks.push(tokio::spawn(alert_task.run(cancel.clone())));
         let scheduler = madeira_engine::Scheduler::new(handle.clone(), observers);
         tasks.push(tokio::spawn(scheduler.run(drain.clone())));
+        // Events kept for paused flows: started on resume, and what a crash or
+        // another replica's resume left, within seconds.
+        tasks.push(tokio::spawn(madeira_engine::EventDrainer::new(handle.clone()).run(drain.clone())));
         let fleet = match (fleet, options.fleet) {
             (Some(fleet), Some(setup)) => {
                 fleet.attach_engine(handle.clone());

@@ -128,7 +128,8 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// Resume a paused flow; missed ticks follow its misfire policy.
+    /// Resume a paused flow: events kept while paused start (oldest first); missed
+    /// ticks follow its misfire policy.
     Resume {
         flow: String,
         #[arg(long)]
@@ -136,13 +137,21 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// List flows, or a flow's version history.
+    /// List flows, a flow's version history, or delete a flow.
     Flows {
         #[command(subcommand)]
         command: Option<FlowsCommand>,
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Govern an observe flow (SPEC §11): the flow gets its crontab line's schedule
+    /// as a cron trigger and runs through the sidecar job `crontab import` declared;
+    /// prints the crontab with that line commented out (`--write`: edits the file,
+    /// keeping FILE.bak). Audited.
+    Promote(PromoteArgs),
+    /// Undo `promote`: the flow is observe-only again and its crontab line comes
+    /// back (printed, or with `--write` written, keeping FILE.bak). Audited.
+    Demote(PromoteArgs),
     /// Trigger a run.
     Run(RunArgs),
     /// List runs, newest first.
@@ -347,6 +356,22 @@ pub enum AlertsCommand {
     },
 }
 
+#[derive(Debug, Args)]
+pub struct PromoteArgs {
+    pub flow: String,
+    /// The crontab `madeira crontab import` rewrote (`-`: read stdin, print the result).
+    #[arg(long, value_name = "FILE")]
+    pub crontab: PathBuf,
+    /// Edit FILE in place (its previous content goes to FILE.bak) instead of printing it.
+    #[arg(long)]
+    pub write: bool,
+    /// Recorded in the audit entry.
+    #[arg(long)]
+    pub reason: Option<String>,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum FlowsCommand {
     /// The versions of a flow; `--diff A B` shows what changed between two.
@@ -354,6 +379,22 @@ pub enum FlowsCommand {
         name: String,
         #[arg(long, num_args = 2, value_names = ["A", "B"])]
         diff: Option<Vec<u32>>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Delete a flow: it leaves every list and stops triggering; its runs and
+    /// audit stay readable unless `--purge`. Refused while runs are active unless
+    /// `--cancel`. Needs an admin token; audited.
+    Delete {
+        name: String,
+        /// Cancel the flow's QUEUED and RUNNING runs first (each audited as a cancel).
+        #[arg(long)]
+        cancel: bool,
+        /// Also delete its versions and runs (the audit trail stays).
+        #[arg(long)]
+        purge: bool,
+        #[arg(long)]
+        reason: Option<String>,
         #[command(flatten)]
         server: ServerArgs,
     },

@@ -30,7 +30,7 @@ fn triggers(lang: Lang, def: &FlowDef, now: i64) -> Markup {
                         @let next = madeira_core::schedule::next_after(c, chrono::Utc::now()).map(|t| t.timestamp_millis());
                         li { "cron " code { (c.expr) } " " span.muted { (c.timezone) } " → " (stamp(lang, next, now)) }
                     }
-                    TriggerDef::Event { event } => li { "event " code { (event) } },
+                    TriggerDef::Event { event, .. } => li { "event " code { (event) } },
                     TriggerDef::Message(m) => li { "message " code { (m.source) } },
                 }
             }

@@ -9,6 +9,7 @@ mod commit;
 mod flows;
 mod inbox;
 mod lease;
+mod lifecycle;
 mod permits;
 mod presence;
 mod read;

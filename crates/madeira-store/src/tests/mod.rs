@@ -5,6 +5,7 @@
 mod alerts;
 mod failures;
 mod lease;
+mod lifecycle;
 mod permits;
 mod suite;
 
@@ -59,6 +60,7 @@ macro_rules! on_every_backend {
 
 mod bodies {
     pub(super) use super::lease::*;
+    pub(super) use super::lifecycle::*;
     pub(super) use super::permits::*;
     pub(super) use super::suite::*;
 }
@@ -84,4 +86,6 @@ on_every_backend!(
     batched_creation_refuses_full_throttle_queues,
     last_cron_key_and_version_history,
     creation_and_promotion_are_recorded_run_edges,
+    events_are_kept_only_for_a_paused_flow_once_and_bounded,
+    a_deleted_flow_keeps_or_purges_its_history,
 );

@@ -1,4 +1,5 @@
-//! Client commands: apply, flows, run, runs, show, node actions, cancel, logs, audit.
+//! Client commands: apply, flows, run, runs, show, node actions, cancel, logs, audit
+//! (flow deletion, promote and demote in `lifecycle`).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -19,6 +20,12 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Flows { command: Some(FlowsCommand::History { name, diff, server }), .. } => {
             history(&name, diff, &server).await
         }
+        Command::Flows {
+            command: Some(FlowsCommand::Delete { name, cancel, purge, reason, server }),
+            ..
+        } => super::lifecycle::delete(&name, cancel, purge, reason, &server).await,
+        Command::Promote(args) => super::lifecycle::promote(args).await,
+        Command::Demote(args) => super::lifecycle::demote(args).await,
         Command::Run(args) => trigger(args).await,
         Command::Pause { flow, reason, server } => pause(&flow, "pause", reason, &server).await,
         Command::Resume { flow, reason, server } => pause(&flow, "resume", reason, &server).await,
@@ -80,7 +87,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
     }
 }
 
-fn print(server: &ServerArgs, body: Value, text: impl Fn(&Value) -> String) -> Result<ExitCode> {
+pub(super) fn print(server: &ServerArgs, body: Value, text: impl Fn(&Value) -> String) -> Result<ExitCode> {
     match server.output {
         Output::Json => println!("{body}"),
         Output::Text => println!("{}", text(&body)),
@@ -154,7 +161,7 @@ async fn apply(paths: &[std::path::PathBuf], server: &ServerArgs) -> Result<Exit
 }
 
 /// Percent-encodes a query-string value (RFC 3986 unreserved characters pass).
-fn query_value(v: &str) -> String {
+pub(super) fn query_value(v: &str) -> String {
     v.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b':' => {
@@ -171,7 +178,16 @@ async fn pause(flow: &str, action: &str, reason: Option<String>, server: &Server
         Client::new(server)?.call(Method::POST, &format!("/flows/{flow}/{action}"), Some(body), &[]).await?;
     print(server, reply.body, |b| {
         let state = if b["paused"] == json!(true) { "paused" } else { "resumed" };
-        format!("flow {} {state}", str_of(&b["flow"]))
+        let started = b["started"].as_array().map_or(0, Vec::len);
+        let waiting = b["queued_events"].as_u64().unwrap_or(0);
+        let mut out = format!("flow {} {state}", str_of(&b["flow"]));
+        if started > 0 {
+            out.push_str(&format!("; started {started} event(s) kept while paused"));
+        }
+        if waiting > 0 {
+            out.push_str(&format!("; {waiting} event(s) waiting"));
+        }
+        out
     })
 }
 
@@ -268,7 +284,7 @@ async fn node_action(args: NodeActionArgs, action: &str) -> Result<ExitCode> {
     })
 }
 
-fn str_of(v: &Value) -> String {
+pub(super) fn str_of(v: &Value) -> String {
     v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())
 }
 
