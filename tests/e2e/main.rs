@@ -12,6 +12,7 @@ mod cluster;
 mod cluster_alerts;
 mod cluster_sidecars;
 mod console;
+mod console_state;
 mod crontab;
 mod exec;
 mod fallbacks;
