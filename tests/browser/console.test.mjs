@@ -307,13 +307,13 @@ test('runs search: bulk cancel of selected runs and bulk rerun of failed nodes, 
 });
 
 test('run page names where each attempt ran and who started the run; runs search filters by actor', async () => {
-  // dev: the settlement's sidecar jobs ran on the in-process sidecar `local@<host>`.
-  const settled = await startRun(DEV, 'daily-settlement');
-  await waitNode(DEV, settled, 'pull_payments', 'SUCCESS');
+  // dev: the ticker's sidecar job ran on the in-process sidecar `local@<host>`.
+  const ticker = await startRun(DEV, 'ticker');
+  await waitNode(DEV, ticker, 'tick', 'SUCCESS');
   const ctx = await context({ viewport: { width: 1400, height: 1000 } });
   const devPage = await ctx.newPage();
-  await devPage.goto(`${DEV}/runs/${settled}?node=pull_payments`);
-  const host = (await devPage.textContent('#r-pull_payments td.host')).trim();
+  await devPage.goto(`${DEV}/runs/${ticker}?node=tick`);
+  const host = (await devPage.textContent('#r-tick td.host')).trim();
   assert.match(host, /^local@/, `the nodes table names the sidecar: ${host}`);
   assert.match(await devPage.textContent('#panel table.attempts td.host'), /^local@/, 'so does the panel');
   assert.equal((await devPage.textContent('#run-actor')).trim(), 'local');
