@@ -14,6 +14,7 @@ mod cluster_alerts;
 mod cluster_sidecars;
 mod cluster_updates;
 mod console;
+mod console_state;
 mod crontab;
 mod exec;
 mod fallbacks;

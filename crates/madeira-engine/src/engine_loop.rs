@@ -5,8 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use madeira_core::model::NodeAction;
-use madeira_core::{Action, Command, ExecutorDef, NodeState, PlanCtx, RunSnapshot, RunState};
+use madeira_core::{Action, Command, NodeState, PlanCtx, RunSnapshot, RunState};
 use madeira_store::{AttemptRecord, AuditRecord, CommandAnswer, LogRecord, Store};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -14,6 +13,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, warn};
 
 mod drain;
+mod hosts;
 mod manual;
 mod waiting;
 
@@ -369,8 +369,11 @@ impl Engine {
                     }
                 }
             }
+            Envelope::AttemptPlaced { run_id, node, attempt, host } => {
+                self.attempt_placed(&run_id, &node, attempt, host, work)
+            }
             Envelope::AttemptDone { run_id, node, attempt, result } => {
-                self.running.remove(&(run_id.clone(), node));
+                let ran = self.running.remove(&(run_id.clone(), node));
                 self.publish_in_process();
                 if let Some(name) = self.node_name(&run_id, node) {
                     self.p.handle.live_logs().finish(&(run_id.clone(), name, attempt));
@@ -379,7 +382,8 @@ impl Engine {
                     warn!(run_id = %run_id, error = %e, "result for a run this replica does not hold dropped");
                     return;
                 }
-                self.attempt_done(&run_id, node, attempt, result, work);
+                let host = ran.filter(|r| r.in_process).map(|_| self.holder.owner.clone());
+                self.attempt_done(&run_id, node, attempt, result, host, work);
             }
             Envelope::ConfirmOverdue { run_id, node } => self.confirm_overdue(&run_id, node, work).await,
             Envelope::ExecutorsChanged => self.recheck_waiting(work).await,
@@ -440,9 +444,10 @@ impl Engine {
                         self.release_permit(&flow.name, node, run_id, &flow.nodes[node].id, work);
                     }
                 }
-                Action::Execute { node, attempt, .. } => {
+                Action::Execute { node, attempt, fallback } => {
                     if let Some(snap) = self.runs.get(run_id) {
-                        work.attempt_started(snap, node, attempt, now);
+                        let host = self.start_host(snap, node, fallback);
+                        work.attempt_started(snap, node, attempt, now, host);
                     }
                     work.actions.push((run_id.to_string(), action));
                 }
@@ -508,6 +513,7 @@ impl Engine {
         node: usize,
         attempt: u32,
         result: AttemptResult,
+        host: Option<String>,
         work: &mut Work,
     ) {
         let Some(snap) = self.runs.get(run_id) else {
@@ -580,6 +586,8 @@ impl Engine {
                 finished_at: Some(finished_at),
                 outcome: Some(outcome.to_string()),
                 error,
+                // Only inserted when the start was not written (same batch).
+                host,
             },
             Some(log),
         );
@@ -736,13 +744,8 @@ impl Engine {
             return;
         }
         let def = &snap.flow.nodes[node];
-        let executor: ExecutorDef = match (&def.action, fallback) {
-            (NodeAction::Run(executor), _) => executor.clone(),
-            (NodeAction::Manual(manual), true) => match &manual.fallback {
-                Some(executor) => executor.clone(),
-                None => return,
-            },
-            (NodeAction::Manual(_), false) => return,
+        let Some(executor) = hosts::executor_of(def, fallback) else {
+            return;
         };
         let upstream = def.needs.iter().map(|need| need.upstream);
         let input = serde_json::json!({ "params": snap.params, "nodes": snap.nodes_json(upstream) });
@@ -765,7 +768,8 @@ impl Engine {
         let span = context.map_or_else(tracing::Span::none, |c| trace::attempt_log_span(&job, &c));
         let token = CancellationToken::new();
         let in_process = self.p.executors.in_process(&job.executor);
-        self.running.insert((run_id.to_string(), node), drain::Running { token: token.clone(), in_process });
+        let running = drain::Running { token: token.clone(), in_process, attempt, hosts: Vec::new() };
+        self.running.insert((run_id.to_string(), node), running);
         self.publish_in_process();
         let executors = self.p.executors.clone();
         let tx = self.p.tx.clone();

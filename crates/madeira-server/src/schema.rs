@@ -72,6 +72,9 @@ pub struct RunSummary {
     pub status: String,
     /// manual, cron, event:TYPE, rerun, ...
     pub trigger: String,
+    /// Who started the run: the token's name (API, console, CLI, events),
+    /// `scheduler` (cron), `message:<source>`, `exec@<host>`, `demo`.
+    pub actor: String,
     /// RFC 3339, UTC, milliseconds.
     pub created_at: String,
     pub finished_at: Option<String>,
@@ -93,14 +96,18 @@ pub struct RunDetail {
     pub status: String,
     pub params: Value,
     pub trigger: String,
+    /// Who started the run (as in `RunSummary`).
+    pub actor: String,
     pub idempotency_key: Option<String>,
     pub created_at: String,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
     /// Node ids in topological order.
     pub order: Vec<String>,
-    /// Node id → its state: status, reason, attempts, attempt_history, outputs,
-    /// data_version, stale, started_at, finished_at, needs; `prompt` (rendered) on
+    /// Node id → its state: status, reason, attempts, attempt_history (each
+    /// `{attempt, started_at, finished_at, outcome, error, host}`; `host` is the
+    /// replica id for an in-process attempt, the sidecar name(s) for a sidecar
+    /// one), outputs, data_version, stale, started_at, finished_at, needs; `prompt` (rendered) on
     /// manual nodes, `throttle` on throttled ones, `waiting` while no executor has it.
     pub nodes: std::collections::BTreeMap<String, Value>,
     /// What happened instead of a failure, e.g. a routing rule that could not be

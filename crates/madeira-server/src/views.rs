@@ -18,6 +18,7 @@ pub fn run_summary(run: &RunRow) -> Json {
         "version": run.version,
         "status": run.state.as_str(),
         "trigger": run.trigger,
+        "actor": run.actor,
         "created_at": time(Some(run.created_at)),
         "finished_at": time(run.finished_at),
     })
@@ -40,6 +41,7 @@ pub fn run_detail(stored: &StoredRun, flow: &FlowDef) -> Json {
                     "finished_at": time(a.finished_at),
                     "outcome": a.outcome,
                     "error": a.error,
+                    "host": a.host,
                 })
             })
             .collect();
@@ -80,6 +82,7 @@ pub fn run_detail(stored: &StoredRun, flow: &FlowDef) -> Json {
         "status": run.state.as_str(),
         "params": run.params,
         "trigger": run.trigger,
+        "actor": run.actor,
         "idempotency_key": run.idempotency_key,
         "created_at": time(Some(run.created_at)),
         "started_at": time(run.started_at),

@@ -209,6 +209,16 @@ pub trait Store: Send + Sync + 'static {
     /// A small durable write, to learn whether the store takes writes again after
     /// a failure (the engine calls it while commits fail).
     async fn probe(&self, now_ms: i64) -> Result<()>;
+
+    /// Stores a console session, first deleting expired ones and, when `max_live`
+    /// live ones remain, those expiring soonest.
+    async fn put_session(&self, session: &SessionRecord, max_live: u32, now_ms: i64) -> Result<()>;
+    /// The session whose cookie hashes to `id_hash`, unless it expired by `now_ms`.
+    async fn get_session(&self, id_hash: &str, now_ms: i64) -> Result<Option<SessionRecord>>;
+    /// Ends a session (sign-out); false when there was none.
+    async fn delete_session(&self, id_hash: &str) -> Result<bool>;
+    /// Console sessions not expired at `now_ms`.
+    async fn sessions_live(&self, now_ms: i64) -> Result<u64>;
 }
 
 /// `reads` as stored: `[[upstream idx, data_version], ...]`.

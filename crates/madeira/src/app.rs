@@ -289,8 +289,12 @@ async fn seed_last_success(store: &dyn Store, observer: &MetricsObserver) {
         }
     };
     for flow in flows {
-        let query =
-            RunQuery { flow: Some(flow.name.clone()), state: Some("SUCCESS".into()), before: None, limit: 1 };
+        let query = RunQuery {
+            flow: Some(flow.name.clone()),
+            state: Some("SUCCESS".into()),
+            limit: 1,
+            ..Default::default()
+        };
         if let Ok(runs) = store.list_runs(&query).await
             && let Some(at) = runs.first().and_then(|r| r.finished_at)
         {

@@ -160,6 +160,9 @@ pub enum Command {
         flow: Option<String>,
         #[arg(long)]
         status: Option<String>,
+        /// Only runs this actor started: a token's name, `scheduler` (cron), `message:<source>`, …
+        #[arg(long)]
+        actor: Option<String>,
         #[arg(long, default_value_t = 20)]
         limit: u32,
         /// Only runs created at or after: RFC 3339, YYYY-MM-DD or YYYY-MM-DDTHH:MM (UTC).

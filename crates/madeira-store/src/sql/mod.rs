@@ -14,6 +14,7 @@ mod permits;
 mod presence;
 mod read;
 mod runs;
+mod sessions;
 mod store;
 
 use sqlx::QueryBuilder;

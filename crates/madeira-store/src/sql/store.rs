@@ -5,13 +5,13 @@
 use async_trait::async_trait;
 use serde_json::Value as Json;
 
-use super::{D, alerts, commands, commit, flows, inbox, lease, lifecycle, permits, presence, read, runs};
+use super::{D, alerts, commands, commit, flows, inbox, lease, lifecycle, permits, presence, read, runs, sessions};
 use crate::dialect::SqlStore;
 use crate::{
     AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, Batch, Claim, CreateOutcome,
     DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowVersion, InboxEvent, Lease, LogRecord, NewRun,
     OpenAlerts, PermitKey, PutFlow, QueueOutcome, QueuedEvent, Result, RunCommand, RunQuery, RunRow,
-    SidecarPresence, Store, StoredRun, TransitionRecord,
+    SessionRecord, SidecarPresence, Store, StoredRun, TransitionRecord,
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
@@ -69,6 +69,10 @@ forward!(Store {
     write fn sidecar_presence(since_ms: i64) -> Vec<(String, SidecarPresence, i64)> = presence::all;
     write fn prune(before_ms: i64, batch: u32) -> u64 = runs::prune;
     write fn probe(now_ms: i64) -> () = runs::probe;
+    write fn put_session(session: &SessionRecord, max_live: u32, now_ms: i64) -> () = sessions::put;
+    read fn get_session(id_hash: &str, now_ms: i64) -> Option<SessionRecord> = sessions::get;
+    write fn delete_session(id_hash: &str) -> bool = sessions::delete;
+    read fn sessions_live(now_ms: i64) -> u64 = sessions::count;
 });
 
 forward!(AlertStore {

@@ -3,6 +3,7 @@
 //! a server unless `CI=true`). Each test body lives once in `suite.rs`.
 
 mod alerts;
+mod console;
 mod failures;
 mod lease;
 mod lifecycle;
@@ -59,6 +60,7 @@ macro_rules! on_every_backend {
 }
 
 mod bodies {
+    pub(super) use super::console::*;
     pub(super) use super::lease::*;
     pub(super) use super::lifecycle::*;
     pub(super) use super::permits::*;
@@ -66,6 +68,9 @@ mod bodies {
 }
 
 on_every_backend!(
+    runs_keep_their_actor_and_are_found_by_it,
+    attempts_keep_the_host_they_ran_on,
+    sessions_expire_end_at_sign_out_and_stay_bounded,
     claims_follow_owner_and_expiry,
     commits_are_fenced_on_the_owner,
     expired_runs_are_taken_over_once,

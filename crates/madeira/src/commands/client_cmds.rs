@@ -29,9 +29,11 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Run(args) => trigger(args).await,
         Command::Pause { flow, reason, server } => pause(&flow, "pause", reason, &server).await,
         Command::Resume { flow, reason, server } => pause(&flow, "resume", reason, &server).await,
-        Command::Runs { flow, status, limit, since, until, server } => {
+        Command::Runs { flow, status, actor, limit, since, until, server } => {
             let mut query = format!("/runs?limit={limit}");
-            for (key, value) in [("flow", flow), ("status", status), ("since", since), ("until", until)] {
+            let filters =
+                [("flow", flow), ("status", status), ("actor", actor), ("since", since), ("until", until)];
+            for (key, value) in filters {
                 if let Some(v) = value {
                     query.push_str(&format!("&{key}={}", query_value(&v)));
                 }
@@ -301,15 +303,17 @@ fn flows_text(body: &Value) -> String {
 }
 
 fn runs_text(body: &Value) -> String {
-    let mut out = format!("{:<38} {:<24} {:>3} {:<10} {}\n", "RUN", "FLOW", "V", "STATUS", "CREATED");
+    let mut out =
+        format!("{:<38} {:<24} {:>3} {:<10} {:<24} {}\n", "RUN", "FLOW", "V", "STATUS", "CREATED", "ACTOR");
     for r in body["runs"].as_array().into_iter().flatten() {
         out.push_str(&format!(
-            "{:<38} {:<24} {:>3} {:<10} {}\n",
+            "{:<38} {:<24} {:>3} {:<10} {:<24} {}\n",
             str_of(&r["run_id"]),
             str_of(&r["flow"]),
             r["version"],
             str_of(&r["status"]),
-            str_of(&r["created_at"])
+            str_of(&r["created_at"]),
+            str_of(&r["actor"])
         ));
     }
     if let Some(next) = body["next"].as_str() {
@@ -325,11 +329,12 @@ fn console_url(server: &str) -> String {
 
 pub fn show_text(run: &Value) -> String {
     let mut out = format!(
-        "run {} · flow {} v{} · {}\n",
+        "run {} · flow {} v{} · {} · by {}\n",
         str_of(&run["run_id"]),
         str_of(&run["flow"]),
         run["version"],
-        str_of(&run["status"])
+        str_of(&run["status"]),
+        str_of(&run["actor"])
     );
     out.push_str(&format!(
         "{:<20} {:<15} {:>8} {:>4} {:<6} {}\n",
