@@ -3,7 +3,7 @@
 //! the same root cause reach the survivor, which takes the `alerts` lease, reloads
 //! the alert with its last-announcement time and count from the store, and sends
 //! exactly one `update` (count 3, 2 new) `group_interval` after the first message
-//! — no second `firing`, no repeated update.
+//! — no second `firing` (once it was recorded as sent), no repeated update.
 
 use std::time::{Duration, Instant};
 
@@ -46,6 +46,20 @@ async fn the_next_alert_leader_sends_the_update_once_and_never_the_first_message
     let fired = hook.wait_alerts("firing", |a| a["flow"] == "ledger").await;
     let fired_at = Instant::now();
     let id = fired[0]["id"].clone();
+    // Kill the leader only once the store records the message as sent: a delivery
+    // in flight at the kill may be sent again by the next leader (at-least-once).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, list) = replicas[0].1.get("/alerts?flow=ledger").await;
+        let sent = list["alerts"][0]["deliveries"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| d["kind"] == "firing" && d["status"] == "sent"));
+        if sent {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the firing delivery is never recorded as sent: {list}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let index = replicas.iter().position(|(name, _)| *name == leader).expect("leader is a replica");
     let (_, mut dead) = replicas.remove(index);

@@ -328,6 +328,39 @@ mod tests {
     }
 
     #[test]
+    fn intervals_and_digest_wait_have_defaults_and_limits() {
+        let defaults = parse(r#"{"channels": [{"name": "h", "type": "webhook", "url": "http://h/x"}]}"#);
+        let settings = defaults.resolve(&|_| None).expect("resolve");
+        assert_eq!(settings.group_interval, Duration::from_secs(300));
+        assert_eq!(settings.repeat_interval, Duration::from_secs(4 * 3600));
+        assert_eq!(settings.channels[0].digest_wait, Duration::from_secs(10));
+        let set = parse(
+            r#"{"group_interval": "1m", "repeat_interval": "0s", "channels": [{"name": "h",
+                "type": "webhook", "url": "http://h/x", "rate_limit": {"count": 5, "per": "5s"}}]}"#,
+        );
+        let settings = set.resolve(&|_| None).expect("resolve");
+        assert_eq!(
+            (settings.group_interval, settings.repeat_interval),
+            (Duration::from_secs(60), Duration::ZERO)
+        );
+        assert_eq!(settings.channels[0].digest_wait, Duration::from_secs(5), "never longer than the window");
+        let long = parse(
+            r#"{"channels": [{"name": "h", "type": "webhook", "url": "http://h/x",
+                "rate_limit": {"count": 5, "per": "1m", "digest_wait": "2m"}}]}"#,
+        );
+        let e = long.resolve(&|_| None).expect_err("digest_wait over per");
+        assert!(
+            e.to_string()
+                .contains("channel `h`: rate_limit.digest_wait (120s) is longer than rate_limit.per (60s)"),
+            "{e}"
+        );
+        let bad = parse(r#"{"group_interval": "soon"}"#);
+        assert!(
+            bad.resolve(&|_| None).expect_err("bad").to_string().contains("group_interval: bad duration")
+        );
+    }
+
+    #[test]
     fn errors_never_show_the_url() {
         let config = parse(
             r#"{"channels": [{"name": "w", "type": "wecom", "url": "ftp://x/send?key=verysecretkey"}],
