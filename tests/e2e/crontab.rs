@@ -180,6 +180,8 @@ async fn promote_and_demote_round_trip_on_an_imported_crontab() {
     );
     assert!(!printed.lines().any(|l| l == line), "the line still runs from cron: {printed}");
     assert_eq!(std::fs::read_to_string(&crontab).expect("read"), original);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("warning"), "the dev sidecar declares the imported job: {said}");
     // Written: the same edit in place, the old content in .bak; promoting again changes nothing.
     let out = dev.cli(&["promote", "echo", "--crontab", path, "--write", "--output", "json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -55,6 +55,8 @@ async fn an_event_for_a_paused_flow_runs_after_resume_even_across_a_restart() {
     let (_, second) = dev.post("/events", event("e2", 2), &[]).await;
     assert_eq!(second["queued"][0]["position"], 2);
     assert!(run_ids(&dev, "kept").await.is_empty(), "a paused flow ran");
+    let (_, flow) = dev.get("/flows/kept").await;
+    assert_eq!(flow["queued_events"], 2, "{flow}");
 
     dev.kill9();
     let dev = Dev::start_in(dir.path());

@@ -59,11 +59,10 @@ pub struct PromoteReport {
     pub cron: Vec<(String, String)>,
     /// `(group, job)` of each sidecar node: what runs the flow once governed.
     pub jobs: Vec<(String, String)>,
+    /// For the caller to fill (the engine does not see the fleet): e.g. jobs no
+    /// live sidecar declares.
     pub warnings: Vec<String>,
 }
-
-/// How recently a sidecar must have been seen declaring a job to count as live.
-const LIVE_WITHIN_MS: i64 = 60_000;
 
 impl EngineHandle {
     /// Deletes a flow (see `DeleteRequest`); answers once the deletion committed.
@@ -225,11 +224,7 @@ impl EngineHandle {
             details: Some(json!({"flow": req.flow, "version": outcome.version, "observe": observe})),
         };
         self.store.commit(&Batch { audit: vec![audit], ..Default::default() }).await?;
-        let mut warnings = Vec::new();
-        if !observe {
-            warnings = self.unserved_jobs(&parsed).await?;
-        }
-        self.report(&req.flow, outcome.version, true, warnings).await
+        self.report(&req.flow, outcome.version, true, Vec::new()).await
     }
 
     async fn report(
@@ -249,20 +244,6 @@ impl EngineHandle {
             jobs: sidecar_jobs(&def),
             warnings,
         })
-    }
-
-    /// A warning per sidecar job no live sidecar declares (its runs would wait in INIT).
-    async fn unserved_jobs(&self, def: &madeira_core::FlowDef) -> Result<Vec<String>, EngineError> {
-        let mut warnings = Vec::new();
-        for (group, job) in sidecar_jobs(def) {
-            if self.store.sidecar_hosts(&group, &job, now_ms() - LIVE_WITHIN_MS).await?.is_empty() {
-                warnings.push(format!(
-                    "no live sidecar of group `{group}` declares job `{job}`: runs wait in INIT until one does \
-                     (add the job from `crontab import`'s sidecar-jobs.yaml to that sidecar's config)"
-                ));
-            }
-        }
-        Ok(warnings)
     }
 }
 

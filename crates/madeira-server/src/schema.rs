@@ -178,6 +178,8 @@ pub struct FlowDetail {
     pub triggers: Vec<Value>,
     pub nodes: Vec<String>,
     pub updated_at: String,
+    /// Events kept for the paused flow, started on `resume`.
+    pub queued_events: u64,
 }
 
 #[derive(Serialize, ToSchema)]

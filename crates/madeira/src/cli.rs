@@ -120,7 +120,8 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// Stop a flow's triggers (cron and events) until resumed.
+    /// Stop a flow's triggers until resumed: cron ticks wait for the misfire
+    /// policy; events are kept (unless the trigger says `on_paused: drop`).
     Pause {
         flow: String,
         #[arg(long)]
@@ -144,13 +145,18 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// Govern an observe flow (SPEC §11): the flow gets its crontab line's schedule
-    /// as a cron trigger and runs through the sidecar job `crontab import` declared;
-    /// prints the crontab with that line commented out (`--write`: edits the file,
-    /// keeping FILE.bak). Audited.
+    /// Govern an observe flow: Madeira runs it, its crontab line becomes a comment.
+    ///
+    /// SPEC §11: the flow gets its crontab line's schedule as a cron trigger and
+    /// runs on dispatch through the sidecar job `crontab import` declared; prints
+    /// the crontab with that line commented out (`--write`: edits the file, keeping
+    /// FILE.bak). Needs an admin token; audited.
     Promote(PromoteArgs),
-    /// Undo `promote`: the flow is observe-only again and its crontab line comes
-    /// back (printed, or with `--write` written, keeping FILE.bak). Audited.
+    /// Undo `promote`: the flow is observe-only again, its crontab line restored.
+    ///
+    /// The flow gets a new version with `observe: true` (its cron trigger stays,
+    /// for missed-run detection) and the commented line comes back (printed, or
+    /// with `--write` written, keeping FILE.bak). Needs an admin token; audited.
     Demote(PromoteArgs),
     /// Trigger a run.
     Run(RunArgs),
@@ -361,6 +367,7 @@ pub enum AlertsCommand {
 
 #[derive(Debug, Args)]
 pub struct PromoteArgs {
+    /// The observe flow (`crontab import` names it after the job).
     pub flow: String,
     /// The crontab `madeira crontab import` rewrote (`-`: read stdin, print the result).
     #[arg(long, value_name = "FILE")]
@@ -385,10 +392,12 @@ pub enum FlowsCommand {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// Delete a flow: it leaves every list and stops triggering; its runs and
-    /// audit stay readable unless `--purge`. Refused while runs are active unless
-    /// `--cancel`. Needs an admin token; audited.
+    /// Delete a flow (refused while runs are active unless `--cancel`).
+    ///
+    /// It leaves every list and stops triggering; its runs and audit stay
+    /// readable unless `--purge`. Needs an admin token; audited.
     Delete {
+        /// The flow to delete.
         name: String,
         /// Cancel the flow's QUEUED and RUNNING runs first (each audited as a cancel).
         #[arg(long)]

@@ -120,7 +120,8 @@ pub(crate) fn trigger(report: &mut Report, raw: &Span<RawTrigger>) -> Option<Tri
             } else {
                 ""
             };
-            report.push(at, format!("{fields} only apply to `event` triggers{hint}"));
+            let verb = if event_only.len() == 1 { "applies" } else { "apply" };
+            report.push(at, format!("{fields} only {verb} to `event` triggers{hint}"));
         }
     }
     if let Some(message) = &t.message {

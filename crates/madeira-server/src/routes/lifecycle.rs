@@ -120,7 +120,31 @@ pub async fn promote(
         madeira_core::spec::parse_timezone(tz)
             .map_err(|e| ApiError::bad_request(format!("`timezone`: {e}")))?;
     }
-    Ok(Json(answer(state.engine.promote(request).await?)))
+    let mut report = state.engine.promote(request).await?;
+    report.warnings = unserved_jobs(&state, &report.jobs).await?;
+    Ok(Json(answer(report)))
+}
+
+/// How recently another replica must have reported a sidecar declaring a job.
+const LIVE_WITHIN_MS: i64 = 10_000;
+
+/// A warning per sidecar job no live sidecar declares, here or (shared store) on
+/// another replica: a governed run of it would wait in INIT.
+async fn unserved_jobs(state: &AppState, jobs: &[(String, String)]) -> Result<Vec<String>, ApiError> {
+    let here = state.fleet.as_ref().map(|f| f.sidecars()).unwrap_or_default();
+    let mut warnings = Vec::new();
+    for (group, job) in jobs {
+        let local = here.iter().any(|s| s.connected && s.group == *group && s.jobs.contains(job));
+        let since = madeira_engine::now_ms() - LIVE_WITHIN_MS;
+        if local || !state.engine.store().sidecar_hosts(group, job, since).await?.is_empty() {
+            continue;
+        }
+        warnings.push(format!(
+            "no live sidecar of group `{group}` declares job `{job}`: runs wait in INIT until one does \
+             (add the job from `crontab import`'s sidecar-jobs.yaml to that sidecar's config)"
+        ));
+    }
+    Ok(warnings)
 }
 
 #[utoipa::path(

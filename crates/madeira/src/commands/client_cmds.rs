@@ -291,13 +291,19 @@ pub(super) fn str_of(v: &Value) -> String {
 }
 
 fn flows_text(body: &Value) -> String {
-    let mut out = format!("{:<32} {:>7} {:<7} {}\n", "FLOW", "VERSION", "PAUSED", "NEXT RUN");
+    let mut out = format!("{:<32} {:>7} {:<7} {:>6} {}\n", "FLOW", "VERSION", "PAUSED", "EVENTS", "NEXT RUN");
     for f in body["flows"].as_array().into_iter().flatten() {
         let next = f["triggers"]
             .as_array()
             .and_then(|t| t.iter().find_map(|t| t["next_run"].as_str()))
             .unwrap_or("-");
-        out.push_str(&format!("{:<32} {:>7} {:<7} {next}\n", str_of(&f["flow"]), f["version"], f["paused"]));
+        out.push_str(&format!(
+            "{:<32} {:>7} {:<7} {:>6} {next}\n",
+            str_of(&f["flow"]),
+            f["version"],
+            f["paused"],
+            f["queued_events"].as_u64().unwrap_or(0)
+        ));
     }
     out.trim_end().to_string()
 }

@@ -494,3 +494,35 @@ nodes:
         ["flow.yaml:1", "flow.yaml:3", "flow.yaml:3", "flow.yaml:4", "flow.yaml:5", "flow.yaml:5"]
     );
 }
+
+#[test]
+fn event_trigger_paused_policy_is_checked() {
+    let flow = |trigger: &str| format!("flow: f\ntriggers:\n  - {trigger}\nnodes:\n  a: {NOOP}\n");
+    assert_like(
+        &flow("event: x\n    on_paused: dorp"),
+        "flow.yaml:4:",
+        "unknown `on_paused` `dorp`; did you mean `drop`?",
+    );
+    assert_like(
+        &flow("event: x\n    max_queued: 0"),
+        "flow.yaml:4:",
+        "`max_queued` must be at least 1, got 0",
+    );
+    assert_like(&flow("event: x\n    max_queued: 100001"), "flow.yaml:4:", "`max_queued` is at most 100000");
+    assert_like(
+        &flow("cron: \"0 1 * * *\"\n    on_paused: drop"),
+        "flow.yaml:3:",
+        "`on_paused` only applies to `event` triggers",
+    );
+    let def = crate::spec::parse_flow("f.yaml", &flow("event: x\n    on_paused: drop\n    max_queued: 5"))
+        .expect("valid");
+    let [crate::model::TriggerDef::Event { on_paused, max_queued, .. }] = def.triggers.as_slice() else {
+        panic!()
+    };
+    assert_eq!((*on_paused, *max_queued), (crate::model::OnPaused::Drop, 5));
+    let def = crate::spec::parse_flow("f.yaml", &flow("event: x")).expect("valid");
+    let [crate::model::TriggerDef::Event { on_paused, max_queued, .. }] = def.triggers.as_slice() else {
+        panic!()
+    };
+    assert_eq!((*on_paused, *max_queued), (crate::model::OnPaused::Queue, 1000));
+}
