@@ -370,7 +370,7 @@ impl Engine {
                 }
             }
             Envelope::AttemptPlaced { run_id, node, attempt, host } => {
-                self.attempt_placed(&run_id, &node, attempt, host, work)
+                self.placed(&run_id, &node, attempt, host, work)
             }
             Envelope::AttemptDone { run_id, node, attempt, result } => {
                 let ran = self.running.remove(&(run_id.clone(), node));
@@ -382,7 +382,7 @@ impl Engine {
                     warn!(run_id = %run_id, error = %e, "result for a run this replica does not hold dropped");
                     return;
                 }
-                let host = ran.filter(|r| r.in_process).map(|_| self.holder.owner.clone());
+                let host = self.done_host(ran);
                 self.attempt_done(&run_id, node, attempt, result, host, work);
             }
             Envelope::ConfirmOverdue { run_id, node } => self.confirm_overdue(&run_id, node, work).await,
@@ -586,7 +586,6 @@ impl Engine {
                 finished_at: Some(finished_at),
                 outcome: Some(outcome.to_string()),
                 error,
-                // Only inserted when the start was not written (same batch).
                 host,
             },
             Some(log),

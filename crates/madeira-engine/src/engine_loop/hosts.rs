@@ -38,16 +38,16 @@ impl Engine {
         self.p.executors.in_process(&executor).then(|| self.holder.owner.clone())
     }
 
+    /// The host an ended attempt's record carries (inserted only when its start
+    /// was not written, i.e. both are in one batch): this replica's for an
+    /// in-process attempt; a sidecar attempt's comes from its placements.
+    pub(super) fn done_host(&self, ran: Option<super::drain::Running>) -> Option<String> {
+        ran.filter(|r| r.in_process).map(|_| self.holder.owner.clone())
+    }
+
     /// The fleet placed attempt `attempt` of `node` on sidecar `host`: recorded
     /// when that attempt is still the one running here.
-    pub(super) fn attempt_placed(
-        &mut self,
-        run_id: &str,
-        node: &str,
-        attempt: u32,
-        host: String,
-        work: &mut Work,
-    ) {
+    pub(super) fn placed(&mut self, run_id: &str, node: &str, attempt: u32, host: String, work: &mut Work) {
         let Some(idx) = self.runs.get(run_id).and_then(|s| s.flow.node_index(node)) else {
             return;
         };
