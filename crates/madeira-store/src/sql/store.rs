@@ -5,7 +5,9 @@
 use async_trait::async_trait;
 use serde_json::Value as Json;
 
-use super::{D, alerts, commands, commit, flows, inbox, lease, lifecycle, permits, presence, read, runs, sessions};
+use super::{
+    D, alerts, commands, commit, flows, inbox, lease, lifecycle, permits, presence, read, runs, sessions,
+};
 use crate::dialect::SqlStore;
 use crate::{
     AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, Batch, Claim, CreateOutcome,
