@@ -128,29 +128,35 @@ fn audit_actions(audit: &Value) -> Vec<(String, String)> {
 #[tokio::test]
 async fn flows_delete_refuses_active_runs_unless_cancel_and_keeps_history() {
     let (_dir, dev) = Dev::start();
-    dev.put_flow("flow: slow\nnodes:\n  a: {run: {builtin: sleep, for: 60s}}\n").await;
+    dev.put_flow(
+        "flow: slow\nconcurrency: {max_active_runs: 1}\nnodes:\n  a: {run: {builtin: sleep, for: 60s}}\n",
+    )
+    .await;
     let run = dev.trigger("slow", json!({})).await;
     dev.wait_run(&run, 10, |r| r["status"] == "RUNNING").await;
+    let queued = dev.trigger("slow", json!({})).await;
+    dev.wait_run(&queued, 10, |r| r["status"] == "QUEUED").await;
 
     let out = dev.cli(&["flows", "delete", "slow"]);
     assert!(!out.status.success(), "deleted with a run active: {}", text(&out));
     assert!(text(&out).contains("409") && text(&out).contains(&run), "{}", text(&out));
     let (status, refused) = delete(&dev, "/flows/slow").await;
     assert_eq!((status, &refused["error"]["code"]), (409, &json!("flow_active")), "{refused}");
-    assert_eq!(refused["error"]["details"]["runs"], json!([run]));
+    assert_eq!(refused["error"]["details"]["runs"], json!([run, queued]));
 
     let out = dev.cli(&["flows", "delete", "slow", "--cancel", "--reason", "retired", "--output", "json"]);
     assert!(out.status.success(), "{}", text(&out));
     let deleted: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(
         (&deleted["cancelled"], &deleted["runs"], &deleted["purged"]),
-        (&json!([run]), &json!(1), &json!(false))
+        (&json!([run, queued]), &json!(2), &json!(false))
     );
     let (_, listed) = dev.get("/flows").await;
     assert_eq!(listed["flows"], json!([]), "a deleted flow is listed: {listed}");
     assert_eq!(dev.get("/flows/slow").await.0, 404);
     let (status, kept) = dev.get(&format!("/runs/{run}")).await;
     assert_eq!((status, &kept["status"]), (200, &json!("CANCELLED")), "history is kept: {kept}");
+    assert_eq!(dev.get(&format!("/runs/{queued}")).await.1["status"], "CANCELLED", "the queued run too");
     let (_, audit) = dev.get("/audit?limit=20").await;
     let actions = audit_actions(&audit);
     assert!(actions.contains(&("delete_flow".into(), "local".into())), "{actions:?}");
@@ -163,7 +169,7 @@ async fn flows_delete_refuses_active_runs_unless_cancel_and_keeps_history() {
     let applied = dev.put_flow("flow: slow\nnodes:\n  a: {run: {builtin: noop}}\n").await;
     assert_eq!(applied["version"], 2, "{applied}");
     let (_, runs) = dev.get("/runs?flow=slow").await;
-    assert_eq!(runs["runs"][0]["run_id"], run.as_str());
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(2), "the old runs are still listed: {runs}");
     assert_eq!(delete(&dev, "/flows/nope").await.0, 404);
 }
 

@@ -46,6 +46,7 @@ mod pki;
 mod prometheus;
 mod recovery;
 mod replicas;
+mod replicas_lifecycle;
 mod scopes;
 mod semantics;
 mod sidecar;

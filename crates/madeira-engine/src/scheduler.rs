@@ -243,6 +243,10 @@ impl Scheduler {
                     info!(flow = %flow, active, "cron tick skipped: on_overlap is skip")
                 }
                 Err(EngineError::ShuttingDown) => debug!(flow = %flow_name, "cron tick at shutdown: no run"),
+                // Deleted (here or on another replica, before this replica's next sync).
+                Err(EngineError::FlowNotFound(_)) => {
+                    info!(flow = %flow_name, "cron tick of a deleted flow: no run")
+                }
                 Err(e) => {
                     crate::fallbacks::cron_not_created(engine.store(), &observers, &flow_name, tick_ms, &e)
                         .await
