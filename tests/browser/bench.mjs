@@ -97,6 +97,8 @@ const searches = {
   'flow=tiny': '/runs?flow=tiny',
   'state=SUCCESS': '/runs?state=SUCCESS',
   'state=FAILED+RUNNING (rare)': '/runs?state=FAILED&state=RUNNING',
+  'actor=local': '/runs?actor=local',
+  'actor=nobody (none)': '/runs?actor=nobody',
   'flow+time range (middle)': `/runs?flow=tiny&since=${encodeURIComponent(iso(t1 + (now - t1) / 3))}&until=${encodeURIComponent(iso(t1 + (now - t1) / 2))}`,
 };
 report.search = {};

@@ -306,6 +306,34 @@ test('runs search: bulk cancel of selected runs and bulk rerun of failed nodes, 
   await ctx.close();
 });
 
+test('run page names where each attempt ran and who started the run; runs search filters by actor', async () => {
+  // dev: the ticker's sidecar job ran on the in-process sidecar `local@<host>`.
+  const ticker = await startRun(DEV, 'ticker');
+  await waitNode(DEV, ticker, 'tick', 'SUCCESS');
+  const ctx = await context({ viewport: { width: 1400, height: 1000 } });
+  const devPage = await ctx.newPage();
+  await devPage.goto(`${DEV}/runs/${ticker}?node=tick`);
+  const host = (await devPage.textContent('#r-tick td.host')).trim();
+  assert.match(host, /^local@/, `the nodes table names the sidecar: ${host}`);
+  assert.match(await devPage.textContent('#panel table.attempts td.host'), /^local@/, 'so does the panel');
+  assert.equal((await devPage.textContent('#run-actor')).trim(), 'local');
+  // serve: a run the operator's token started is hers, and found by her name only.
+  const mine = await startRun(SERVE, 'payout-approval', T.operator);
+  const page = await signIn(ctx, T.operator);
+  await page.goto(`${SERVE}/runs/${mine}`);
+  assert.equal((await page.textContent('#run-actor')).trim(), 'ops-alice');
+  await page.goto(`${SERVE}/runs`);
+  await page.fill('form.search input[name=actor]', 'ops-alice');
+  await Promise.all([page.waitForURL(/actor=ops-alice/), page.click('form.search button[type=submit]')]);
+  const actors = await page.$$eval('table.runs td.actor', (cells) => cells.map((c) => c.textContent.trim()));
+  assert.ok(actors.length > 0 && actors.every((a) => a === 'ops-alice'), `only her runs: ${actors}`);
+  assert.ok(await page.$(`table.runs tr[data-run="${mine}"]`), 'her new run is listed');
+  await page.screenshot({ path: `${SHOTS}/runs-by-actor.png`, fullPage: true });
+  await page.goto(`${SERVE}/runs?actor=grafana`);
+  assert.equal(await page.$$eval('table.runs tr[data-run]', (rows) => rows.length), 0, 'the viewer started none');
+  await ctx.close();
+});
+
 test('zh-CN and en both render; the choice is kept in a cookie', async () => {
   const ctx = await context({ locale: 'zh-CN' });
   const page = await ctx.newPage();

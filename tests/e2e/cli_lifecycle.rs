@@ -107,3 +107,100 @@ async fn runs_filter_by_since_and_until_in_api_and_cli() {
     let printed = String::from_utf8_lossy(&out.stdout);
     assert!(printed.contains(&early) && printed.lines().count() == 2, "{printed}");
 }
+
+async fn delete(dev: &Dev, path: &str) -> (u16, Value) {
+    let resp = dev.http.delete(dev.url(path)).send().await.expect("delete");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+fn audit_actions(audit: &Value) -> Vec<(String, String)> {
+    audit["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| {
+            (e["action"].as_str().unwrap_or("").to_string(), e["actor"].as_str().unwrap_or("").to_string())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn flows_delete_refuses_active_runs_unless_cancel_and_keeps_history() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow(
+        "flow: slow\nconcurrency: {max_active_runs: 1}\nnodes:\n  a: {run: {builtin: sleep, for: 60s}}\n",
+    )
+    .await;
+    let run = dev.trigger("slow", json!({})).await;
+    dev.wait_run(&run, 10, |r| r["status"] == "RUNNING").await;
+    let queued = dev.trigger("slow", json!({})).await;
+    dev.wait_run(&queued, 10, |r| r["status"] == "QUEUED").await;
+
+    let out = dev.cli(&["flows", "delete", "slow"]);
+    assert!(!out.status.success(), "deleted with a run active: {}", text(&out));
+    assert!(text(&out).contains("409") && text(&out).contains(&run), "{}", text(&out));
+    let (status, refused) = delete(&dev, "/flows/slow").await;
+    assert_eq!((status, &refused["error"]["code"]), (409, &json!("flow_active")), "{refused}");
+    assert_eq!(refused["error"]["details"]["runs"], json!([run, queued]));
+
+    let out = dev.cli(&["flows", "delete", "slow", "--cancel", "--reason", "retired", "--output", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let deleted: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        (&deleted["cancelled"], &deleted["runs"], &deleted["purged"]),
+        (&json!([run, queued]), &json!(2), &json!(false))
+    );
+    let (_, listed) = dev.get("/flows").await;
+    assert_eq!(listed["flows"], json!([]), "a deleted flow is listed: {listed}");
+    assert_eq!(dev.get("/flows/slow").await.0, 404);
+    let (status, kept) = dev.get(&format!("/runs/{run}")).await;
+    assert_eq!((status, &kept["status"]), (200, &json!("CANCELLED")), "history is kept: {kept}");
+    assert_eq!(dev.get(&format!("/runs/{queued}")).await.1["status"], "CANCELLED", "the queued run too");
+    let (_, audit) = dev.get("/audit?limit=20").await;
+    let actions = audit_actions(&audit);
+    assert!(actions.contains(&("delete_flow".into(), "local".into())), "{actions:?}");
+    assert!(
+        actions.contains(&("cancel".into(), "local".into())),
+        "cancelled through the cancel action: {actions:?}"
+    );
+
+    // The name can be applied again: the next version, the old runs still there.
+    let applied = dev.put_flow("flow: slow\nnodes:\n  a: {run: {builtin: noop}}\n").await;
+    assert_eq!(applied["version"], 2, "{applied}");
+    let (_, runs) = dev.get("/runs?flow=slow").await;
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(2), "the old runs are still listed: {runs}");
+    assert_eq!(delete(&dev, "/flows/nope").await.0, 404);
+}
+
+#[tokio::test]
+async fn flows_delete_purge_removes_runs_and_a_deleted_cron_flow_stops_firing() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow("flow: quick\nnodes:\n  a: {run: {builtin: noop}}\n").await;
+    let run = dev.trigger("quick", json!({})).await;
+    dev.finished(&run).await;
+    let out = dev.cli(&["flows", "delete", "quick", "--purge"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("flow quick deleted; 1 run(s) and its versions purged"), "{}", text(&out));
+    assert_eq!(dev.get(&format!("/runs/{run}")).await.0, 404, "a purged run is still readable");
+    assert_eq!(dev.get("/flows/quick/versions").await.0, 404);
+    let (_, audit) = dev.get("/audit?limit=20").await;
+    assert!(audit_actions(&audit).contains(&("delete_flow".into(), "local".into())), "the audit trail stays");
+
+    dev.put_flow(
+        "flow: ticking\ntriggers:\n  - cron: \"* * * * * *\"\nnodes:\n  a: {run: {builtin: noop}}\n",
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while dev.get("/runs?flow=ticking").await.1["runs"].as_array().is_none_or(Vec::is_empty) {
+        assert!(Instant::now() < deadline, "the cron flow never fired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let out = dev.cli(&["flows", "delete", "ticking", "--cancel"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let count =
+        || async { dev.get("/runs?flow=ticking&limit=1000").await.1["runs"].as_array().map_or(0, Vec::len) };
+    let settled = count().await;
+    tokio::time::sleep(Duration::from_millis(2500)).await; // a window in which nothing may fire
+    assert_eq!(count().await, settled, "a deleted cron flow kept firing");
+}

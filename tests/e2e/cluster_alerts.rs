@@ -83,7 +83,7 @@ async fn one_alert_across_replicas_and_kill_9(store_url: &str) {
 }
 
 /// The replica holding the cluster's `alerts` lease, read from the store.
-fn alert_leader(db_url: &str) -> Option<String> {
+pub(crate) fn alert_leader(db_url: &str) -> Option<String> {
     let out = std::process::Command::new("psql")
         .args([db_url, "-Atc", "SELECT holder FROM leaders WHERE role = 'alerts'"])
         .output()

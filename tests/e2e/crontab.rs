@@ -139,3 +139,92 @@ fn a_stampede_is_reported_and_jitter_spreads_it() {
     assert!(notes.contains("--jitter: `@daily` now starts at `10 0 * * *`"), "{notes}");
     assert!(notes.contains("spread over 20m (--jitter)"), "{notes}");
 }
+
+/// `madeira promote` / `madeira demote` on an imported crontab: the observe flow
+/// becomes governed (its cron trigger, the imported sidecar job running it), the
+/// crontab line is commented out (`--write` keeps a `.bak`), and demote restores
+/// both, each step audited.
+#[tokio::test]
+async fn promote_and_demote_round_trip_on_an_imported_crontab() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tab = dir.path().join("tab");
+    std::fs::write(&tab, "SHELL=/bin/sh\n17 3 * * * /bin/echo promoted-run\n").expect("crontab");
+    let out_dir = dir.path().join("out");
+    let out = Command::new(BIN)
+        .args(["crontab", "import", "--group", "local", "--out"])
+        .arg(&out_dir)
+        .arg(&tab)
+        .output()
+        .expect("import");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let jobs = out_dir.join("sidecar-jobs.yaml");
+    let dev = Dev::start_with(&dir.path().join("data"), &["--jobs", jobs.to_str().expect("path")]);
+    let out = dev.cli(&["apply", "-f", out_dir.join("flows").to_str().expect("path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, flow) = dev.get("/flows/echo").await;
+    assert_eq!(flow["observe"], true, "{flow}");
+    let crontab = out_dir.join("crontab.tab");
+    let original = std::fs::read_to_string(&crontab).expect("rewritten crontab");
+    let path = crontab.to_str().expect("path");
+
+    // Printed: the line commented out on stdout, the file untouched.
+    let out = dev.cli(&["promote", "echo", "--crontab", path]);
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line = original.lines().find(|l| l.starts_with("17 3 * * * ")).expect("wrapped line");
+    assert!(
+        printed.contains(&format!(
+            "# madeira: promoted to flow echo (`madeira demote echo` restores this line): {line}"
+        )),
+        "{printed}"
+    );
+    assert!(!printed.lines().any(|l| l == line), "the line still runs from cron: {printed}");
+    assert_eq!(std::fs::read_to_string(&crontab).expect("read"), original);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("warning"), "the dev sidecar declares the imported job: {said}");
+    // Written: the same edit in place, the old content in .bak; promoting again changes nothing.
+    let out = dev.cli(&["promote", "echo", "--crontab", path, "--write", "--output", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        (&answer["observe"], &answer["changed"], &answer["crontab"]["written"]),
+        (&false.into(), &false.into(), &true.into())
+    );
+    assert_eq!(std::fs::read_to_string(format!("{path}.bak")).expect("backup"), original);
+    assert_eq!(std::fs::read_to_string(&crontab).expect("read"), printed);
+    let (_, flow) = dev.get("/flows/echo").await;
+    assert_eq!(
+        (&flow["observe"], &flow["triggers"][0]["cron"]),
+        (&false.into(), &"17 3 * * *".into()),
+        "{flow}"
+    );
+    assert!(flow["triggers"][0]["next_run"].is_string(), "{flow}");
+
+    // Governed: dispatched to the sidecar job the import declared.
+    let out = dev.cli(&["run", "echo", "--wait", "--output", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let run: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let (_, logs) = dev.get(&format!("/runs/{}/nodes/echo/logs", run["run_id"].as_str().expect("id"))).await;
+    assert!(logs.to_string().contains("promoted-run"), "{logs}");
+
+    let out = dev.cli(&["demote", "echo", "--crontab", path, "--write"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&crontab).expect("read"), original, "demote restores the line");
+    let (_, flow) = dev.get("/flows/echo").await;
+    assert_eq!((&flow["observe"], &flow["version"]), (&true.into(), &3.into()), "{flow}");
+    let out = dev.cli(&["run", "echo"]);
+    assert!(!out.status.success(), "an observe flow is never dispatched");
+    let (_, audit) = dev.get("/audit?limit=50").await;
+    let actions: Vec<(&str, &str)> = audit["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| (e["action"].as_str().unwrap_or(""), e["actor"].as_str().unwrap_or("")))
+        .collect();
+    assert!(actions.contains(&("promote", "local")) && actions.contains(&("demote", "local")), "{actions:?}");
+    let out = dev.cli(&["demote", "echo", "--crontab", path]);
+    assert!(
+        !out.status.success()
+            && String::from_utf8_lossy(&out.stderr).contains("no line of this crontab was promoted")
+    );
+}

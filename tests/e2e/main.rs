@@ -1,6 +1,7 @@
 //! End-to-end tests: each starts the real `madeira` binary (`madeira dev` on a fresh
 //! data directory) and drives it over HTTP and the CLI.
 
+mod alert_updates;
 mod alerts;
 mod api;
 mod auth;
@@ -11,7 +12,9 @@ mod cli_lifecycle;
 mod cluster;
 mod cluster_alerts;
 mod cluster_sidecars;
+mod cluster_updates;
 mod console;
+mod console_state;
 mod crontab;
 mod exec;
 mod fallbacks;
@@ -37,15 +40,18 @@ mod messages_replicas;
 mod nodelay;
 mod observability;
 mod otlp;
+mod paused_events;
 mod permits;
 mod pki;
 mod prometheus;
 mod recovery;
 mod replicas;
+mod replicas_lifecycle;
 mod scopes;
 mod semantics;
 mod sidecar;
 mod sql;
+mod stalls;
 mod support;
 mod tls;
 mod triggers;

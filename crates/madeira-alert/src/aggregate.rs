@@ -1,8 +1,10 @@
 //! Aggregation, pure and in memory: failures with the same grouping key (flow,
 //! root-cause nodes, error class) join one open alert; a new alert waits
-//! `group_wait` before it fires; a run that later succeeds is taken off the alerts
-//! that counted it, and an alert with no failed run left resolves. Time is passed
-//! in; the alert task persists what changed and sends what must be sent.
+//! `group_wait` before it fires; a firing alert that grew is announced again at
+//! most every `group_interval` (an update), and a critical one that did not is
+//! reminded every `repeat_interval`; a run that later succeeds is taken off the
+//! alerts that counted it, and an alert with no failed run left resolves. Time is
+//! passed in; the alert task persists what changed and sends what must be sent.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -22,6 +24,11 @@ pub struct Changes {
     pub resolve: Vec<String>,
     /// Events that joined an alert already open (suppressed: grouped).
     pub grouped: Vec<String>,
+    /// Firing alerts that grew since they were last announced: send `update`.
+    pub update: Vec<String>,
+    /// Critical alerts unresolved for `repeat_interval` since their last announcement:
+    /// send `reminder`.
+    pub remind: Vec<String>,
 }
 
 impl Changes {
@@ -30,23 +37,45 @@ impl Changes {
     }
 }
 
+/// How often open alerts are announced again (`0`: never).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Intervals {
+    pub group_wait_ms: i64,
+    pub group_interval_ms: i64,
+    pub repeat_interval_ms: i64,
+}
+
 #[derive(Debug)]
 pub struct Aggregator {
     group_wait_ms: i64,
+    group_interval_ms: i64,
+    repeat_interval_ms: i64,
     alerts: HashMap<String, Alert>,
     by_key: HashMap<String, String>,
     by_run: HashMap<String, Vec<String>>,
     due: BTreeSet<(i64, String)>,
+    /// Next update or reminder of firing alerts, and each one's entry in it.
+    announce: BTreeSet<(i64, String)>,
+    announce_at: HashMap<String, i64>,
 }
 
 impl Aggregator {
+    /// Only `group_wait`: firing alerts are never announced again.
     pub fn new(group_wait_ms: i64) -> Self {
+        Self::with_intervals(Intervals { group_wait_ms, ..Intervals::default() })
+    }
+
+    pub fn with_intervals(i: Intervals) -> Self {
         Self {
-            group_wait_ms,
+            group_wait_ms: i.group_wait_ms,
+            group_interval_ms: i.group_interval_ms,
+            repeat_interval_ms: i.repeat_interval_ms,
             alerts: HashMap::new(),
             by_key: HashMap::new(),
             by_run: HashMap::new(),
             due: BTreeSet::new(),
+            announce: BTreeSet::new(),
+            announce_at: HashMap::new(),
         }
     }
 
@@ -58,9 +87,38 @@ impl Aggregator {
         self.alerts.values()
     }
 
-    /// When the next pending alert is due.
+    /// When the next pending alert, update or reminder is due.
     pub fn next_due(&self) -> Option<i64> {
-        self.due.first().map(|(at, _)| *at)
+        let first = |set: &BTreeSet<(i64, String)>| set.first().map(|(at, _)| *at);
+        match (first(&self.due), first(&self.announce)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// When a firing alert is next announced: `group_interval` after its last
+    /// announcement if it grew since, else (critical only) `repeat_interval` after it.
+    fn next_announcement(&self, alert: &Alert) -> Option<i64> {
+        if alert.status != AlertStatus::Firing {
+            return None;
+        }
+        let last = alert.announced_at.unwrap_or(alert.notify_at);
+        if alert.count > alert.announced_count.unwrap_or(alert.count) && self.group_interval_ms > 0 {
+            return Some(last.saturating_add(self.group_interval_ms));
+        }
+        (alert.severity == Severity::Critical && self.repeat_interval_ms > 0)
+            .then(|| last.saturating_add(self.repeat_interval_ms))
+    }
+
+    /// Puts the alert's next announcement in the schedule (or takes it out).
+    fn reschedule(&mut self, id: &str) {
+        if let Some(at) = self.announce_at.remove(id) {
+            self.announce.remove(&(at, id.to_string()));
+        }
+        if let Some(at) = self.alerts.get(id).and_then(|a| self.next_announcement(a)) {
+            self.announce.insert((at, id.to_string()));
+            self.announce_at.insert(id.to_string(), at);
+        }
     }
 
     /// Takes back an alert loaded from the store after a restart.
@@ -73,7 +131,9 @@ impl Aggregator {
             AlertStatus::Firing => {}
         }
         self.index(&alert);
+        let id = alert.id.clone();
         self.alerts.insert(alert.id.clone(), alert);
+        self.reschedule(&id);
     }
 
     /// A run ended FAILED.
@@ -89,6 +149,7 @@ impl Aggregator {
                 alert.count += 1;
                 self.by_run.entry(f.run_id).or_default().push(id.clone());
                 out.grouped.push(id.clone());
+                self.reschedule(&id);
             }
             out.touched.push(id);
             return;
@@ -125,6 +186,7 @@ impl Aggregator {
                 self.by_run.entry(run).or_default().push(id.clone());
             }
             out.grouped.push(id.clone());
+            self.reschedule(&id);
             out.touched.push(id);
             return;
         }
@@ -166,7 +228,30 @@ impl Aggregator {
         }
     }
 
-    /// Resolves the open alert with `key`, if any.
+    /// Run `run_id` no longer counts on the open alert with `key` (a stalled or
+    /// slow node moved on); the alert resolves when no run is left on it.
+    pub fn leave(&mut self, key: &str, run_id: &str, now: i64, out: &mut Changes) {
+        let Some(id) = self.by_key.get(key).cloned() else { return };
+        let Some(alert) = self.alerts.get_mut(&id) else { return };
+        if !alert.runs.iter().any(|r| r == run_id) {
+            return;
+        }
+        alert.runs.retain(|r| r != run_id);
+        alert.updated_at = now;
+        let empty = alert.runs.is_empty();
+        if let Some(ids) = self.by_run.get_mut(run_id) {
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
+                self.by_run.remove(run_id);
+            }
+        }
+        if empty {
+            self.close(&id, now, out);
+        } else {
+            out.touched.push(id);
+        }
+    }
+
     /// Resolves the open alert with `key`; a `fallback` cause makes its
     /// `resolved` message say the fallback ran (its `fallback_note`).
     pub fn resolve_key(&mut self, key: &str, cause: Option<&str>, now: i64, out: &mut Changes) {
@@ -180,7 +265,8 @@ impl Aggregator {
         }
     }
 
-    /// Pending alerts whose group_wait ended become firing.
+    /// Pending alerts whose group_wait ended become firing; firing ones whose
+    /// update or reminder is due are announced again.
     pub fn flush_due(&mut self, now: i64, out: &mut Changes) {
         while let Some((at, id)) = self.due.first().cloned() {
             if at > now {
@@ -190,8 +276,33 @@ impl Aggregator {
             if let Some(alert) = self.alerts.get_mut(&id) {
                 alert.status = AlertStatus::Firing;
                 alert.updated_at = now;
+                alert.announced_at = Some(now);
+                alert.announced_count = Some(alert.count);
+                alert.added = 0;
                 out.touched.push(id.clone());
-                out.fire.push(id);
+                out.fire.push(id.clone());
+                self.reschedule(&id);
+            }
+        }
+        while let Some((at, id)) = self.announce.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.announce.pop_first();
+            self.announce_at.remove(&id);
+            if let Some(alert) = self.alerts.get_mut(&id) {
+                let before = alert.announced_count.unwrap_or(alert.count);
+                alert.added = alert.count.saturating_sub(before);
+                alert.announced_at = Some(now);
+                alert.announced_count = Some(alert.count);
+                alert.updated_at = now;
+                out.touched.push(id.clone());
+                if alert.added > 0 {
+                    out.update.push(id.clone());
+                } else {
+                    out.remind.push(id.clone());
+                }
+                self.reschedule(&id);
             }
         }
     }
@@ -201,6 +312,9 @@ impl Aggregator {
             return;
         };
         self.by_key.remove(&alert.key);
+        if let Some(at) = self.announce_at.remove(id) {
+            self.announce.remove(&(at, id.to_string()));
+        }
         for run in &alert.runs {
             if let Some(ids) = self.by_run.get_mut(run) {
                 ids.retain(|i| i != id);
@@ -242,6 +356,9 @@ impl Aggregator {
             resolved_at: None,
             fallback_note: n.fallback_note,
             resolution: None,
+            announced_at: None,
+            announced_count: None,
+            added: 0,
         }
     }
 
@@ -374,6 +491,102 @@ mod tests {
         assert!(out.resolve.is_empty(), "never sent, so no resolved message");
         assert_eq!(out.removed.len(), 1);
         assert_eq!(agg.next_due(), None);
+    }
+
+    const MIN: i64 = 60_000;
+
+    fn intervals() -> Aggregator {
+        Aggregator::with_intervals(Intervals {
+            group_wait_ms: 1_000,
+            group_interval_ms: 5 * MIN,
+            repeat_interval_ms: 240 * MIN,
+        })
+    }
+
+    #[test]
+    fn a_grown_alert_is_updated_at_most_every_group_interval_with_its_new_count() {
+        let mut agg = intervals();
+        let mut out = Changes::default();
+        agg.failure(failure("r1", "pull", "boom"), 0, &mut out);
+        agg.flush_due(1_000, &mut out);
+        assert_eq!(out.fire.len(), 1);
+        let id = out.fire[0].clone();
+        for (i, at) in [(2, MIN), (3, 2 * MIN), (4, 3 * MIN)] {
+            agg.failure(failure(&format!("r{i}"), "pull", "boom"), at, &mut out);
+        }
+        agg.flush_due(5 * MIN, &mut out);
+        assert!(out.update.is_empty(), "not before group_interval after the first message");
+        assert_eq!(agg.next_due(), Some(5 * MIN + 1_000));
+        agg.flush_due(5 * MIN + 1_000, &mut out);
+        assert_eq!(out.update, vec![id.clone()]);
+        let alert = agg.get(&id).expect("open");
+        assert_eq!((alert.count, alert.added, alert.latest_run()), (4, 3, Some("r4")));
+        // Nothing new: the next announcement is the reminder, 4h after the update.
+        let mut out = Changes::default();
+        agg.flush_due(100 * MIN, &mut out);
+        assert!(out.update.is_empty() && out.remind.is_empty());
+        // A failure long after the last message is announced at once.
+        agg.failure(failure("r5", "pull", "boom"), 120 * MIN, &mut out);
+        agg.flush_due(120 * MIN, &mut out);
+        assert_eq!((out.update.len(), agg.get(&id).map(|a| a.added)), (1, Some(1)));
+    }
+
+    #[test]
+    fn critical_alerts_are_reminded_every_repeat_interval_and_warnings_are_not() {
+        let mut agg = intervals();
+        let mut out = Changes::default();
+        agg.failure(failure("r1", "pull", "boom"), 0, &mut out);
+        let warning = Raise {
+            key: "lost|billing".into(),
+            alertname: "MadeiraSidecarLost".into(),
+            severity: Severity::Warning,
+            flow: None,
+            node: None,
+            labels: Default::default(),
+            summary: "lost".into(),
+            description: None,
+            run_id: None,
+            fallback_note: None,
+        };
+        agg.raise(warning, 0, &mut out);
+        agg.flush_due(1_000, &mut out);
+        assert_eq!(out.fire.len(), 2);
+        let mut out = Changes::default();
+        agg.flush_due(240 * MIN + 999, &mut out);
+        assert!(out.remind.is_empty());
+        agg.flush_due(240 * MIN + 1_000, &mut out);
+        assert_eq!(out.remind.len(), 1, "only the critical one");
+        let alert = agg.get(&out.remind[0]).expect("open");
+        assert_eq!(
+            (alert.severity, alert.added, alert.announced_at),
+            (Severity::Critical, 0, Some(240 * MIN + 1_000))
+        );
+        assert_eq!(agg.next_due(), Some(480 * MIN + 1_000));
+    }
+
+    #[test]
+    fn a_restored_alert_keeps_its_schedule_so_a_new_leader_neither_repeats_nor_forgets() {
+        let mut agg = intervals();
+        let mut out = Changes::default();
+        agg.failure(failure("r1", "pull", "boom"), 0, &mut out);
+        agg.flush_due(1_000, &mut out);
+        agg.failure(failure("r2", "pull", "boom"), 2 * MIN, &mut out);
+        let stored = agg.get(&out.fire[0]).expect("open").clone();
+        // The row as written, read back by another replica's aggregator.
+        let row = stored.to_row();
+        let mut next = intervals();
+        next.restore(Alert::from_row(&row).expect("row"));
+        assert_eq!(next.next_due(), Some(5 * MIN + 1_000), "the update still due, not sent again at once");
+        let mut out = Changes::default();
+        next.flush_due(5 * MIN + 1_000, &mut out);
+        assert_eq!(out.update.len(), 1);
+        let row = next.get(&out.update[0]).expect("open").to_row();
+        let mut third = intervals();
+        third.restore(Alert::from_row(&row).expect("row"));
+        let mut out = Changes::default();
+        third.flush_due(6 * MIN, &mut out);
+        assert!(out.update.is_empty() && out.remind.is_empty(), "the update is not repeated");
+        assert_eq!(third.next_due(), Some(245 * MIN + 1_000));
     }
 
     #[test]

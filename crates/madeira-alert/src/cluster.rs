@@ -168,7 +168,7 @@ impl AlertTask {
             warn!(replica = %c.replica, why, "this replica no longer aggregates alerts");
         }
         c.leading = false;
-        self.agg = Aggregator::new(self.group_wait_ms);
+        self.agg = Aggregator::with_intervals(self.intervals);
         for worker in self.workers.values() {
             let _ = worker.send(WorkerMsg::Reset);
         }

@@ -20,6 +20,12 @@ use crate::secret::{Scrubber, Secret};
 pub struct AlertsConfig {
     /// How long an alert gathers related failures before it is sent (default 30s).
     pub group_wait: Option<String>,
+    /// A firing alert that grew is announced again at most this often (default 5m;
+    /// `0s`: never).
+    pub group_interval: Option<String>,
+    /// An unresolved critical alert is reminded this long after its last message
+    /// (default 4h; `0s`: never).
+    pub repeat_interval: Option<String>,
     /// How often firing alerts are sent again to Alertmanager (default 1m).
     pub resend_every: Option<String>,
     /// Base URL of the control plane for run links (default: its HTTP address).
@@ -57,6 +63,9 @@ pub struct ChannelConfig {
 pub struct RateLimitConfig {
     pub count: u32,
     pub per: String,
+    /// Once only one post is left in the window, how long waiting messages gather
+    /// into the digest that post carries (default 10s, at most `per`).
+    pub digest_wait: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -83,6 +92,9 @@ pub enum OneOrMany<T> {
     Many(Vec<T>),
 }
 
+/// Default `rate_limit.digest_wait`.
+const DEFAULT_DIGEST_WAIT: Duration = Duration::from_secs(10);
+
 /// A resolved channel, ready to deliver to.
 #[derive(Debug, Clone)]
 pub struct ChannelSpec {
@@ -93,6 +105,8 @@ pub struct ChannelSpec {
     pub mentions: Vec<String>,
     pub rate_count: u32,
     pub rate_per: Duration,
+    /// Once one post is left in the window: how long messages gather into its digest.
+    pub digest_wait: Duration,
     pub timeout: Duration,
     pub scrubber: Scrubber,
 }
@@ -111,6 +125,10 @@ pub struct Route {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub group_wait: Duration,
+    /// Updates of a firing alert that grew, at most this often (zero: none).
+    pub group_interval: Duration,
+    /// Reminders of an unresolved critical alert (zero: none).
+    pub repeat_interval: Duration,
     pub resend_every: Duration,
     pub external_url: Option<String>,
     pub channels: Vec<ChannelSpec>,
@@ -127,6 +145,8 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             group_wait: Duration::from_secs(30),
+            group_interval: Duration::from_secs(5 * 60),
+            repeat_interval: Duration::from_secs(4 * 3600),
             resend_every: Duration::from_secs(60),
             external_url: None,
             channels: Vec::new(),
@@ -195,6 +215,8 @@ impl AlertsConfig {
         }
         Ok(Settings {
             group_wait: duration("group_wait", &self.group_wait, defaults.group_wait)?,
+            group_interval: duration("group_interval", &self.group_interval, defaults.group_interval)?,
+            repeat_interval: duration("repeat_interval", &self.repeat_interval, defaults.repeat_interval)?,
             resend_every: duration("resend_every", &self.resend_every, defaults.resend_every)?,
             external_url: self.external_url.as_ref().map(|u| u.trim_end_matches('/').to_string()),
             channels,
@@ -239,6 +261,21 @@ impl ChannelConfig {
             Some(r) if r.count == 0 => return Err(err("rate_limit.count must be at least 1".into())),
             Some(r) => (r.count, parse_duration(&r.per).map_err(|m| err(format!("rate_limit.per: {m}")))?),
         };
+        let digest_wait = match self.rate_limit.as_ref().and_then(|r| r.digest_wait.as_ref()) {
+            None => DEFAULT_DIGEST_WAIT.min(rate_per),
+            Some(d) => {
+                let d = parse_duration(d).map_err(|m| err(format!("rate_limit.digest_wait: {m}")))?;
+                if d > rate_per {
+                    return Err(err(format!(
+                        "rate_limit.digest_wait ({}s) is longer than rate_limit.per ({}s): the digest \
+                         would leave the window it is meant for",
+                        d.as_secs(),
+                        rate_per.as_secs()
+                    )));
+                }
+                d
+            }
+        };
         let timeout = match &self.timeout {
             None => Duration::from_secs(10),
             Some(t) => parse_duration(t).map_err(|m| err(format!("timeout: {m}")))?,
@@ -252,6 +289,7 @@ impl ChannelConfig {
             mentions: self.mentions.clone(),
             rate_count,
             rate_per,
+            digest_wait,
             timeout,
         })
     }
@@ -287,6 +325,39 @@ mod tests {
 
         let missing = config.resolve(&|_| None).expect_err("env missing");
         assert!(missing.to_string().contains("DING_URL is not set"), "{missing}");
+    }
+
+    #[test]
+    fn intervals_and_digest_wait_have_defaults_and_limits() {
+        let defaults = parse(r#"{"channels": [{"name": "h", "type": "webhook", "url": "http://h/x"}]}"#);
+        let settings = defaults.resolve(&|_| None).expect("resolve");
+        assert_eq!(settings.group_interval, Duration::from_secs(300));
+        assert_eq!(settings.repeat_interval, Duration::from_secs(4 * 3600));
+        assert_eq!(settings.channels[0].digest_wait, Duration::from_secs(10));
+        let set = parse(
+            r#"{"group_interval": "1m", "repeat_interval": "0s", "channels": [{"name": "h",
+                "type": "webhook", "url": "http://h/x", "rate_limit": {"count": 5, "per": "5s"}}]}"#,
+        );
+        let settings = set.resolve(&|_| None).expect("resolve");
+        assert_eq!(
+            (settings.group_interval, settings.repeat_interval),
+            (Duration::from_secs(60), Duration::ZERO)
+        );
+        assert_eq!(settings.channels[0].digest_wait, Duration::from_secs(5), "never longer than the window");
+        let long = parse(
+            r#"{"channels": [{"name": "h", "type": "webhook", "url": "http://h/x",
+                "rate_limit": {"count": 5, "per": "1m", "digest_wait": "2m"}}]}"#,
+        );
+        let e = long.resolve(&|_| None).expect_err("digest_wait over per");
+        assert!(
+            e.to_string()
+                .contains("channel `h`: rate_limit.digest_wait (120s) is longer than rate_limit.per (60s)"),
+            "{e}"
+        );
+        let bad = parse(r#"{"group_interval": "soon"}"#);
+        assert!(
+            bad.resolve(&|_| None).expect_err("bad").to_string().contains("group_interval: bad duration")
+        );
     }
 
     #[test]

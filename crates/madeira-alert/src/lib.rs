@@ -20,6 +20,7 @@ mod handle;
 mod metrics;
 mod model;
 mod observer;
+mod probe;
 mod recover;
 mod render;
 mod route;
@@ -36,14 +37,15 @@ use std::sync::Arc;
 use madeira_store::AlertStore;
 use tokio::sync::mpsc;
 
-pub use aggregate::{Aggregator, Changes, error_class};
+pub use aggregate::{Aggregator, Changes, Intervals, error_class};
 pub use channel::ChannelKind;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{AlertConfigError, AlertsConfig, ChannelConfig, ChannelSpec, Route, RouteConfig, Settings};
 pub use handle::AlertHandle;
 pub use metrics::AlertMetrics;
 pub use model::{Alert, AlertStatus, Cause, Failure, Raise, Severity};
-pub use observer::{AlertObserver, confirm_key, failure_of, missed_key};
+pub use observer::{AlertObserver, confirm_key, failure_of, missed_key, slow_key, stall_key};
+pub use probe::{NodeProbe, StoreProbe};
 pub use secret::Secret;
 pub use task::AlertTask;
 pub use worker::TestOutcome;
@@ -100,18 +102,24 @@ pub fn build(
         workers.insert(spec.name.clone(), tx);
         idle_workers.push(worker);
     }
+    let intervals = aggregate::Intervals {
+        group_wait_ms: ms(settings.group_wait),
+        group_interval_ms: ms(settings.group_interval),
+        repeat_interval_ms: ms(settings.repeat_interval),
+    };
     let channels = Arc::new(settings.channels.iter().map(|c| (c.name.clone(), c.kind)).collect());
     let (tx, rx) = mpsc::unbounded_channel();
     let task = AlertTask {
         shared,
         rx,
-        agg: aggregate::Aggregator::new(ms(settings.group_wait)),
+        agg: aggregate::Aggregator::with_intervals(intervals),
         router: route::Router::new(settings.routes.clone(), &settings.channels),
         workers,
         idle_workers,
         retention_ms: ms(settings.retention),
-        group_wait_ms: ms(settings.group_wait),
+        intervals,
         cluster: None,
+        probe: None,
     };
     Ok((task, AlertHandle { tx, store, channels }))
 }

@@ -97,6 +97,19 @@ pub struct Alert {
     /// Set when it was resolved by a fallback: what the `resolved` message says.
     #[serde(default)]
     pub resolution: Option<String>,
+    /// When it was last announced (the first `firing` message, an update or a
+    /// reminder). Kept in the store so a new alert leader neither repeats nor
+    /// forgets the next update (`None` before it fired).
+    #[serde(default)]
+    pub announced_at: Option<i64>,
+    /// `count` as of that announcement (`None`: as `count`, for alerts stored before
+    /// updates existed).
+    #[serde(default)]
+    pub announced_count: Option<u64>,
+    /// Events grouped into it between the previous announcement and the latest
+    /// (what an update message reports as new; 0 for a first message or a reminder).
+    #[serde(default)]
+    pub added: u64,
 }
 
 impl Alert {

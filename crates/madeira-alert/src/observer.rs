@@ -3,11 +3,15 @@
 //! inbox in the engine's own commit instead). A FAILED run becomes a failure with
 //! its root causes; a SUCCESS run may resolve alerts that counted it; a confirmation past
 //! `alert_after` raises a warning that an answer resolves; a cron tick that made
-//! no run raises a critical alert that the flow's next success resolves.
+//! no run raises a critical alert that the flow's next success resolves; a node
+//! stalled in INIT past its `stall_after` or RUNNING past its `warn_after` raises
+//! a warning per flow and node that resolves once no run of it is still stuck
+//! (these come from the engine's watch, not a commit: they go through the channel
+//! on a shared store too, to its inbox within a cluster tick).
 
 use madeira_core::rootcause::root_causes;
 use madeira_core::{RunSnapshot, RunState};
-use madeira_engine::{AlertSource, EngineObserver, RunEvent};
+use madeira_engine::{AlertSource, EngineObserver, NodeWatch, RunEvent};
 use tokio::sync::mpsc;
 
 use crate::model::{Cause, Failure, Raise, Severity};
@@ -113,6 +117,56 @@ impl AlertObserver {
     }
 }
 
+impl AlertObserver {
+    fn watch_event(w: &NodeWatch<'_>, slow: bool) -> Event {
+        let key = if slow { slow_key(w.flow, w.node) } else { stall_key(w.flow, w.node) };
+        if !w.active {
+            return Event::Leave { key, run_id: w.run_id.to_string() };
+        }
+        let after = short_duration(w.after);
+        let (alertname, summary) = if slow {
+            (
+                "MadeiraNodeSlow",
+                format!(
+                    "flow {}: node {} has been RUNNING for more than {after} (its warn_after); it is not stopped",
+                    w.flow, w.node
+                ),
+            )
+        } else {
+            let why = w.reason.map(|r| format!(": {r}")).unwrap_or_default();
+            (
+                "MadeiraNodeStalled",
+                format!(
+                    "flow {}: node {} has waited in INIT for its executor for more than {after}{why}",
+                    w.flow, w.node
+                ),
+            )
+        };
+        Event::Raise(Raise {
+            key,
+            alertname: alertname.into(),
+            severity: Severity::Warning,
+            flow: Some(w.flow.to_string()),
+            node: Some(w.node.to_string()),
+            labels: w.labels.clone(),
+            summary,
+            description: None,
+            run_id: Some(w.run_id.to_string()),
+            fallback_note: None,
+        })
+    }
+}
+
+/// The grouping key of a flow's node stalled in INIT (open while a run of it is).
+pub fn stall_key(flow: &str, node: &str) -> String {
+    format!("node_stalled|{flow}|{node}")
+}
+
+/// The grouping key of a flow's node running past its `warn_after`.
+pub fn slow_key(flow: &str, node: &str) -> String {
+    format!("node_slow|{flow}|{node}")
+}
+
 /// `36h`, `90m`, `45s`: the largest whole unit.
 fn short_duration(d: std::time::Duration) -> String {
     let secs = d.as_secs();
@@ -177,6 +231,14 @@ impl EngineObserver for AlertObserver {
         if !self.through_commit {
             let _ = self.tx.send(Input::Event(Self::overdue_event(snap, node)));
         }
+    }
+
+    fn node_stalled(&self, watch: &NodeWatch<'_>) {
+        let _ = self.tx.send(Input::Event(Self::watch_event(watch, false)));
+    }
+
+    fn node_slow(&self, watch: &NodeWatch<'_>) {
+        let _ = self.tx.send(Input::Event(Self::watch_event(watch, true)));
     }
 
     fn transitions(&self, events: &[RunEvent]) {

@@ -11,6 +11,10 @@ use crate::model::{Alert, AlertStatus};
 #[derive(Debug, Clone)]
 pub enum Content {
     Firing(Arc<Alert>),
+    /// A firing alert that grew since its last message (new count, newest run).
+    Update(Arc<Alert>),
+    /// A critical alert still unresolved `repeat_interval` after its last message.
+    Reminder(Arc<Alert>),
     Resolved(Arc<Alert>),
     /// Several alerts merged into one post (rate limit overflow; Alertmanager batches).
     Digest(Vec<Arc<Alert>>),
@@ -116,6 +120,8 @@ pub fn run_link(base: Option<&str>, run_id: &str) -> Option<String> {
 pub fn render(content: &Content, base: Option<&str>) -> Message {
     match content {
         Content::Firing(alert) => firing(alert, base),
+        Content::Update(alert) => again(alert, base, "update"),
+        Content::Reminder(alert) => again(alert, base, "reminder"),
         Content::Resolved(alert) => resolved(alert),
         Content::Digest(alerts) => digest(alerts, base),
         Content::Test { channel } => Message {
@@ -180,6 +186,28 @@ pub(crate) fn firing(alert: &Alert, base: Option<&str>) -> Message {
         }
     }
     Message { title: title(alert, alert.severity.as_str()), lines }
+}
+
+/// An update or a reminder: the firing message, tagged, opening with what changed.
+fn again(alert: &Alert, base: Option<&str>, what: &str) -> Message {
+    let mut message = firing(alert, base);
+    message.title = title(alert, &format!("{} · {what}", alert.severity.as_str()));
+    let noun = if alert.causes.is_empty() { "event" } else { "failed run" };
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    let since = crate::view::rfc3339(alert.created_at);
+    let line = if what == "update" {
+        format!(
+            "{} {noun}{} now, {} new since the last message (firing since {since})",
+            alert.count,
+            plural(alert.count),
+            alert.added
+        )
+    } else {
+        format!("still unresolved: {} {noun}{}, firing since {since}", alert.count, plural(alert.count))
+    };
+    let label = if what == "update" { "Update" } else { "Reminder" };
+    message.lines.insert(0, Line::Field(label, line));
+    message
 }
 
 fn resolved(alert: &Alert) -> Message {

@@ -98,6 +98,9 @@ mod tests {
             resolved_at: None,
             fallback_note: None,
             resolution: None,
+            announced_at: None,
+            announced_count: None,
+            added: 0,
         }
     }
 

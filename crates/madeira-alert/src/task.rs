@@ -40,6 +40,11 @@ pub(crate) enum Event {
         #[serde(default)]
         cause: Option<String>,
     },
+    /// A stalled or slow node of `run_id` moved on: the alert `key` stops counting it.
+    Leave {
+        key: String,
+        run_id: String,
+    },
 }
 
 pub(crate) enum Input {
@@ -56,9 +61,11 @@ pub struct AlertTask {
     pub(crate) workers: HashMap<String, mpsc::UnboundedSender<WorkerMsg>>,
     pub(crate) idle_workers: Vec<Worker>,
     pub(crate) retention_ms: i64,
-    pub(crate) group_wait_ms: i64,
+    pub(crate) intervals: crate::aggregate::Intervals,
     /// Set when replicas share the store (`AlertTask::clustered`).
     pub(crate) cluster: Option<Cluster>,
+    /// Checks open stall and slow alerts against the run store (`with_probe`).
+    pub(crate) probe: Option<Arc<dyn crate::probe::NodeProbe>>,
 }
 
 impl AlertTask {
@@ -76,6 +83,7 @@ impl AlertTask {
         let clock = self.shared.clock.clone();
         let mut prune_at = clock.now_ms();
         let mut tick_at = clock.now_ms();
+        let mut probe_at = clock.now_ms() + crate::probe::PROBE_MS;
         loop {
             if self.cluster.is_some() && clock.now_ms() >= tick_at {
                 self.cluster_tick().await;
@@ -88,7 +96,14 @@ impl AlertTask {
                     self.prune(now).await;
                     prune_at = now + PRUNE_EVERY_MS;
                 }
+                if now >= probe_at {
+                    self.probe_watched().await;
+                    probe_at = now + crate::probe::PROBE_MS;
+                }
                 wake = self.agg.next_due().map_or(prune_at, |due| due.min(prune_at));
+                if self.probe.is_some() {
+                    wake = wake.min(probe_at);
+                }
             }
             if self.cluster.is_some() {
                 wake = wake.min(tick_at);
@@ -150,6 +165,7 @@ impl AlertTask {
             Event::Succeeded { run_id } => self.agg.run_succeeded(&run_id, now, out),
             Event::Raise(r) => self.agg.raise(r, now, out),
             Event::Resolve { key, cause } => self.agg.resolve_key(&key, cause.as_deref(), now, out),
+            Event::Leave { key, run_id } => self.agg.leave(&key, &run_id, now, out),
         }
     }
 
@@ -216,6 +232,14 @@ impl AlertTask {
             if let Some(alert) = self.agg.get(id) {
                 let alert = Arc::new(alert.clone());
                 self.enqueue(alert, "firing", now, &mut batch, &mut queued);
+            }
+        }
+        for (ids, kind) in [(&out.update, "update"), (&out.remind, "reminder")] {
+            for id in ids {
+                if let Some(alert) = self.agg.get(id) {
+                    let alert = Arc::new(alert.clone());
+                    self.enqueue(alert, kind, now, &mut batch, &mut queued);
+                }
             }
         }
         for alert in out.removed.into_iter().filter(|a| out.resolve.contains(&a.id)) {

@@ -30,11 +30,17 @@ impl Window {
 
     /// When the next post is allowed (`now` if it is).
     pub fn free_at(&mut self, now: i64) -> i64 {
+        self.free_for(now, 1)
+    }
+
+    /// When `n` posts in a row are allowed (`now` if they are).
+    pub fn free_for(&mut self, now: i64, n: usize) -> i64 {
         self.prune(now);
-        if self.posts.len() < self.count {
+        let n = n.clamp(1, self.count);
+        if self.posts.len() + n <= self.count {
             return now;
         }
-        self.posts.get(self.posts.len() - self.count).map_or(now, |t| t + self.per_ms)
+        self.posts.get(self.posts.len() + n - 1 - self.count).map_or(now, |t| t + self.per_ms)
     }
 
     pub fn record(&mut self, now: i64) {
@@ -57,5 +63,17 @@ mod tests {
         assert_eq!(w.free_at(500), 1_000);
         assert_eq!(w.available(1_000), 1);
         assert_eq!(w.free_at(1_015), 1_015);
+    }
+
+    #[test]
+    fn free_for_two_is_when_the_second_oldest_post_ages() {
+        let mut w = Window::new(3, 1_000);
+        for t in [0, 10, 20] {
+            w.record(t);
+        }
+        assert_eq!((w.free_for(500, 1), w.free_for(500, 2)), (1_000, 1_010));
+        let mut w = Window::new(3, 1_000);
+        w.record(0);
+        assert_eq!((w.free_for(5, 2), w.free_for(5, 3)), (5, 1_000));
     }
 }

@@ -228,6 +228,9 @@ const ZH: &[(&str, &str)] = &[
     ("Reason for the record", "记录原因"),
     ("reason required", "必须填写原因"),
     ("transitions", "次状态变更"),
+    ("Ran on", "运行于"),
+    ("control plane", "控制面"),
+    ("token name, scheduler, message:…", "令牌名、scheduler、message:…"),
 ];
 
 #[cfg(test)]

@@ -8,7 +8,9 @@
 //! broadcast, renumbered by `events::Hub` and sent as Server-Sent Events.
 //!
 //! Sign-in (`session`): a bearer token pasted once becomes an expiring HttpOnly,
-//! SameSite=Strict session cookie with a CSRF token checked on every POST; without
+//! SameSite=Strict session cookie with a CSRF token checked on every POST; the
+//! sessions are kept in the store (`sessions`), so they outlive a restart and work
+//! on every replica; without
 //! `auth.tokens` (`madeira dev`) every visitor is `local` with the admin role.
 
 mod actions;
@@ -22,6 +24,7 @@ mod logs;
 mod page;
 mod pages;
 mod session;
+mod sessions;
 mod time;
 
 use std::sync::Arc;
@@ -61,7 +64,7 @@ impl Default for ConsoleOptions {
 #[derive(Clone)]
 pub struct Console {
     pub(crate) app: AppState,
-    pub(crate) sessions: Arc<session::Sessions>,
+    pub(crate) sessions: Arc<sessions::Sessions>,
     pub(crate) hub: events::Hub,
     pub(crate) layouts: Arc<layout::LayoutCache>,
     pub(crate) assets: Arc<assets::Assets>,
@@ -74,7 +77,7 @@ impl Console {
     pub fn new(app: AppState, options: ConsoleOptions) -> Self {
         let hub = events::Hub::start(app.engine.subscribe(), options.shutdown.clone());
         Self {
-            sessions: Arc::new(session::Sessions::new(options.session_ttl)),
+            sessions: Arc::new(sessions::Sessions::new(app.engine.store().clone(), options.session_ttl)),
             hub,
             layouts: Arc::new(layout::LayoutCache::default()),
             assets: Arc::new(assets::Assets::new()),
@@ -88,9 +91,9 @@ impl Console {
         self.hub.subscribers()
     }
 
-    /// Sessions in the table (expired ones are dropped as new ones open).
-    pub fn sessions_open(&self) -> usize {
-        self.sessions.len()
+    /// Live sessions in the store (expired ones are deleted as new ones open).
+    pub async fn sessions_open(&self) -> Result<u64, ConsoleError> {
+        self.sessions.live().await
     }
 
     /// True when sign-in is required (`auth.tokens` configured).

@@ -1,14 +1,11 @@
-//! Sign-in and sessions. A bearer token from `auth.tokens`, pasted once, makes a
-//! session: a random id in an HttpOnly, SameSite=Strict cookie, kept server-side
-//! with the token's name, role, a CSRF token and an expiry. Every POST must carry
-//! that CSRF token (form field `csrf` or header `X-CSRF-Token`). Without
+//! Sign-in and who is looking. A bearer token from `auth.tokens`, pasted once,
+//! makes a session (`sessions`: kept in the store, hashed) whose random id goes in
+//! an HttpOnly, SameSite=Strict cookie. Every POST must carry the session's CSRF
+//! token (form field `csrf` or header `X-CSRF-Token`); the sign-in form's own is
+//! a double-submit cookie (`madeira_signin`), so it works on any replica. Without
 //! `auth.tokens` (`madeira dev`) every visitor is `local` (admin) and the CSRF
 //! token is one per process. Tokens are never stored in the session, logged or
 //! echoed; a session holds only the token's name.
-
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use axum::Form;
 use axum::extract::{FromRequestParts, Query, State};
@@ -20,12 +17,13 @@ use maud::html;
 use serde::Deserialize;
 
 use crate::i18n::{Lang, t};
+use crate::sessions::random_token;
 use crate::{Console, ConsoleError, page};
 
 pub const SESSION_COOKIE: &str = "madeira_session";
 pub const LANG_COOKIE: &str = "madeira_lang";
-/// Most live sessions; beyond it the oldest are dropped.
-const MAX_SESSIONS: usize = 10_000;
+/// The sign-in form's CSRF token, also in its hidden field (double submit).
+const SIGNIN_COOKIE: &str = "madeira_signin";
 
 /// Who is looking, and what they may do.
 #[derive(Debug, Clone)]
@@ -44,26 +42,6 @@ impl User {
     }
 }
 
-#[derive(Debug, Clone)]
-struct Session {
-    user: User,
-    expires: Instant,
-}
-
-/// The server-side session table.
-pub struct Sessions {
-    map: Mutex<HashMap<String, Session>>,
-    ttl: Duration,
-    /// CSRF token of the sign-in form and, without auth, of every form.
-    process_csrf: String,
-}
-
-/// 32 random bytes, hex.
-fn random_token() -> String {
-    let bytes: [u8; 32] = rand::random();
-    hex::encode(bytes)
-}
-
 /// Constant-time comparison (length leaks, content does not).
 pub fn same(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
@@ -72,69 +50,6 @@ pub fn same(a: &str, b: &str) -> bool {
         diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
     }
     diff == 0
-}
-
-impl Sessions {
-    pub fn new(ttl: Duration) -> Self {
-        Self { map: Mutex::new(HashMap::new()), ttl, process_csrf: random_token() }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Opens a session for `name`/`role` (unscoped); returns its id.
-    #[cfg(test)]
-    pub fn open(&self, name: &str, role: Role) -> String {
-        self.open_scoped(name, role, None)
-    }
-
-    /// Opens a session for `name`/`role` limited to flows matching `scope`.
-    pub fn open_scoped(
-        &self,
-        name: &str,
-        role: Role,
-        scope: Option<std::collections::BTreeMap<String, String>>,
-    ) -> String {
-        let id = random_token();
-        let now = Instant::now();
-        let mut map = self.lock();
-        map.retain(|_, s| s.expires > now);
-        if map.len() >= MAX_SESSIONS
-            && let Some(oldest) = map.iter().min_by_key(|(_, s)| s.expires).map(|(k, _)| k.clone())
-        {
-            map.remove(&oldest);
-        }
-        let scope = if role == Role::Admin { None } else { scope };
-        let user = User { name: name.to_string(), role, csrf: random_token(), scope };
-        map.insert(id.clone(), Session { user, expires: now + self.ttl });
-        id
-    }
-
-    /// The session's user while it has not expired.
-    pub fn get(&self, id: &str) -> Option<User> {
-        let mut map = self.lock();
-        match map.get(id) {
-            Some(s) if s.expires > Instant::now() => Some(s.user.clone()),
-            Some(_) => {
-                map.remove(id);
-                None
-            }
-            None => None,
-        }
-    }
-
-    pub fn close(&self, id: &str) {
-        self.lock().remove(id);
-    }
-
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
 }
 
 /// A cookie's value from the `Cookie` header.
@@ -230,7 +145,11 @@ impl FromRequestParts<Console> for Ctx {
             };
             return Ok(Self { user, lang, path, auth_on: false, after });
         }
-        let user = cookie(&parts.headers, SESSION_COOKIE).and_then(|id| console.sessions.get(id));
+        let tokens = console.app.auth.tokens.as_deref().unwrap_or(&[]);
+        let user = match cookie(&parts.headers, SESSION_COOKIE).filter(|id| !id.is_empty()) {
+            Some(id) => console.sessions.get(id, tokens).await?,
+            None => None,
+        };
         match user {
             Some(user) => Ok(Self { user, lang, path, auth_on: true, after }),
             None => Err(ConsoleError::SignIn { next: path, htmx: crate::error::is_htmx(&parts.headers) }),
@@ -280,13 +199,17 @@ fn signin_form(
     error: Option<&str>,
     status: StatusCode,
 ) -> Response {
+    let csrf = random_token();
+    let secure = if console.options.secure_cookies { "; Secure" } else { "" };
+    let form_cookie =
+        format!("{SIGNIN_COOKIE}={csrf}; Path=/signin; HttpOnly; SameSite=Strict; Max-Age=3600{secure}");
     let body = html! {
         section.signin {
             h1 { (t(lang, "Sign in")) }
             p.muted { (t(lang, "Paste a bearer token from auth.tokens. It is checked once and never stored in the browser; you get a session cookie.")) }
             @if let Some(e) = error { div.flash.error role="alert" { (e) } }
             form method="post" action="/signin" {
-                input type="hidden" name="csrf" value=(console.sessions.process_csrf);
+                input type="hidden" name="csrf" value=(csrf);
                 input type="hidden" name="next" value=(next);
                 label for="token" { (t(lang, "Token")) }
                 input #token type="password" name="token" autocomplete="off" required autofocus;
@@ -295,7 +218,7 @@ fn signin_form(
         }
     };
     let shell = page::Shell::bare(lang, t(lang, "Sign in"), &console.assets);
-    (status, page::html_response(shell.render(body))).into_response()
+    (status, [(header::SET_COOKIE, form_cookie)], page::html_response(shell.render(body))).into_response()
 }
 
 #[derive(Debug, Deserialize)]
@@ -311,7 +234,8 @@ pub struct SignInForm {
 pub async fn signin(State(console): State<Console>, parts: Parts, Form(form): Form<SignInForm>) -> Response {
     let lang = lang_of(&parts);
     let next = safe_next(form.next.as_deref());
-    if !same(&form.csrf, &console.sessions.process_csrf) {
+    let expected = cookie(&parts.headers, SIGNIN_COOKIE).unwrap_or("");
+    if expected.is_empty() || !same(&form.csrf, expected) {
         return signin_form(
             &console,
             lang,
@@ -328,7 +252,13 @@ pub async fn signin(State(console): State<Console>, parts: Parts, Form(form): Fo
         tracing::warn!("console sign-in refused: unknown token");
         return signin_form(&console, lang, &next, Some(t(lang, "Unknown token.")), StatusCode::UNAUTHORIZED);
     };
-    let id = console.sessions.open_scoped(&entry.name, entry.role, entry.scope.clone());
+    let id = match console.sessions.open(entry).await {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::warn!(actor = %entry.name, error = %e, "console sign-in: the session could not be stored");
+            return e.into_response();
+        }
+    };
     tracing::info!(actor = %entry.name, role = ?entry.role, "console sign-in");
     let cookie = session_cookie(&id, console.sessions.ttl().as_secs(), console.options.secure_cookies);
     (StatusCode::SEE_OTHER, [(header::LOCATION, next), (header::SET_COOKIE, cookie)]).into_response()
@@ -353,7 +283,7 @@ pub async fn signout(
 ) -> Result<Response, ConsoleError> {
     ctx.check_post(&headers, form.csrf.as_deref(), Role::Viewer)?;
     if let Some(id) = cookie(&headers, SESSION_COOKIE) {
-        console.sessions.close(id);
+        console.sessions.close(id).await?;
     }
     tracing::info!(actor = %ctx.user.name, "console sign-out");
     let clear = session_cookie("", 0, console.options.secure_cookies);
@@ -373,24 +303,6 @@ pub async fn set_lang(Query(q): Query<NextQuery>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sessions_expire_and_close() {
-        let sessions = Sessions::new(Duration::from_millis(30));
-        let id = sessions.open("sre", Role::Operator);
-        let user = sessions.get(&id).expect("live session");
-        assert_eq!((user.name.as_str(), user.role), ("sre", Role::Operator));
-        assert_eq!(user.csrf.len(), 64);
-        assert!(sessions.get("not-a-session").is_none());
-        std::thread::sleep(Duration::from_millis(40));
-        assert!(sessions.get(&id).is_none(), "expired");
-        let id = Sessions::new(Duration::from_secs(60)).open("a", Role::Viewer);
-        assert_eq!(id.len(), 64);
-        let s = Sessions::new(Duration::from_secs(60));
-        let id = s.open("a", Role::Viewer);
-        s.close(&id);
-        assert!(s.get(&id).is_none(), "closed");
-    }
 
     #[test]
     fn only_local_paths_are_redirect_targets() {

@@ -96,10 +96,9 @@ fn post(uri: &str, cookie: Option<&str>, form: &str) -> Request<Body> {
 
 /// Signs in with `name`'s token: the session cookie and the page's CSRF token.
 async fn sign_in(app: &App, name: &str) -> (String, String) {
-    let page = send(app, get("/signin", None)).await;
-    let signin_csrf = between(&page.body, "name=\"csrf\" value=\"", "\"");
+    let (form_cookie, signin_csrf) = signin_form(app).await;
     let form = format!("csrf={signin_csrf}&next=%2Fapprovals&token={name}-secret-token");
-    let reply = send(app, post("/signin", None, &form)).await;
+    let reply = send(app, post("/signin", Some(&form_cookie), &form)).await;
     assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
     assert_eq!(reply.headers[header::LOCATION], "/approvals");
     let set = reply.headers[header::SET_COOKIE].to_str().expect("ascii").to_string();
@@ -110,6 +109,15 @@ async fn sign_in(app: &App, name: &str) -> (String, String) {
     assert!(page.body.contains(name), "the page names who is signed in");
     assert!(!page.body.contains(&format!("{name}-secret-token")), "the token is never in a page");
     (cookie, between(&page.body, "&quot;X-CSRF-Token&quot;:&quot;", "&quot;"))
+}
+
+/// The sign-in form: its double-submit cookie (`name=value`) and CSRF field.
+async fn signin_form(app: &App) -> (String, String) {
+    let page = send(app, get("/signin", None)).await;
+    let set = page.headers[header::SET_COOKIE].to_str().expect("ascii").to_string();
+    assert!(set.starts_with("madeira_signin=") && set.contains("HttpOnly; SameSite=Strict"), "{set}");
+    let cookie = set.split(';').next().expect("cookie").to_string();
+    (cookie, between(&page.body, "name=\"csrf\" value=\"", "\""))
 }
 
 fn between(text: &str, start: &str, end: &str) -> String {
@@ -251,6 +259,14 @@ async fn pages_need_a_session_and_sign_out_ends_it() {
     assert_eq!(forged.status, StatusCode::SEE_OTHER, "an unknown session id is no session");
     let bad = send(&app, post("/signin", None, "csrf=x&token=otto-secret-token")).await;
     assert_eq!(bad.status, StatusCode::FORBIDDEN, "the sign-in form has its CSRF token too");
+    let (form_cookie, csrf) = signin_form(&app).await;
+    let (other_cookie, _) = signin_form(&app).await;
+    let form = format!("csrf={csrf}&token=otto-secret-token");
+    let crossed = send(&app, post("/signin", Some(&other_cookie), &form)).await;
+    assert_eq!(crossed.status, StatusCode::FORBIDDEN, "the field must match this browser's cookie");
+    let no_cookie = send(&app, post("/signin", None, &form)).await;
+    assert_eq!(no_cookie.status, StatusCode::FORBIDDEN, "a form field alone is not enough");
+    assert_eq!(send(&app, post("/signin", Some(&form_cookie), &form)).await.status, StatusCode::SEE_OTHER);
     let (cookie, csrf) = sign_in(&app, "otto").await;
     assert_eq!(send(&app, get("/runs", Some(&cookie))).await.status, StatusCode::OK);
     let out = send(&app, post("/signout", Some(&cookie), &format!("csrf={csrf}"))).await;

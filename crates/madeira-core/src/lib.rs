@@ -20,8 +20,8 @@ pub mod text;
 pub mod timebound;
 
 pub use model::{
-    ConcurrencyDef, DepKind, ExecutorDef, FlowDef, ManualDef, MessageTriggerDef, Need, NodeAction, NodeDef,
-    OnOverlap, OnPaused, TriggerDef,
+    ConcurrencyDef, DepKind, ExecutorDef, FallbackThen, FlowDef, ManualDef, MessageTriggerDef, Need,
+    NodeAction, NodeDef, OnOverlap, OnPaused, TriggerDef,
 };
 pub use plan::{Action, Command, NodeChange, NodeRt, Plan, PlanCtx, Refusal, RunChange, RunSnapshot};
 pub use retry::RetryPolicy;

@@ -40,6 +40,12 @@ pub enum TriggerDef {
     Cron(CronTriggerDef),
     Event {
         event: String,
+        /// An event arriving while the flow is paused: kept and started on
+        /// `resume` (`queue`, the default) or dropped.
+        on_paused: OnPaused,
+        /// With `on_paused: queue`: at most this many events of this type wait
+        /// (default 1000); more are refused (429 `paused_queue_full`).
+        max_queued: u32,
     },
     /// Consume a broker (SPEC §6.1); one message makes at most one run.
     Message(Box<MessageTriggerDef>),
@@ -80,13 +86,23 @@ pub struct MessageTriggerDef {
     pub on_paused: OnPaused,
 }
 
-/// What a message trigger does while its flow is paused.
+/// What an event or message trigger does while its flow is paused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnPaused {
-    /// Leave messages in the broker; they make runs after `resume` (default).
+    /// Keep them (events in the store, messages in the broker); they make runs
+    /// after `resume` (default).
     Queue,
     /// Acknowledge and drop them.
     Drop,
+}
+
+impl OnPaused {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnPaused::Queue => "queue",
+            OnPaused::Drop => "drop",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -167,6 +183,11 @@ pub struct NodeDef {
     pub timeout: Duration,
     pub retry: RetryPolicy,
     pub throttle: Option<ThrottleDef>,
+    /// Waiting in INIT for its executor (no live sidecar of its group) longer than
+    /// this raises a `MadeiraNodeStalled` warning (default 10m).
+    pub stall_after: Duration,
+    /// RUNNING longer than this raises a `MadeiraNodeSlow` warning; nothing is stopped.
+    pub warn_after: Option<Duration>,
 }
 
 impl NodeDef {
@@ -207,6 +228,18 @@ pub struct ManualDef {
     pub alert_after: Option<Duration>,
     pub fallback_after: Option<Duration>,
     pub fallback: Option<ExecutorDef>,
+    /// How the node ends when its fallback succeeds (`fallback: {…, then: skip|success}`).
+    pub fallback_then: FallbackThen,
+}
+
+/// A manual node's outcome once its fallback executor succeeded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FallbackThen {
+    /// SUCCESS, with the fallback's outputs (the default).
+    #[default]
+    Success,
+    /// SKIPPED (reason `fallback_skip`): strong downstream nodes are skipped too.
+    Skip,
 }
 
 #[derive(Debug, Clone, PartialEq)]

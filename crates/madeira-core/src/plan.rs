@@ -6,6 +6,8 @@
 mod cascade;
 pub use cascade::run_outcome;
 #[cfg(test)]
+mod fallback_tests;
+#[cfg(test)]
 pub(crate) mod tests;
 
 use std::sync::Arc;

@@ -34,6 +34,8 @@ pub enum Cause {
     Confirmed,
     Rejected,
     FallbackStarted,
+    /// The fallback of a manual node with `then: skip` succeeded: the node ends SKIPPED.
+    FallbackSkipped,
     Rerun,
     MarkSuccess,
     Reactivated,
@@ -61,6 +63,7 @@ const NODE_TABLE: &[(NodeState, Cause, NodeState)] = &[
     (S::Running, C::RetryScheduled, S::Retrying),
     (S::Running, C::RunCancelled, S::Failed),
     (S::Running, C::Recovered, S::Init),
+    (S::Running, C::FallbackSkipped, S::Skipped),
     (S::Retrying, C::RetryDue, S::Init),
     (S::Retrying, C::OperatorSkip, S::Skipped),
     (S::Retrying, C::RunCancelled, S::Skipped),
@@ -117,7 +120,7 @@ impl NodeState {
 }
 
 impl Cause {
-    pub const ALL: [Cause; 19] = [
+    pub const ALL: [Cause; 20] = [
         C::Dispatch,
         C::Succeeded,
         C::AttemptFailed,
@@ -131,6 +134,7 @@ impl Cause {
         C::Confirmed,
         C::Rejected,
         C::FallbackStarted,
+        C::FallbackSkipped,
         C::Rerun,
         C::MarkSuccess,
         C::Reactivated,
@@ -154,6 +158,7 @@ impl Cause {
             C::Confirmed => "confirm",
             C::Rejected => "reject",
             C::FallbackStarted => "fallback",
+            C::FallbackSkipped => "fallback_skip",
             C::Rerun => "rerun",
             C::MarkSuccess => "mark_success",
             C::Reactivated => "reactivated",

@@ -5,8 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use madeira_core::model::NodeAction;
-use madeira_core::{Action, Command, ExecutorDef, NodeState, PlanCtx, RunSnapshot, RunState};
+use madeira_core::{Action, Command, NodeState, PlanCtx, RunSnapshot, RunState};
 use madeira_store::{AttemptRecord, AuditRecord, CommandAnswer, LogRecord, Store};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -14,6 +13,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, warn};
 
 mod drain;
+mod hosts;
 mod manual;
 mod waiting;
 
@@ -33,6 +33,7 @@ mod handover;
 mod outbox;
 mod ownership;
 mod permits;
+mod watch;
 
 /// Logs are kept to their last 64 KiB per attempt.
 const LOG_TAIL_BYTES: usize = 64 * 1024;
@@ -75,6 +76,7 @@ pub struct Engine {
     resumed: std::collections::HashSet<(String, usize)>,
     gate: Gate,
     holder: Holder,
+    watch: watch::Watch,
 }
 
 impl Engine {
@@ -95,6 +97,7 @@ impl Engine {
             draining: false,
             resumed: Default::default(),
             gate,
+            watch: Default::default(),
         }
     }
 
@@ -142,6 +145,7 @@ impl Engine {
         sweep.tick().await;
         let mut permit_poll = tokio::time::interval(self.p.options.inbox_poll);
         let mut offer = tokio::time::interval(handover::OFFER_EVERY);
+        let mut watch = tokio::time::interval(watch::WATCH_EVERY);
         loop {
             if cancel.is_cancelled() {
                 break;
@@ -149,6 +153,7 @@ impl Engine {
             if drain.is_cancelled() {
                 self.start_drain();
             }
+            self.watch_if_due();
             let mut batch = Vec::new();
             while batch.len() < self.p.options.batch_max {
                 match self.pending.pop_front() {
@@ -166,6 +171,7 @@ impl Engine {
                         None => break,
                     },
                     timer = self.timers.next(), if live => batch.push(timer_envelope(timer)),
+                    _ = watch.tick(), if live => continue,
                     _ = sweep.tick(), if live => {
                         self.reconcile().await;
                         continue;
@@ -363,8 +369,11 @@ impl Engine {
                     }
                 }
             }
+            Envelope::AttemptPlaced { run_id, node, attempt, host } => {
+                self.placed(&run_id, &node, attempt, host, work)
+            }
             Envelope::AttemptDone { run_id, node, attempt, result } => {
-                self.running.remove(&(run_id.clone(), node));
+                let ran = self.running.remove(&(run_id.clone(), node));
                 self.publish_in_process();
                 if let Some(name) = self.node_name(&run_id, node) {
                     self.p.handle.live_logs().finish(&(run_id.clone(), name, attempt));
@@ -373,7 +382,8 @@ impl Engine {
                     warn!(run_id = %run_id, error = %e, "result for a run this replica does not hold dropped");
                     return;
                 }
-                self.attempt_done(&run_id, node, attempt, result, work);
+                let host = self.done_host(ran);
+                self.attempt_done(&run_id, node, attempt, result, host, work);
             }
             Envelope::ConfirmOverdue { run_id, node } => self.confirm_overdue(&run_id, node, work).await,
             Envelope::ExecutorsChanged => self.recheck_waiting(work).await,
@@ -434,9 +444,10 @@ impl Engine {
                         self.release_permit(&flow.name, node, run_id, &flow.nodes[node].id, work);
                     }
                 }
-                Action::Execute { node, attempt, .. } => {
+                Action::Execute { node, attempt, fallback } => {
                     if let Some(snap) = self.runs.get(run_id) {
-                        work.attempt_started(snap, node, attempt, now);
+                        let host = self.start_host(snap, node, fallback);
+                        work.attempt_started(snap, node, attempt, now, host);
                     }
                     work.actions.push((run_id.to_string(), action));
                 }
@@ -502,6 +513,7 @@ impl Engine {
         node: usize,
         attempt: u32,
         result: AttemptResult,
+        host: Option<String>,
         work: &mut Work,
     ) {
         let Some(snap) = self.runs.get(run_id) else {
@@ -574,6 +586,7 @@ impl Engine {
                 finished_at: Some(finished_at),
                 outcome: Some(outcome.to_string()),
                 error,
+                host,
             },
             Some(log),
         );
@@ -730,13 +743,8 @@ impl Engine {
             return;
         }
         let def = &snap.flow.nodes[node];
-        let executor: ExecutorDef = match (&def.action, fallback) {
-            (NodeAction::Run(executor), _) => executor.clone(),
-            (NodeAction::Manual(manual), true) => match &manual.fallback {
-                Some(executor) => executor.clone(),
-                None => return,
-            },
-            (NodeAction::Manual(_), false) => return,
+        let Some(executor) = hosts::executor_of(def, fallback) else {
+            return;
         };
         let upstream = def.needs.iter().map(|need| need.upstream);
         let input = serde_json::json!({ "params": snap.params, "nodes": snap.nodes_json(upstream) });
@@ -759,7 +767,8 @@ impl Engine {
         let span = context.map_or_else(tracing::Span::none, |c| trace::attempt_log_span(&job, &c));
         let token = CancellationToken::new();
         let in_process = self.p.executors.in_process(&job.executor);
-        self.running.insert((run_id.to_string(), node), drain::Running { token: token.clone(), in_process });
+        let running = drain::Running { token: token.clone(), in_process, attempt, hosts: Vec::new() };
+        self.running.insert((run_id.to_string(), node), running);
         self.publish_in_process();
         let executors = self.p.executors.clone();
         let tx = self.p.tx.clone();

@@ -32,6 +32,8 @@ pub(crate) enum Envelope {
         answer_to: Option<i64>,
         reply: Option<Reply>,
     },
+    /// The fleet placed a sidecar attempt on sidecar `host` (`engine_loop::hosts`).
+    AttemptPlaced { run_id: String, node: String, attempt: u32, host: String },
     /// An executor finished an attempt.
     AttemptDone { run_id: String, node: usize, attempt: u32, result: AttemptResult },
     /// Global permits of `(flow, node)` may be free: hand them to waiters.

@@ -63,6 +63,17 @@ impl Gate {
         !self.parked.is_empty()
     }
 
+    /// Every parked node with when it became ready and why it waits.
+    pub fn parked_since(&self) -> Vec<(String, usize, Instant, Option<String>)> {
+        let waiting = self.waiting.lock();
+        self.parked
+            .iter()
+            .map(|((run, node), (name, at))| {
+                (run.clone(), *node, *at, waiting.get(&(run.clone(), name.clone())).cloned())
+            })
+            .collect()
+    }
+
     /// Every parked node: `(run, node index, node name)`.
     pub fn parked(&self) -> Vec<(String, usize, String)> {
         self.parked.iter().map(|((run, node), (name, _))| (run.clone(), *node, name.clone())).collect()

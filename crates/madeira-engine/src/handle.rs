@@ -20,17 +20,19 @@ pub struct EngineHandle {
     tx: mpsc::Sender<Envelope>,
     create: mpsc::Sender<CreateRequest>,
     pub(crate) store: Arc<dyn Store>,
-    flows: FlowCache,
+    pub(crate) flows: FlowCache,
     events: broadcast::Sender<RunEvent>,
     stats: Arc<EngineStats>,
     /// Names of flows whose definition or pause state changed (for the scheduler).
-    flow_changes: broadcast::Sender<String>,
+    pub(crate) flow_changes: broadcast::Sender<String>,
     throttle_view: crate::ThrottleView,
     waiting: crate::gate::WaitingNodes,
     pub(crate) holder: Holder,
     pub(crate) wake: Wake,
     health: Arc<crate::health::StoreHealth>,
     live_logs: crate::LiveLogs,
+    /// Held while this process starts a paused flow's queued events (`events`).
+    pub(crate) event_drain: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// What a handle shares with its engine.
@@ -134,6 +136,7 @@ impl EngineHandle {
             wake,
             health,
             live_logs,
+            event_drain: Arc::default(),
         }
     }
 
@@ -216,14 +219,17 @@ impl EngineHandle {
         self.flow_changes.subscribe()
     }
 
-    /// Pauses or resumes a flow's triggers, audited with the actor.
+    /// Pauses or resumes a flow's triggers, audited with the actor. A resume
+    /// starts the events kept while paused (`events`) before it answers, holding
+    /// the drain lock from the store update on so no other drain reports them.
     pub async fn set_paused(
         &self,
         flow: &str,
         paused: bool,
         actor: &str,
         reason: Option<String>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<crate::DrainReport, EngineError> {
+        let drain = if paused { None } else { Some(self.event_drain.lock().await) };
         if !self.store.set_paused(flow, paused, now_ms()).await? {
             return Err(EngineError::FlowNotFound(flow.to_string()));
         }
@@ -237,64 +243,12 @@ impl EngineHandle {
             details: Some(serde_json::json!({"flow": flow})),
         };
         self.store.commit(&madeira_store::Batch { audit: vec![audit], ..Default::default() }).await?;
+        let report = match drain {
+            Some(_held) => self.drain_locked(flow).await,
+            None => crate::DrainReport { remaining: self.queued_count(flow).await, ..Default::default() },
+        };
         let _ = self.flow_changes.send(flow.to_string());
-        Ok(())
-    }
-
-    /// The latest versions of the unpaused flows that listen to event `kind`.
-    pub async fn event_flows(&self, kind: &str) -> Result<Vec<Arc<FlowDef>>, EngineError> {
-        let listens = |def: &FlowDef| def.triggers.iter().any(|t| event_of(t) == Some(kind));
-        Ok(self.latest_defs(false).await?.into_iter().filter(|def| listens(def) && !def.observe).collect())
-    }
-
-    /// The latest definition of every flow (`with_paused`: paused ones too).
-    async fn latest_defs(&self, with_paused: bool) -> Result<Vec<Arc<FlowDef>>, EngineError> {
-        let mut out = Vec::new();
-        for record in self.store.list_flows().await? {
-            if record.paused && !with_paused {
-                continue;
-            }
-            out.push(self.flows.get(self.store.as_ref(), &record.name, record.latest_version).await?);
-        }
-        Ok(out)
-    }
-
-    /// Every event type some flow listens to, paused flows included.
-    pub async fn event_types(&self) -> Result<std::collections::BTreeSet<String>, EngineError> {
-        let defs = self.latest_defs(true).await?;
-        Ok(defs.iter().flat_map(|def| def.triggers.iter().filter_map(event_of).map(str::to_string)).collect())
-    }
-
-    /// Triggers every flow whose triggers list event `kind`, with the payload as
-    /// params and `event:<kind>:<id>` as idempotency key: a redelivered event returns
-    /// the same runs. Flows refusing by `on_overlap: skip` are left out.
-    pub async fn fire_event(
-        &self,
-        kind: &str,
-        id: &str,
-        payload: Json,
-        actor: &str,
-    ) -> Result<Vec<TriggerOutcome>, EngineError> {
-        madeira_core::text::check_text("type", kind).map_err(EngineError::BadText)?;
-        madeira_core::text::check_text("id", id).map_err(EngineError::BadText)?;
-        madeira_core::text::check_json("payload", &payload).map_err(EngineError::BadText)?;
-        let mut outcomes = Vec::new();
-        for def in self.event_flows(kind).await? {
-            let request = TriggerRequest {
-                flow: def.name.clone(),
-                params: payload.clone(),
-                idempotency_key: Some(format!("event:{kind}:{id}")),
-                trigger: "event".into(),
-                actor: actor.to_string(),
-                version: None,
-            };
-            match self.trigger(request).await {
-                Ok(outcome) => outcomes.push(outcome),
-                Err(EngineError::OverlapSkipped { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(outcomes)
+        Ok(report)
     }
 
     /// The parsed flow at `version` (latest when `None`).
@@ -521,13 +475,5 @@ impl EngineHandle {
 
     async fn send(&self, envelope: Envelope) -> Result<(), EngineError> {
         self.tx.send(envelope).await.map_err(|_| EngineError::ShuttingDown)
-    }
-}
-
-/// The event type a trigger listens to, if it is an event trigger.
-fn event_of(trigger: &madeira_core::TriggerDef) -> Option<&str> {
-    match trigger {
-        madeira_core::TriggerDef::Event { event } => Some(event.as_str()),
-        _ => None,
     }
 }

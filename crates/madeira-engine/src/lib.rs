@@ -14,6 +14,7 @@ mod clock;
 mod creator;
 mod engine_loop;
 mod envelope;
+pub mod events;
 pub mod executor;
 pub mod fallbacks;
 mod flows;
@@ -22,10 +23,12 @@ mod gate;
 mod handle;
 mod health;
 mod lease;
+pub mod lifecycle;
 pub mod livelog;
 mod missed;
 pub mod observed;
 mod observer;
+pub mod promote;
 mod record;
 mod retention;
 mod scheduler;
@@ -44,13 +47,15 @@ use tokio::sync::{broadcast, mpsc};
 
 pub use clock::now_ms;
 pub use engine_loop::Engine;
+pub use events::{DrainReport, EventDrainer, EventOutcome, Listener, QueuedAnswer};
 pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};
 pub use flows::{ApplyOutcome, FlowCache};
 pub use gate::WaitingNodes;
 pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, TriggerRequest};
+pub use lifecycle::{DeleteReport, DeleteRequest, PromoteReport, PromoteRequest};
 pub use livelog::{LiveLogs, LogSlice};
 pub use observed::ObservedReport;
-pub use observer::{AlertSource, AttemptOutcome, EngineObserver};
+pub use observer::{AlertSource, AttemptOutcome, EngineObserver, NodeWatch};
 pub use scheduler::Scheduler;
 pub use stats::{EngineStats, StatsSnapshot};
 pub use throttle::{ThrottleState, ThrottleView};
@@ -139,6 +144,20 @@ pub enum EngineError {
          {queue_size}); retry later or raise throttle.queue_size"
     )]
     QueueFull { flow: String, node: String, claims: u32, max_permits: u32, queue_size: u32 },
+    #[error(
+        "flow {flow} is paused and {queued} `{event_type}` event(s) already wait for it (max_queued {limit}); \
+         resume it, raise the trigger's max_queued or set on_paused: drop. Flows listening before it took \
+         the event: sending the same id again later makes no second run"
+    )]
+    PausedQueueFull { flow: String, event_type: String, queued: u64, limit: u32 },
+    #[error(
+        "flow {flow} has {} active run(s) ({}); wait for them, cancel them, or delete with --cancel",
+        runs.len(), runs.join(", ")
+    )]
+    FlowActive { flow: String, runs: Vec<String> },
+    /// Promote/demote refused: `code` for the API, the message names the fix.
+    #[error("{message}")]
+    Lifecycle { code: &'static str, message: String },
     #[error("flow {0} is observe-only: its runs are reported by `madeira exec`, never dispatched")]
     ObserveOnly(String),
     #[error("run {run} is held by replica {owner}, which has attempts of it in flight; retry once they end")]

@@ -21,6 +21,23 @@ pub struct AttemptOutcome<'a> {
     pub duration: Duration,
 }
 
+/// A node past its `stall_after` (waiting in INIT for its executor) or its
+/// `warn_after` (RUNNING), or — `active: false` — such a node that moved on.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeWatch<'a> {
+    pub run_id: &'a str,
+    pub flow: &'a str,
+    pub node: &'a str,
+    pub labels: &'a std::collections::BTreeMap<String, String>,
+    /// The node's `stall_after` or `warn_after`.
+    pub after: Duration,
+    /// Why it waits (stalls only).
+    pub reason: Option<&'a str>,
+    pub attempt: u32,
+    /// `true` when the threshold passed, `false` when the node moved on.
+    pub active: bool,
+}
+
 /// What a commit may report to the alert inbox (`EngineObserver::alert_events`).
 #[derive(Clone, Copy)]
 pub enum AlertSource<'a> {
@@ -74,6 +91,11 @@ pub trait EngineObserver: Send + Sync {
     fn observed_missed(&self, flow: &str, scheduled_at_ms: i64, what: &str) {}
     /// A cron tick of `flow` at `scheduled_at_ms` could not create its run.
     fn cron_not_created(&self, flow: &str, scheduled_at_ms: i64, error: &str) {}
+    /// A node waited in INIT for its executor past its `stall_after`, or stopped
+    /// waiting after that (checked about every second; see `NodeWatch`).
+    fn node_stalled(&self, watch: &NodeWatch<'_>) {}
+    /// A node ran past its `warn_after`, or left RUNNING after that.
+    fn node_slow(&self, watch: &NodeWatch<'_>) {}
     /// The store stopped (`false`) or resumed (`true`) taking writes.
     fn store_up(&self, up: bool) {}
 }

@@ -127,7 +127,14 @@ impl Work {
         }
     }
 
-    pub fn attempt_started(&mut self, snap: &RunSnapshot, node: usize, attempt: u32, now_ms: i64) {
+    pub fn attempt_started(
+        &mut self,
+        snap: &RunSnapshot,
+        node: usize,
+        attempt: u32,
+        now_ms: i64,
+        host: Option<String>,
+    ) {
         self.batch.attempts.push(AttemptRecord {
             run_id: snap.run_id.clone(),
             node: snap.flow.nodes[node].id.clone(),
@@ -136,6 +143,7 @@ impl Work {
             finished_at: None,
             outcome: None,
             error: None,
+            host,
         });
     }
 

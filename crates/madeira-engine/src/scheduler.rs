@@ -2,7 +2,7 @@
 //! entry per cron trigger of every unpaused flow. It sleeps until the earliest,
 //! fires it as a run with idempotency key `cron:<flow>:<tick>` (so a tick never
 //! makes two runs, even across a crash), and reloads a flow when it is applied,
-//! paused or resumed — here at once, on another replica of the same store within
+//! paused, resumed or deleted — here at once, on another replica of the same store within
 //! `SYNC_EVERY` (every replica schedules every flow; the key makes one run per
 //! tick, so a dead replica costs no tick). Ticks missed while down or paused
 //! follow the misfire policy.
@@ -93,6 +93,14 @@ impl Scheduler {
                 return;
             }
         };
+        let listed: std::collections::HashSet<&str> = flows.iter().map(|r| r.name.as_str()).collect();
+        let gone: Vec<String> =
+            self.loaded.keys().filter(|n| !listed.contains(n.as_str())).cloned().collect();
+        for flow in gone {
+            info!(flow = %flow, "flow deleted; unscheduling");
+            self.loaded.remove(&flow);
+            self.reload(&flow).await;
+        }
         for record in flows {
             let seen = (record.latest_version, record.paused);
             match self.loaded.get(&record.name) {
@@ -235,6 +243,10 @@ impl Scheduler {
                     info!(flow = %flow, active, "cron tick skipped: on_overlap is skip")
                 }
                 Err(EngineError::ShuttingDown) => debug!(flow = %flow_name, "cron tick at shutdown: no run"),
+                // Deleted (here or on another replica, before this replica's next sync).
+                Err(EngineError::FlowNotFound(_)) => {
+                    info!(flow = %flow_name, "cron tick of a deleted flow: no run")
+                }
                 Err(e) => {
                     crate::fallbacks::cron_not_created(engine.store(), &observers, &flow_name, tick_ms, &e)
                         .await

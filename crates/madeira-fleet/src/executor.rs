@@ -251,6 +251,10 @@ async fn run_shard(
             };
             return ShardEnd::Failed { error: why, retryable: true };
         };
+        // Where the attempt runs, for its `attempts.host` (a move names the next one too).
+        if let Some(engine) = fleet.inner.engine.get() {
+            let _ = engine.attempt_placed(&job.run_id, &job.node, job.attempt, &sidecar).await;
+        }
         tokio::select! {
             event = events.recv() => match event {
                 Some(Event::Result(r)) => return ShardEnd::Done(r),

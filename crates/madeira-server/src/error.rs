@@ -78,6 +78,23 @@ impl From<EngineError> for ApiError {
                                      "retry_after_seconds": 1});
                 Self::new(StatusCode::TOO_MANY_REQUESTS, "queue_full", message).with_details(details)
             }
+            EngineError::PausedQueueFull { ref flow, ref event_type, queued, limit } => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "paused_queue_full", message).with_details(
+                    json!({"flow": flow, "type": event_type, "queued": queued, "max_queued": limit}),
+                )
+            }
+            EngineError::FlowActive { ref flow, ref runs } => {
+                Self::new(StatusCode::CONFLICT, "flow_active", message)
+                    .with_details(json!({"flow": flow, "runs": runs}))
+            }
+            EngineError::Lifecycle { code, .. } => {
+                let code = match code {
+                    "schedule_mismatch" => "schedule_mismatch",
+                    "no_schedule" => "no_schedule",
+                    _ => "cannot_edit",
+                };
+                Self::new(StatusCode::CONFLICT, code, message)
+            }
             EngineError::ObserveOnly(_) => Self::new(StatusCode::CONFLICT, "observe_only", message),
             EngineError::ShuttingDown => Self::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", message),
             EngineError::BadText(_) => Self::new(StatusCode::BAD_REQUEST, "bad_text", message),

@@ -55,6 +55,11 @@ pub enum ErrorCode {
     StoreUnavailable,
     HolderSilent,
     Timeout,
+    PausedQueueFull,
+    FlowActive,
+    ScheduleMismatch,
+    NoSchedule,
+    CannotEdit,
 }
 
 /// One run in a list.
@@ -67,6 +72,9 @@ pub struct RunSummary {
     pub status: String,
     /// manual, cron, event:TYPE, rerun, ...
     pub trigger: String,
+    /// Who started the run: the token's name (API, console, CLI, events),
+    /// `scheduler` (cron), `message:<source>`, `exec@<host>`, `demo`.
+    pub actor: String,
     /// RFC 3339, UTC, milliseconds.
     pub created_at: String,
     pub finished_at: Option<String>,
@@ -88,14 +96,18 @@ pub struct RunDetail {
     pub status: String,
     pub params: Value,
     pub trigger: String,
+    /// Who started the run (as in `RunSummary`).
+    pub actor: String,
     pub idempotency_key: Option<String>,
     pub created_at: String,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
     /// Node ids in topological order.
     pub order: Vec<String>,
-    /// Node id → its state: status, reason, attempts, attempt_history, outputs,
-    /// data_version, stale, started_at, finished_at, needs; `prompt` (rendered) on
+    /// Node id → its state: status, reason, attempts, attempt_history (each
+    /// `{attempt, started_at, finished_at, outcome, error, host}`; `host` is the
+    /// replica id for an in-process attempt, the sidecar name(s) for a sidecar
+    /// one), outputs, data_version, stale, started_at, finished_at, needs; `prompt` (rendered) on
     /// manual nodes, `throttle` on throttled ones, `waiting` while no executor has it.
     pub nodes: std::collections::BTreeMap<String, Value>,
     /// What happened instead of a failure, e.g. a routing rule that could not be
@@ -166,6 +178,8 @@ pub struct FlowDetail {
     pub triggers: Vec<Value>,
     pub nodes: Vec<String>,
     pub updated_at: String,
+    /// Events kept for the paused flow, started on `resume`.
+    pub queued_events: u64,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -208,12 +222,64 @@ pub struct FlowSource {
 pub struct PauseAnswer {
     pub flow: String,
     pub paused: bool,
+    /// Resume: the runs of the events kept while paused, oldest first (pause: empty).
+    pub started: Vec<String>,
+    /// Events still waiting for the flow (while paused, or left by an error that
+    /// the server retries within seconds).
+    pub queued_events: u64,
 }
 
-/// `POST /events`: the runs the event started (the same ones for a redelivered id).
+/// `POST /events`: the runs the event started (the same ones for a redelivered
+/// id), the paused flows that keep it until `resume` (answered 202), and the
+/// paused flows that dropped it (`on_paused: drop`).
 #[derive(Serialize, ToSchema)]
 pub struct EventAnswer {
     pub runs: Vec<String>,
+    pub queued: Vec<QueuedEvent>,
+    pub dropped: Vec<String>,
+}
+
+/// An event kept for a paused flow.
+#[derive(Serialize, ToSchema)]
+pub struct QueuedEvent {
+    pub flow: String,
+    /// 1 for the oldest event waiting for the flow.
+    pub position: u64,
+    /// RFC 3339, UTC, milliseconds.
+    pub queued_at: String,
+    pub max_queued: u32,
+    /// False when this (type, id) was already waiting.
+    pub created: bool,
+}
+
+/// `DELETE /flows/{name}`.
+#[derive(Serialize, ToSchema)]
+pub struct DeleteAnswer {
+    pub flow: String,
+    pub deleted: bool,
+    /// True with `purge`: versions and runs deleted; else they stay readable.
+    pub purged: bool,
+    /// Runs of the flow kept (or, purged, deleted).
+    pub runs: u64,
+    /// Runs cancelled first (`cancel`).
+    pub cancelled: Vec<String>,
+    /// Events that waited for the paused flow, dropped with it.
+    pub events_dropped: u64,
+}
+
+/// `POST /flows/{name}/promote|demote`.
+#[derive(Serialize, ToSchema)]
+pub struct PromoteAnswer {
+    pub flow: String,
+    pub version: u32,
+    pub observe: bool,
+    /// False when the flow already was as asked (nothing applied or audited).
+    pub changed: bool,
+    /// `{cron, timezone}` per cron trigger.
+    pub cron: Vec<Value>,
+    /// `{group, job}` per sidecar node: what runs the flow once governed.
+    pub jobs: Vec<Value>,
+    pub warnings: Vec<String>,
 }
 
 #[derive(Serialize, ToSchema)]

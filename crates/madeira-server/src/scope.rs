@@ -18,7 +18,10 @@ pub async fn visible_flow_names(
         return Ok(None);
     }
     let mut names = HashSet::new();
-    for record in engine.store().list_flows().await? {
+    // Deleted flows whose history was kept: their runs stay visible to the team.
+    let mut records = engine.store().list_flows().await?;
+    records.extend(engine.store().deleted_flows().await?);
+    for record in records {
         let def = engine.flow(&record.name, Some(record.latest_version)).await?;
         if caller.sees(&def.labels) {
             names.insert(record.name);
@@ -38,7 +41,17 @@ impl AppState {
         if !caller.is_scoped() {
             return Ok(());
         }
-        let def = self.engine.flow(flow, None).await?;
+        let def = match self.engine.flow(flow, None).await {
+            Ok(def) => def,
+            // A deleted flow's history is read by the labels of its last version.
+            Err(EngineError::FlowNotFound(_)) => {
+                let versions = self.engine.store().flow_versions(flow).await?;
+                let last =
+                    versions.last().ok_or_else(|| ApiError::not_found(format!("flow {flow} not found")))?;
+                self.engine.flow(flow, Some(last.version)).await?
+            }
+            Err(e) => return Err(e.into()),
+        };
         if caller.sees(&def.labels) {
             Ok(())
         } else {

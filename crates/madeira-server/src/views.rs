@@ -18,6 +18,7 @@ pub fn run_summary(run: &RunRow) -> Json {
         "version": run.version,
         "status": run.state.as_str(),
         "trigger": run.trigger,
+        "actor": run.actor,
         "created_at": time(Some(run.created_at)),
         "finished_at": time(run.finished_at),
     })
@@ -40,6 +41,7 @@ pub fn run_detail(stored: &StoredRun, flow: &FlowDef) -> Json {
                     "finished_at": time(a.finished_at),
                     "outcome": a.outcome,
                     "error": a.error,
+                    "host": a.host,
                 })
             })
             .collect();
@@ -80,6 +82,7 @@ pub fn run_detail(stored: &StoredRun, flow: &FlowDef) -> Json {
         "status": run.state.as_str(),
         "params": run.params,
         "trigger": run.trigger,
+        "actor": run.actor,
         "idempotency_key": run.idempotency_key,
         "created_at": time(Some(run.created_at)),
         "started_at": time(run.started_at),
@@ -124,7 +127,9 @@ pub fn flow_detail(record: &FlowRecord, flow: &FlowDef) -> Json {
                 "timezone": c.timezone,
                 "next_run": time(madeira_core::schedule::next_after(c, chrono::Utc::now()).map(|t| t.timestamp_millis())),
             }),
-            TriggerDef::Event { event } => json!({"event": event}),
+            TriggerDef::Event { event, on_paused, max_queued } => {
+                json!({"event": event, "on_paused": on_paused.as_str(), "max_queued": max_queued})
+            }
             TriggerDef::Message(m) => json!({"message": {
                 "source": m.source,
                 "queue": m.queue, "exchange": m.exchange, "binding_key": m.binding_key,

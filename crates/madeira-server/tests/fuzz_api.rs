@@ -83,6 +83,9 @@ proptest! {
                 ("POST", format!("/api/v1/runs/{segment}/nodes/a/rerun")),
                 ("POST", format!("/api/v1/flows/fuzz/{segment}")),
                 ("PUT", format!("/api/v1/flows/{segment}")),
+                ("POST", "/api/v1/flows/fuzz/promote".to_string()),
+                ("POST", "/api/v1/flows/fuzz/demote".to_string()),
+                ("DELETE", format!("/api/v1/flows/{segment}?cancel=true")),
             ];
             for (method, uri) in &targets {
                 for payload in [json.clone(), raw.clone()] {

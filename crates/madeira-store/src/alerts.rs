@@ -34,7 +34,7 @@ pub struct DeliveryRow {
     /// `None` for a digest or a test message.
     pub alert_id: Option<String>,
     pub channel: String,
-    /// `firing`, `resolved`, `digest` or `test`.
+    /// `firing`, `update`, `reminder`, `resolved`, `digest` or `test`.
     pub kind: String,
     /// `pending`, `sent`, `merged` (carried by the digest `digest_id`) or `failed`.
     pub status: String,

@@ -43,6 +43,7 @@ pub(crate) fn touched_runs(batch: &crate::Batch) -> Vec<String> {
         .chain(batch.nodes.iter().map(|n| n.run_id.clone()))
         .chain(batch.transitions.iter().map(|t| t.run_id.clone()))
         .chain(batch.attempts.iter().map(|a| a.run_id.clone()))
+        .chain(batch.attempt_hosts.iter().map(|a| a.run_id.clone()))
         .chain(batch.outputs.iter().map(|o| o.run_id.clone()))
         .collect();
     ids.sort();

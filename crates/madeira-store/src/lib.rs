@@ -11,6 +11,7 @@ mod admission;
 mod alerts;
 pub mod dialect;
 mod lease;
+mod lifecycle;
 pub mod mysql;
 pub mod postgres;
 mod records;
@@ -24,6 +25,7 @@ use async_trait::async_trait;
 
 pub use alerts::*;
 pub use lease::{Claim, Lease, UNCLAIMED_GRACE_MS};
+pub use lifecycle::*;
 pub use records::*;
 
 /// Errors of the store, with the entity they concern.
@@ -135,6 +137,20 @@ pub trait Store: Send + Sync + 'static {
     /// Every stored version of a flow, oldest first.
     async fn flow_versions(&self, name: &str) -> Result<Vec<FlowVersion>>;
     async fn set_paused(&self, name: &str, paused: bool, now_ms: i64) -> Result<bool>;
+    /// Deleted flows whose history was kept (`delete_flow` without purge).
+    async fn deleted_flows(&self) -> Result<Vec<FlowRecord>>;
+    /// Deletes a flow (refused while runs of it are QUEUED or RUNNING), writing
+    /// `req.audit` in the same transaction.
+    async fn delete_flow(&self, req: &DeleteFlow) -> Result<DeleteOutcome>;
+
+    /// Keeps an event for its paused flow (at most `limit` of its type), decided
+    /// under the flow's lock against `set_paused`.
+    async fn queue_event(&self, event: &QueuedEvent, limit: u32) -> Result<QueueOutcome>;
+    /// Up to `limit` events waiting for `flow`, oldest first.
+    async fn queued_events(&self, flow: &str, limit: u32) -> Result<Vec<QueuedEvent>>;
+    async fn remove_queued_events(&self, ids: &[i64]) -> Result<()>;
+    /// Events waiting, per flow that has any.
+    async fn queued_event_counts(&self) -> Result<Vec<(String, u64)>>;
 
     /// Creates a run (QUEUED, or RUNNING when `max_active_runs` leaves room) with
     /// its node rows, honouring the idempotency key and `on_overlap` in one
@@ -211,6 +227,16 @@ pub trait Store: Send + Sync + 'static {
     /// A small durable write, to learn whether the store takes writes again after
     /// a failure (the engine calls it while commits fail).
     async fn probe(&self, now_ms: i64) -> Result<()>;
+
+    /// Stores a console session, first deleting expired ones and, when `max_live`
+    /// live ones remain, those expiring soonest.
+    async fn put_session(&self, session: &SessionRecord, max_live: u32, now_ms: i64) -> Result<()>;
+    /// The session whose cookie hashes to `id_hash`, unless it expired by `now_ms`.
+    async fn get_session(&self, id_hash: &str, now_ms: i64) -> Result<Option<SessionRecord>>;
+    /// Ends a session (sign-out); false when there was none.
+    async fn delete_session(&self, id_hash: &str) -> Result<bool>;
+    /// Console sessions not expired at `now_ms`.
+    async fn sessions_live(&self, now_ms: i64) -> Result<u64>;
 }
 
 /// `reads` as stored: `[[upstream idx, data_version], ...]`.

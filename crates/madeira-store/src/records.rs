@@ -112,6 +112,8 @@ pub struct RunRow {
     pub params: Json,
     pub idempotency_key: Option<String>,
     pub trigger: String,
+    /// Who started the run (`NewRun::actor`): a token's name, `scheduler`, …
+    pub actor: String,
     pub created_at: i64,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
@@ -174,6 +176,20 @@ pub struct AttemptRecord {
     /// SUCCESS, FAILED, RETRYABLE or ABORTED once finished.
     pub outcome: Option<String>,
     pub error: Option<String>,
+    /// Where it ran: the replica id for an attempt in the control plane's process,
+    /// the sidecar(s) it was placed on for a sidecar attempt (`AttemptHost`).
+    /// Written when the row is first inserted; later records leave it alone.
+    pub host: Option<String>,
+}
+
+/// The sidecar(s) an attempt was placed on, learned after its start was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptHost {
+    pub run_id: String,
+    pub node: String,
+    pub attempt: u32,
+    /// Sidecar names, comma-separated, in placement order.
+    pub host: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -206,6 +222,8 @@ pub struct Batch {
     pub transitions: Vec<TransitionRecord>,
     pub outputs: Vec<OutputWrite>,
     pub attempts: Vec<AttemptRecord>,
+    /// Hosts of attempts already written (applied after `attempts`).
+    pub attempt_hosts: Vec<AttemptHost>,
     pub audit: Vec<AuditRecord>,
     pub logs: Vec<LogRecord>,
     /// Throttle permits given back with this batch's transitions.
@@ -241,6 +259,7 @@ impl Batch {
             && self.transitions.is_empty()
             && self.outputs.is_empty()
             && self.attempts.is_empty()
+            && self.attempt_hosts.is_empty()
             && self.audit.is_empty()
             && self.logs.is_empty()
             && self.permit_releases.is_empty()
@@ -253,6 +272,8 @@ impl Batch {
 pub struct RunQuery {
     pub flow: Option<String>,
     pub state: Option<String>,
+    /// Only runs this actor started (`RunRow::actor`).
+    pub actor: Option<String>,
     /// Only runs with an id smaller than this (the previous page's last id).
     pub before: Option<String>,
     pub limit: u32,
@@ -287,4 +308,21 @@ pub struct PermitKey {
     pub flow: String,
     pub node: String,
     pub run_id: String,
+}
+
+/// A signed-in console session, as stored (`console_sessions`): the cookie's value
+/// is never stored, only its SHA-256 (`id_hash`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// Lowercase hex SHA-256 of the session cookie's value.
+    pub id_hash: String,
+    /// The token's name.
+    pub name: String,
+    /// `viewer`, `operator` or `admin`.
+    pub role: String,
+    /// The token's flow-label scope as a JSON object; `None`: every flow.
+    pub scope: Option<String>,
+    pub csrf: String,
+    pub created_at: i64,
+    pub expires_at: i64,
 }

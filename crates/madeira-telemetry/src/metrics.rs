@@ -100,6 +100,10 @@ pub struct Metrics {
     /// the last success.
     pub flow_last_scheduled: Family<FlowLabels, FloatGauge>,
     pub manual_confirm_pending: Family<NodeLabels, Gauge>,
+    /// Nodes waiting in INIT for their executor longer than their `stall_after`.
+    pub nodes_stalled: Family<NodeLabels, Gauge>,
+    /// Nodes RUNNING longer than their `warn_after`.
+    pub nodes_slow: Family<NodeLabels, Gauge>,
     /// Not in SPEC §8's fixed list: 1 while the store takes writes, 0 while
     /// commits fail (disk full, I/O error, lost connection, deleted file).
     pub store_up: Gauge,
@@ -124,6 +128,8 @@ impl Metrics {
             flow_last_success: Family::default(),
             flow_last_scheduled: Family::default(),
             manual_confirm_pending: Family::default(),
+            nodes_stalled: Family::default(),
+            nodes_slow: Family::default(),
             store_up: Gauge::default(),
             store_outages: Counter::default(),
         };
@@ -185,6 +191,16 @@ impl Metrics {
             "madeira_manual_confirm_pending",
             "Nodes waiting in MANUAL_CONFIRM",
             Declared(m.manual_confirm_pending.clone()),
+        );
+        r.register(
+            "madeira_nodes_stalled",
+            "Nodes waiting in INIT for their executor (e.g. no live sidecar of the group) longer than their stall_after",
+            Declared(m.nodes_stalled.clone()),
+        );
+        r.register(
+            "madeira_nodes_slow",
+            "Nodes RUNNING longer than their warn_after",
+            Declared(m.nodes_slow.clone()),
         );
         r.register(
             "madeira_store_up",

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use madeira_core::{NodeState, RunSnapshot};
-use madeira_engine::{AttemptOutcome, EngineObserver, RunEvent};
+use madeira_engine::{AttemptOutcome, EngineObserver, NodeWatch, RunEvent};
 
 use crate::metrics::{FlowStatusLabels, Metrics, NodeStatusLabels, flow, node};
 
@@ -153,6 +153,24 @@ impl EngineObserver for MetricsObserver {
         let labels = node(flow_name, node_name);
         self.metrics.node_permits_in_use.get_or_create(&labels).set(i64::from(in_use));
         self.metrics.node_queue_depth.get_or_create(&labels).set(i64::try_from(waiting).unwrap_or(i64::MAX));
+    }
+
+    fn node_stalled(&self, w: &NodeWatch<'_>) {
+        let gauge = self.metrics.nodes_stalled.get_or_create(&node(w.flow, w.node));
+        if w.active {
+            gauge.inc()
+        } else {
+            gauge.dec()
+        };
+    }
+
+    fn node_slow(&self, w: &NodeWatch<'_>) {
+        let gauge = self.metrics.nodes_slow.get_or_create(&node(w.flow, w.node));
+        if w.active {
+            gauge.inc()
+        } else {
+            gauge.dec()
+        };
     }
 
     fn store_up(&self, up: bool) {

@@ -145,6 +145,8 @@ impl ControlPlane {
         let api_url = http_addr.map(|addr| api_url(addr, options.http_tls.is_some()));
         let (mut alert_task, alerts) =
             build_alerts(options.alerts, alert_store, api_url, telemetry.registry_mut())?;
+        // Open stall and slow warnings are checked against the runs they count.
+        alert_task = alert_task.with_probe(Arc::new(madeira_alert::StoreProbe(store.clone())));
         let mut observers = options.observers;
         if options.engine.shared_store {
             // Replicas may share this store: one of them aggregates and sends alerts,
@@ -180,6 +182,9 @@ impl ControlPlane {
         tasks.push(tokio::spawn(alert_task.run(cancel.clone())));
         let scheduler = madeira_engine::Scheduler::new(handle.clone(), observers);
         tasks.push(tokio::spawn(scheduler.run(drain.clone())));
+        // Events kept for paused flows: started on resume, and what a crash or
+        // another replica's resume left, within seconds.
+        tasks.push(tokio::spawn(madeira_engine::EventDrainer::new(handle.clone()).run(drain.clone())));
         let fleet = match (fleet, options.fleet) {
             (Some(fleet), Some(setup)) => {
                 fleet.attach_engine(handle.clone());
@@ -304,8 +309,12 @@ async fn seed_last_success(store: &dyn Store, observer: &MetricsObserver) {
         }
     };
     for flow in flows {
-        let query =
-            RunQuery { flow: Some(flow.name.clone()), state: Some("SUCCESS".into()), before: None, limit: 1 };
+        let query = RunQuery {
+            flow: Some(flow.name.clone()),
+            state: Some("SUCCESS".into()),
+            limit: 1,
+            ..Default::default()
+        };
         if let Ok(runs) = store.list_runs(&query).await
             && let Some(at) = runs.first().and_then(|r| r.finished_at)
         {

@@ -120,7 +120,8 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// Stop a flow's triggers (cron and events) until resumed.
+    /// Stop a flow's triggers until resumed: cron ticks wait for the misfire
+    /// policy; events are kept (unless the trigger says `on_paused: drop`).
     Pause {
         flow: String,
         #[arg(long)]
@@ -128,7 +129,8 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// Resume a paused flow; missed ticks follow its misfire policy.
+    /// Resume a paused flow: events kept while paused start (oldest first); missed
+    /// ticks follow its misfire policy.
     Resume {
         flow: String,
         #[arg(long)]
@@ -136,13 +138,26 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// List flows, or a flow's version history.
+    /// List flows, a flow's version history, or delete a flow.
     Flows {
         #[command(subcommand)]
         command: Option<FlowsCommand>,
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Govern an observe flow: Madeira runs it, its crontab line becomes a comment.
+    ///
+    /// SPEC §11: the flow gets its crontab line's schedule as a cron trigger and
+    /// runs on dispatch through the sidecar job `crontab import` declared; prints
+    /// the crontab with that line commented out (`--write`: edits the file, keeping
+    /// FILE.bak). Needs an admin token; audited.
+    Promote(PromoteArgs),
+    /// Undo `promote`: the flow is observe-only again, its crontab line restored.
+    ///
+    /// The flow gets a new version with `observe: true` (its cron trigger stays,
+    /// for missed-run detection) and the commented line comes back (printed, or
+    /// with `--write` written, keeping FILE.bak). Needs an admin token; audited.
+    Demote(PromoteArgs),
     /// Trigger a run.
     Run(RunArgs),
     /// List runs, newest first.
@@ -151,6 +166,9 @@ pub enum Command {
         flow: Option<String>,
         #[arg(long)]
         status: Option<String>,
+        /// Only runs this actor started: a token's name, `scheduler` (cron), `message:<source>`, …
+        #[arg(long)]
+        actor: Option<String>,
         #[arg(long, default_value_t = 20)]
         limit: u32,
         /// Only runs created at or after: RFC 3339, YYYY-MM-DD or YYYY-MM-DDTHH:MM (UTC).
@@ -347,6 +365,23 @@ pub enum AlertsCommand {
     },
 }
 
+#[derive(Debug, Args)]
+pub struct PromoteArgs {
+    /// The observe flow (`crontab import` names it after the job).
+    pub flow: String,
+    /// The crontab `madeira crontab import` rewrote (`-`: read stdin, print the result).
+    #[arg(long, value_name = "FILE")]
+    pub crontab: PathBuf,
+    /// Edit FILE in place (its previous content goes to FILE.bak) instead of printing it.
+    #[arg(long)]
+    pub write: bool,
+    /// Recorded in the audit entry.
+    #[arg(long)]
+    pub reason: Option<String>,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum FlowsCommand {
     /// The versions of a flow; `--diff A B` shows what changed between two.
@@ -354,6 +389,24 @@ pub enum FlowsCommand {
         name: String,
         #[arg(long, num_args = 2, value_names = ["A", "B"])]
         diff: Option<Vec<u32>>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Delete a flow (refused while runs are active unless `--cancel`).
+    ///
+    /// It leaves every list and stops triggering; its runs and audit stay
+    /// readable unless `--purge`. Needs an admin token; audited.
+    Delete {
+        /// The flow to delete.
+        name: String,
+        /// Cancel the flow's QUEUED and RUNNING runs first (each audited as a cancel).
+        #[arg(long)]
+        cancel: bool,
+        /// Also delete its versions and runs (the audit trail stays).
+        #[arg(long)]
+        purge: bool,
+        #[arg(long)]
+        reason: Option<String>,
         #[command(flatten)]
         server: ServerArgs,
     },

@@ -69,12 +69,15 @@ impl Runs for EngineRuns {
         if let Err(wait) = self.state.rate_wait(&request.flow, def.rate_limit).await {
             return Err(Refusal::RateLimited(wait));
         }
+        // The key is `message:<source>:<key>`: the run's actor names the source.
+        let source = request.idempotency_key.split(':').nth(1).unwrap_or_default();
+        let actor = format!("message:{source}");
         let trigger = TriggerRequest {
             flow: request.flow,
             params: request.params,
             idempotency_key: Some(request.idempotency_key),
             trigger: "message".into(),
-            actor: "message".into(),
+            actor,
             version: None,
         };
         match engine.trigger(trigger).await {

@@ -19,7 +19,9 @@ pub(super) fn build(mut url: reqwest::Url, out: &Outgoing<'_>) -> Request {
     let path = format!("{}/api/v2/alerts", url.path().trim_end_matches('/'));
     url.set_path(&path);
     let items: Vec<Json> = match out.content {
-        Content::Firing(a) | Content::Resolved(a) => vec![item(a, out)],
+        Content::Firing(a) | Content::Resolved(a) | Content::Update(a) | Content::Reminder(a) => {
+            vec![item(a, out)]
+        }
         Content::Digest(list) => list.iter().map(|a| item(a, out)).collect(),
         Content::Test { channel } => vec![json!({
             "labels": {"alertname": "MadeiraTest", "severity": "info", "channel": channel},

@@ -41,6 +41,9 @@ fn alert() -> Arc<Alert> {
         resolved_at: None,
         fallback_note: None,
         resolution: None,
+        announced_at: None,
+        announced_count: None,
+        added: 0,
     })
 }
 
@@ -56,6 +59,7 @@ fn spec(kind: ChannelKind, url: &str, secret: Option<&str>) -> ChannelSpec {
         mentions: vec![],
         rate_count: 20,
         rate_per: Duration::from_secs(60),
+        digest_wait: Duration::from_secs(10),
         timeout: Duration::from_secs(5),
     }
 }
@@ -205,4 +209,42 @@ fn robot_answers_are_read() {
     assert!(matches!(read_answer(ChannelKind::Webhook, 503, "down"), Answer::Failed(_)));
     assert!(matches!(read_answer(ChannelKind::Alertmanager, 429, ""), Answer::SlowDown(_)));
     assert_eq!(read_answer(ChannelKind::Alertmanager, 200, ""), Answer::Ok);
+}
+
+#[test]
+fn dingtalk_and_feishu_carry_updates_and_reminders() {
+    let mut grown = (*alert()).clone();
+    (grown.count, grown.added, grown.runs) = (31, 30, vec!["r1".into(), "r31".into()]);
+    let none = Mentions::default();
+    let update = Content::Update(Arc::new(grown.clone()));
+    let req = build(
+        &spec(ChannelKind::Dingtalk, "http://d/robot/send?access_token=T", None),
+        &outgoing(&update, &none),
+    )
+    .expect("build");
+    let b = body(&req);
+    assert_eq!(b["markdown"]["title"], "[critical · update] MadeiraRunFailed · flow settle");
+    let text = b["markdown"]["text"].as_str().expect("text");
+    assert!(
+        text.contains("**Update:** 31 failed runs now, 30 new since the last message (firing since 2023-11-14T22:13:20.000Z)"),
+        "{text}"
+    );
+    assert!(text.contains("[Run r31](http://m:7070/runs/r31)"), "the newest run: {text}");
+    let reminder = Content::Reminder(Arc::new(grown));
+    let req = build(
+        &spec(ChannelKind::Feishu, "http://f/open-apis/bot/v2/hook/x", None),
+        &outgoing(&reminder, &none),
+    )
+    .expect("build");
+    let text = body(&req)["content"]["text"].as_str().expect("text").to_string();
+    assert!(text.starts_with("[critical · reminder] MadeiraRunFailed · flow settle\n"), "{text}");
+    assert!(
+        text.contains("Reminder: still unresolved: 31 failed runs, firing since 2023-11-14T22:13:20.000Z"),
+        "{text}"
+    );
+    let am = build(&spec(ChannelKind::Alertmanager, "http://am:9093", None), &outgoing(&reminder, &none))
+        .expect("build");
+    let items = body(&am);
+    assert_eq!(items[0]["annotations"]["run_id"], "r31", "re-posted with the newest run: {items}");
+    assert!(items[0].get("endsAt").is_none(), "still firing: {items}");
 }

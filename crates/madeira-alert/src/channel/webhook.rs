@@ -1,4 +1,5 @@
-//! Generic JSON webhook: the alerts as JSON plus the rendered text, with
+//! Generic JSON webhook: the alerts as JSON plus the rendered text (`kind`:
+//! `firing`, `update`, `reminder`, `resolved`, `digest` or `test`), with
 //! `X-Madeira-Timestamp` (Unix seconds) and, when a secret is given,
 //! `X-Madeira-Signature: sha256=<hex HmacSHA256(secret, timestamp + "." + body)>`.
 
@@ -15,6 +16,8 @@ pub(super) fn build(url: reqwest::Url, secret: Option<&str>, out: &Outgoing<'_>)
     let (kind, alerts): (&str, Vec<&Alert>) = match out.content {
         Content::Firing(a) => ("firing", vec![a]),
         Content::Resolved(a) => ("resolved", vec![a]),
+        Content::Update(a) => ("update", vec![a]),
+        Content::Reminder(a) => ("reminder", vec![a]),
         Content::Digest(list) => ("digest", list.iter().map(|a| a.as_ref()).collect()),
         Content::Test { .. } => ("test", vec![]),
     };
@@ -52,6 +55,7 @@ pub(crate) fn alert_json(a: &Alert, base: Option<&str>) -> Json {
         "causes": a.causes,
         "runs": a.runs,
         "count": a.count,
+        "added": a.added,
         "fixed": a.fixed,
         "run_url": a.latest_run().and_then(|r| run_link(base, r)),
         "created_at": crate::view::rfc3339(a.created_at),

@@ -1,10 +1,12 @@
 //! One delivery worker per channel: sends its queue in order within the channel's
-//! rate limit; when more messages wait than the window still allows, the last
-//! allowed post is a digest of all of them. A failing receiver backs the whole
-//! channel off with jittered exponential delays (a robot's "slow down" waits a
-//! whole window); every change of a delivery is written to the store, so a restart
-//! picks up what was pending. Alertmanager batches instead: each post carries every
-//! pending alert plus those still firing, and firing ones are re-sent periodically.
+//! rate limit; the last post the window allows is a digest of every message
+//! waiting, sent `digest_wait` after the first of them queued (or as soon as the
+//! window frees a second post), so a burst's overflow goes out within the window.
+//! A failing receiver backs the whole channel off with jittered exponential delays
+//! (a robot's "slow down" waits a whole window); every change of a delivery is
+//! written to the store, so a restart picks up what was pending. Alertmanager
+//! batches instead: each post carries every pending alert plus those still firing,
+//! and firing ones are re-sent periodically (an update or a reminder is a re-post).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -176,8 +178,17 @@ impl Worker {
             return Some(now);
         }
         let mut next = None;
-        if !self.queue.is_empty() {
-            next = Some(self.window.free_at(now).max(self.blocked_until));
+        if let Some(front) = self.queue.front() {
+            let since = front.row.created_at;
+            let first = self.window.free_at(now).max(self.blocked_until);
+            let second = self.window.free_for(now, 2);
+            next = Some(if self.spec.kind.batches() || second <= first {
+                first
+            } else {
+                // `first` is the window's last post: let the digest gather, but not
+                // past the moment the window frees another one.
+                first.max(since.saturating_add(self.digest_wait_ms()).min(second))
+            });
         } else if self.spec.kind.batches() && !self.firing.is_empty() {
             next = Some(self.next_resend.max(self.blocked_until).max(self.window.free_at(now)));
         }
@@ -363,6 +374,10 @@ impl Worker {
         }
     }
 
+    fn digest_wait_ms(&self) -> i64 {
+        i64::try_from(self.spec.digest_wait.as_millis()).unwrap_or(10_000)
+    }
+
     fn window_ms(&self) -> i64 {
         i64::try_from(self.spec.rate_per.as_millis()).unwrap_or(60_000)
     }
@@ -388,6 +403,8 @@ impl Worker {
 fn content_of(q: &Queued) -> Content {
     match &q.item {
         Item::Alert(a) if q.row.kind == "resolved" => Content::Resolved(a.clone()),
+        Item::Alert(a) if q.row.kind == "update" => Content::Update(a.clone()),
+        Item::Alert(a) if q.row.kind == "reminder" => Content::Reminder(a.clone()),
         Item::Alert(a) => Content::Firing(a.clone()),
         Item::Digest(members) => Content::Digest(
             members

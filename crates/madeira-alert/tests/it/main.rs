@@ -5,3 +5,5 @@ mod delivery;
 mod durability;
 mod ratelimit;
 mod support;
+mod updates;
+mod watch;

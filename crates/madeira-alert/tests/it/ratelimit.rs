@@ -1,6 +1,7 @@
 //! The per-channel rate limit: 30 failing runs within a minute give at most 20
-//! posts per channel, the rest merged into one digest; a robot's "slow down"
-//! holds the channel for a whole window.
+//! posts per channel, the window's last post a digest of what waited for it
+//! (sent within the window), the rest merged once the window moves; a robot's
+//! "slow down" holds the channel for a whole window.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -36,7 +37,7 @@ fn ids(hook: &Receiver) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn thirty_failures_spread_over_a_minute_give_twenty_posts_then_one_digest() {
+async fn thirty_failures_spread_over_a_minute_overflow_into_a_digest_within_the_window() {
     let (_dir, h, wecom, hook) = two_channels("0s").await;
     let observer = h.handle.observer();
     for i in 0..30 {
@@ -45,24 +46,33 @@ async fn thirty_failures_spread_over_a_minute_give_twenty_posts_then_one_digest(
         }
         observer.run_finished(&failed_run(&flow(&format!("flow-{i}"), 1), &format!("run-{i}"), "boom"));
     }
-    // 58 s after the first failure.
+    // 58 s after the first failure: 19 posts (0..36 s), then the window's last post,
+    // 10 s (`digest_wait`) after the 20th alert queued: a digest of the 5 that waited.
     wait_for("20 posts per channel", || wecom.count() == 20 && hook.count() == 20).await;
+    let digest = wecom.delivered()[19].body["markdown"]["content"].as_str().expect("content").to_string();
+    assert!(digest.starts_with("## [digest] 5 alerts merged"), "{digest}");
+    assert_eq!(digest.matches("\n- [critical]").count(), 5, "{digest}");
+    let ts = |i: usize| -> i64 {
+        let header = &hook.delivered()[i].headers["x-madeira-timestamp"];
+        header.to_str().expect("ascii").parse().expect("seconds")
+    };
+    assert!((47..=48).contains(&(ts(19) - ts(0))), "sent within the window: {}", ts(19) - ts(0));
+    assert_eq!(hook.delivered()[19].body["alerts"].as_array().map(Vec::len), Some(5));
     h.advance(SEC, SEC).await;
     assert_eq!((wecom.count(), hook.count()), (20, 20), "no 21st post within the minute");
     // The first post ages out of the window at 60 s: one digest carries the rest.
     h.advance(3 * SEC, SEC).await;
-    wait_for("the digests", || wecom.count() == 21 && hook.count() == 21).await;
+    wait_for("the second digests", || wecom.count() == 21 && hook.count() == 21).await;
     let digest = wecom.delivered()[20].body["markdown"]["content"].as_str().expect("content").to_string();
-    assert!(digest.starts_with("## [digest] 10 alerts merged"), "{digest}");
-    assert_eq!(digest.matches("\n- [critical]").count(), 10, "{digest}");
+    assert!(digest.starts_with("## [digest] 6 alerts merged"), "{digest}");
     assert_eq!(hook.delivered()[20].body["kind"], "digest");
     let all: HashSet<String> = ids(&hook).into_iter().collect();
-    assert_eq!(all.len(), 30, "every alert reached the webhook once");
+    assert_eq!((all.len(), ids(&hook).len()), (30, 30), "every alert reached the webhook once");
     h.advance(Duration::from_secs(180), 10 * SEC).await;
     assert_eq!((wecom.count(), hook.count()), (21, 21));
     let states = h.delivery_states().await;
     let merged = states.iter().filter(|(c, _, s)| c == "wecom" && s == "merged").count();
-    assert_eq!(merged, 10);
+    assert_eq!(merged, 11);
     h.stop().await;
 }
 
@@ -74,6 +84,9 @@ async fn a_burst_of_thirty_gives_nineteen_posts_and_a_digest_of_eleven() {
         observer.run_finished(&failed_run(&flow(&format!("flow-{i}"), 1), &format!("run-{i}"), "boom"));
     }
     h.advance(6 * SEC, SEC).await;
+    wait_for("19 posts per channel", || wecom.count() == 19 && hook.count() == 19).await;
+    // The last post of the window gathers for `digest_wait` (10 s) and carries the rest.
+    h.advance(10 * SEC, SEC).await;
     wait_for("20 posts per channel", || wecom.count() == 20 && hook.count() == 20).await;
     h.advance(Duration::from_secs(300), 10 * SEC).await;
     assert_eq!((wecom.count(), hook.count()), (20, 20), "at most 20 posts, ever, for this burst");

@@ -192,10 +192,23 @@ pub fn settings(config: Value, env: &[(&str, &str)]) -> Settings {
 
 impl Harness {
     pub async fn start(dir: &Path, settings: Settings, clock: ManualClock) -> Harness {
+        Harness::start_with(dir, settings, clock, None).await
+    }
+
+    /// As `start`, checking stall and slow alerts with `probe`.
+    pub async fn start_with(
+        dir: &Path,
+        settings: Settings,
+        clock: ManualClock,
+        probe: Option<Arc<dyn madeira_alert::NodeProbe>>,
+    ) -> Harness {
         let store = Arc::new(SqliteStore::open_path(&dir.join("m.db")).await.expect("store"));
-        let (task, handle) =
+        let (mut task, handle) =
             madeira_alert::build(settings, store.clone(), AlertMetrics::default(), Arc::new(clock.clone()))
                 .expect("build");
+        if let Some(probe) = probe {
+            task = task.with_probe(probe);
+        }
         let cancel = CancellationToken::new();
         let task = tokio::spawn(task.run(cancel.clone()));
         Harness { clock, handle, store, cancel, task }

@@ -53,8 +53,8 @@ pub async fn pending(
         let query = RunQuery {
             flow: Some(flow.name.clone()),
             state: Some("RUNNING".into()),
-            before: None,
             limit: SCAN_LIMIT,
+            ..Default::default()
         };
         let runs = store.list_runs(&query).await?;
         capped |= runs.len() as u32 >= SCAN_LIMIT;

@@ -170,7 +170,12 @@ async fn fragments(
     let transitions = store.transitions(&r.id).await?;
     let audit =
         store.audit(&AuditQuery { run_id: Some(r.id.clone()), limit: 200, ..Default::default() }).await?;
-    let actor = transitions.first().map(|t| t.actor.clone()).unwrap_or_else(|| "-".into());
+    // Runs older than `runs.actor` keep theirs in the first transition.
+    let actor = Some(r.actor.clone())
+        .filter(|a| !a.is_empty())
+        .or_else(|| transitions.first().map(|t| t.actor.clone()))
+        .unwrap_or_else(|| "-".into());
+    let hosts = latest_hosts(run);
     let states: serde_json::Map<String, serde_json::Value> =
         run.stored.nodes.iter().map(|n| (n.node.clone(), json!(n.state.as_str()))).collect();
     let end = r.finished_at.unwrap_or(now);
@@ -196,7 +201,7 @@ async fn fragments(
                 div.kv { span.k { (t(lang, "State")) } span #run-state.v { (badge(lang, r.state.as_str())) " " span.muted { (state_gloss(lang, r.state.as_str())) } } }
                 div.kv { span.k { (t(lang, "Version")) } span.v { "v" (r.version) } }
                 div.kv { span.k { (t(lang, "Trigger")) } span.v { (r.trigger) } }
-                div.kv { span.k { (t(lang, "Actor")) } span.v { (actor) } }
+                div.kv { span.k { (t(lang, "Actor")) } span #run-actor.v { (actor) } }
                 div.kv { span.k { (t(lang, "Created")) } span.v { (stamp(lang, Some(r.created_at), now)) } }
                 div.kv { span.k { (t(lang, "Duration")) } span.v { (duration_ms(lang, end - span_start)) } }
                 div.kv.wide { span.k { (t(lang, "Params")) } code.v.params { (r.params) } }
@@ -220,9 +225,9 @@ async fn fragments(
                 }
                 div.table-wrap {
                     table #nodes-table.nodes {
-                        thead { tr { th { (t(lang, "Node")) } th { (t(lang, "State")) } th.num { (t(lang, "Attempts")) } th.opt { (t(lang, "Started")) } th { (t(lang, "Duration")) } th.gantt-h { (t(lang, "Timeline")) } } }
+                        thead { tr { th { (t(lang, "Node")) } th { (t(lang, "State")) } th.num { (t(lang, "Attempts")) } th.opt { (t(lang, "Host")) } th.opt { (t(lang, "Started")) } th { (t(lang, "Duration")) } th.gantt-h { (t(lang, "Timeline")) } } }
                         tbody {
-                            @for n in &rows { (node_row(lang, &r.id, n, span_start, end, now)) }
+                            @for n in &rows { (node_row(lang, &r.id, n, hosts.get(n.node.as_str()).copied(), span_start, end, now)) }
                         }
                     }
                 }
@@ -253,7 +258,27 @@ async fn fragments(
     Ok((head, details))
 }
 
-fn node_row(lang: Lang, run_id: &str, n: &NodeRow, span_start: i64, span_end: i64, now: i64) -> Markup {
+/// Where each node's latest attempt ran (node → host), for the nodes table.
+fn latest_hosts(run: &LoadedRun) -> HashMap<&str, &str> {
+    let mut hosts = HashMap::new();
+    // Attempts come ordered by node, then attempt: the last one of a node wins.
+    for a in &run.stored.attempts {
+        if let Some(h) = a.host.as_deref() {
+            hosts.insert(a.node.as_str(), h);
+        }
+    }
+    hosts
+}
+
+fn node_row(
+    lang: Lang,
+    run_id: &str,
+    n: &NodeRow,
+    host: Option<&str>,
+    span_start: i64,
+    span_end: i64,
+    now: i64,
+) -> Markup {
     let state = n.state.as_str();
     let duration = n.started_at.map(|s| n.finished_at.unwrap_or(now) - s);
     let total = (span_end - span_start).max(1) as f64;
@@ -268,6 +293,7 @@ fn node_row(lang: Lang, run_id: &str, n: &NodeRow, span_start: i64, span_end: i6
                 @if n.stale { " " span.tag.stale { (t(lang, "stale")) } } }
             td.state-cell { (badge(lang, state)) }
             td.num { (n.attempt) }
+            td.opt.host { (host.unwrap_or("-")) }
             td.opt { (stamp(lang, n.started_at, now)) }
             td { @if let Some(d) = duration { (duration_ms(lang, d)) } @else { "-" } }
             td.gantt {
@@ -353,6 +379,11 @@ async fn panel_markup(
     tabs.sort_unstable();
     tabs.dedup();
     let running_attempt = attempts.iter().filter(|a| a.finished_at.is_none()).map(|a| a.attempt).max();
+    let host_kind = match &run.def.nodes[idx].action {
+        _ if run.def.observe => "madeira exec",
+        NodeAction::Run(madeira_core::ExecutorDef::Sidecar(_)) => t(lang, "Sidecar"),
+        _ => t(lang, "control plane"),
+    };
     let waiting = console.app.engine.waiting().reason(&r.id, node);
     let prompt = match &run.def.nodes[idx].action {
         NodeAction::Manual(m) => Some(madeira_server::render_prompt(&m.prompt, &run.stored, &run.def)),
@@ -436,9 +467,10 @@ async fn panel_markup(
             @if !attempts.is_empty() {
                 h3 { (t(lang, "Attempts")) }
                 div.table-wrap { table.attempts {
-                    thead { tr { th { "#" } th { (t(lang, "Started")) } th { (t(lang, "Duration")) } th { (t(lang, "State")) } th { (t(lang, "Error")) } } }
+                    thead { tr { th { "#" } th { (t(lang, "Ran on")) } th { (t(lang, "Started")) } th { (t(lang, "Duration")) } th { (t(lang, "State")) } th { (t(lang, "Error")) } } }
                     tbody { @for a in &attempts { tr {
                         td.num { (a.attempt) }
+                        td.host title=(host_kind) { (a.host.as_deref().unwrap_or("-")) }
                         td { (stamp(lang, Some(a.started_at), now)) }
                         td { (duration_ms(lang, a.finished_at.unwrap_or(now) - a.started_at)) }
                         td { (a.outcome.as_deref().unwrap_or("RUNNING")) }

@@ -1,4 +1,4 @@
-//! `/runs`: search by flow, states (several), time range and trigger, newest
+//! `/runs`: search by flow, states (several), time range, trigger and actor, newest
 //! first, paginated on the server by run id (ids are UUIDv7, so time-ordered: a
 //! time bound is an id bound and each page is an index range scan).
 
@@ -26,6 +26,8 @@ pub struct Search {
     pub since: Option<i64>,
     pub until: Option<i64>,
     pub trigger: Option<String>,
+    /// Who started the run (`runs.actor`), matched whole in the store.
+    pub actor: Option<String>,
     pub cursor: Option<String>,
 }
 
@@ -56,6 +58,7 @@ impl Search {
                     })?)
                 }
                 "trigger" => s.trigger = Some(v.trim().to_string()),
+                "actor" => s.actor = Some(v.trim().to_string()),
                 "cursor" => s.cursor = Some(v.trim().to_string()),
                 _ => {}
             }
@@ -80,6 +83,9 @@ impl Search {
         }
         if let Some(tr) = &self.trigger {
             parts.push(format!("trigger={}", url_encode(tr)));
+        }
+        if let Some(a) = &self.actor {
+            parts.push(format!("actor={}", url_encode(a)));
         }
         parts.join("&")
     }
@@ -127,7 +133,13 @@ pub async fn find(
     };
     let mut merged: Vec<RunRow> = Vec::new();
     for (flow, state) in plan(console, search).await? {
-        let query = RunQuery { flow, state, before: before.clone(), limit: (limit + 1) as u32 };
+        let query = RunQuery {
+            flow,
+            state,
+            actor: search.actor.clone(),
+            before: before.clone(),
+            limit: (limit + 1) as u32,
+        };
         merged.extend(store.list_runs(&query).await?);
     }
     merged.sort_by(|a, b| b.id.cmp(&a.id));
@@ -176,6 +188,7 @@ pub async fn search(
             label { (t(lang, "From")) " (UTC)" input type="datetime-local" name="since" value=(fmt_local(search.since)); }
             label { (t(lang, "Until")) " (UTC)" input type="datetime-local" name="until" value=(fmt_local(search.until)); }
             label { (t(lang, "Trigger")) input type="text" name="trigger" value=(search.trigger.clone().unwrap_or_default()) placeholder="manual, cron, event"; }
+            label { (t(lang, "Actor")) input type="text" name="actor" value=(search.actor.clone().unwrap_or_default()) placeholder=(t(lang, "token name, scheduler, message:…")); }
             button.primary type="submit" { (t(lang, "Search")) }
         }
         p.muted.small { (runs.len()) " · " (took.as_millis()) " ms" }
@@ -226,9 +239,10 @@ mod tests {
             ("state", "failed"),
             ("state", "RUNNING"),
             ("trigger", ""),
+            ("actor", "ops bot"),
         ]))
         .expect("valid");
         assert_eq!(s.states, vec!["FAILED", "RUNNING"]);
-        assert_eq!(s.query_string(), "flow=f&state=FAILED&state=RUNNING");
+        assert_eq!(s.query_string(), "flow=f&state=FAILED&state=RUNNING&actor=ops%20bot");
     }
 }

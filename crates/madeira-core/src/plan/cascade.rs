@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use crate::model::{DepKind, NodeAction};
+use crate::model::{DepKind, FallbackThen, NodeAction};
 use crate::plan::{Action, Command, NodeChange, Plan, PlanCtx, RunChange, RunSnapshot};
 use crate::state::{Cause, NodeState, RunCause, RunState};
 
@@ -27,6 +27,9 @@ impl Planner<'_> {
         match cmd {
             Command::Start => self.start(),
             Command::Dispatch { node } => self.dispatch(*node),
+            Command::AttemptSucceeded { node, outputs, .. } if self.fallback_skips(*node) => {
+                self.fallback_skip(*node, outputs.clone())
+            }
             Command::AttemptSucceeded { node, outputs, .. } => {
                 self.succeed(*node, Cause::Succeeded, outputs.clone())
             }
@@ -128,6 +131,27 @@ impl Planner<'_> {
         }
         self.transition(node, cause, None);
         self.mark_readers_stale(node);
+        self.evaluate_downstream(node);
+    }
+
+    /// The attempt in flight is a manual node's fallback declared `then: skip`.
+    fn fallback_skips(&self, node: usize) -> bool {
+        self.snap.nodes[node].fallback
+            && matches!(
+                &self.snap.flow.nodes[node].action,
+                NodeAction::Manual(m) if m.fallback_then == FallbackThen::Skip
+            )
+    }
+
+    /// The fallback succeeded and the flow says the node ends SKIPPED: its outputs are
+    /// kept for reading (no new data version), strong downstream nodes are skipped.
+    fn fallback_skip(&mut self, node: usize, outputs: serde_json::Map<String, serde_json::Value>) {
+        {
+            let n = &mut self.snap.nodes[node];
+            n.outputs = outputs;
+            n.fallback = false;
+        }
+        self.transition(node, Cause::FallbackSkipped, Some("fallback_skip".into()));
         self.evaluate_downstream(node);
     }
 

@@ -36,6 +36,7 @@ pub(crate) fn flow(nodes: Vec<TestNode<'_>>) -> Arc<FlowDef> {
                         alert_after: None,
                         fallback_after: None,
                         fallback: None,
+                        fallback_then: Default::default(),
                     })
                 } else {
                     NodeAction::Run(ExecutorDef::Builtin(BuiltinDef {
@@ -45,6 +46,8 @@ pub(crate) fn flow(nodes: Vec<TestNode<'_>>) -> Arc<FlowDef> {
                 },
                 timeout: Duration::from_secs(60),
                 retry: RetryPolicy { attempts, ..RetryPolicy::default() },
+                stall_after: std::time::Duration::from_secs(600),
+                warn_after: None,
                 throttle: None,
             }
         })

@@ -198,9 +198,16 @@ fn defaults(report: &mut Report, raw: &Span<RawDefaults>) -> Defaults {
     let at = At::top(line_of(raw));
     let base = Defaults::default();
     let timeout = raw.value.timeout.as_ref().and_then(|t| node::positive_duration(report, at, "timeout", t));
+    let duration = |report: &mut Report, field: &str, value: &Option<Span<String>>| {
+        value.as_ref().and_then(|d| node::positive_duration(report, at, field, d))
+    };
+    let stall_after = duration(report, "stall_after", &raw.value.stall_after);
+    let warn_after = duration(report, "warn_after", &raw.value.warn_after);
     Defaults {
         timeout: timeout.unwrap_or(base.timeout),
         retry: node::merge_retry(&base.retry, raw.value.retry.as_ref(), at, report),
+        stall_after: stall_after.unwrap_or(base.stall_after),
+        warn_after,
     }
 }
 

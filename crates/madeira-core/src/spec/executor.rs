@@ -28,6 +28,10 @@ pub(crate) fn executor(
     .into_iter()
     .flatten()
     .collect();
+    if let Some(then) = raw.then.as_ref().filter(|_| field != "manual.fallback") {
+        report
+            .push(at.at(then), format!("`then` only applies to `manual.fallback`; remove it from `{field}`"));
+    }
     if kinds.len() != 1 {
         let has = if kinds.is_empty() { "none".to_string() } else { one_of(&kinds).replace(" or ", " and ") };
         report.push(

@@ -17,7 +17,7 @@ pub const DEFAULT_MAX_DELIVERIES: u32 = 5;
 /// The source types and the fields each needs (and allows).
 pub const SOURCE_TYPES: &[&str] = &["rabbitmq", "nats", "redis_streams"];
 
-const ON_PAUSED: &[&str] = &["queue", "drop"];
+pub(crate) const ON_PAUSED: &[&str] = &["queue", "drop"];
 
 pub(crate) fn message_trigger(
     report: &mut Report,

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use crate::expr::Condition;
-use crate::model::{BuiltinDef, BuiltinKind, ExecutorDef, ManualDef, NodeAction, NodeDef, ThrottleDef};
+use crate::model::{
+    BuiltinDef, BuiltinKind, ExecutorDef, FallbackThen, ManualDef, NodeAction, NodeDef, ThrottleDef,
+};
 use crate::retry::RetryPolicy;
 
 use super::executor::executor;
@@ -16,17 +18,26 @@ use super::report::{At, Report, did_you_mean, line_of};
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// Default `throttle.queue_size`.
 pub(crate) const DEFAULT_QUEUE_SIZE: u32 = 100;
+/// Default `stall_after`: how long a node may wait in INIT for its executor unreported.
+pub(crate) const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(10 * 60);
 
 /// Flow-wide node defaults (`defaults:`), already merged over the built-in ones.
 #[derive(Debug, Clone)]
 pub(crate) struct Defaults {
     pub timeout: Duration,
     pub retry: RetryPolicy,
+    pub stall_after: Duration,
+    pub warn_after: Option<Duration>,
 }
 
 impl Default for Defaults {
     fn default() -> Self {
-        Self { timeout: DEFAULT_TIMEOUT, retry: RetryPolicy::default() }
+        Self {
+            timeout: DEFAULT_TIMEOUT,
+            retry: RetryPolicy::default(),
+            stall_after: DEFAULT_STALL_AFTER,
+            warn_after: None,
+        }
     }
 }
 
@@ -50,6 +61,14 @@ pub(crate) fn build(
         timeout,
         retry: merge_retry(&defaults.retry, raw.retry.as_ref(), at, report),
         throttle: raw.throttle.as_ref().and_then(|t| throttle(report, at.at(t), &t.value)),
+        stall_after: match &raw.stall_after {
+            Some(d) => positive_duration(report, at, "stall_after", d).unwrap_or(defaults.stall_after),
+            None => defaults.stall_after,
+        },
+        warn_after: match &raw.warn_after {
+            Some(d) => positive_duration(report, at, "warn_after", d).or(defaults.warn_after),
+            None => defaults.warn_after,
+        },
     }
 }
 
@@ -145,11 +164,30 @@ fn manual_def(id: &str, at: At<'_>, raw: &RawManual, report: &mut Report) -> Man
         ),
         _ => {}
     }
+    let fallback_then = match raw.fallback.as_ref().and_then(|f| f.value.then.as_ref()) {
+        None => FallbackThen::Success,
+        Some(then) => match then.value.as_str() {
+            "success" => FallbackThen::Success,
+            "skip" => FallbackThen::Skip,
+            other => {
+                let hint = did_you_mean(other, ["skip", "success"]);
+                report.push(
+                    at.at(then),
+                    format!(
+                        "`manual.fallback.then` is `{other}`{hint}; it says how the node ends once \
+                         its fallback succeeded: `skip` or `success`"
+                    ),
+                );
+                FallbackThen::Success
+            }
+        },
+    };
     ManualDef {
         prompt: raw.prompt.clone().unwrap_or_else(|| format!("Confirm node {id}")),
         alert_after,
         fallback_after,
         fallback,
+        fallback_then,
     }
 }
 

@@ -33,7 +33,7 @@ pub(crate) struct RawFlow {
 /// `nodes:` in file order; a node written as `x:` with no body is `None`.
 pub(crate) type RawNodes = Ordered<Span<String>, Span<Option<RawNode>>>;
 
-/// `{cron, timezone, misfire, jitter, grace, catchup_window}` or `{event}`.
+/// `{cron, timezone, misfire, jitter, grace, catchup_window}` or `{event, on_paused, max_queued}`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawTrigger {
@@ -44,6 +44,8 @@ pub(crate) struct RawTrigger {
     pub grace: Option<Span<String>>,
     pub catchup_window: Option<Span<String>>,
     pub event: Option<Span<String>>,
+    pub on_paused: Option<Span<String>>,
+    pub max_queued: Option<Span<i64>>,
     pub message: Option<Span<RawMessageTrigger>>,
 }
 
@@ -93,6 +95,8 @@ pub(crate) struct RawRoutingRule {
 pub(crate) struct RawDefaults {
     pub timeout: Option<Span<String>>,
     pub retry: Option<Span<RawRetry>>,
+    pub stall_after: Option<Span<String>>,
+    pub warn_after: Option<Span<String>>,
 }
 
 /// Every field optional: node retry overrides `defaults.retry` field by field.
@@ -117,6 +121,8 @@ pub(crate) struct RawNode {
     pub timeout: Option<Span<String>>,
     pub retry: Option<Span<RawRetry>>,
     pub throttle: Option<Span<RawThrottle>>,
+    pub stall_after: Option<Span<String>>,
+    pub warn_after: Option<Span<String>>,
 }
 
 /// One executor: exactly one of `builtin`, `http`, `sidecar`; the other fields
@@ -133,6 +139,8 @@ pub(crate) struct RawExecutor {
     pub http: Option<Span<RawHttp>>,
     pub sidecar: Option<Span<RawSidecar>>,
     pub sql: Option<Span<RawSql>>,
+    /// `manual.fallback` only: `skip` or `success`, how the node ends once it succeeded.
+    pub then: Option<Span<String>>,
 }
 
 /// `sql: {datasource, statement | script, params, outputs, max_rows, grace}`.

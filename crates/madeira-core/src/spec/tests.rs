@@ -93,7 +93,7 @@ fn settlement_example_top_level() {
     assert_eq!(flow.concurrency.max_active_runs, 1);
     assert_eq!(flow.concurrency.on_overlap, OnOverlap::Queue);
     assert!(!flow.observe && flow.rate_limit.is_none() && flow.routing.is_none());
-    let [TriggerDef::Cron(cron), TriggerDef::Event { event }] = flow.triggers.as_slice() else {
+    let [TriggerDef::Cron(cron), TriggerDef::Event { event, .. }] = flow.triggers.as_slice() else {
         panic!("unexpected triggers {:?}", flow.triggers);
     };
     assert_eq!(cron.expr, "5 1 * * *");

@@ -9,10 +9,14 @@ use chrono_tz::{TZ_VARIANTS, Tz};
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
 
-use crate::model::{CronTriggerDef, Misfire, TriggerDef};
+use crate::model::{CronTriggerDef, Misfire, OnPaused, TriggerDef};
 
 use super::raw::{RawTrigger, Span};
 use super::report::{At, Report, did_you_mean, one_of};
+
+/// Events kept per event trigger of a paused flow when `max_queued` is not given.
+pub const DEFAULT_MAX_QUEUED: u32 = 1000;
+const MAX_MAX_QUEUED: i64 = 100_000;
 
 /// How far back `misfire: run_all` catches up when `catchup_window` is not given.
 pub(crate) const DEFAULT_CATCHUP_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -103,6 +107,23 @@ pub fn parse_timezone(name: &str) -> Result<Tz, String> {
 pub(crate) fn trigger(report: &mut Report, raw: &Span<RawTrigger>) -> Option<TriggerDef> {
     let at = At::top(None).at(raw);
     let t = &raw.value;
+    if t.event.is_none() {
+        let event_only: Vec<&str> =
+            [t.on_paused.as_ref().map(|_| "on_paused"), t.max_queued.as_ref().map(|_| "max_queued")]
+                .into_iter()
+                .flatten()
+                .collect();
+        if !event_only.is_empty() {
+            let fields = one_of(&event_only).replace(" or ", ", ");
+            let hint = if t.message.is_some() {
+                " (a message trigger sets `on_paused` inside `message:`)"
+            } else {
+                ""
+            };
+            let verb = if event_only.len() == 1 { "applies" } else { "apply" };
+            report.push(at, format!("{fields} only {verb} to `event` triggers{hint}"));
+        }
+    }
     if let Some(message) = &t.message {
         if t.cron.is_some() || t.event.is_some() {
             report.push(
@@ -156,7 +177,25 @@ fn event_trigger(
         report.push(at.at(event), "`event` is empty; name the event type, e.g. `payment.batch_closed`");
         return None;
     }
-    Some(TriggerDef::Event { event: name.to_string() })
+    let on_paused = match t.on_paused.as_ref().map(|p| (p, p.value.trim())) {
+        None | Some((_, "queue")) => Some(OnPaused::Queue),
+        Some((_, "drop")) => Some(OnPaused::Drop),
+        Some((span, other)) => {
+            let names = super::message::ON_PAUSED;
+            let hint = did_you_mean(other, names.iter().copied());
+            report.push(at.at(span), format!("unknown `on_paused` `{other}`{hint}; use {}", one_of(names)));
+            None
+        }
+    };
+    let max_queued = match &t.max_queued {
+        Some(v) if v.value > MAX_MAX_QUEUED => {
+            report.push(at.at(v), format!("`max_queued` is at most {MAX_MAX_QUEUED}, got {}", v.value));
+            None
+        }
+        Some(v) => report.limit(at, "max_queued", v, 1),
+        None => Some(DEFAULT_MAX_QUEUED),
+    };
+    Some(TriggerDef::Event { event: name.to_string(), on_paused: on_paused?, max_queued: max_queued? })
 }
 
 fn cron_trigger(

@@ -18,6 +18,9 @@ pub(crate) struct Running {
     pub token: CancellationToken,
     /// Runs in this process (http, builtin); false for a sidecar attempt.
     pub in_process: bool,
+    pub attempt: u32,
+    /// Sidecars the attempt was placed on so far (`hosts.rs`).
+    pub hosts: Vec<String>,
 }
 
 impl Engine {

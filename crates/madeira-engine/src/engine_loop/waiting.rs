@@ -91,7 +91,8 @@ impl Engine {
             _ => return Err(EngineError::RunNotFound(run_id.to_string())),
         }
         let attempt = self.runs.get(run_id).map(|s| s.nodes[node].attempt).unwrap_or(1);
-        self.attempt_done(run_id, node, attempt, result, work);
+        let host = self.runs.get(run_id).and_then(|s| self.start_host(s, node, false));
+        self.attempt_done(run_id, node, attempt, result, host, work);
         Ok(())
     }
 }

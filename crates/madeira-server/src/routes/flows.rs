@@ -72,7 +72,10 @@ pub async fn get(
         store.get_flow(&name).await?.ok_or_else(|| ApiError::not_found(format!("flow {name} not found")))?;
     state.check_flow(&caller, &name).await?;
     let def = state.engine.flow(&name, Some(record.latest_version)).await?;
-    Ok(Json(views::flow_detail(&record, &def)))
+    let mut detail = views::flow_detail(&record, &def);
+    let queued = state.engine.queued_event_counts().await?;
+    detail["queued_events"] = json!(queued.get(&name).copied().unwrap_or(0));
+    Ok(Json(detail))
 }
 
 #[utoipa::path(
@@ -90,12 +93,15 @@ pub async fn get(
 pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     let caller = state.auth.caller(&headers, Role::Viewer)?;
     let mut flows = Vec::new();
+    let queued = state.engine.queued_event_counts().await?;
     for record in state.engine.store().list_flows().await? {
         let def = state.engine.flow(&record.name, Some(record.latest_version)).await?;
         if !caller.sees(&def.labels) {
             continue;
         }
-        flows.push(views::flow_detail(&record, &def));
+        let mut detail = views::flow_detail(&record, &def);
+        detail["queued_events"] = json!(queued.get(&record.name).copied().unwrap_or(0));
+        flows.push(detail);
     }
     Ok(Json(json!({"flows": flows})))
 }

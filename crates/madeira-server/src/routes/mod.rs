@@ -6,6 +6,7 @@ mod datasources;
 mod flows;
 pub(crate) mod follow;
 mod health;
+mod lifecycle;
 pub(crate) mod openapi;
 mod runs;
 mod sidecars;
@@ -40,7 +41,9 @@ pub(crate) fn api_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
     vec![
         ("/openapi.json", get(openapi::document)),
         ("/flows", get(flows::list)),
-        ("/flows/{name}", get(flows::get).put(flows::put)),
+        ("/flows/{name}", get(flows::get).put(flows::put).delete(lifecycle::delete)),
+        ("/flows/{name}/promote", post(lifecycle::promote)),
+        ("/flows/{name}/demote", post(lifecycle::demote)),
         ("/flows/{name}/runs", post(runs::trigger)),
         ("/flows/{name}/versions", get(flows::versions)),
         ("/flows/{name}/versions/{version}", get(flows::version)),

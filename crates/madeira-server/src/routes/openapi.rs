@@ -7,7 +7,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{alerts, audit, datasources, flows, runs, sidecars, sources, triggers};
+use super::{alerts, audit, datasources, flows, lifecycle, runs, sidecars, sources, triggers};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -18,6 +18,7 @@ use super::{alerts, audit, datasources, flows, runs, sidecars, sources, triggers
     ),
     paths(
         flows::list, flows::get, flows::put, flows::versions, flows::version,
+        lifecycle::delete, lifecycle::promote, lifecycle::demote,
         triggers::pause, triggers::event,
         runs::trigger, runs::list, runs::show, runs::cancel, runs::transitions, runs::logs, runs::node_action,
         audit::list, alerts::list, alerts::test, sidecars::list, datasources::list, sources::list, document,

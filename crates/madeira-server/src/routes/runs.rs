@@ -97,6 +97,8 @@ pub struct RunListQuery {
     flow: Option<String>,
     /// QUEUED, RUNNING, SUCCESS, FAILED or CANCELLED.
     status: Option<String>,
+    /// Only runs this actor started (a token's name, `scheduler`, `message:<source>`, …).
+    actor: Option<String>,
     /// The `next` of the previous page.
     cursor: Option<String>,
     /// 1 to 1000, default 50.
@@ -175,7 +177,8 @@ pub async fn list(
         (Some(c), Some(u)) => Some(c.min(u)),
         (c, u) => c.or(u),
     };
-    let mut query = RunQuery { flow: q.flow, state: q.status, before, limit: limit + 1 };
+    let actor = q.actor.filter(|a| !a.is_empty());
+    let mut query = RunQuery { flow: q.flow, state: q.status, actor, before, limit: limit + 1 };
     let mut rows = Vec::new();
     // A scoped caller's page skips other teams' runs: read on until it is full.
     loop {

@@ -15,6 +15,12 @@ pub struct App {
 
 /// The API's router over a running engine, with `flows` (`(file, yaml)`) applied.
 pub async fn app(flows: &[(&str, &str)]) -> App {
+    app_with_auth(flows, AuthConfig::default()).await
+}
+
+/// As `app`, with bearer tokens (`auth`).
+#[allow(dead_code)] // not every test binary authenticates
+pub async fn app_with_auth(flows: &[(&str, &str)], auth: AuthConfig) -> App {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
     let (engine, handle) = madeira_engine::build(
@@ -28,6 +34,6 @@ pub async fn app(flows: &[(&str, &str)]) -> App {
     for (file, yaml) in flows {
         handle.apply_flow(file, yaml).await.expect("flow");
     }
-    let router = madeira_server::router(AppState::new(handle, AuthConfig::default()));
+    let router = madeira_server::router(AppState::new(handle, auth));
     App { router, _dir: dir, _cancel: cancel }
 }

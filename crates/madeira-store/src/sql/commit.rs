@@ -161,7 +161,7 @@ async fn write_attempts(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
     let rows = last_per_key(&batch.attempts, |a| (&a.run_id, &a.node, a.attempt));
     for chunk in rows.chunks(CHUNK) {
         let mut q: QueryBuilder<Db> = QueryBuilder::new(
-            "INSERT INTO attempts (run_id, node, attempt, started_at, finished_at, outcome, error) ",
+            "INSERT INTO attempts (run_id, node, attempt, started_at, finished_at, outcome, error, host) ",
         );
         q.push_values(chunk, |mut b, a| {
             b.push_bind(&a.run_id)
@@ -170,10 +170,20 @@ async fn write_attempts(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
                 .push_bind(a.started_at)
                 .push_bind(a.finished_at)
                 .push_bind(&a.outcome)
-                .push_bind(&a.error);
+                .push_bind(&a.error)
+                .push_bind(&a.host);
         });
         q.push(upsert("run_id, node, attempt", "finished_at, outcome, error"));
         q.build().execute(&mut **tx).await?;
+    }
+    for h in last_per_key(&batch.attempt_hosts, |h| (&h.run_id, &h.node, h.attempt)) {
+        sqlx::query(&sql("UPDATE attempts SET host = $1 WHERE run_id = $2 AND node = $3 AND attempt = $4"))
+            .bind(&h.host)
+            .bind(&h.run_id)
+            .bind(&h.node)
+            .bind(i64::from(h.attempt))
+            .execute(&mut **tx)
+            .await?;
     }
     Ok(())
 }

@@ -9,10 +9,12 @@ mod commit;
 mod flows;
 mod inbox;
 mod lease;
+mod lifecycle;
 mod permits;
 mod presence;
 mod read;
 mod runs;
+mod sessions;
 mod store;
 
 use sqlx::QueryBuilder;

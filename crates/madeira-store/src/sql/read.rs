@@ -14,7 +14,8 @@ use crate::{
 /// The columns `run_row` reads.
 fn run_columns() -> String {
     format!(
-        "id, flow, version, state, params, {}, \"trigger\", created_at, started_at, finished_at, trace_context",
+        "id, flow, version, state, params, {}, \"trigger\", actor, created_at, started_at, finished_at, \
+         trace_context",
         D::bytes_as_text("idempotency_key")
     )
 }
@@ -34,6 +35,7 @@ fn run_row(row: &Row) -> Result<RunRow> {
         params: serde_json::from_str(&params).map_err(|e| corrupt("runs", e))?,
         idempotency_key: row.try_get("idempotency_key")?,
         trigger: row.try_get("trigger")?,
+        actor: row.try_get("actor")?,
         created_at: row.try_get("created_at")?,
         started_at: row.try_get("started_at")?,
         finished_at: row.try_get("finished_at")?,
@@ -65,7 +67,7 @@ fn node_row(row: &Row) -> Result<NodeRow> {
     })
 }
 
-type AttemptTuple = (String, String, i64, i64, Option<i64>, Option<String>, Option<String>);
+type AttemptTuple = (String, String, i64, i64, Option<i64>, Option<String>, Option<String>, Option<String>);
 
 pub(super) async fn load_run(pool: &Pool, run_id: &str) -> Result<Option<StoredRun>> {
     let Some(row) = sqlx::query(&sql(&format!("SELECT {} FROM runs WHERE id = $1", run_columns())))
@@ -88,14 +90,14 @@ pub(super) async fn load_run(pool: &Pool, run_id: &str) -> Result<Option<StoredR
     .map(node_row)
     .collect::<Result<Vec<_>>>()?;
     let attempts = sqlx::query_as::<_, AttemptTuple>(&sql(
-        "SELECT run_id, node, attempt, started_at, finished_at, outcome, error FROM attempts \
+        "SELECT run_id, node, attempt, started_at, finished_at, outcome, error, host FROM attempts \
          WHERE run_id = $1 ORDER BY node, attempt",
     ))
     .bind(run_id)
     .fetch_all(pool)
     .await?
     .into_iter()
-    .map(|(run_id, node, attempt, started_at, finished_at, outcome, error)| AttemptRecord {
+    .map(|(run_id, node, attempt, started_at, finished_at, outcome, error, host)| AttemptRecord {
         run_id,
         node,
         attempt: attempt as u32,
@@ -103,6 +105,7 @@ pub(super) async fn load_run(pool: &Pool, run_id: &str) -> Result<Option<StoredR
         finished_at,
         outcome,
         error,
+        host,
     })
     .collect();
     Ok(Some(StoredRun { run, nodes, attempts }))
@@ -124,6 +127,9 @@ pub(super) async fn list_runs(pool: &Pool, query: &RunQuery) -> Result<Vec<RunRo
     }
     if let Some(state) = &query.state {
         q.push(" AND state = ").push_bind(state.to_ascii_uppercase());
+    }
+    if let Some(actor) = &query.actor {
+        q.push(" AND actor = ").push_bind(actor);
     }
     if let Some(before) = &query.before {
         q.push(" AND id < ").push_bind(before);

@@ -106,7 +106,7 @@ async fn create_in(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Res
     let state = edges.last().map_or(RunState::Queued, |e| e.to);
     sqlx::query(&sql(
         "INSERT INTO runs (id, flow, version, state, params, idempotency_key, \"trigger\", created_at, \
-         started_at, trace_context) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+         started_at, trace_context, actor) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     ))
     .bind(&run.id)
     .bind(&run.flow)
@@ -118,6 +118,7 @@ async fn create_in(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Res
     .bind(run.now_ms)
     .bind((state == RunState::Running).then_some(run.now_ms))
     .bind(&run.trace_context)
+    .bind(&run.actor)
     .execute(&mut **tx)
     .await?;
     for (offset, chunk) in run.node_names.chunks(CHUNK).enumerate() {

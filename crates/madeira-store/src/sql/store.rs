@@ -5,12 +5,15 @@
 use async_trait::async_trait;
 use serde_json::Value as Json;
 
-use super::{D, alerts, commands, commit, flows, inbox, lease, permits, presence, read, runs};
+use super::{
+    D, alerts, commands, commit, flows, inbox, lease, lifecycle, permits, presence, read, runs, sessions,
+};
 use crate::dialect::SqlStore;
 use crate::{
     AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, Batch, Claim, CreateOutcome,
-    DeliveryRow, FlowRecord, FlowVersion, InboxEvent, Lease, LogRecord, NewRun, OpenAlerts, PermitKey,
-    PutFlow, Result, RunCommand, RunQuery, RunRow, SidecarPresence, Store, StoredRun, TransitionRecord,
+    DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowVersion, InboxEvent, Lease, LogRecord, NewRun,
+    OpenAlerts, PermitKey, PutFlow, QueueOutcome, QueuedEvent, Result, RunCommand, RunQuery, RunRow,
+    SessionRecord, SidecarPresence, Store, StoredRun, TransitionRecord,
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
@@ -35,6 +38,12 @@ forward!(Store {
     read fn flow_version(name: &str, version: u32) -> Option<FlowVersion> = flows::flow_version;
     read fn flow_versions(name: &str) -> Vec<FlowVersion> = flows::flow_versions;
     write fn set_paused(name: &str, paused: bool, now_ms: i64) -> bool = flows::set_paused;
+    read fn deleted_flows() -> Vec<FlowRecord> = flows::deleted_flows;
+    write fn delete_flow(req: &DeleteFlow) -> DeleteOutcome = lifecycle::delete_flow;
+    write fn queue_event(event: &QueuedEvent, limit: u32) -> QueueOutcome = lifecycle::queue_event;
+    read fn queued_events(flow: &str, limit: u32) -> Vec<QueuedEvent> = lifecycle::queued_events;
+    write fn remove_queued_events(ids: &[i64]) -> () = lifecycle::remove_queued_events;
+    read fn queued_event_counts() -> Vec<(String, u64)> = lifecycle::queued_event_counts;
     write fn create_run(run: &NewRun) -> CreateOutcome = runs::create_run;
     write fn create_runs(new: &[NewRun]) -> Vec<CreateOutcome> = runs::create_runs;
     write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
@@ -62,6 +71,10 @@ forward!(Store {
     write fn sidecar_presence(since_ms: i64) -> Vec<(String, SidecarPresence, i64)> = presence::all;
     write fn prune(before_ms: i64, batch: u32) -> u64 = runs::prune;
     write fn probe(now_ms: i64) -> () = runs::probe;
+    write fn put_session(session: &SessionRecord, max_live: u32, now_ms: i64) -> () = sessions::put;
+    read fn get_session(id_hash: &str, now_ms: i64) -> Option<SessionRecord> = sessions::get;
+    write fn delete_session(id_hash: &str) -> bool = sessions::delete;
+    read fn sessions_live(now_ms: i64) -> u64 = sessions::count;
 });
 
 forward!(AlertStore {

@@ -4,8 +4,10 @@
 //! test body lives once in `suite.rs`.
 
 mod alerts;
+mod console;
 mod failures;
 mod lease;
+mod lifecycle;
 mod permits;
 mod suite;
 
@@ -79,12 +81,17 @@ macro_rules! on_every_backend {
 }
 
 mod bodies {
+    pub(super) use super::console::*;
     pub(super) use super::lease::*;
+    pub(super) use super::lifecycle::*;
     pub(super) use super::permits::*;
     pub(super) use super::suite::*;
 }
 
 on_every_backend!(
+    runs_keep_their_actor_and_are_found_by_it,
+    attempts_keep_the_host_they_ran_on,
+    sessions_expire_end_at_sign_out_and_stay_bounded,
     claims_follow_owner_and_expiry,
     commits_are_fenced_on_the_owner,
     expired_runs_are_taken_over_once,
@@ -106,4 +113,6 @@ on_every_backend!(
     batched_creation_refuses_full_throttle_queues,
     last_cron_key_and_version_history,
     creation_and_promotion_are_recorded_run_edges,
+    events_are_kept_only_for_a_paused_flow_once_and_bounded,
+    a_deleted_flow_keeps_or_purges_its_history,
 );

@@ -204,6 +204,7 @@ pub(crate) async fn outputs_attempts_logs_and_audit_round_trip(s: &dyn Store) {
         finished_at: None,
         outcome: None,
         error: None,
+        host: None,
     };
     s.commit(&Batch { attempts: vec![attempt.clone()], ..Batch::default() }).await.expect("start");
     let finished = AttemptRecord {
@@ -290,6 +291,7 @@ pub(crate) async fn repeated_rows_in_one_batch_keep_the_last(s: &dyn Store) {
         finished_at: None,
         outcome: None,
         error: None,
+        host: None,
     };
     let ended = AttemptRecord { finished_at: Some(2), outcome: Some("SUCCESS".into()), ..started.clone() };
     let output = |v: i64| OutputWrite {

@@ -1,4 +1,5 @@
-//! Client commands: apply, flows, run, runs, show, node actions, cancel, logs, audit.
+//! Client commands: apply, flows, run, runs, show, node actions, cancel, logs, audit
+//! (flow deletion, promote and demote in `lifecycle`).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -19,12 +20,20 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Flows { command: Some(FlowsCommand::History { name, diff, server }), .. } => {
             history(&name, diff, &server).await
         }
+        Command::Flows {
+            command: Some(FlowsCommand::Delete { name, cancel, purge, reason, server }),
+            ..
+        } => super::lifecycle::delete(&name, cancel, purge, reason, &server).await,
+        Command::Promote(args) => super::lifecycle::promote(args).await,
+        Command::Demote(args) => super::lifecycle::demote(args).await,
         Command::Run(args) => trigger(args).await,
         Command::Pause { flow, reason, server } => pause(&flow, "pause", reason, &server).await,
         Command::Resume { flow, reason, server } => pause(&flow, "resume", reason, &server).await,
-        Command::Runs { flow, status, limit, since, until, server } => {
+        Command::Runs { flow, status, actor, limit, since, until, server } => {
             let mut query = format!("/runs?limit={limit}");
-            for (key, value) in [("flow", flow), ("status", status), ("since", since), ("until", until)] {
+            let filters =
+                [("flow", flow), ("status", status), ("actor", actor), ("since", since), ("until", until)];
+            for (key, value) in filters {
                 if let Some(v) = value {
                     query.push_str(&format!("&{key}={}", query_value(&v)));
                 }
@@ -80,7 +89,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
     }
 }
 
-fn print(server: &ServerArgs, body: Value, text: impl Fn(&Value) -> String) -> Result<ExitCode> {
+pub(super) fn print(server: &ServerArgs, body: Value, text: impl Fn(&Value) -> String) -> Result<ExitCode> {
     match server.output {
         Output::Json => println!("{body}"),
         Output::Text => println!("{}", text(&body)),
@@ -154,7 +163,7 @@ async fn apply(paths: &[std::path::PathBuf], server: &ServerArgs) -> Result<Exit
 }
 
 /// Percent-encodes a query-string value (RFC 3986 unreserved characters pass).
-fn query_value(v: &str) -> String {
+pub(super) fn query_value(v: &str) -> String {
     v.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b':' => {
@@ -171,7 +180,16 @@ async fn pause(flow: &str, action: &str, reason: Option<String>, server: &Server
         Client::new(server)?.call(Method::POST, &format!("/flows/{flow}/{action}"), Some(body), &[]).await?;
     print(server, reply.body, |b| {
         let state = if b["paused"] == json!(true) { "paused" } else { "resumed" };
-        format!("flow {} {state}", str_of(&b["flow"]))
+        let started = b["started"].as_array().map_or(0, Vec::len);
+        let waiting = b["queued_events"].as_u64().unwrap_or(0);
+        let mut out = format!("flow {} {state}", str_of(&b["flow"]));
+        if started > 0 {
+            out.push_str(&format!("; started {started} event(s) kept while paused"));
+        }
+        if waiting > 0 {
+            out.push_str(&format!("; {waiting} event(s) waiting"));
+        }
+        out
     })
 }
 
@@ -268,32 +286,40 @@ async fn node_action(args: NodeActionArgs, action: &str) -> Result<ExitCode> {
     })
 }
 
-fn str_of(v: &Value) -> String {
+pub(super) fn str_of(v: &Value) -> String {
     v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())
 }
 
 fn flows_text(body: &Value) -> String {
-    let mut out = format!("{:<32} {:>7} {:<7} {}\n", "FLOW", "VERSION", "PAUSED", "NEXT RUN");
+    let mut out = format!("{:<32} {:>7} {:<7} {:>6} {}\n", "FLOW", "VERSION", "PAUSED", "EVENTS", "NEXT RUN");
     for f in body["flows"].as_array().into_iter().flatten() {
         let next = f["triggers"]
             .as_array()
             .and_then(|t| t.iter().find_map(|t| t["next_run"].as_str()))
             .unwrap_or("-");
-        out.push_str(&format!("{:<32} {:>7} {:<7} {next}\n", str_of(&f["flow"]), f["version"], f["paused"]));
+        out.push_str(&format!(
+            "{:<32} {:>7} {:<7} {:>6} {next}\n",
+            str_of(&f["flow"]),
+            f["version"],
+            f["paused"],
+            f["queued_events"].as_u64().unwrap_or(0)
+        ));
     }
     out.trim_end().to_string()
 }
 
 fn runs_text(body: &Value) -> String {
-    let mut out = format!("{:<38} {:<24} {:>3} {:<10} {}\n", "RUN", "FLOW", "V", "STATUS", "CREATED");
+    let mut out =
+        format!("{:<38} {:<24} {:>3} {:<10} {:<24} {}\n", "RUN", "FLOW", "V", "STATUS", "CREATED", "ACTOR");
     for r in body["runs"].as_array().into_iter().flatten() {
         out.push_str(&format!(
-            "{:<38} {:<24} {:>3} {:<10} {}\n",
+            "{:<38} {:<24} {:>3} {:<10} {:<24} {}\n",
             str_of(&r["run_id"]),
             str_of(&r["flow"]),
             r["version"],
             str_of(&r["status"]),
-            str_of(&r["created_at"])
+            str_of(&r["created_at"]),
+            str_of(&r["actor"])
         ));
     }
     if let Some(next) = body["next"].as_str() {
@@ -309,11 +335,12 @@ fn console_url(server: &str) -> String {
 
 pub fn show_text(run: &Value) -> String {
     let mut out = format!(
-        "run {} · flow {} v{} · {}\n",
+        "run {} · flow {} v{} · {} · by {}\n",
         str_of(&run["run_id"]),
         str_of(&run["flow"]),
         run["version"],
-        str_of(&run["status"])
+        str_of(&run["status"]),
+        str_of(&run["actor"])
     );
     out.push_str(&format!(
         "{:<20} {:<15} {:>8} {:>4} {:<6} {}\n",

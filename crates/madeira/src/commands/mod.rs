@@ -8,6 +8,7 @@ mod client_cmds;
 mod demo;
 mod exec;
 mod follow_logs;
+mod lifecycle;
 mod offline;
 mod servers;
 mod sidecar;

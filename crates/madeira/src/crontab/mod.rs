@@ -9,6 +9,7 @@
 
 mod emit;
 mod parse;
+pub mod promote;
 mod stampede;
 #[cfg(test)]
 mod tests;

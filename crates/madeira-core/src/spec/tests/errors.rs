@@ -362,6 +362,37 @@ nodes:
 }
 
 #[test]
+fn fallback_then_and_watch_durations() {
+    let source = "flow: f
+nodes:
+  a:
+    manual:
+      fallback_after: 6h
+      fallback: {builtin: noop, then: skipp}
+  b: {run: {builtin: noop, then: skip}, stall_after: 0s}
+";
+    assert_errors(
+        source,
+        &[
+            "flow.yaml:6: node a: `manual.fallback.then` is `skipp`; did you mean `skip`?; it says how \
+             the node ends once its fallback succeeded: `skip` or `success`",
+            "flow.yaml:7: node b: `then` only applies to `manual.fallback`; remove it from `run`",
+            "flow.yaml:7: node b: `stall_after` must be more than zero",
+        ],
+    );
+    assert_like(
+        "flow: f\nnodes:\n  b: {run: {builtin: noop}, warn_after: soon}\n",
+        "flow.yaml:3: node b: ",
+        "warn_after",
+    );
+    assert_like(
+        "flow: f\ndefaults: {stall_after: -1m}\nnodes:\n  b: {run: {builtin: noop}}\n",
+        "flow.yaml:2: ",
+        "stall_after",
+    );
+}
+
+#[test]
 fn empty_nodes() {
     let msg = "the flow has no nodes; add at least one under `nodes:`, e.g. `hello: {run: {builtin: noop}}`";
     assert_errors("flow: f\nnodes: {}\n", &[&format!("flow.yaml:2: {msg}")]);
@@ -462,4 +493,36 @@ nodes:
         lines,
         ["flow.yaml:1", "flow.yaml:3", "flow.yaml:3", "flow.yaml:4", "flow.yaml:5", "flow.yaml:5"]
     );
+}
+
+#[test]
+fn event_trigger_paused_policy_is_checked() {
+    let flow = |trigger: &str| format!("flow: f\ntriggers:\n  - {trigger}\nnodes:\n  a: {NOOP}\n");
+    assert_like(
+        &flow("event: x\n    on_paused: dorp"),
+        "flow.yaml:4:",
+        "unknown `on_paused` `dorp`; did you mean `drop`?",
+    );
+    assert_like(
+        &flow("event: x\n    max_queued: 0"),
+        "flow.yaml:4:",
+        "`max_queued` must be at least 1, got 0",
+    );
+    assert_like(&flow("event: x\n    max_queued: 100001"), "flow.yaml:4:", "`max_queued` is at most 100000");
+    assert_like(
+        &flow("cron: \"0 1 * * *\"\n    on_paused: drop"),
+        "flow.yaml:3:",
+        "`on_paused` only applies to `event` triggers",
+    );
+    let def = crate::spec::parse_flow("f.yaml", &flow("event: x\n    on_paused: drop\n    max_queued: 5"))
+        .expect("valid");
+    let [crate::model::TriggerDef::Event { on_paused, max_queued, .. }] = def.triggers.as_slice() else {
+        panic!()
+    };
+    assert_eq!((*on_paused, *max_queued), (crate::model::OnPaused::Drop, 5));
+    let def = crate::spec::parse_flow("f.yaml", &flow("event: x")).expect("valid");
+    let [crate::model::TriggerDef::Event { on_paused, max_queued, .. }] = def.triggers.as_slice() else {
+        panic!()
+    };
+    assert_eq!((*on_paused, *max_queued), (crate::model::OnPaused::Queue, 1000));
 }

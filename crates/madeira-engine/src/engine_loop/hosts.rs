@@ -1,0 +1,94 @@
+//! Where each attempt runs (`attempts.host`): the replica id for an attempt in
+//! this process (builtin, http, sql), the reporting host for `madeira exec`, and
+//! for a sidecar attempt the sidecar(s) the fleet placed it on, learned after its
+//! start was committed (`EngineHandle::attempt_placed`) and written by the next
+//! commit. A moved or sharded attempt lists each sidecar once, in placement order.
+
+use madeira_core::model::{NodeAction, NodeDef};
+use madeira_core::{ExecutorDef, RunSnapshot};
+use madeira_store::AttemptHost;
+
+use super::Engine;
+use crate::envelope::Envelope;
+use crate::record::Work;
+use crate::{EngineError, EngineHandle};
+
+/// Longest host list kept for one attempt (a broadcast over many sidecars).
+const MAX_HOSTS_LEN: usize = 512;
+
+/// What an attempt of `def` runs (`fallback`: a manual node's fallback executor);
+/// `None` when nothing is executed (a manual node waiting for its answer).
+pub(super) fn executor_of(def: &NodeDef, fallback: bool) -> Option<ExecutorDef> {
+    match (&def.action, fallback) {
+        (NodeAction::Run(executor), _) => Some(executor.clone()),
+        (NodeAction::Manual(manual), true) => manual.fallback.clone(),
+        (NodeAction::Manual(_), false) => None,
+    }
+}
+
+impl Engine {
+    /// The host known when an attempt of `node` starts: this replica for an
+    /// in-process executor, the exec report's host for an observe-only flow, none
+    /// yet for a sidecar attempt (the fleet names it once placed).
+    pub(super) fn start_host(&self, snap: &RunSnapshot, node: usize, fallback: bool) -> Option<String> {
+        if snap.flow.observe {
+            return snap.params.get("host").and_then(|h| h.as_str()).map(str::to_string);
+        }
+        let executor = executor_of(&snap.flow.nodes[node], fallback)?;
+        self.p.executors.in_process(&executor).then(|| self.holder.owner.clone())
+    }
+
+    /// The host an ended attempt's record carries (inserted only when its start
+    /// was not written, i.e. both are in one batch): this replica's for an
+    /// in-process attempt; a sidecar attempt's comes from its placements.
+    pub(super) fn done_host(&self, ran: Option<super::drain::Running>) -> Option<String> {
+        ran.filter(|r| r.in_process).map(|_| self.holder.owner.clone())
+    }
+
+    /// The fleet placed attempt `attempt` of `node` on sidecar `host`: recorded
+    /// when that attempt is still the one running here.
+    pub(super) fn placed(&mut self, run_id: &str, node: &str, attempt: u32, host: String, work: &mut Work) {
+        let Some(idx) = self.runs.get(run_id).and_then(|s| s.flow.node_index(node)) else {
+            return;
+        };
+        let Some(running) = self.running.get_mut(&(run_id.to_string(), idx)) else {
+            return;
+        };
+        if running.attempt != attempt || running.hosts.contains(&host) {
+            return;
+        }
+        running.hosts.push(host);
+        let mut joined = running.hosts.join(", ");
+        if joined.len() > MAX_HOSTS_LEN {
+            let cut = (0..=MAX_HOSTS_LEN - 3).rev().find(|&i| joined.is_char_boundary(i)).unwrap_or(0);
+            joined.truncate(cut);
+            joined.push_str("...");
+        }
+        work.batch.attempt_hosts.push(AttemptHost {
+            run_id: run_id.to_string(),
+            node: node.to_string(),
+            attempt,
+            host: joined,
+        });
+    }
+}
+
+impl EngineHandle {
+    /// Tells the engine that attempt `attempt` of `run_id`'s `node` was placed on
+    /// sidecar `host` (the fleet calls it for every placement, a move included).
+    pub async fn attempt_placed(
+        &self,
+        run_id: &str,
+        node: &str,
+        attempt: u32,
+        host: &str,
+    ) -> Result<(), EngineError> {
+        self.send_envelope(Envelope::AttemptPlaced {
+            run_id: run_id.to_string(),
+            node: node.to_string(),
+            attempt,
+            host: host.to_string(),
+        })
+        .await
+    }
+}
