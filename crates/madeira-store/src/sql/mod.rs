@@ -13,6 +13,7 @@ mod permits;
 mod presence;
 mod read;
 mod runs;
+mod shards;
 mod store;
 
 use sqlx::QueryBuilder;

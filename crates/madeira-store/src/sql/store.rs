@@ -5,12 +5,13 @@
 use async_trait::async_trait;
 use serde_json::Value as Json;
 
-use super::{D, alerts, commands, commit, flows, inbox, lease, permits, presence, read, runs};
+use super::{D, alerts, commands, commit, flows, inbox, lease, permits, presence, read, runs, shards};
 use crate::dialect::SqlStore;
 use crate::{
     AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, Batch, Claim, CreateOutcome,
     DeliveryRow, FlowRecord, FlowVersion, InboxEvent, Lease, LogRecord, NewRun, OpenAlerts, PermitKey,
-    PutFlow, Result, RunCommand, RunQuery, RunRow, SidecarPresence, Store, StoredRun, TransitionRecord,
+    PutFlow, Result, RunCommand, RunQuery, RunRow, ShardResult, SidecarPresence, Store, StoredRun,
+    TransitionRecord,
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
@@ -60,6 +61,8 @@ forward!(Store {
     write fn publish_sidecars(replica: &str, groups: &[SidecarPresence], now_ms: i64) -> () = presence::publish;
     write fn sidecar_hosts(group: &str, job: &str, since_ms: i64) -> Vec<String> = presence::hosts;
     write fn sidecar_presence(since_ms: i64) -> Vec<(String, SidecarPresence, i64)> = presence::all;
+    write fn put_shard_result(result: &ShardResult) -> () = shards::put;
+    read fn shard_results(run_id: &str, node: &str, key: &str) -> Vec<ShardResult> = shards::list;
     write fn prune(before_ms: i64, batch: u32) -> u64 = runs::prune;
     write fn probe(now_ms: i64) -> () = runs::probe;
 });

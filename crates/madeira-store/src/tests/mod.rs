@@ -6,6 +6,7 @@ mod alerts;
 mod failures;
 mod lease;
 mod permits;
+mod shards;
 mod suite;
 
 use crate::Store;
@@ -60,6 +61,7 @@ macro_rules! on_every_backend {
 mod bodies {
     pub(super) use super::lease::*;
     pub(super) use super::permits::*;
+    pub(super) use super::shards::*;
     pub(super) use super::suite::*;
 }
 
@@ -84,4 +86,5 @@ on_every_backend!(
     batched_creation_refuses_full_throttle_queues,
     last_cron_key_and_version_history,
     creation_and_promotion_are_recorded_run_edges,
+    shard_results_are_kept_per_key_and_pruned_with_their_run,
 );
