@@ -37,8 +37,6 @@ async fn refusals(conn: &mut sqlx::PgConnection) -> i64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "known race, about 1 run in 3: after the refused commits the resumed attempt can stay RUNNING \
-            once the store takes commits again (see the README's Not in this build yet); run with --ignored"]
 async fn a_result_is_acknowledged_only_after_its_commit_and_the_job_runs_once() {
     let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -87,8 +85,8 @@ async fn a_result_is_acknowledged_only_after_its_commit_and_the_job_runs_once() 
 
     let run_id = dev.trigger("acked", json!({})).await;
     wait_for("the job to run", 20, || lines(&ran) == 1).await;
-    // The first commit is refused, the run resumed from the store and its attempt
-    // dispatched again; that commit is refused too.
+    // The first commit is refused and the run resumed from the store; each
+    // resumption's commit (its recovery leaves RUNNING too) is refused as well.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     while refusals(&mut conn).await < 3 {
         assert!(tokio::time::Instant::now() < deadline, "the engine did not retry the refused commit");

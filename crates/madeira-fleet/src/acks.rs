@@ -1,8 +1,8 @@
 //! Acknowledging a result only after the engine's commit that records it. A
 //! result taken from a sidecar is kept here (`State::unacked`, by idempotency key
 //! and shard) until the engine commits the end of its attempt: the engine
-//! broadcasts that transition (from RUNNING to another state) after the commit, and this task
-//! then sends the `Ack` to the sidecar, which only then removes the result from
+//! broadcasts that transition (from RUNNING to another state, not a recovery:
+//! `ends_attempt`) after the commit, and this task then sends the `Ack` to the sidecar, which only then removes the result from
 //! its spool. Until then:
 //!
 //! - a commit that fails (the store refuses or is unreachable) makes the engine
@@ -19,7 +19,7 @@
 
 use std::time::{Duration, Instant};
 
-use madeira_core::state::NodeState;
+use madeira_core::state::{Cause, NodeState};
 use madeira_engine::RunEvent;
 use madeira_proto::ControlMsg;
 use madeira_proto::v1::{Ack, AttemptResult};
@@ -71,9 +71,7 @@ impl Fleet {
         let Some(node) = e.node.as_deref() else {
             return;
         };
-        // The end of an attempt; not a recovery (RUNNING → RUNNING, the attempt
-        // started again), whose resumed dispatch still needs the kept result.
-        if e.from != NodeState::Running.as_str() || e.to == NodeState::Running.as_str() {
+        if !ends_attempt(e) {
             return;
         }
         let done = self.take_unacked(|u| {
@@ -83,7 +81,8 @@ impl Fleet {
     }
 
     /// Acknowledges kept results older than `age` whose attempt the store shows
-    /// ended: the node is no longer RUNNING, or that attempt has an outcome.
+    /// ended: that attempt has an outcome, or the node is neither RUNNING nor INIT
+    /// (INIT after a recovery: the resumed dispatch still needs the kept result).
     pub(crate) async fn sweep_store(&self, age: Duration) {
         let Some(engine) = self.inner.engine.get().cloned() else {
             return;
@@ -113,7 +112,7 @@ impl Fleet {
                             .nodes
                             .iter()
                             .find(|n| n.node == node)
-                            .is_none_or(|n| n.state != NodeState::Running)
+                            .is_none_or(|n| !matches!(n.state, NodeState::Running | NodeState::Init))
                 }
                 // A run that is gone will record nothing.
                 Ok(None) => true,
@@ -170,5 +169,48 @@ impl Fleet {
                 u.result.run_id == job.run_id && u.result.node == job.node && u.result.attempt <= job.attempt
             })
             .map(|u| u.result.clone())
+    }
+}
+
+/// Whether a committed transition ends the attempt it leaves: one from RUNNING
+/// that is not a recovery. A recovery (RUNNING → INIT, cause `recovered`, when a
+/// failed commit or a restart resumes the run from the store) starts the same
+/// attempt again under its idempotency key, and that resumed dispatch takes the
+/// kept result (`take_kept`): acknowledging it here would drop it from the
+/// sidecar's spool before its end is committed, and the resumed dispatch, finding
+/// nothing kept, would wait for a claim that never comes.
+fn ends_attempt(e: &RunEvent) -> bool {
+    e.from == NodeState::Running.as_str()
+        && e.to != NodeState::Running.as_str()
+        && e.cause != Cause::Recovered.as_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(from: NodeState, to: NodeState, cause: Cause) -> RunEvent {
+        RunEvent {
+            run_id: "r".into(),
+            flow: "f".into(),
+            node: Some("n".into()),
+            from: from.as_str().into(),
+            to: to.as_str().into(),
+            cause: cause.as_str().into(),
+            attempt: 1,
+            reason: None,
+            at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_recovery_does_not_end_the_attempt_but_its_real_ends_do() {
+        use NodeState as S;
+        assert!(!ends_attempt(&event(S::Running, S::Init, Cause::Recovered)));
+        assert!(!ends_attempt(&event(S::Init, S::Running, Cause::Dispatch)));
+        assert!(ends_attempt(&event(S::Running, S::Success, Cause::Succeeded)));
+        assert!(ends_attempt(&event(S::Running, S::Failed, Cause::AttemptFailed)));
+        assert!(ends_attempt(&event(S::Running, S::Retrying, Cause::RetryScheduled)));
+        assert!(ends_attempt(&event(S::Running, S::Failed, Cause::RunCancelled)));
     }
 }

@@ -2,12 +2,13 @@
 //! group that declares the job. `shards: N` fans the attempt into N assignments
 //! (MADEIRA_SHARD_INDEX/TOTAL, each with its own idempotency key `…:s<index>`);
 //! the node succeeds when every shard has, and a retry only runs the shards that
-//! have not. `shards: all` broadcasts: one shard pinned to each live sidecar of the
+//! have not (kept in the store as each succeeds: `kept_shards`, so also after a
+//! control-plane restart). `shards: all` broadcasts: one shard pinned to each live sidecar of the
 //! group (in name order), never moved. An assignment on a sidecar that is lost or
 //! refuses it moves to another sidecar of the group.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -22,24 +23,29 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::Fleet;
+use crate::kept_shards::KeptShards;
 use crate::registry::{Event, Outbound, Pending};
 use crate::routing::{Candidate, pick};
 
-/// Successful shard outputs by idempotency key, kept until every shard succeeded.
-type ShardMemo = HashMap<String, BTreeMap<u32, Map<String, Json>>>;
-
 pub struct SidecarExecutor {
     fleet: Fleet,
-    memo: Arc<Mutex<ShardMemo>>,
+    kept: Arc<KeptShards>,
 }
 
 impl SidecarExecutor {
     pub fn new(fleet: Fleet) -> Self {
-        Self { fleet, memo: Arc::default() }
+        Self { fleet, kept: Arc::default() }
     }
+}
 
-    fn memo(&self) -> std::sync::MutexGuard<'_, ShardMemo> {
-        self.memo.lock().unwrap_or_else(|p| p.into_inner())
+/// A successful shard's outputs (a JSON object; anything else counts as none).
+fn success_outputs(r: &Reported) -> Option<Map<String, Json>> {
+    if Outcome::try_from(r.outcome) != Ok(Outcome::Success) {
+        return None;
+    }
+    match serde_json::from_str::<Json>(&r.outputs_json) {
+        Ok(Json::Object(map)) => Some(map),
+        _ => Some(Map::new()),
     }
 }
 
@@ -65,9 +71,10 @@ impl Executor for SidecarExecutor {
             return AttemptResult::failure(error, true);
         }
         // A broadcast's shards follow the live sidecars, so a retry runs them all again.
-        let done: BTreeMap<u32, Map<String, Json>> = match pins {
-            Some(_) => BTreeMap::new(),
-            None => self.memo().get(&job.idempotency_key).cloned().unwrap_or_default(),
+        let keep = total > 1 && pins.is_none();
+        let done: BTreeMap<u32, Map<String, Json>> = match keep {
+            true => self.kept.load(&self.fleet, &job).await,
+            false => BTreeMap::new(),
         };
         let todo: Vec<u32> = (0..total).filter(|i| !done.contains_key(i)).collect();
         let runs = todo.iter().map(|&shard| {
@@ -77,13 +84,25 @@ impl Executor for SidecarExecutor {
                 sharded: total > 1 || pins.is_some(),
                 pin: pins.as_ref().map(|p| p[shard as usize].clone()),
             };
-            run_shard(&self.fleet, &job, def, fan, cancel.clone())
+            let (job, cancel) = (&job, cancel.clone());
+            async move {
+                let end = run_shard(&self.fleet, job, def, fan, cancel).await;
+                if let (true, ShardEnd::Done(r)) = (keep, &end)
+                    && let Some(outputs) = success_outputs(r)
+                {
+                    self.kept.keep(&self.fleet, job, shard, &outputs).await;
+                }
+                end
+            }
         });
         let sharded = total > 1 || def.is_broadcast();
         let ends = futures::future::join_all(runs).await;
+        let mut logs: String = done
+            .keys()
+            .map(|s| format!("--- shard {s}/{total}: succeeded earlier, not run again ---\n"))
+            .collect();
         let mut outputs = done;
         let mut failures = Vec::new();
-        let mut logs = String::new();
         for (shard, end) in todo.into_iter().zip(ends) {
             match end {
                 ShardEnd::Done(r) => {
@@ -91,16 +110,12 @@ impl Executor for SidecarExecutor {
                         logs.push_str(&format!("--- shard {shard}/{total} ---\n"));
                     }
                     logs.push_str(&String::from_utf8_lossy(&r.log_tail));
-                    match Outcome::try_from(r.outcome) {
-                        Ok(Outcome::Success) => {
-                            let map = match serde_json::from_str::<Json>(&r.outputs_json) {
-                                Ok(Json::Object(map)) => map,
-                                _ => Map::new(),
-                            };
+                    match (success_outputs(&r), Outcome::try_from(r.outcome)) {
+                        (Some(map), _) => {
                             outputs.insert(shard, map);
                         }
-                        Ok(Outcome::Failed) => failures.push((shard, r.error.clone(), false)),
-                        _ => failures.push((shard, r.error.clone(), true)),
+                        (None, Ok(Outcome::Failed)) => failures.push((shard, r.error.clone(), false)),
+                        (None, _) => failures.push((shard, r.error.clone(), true)),
                     }
                 }
                 ShardEnd::Failed { error, retryable } => {
@@ -110,7 +125,7 @@ impl Executor for SidecarExecutor {
             }
         }
         if failures.is_empty() {
-            self.memo().remove(&job.idempotency_key);
+            self.kept.forget(&job);
             let outputs = if !sharded {
                 outputs.into_values().next().unwrap_or_default()
             } else {
@@ -118,9 +133,6 @@ impl Executor for SidecarExecutor {
                 Map::from_iter([("shards".to_string(), Json::Array(list))])
             };
             return AttemptResult::Success { outputs, log: logs };
-        }
-        if total > 1 && !def.is_broadcast() {
-            self.memo().insert(job.idempotency_key.clone(), outputs);
         }
         let retryable = failures.iter().all(|(_, _, r)| *r);
         let error = if !sharded {

@@ -11,6 +11,7 @@
 mod acks;
 mod executor;
 mod fencing;
+mod kept_shards;
 mod metrics;
 mod presence;
 mod registry;

@@ -75,7 +75,13 @@ impl Leftovers {
         self.dir.join(format!("{name}.job"))
     }
 
-    /// Records that `a` runs as process group `pgid` (synced before returning).
+    /// Records that `a` runs as process group `pgid`. Written and renamed into
+    /// place before returning, not fsynced: the record serves the next start of a
+    /// sidecar process that died (its writes are in the page cache, which outlives
+    /// the process); after a host crash there is nothing to reclaim (the job died
+    /// with the host, and a record of an earlier boot is not taken for a live
+    /// group), and the control plane moves the attempt the sidecar comes back
+    /// without. An fsync here cost one disk flush per job on the dispatch path.
     pub fn record(&self, a: &Assignment, pgid: u32) {
         let record = JobRecord {
             pgid,
@@ -97,7 +103,6 @@ impl Leftovers {
             let mut file =
                 std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
             file.write_all(&bytes)?;
-            file.sync_all()?;
             std::fs::rename(&tmp, &path)
         });
         if let Err(e) = written {

@@ -60,34 +60,47 @@ impl Spool {
 
     /// Durably stores `msg` under `id` (a second put of the same id is a no-op).
     pub fn put(&self, id: &str, msg: &SidecarMessage) -> Result<(), SpoolError> {
-        if self.lock().contains_key(id) {
+        let Some(name) = self.name_for(id) else {
             return Ok(());
+        };
+        write_durably(&self.dir, &name, &msg.encode_to_vec())?;
+        self.indexed(id, name);
+        Ok(())
+    }
+
+    /// `put` from async code: the writes and their fsyncs run on the blocking
+    /// pool, so they neither stall the runtime's worker threads (which, in
+    /// `madeira dev --jobs`, also run the control plane) nor wait for each other
+    /// when several jobs end at once. Returns once the report is durable.
+    pub async fn put_async(&self, id: &str, msg: &SidecarMessage) -> Result<(), SpoolError> {
+        let Some(name) = self.name_for(id) else {
+            return Ok(());
+        };
+        let (dir, file, bytes) = (self.dir.clone(), name.clone(), msg.encode_to_vec());
+        tokio::task::spawn_blocking(move || write_durably(&dir, &file, &bytes)).await.map_err(|e| {
+            SpoolError::Io { path: self.dir.display().to_string(), source: std::io::Error::other(e) }
+        })??;
+        self.indexed(id, name);
+        Ok(())
+    }
+
+    /// A new file name for `id`; `None` when `id` is already spooled.
+    fn name_for(&self, id: &str) -> Option<String> {
+        if self.lock().contains_key(id) {
+            return None;
         }
         let millis = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or(0);
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let name = format!("{millis:015}{seq:06}-{seq}-{}.report", sanitize(id));
-        let tmp = self.dir.join(format!("{name}.tmp"));
-        let path = self.dir.join(&name);
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io(&tmp))?;
-        file.write_all(&msg.encode_to_vec()).map_err(io(&tmp))?;
-        file.sync_all().map_err(io(&tmp))?;
-        std::fs::rename(&tmp, &path).map_err(io(&path))?;
-        if let Ok(d) = std::fs::File::open(&self.dir) {
-            let _ = d.sync_all();
-        }
+        Some(format!("{millis:015}{seq:06}-{seq}-{}.report", sanitize(id)))
+    }
+
+    fn indexed(&self, id: &str, name: String) {
         let mut index = self.lock();
         index.insert(id.to_string(), name);
         self.pending.set(i64::try_from(index.len()).unwrap_or(i64::MAX));
-        Ok(())
     }
 
     /// Forgets `id` once the control plane has it.
@@ -140,6 +153,27 @@ impl Spool {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Writes `bytes` to `dir/name` durably: a temporary file, synced, renamed into
+/// place, and the directory synced (so the new name survives a host crash).
+fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), SpoolError> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let path = dir.join(name);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io(&tmp))?;
+    file.write_all(bytes).map_err(io(&tmp))?;
+    file.sync_all().map_err(io(&tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io(&path))?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
 }
 
 /// Creates `dir` (and its parents) and sets its mode, e.g. 0700.

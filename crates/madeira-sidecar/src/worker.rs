@@ -125,7 +125,7 @@ impl Shared {
 
     /// Spools a report, then sends it; it stays spooled until acknowledged.
     pub async fn report(&self, id: &str, msg: SidecarMessage) {
-        if let Err(e) = self.spool.put(id, &msg) {
+        if let Err(e) = self.spool.put_async(id, &msg).await {
             warn!(error = %e, "cannot spool a report; sending it without a copy on disk");
         }
         self.send(msg).await;

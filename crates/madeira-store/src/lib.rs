@@ -15,6 +15,7 @@ mod lifecycle;
 pub mod mysql;
 pub mod postgres;
 mod records;
+mod shards;
 pub mod sqlite;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
@@ -27,6 +28,7 @@ pub use alerts::*;
 pub use lease::{Claim, Lease, UNCLAIMED_GRACE_MS};
 pub use lifecycle::*;
 pub use records::*;
+pub use shards::ShardResult;
 
 /// Errors of the store, with the entity they concern.
 #[derive(Debug, thiserror::Error)]
@@ -220,6 +222,11 @@ pub trait Store: Send + Sync + 'static {
     /// Every replica's report seen at `since_ms` or later: `(replica, group and
     /// jobs, seen_at)`, by replica then group.
     async fn sidecar_presence(&self, since_ms: i64) -> Result<Vec<(String, SidecarPresence, i64)>>;
+
+    /// Keeps (replaces) a succeeded shard of a sharded attempt.
+    async fn put_shard_result(&self, result: &ShardResult) -> Result<()>;
+    /// The kept shards of `run_id`'s `node` under idempotency key `key`, by index.
+    async fn shard_results(&self, run_id: &str, node: &str, key: &str) -> Result<Vec<ShardResult>>;
 
     /// Deletes up to `batch` finished runs (and everything about them) finished
     /// before `before_ms`, and audit rows older than it. Returns runs deleted.

@@ -298,9 +298,17 @@ async fn pump(
     }
 }
 
-/// The job's output file as a JSON object; absent or empty means `{}`.
+/// The job's output file as a JSON object; absent or empty means `{}` (one trip
+/// to the blocking pool).
 async fn read_outputs(path: &Path) -> Result<Map<String, Json>, String> {
-    let meta = match tokio::fs::metadata(path).await {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || read_outputs_now(&path))
+        .await
+        .map_err(|e| format!("cannot read MADEIRA_OUTPUT_FILE: {e}"))?
+}
+
+fn read_outputs_now(path: &Path) -> Result<Map<String, Json>, String> {
+    let meta = match std::fs::metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Map::new()),
         Err(e) => return Err(format!("cannot read MADEIRA_OUTPUT_FILE: {e}")),
@@ -311,8 +319,7 @@ async fn read_outputs(path: &Path) -> Result<Map<String, Json>, String> {
             meta.len()
         ));
     }
-    let text =
-        tokio::fs::read_to_string(path).await.map_err(|e| format!("cannot read MADEIRA_OUTPUT_FILE: {e}"))?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read MADEIRA_OUTPUT_FILE: {e}"))?;
     if text.trim().is_empty() {
         return Ok(Map::new());
     }

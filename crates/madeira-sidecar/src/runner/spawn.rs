@@ -49,20 +49,14 @@ pub(super) async fn prepare(
         Some(name) => Some(lookup_user(name)?),
         None => None,
     };
-    tokio::fs::create_dir_all(dir).await.map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let input = dir.join("input.json");
     let output = dir.join("output.json");
-    tokio::fs::write(&input, attempt.input.to_string())
+    let owner = user.as_ref().map(|u| (u.uid, u.gid, u.name.clone()));
+    let (work, file, text) = (dir.to_path_buf(), input.clone(), attempt.input.to_string());
+    // One trip to the blocking pool for the directory and the input file.
+    tokio::task::spawn_blocking(move || write_input(&work, &file, &text, owner))
         .await
-        .map_err(|e| format!("cannot write {}: {e}", input.display()))?;
-    let _ = tokio::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).await;
-    let _ = tokio::fs::set_permissions(&input, std::fs::Permissions::from_mode(0o600)).await;
-    if let Some(u) = &user {
-        for path in [dir, input.as_path()] {
-            std::os::unix::fs::chown(path, Some(u.uid), Some(u.gid))
-                .map_err(|e| format!("cannot hand {} to user {}: {e}", path.display(), u.name))?;
-        }
-    }
+        .map_err(|e| format!("cannot prepare {}: {e}", dir.display()))??;
 
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
@@ -100,6 +94,39 @@ pub(super) async fn prepare(
         cmd.current_dir(workdir);
     }
     Ok(cmd)
+}
+
+/// Creates the attempt directory (0700) and its input file (0600), handed to the
+/// job's user when it switches.
+fn write_input(
+    dir: &Path,
+    input: &Path,
+    text: &str,
+    owner: Option<(u32, u32, String)>,
+) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(input)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| format!("cannot write {}: {e}", input.display()))?;
+    if let Some((uid, gid, name)) = owner {
+        for path in [dir, input] {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid))
+                .map_err(|e| format!("cannot hand {} to user {name}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
 }
 
 struct User {

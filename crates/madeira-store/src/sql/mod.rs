@@ -15,6 +15,7 @@ mod presence;
 mod read;
 mod runs;
 mod sessions;
+mod shards;
 mod store;
 
 use sqlx::QueryBuilder;

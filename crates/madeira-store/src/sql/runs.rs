@@ -231,7 +231,7 @@ pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64
     .await?;
     let mut deleted = 0;
     if !ids.is_empty() {
-        for table in ["nodes", "transitions", "node_outputs", "attempts", "logs", "runs"] {
+        for table in ["nodes", "transitions", "node_outputs", "attempts", "logs", "shard_results", "runs"] {
             let column = if table == "runs" { "id" } else { "run_id" };
             let mut q: QueryBuilder<Db> =
                 QueryBuilder::new(format!("DELETE FROM {table} WHERE {column} IN "));

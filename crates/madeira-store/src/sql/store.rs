@@ -7,13 +7,14 @@ use serde_json::Value as Json;
 
 use super::{
     D, alerts, commands, commit, flows, inbox, lease, lifecycle, permits, presence, read, runs, sessions,
+    shards,
 };
 use crate::dialect::SqlStore;
 use crate::{
     AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, Batch, Claim, CreateOutcome,
     DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowVersion, InboxEvent, Lease, LogRecord, NewRun,
     OpenAlerts, PermitKey, PutFlow, QueueOutcome, QueuedEvent, Result, RunCommand, RunQuery, RunRow,
-    SessionRecord, SidecarPresence, Store, StoredRun, TransitionRecord,
+    SessionRecord, ShardResult, SidecarPresence, Store, StoredRun, TransitionRecord,
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
@@ -69,6 +70,8 @@ forward!(Store {
     write fn publish_sidecars(replica: &str, groups: &[SidecarPresence], now_ms: i64) -> () = presence::publish;
     write fn sidecar_hosts(group: &str, job: &str, since_ms: i64) -> Vec<String> = presence::hosts;
     write fn sidecar_presence(since_ms: i64) -> Vec<(String, SidecarPresence, i64)> = presence::all;
+    write fn put_shard_result(result: &ShardResult) -> () = shards::put;
+    read fn shard_results(run_id: &str, node: &str, key: &str) -> Vec<ShardResult> = shards::list;
     write fn prune(before_ms: i64, batch: u32) -> u64 = runs::prune;
     write fn probe(now_ms: i64) -> () = runs::probe;
     write fn put_session(session: &SessionRecord, max_live: u32, now_ms: i64) -> () = sessions::put;

@@ -9,6 +9,7 @@ mod failures;
 mod lease;
 mod lifecycle;
 mod permits;
+mod shards;
 mod suite;
 
 use crate::Store;
@@ -85,6 +86,7 @@ mod bodies {
     pub(super) use super::lease::*;
     pub(super) use super::lifecycle::*;
     pub(super) use super::permits::*;
+    pub(super) use super::shards::*;
     pub(super) use super::suite::*;
 }
 
@@ -115,4 +117,5 @@ on_every_backend!(
     creation_and_promotion_are_recorded_run_edges,
     events_are_kept_only_for_a_paused_flow_once_and_bounded,
     a_deleted_flow_keeps_or_purges_its_history,
+    shard_results_are_kept_per_key_and_pruned_with_their_run,
 );
