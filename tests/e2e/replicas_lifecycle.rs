@@ -1,11 +1,12 @@
-//! A flow's lifecycle across `madeira serve` replicas on one PostgreSQL database:
+//! A flow's lifecycle across `madeira serve` replicas on one PostgreSQL (or
+//! MariaDB) database:
 //! a flow deleted through one replica stops firing on every replica, with no
 //! "cron run not created" noise from a replica that had it scheduled; an event
 //! kept for a paused flow through one replica starts when another resumes it.
 
 use std::time::{Duration, Instant};
 
-use madeira_store::testing::PgTestDb;
+use madeira_store::testing::{MySqlTestDb, PgTestDb};
 use serde_json::{Value, json};
 
 use crate::cluster::{config, replica};
@@ -18,8 +19,21 @@ async fn runs(dev: &Dev, flow: &str) -> usize {
 #[tokio::test]
 async fn a_flow_deleted_on_one_replica_stops_everywhere_and_kept_events_start_from_another() {
     let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    deleted_and_kept_across_replicas(&db.url).await;
+    drop(db);
+}
+
+#[tokio::test]
+async fn on_mariadb_a_flow_deleted_on_one_replica_stops_everywhere_and_kept_events_start_from_another() {
+    let Some(db) = MySqlTestDb::create().await.expect("MySQL test database") else { return };
+    deleted_and_kept_across_replicas(&db.url).await;
+    drop(db);
+}
+
+/// The scenario of the module doc on the store at `store_url`.
+async fn deleted_and_kept_across_replicas(store_url: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = config(dir.path(), &db.url, "");
+    let config = config(dir.path(), store_url, "");
     let r1 = replica(&config, "r1");
     let r2 = replica(&config, "r2");
     r1.put_flow("flow: beat\ntriggers:\n  - cron: \"* * * * * *\"\n    misfire: skip\nnodes:\n  a: {run: {builtin: noop}}\n")
