@@ -41,23 +41,49 @@ impl PgTestDb {
     /// Creates `madeira_t_<uuid>`. `Ok(None)`: no server and not on CI (skip).
     pub async fn create() -> Result<Option<Self>, String> {
         let admin_url = pg_admin_url();
-        let mut admin = match PgConnection::connect(&admin_url).await {
-            Ok(conn) => conn,
-            Err(e) if !services_required() => {
-                eprintln!("skipping: PostgreSQL at {admin_url} is unreachable ({e})");
-                return Ok(None);
-            }
-            Err(e) => return Err(format!("CI=true and PostgreSQL at {admin_url} is unreachable: {e}")),
+        let Some((url, name)) = create_db::<PgConnection>(&admin_url, "PostgreSQL", "").await? else {
+            return Ok(None);
         };
-        let name = format!("madeira_t_{}", uuid::Uuid::now_v7().simple());
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
-        let _ = admin.close().await;
-        let url = replace_db(&admin_url, &name);
         Ok(Some(Self { url, name, admin_url }))
     }
+}
+
+/// Creates a fresh `madeira_t_<uuid>` database (`CREATE DATABASE name{suffix}`) on
+/// the server at `admin_url`; its URL and name. `Ok(None)`: unreachable, not on CI.
+async fn create_db<C: Connection>(
+    admin_url: &str,
+    server: &str,
+    suffix: &str,
+) -> Result<Option<(String, String)>, String>
+where
+    for<'c> &'c mut C: sqlx::Executor<'c>,
+{
+    let mut admin = match C::connect(admin_url).await {
+        Ok(conn) => conn,
+        Err(e) if !services_required() => {
+            eprintln!("skipping: {server} at {admin_url} is unreachable ({e})");
+            return Ok(None);
+        }
+        Err(e) => return Err(format!("CI=true and {server} at {admin_url} is unreachable: {e}")),
+    };
+    let name = format!("madeira_t_{}", uuid::Uuid::now_v7().simple());
+    sqlx::raw_sql(&format!("CREATE DATABASE {name}{suffix}"))
+        .execute(&mut admin)
+        .await
+        .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
+    let _ = admin.close().await;
+    Ok(Some((replace_db(admin_url, &name), name)))
+}
+
+/// Runs `drop` to completion on a runtime of its own thread: `Drop` may run
+/// inside (or outside) a runtime.
+fn on_own_runtime<F: std::future::Future<Output = ()> + Send + 'static>(drop: F) {
+    let dropper = std::thread::spawn(move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            rt.block_on(drop);
+        }
+    });
+    let _ = dropper.join();
 }
 
 /// `url` with its database path replaced by `db` (query string kept).
@@ -76,21 +102,14 @@ fn replace_db(url: &str, db: &str) -> String {
 impl Drop for PgTestDb {
     fn drop(&mut self) {
         let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
-        // A thread of its own: Drop may run inside (or outside) a runtime.
-        let dropper = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-                return;
-            };
-            rt.block_on(async {
-                if let Ok(mut admin) = PgConnection::connect(&admin_url).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut admin)
-                        .await;
-                    let _ = admin.close().await;
-                }
-            });
+        on_own_runtime(async move {
+            if let Ok(mut admin) = PgConnection::connect(&admin_url).await {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut admin)
+                    .await;
+                let _ = admin.close().await;
+            }
         });
-        let _ = dropper.join();
     }
 }
 
@@ -105,21 +124,11 @@ impl MySqlTestDb {
     /// Creates `madeira_t_<uuid>`. `Ok(None)`: no server and not on CI (skip).
     pub async fn create() -> Result<Option<Self>, String> {
         let admin_url = mysql_admin_url();
-        let mut admin = match MySqlConnection::connect(&admin_url).await {
-            Ok(conn) => conn,
-            Err(e) if !services_required() => {
-                eprintln!("skipping: MySQL/MariaDB at {admin_url} is unreachable ({e})");
-                return Ok(None);
-            }
-            Err(e) => return Err(format!("CI=true and MySQL/MariaDB at {admin_url} is unreachable: {e}")),
+        let Some((url, name)) =
+            create_db::<MySqlConnection>(&admin_url, "MySQL/MariaDB", " CHARACTER SET utf8mb4").await?
+        else {
+            return Ok(None);
         };
-        let name = format!("madeira_t_{}", uuid::Uuid::now_v7().simple());
-        sqlx::query(&format!("CREATE DATABASE {name} CHARACTER SET utf8mb4"))
-            .execute(&mut admin)
-            .await
-            .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
-        let _ = admin.close().await;
-        let url = replace_db(&admin_url, &name);
         Ok(Some(Self { url, name, admin_url }))
     }
 }
@@ -127,32 +136,24 @@ impl MySqlTestDb {
 impl Drop for MySqlTestDb {
     fn drop(&mut self) {
         let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
-        let dropper = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-                return;
-            };
-            rt.block_on(async {
-                if let Ok(mut admin) = MySqlConnection::connect(&admin_url).await {
-                    // Like PostgreSQL's `WITH (FORCE)`: the store's pooled connections
-                    // may still hold a transaction (their rollback runs on a runtime
-                    // that is no longer polled), and DROP would wait on it.
-                    let ids: Vec<(i64,)> = sqlx::query_as(
-                        "SELECT CAST(id AS SIGNED) FROM information_schema.processlist WHERE db = ?",
-                    )
+        on_own_runtime(async move {
+            let Ok(mut admin) = MySqlConnection::connect(&admin_url).await else { return };
+            // Like PostgreSQL's `WITH (FORCE)`: the store's pooled connections may
+            // still hold a transaction (their rollback runs on a runtime that is no
+            // longer polled), and DROP would wait on it.
+            let ids: Vec<(i64,)> =
+                sqlx::query_as("SELECT CAST(id AS SIGNED) FROM information_schema.processlist WHERE db = ?")
                     .bind(&name)
                     .fetch_all(&mut admin)
                     .await
                     .unwrap_or_default();
-                    for (id,) in ids {
-                        let _ = sqlx::query(&format!("KILL {id}")).execute(&mut admin).await;
-                    }
-                    let _ = sqlx::query("SET SESSION lock_wait_timeout = 30").execute(&mut admin).await;
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&mut admin).await;
-                    let _ = admin.close().await;
-                }
-            });
+            for (id,) in ids {
+                let _ = sqlx::query(&format!("KILL {id}")).execute(&mut admin).await;
+            }
+            let _ = sqlx::query("SET SESSION lock_wait_timeout = 30").execute(&mut admin).await;
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&mut admin).await;
+            let _ = admin.close().await;
         });
-        let _ = dropper.join();
     }
 }
 
