@@ -104,9 +104,13 @@ async fn create_in(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Res
         Err(answer) => return Ok(answer),
     };
     let state = edges.last().map_or(RunState::Queued, |e| e.to);
+    // Only a run that starts now is held from birth; a QUEUED one is claimed by
+    // whichever replica promotes it.
+    let held = run.lease.as_ref().filter(|_| state == RunState::Running);
     sqlx::query(&sql(
         "INSERT INTO runs (id, flow, version, state, params, idempotency_key, \"trigger\", created_at, \
-         started_at, trace_context, actor) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+         started_at, trace_context, actor, owner, lease_until) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
     ))
     .bind(&run.id)
     .bind(&run.flow)
@@ -119,6 +123,8 @@ async fn create_in(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Res
     .bind((state == RunState::Running).then_some(run.now_ms))
     .bind(&run.trace_context)
     .bind(&run.actor)
+    .bind(held.map(|l| &l.owner))
+    .bind(held.map(|l| l.until_ms))
     .execute(&mut **tx)
     .await?;
     for (offset, chunk) in run.node_names.chunks(CHUNK).enumerate() {
