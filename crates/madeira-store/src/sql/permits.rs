@@ -1,7 +1,7 @@
 //! Throttle permits shared by the replicas: taken under the lock of their
-//! (flow, node), counted over runs that are still RUNNING, freed in commits.
+//! (flow, node), counted over runs that are still RUNNING, freed in the group commit (`commit.rs`).
 
-use super::{D, Pool, Tx, sql};
+use super::{D, Pool, sql};
 use crate::dialect::{Dialect, LockSpace};
 use crate::{PermitKey, Result};
 
@@ -48,16 +48,4 @@ pub(super) async fn try_permit(
     .await?;
     tx.commit().await?;
     Ok(true)
-}
-
-pub(super) async fn release(tx: &mut Tx<'_>, keys: &[PermitKey]) -> Result<()> {
-    for key in keys {
-        sqlx::query(&sql("DELETE FROM permits WHERE flow = $1 AND node = $2 AND run_id = $3"))
-            .bind(&key.flow)
-            .bind(&key.node)
-            .bind(&key.run_id)
-            .execute(&mut **tx)
-            .await?;
-    }
-    Ok(())
 }
