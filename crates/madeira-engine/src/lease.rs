@@ -59,7 +59,7 @@ pub(crate) fn spawn(
                             info!(runs = ids.len(), "took over runs whose lease expired");
                         }
                         for run_id in ids {
-                            if tx.send(Envelope::Resume { run_id, fresh: None }).await.is_err() {
+                            if tx.send(Envelope::Resume { run_id }).await.is_err() {
                                 return;
                             }
                         }

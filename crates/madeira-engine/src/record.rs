@@ -95,7 +95,7 @@ impl Work {
         }
         for change in &plan.runs {
             let finished = change.to.is_terminal().then_some(now_ms);
-            let started = (change.from == madeira_core::RunState::Queued).then_some(now_ms);
+            let started = (change.cause == madeira_core::RunCause::Started).then_some(now_ms);
             self.batch.runs.push(RunWrite {
                 run_id: snap.run_id.clone(),
                 state: change.to,

@@ -3,9 +3,10 @@
 //! (`sqlite`, `postgres`, `mysql`), which holds only its `dialect::Dialect`: what differs
 //! between the databases, by name. The store writes the
 //! decisions of SPEC §3's single exit: `create_runs`/`promote_queued` gather a flow's
-//! facts under its lock and write what `madeira_core::admit` decides; `commit` writes
-//! what the planner decided. Either way state rows and their transition records go
-//! in one database transaction (batched, group commit, by the engine).
+//! facts under its lock and write what `madeira_core::admit` decides (a QUEUED run
+//! and its `created` edge; whether it may start); `commit` writes what the planner
+//! decided, a run's start included. Either way state rows and their transition
+//! records go in one database transaction (batched, group commit, by the engine).
 
 mod admission;
 mod alerts;
@@ -154,9 +155,10 @@ pub trait Store: Send + Sync + 'static {
     /// Events waiting, per flow that has any.
     async fn queued_event_counts(&self) -> Result<Vec<(String, u64)>>;
 
-    /// Creates a run (QUEUED, or RUNNING when `max_active_runs` leaves room) with
-    /// its node rows, honouring the idempotency key and `on_overlap` in one
-    /// transaction.
+    /// Creates a run (QUEUED, its `created` edge recorded) with its node rows,
+    /// honouring the idempotency key, throttle queues and `on_overlap` in one
+    /// transaction; when `max_active_runs` leaves room it is admitted to start
+    /// (`CreateOutcome::Created::start`), which the engine's `Command::Start` does.
     async fn create_run(&self, run: &NewRun) -> Result<CreateOutcome>;
     /// `create_run` for several runs in one transaction (one durable commit), each
     /// decided after the ones before it. Backends without batching loop.
@@ -167,7 +169,8 @@ pub trait Store: Send + Sync + 'static {
         }
         Ok(out)
     }
-    /// Starts the oldest QUEUED run of `flow` if `max_active_runs` leaves room.
+    /// Admits the oldest waiting QUEUED run of `flow` to start if `max_active_runs`
+    /// leaves room; returns it (the engine then starts it with `Command::Start`).
     async fn promote_queued(&self, flow: &str, max_active_runs: u32, now_ms: i64) -> Result<Option<String>>;
     /// Writes a batch of state changes and their records in one transaction.
     async fn commit(&self, batch: &Batch) -> Result<()>;
@@ -176,7 +179,8 @@ pub trait Store: Send + Sync + 'static {
     /// from which the scheduler knows the last tick it fired.
     async fn last_cron_key(&self, flow: &str) -> Result<Option<String>>;
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>>;
-    /// Ids of runs that are QUEUED or RUNNING (for recovery).
+    /// Ids of runs that are QUEUED or RUNNING (for recovery: RUNNING runs are
+    /// recovered, admitted QUEUED ones started, waiting ones promoted).
     async fn unfinished_runs(&self) -> Result<Vec<String>>;
     async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRow>>;
     async fn transitions(&self, run_id: &str) -> Result<Vec<TransitionRecord>>;
@@ -193,14 +197,15 @@ pub trait Store: Send + Sync + 'static {
     /// Takes `run_id` for `lease.owner` from `from` (which offered it), only while
     /// `from` still holds it and no node of it is RUNNING.
     async fn adopt_run(&self, run_id: &str, from: &str, lease: &Lease) -> Result<Claim>;
-    /// Takes up to `limit` RUNNING runs whose lease expired (or that nobody claimed
-    /// for `UNCLAIMED_GRACE_MS`); each is claimed by one replica only. Returns them.
+    /// Takes up to `limit` runs, RUNNING or admitted to start, whose lease expired
+    /// (or that nobody claimed for `UNCLAIMED_GRACE_MS`); each is claimed by one
+    /// replica only. Returns them.
     async fn claim_expired(&self, lease: &Lease, limit: u32) -> Result<Vec<String>>;
     /// Extends every lease `lease.owner` holds to `lease.until_ms`.
     async fn renew_leases(&self, lease: &Lease) -> Result<u64>;
 
-    /// Takes a permit of `key`'s node for its run if fewer than `max` RUNNING runs
-    /// hold one (a run that already holds it keeps it). Serialised per node across
+    /// Takes a permit of `key`'s node for its run if fewer than `max` unfinished
+    /// runs hold one (a run that already holds it keeps it). Serialised per node across
     /// replicas. Freed by `Batch::permit_releases`.
     async fn try_permit(&self, key: &PermitKey, owner: &str, max: u32, now_ms: i64) -> Result<bool>;
 

@@ -59,27 +59,16 @@ pub struct NewRun {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CreateOutcome {
-    Created {
-        run_id: String,
-        state: RunState,
-        cancel_previous: Vec<String>,
-    },
+    /// The run was written QUEUED (its `created` edge recorded). `start`: admission
+    /// let it start at once (`RunRow::admitted_at`); the engine's `Command::Start`
+    /// takes it RUNNING. Otherwise it waits for `promote_queued`.
+    Created { run_id: String, start: bool, cancel_previous: Vec<String> },
     /// The idempotency key already made this run.
-    Existing {
-        run_id: String,
-        version: u32,
-    },
+    Existing { run_id: String, version: u32 },
     /// `on_overlap: skip` and the flow is at `max_active_runs`.
-    Skipped {
-        active: Vec<String>,
-    },
+    Skipped { active: Vec<String> },
     /// A throttled node's queue is full; nothing was stored.
-    Throttled {
-        node: String,
-        claims: u32,
-        max_permits: u32,
-        queue_size: u32,
-    },
+    Throttled { node: String, claims: u32, max_permits: u32, queue_size: u32 },
 }
 
 /// A node row as written and read.
@@ -115,6 +104,12 @@ pub struct RunRow {
     /// Who started the run (`NewRun::actor`): a token's name, `scheduler`, …
     pub actor: String,
     pub created_at: i64,
+    /// When admission let the run start (at creation or by promotion): from then
+    /// on it counts against `max_active_runs`, QUEUED until `Command::Start` takes
+    /// it RUNNING. `None` for a run waiting for room (and for runs started before
+    /// this column existed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admitted_at: Option<i64>,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
     /// W3C `traceparent` of the run's span (`None` for runs older than tracing).

@@ -14,8 +14,8 @@ use crate::{
 /// The columns `run_row` reads.
 fn run_columns() -> String {
     format!(
-        "id, flow, version, state, params, {}, \"trigger\", actor, created_at, started_at, finished_at, \
-         trace_context",
+        "id, flow, version, state, params, {}, \"trigger\", actor, created_at, admitted_at, started_at, \
+         finished_at, trace_context",
         D::bytes_as_text("idempotency_key")
     )
 }
@@ -37,6 +37,7 @@ fn run_row(row: &Row) -> Result<RunRow> {
         trigger: row.try_get("trigger")?,
         actor: row.try_get("actor")?,
         created_at: row.try_get("created_at")?,
+        admitted_at: row.try_get("admitted_at")?,
         started_at: row.try_get("started_at")?,
         finished_at: row.try_get("finished_at")?,
         trace_context: row.try_get("trace_context")?,
