@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use madeira_store::{Lease, Store};
+use madeira_store::{Lease, LeaseStore};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +35,7 @@ impl Holder {
 }
 
 pub(crate) fn spawn(
-    store: Arc<dyn Store>,
+    store: Arc<dyn LeaseStore>,
     holder: Holder,
     tx: mpsc::Sender<Envelope>,
     cancel: CancellationToken,
