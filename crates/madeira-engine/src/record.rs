@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
 use madeira_core::{Action, Cause, Plan, RunSnapshot};
-use madeira_store::{AttemptRecord, AuditRecord, Batch, LogRecord, OutputWrite, RunWrite, TransitionRecord};
+use madeira_store::{
+    AttemptRecord, AuditRecord, Batch, Edge, LogRecord, OutputWrite, RunWrite, TransitionRecord,
+};
 
 use crate::envelope::Reply;
 use crate::{EngineError, RunEvent, snapshot};
@@ -63,9 +65,7 @@ impl Work {
             self.batch.transitions.push(TransitionRecord {
                 run_id: snap.run_id.clone(),
                 node: Some(node.clone()),
-                from: change.from.as_str().into(),
-                to: change.to.as_str().into(),
-                cause: change.cause.as_str().into(),
+                edge: Edge::Node { from: change.from, to: change.to, cause: change.cause },
                 actor: actor.into(),
                 attempt: change.attempt,
                 reason: change.reason.clone(),
@@ -105,9 +105,7 @@ impl Work {
             self.batch.transitions.push(TransitionRecord {
                 run_id: snap.run_id.clone(),
                 node: None,
-                from: change.from.as_str().into(),
-                to: change.to.as_str().into(),
-                cause: change.cause.as_str().into(),
+                edge: Edge::run(Some(change.from), change.cause, change.to),
                 actor: actor.into(),
                 attempt: 0,
                 reason: None,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use madeira_core::RunState;
 use madeira_engine::{EngineHandle, EngineOptions, Executors, TriggerRequest};
 use madeira_store::sqlite::SqliteStore;
-use madeira_store::{CreateOutcome, NewRun, Overlap, Store};
+use madeira_store::{CreateOutcome, NewRun, Overlap, Store, TransitionRecord};
 use tokio_util::sync::CancellationToken;
 
 const FLOW: &str = "flow: f\nconcurrency: {max_active_runs: 1}\nnodes:\n  a: {run: {builtin: noop}}\n";
@@ -39,14 +39,17 @@ async fn wait_finished(store: &dyn Store, run_id: &str) -> RunState {
     }
 }
 
+type Names = (&'static str, &'static str, &'static str, String);
+
 /// `(from, to, cause, actor)` of the run's run-level transition records.
-async fn run_edges(store: &dyn Store, run_id: &str) -> Vec<(String, String, String, String)> {
+async fn run_edges(store: &dyn Store, run_id: &str) -> Vec<Names> {
     let log = store.transitions(run_id).await.expect("transitions");
-    log.into_iter().filter(|t| t.node.is_none()).map(|t| (t.from, t.to, t.cause, t.actor)).collect()
+    let names = |t: TransitionRecord| (t.edge.from_name(), t.edge.to_name(), t.edge.cause_name(), t.actor);
+    log.into_iter().filter(|t| t.node.is_none()).map(names).collect()
 }
 
-fn edge(from: &str, to: &str, cause: &str, actor: &str) -> (String, String, String, String) {
-    (from.into(), to.into(), cause.into(), actor.into())
+fn edge(from: &'static str, to: &'static str, cause: &'static str, actor: &str) -> Names {
+    (from, to, cause, actor.into())
 }
 
 #[tokio::test]

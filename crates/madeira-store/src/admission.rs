@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 
-use madeira_core::RunState;
 use madeira_core::admit::{Decision, Policy, RunEdge};
 use madeira_core::state::RunRefusal;
 
@@ -47,9 +46,4 @@ pub(crate) fn to_write(decision: Decision) -> Result<ToWrite, CreateOutcome> {
         }
         Decision::Skip { active } => CreateOutcome::Skipped { active },
     })
-}
-
-/// The `from_state` column of a run edge (`NONE` before creation).
-pub(crate) fn from_name(edge: &RunEdge) -> &'static str {
-    edge.from.map_or("NONE", RunState::as_str)
 }

@@ -1,6 +1,7 @@
 //! Rows and write batches exchanged with a store.
 
-use madeira_core::{NodeState, RunState};
+use madeira_core::admit::RunEdge;
+use madeira_core::{Cause, NodeState, RunState};
 use serde::Serialize;
 use serde_json::{Map, Value as Json};
 
@@ -138,14 +139,49 @@ pub struct RunWrite {
     pub finished_at: Option<i64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// What a transition record says changed, typed: a node's state (`NODE_TABLE`'s
+/// names) or the run's (`RUN_TABLE`'s; `from: None` is the run's creation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edge {
+    Node { from: NodeState, to: NodeState, cause: Cause },
+    Run(RunEdge),
+}
+
+impl Edge {
+    /// The run-level edge `from` -> `to` by `cause`.
+    pub fn run(from: Option<RunState>, cause: madeira_core::RunCause, to: RunState) -> Edge {
+        Edge::Run(RunEdge { from, cause, to })
+    }
+
+    /// The `from_state` column: a state's name, `NONE` before a run's creation.
+    pub fn from_name(&self) -> &'static str {
+        match self {
+            Edge::Node { from, .. } => from.as_str(),
+            Edge::Run(e) => e.from.map_or("NONE", RunState::as_str),
+        }
+    }
+
+    pub fn to_name(&self) -> &'static str {
+        match self {
+            Edge::Node { to, .. } => to.as_str(),
+            Edge::Run(e) => e.to.as_str(),
+        }
+    }
+
+    pub fn cause_name(&self) -> &'static str {
+        match self {
+            Edge::Node { cause, .. } => cause.as_str(),
+            Edge::Run(e) => e.cause.as_str(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
 pub struct TransitionRecord {
     pub run_id: String,
-    /// `None` for a run-level transition.
+    /// `None` for a run-level transition (then `edge` is `Edge::Run`).
     pub node: Option<String>,
-    pub from: String,
-    pub to: String,
-    pub cause: String,
+    pub edge: Edge,
     pub actor: String,
     pub attempt: u32,
     pub reason: Option<String>,

@@ -7,9 +7,9 @@ use madeira_core::admit::{Existing, Facts, QueueFacts, admit, promote};
 use sqlx::QueryBuilder;
 
 use super::{CHUNK, D, Db, Pool, Tx, push_list, sql, upsert};
-use crate::admission::{ACTIVE, ClaimCache, WAITING, from_name, refused, to_write};
+use crate::admission::{ACTIVE, ClaimCache, WAITING, refused, to_write};
 use crate::dialect::{Dialect, LockSpace};
-use crate::{CreateOutcome, LogRecord, NewRun, Result, StoreError};
+use crate::{CreateOutcome, Edge, LogRecord, NewRun, Result, StoreError};
 
 /// Serialises the decisions taken about one flow's runs and versions until the
 /// end of the transaction.
@@ -140,9 +140,9 @@ async fn create_in(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Res
          VALUES ($1, NULL, $2, $3, $4, $5, 0, $6)",
     ))
     .bind(&run.id)
-    .bind(from_name(&created))
-    .bind(created.to.as_str())
-    .bind(created.cause.as_str())
+    .bind(Edge::Run(created).from_name())
+    .bind(Edge::Run(created).to_name())
+    .bind(Edge::Run(created).cause_name())
     .bind(&run.actor)
     .bind(run.now_ms)
     .execute(&mut **tx)

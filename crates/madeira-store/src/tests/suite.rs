@@ -1,6 +1,6 @@
 //! Test bodies shared by every backend: each takes the store under test.
 
-use madeira_core::{NodeState, RunState};
+use madeira_core::{Cause, NodeState, RunCause, RunState};
 use serde_json::json;
 
 use crate::*;
@@ -111,9 +111,7 @@ pub(crate) async fn commit_writes_nodes_and_transitions_together_and_prune_remov
         transitions: vec![TransitionRecord {
             run_id: "r1".into(),
             node: Some("a".into()),
-            from: "RUNNING".into(),
-            to: "SUCCESS".into(),
-            cause: "succeeded".into(),
+            edge: Edge::Node { from: NodeState::Running, to: NodeState::Success, cause: Cause::Succeeded },
             actor: "engine".into(),
             attempt: 1,
             reason: None,
@@ -126,7 +124,7 @@ pub(crate) async fn commit_writes_nodes_and_transitions_together_and_prune_remov
     assert_eq!(again.nodes[0], stored.nodes[0]);
     assert_eq!(again.run.state, RunState::Success);
     let log = s.transitions("r1").await.expect("transitions");
-    assert_eq!(log.iter().map(|t| t.cause.as_str()).collect::<Vec<_>>(), ["created", "succeeded"]);
+    assert_eq!(log.iter().map(|t| t.edge.cause_name()).collect::<Vec<_>>(), ["created", "succeeded"]);
     let command = |created_at| RunCommand {
         id: 0,
         run_id: "r1".into(),
@@ -385,11 +383,9 @@ pub(crate) async fn creation_is_a_recorded_edge_and_a_start_is_decided(s: &dyn S
         (&r1, &r2),
         (CreateOutcome::Created { start: true, .. }, CreateOutcome::Created { start: false, .. })
     ));
-    let edges = |log: Vec<TransitionRecord>| {
-        log.into_iter().map(|t| (t.node, t.from, t.to, t.cause, t.actor)).collect::<Vec<_>>()
-    };
-    let created =
-        vec![(None, "NONE".to_string(), "QUEUED".to_string(), "created".to_string(), "test".to_string())];
+    let edges =
+        |log: Vec<TransitionRecord>| log.into_iter().map(|t| (t.node, t.edge, t.actor)).collect::<Vec<_>>();
+    let created = vec![(None, Edge::run(None, RunCause::Created, RunState::Queued), "test".to_string())];
     assert_eq!(edges(s.transitions("r1").await.expect("r1")), created);
     assert_eq!(edges(s.transitions("r2").await.expect("r2")), created);
     let admitted = |run: StoredRun| (run.run.state, run.run.admitted_at);
