@@ -1,10 +1,13 @@
 //! Run creation, group-committed: concurrent triggers are collected and created in
 //! one store transaction (idempotency key and `on_overlap` still decided inside it,
 //! run by run), so a burst of triggers costs one durable commit, not one each. A
-//! run created RUNNING is then claimed for this replica (by lease, the claims of a
-//! batch in parallel) and goes straight to the engine with its fresh snapshot and
-//! trace; should the claim miss, the engine gets a plain `Resume` and claims and
-//! loads it itself (or leaves it to the replica that holds it).
+//! run the store admitted to start (written QUEUED, `start`) is then claimed for
+//! this replica (by lease, the claims of a batch in parallel) and goes straight to
+//! the engine with its fresh snapshot and trace as `Envelope::Start`, whose
+//! `Command::Start` takes it RUNNING in the engine's next group commit; should the
+//! claim miss, the engine claims and loads it itself (or leaves it to the replica
+//! that holds it). Killed between the two commits, the run stays QUEUED and
+//! admitted, and recovery starts it.
 //!
 //! Nothing is answered before its commit. A batch the store refuses is tried
 //! again run by run, so one row the database cannot take (a poison row) fails
@@ -13,7 +16,7 @@
 
 use std::sync::Arc;
 
-use madeira_core::{FlowDef, RunSnapshot, RunState};
+use madeira_core::{FlowDef, RunSnapshot};
 use madeira_store::{Claim, CreateOutcome, NewRun, Store};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -94,9 +97,7 @@ pub(crate) async fn run(
                 let started: Vec<&str> = outcomes
                     .iter()
                     .filter_map(|o| match o {
-                        CreateOutcome::Created { run_id, state: RunState::Running, .. } => {
-                            Some(run_id.as_str())
-                        }
+                        CreateOutcome::Created { run_id, start: true, .. } => Some(run_id.as_str()),
                         _ => None,
                     })
                     .collect();
@@ -117,15 +118,14 @@ pub(crate) async fn run(
                     }
                 }
                 for (request, outcome) in batch.into_iter().zip(outcomes) {
-                    if let CreateOutcome::Created { run_id, state: RunState::Running, .. } = &outcome {
+                    if let CreateOutcome::Created { run_id, start: true, .. } = &outcome {
                         let fresh = claimed.contains(run_id).then(|| {
                             let trace = crate::trace::RunTrace::from_new(&request.run);
-                            let mut snap = RunSnapshot::new(run_id.clone(), request.flow, request.run.params);
-                            snap.state = RunState::Running;
+                            let snap = RunSnapshot::new(run_id.clone(), request.flow, request.run.params);
                             Box::new((snap, trace))
                         });
-                        let resume = Envelope::Resume { run_id: run_id.clone(), fresh };
-                        if engine.send(resume).await.is_err() {
+                        let start = Envelope::Start { run_id: run_id.clone(), fresh };
+                        if engine.send(start).await.is_err() {
                             let _ = request.reply.send(Err(EngineError::ShuttingDown));
                             continue;
                         }

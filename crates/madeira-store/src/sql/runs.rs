@@ -1,14 +1,15 @@
 //! Run creation and promotion of queued runs (the facts gathered under the flow's
-//! lock, the decision taken by `madeira_core::admit`), logs and retention.
+//! lock, the decision taken by `madeira_core::admit`), logs and retention. A run
+//! is written QUEUED; the decision to start it is `admitted_at`, and the engine's
+//! `Command::Start` takes it RUNNING.
 
-use madeira_core::RunState;
-use madeira_core::admit::{Existing, Facts, QueueFacts, RunEdge, admit, promote};
+use madeira_core::admit::{Existing, Facts, QueueFacts, admit, promote};
 use sqlx::QueryBuilder;
 
 use super::{CHUNK, D, Db, Pool, Tx, push_list, sql, upsert};
-use crate::admission::{ClaimCache, from_name, refused, to_write};
+use crate::admission::{ACTIVE, ClaimCache, WAITING, refused, to_write};
 use crate::dialect::{Dialect, LockSpace};
-use crate::{CreateOutcome, LogRecord, NewRun, Result, StoreError};
+use crate::{CreateOutcome, Edge, LogRecord, NewRun, Result, StoreError};
 
 /// Serialises the decisions taken about one flow's runs and versions until the
 /// end of the transaction.
@@ -81,12 +82,12 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Result<
         return Ok(Facts { claims, ..Facts::default() });
     }
     let active: Vec<(String,)> =
-        sqlx::query_as(&sql("SELECT id FROM runs WHERE flow = $1 AND state = 'RUNNING' ORDER BY id"))
+        sqlx::query_as(&sql(&format!("SELECT id FROM runs WHERE flow = $1 AND {ACTIVE} ORDER BY id")))
             .bind(&run.flow)
             .fetch_all(&mut **tx)
             .await?;
     let queued: Option<(String,)> =
-        sqlx::query_as(&sql("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' LIMIT 1"))
+        sqlx::query_as(&sql(&format!("SELECT id FROM runs WHERE flow = $1 AND {WAITING} LIMIT 1")))
             .bind(&run.flow)
             .fetch_optional(&mut **tx)
             .await?;
@@ -95,28 +96,28 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Result<
 }
 
 /// Decides the run with `madeira_core::admit` and writes what it says: the run
-/// row, its node rows and one transition record per run-table edge.
+/// row (QUEUED; `admitted_at` when it may start), its node rows and the
+/// transition record of its creation edge.
 async fn create_in(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Result<CreateOutcome> {
     let facts = facts(tx, run, cache).await?;
     let decision = admit(&facts, &run.policy()).map_err(refused)?;
-    let (edges, cancel_previous) = match to_write(decision) {
+    let (created, start, cancel_previous) = match to_write(decision) {
         Ok(write) => write,
         Err(answer) => return Ok(answer),
     };
-    let state = edges.last().map_or(RunState::Queued, |e| e.to);
     sqlx::query(&sql(
         "INSERT INTO runs (id, flow, version, state, params, idempotency_key, \"trigger\", created_at, \
-         started_at, trace_context, actor) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+         admitted_at, trace_context, actor) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     ))
     .bind(&run.id)
     .bind(&run.flow)
     .bind(i64::from(run.version))
-    .bind(state.as_str())
+    .bind(created.to.as_str())
     .bind(run.params.to_string())
     .bind(&run.idempotency_key)
     .bind(&run.trigger)
     .bind(run.now_ms)
-    .bind((state == RunState::Running).then_some(run.now_ms))
+    .bind(start.then_some(run.now_ms))
     .bind(&run.trace_context)
     .bind(&run.actor)
     .execute(&mut **tx)
@@ -134,39 +135,27 @@ async fn create_in(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Res
         });
         q.build().execute(&mut **tx).await?;
     }
-    for edge in &edges {
-        record_run_transition(tx, &run.id, edge, &run.actor, run.now_ms).await?;
-    }
-    for claim in &run.throttles {
-        *cache.entry((run.flow.clone(), claim.node.clone())).or_default() += 1;
-    }
-    Ok(CreateOutcome::Created { run_id: run.id.clone(), state, cancel_previous })
-}
-
-async fn record_run_transition(
-    tx: &mut Tx<'_>,
-    run_id: &str,
-    edge: &RunEdge,
-    actor: &str,
-    now_ms: i64,
-) -> Result<()> {
     sqlx::query(&sql(
         "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, at) \
          VALUES ($1, NULL, $2, $3, $4, $5, 0, $6)",
     ))
-    .bind(run_id)
-    .bind(from_name(edge))
-    .bind(edge.to.as_str())
-    .bind(edge.cause.as_str())
-    .bind(actor)
-    .bind(now_ms)
+    .bind(&run.id)
+    .bind(Edge::Run(created).from_name())
+    .bind(Edge::Run(created).to_name())
+    .bind(Edge::Run(created).cause_name())
+    .bind(&run.actor)
+    .bind(run.now_ms)
     .execute(&mut **tx)
     .await?;
-    Ok(())
+    for claim in &run.throttles {
+        *cache.entry((run.flow.clone(), claim.node.clone())).or_default() += 1;
+    }
+    Ok(CreateOutcome::Created { run_id: run.id.clone(), start, cancel_previous })
 }
 
-/// Starts the oldest QUEUED run of `flow` when `madeira_core::admit::promote` says
-/// there is room, recording its edge.
+/// Admits the oldest waiting QUEUED run of `flow` to start when
+/// `madeira_core::admit::promote` says there is room (sets its `admitted_at`; the
+/// engine's `Command::Start` then takes it RUNNING).
 pub(super) async fn promote_queued(
     pool: &Pool,
     flow: &str,
@@ -175,32 +164,31 @@ pub(super) async fn promote_queued(
 ) -> Result<Option<String>> {
     let mut tx = pool.begin().await?;
     lock_flow(&mut tx, flow).await?;
-    let (running,): (i64,) =
-        sqlx::query_as(&sql("SELECT COUNT(*) FROM runs WHERE flow = $1 AND state = 'RUNNING'"))
+    let (active,): (i64,) =
+        sqlx::query_as(&sql(&format!("SELECT COUNT(*) FROM runs WHERE flow = $1 AND {ACTIVE}")))
             .bind(flow)
             .fetch_one(&mut *tx)
             .await?;
-    let oldest: Option<(String,)> =
-        sqlx::query_as(&sql("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' ORDER BY id LIMIT 1"))
-            .bind(flow)
-            .fetch_optional(&mut *tx)
-            .await?;
+    let oldest: Option<(String,)> = sqlx::query_as(&sql(&format!(
+        "SELECT id FROM runs WHERE flow = $1 AND {WAITING} ORDER BY id LIMIT 1"
+    )))
+    .bind(flow)
+    .fetch_optional(&mut *tx)
+    .await?;
     let facts = QueueFacts {
-        running: u32::try_from(running).unwrap_or(u32::MAX),
+        active: u32::try_from(active).unwrap_or(u32::MAX),
         oldest_queued: oldest.map(|(id,)| id),
     };
-    let Some(promotion) = promote(&facts, max_active_runs).map_err(refused)? else {
+    let Some(run_id) = promote(&facts, max_active_runs) else {
         return Ok(None);
     };
-    sqlx::query(&sql("UPDATE runs SET state = $1, started_at = $2 WHERE id = $3"))
-        .bind(promotion.edge.to.as_str())
+    sqlx::query(&sql("UPDATE runs SET admitted_at = $1 WHERE id = $2"))
         .bind(now_ms)
-        .bind(&promotion.run_id)
+        .bind(&run_id)
         .execute(&mut *tx)
         .await?;
-    record_run_transition(&mut tx, &promotion.run_id, &promotion.edge, "engine", now_ms).await?;
     tx.commit().await?;
-    Ok(Some(promotion.run_id))
+    Ok(Some(run_id))
 }
 
 pub(super) async fn put_log(pool: &Pool, log: &LogRecord) -> Result<()> {
