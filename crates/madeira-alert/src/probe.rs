@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use madeira_core::NodeState;
-use madeira_store::{Store, StoreError};
+use madeira_store::{RunStore, StoreError};
 use tracing::warn;
 
 use crate::aggregate::Changes;
@@ -29,7 +29,7 @@ pub trait NodeProbe: Send + Sync + 'static {
 }
 
 /// `NodeProbe` over the run store.
-pub struct StoreProbe(pub Arc<dyn Store>);
+pub struct StoreProbe(pub Arc<dyn RunStore>);
 
 #[async_trait]
 impl NodeProbe for StoreProbe {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use madeira_server::{Role, TokenEntry};
-use madeira_store::{SessionRecord, Store};
+use madeira_store::{SessionRecord, SessionStore};
 use sha2::{Digest, Sha256};
 
 use crate::ConsoleError;
@@ -21,7 +21,7 @@ use crate::session::User;
 pub const MAX_SESSIONS: u32 = 10_000;
 
 pub struct Sessions {
-    store: Arc<dyn Store>,
+    store: Arc<dyn SessionStore>,
     ttl: Duration,
     /// CSRF token of every form without auth (`madeira dev`), one per process.
     pub(crate) process_csrf: String,
@@ -66,7 +66,7 @@ fn now_ms() -> i64 {
 }
 
 impl Sessions {
-    pub fn new(store: Arc<dyn Store>, ttl: Duration) -> Self {
+    pub fn new(store: Arc<dyn SessionStore>, ttl: Duration) -> Self {
         Self { store, ttl, process_csrf: random_token() }
     }
 
@@ -145,7 +145,7 @@ mod tests {
     #[tokio::test]
     async fn sessions_are_stored_hashed_expire_close_and_follow_the_token_config() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store: Arc<dyn Store> = Arc::new(
+        let store: Arc<dyn madeira_store::Store> = Arc::new(
             madeira_store::sqlite::SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"),
         );
         let sre = entry("sre", Role::Operator);

@@ -2,8 +2,14 @@
 //! idempotency key already made, refuse because a throttle queue is full, skip,
 //! queue, cancel the previous runs, or start) and whether a QUEUED run may start
 //! (promotion). Pure: the store gathers the `Facts` inside the transaction that
-//! holds the flow's lock, calls `admit`/`promote`, and writes what they decide;
-//! every run state they produce is an edge of the run table (`state::run_edge`).
+//! holds the flow's lock, calls `admit`/`promote`, and writes what they decide.
+//!
+//! Admission creates a run (the run table's edge NONE -> QUEUED, `created`) and
+//! decides whether it may *start*; it never starts one. A run admitted to start
+//! counts against `max_active_runs` from that decision on, while still QUEUED;
+//! the planner's `Command::Start` takes its QUEUED -> RUNNING edge (`started`)
+//! in the engine's next group commit. So admission is a decision, starting is a
+//! state change, and each state change has one writer.
 
 #[cfg(test)]
 mod tests;
@@ -47,13 +53,15 @@ pub struct Facts {
     /// Claims on each throttled node, index-aligned with `Policy::throttles`: its
     /// INIT, RETRYING or RUNNING rows in QUEUED or RUNNING runs of the flow.
     pub claims: Vec<u32>,
-    /// Ids of the flow's RUNNING runs, in id order.
+    /// Ids of the flow's active runs, in id order: RUNNING, or QUEUED and already
+    /// admitted to start (`Decision::Create::start`, `promote`).
     pub active: Vec<String>,
-    /// Whether the flow has a QUEUED run (a new run never overtakes it).
+    /// Whether the flow has a QUEUED run waiting for room, not yet admitted to
+    /// start (a new run never overtakes it).
     pub queued: bool,
 }
 
-/// One run transition that admission or promotion makes: an edge of the run table.
+/// One run transition: an edge of the run table. Admission takes only creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunEdge {
     /// `None`: the run is being created.
@@ -77,23 +85,22 @@ pub enum Decision {
     Throttled { node: String, claims: u32, max_permits: u32, queue_size: u32 },
     /// `on_overlap: skip` and the flow has no room; nothing is written.
     Skip { active: Vec<String> },
-    /// Create the run with the transitions `edges` (creation, then `Started` when
-    /// there is room); with `on_overlap: cancel_previous` the runs to cancel.
-    Create { edges: Vec<RunEdge>, cancel_previous: Vec<String> },
+    /// Create the run: the edge `created` (NONE -> QUEUED). `start`: there is room,
+    /// so the run is admitted to start at once (the engine's `Command::Start` takes
+    /// it RUNNING); otherwise it waits for `promote`. With `on_overlap:
+    /// cancel_previous`, the runs to cancel.
+    Create { created: RunEdge, start: bool, cancel_previous: Vec<String> },
 }
 
 impl Decision {
-    /// The state a created run is written in.
-    pub fn created_state(&self) -> Option<RunState> {
-        match self {
-            Decision::Create { edges, .. } => edges.last().map(|e| e.to),
-            _ => None,
-        }
+    /// Whether the decision creates a run admitted to start at once.
+    pub fn starts(&self) -> bool {
+        matches!(self, Decision::Create { start: true, .. })
     }
 }
 
-/// Decides a trigger. Refuses only if the run table lost its creation or start
-/// edge (a bug in the table, caught by its tests).
+/// Decides a trigger. Refuses only if the run table lost its creation edge (a
+/// bug in the table, caught by its tests).
 pub fn admit(facts: &Facts, policy: &Policy<'_>) -> Result<Decision, RunRefusal> {
     if let Some(existing) = &facts.existing {
         return Ok(Decision::Existing(existing.clone()));
@@ -108,39 +115,31 @@ pub fn admit(facts: &Facts, policy: &Policy<'_>) -> Result<Decision, RunRefusal>
     let room = policy.max_active_runs == 0
         || (facts.active.len() < policy.max_active_runs as usize && !facts.queued);
     let created = RunEdge::take(None, RunCause::Created)?;
-    let started = || RunEdge::take(Some(created.to), RunCause::Started);
+    let create = |start, cancel_previous| Decision::Create { created, start, cancel_previous };
     Ok(match (room, policy.on_overlap) {
-        (true, _) => Decision::Create { edges: vec![created, started()?], cancel_previous: Vec::new() },
+        (true, _) => create(true, Vec::new()),
         (false, OnOverlap::Skip) => Decision::Skip { active: facts.active.clone() },
-        (false, OnOverlap::Queue) => Decision::Create { edges: vec![created], cancel_previous: Vec::new() },
-        (false, OnOverlap::CancelPrevious) => {
-            Decision::Create { edges: vec![created], cancel_previous: facts.active.clone() }
-        }
+        (false, OnOverlap::Queue) => create(false, Vec::new()),
+        (false, OnOverlap::CancelPrevious) => create(false, facts.active.clone()),
     })
 }
 
 /// The flow's state when a queued run may be promoted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueFacts {
-    /// How many of the flow's runs are RUNNING.
-    pub running: u32,
-    /// The flow's QUEUED run with the smallest id (ids sort by creation time).
+    /// How many of the flow's runs are active (as `Facts::active`).
+    pub active: u32,
+    /// The flow's waiting QUEUED run (not admitted to start) with the smallest id
+    /// (ids sort by creation time).
     pub oldest_queued: Option<String>,
 }
 
-/// A queued run to start, and its edge (QUEUED -> RUNNING, `Started`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Promotion {
-    pub run_id: String,
-    pub edge: RunEdge,
-}
-
-/// Starts the oldest queued run when `max_active_runs` (0 = unlimited) leaves room.
-pub fn promote(facts: &QueueFacts, max_active_runs: u32) -> Result<Option<Promotion>, RunRefusal> {
-    if max_active_runs != 0 && facts.running >= max_active_runs {
-        return Ok(None);
+/// Admits the oldest waiting QUEUED run to start when `max_active_runs` (0 =
+/// unlimited) leaves room: the run to start. Like `admit`'s `start`, a decision:
+/// the QUEUED -> RUNNING edge is the planner's `Command::Start`.
+pub fn promote(facts: &QueueFacts, max_active_runs: u32) -> Option<String> {
+    if max_active_runs != 0 && facts.active >= max_active_runs {
+        return None;
     }
-    let Some(run_id) = facts.oldest_queued.clone() else { return Ok(None) };
-    let edge = RunEdge::take(Some(RunState::Queued), RunCause::Started)?;
-    Ok(Some(Promotion { run_id, edge }))
+    facts.oldest_queued.clone()
 }

@@ -104,7 +104,9 @@ impl RunSnapshot {
 /// What happened, or what someone asks for, in one run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
-    /// Start a QUEUED run: evaluate every node.
+    /// Start a QUEUED run that admission let start (`admit`, `promote`): the run's
+    /// QUEUED -> RUNNING edge, then every node is evaluated. The only way a run
+    /// starts.
     Start,
     /// Give a ready node its permit and start an attempt.
     Dispatch {
@@ -145,7 +147,9 @@ pub enum Command {
         node: usize,
     },
     Cancel,
-    /// After a restart: attempts that were in flight start again; timers re-arm.
+    /// A RUNNING run taken in charge again (restart, lease takeover, adoption):
+    /// attempts that were in flight start again, timers re-arm, INIT nodes are
+    /// evaluated. Does nothing to a run that is not RUNNING.
     Recover,
 }
 

@@ -185,7 +185,8 @@ pub enum RunState {
 pub enum RunCause {
     /// A trigger was admitted: the run exists, QUEUED (`admit`).
     Created,
-    /// QUEUED -> RUNNING: at once when admitted with room, or on promotion.
+    /// QUEUED -> RUNNING: the planner's `Command::Start`, for a run admission let
+    /// start (at once, or later by promotion).
     Started,
     Succeeded,
     Failed,
@@ -194,7 +195,7 @@ pub enum RunCause {
 }
 
 /// The run transition table. `None` is "no run yet": the one edge out of it is
-/// creation, which `admit` takes; promotion is `Started` from QUEUED.
+/// creation, which `admit` takes; `Started` is taken only by `Command::Start`.
 const RUN_TABLE: &[(Option<RunState>, RunCause, RunState)] = &[
     (None, RunCause::Created, RunState::Queued),
     (Some(RunState::Queued), RunCause::Started, RunState::Running),

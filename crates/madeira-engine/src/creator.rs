@@ -1,9 +1,12 @@
 //! Run creation, group-committed: concurrent triggers are collected and created in
 //! one store transaction (idempotency key and `on_overlap` still decided inside it,
 //! run by run), so a burst of triggers costs one durable commit, not one each. A
-//! run admitted RUNNING is written held by this replica's lease in that same
-//! transaction (no claim of its own) and goes straight to the engine with its
-//! fresh snapshot and trace.
+//! run the store admitted to start (written QUEUED, `start`) is written held by
+//! this replica's lease in that same transaction (no claim of its own) and goes
+//! straight to the engine with its fresh snapshot and trace as `Envelope::Start`,
+//! whose `Command::Start` takes it RUNNING in the engine's next group commit.
+//! Killed between the two commits, the run stays QUEUED and admitted, and
+//! recovery starts it.
 //!
 //! Nothing is answered before its commit. A batch the store refuses is tried
 //! again run by run, so one row the database cannot take (a poison row) fails
@@ -12,7 +15,7 @@
 
 use std::sync::Arc;
 
-use madeira_core::{FlowDef, RunSnapshot, RunState};
+use madeira_core::{FlowDef, RunSnapshot};
 use madeira_store::{CreateOutcome, NewRun, Store};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -54,7 +57,7 @@ pub(crate) async fn run(
                 Err(_) => break,
             }
         }
-        // Runs admitted RUNNING are written held by this replica's lease, so
+        // Runs admitted to start are written held by this replica's lease, so
         // they need no claim transaction (one commit per batch, not one per run).
         let lease = holder.lease_now();
         let runs: Vec<NewRun> =
@@ -95,15 +98,14 @@ pub(crate) async fn run(
                 }
                 let (batch, outcomes): (Vec<_>, Vec<_>) = ok.into_iter().unzip();
                 for (request, outcome) in batch.into_iter().zip(outcomes) {
-                    if let CreateOutcome::Created { run_id, state: RunState::Running, .. } = &outcome {
+                    if let CreateOutcome::Created { run_id, start: true, .. } = &outcome {
                         let fresh = Some({
                             let trace = crate::trace::RunTrace::from_new(&request.run);
-                            let mut snap = RunSnapshot::new(run_id.clone(), request.flow, request.run.params);
-                            snap.state = RunState::Running;
+                            let snap = RunSnapshot::new(run_id.clone(), request.flow, request.run.params);
                             Box::new((snap, trace))
                         });
-                        let resume = Envelope::Resume { run_id: run_id.clone(), fresh };
-                        if engine.send(resume).await.is_err() {
+                        let start = Envelope::Start { run_id: run_id.clone(), fresh };
+                        if engine.send(start).await.is_err() {
                             let _ = request.reply.send(Err(EngineError::ShuttingDown));
                             continue;
                         }

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use madeira_core::{Action, Command, NodeState, PlanCtx, RunSnapshot, RunState};
+use madeira_core::{Action, Command, PlanCtx, RunSnapshot};
 use madeira_store::{AttemptRecord, AuditRecord, CommandAnswer, LogRecord, Store};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -27,13 +27,16 @@ use crate::stats::EngineStats;
 use crate::throttle::{Throttle, Waiter};
 use crate::timers::{Timer, TimerKind, Timers};
 use crate::trace::{self, RunTrace};
-use crate::{EngineError, EngineOptions, FlowCache, RunEvent, clock::now_ms, retention, snapshot};
+use crate::{EngineError, EngineOptions, FlowCache, RunEvent, clock::now_ms, retention};
 
 mod handover;
 mod outbox;
 mod ownership;
 mod permits;
+mod starts;
 mod watch;
+
+pub(crate) use starts::Fresh;
 
 /// Logs are kept to their last 64 KiB per attempt.
 const LOG_TAIL_BYTES: usize = 64 * 1024;
@@ -209,36 +212,6 @@ impl Engine {
         info!("engine stopped");
     }
 
-    /// Resumes every unfinished run the store knows and this engine does not hold:
-    /// at start (crash recovery) and periodically as a safety net.
-    async fn reconcile(&mut self) {
-        let ids = match self.p.store.unfinished_runs().await {
-            Ok(ids) => ids,
-            Err(e) => {
-                error!(error = %e, "reconcile: cannot list unfinished runs");
-                return;
-            }
-        };
-        let mut queued_flows = Vec::new();
-        for run_id in ids {
-            if self.runs.contains_key(&run_id) {
-                continue;
-            }
-            match self.p.store.load_run(&run_id).await {
-                Ok(Some(stored)) if stored.run.state == RunState::Queued => {
-                    queued_flows.push(stored.run.flow.clone());
-                }
-                Ok(Some(_)) => self.pending.push_back(Envelope::Resume { run_id, fresh: None }),
-                Ok(None) => {}
-                Err(e) => error!(run_id = %run_id, error = %e, "reconcile: cannot load run"),
-            }
-        }
-        queued_flows.dedup();
-        for flow in queued_flows {
-            self.promote(&flow).await;
-        }
-    }
-
     async fn process(&mut self, batch: Vec<Envelope>) {
         let mut work = Work::default();
         for envelope in batch {
@@ -298,39 +271,15 @@ impl Engine {
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(1)).await;
             for run_id in touched {
-                let _ = tx.send(Envelope::Resume { run_id, fresh: None }).await;
+                let _ = tx.send(Envelope::Resume { run_id }).await;
             }
         });
     }
 
     async fn apply_envelope(&mut self, envelope: Envelope, work: &mut Work) {
         match envelope {
-            Envelope::Resume { run_id, fresh } => {
-                self.runs.remove(&run_id);
-                if let Some(fresh) = fresh {
-                    let (snap, trace) = *fresh;
-                    self.runs.insert(run_id.clone(), snap);
-                    self.traces.insert(run_id.clone(), trace);
-                }
-                match self.ensure_loaded(&run_id, false).await {
-                    Ok(()) => {}
-                    Err(EngineError::HeldElsewhere { owner, .. }) => {
-                        debug!(run_id = %run_id, owner = %owner, "run held by another replica");
-                        return;
-                    }
-                    Err(e) => {
-                        error!(run_id = %run_id, error = %e, "cannot resume run");
-                        return;
-                    }
-                }
-                if let Some(snap) = self.runs.get(&run_id) {
-                    let running =
-                        snap.nodes.iter().enumerate().filter(|(_, n)| n.state == NodeState::Running);
-                    self.resumed.extend(running.map(|(i, _)| (run_id.clone(), i)));
-                }
-                let _ = self.apply(&run_id, Command::Recover, "engine", work);
-                work.resumed.push(run_id);
-            }
+            Envelope::Start { run_id, fresh } => self.start(run_id, fresh, work).await,
+            Envelope::Resume { run_id } => self.resume(run_id, work).await,
             Envelope::Adopt { run_id, from } => self.adopt(&run_id, &from, work).await,
             Envelope::Command { run_id, cmd, actor, audit, answer_to, reply } => {
                 // People's actions may take an idle run from its holder; the
@@ -399,27 +348,6 @@ impl Engine {
 
     fn node_name(&self, run_id: &str, node: usize) -> Option<String> {
         self.runs.get(run_id).and_then(|s| s.flow.nodes.get(node)).map(|n| n.id.clone())
-    }
-
-    /// Makes sure this replica holds `run_id` (claiming it by lease; `steal_idle`
-    /// for commands, which may take a run whose holder has nothing in flight) and
-    /// has its snapshot in memory.
-    async fn ensure_loaded(&mut self, run_id: &str, steal_idle: bool) -> Result<(), EngineError> {
-        if self.runs.contains_key(run_id) {
-            return Ok(());
-        }
-        self.claim(run_id, steal_idle).await?;
-        let stored = self
-            .p
-            .store
-            .load_run(run_id)
-            .await?
-            .ok_or_else(|| EngineError::RunNotFound(run_id.to_string()))?;
-        let flow = self.p.flows.get(self.p.store.as_ref(), &stored.run.flow, stored.run.version).await?;
-        self.traces.insert(run_id.to_string(), RunTrace::from_stored(&stored.run));
-        let snap = snapshot::from_stored(stored, flow)?;
-        self.runs.insert(run_id.to_string(), snap);
-        Ok(())
     }
 
     /// Applies one command to a loaded run and follows its `Ready` and permit
@@ -705,27 +633,6 @@ impl Engine {
         for (run_id, node) in &work.overdue {
             if let Some(snap) = self.runs.get(run_id) {
                 self.p.observers.iter().for_each(|o| o.confirm_overdue(snap, node));
-            }
-        }
-    }
-
-    /// Starts queued runs of `flow` while `max_active_runs` leaves room.
-    async fn promote(&mut self, flow: &str) {
-        let Ok(Some(record)) = self.p.store.get_flow(flow).await else {
-            return;
-        };
-        let Ok(def) = self.p.flows.get(self.p.store.as_ref(), flow, record.latest_version).await else {
-            return;
-        };
-        let max = def.concurrency.max_active_runs;
-        loop {
-            match self.p.store.promote_queued(flow, max, now_ms()).await {
-                Ok(Some(run_id)) => self.pending.push_back(Envelope::Resume { run_id, fresh: None }),
-                Ok(None) => break,
-                Err(e) => {
-                    error!(flow = %flow, error = %e, "cannot promote queued run");
-                    break;
-                }
             }
         }
     }

@@ -9,14 +9,18 @@ use crate::executor::AttemptResult;
 pub(crate) type Reply = oneshot::Sender<Result<(), EngineError>>;
 
 pub(crate) enum Envelope {
-    /// Load the run (created or promoted in the store, or found at start) and
-    /// evaluate every node.
-    Resume {
+    /// Start a run the store admitted to start (created with room, or promoted):
+    /// `Command::Start`, the only way a run starts.
+    Start {
         run_id: String,
-        /// The snapshot of a run just created RUNNING and already claimed by this
-        /// replica (the creator claims it): the loop neither claims nor loads it.
-        fresh: Option<Box<(madeira_core::RunSnapshot, crate::trace::RunTrace)>>,
+        /// The snapshot of a run just created and already claimed by this replica
+        /// (the creator claims it): the loop neither claims nor loads it.
+        fresh: Option<crate::engine_loop::Fresh>,
     },
+    /// Take charge of an unfinished run again, reloaded from the store (restart,
+    /// reconcile sweep, lease takeover, a commit that failed): `Command::Recover`
+    /// for a RUNNING run, `Command::Start` for one admitted but never started.
+    Resume { run_id: String },
     /// Take over a run another replica offered (it waits for sidecars this
     /// replica has): claimed like an idle run, then every node is evaluated.
     Adopt { run_id: String, from: String },

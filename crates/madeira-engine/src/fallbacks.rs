@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use madeira_core::FlowDef;
-use madeira_store::{AuditRecord, Batch, Store};
+use madeira_store::{AuditRecord, Batch, RunStore};
 use serde_json::{Value as Json, json};
 use tracing::{error, warn};
 
@@ -46,7 +46,7 @@ pub(crate) fn route(latest: &FlowDef, params: &Json, latest_version: u32) -> (u3
 
 /// Records `warning` on run `run_id` (audit `routing_fallback`).
 pub(crate) async fn record_routing_fallback(
-    store: &dyn Store,
+    store: &dyn RunStore,
     flow: &str,
     run_id: &str,
     version: u32,
@@ -70,7 +70,7 @@ pub(crate) async fn record_routing_fallback(
 /// A cron tick of `flow` at `scheduled_at_ms` made no run because of `e`:
 /// logged, audited and alerted.
 pub(crate) async fn cron_not_created(
-    store: &Arc<dyn Store>,
+    store: &dyn RunStore,
     observers: &[Arc<dyn EngineObserver>],
     flow: &str,
     scheduled_at_ms: i64,

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use madeira_core::FlowDef;
 use madeira_core::spec::{SpecError, SpecErrors, parse_flow};
-use madeira_store::Store;
+use madeira_store::FlowStore;
 use sha2::{Digest, Sha256};
 
 use crate::{EngineError, clock::now_ms};
@@ -39,7 +39,7 @@ impl FlowCache {
     /// The parsed flow `name` at `version`, loading and parsing it on first use.
     pub async fn get(
         &self,
-        store: &dyn Store,
+        store: &dyn FlowStore,
         name: &str,
         version: u32,
     ) -> Result<Arc<FlowDef>, EngineError> {
@@ -70,7 +70,7 @@ impl FlowCache {
     /// from the latest one. `file` names the source in error messages.
     pub async fn apply(
         &self,
-        store: &dyn Store,
+        store: &dyn FlowStore,
         file: &str,
         source: &str,
     ) -> Result<ApplyOutcome, EngineError> {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use madeira_store::{Store, StoreError};
+use madeira_store::{HealthStore, StoreError};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
@@ -85,7 +85,7 @@ impl StoreHealth {
     /// While the store is down, probes it every second until a write succeeds.
     pub(crate) fn spawn_probe(
         self: Arc<Self>,
-        store: Arc<dyn Store>,
+        store: Arc<dyn HealthStore>,
         cancel: CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use madeira_store::{Lease, Store};
+use madeira_store::{Lease, LeaseStore};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +35,7 @@ impl Holder {
 }
 
 pub(crate) fn spawn(
-    store: Arc<dyn Store>,
+    store: Arc<dyn LeaseStore>,
     holder: Holder,
     tx: mpsc::Sender<Envelope>,
     cancel: CancellationToken,
@@ -59,7 +59,7 @@ pub(crate) fn spawn(
                             info!(runs = ids.len(), "took over runs whose lease expired");
                         }
                         for run_id in ids {
-                            if tx.send(Envelope::Resume { run_id, fresh: None }).await.is_err() {
+                            if tx.send(Envelope::Resume { run_id }).await.is_err() {
                                 return;
                             }
                         }

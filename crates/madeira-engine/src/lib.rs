@@ -1,14 +1,19 @@
 //! Madeira's engine: the one writer of run state. Triggers go to the run creator
 //! (`creator.rs`), which has the store admit and create runs in one transaction:
 //! the store gathers the flow's facts under its lock and writes what
-//! `madeira_core::admit` decides (idempotency, overlap, throttle queues; promotion
-//! of QUEUED runs likewise through `admit::promote`). Every other command
-//! (executor results, timers, operator actions) arrives on a channel; the loop applies each to the run's snapshot with the core planner,
-//! group-commits every resulting transition in one store transaction, and only
-//! then acts (starts attempts, arms timers, answers callers); a failed commit
-//! answers `StoreError::Unavailable`/`Refused` and drops the touched runs from
-//! memory (`health.rs` tracks whether the store takes writes). Recovery on start
-//! resumes every unfinished run.
+//! `madeira_core::admit` decides (idempotency, overlap, throttle queues): the run
+//! QUEUED with its `created` edge, and whether it may start (`admitted_at`;
+//! promotion of waiting QUEUED runs likewise through `admit::promote`). A run
+//! admitted to start enters the planner as `Command::Start` (QUEUED -> RUNNING),
+//! the only way a run starts; `Command::Recover` is for recovery only
+//! (`engine_loop/starts.rs`). Every other command (executor results, timers,
+//! operator actions) arrives on a channel; the loop applies each to the run's
+//! snapshot with the core planner, group-commits every resulting transition in
+//! one store transaction, and only then acts (starts attempts, arms timers,
+//! answers callers); a failed commit answers `StoreError::Unavailable`/`Refused`
+//! and drops the touched runs from memory (`health.rs` tracks whether the store
+//! takes writes). Recovery on start resumes every unfinished run: RUNNING ones
+//! are recovered, admitted QUEUED ones started, waiting ones promoted.
 
 mod clock;
 mod creator;

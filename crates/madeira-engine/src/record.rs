@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
 use madeira_core::{Action, Cause, Plan, RunSnapshot};
-use madeira_store::{AttemptRecord, AuditRecord, Batch, LogRecord, OutputWrite, RunWrite, TransitionRecord};
+use madeira_store::{
+    AttemptRecord, AuditRecord, Batch, Edge, LogRecord, OutputWrite, RunWrite, TransitionRecord,
+};
 
 use crate::envelope::Reply;
 use crate::{EngineError, RunEvent, snapshot};
@@ -63,9 +65,7 @@ impl Work {
             self.batch.transitions.push(TransitionRecord {
                 run_id: snap.run_id.clone(),
                 node: Some(node.clone()),
-                from: change.from.as_str().into(),
-                to: change.to.as_str().into(),
-                cause: change.cause.as_str().into(),
+                edge: Edge::Node { from: change.from, to: change.to, cause: change.cause },
                 actor: actor.into(),
                 attempt: change.attempt,
                 reason: change.reason.clone(),
@@ -95,7 +95,7 @@ impl Work {
         }
         for change in &plan.runs {
             let finished = change.to.is_terminal().then_some(now_ms);
-            let started = (change.from == madeira_core::RunState::Queued).then_some(now_ms);
+            let started = (change.cause == madeira_core::RunCause::Started).then_some(now_ms);
             self.batch.runs.push(RunWrite {
                 run_id: snap.run_id.clone(),
                 state: change.to,
@@ -105,9 +105,7 @@ impl Work {
             self.batch.transitions.push(TransitionRecord {
                 run_id: snap.run_id.clone(),
                 node: None,
-                from: change.from.as_str().into(),
-                to: change.to.as_str().into(),
-                cause: change.cause.as_str().into(),
+                edge: Edge::run(Some(change.from), change.cause, change.to),
                 actor: actor.into(),
                 attempt: 0,
                 reason: None,

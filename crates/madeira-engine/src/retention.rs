@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use madeira_store::Store;
+use madeira_store::RetentionStore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
@@ -15,7 +15,7 @@ use crate::{EngineOptions, clock::now_ms};
 const BATCH: u32 = 200;
 
 pub(crate) fn spawn(
-    store: Arc<dyn Store>,
+    store: Arc<dyn RetentionStore>,
     options: EngineOptions,
     cancel: CancellationToken,
 ) -> JoinHandle<()> {

@@ -248,8 +248,14 @@ impl Scheduler {
                     info!(flow = %flow_name, "cron tick of a deleted flow: no run")
                 }
                 Err(e) => {
-                    crate::fallbacks::cron_not_created(engine.store(), &observers, &flow_name, tick_ms, &e)
-                        .await
+                    crate::fallbacks::cron_not_created(
+                        engine.store().as_ref(),
+                        &observers,
+                        &flow_name,
+                        tick_ms,
+                        &e,
+                    )
+                    .await
                 }
             }
         });

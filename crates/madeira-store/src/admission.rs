@@ -1,10 +1,10 @@
 //! Between a backend and `madeira_core::admit`: a new run's admission policy, the
-//! core's decision turned into the store's answer, and the run-table edges
-//! written as transition records. Backends gather the facts in their transaction.
+//! core's decision turned into the store's answer, the creation edge written as a
+//! transition record, and the SQL conditions that say which runs are active.
+//! Backends gather the facts in their transaction.
 
 use std::collections::HashMap;
 
-use madeira_core::RunState;
 use madeira_core::admit::{Decision, Policy, RunEdge};
 use madeira_core::state::RunRefusal;
 
@@ -27,20 +27,23 @@ pub(crate) fn refused(e: RunRefusal) -> StoreError {
     StoreError::Refused(e.to_string())
 }
 
-/// The edges to write and runs to cancel for `Create`, or the answer for a
-/// decision that writes nothing.
-pub(crate) fn to_write(decision: Decision) -> Result<(Vec<RunEdge>, Vec<String>), CreateOutcome> {
+/// A run counts against `max_active_runs` (`admit::Facts::active`): RUNNING, or
+/// QUEUED and admitted to start (`admitted_at` set) but not started yet.
+pub(crate) const ACTIVE: &str = "(state = 'RUNNING' OR (state = 'QUEUED' AND admitted_at IS NOT NULL))";
+/// A QUEUED run waiting for room (`admit::Facts::queued`).
+pub(crate) const WAITING: &str = "state = 'QUEUED' AND admitted_at IS NULL";
+
+/// What `Create` writes: the creation edge, whether the run may start at once,
+/// the runs to cancel; or the answer for a decision that writes nothing.
+pub(crate) type ToWrite = (RunEdge, bool, Vec<String>);
+
+pub(crate) fn to_write(decision: Decision) -> Result<ToWrite, CreateOutcome> {
     Err(match decision {
-        Decision::Create { edges, cancel_previous } => return Ok((edges, cancel_previous)),
+        Decision::Create { created, start, cancel_previous } => return Ok((created, start, cancel_previous)),
         Decision::Existing(e) => CreateOutcome::Existing { run_id: e.run_id, version: e.version },
         Decision::Throttled { node, claims, max_permits, queue_size } => {
             CreateOutcome::Throttled { node, claims, max_permits, queue_size }
         }
         Decision::Skip { active } => CreateOutcome::Skipped { active },
     })
-}
-
-/// The `from_state` column of a run edge (`NONE` before creation).
-pub(crate) fn from_name(edge: &RunEdge) -> &'static str {
-    edge.from.map_or("NONE", RunState::as_str)
 }

@@ -1,6 +1,7 @@
 //! Rows and write batches exchanged with a store.
 
-use madeira_core::{NodeState, RunState};
+use madeira_core::admit::RunEdge;
+use madeira_core::{Cause, NodeState, RunState};
 use serde::Serialize;
 use serde_json::{Map, Value as Json};
 
@@ -62,27 +63,16 @@ pub struct NewRun {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CreateOutcome {
-    Created {
-        run_id: String,
-        state: RunState,
-        cancel_previous: Vec<String>,
-    },
+    /// The run was written QUEUED (its `created` edge recorded). `start`: admission
+    /// let it start at once (`RunRow::admitted_at`); the engine's `Command::Start`
+    /// takes it RUNNING. Otherwise it waits for `promote_queued`.
+    Created { run_id: String, start: bool, cancel_previous: Vec<String> },
     /// The idempotency key already made this run.
-    Existing {
-        run_id: String,
-        version: u32,
-    },
+    Existing { run_id: String, version: u32 },
     /// `on_overlap: skip` and the flow is at `max_active_runs`.
-    Skipped {
-        active: Vec<String>,
-    },
+    Skipped { active: Vec<String> },
     /// A throttled node's queue is full; nothing was stored.
-    Throttled {
-        node: String,
-        claims: u32,
-        max_permits: u32,
-        queue_size: u32,
-    },
+    Throttled { node: String, claims: u32, max_permits: u32, queue_size: u32 },
 }
 
 /// A node row as written and read.
@@ -118,6 +108,12 @@ pub struct RunRow {
     /// Who started the run (`NewRun::actor`): a token's name, `scheduler`, …
     pub actor: String,
     pub created_at: i64,
+    /// When admission let the run start (at creation or by promotion): from then
+    /// on it counts against `max_active_runs`, QUEUED until `Command::Start` takes
+    /// it RUNNING. `None` for a run waiting for room (and for runs started before
+    /// this column existed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admitted_at: Option<i64>,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
     /// W3C `traceparent` of the run's span (`None` for runs older than tracing).
@@ -146,14 +142,49 @@ pub struct RunWrite {
     pub finished_at: Option<i64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// What a transition record says changed, typed: a node's state (`NODE_TABLE`'s
+/// names) or the run's (`RUN_TABLE`'s; `from: None` is the run's creation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edge {
+    Node { from: NodeState, to: NodeState, cause: Cause },
+    Run(RunEdge),
+}
+
+impl Edge {
+    /// The run-level edge `from` -> `to` by `cause`.
+    pub fn run(from: Option<RunState>, cause: madeira_core::RunCause, to: RunState) -> Edge {
+        Edge::Run(RunEdge { from, cause, to })
+    }
+
+    /// The `from_state` column: a state's name, `NONE` before a run's creation.
+    pub fn from_name(&self) -> &'static str {
+        match self {
+            Edge::Node { from, .. } => from.as_str(),
+            Edge::Run(e) => e.from.map_or("NONE", RunState::as_str),
+        }
+    }
+
+    pub fn to_name(&self) -> &'static str {
+        match self {
+            Edge::Node { to, .. } => to.as_str(),
+            Edge::Run(e) => e.to.as_str(),
+        }
+    }
+
+    pub fn cause_name(&self) -> &'static str {
+        match self {
+            Edge::Node { cause, .. } => cause.as_str(),
+            Edge::Run(e) => e.cause.as_str(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
 pub struct TransitionRecord {
     pub run_id: String,
-    /// `None` for a run-level transition.
+    /// `None` for a run-level transition (then `edge` is `Edge::Run`).
     pub node: Option<String>,
-    pub from: String,
-    pub to: String,
-    pub cause: String,
+    pub edge: Edge,
     pub actor: String,
     pub attempt: u32,
     pub reason: Option<String>,

@@ -248,7 +248,7 @@ async fn fragments(
                     summary { (transitions.len()) " " (t(lang, "transitions")) }
                     ol {
                         @for tr in transitions.iter().rev().take(500) {
-                            li { (stamp(lang, Some(tr.at), now)) " " code { (tr.node.as_deref().unwrap_or("run")) } " " (tr.from) " → " (tr.to) " (" (tr.cause) ", " (tr.actor) ")" }
+                            li { (stamp(lang, Some(tr.at), now)) " " code { (tr.node.as_deref().unwrap_or("run")) } " " (tr.edge.from_name()) " → " (tr.edge.to_name()) " (" (tr.edge.cause_name()) ", " (tr.actor) ")" }
                         }
                     }
                 }

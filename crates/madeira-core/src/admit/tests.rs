@@ -2,7 +2,10 @@
 //! trigger sequences (keys, overlaps, throttles, runs ending, promotions) against a
 //! model of the SQL that decided admission before `admit` existed (the body of the
 //! stores' `create_in` and `promote_queued` at commit 11568c6, over an in-memory
-//! table). There is no intended difference: every decision must be equal.
+//! table). There is no intended difference: every decision must be equal. The old
+//! SQL wrote an admitted run RUNNING at once; `admit` admits it to start (it
+//! counts as active while QUEUED until `Command::Start`), so the model's RUNNING
+//! stands for "active" and `Created { state: RUNNING }` for `start: true`.
 
 use proptest::prelude::*;
 
@@ -140,8 +143,8 @@ fn outcome(d: Decision) -> Outcome {
             Outcome::Throttled { node, claims, max_permits, queue_size }
         }
         Decision::Skip { active } => Outcome::Skipped(active),
-        Decision::Create { edges, cancel_previous } => {
-            let state = edges.last().expect("a created run has edges").to;
+        Decision::Create { start, cancel_previous, .. } => {
+            let state = if start { RunState::Running } else { RunState::Queued };
             Outcome::Created { state, cancel_previous }
         }
     }
@@ -188,11 +191,8 @@ proptest! {
                     let full = admit(&all_facts(&db, &t), &policy(&t)).expect("admit");
                     let lazy = admit(&lazy_facts(&db, &t), &policy(&t)).expect("admit");
                     prop_assert_eq!(&full, &lazy, "the facts a store may leave out changed the decision");
-                    if let Decision::Create { edges, .. } = &full {
-                        prop_assert_eq!(edges[0], RunEdge { from: None, cause: RunCause::Created, to: RunState::Queued });
-                        for pair in edges.windows(2) {
-                            prop_assert_eq!(Some(pair[0].to), pair[1].from);
-                        }
+                    if let Decision::Create { created, .. } = &full {
+                        prop_assert_eq!(*created, RunEdge { from: None, cause: RunCause::Created, to: RunState::Queued });
                     }
                     prop_assert_eq!(outcome(full), old.clone());
                     if let Outcome::Created { state, cancel_previous } = old {
@@ -219,14 +219,13 @@ proptest! {
                 Event::Promote(max) => {
                     let old = old_promote(&db, max);
                     let facts = QueueFacts {
-                        running: db.ids_in(RunState::Running).len() as u32,
+                        active: db.ids_in(RunState::Running).len() as u32,
                         oldest_queued: db.ids_in(RunState::Queued).into_iter().next(),
                     };
-                    let new = promote(&facts, max).expect("promote");
-                    prop_assert_eq!(new.as_ref().map(|p| p.run_id.clone()), old);
-                    if let Some(p) = new {
-                        prop_assert_eq!(p.edge, RunEdge { from: Some(RunState::Queued), cause: RunCause::Started, to: RunState::Running });
-                        let row = db.rows.iter_mut().find(|r| r.id == p.run_id).expect("queued row");
+                    let new = promote(&facts, max);
+                    prop_assert_eq!(&new, &old);
+                    if let Some(run_id) = new {
+                        let row = db.rows.iter_mut().find(|r| r.id == run_id).expect("queued row");
                         row.state = RunState::Running;
                     }
                 }
@@ -249,7 +248,7 @@ proptest! {
         };
         let p = Policy { max_active_runs: max, on_overlap: t.on_overlap, throttles: &[] };
         let d = admit(&facts, &p).expect("admit");
-        if d.created_state() == Some(RunState::Running) {
+        if d.starts() {
             prop_assert!(active < max as usize && !queued);
         } else {
             prop_assert!(active >= max as usize || queued);
@@ -271,8 +270,9 @@ fn cancel_previous_queues_and_names_the_running_runs() {
     let facts = Facts { active: vec!["r1".into(), "r2".into()], ..Facts::default() };
     let p = Policy { max_active_runs: 2, on_overlap: OnOverlap::CancelPrevious, throttles: &[] };
     let d = admit(&facts, &p).expect("admit");
-    assert_eq!(d.created_state(), Some(RunState::Queued));
-    assert!(matches!(d, Decision::Create { cancel_previous, .. } if cancel_previous == ["r1", "r2"]));
+    assert!(
+        matches!(d, Decision::Create { start: false, cancel_previous, .. } if cancel_previous == ["r1", "r2"])
+    );
 }
 
 #[test]
@@ -286,8 +286,8 @@ fn a_full_throttle_queue_refuses_with_its_counts() {
 
 #[test]
 fn promotion_waits_for_room_and_takes_the_oldest() {
-    let facts = QueueFacts { running: 1, oldest_queued: Some("r2".into()) };
-    assert_eq!(promote(&facts, 1), Ok(None));
-    assert_eq!(promote(&facts, 2).expect("promote").map(|p| p.run_id), Some("r2".into()));
-    assert_eq!(promote(&QueueFacts::default(), 0), Ok(None));
+    let facts = QueueFacts { active: 1, oldest_queued: Some("r2".into()) };
+    assert_eq!(promote(&facts, 1), None);
+    assert_eq!(promote(&facts, 2), Some("r2".into()));
+    assert_eq!(promote(&QueueFacts::default(), 0), None);
 }

@@ -3,7 +3,8 @@
 //! confirmations it finds overdue and the confirmations it closes, so a replica
 //! killed right after the commit cannot lose them.
 
-use madeira_core::Action;
+use madeira_core::{Action, NodeState};
+use madeira_store::Edge;
 
 use super::Engine;
 use crate::observer::AlertSource;
@@ -28,8 +29,9 @@ impl Engine {
             }
         }
         for t in &work.batch.transitions {
-            if let (Some(node), "MANUAL_CONFIRM") = (&t.node, t.from.as_str()) {
-                report(AlertSource::ConfirmLeft { run_id: &t.run_id, node, cause: &t.cause });
+            if let (Some(node), Edge::Node { from: NodeState::ManualConfirm, cause, .. }) = (&t.node, t.edge)
+            {
+                report(AlertSource::ConfirmLeft { run_id: &t.run_id, node, cause: cause.as_str() });
             }
         }
         work.batch.alert_events.extend(events);

@@ -1,6 +1,6 @@
 //! The engine's side of run ownership: it plans and dispatches only for runs this
 //! replica holds. A run is claimed (by lease) before it is loaded; runs created
-//! here arrive already claimed, with their fresh snapshot (`Resume { fresh }`, from
+//! here arrive already claimed, with their fresh snapshot (`Start { fresh }`, from
 //! the creator); every commit is fenced on the
 //! owner in the store, and when a fence fails the lost runs' attempts are stopped
 //! because another replica now resumes them.

@@ -452,7 +452,8 @@ pub async fn transitions(
     let out: Vec<Value> = records
         .into_iter()
         .map(|t| {
-            json!({"node": t.node, "from": t.from, "to": t.to, "cause": t.cause, "actor": t.actor,
+            json!({"node": t.node, "from": t.edge.from_name(), "to": t.edge.to_name(),
+                   "cause": t.edge.cause_name(), "actor": t.actor,
                    "attempt": t.attempt, "reason": t.reason, "at": views::time(Some(t.at))})
         })
         .collect();

@@ -133,9 +133,9 @@ async fn write_transitions<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a B
         q.push_values(chunk, |mut b, t| {
             b.push_bind(&t.run_id)
                 .push_bind(&t.node)
-                .push_bind(&t.from)
-                .push_bind(&t.to)
-                .push_bind(&t.cause)
+                .push_bind(t.edge.from_name())
+                .push_bind(t.edge.to_name())
+                .push_bind(t.edge.cause_name())
                 .push_bind(&t.actor)
                 .push_bind(i64::from(t.attempt))
                 .push_bind(&t.reason)

@@ -6,6 +6,7 @@
 use sqlx::QueryBuilder;
 
 use super::{CHUNK, D, Db, Pool, Tx, push_list, sql};
+use crate::admission::ACTIVE;
 use crate::dialect::Dialect;
 use crate::lease::{UNCLAIMED_GRACE_MS, check_fence, claimable};
 use crate::{Claim, Lease, Result};
@@ -58,13 +59,14 @@ pub(super) async fn adopt_run(pool: &Pool, run_id: &str, from: &str, lease: &Lea
     claim_run(pool, run_id, lease, true, Some(from)).await
 }
 
-/// The expired runs are selected and locked (skipping rows another replica is
-/// claiming), then taken, in one transaction.
+/// The expired runs (RUNNING, or admitted to start and not started yet) are
+/// selected and locked (skipping rows another replica is claiming), then taken,
+/// in one transaction.
 pub(super) async fn claim_expired(pool: &Pool, lease: &Lease, limit: u32) -> Result<Vec<String>> {
     let mut tx = pool.begin().await?;
     let rows: Vec<(String,)> = sqlx::query_as(&sql(&format!(
-        "SELECT id FROM runs WHERE state = 'RUNNING' AND {} \
-           AND COALESCE(lease_until, COALESCE(started_at, created_at) + $2) < $3 \
+        "SELECT id FROM runs WHERE {ACTIVE} AND {} \
+           AND COALESCE(lease_until, COALESCE(started_at, admitted_at, created_at) + $2) < $3 \
          ORDER BY id LIMIT $4{}",
         D::is_distinct("owner", "$1"),
         D::SKIP_LOCKED

@@ -1,5 +1,7 @@
 //! Throttle permits shared by the replicas: taken under the lock of their
-//! (flow, node), counted over runs that are still RUNNING, freed in the group commit (`commit.rs`).
+//! (flow, node), counted over runs not finished (QUEUED too: a run's first
+//! permits may be taken before the commit that records its start), freed in
+//! the group commit (`commit.rs`).
 
 use super::{D, Pool, sql};
 use crate::dialect::{Dialect, LockSpace};
@@ -28,7 +30,7 @@ pub(super) async fn try_permit(
     }
     let (used,): (i64,) =
         sqlx::query_as(&sql("SELECT COUNT(*) FROM permits p JOIN runs r ON r.id = p.run_id \
-         WHERE p.flow = $1 AND p.node = $2 AND r.state = 'RUNNING'"))
+         WHERE p.flow = $1 AND p.node = $2 AND r.state IN ('QUEUED', 'RUNNING')"))
         .bind(&key.flow)
         .bind(&key.node)
         .fetch_one(&mut *tx)

@@ -7,15 +7,15 @@ use sqlx::Row as _;
 use super::{D, Db, Pool, Row, sql};
 use crate::dialect::Dialect;
 use crate::{
-    AttemptRecord, AuditQuery, AuditRecord, LogRecord, NodeRow, Result, RunQuery, RunRow, StoreError,
+    AttemptRecord, AuditQuery, AuditRecord, Edge, LogRecord, NodeRow, Result, RunQuery, RunRow, StoreError,
     StoredRun, TransitionRecord,
 };
 
 /// The columns `run_row` reads.
 fn run_columns() -> String {
     format!(
-        "id, flow, version, state, params, {}, \"trigger\", actor, created_at, started_at, finished_at, \
-         trace_context",
+        "id, flow, version, state, params, {}, \"trigger\", actor, created_at, admitted_at, started_at, \
+         finished_at, trace_context",
         D::bytes_as_text("idempotency_key")
     )
 }
@@ -37,6 +37,7 @@ fn run_row(row: &Row) -> Result<RunRow> {
         trigger: row.try_get("trigger")?,
         actor: row.try_get("actor")?,
         created_at: row.try_get("created_at")?,
+        admitted_at: row.try_get("admitted_at")?,
         started_at: row.try_get("started_at")?,
         finished_at: row.try_get("finished_at")?,
         trace_context: row.try_get("trace_context")?,
@@ -147,12 +148,25 @@ pub(super) async fn transitions(pool: &Pool, run_id: &str) -> Result<Vec<Transit
         .await?;
     rows.iter()
         .map(|r| {
+            let node: Option<String> = r.try_get("node")?;
+            let (from, to, cause): (String, String, String) =
+                (r.try_get("from_state")?, r.try_get("to_state")?, r.try_get("cause")?);
+            let bad = |e: madeira_core::state::UnknownName| corrupt("transitions", e);
+            let edge = match node {
+                Some(_) => Edge::Node {
+                    from: from.parse().map_err(bad)?,
+                    to: to.parse().map_err(bad)?,
+                    cause: cause.parse().map_err(bad)?,
+                },
+                None => {
+                    let from = (from != "NONE").then(|| from.parse()).transpose().map_err(bad)?;
+                    Edge::run(from, cause.parse().map_err(bad)?, to.parse().map_err(bad)?)
+                }
+            };
             Ok(TransitionRecord {
                 run_id: r.try_get("run_id")?,
-                node: r.try_get("node")?,
-                from: r.try_get("from_state")?,
-                to: r.try_get("to_state")?,
-                cause: r.try_get("cause")?,
+                node,
+                edge,
                 actor: r.try_get("actor")?,
                 attempt: r.try_get::<i64, _>("attempt")? as u32,
                 reason: r.try_get("reason")?,

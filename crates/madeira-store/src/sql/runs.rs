@@ -1,16 +1,17 @@
 //! Run creation and promotion of queued runs (the facts gathered under the flow's
-//! lock, the decision taken by `madeira_core::admit`), logs and retention.
+//! lock, the decision taken by `madeira_core::admit`), logs and retention. A run
+//! is written QUEUED; the decision to start it is `admitted_at`, and the engine's
+//! `Command::Start` takes it RUNNING.
 
-use madeira_core::RunState;
 use madeira_core::admit::{Existing, Facts, QueueFacts, RunEdge, admit, promote};
 use sqlx::QueryBuilder;
 
 use std::collections::HashMap;
 
 use super::{CHUNK, D, Db, Pool, Script, Tx, push_list, sql, upsert};
-use crate::admission::{ClaimCache, from_name, refused, to_write};
+use crate::admission::{ACTIVE, ClaimCache, WAITING, refused, to_write};
 use crate::dialect::{Dialect, LockSpace};
-use crate::{CreateOutcome, LogRecord, NewRun, Result, StoreError};
+use crate::{CreateOutcome, Edge, LogRecord, NewRun, Result, StoreError};
 
 /// Serialises the decisions taken about one flow's runs and versions until the
 /// end of the transaction.
@@ -52,33 +53,33 @@ pub(super) async fn create_runs(pool: &Pool, runs: &[NewRun]) -> Result<Vec<Crea
 struct Admitted<'a> {
     keys: HashMap<(String, String), Existing>,
     claims: ClaimCache,
-    runs: Vec<(&'a NewRun, RunState)>,
-    edges: Vec<(&'a NewRun, RunEdge)>,
+    /// Each admitted run with its creation edge and whether it may start now.
+    runs: Vec<(&'a NewRun, RunEdge, bool)>,
 }
 
 impl<'a> Admitted<'a> {
-    /// Writes the pending runs, their nodes and their run-table edges.
+    /// Writes the pending runs, their nodes and their creation edges.
     async fn write(&mut self, tx: &mut Tx<'_>) -> Result<()> {
         let mut s = Script::new();
         for chunk in self.runs.chunks(CHUNK) {
             let q = s.statement();
             q.push(
                 "INSERT INTO runs (id, flow, version, state, params, idempotency_key, \"trigger\", \
-                 created_at, started_at, trace_context, actor, owner, lease_until) ",
+                 created_at, admitted_at, trace_context, actor, owner, lease_until) ",
             );
-            q.push_values(chunk, |mut b, (run, state)| {
-                // Only a run that starts now is held from birth; a QUEUED one is
+            q.push_values(chunk, |mut b, (run, created, start)| {
+                // A run admitted to start is held from birth; a waiting one is
                 // claimed by whichever replica promotes it.
-                let held = run.lease.as_ref().filter(|_| *state == RunState::Running);
+                let held = run.lease.as_ref().filter(|_| *start);
                 b.push_bind(&run.id)
                     .push_bind(&run.flow)
                     .push_bind(i64::from(run.version))
-                    .push_bind(state.as_str())
+                    .push_bind(created.to.as_str())
                     .push_bind(run.params.to_string())
                     .push_bind(&run.idempotency_key)
                     .push_bind(&run.trigger)
                     .push_bind(run.now_ms)
-                    .push_bind((*state == RunState::Running).then_some(run.now_ms))
+                    .push_bind(start.then_some(run.now_ms))
                     .push_bind(&run.trace_context)
                     .push_bind(&run.actor)
                     .push_bind(held.map(|l| &l.owner))
@@ -89,7 +90,7 @@ impl<'a> Admitted<'a> {
         let nodes: Vec<(&String, usize, &String)> = self
             .runs
             .iter()
-            .flat_map(|(run, _)| run.node_names.iter().enumerate().map(|(i, name)| (&run.id, i, name)))
+            .flat_map(|(run, _, _)| run.node_names.iter().enumerate().map(|(i, name)| (&run.id, i, name)))
             .collect();
         for chunk in nodes.chunks(CHUNK) {
             let q = s.statement();
@@ -105,17 +106,18 @@ impl<'a> Admitted<'a> {
             });
             s.end(tx).await?;
         }
-        for chunk in self.edges.chunks(CHUNK) {
+        for chunk in self.runs.chunks(CHUNK) {
             let q = s.statement();
             q.push(
                 "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, at) ",
             );
-            q.push_values(chunk, |mut b, (run, edge)| {
+            q.push_values(chunk, |mut b, (run, created, _)| {
+                let edge = Edge::Run(*created);
                 b.push_bind(&run.id)
                     .push("NULL")
-                    .push_bind(from_name(edge))
-                    .push_bind(edge.to.as_str())
-                    .push_bind(edge.cause.as_str())
+                    .push_bind(edge.from_name())
+                    .push_bind(edge.to_name())
+                    .push_bind(edge.cause_name())
                     .push_bind(&run.actor)
                     .push("0")
                     .push_bind(run.now_ms);
@@ -124,7 +126,6 @@ impl<'a> Admitted<'a> {
         }
         s.send(tx).await?;
         self.runs.clear();
-        self.edges.clear();
         Ok(())
     }
 }
@@ -188,12 +189,12 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, batch: &mut Admitted<'_>) -> Resul
     }
     batch.write(tx).await?;
     let active: Vec<(String,)> =
-        sqlx::query_as(&sql("SELECT id FROM runs WHERE flow = $1 AND state = 'RUNNING' ORDER BY id"))
+        sqlx::query_as(&sql(&format!("SELECT id FROM runs WHERE flow = $1 AND {ACTIVE} ORDER BY id")))
             .bind(&run.flow)
             .fetch_all(&mut **tx)
             .await?;
     let queued: Option<(String,)> =
-        sqlx::query_as(&sql("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' LIMIT 1"))
+        sqlx::query_as(&sql(&format!("SELECT id FROM runs WHERE flow = $1 AND {WAITING} LIMIT 1")))
             .bind(&run.flow)
             .fetch_optional(&mut **tx)
             .await?;
@@ -201,53 +202,30 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, batch: &mut Admitted<'_>) -> Resul
     Ok(Facts { existing: None, claims, active, queued: queued.is_some() })
 }
 
-/// Decides the run with `madeira_core::admit` and records what it says (the run
-/// row, its node rows and one transition record per run-table edge) for the
-/// batch to write.
+/// Decides the run with `madeira_core::admit` and records what it says for the
+/// batch to write: the run row (QUEUED; `admitted_at` when it may start), its
+/// node rows and the transition record of its creation edge.
 async fn create_in<'a>(tx: &mut Tx<'_>, run: &'a NewRun, batch: &mut Admitted<'a>) -> Result<CreateOutcome> {
     let facts = facts(tx, run, batch).await?;
     let decision = admit(&facts, &run.policy()).map_err(refused)?;
-    let (edges, cancel_previous) = match to_write(decision) {
+    let (created, start, cancel_previous) = match to_write(decision) {
         Ok(write) => write,
         Err(answer) => return Ok(answer),
     };
-    let state = edges.last().map_or(RunState::Queued, |e| e.to);
     if let Some(key) = &run.idempotency_key {
         let existing = Existing { run_id: run.id.clone(), version: run.version };
         batch.keys.insert((run.flow.clone(), key.clone()), existing);
     }
-    batch.runs.push((run, state));
-    batch.edges.extend(edges.into_iter().map(|e| (run, e)));
+    batch.runs.push((run, created, start));
     for claim in &run.throttles {
         *batch.claims.entry((run.flow.clone(), claim.node.clone())).or_default() += 1;
     }
-    Ok(CreateOutcome::Created { run_id: run.id.clone(), state, cancel_previous })
+    Ok(CreateOutcome::Created { run_id: run.id.clone(), start, cancel_previous })
 }
 
-async fn record_run_transition(
-    tx: &mut Tx<'_>,
-    run_id: &str,
-    edge: &RunEdge,
-    actor: &str,
-    now_ms: i64,
-) -> Result<()> {
-    sqlx::query(&sql(
-        "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, at) \
-         VALUES ($1, NULL, $2, $3, $4, $5, 0, $6)",
-    ))
-    .bind(run_id)
-    .bind(from_name(edge))
-    .bind(edge.to.as_str())
-    .bind(edge.cause.as_str())
-    .bind(actor)
-    .bind(now_ms)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-/// Starts the oldest QUEUED run of `flow` when `madeira_core::admit::promote` says
-/// there is room, recording its edge.
+/// Admits the oldest waiting QUEUED run of `flow` to start when
+/// `madeira_core::admit::promote` says there is room (sets its `admitted_at`; the
+/// engine's `Command::Start` then takes it RUNNING).
 pub(super) async fn promote_queued(
     pool: &Pool,
     flow: &str,
@@ -256,32 +234,31 @@ pub(super) async fn promote_queued(
 ) -> Result<Option<String>> {
     let mut tx = pool.begin().await?;
     lock_flow(&mut tx, flow).await?;
-    let (running,): (i64,) =
-        sqlx::query_as(&sql("SELECT COUNT(*) FROM runs WHERE flow = $1 AND state = 'RUNNING'"))
+    let (active,): (i64,) =
+        sqlx::query_as(&sql(&format!("SELECT COUNT(*) FROM runs WHERE flow = $1 AND {ACTIVE}")))
             .bind(flow)
             .fetch_one(&mut *tx)
             .await?;
-    let oldest: Option<(String,)> =
-        sqlx::query_as(&sql("SELECT id FROM runs WHERE flow = $1 AND state = 'QUEUED' ORDER BY id LIMIT 1"))
-            .bind(flow)
-            .fetch_optional(&mut *tx)
-            .await?;
+    let oldest: Option<(String,)> = sqlx::query_as(&sql(&format!(
+        "SELECT id FROM runs WHERE flow = $1 AND {WAITING} ORDER BY id LIMIT 1"
+    )))
+    .bind(flow)
+    .fetch_optional(&mut *tx)
+    .await?;
     let facts = QueueFacts {
-        running: u32::try_from(running).unwrap_or(u32::MAX),
+        active: u32::try_from(active).unwrap_or(u32::MAX),
         oldest_queued: oldest.map(|(id,)| id),
     };
-    let Some(promotion) = promote(&facts, max_active_runs).map_err(refused)? else {
+    let Some(run_id) = promote(&facts, max_active_runs) else {
         return Ok(None);
     };
-    sqlx::query(&sql("UPDATE runs SET state = $1, started_at = $2 WHERE id = $3"))
-        .bind(promotion.edge.to.as_str())
+    sqlx::query(&sql("UPDATE runs SET admitted_at = $1 WHERE id = $2"))
         .bind(now_ms)
-        .bind(&promotion.run_id)
+        .bind(&run_id)
         .execute(&mut *tx)
         .await?;
-    record_run_transition(&mut tx, &promotion.run_id, &promotion.edge, "engine", now_ms).await?;
     tx.commit().await?;
-    Ok(Some(promotion.run_id))
+    Ok(Some(run_id))
 }
 
 pub(super) async fn put_log(pool: &Pool, log: &LogRecord) -> Result<()> {

@@ -1,6 +1,7 @@
-//! `Store` and `AlertStore` for `SqlStore<D>`: each operation is one function of
-//! this directory, run through `SqlStore::write` (writer pool, the dialect's
-//! checks, retries) or `SqlStore::read` (reader pool).
+//! Every aggregate trait (the parts of `Store`) and `AlertStore` for
+//! `SqlStore<D>`: each operation is one function of this directory, run through
+//! `SqlStore::write` (writer pool, the dialect's checks, retries) or
+//! `SqlStore::read` (reader pool).
 
 use async_trait::async_trait;
 use serde_json::Value as Json;
@@ -11,10 +12,11 @@ use super::{
 };
 use crate::dialect::SqlStore;
 use crate::{
-    AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, Batch, Claim, CreateOutcome,
-    DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowVersion, InboxEvent, Lease, LogRecord, NewRun,
-    OpenAlerts, PermitKey, PutFlow, QueueOutcome, QueuedEvent, Result, RunCommand, RunQuery, RunRow,
-    SessionRecord, ShardResult, SidecarPresence, Store, StoredRun, TransitionRecord,
+    AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore, Batch, Claim,
+    CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowStore, FlowVersion,
+    HealthStore, InboxEvent, Lease, LeaseStore, LogRecord, NewRun, OpenAlerts, PermitKey, PermitStore,
+    PresenceStore, PutFlow, QueueOutcome, QueuedEvent, Result, RetentionStore, RunCommand, RunQuery, RunRow,
+    RunStore, SessionRecord, SessionStore, ShardResult, SidecarPresence, StoredRun, TransitionRecord,
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
@@ -32,7 +34,7 @@ macro_rules! forward {
     (@read $s:ident, $f:path, $($a:expr,)*) => { $s.read(|| $f(&$s.reader, $($a),*)).await };
 }
 
-forward!(Store {
+forward!(FlowStore {
     write fn put_flow(name: &str, source: &str, hash: &str, now_ms: i64) -> PutFlow = flows::put_flow;
     read fn get_flow(name: &str) -> Option<FlowRecord> = flows::get_flow;
     read fn list_flows() -> Vec<FlowRecord> = flows::list_flows;
@@ -45,6 +47,9 @@ forward!(Store {
     read fn queued_events(flow: &str, limit: u32) -> Vec<QueuedEvent> = lifecycle::queued_events;
     write fn remove_queued_events(ids: &[i64]) -> () = lifecycle::remove_queued_events;
     read fn queued_event_counts() -> Vec<(String, u64)> = lifecycle::queued_event_counts;
+});
+
+forward!(RunStore {
     write fn create_run(run: &NewRun) -> CreateOutcome = runs::create_run;
     write fn create_runs(new: &[NewRun]) -> Vec<CreateOutcome> = runs::create_runs;
     write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
@@ -56,28 +61,52 @@ forward!(Store {
     read fn transitions(run_id: &str) -> Vec<TransitionRecord> = read::transitions;
     write fn put_log(log: &LogRecord) -> () = runs::put_log;
     read fn logs(run_id: &str, node: &str) -> Vec<LogRecord> = read::logs;
+    write fn put_shard_result(result: &ShardResult) -> () = shards::put;
+    read fn shard_results(run_id: &str, node: &str, key: &str) -> Vec<ShardResult> = shards::list;
+});
+
+forward!(AuditStore {
     read fn audit(query: &AuditQuery) -> Vec<AuditRecord> = read::audit;
+});
+
+forward!(LeaseStore {
     write fn claim_run(run_id: &str, lease: &Lease, steal_idle: bool) -> Claim = lease::claim_run [None];
     write fn adopt_run(run_id: &str, from: &str, lease: &Lease) -> Claim = lease::adopt_run;
     write fn claim_expired(lease: &Lease, limit: u32) -> Vec<String> = lease::claim_expired;
     write fn renew_leases(lease: &Lease) -> u64 = lease::renew_leases;
+});
+
+forward!(PermitStore {
     write fn try_permit(key: &PermitKey, owner: &str, max: u32, now_ms: i64) -> bool = permits::try_permit;
+});
+
+forward!(CommandStore {
     write fn send_command(cmd: &RunCommand) -> i64 = commands::send_command;
     write fn take_commands(target: &str, now_ms: i64) -> Vec<RunCommand> = commands::take_commands;
     write fn answer_command(id: i64, answer: &str, now_ms: i64) -> () = commands::answer_command;
     write fn command_answer(id: i64) -> Option<String> = commands::command_answer;
     write fn withdraw_command(id: i64) -> bool = commands::withdraw_command;
+});
+
+forward!(PresenceStore {
     write fn publish_sidecars(replica: &str, groups: &[SidecarPresence], now_ms: i64) -> () = presence::publish;
     write fn sidecar_hosts(group: &str, job: &str, since_ms: i64) -> Vec<String> = presence::hosts;
     write fn sidecar_presence(since_ms: i64) -> Vec<(String, SidecarPresence, i64)> = presence::all;
-    write fn put_shard_result(result: &ShardResult) -> () = shards::put;
-    read fn shard_results(run_id: &str, node: &str, key: &str) -> Vec<ShardResult> = shards::list;
-    write fn prune(before_ms: i64, batch: u32) -> u64 = runs::prune;
-    write fn probe(now_ms: i64) -> () = runs::probe;
+});
+
+forward!(SessionStore {
     write fn put_session(session: &SessionRecord, max_live: u32, now_ms: i64) -> () = sessions::put;
     read fn get_session(id_hash: &str, now_ms: i64) -> Option<SessionRecord> = sessions::get;
     write fn delete_session(id_hash: &str) -> bool = sessions::delete;
     read fn sessions_live(now_ms: i64) -> u64 = sessions::count;
+});
+
+forward!(RetentionStore {
+    write fn prune(before_ms: i64, batch: u32) -> u64 = runs::prune;
+});
+
+forward!(HealthStore {
+    write fn probe(now_ms: i64) -> () = runs::probe;
 });
 
 forward!(AlertStore {

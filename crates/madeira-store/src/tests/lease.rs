@@ -76,7 +76,8 @@ pub(crate) async fn expired_runs_are_taken_over_once(s: &dyn Store) {
     let expected: Vec<String> = (0..20).map(|i| format!("r{i:02}")).collect();
     assert_eq!(all, expected, "every expired run is taken by exactly one replica (b {b:?}, c {c:?})");
     assert!(s.claim_expired(&lease("b", 5_500), 100).await.expect("again").is_empty(), "fresh leases");
-    // A RUNNING run nobody claimed (its creator died at once) is taken after the grace.
+    // A run admitted to start that nobody claimed (its creator died at once) is
+    // taken after the grace.
     s.create_run(&NewRun { now_ms: 10_000, ..new_run("orphan", None, 0, Overlap::Queue) })
         .await
         .expect("orphan");

@@ -114,7 +114,7 @@ on_every_backend!(
     trace_context_is_kept_with_the_run,
     batched_creation_refuses_full_throttle_queues,
     last_cron_key_and_version_history,
-    creation_and_promotion_are_recorded_run_edges,
+    creation_is_a_recorded_edge_and_a_start_is_decided,
     events_are_kept_only_for_a_paused_flow_once_and_bounded,
     a_deleted_flow_keeps_or_purges_its_history,
     shard_results_are_kept_per_key_and_pruned_with_their_run,

@@ -1,4 +1,4 @@
-//! Global throttle permits, shared by every backend: at most `max` RUNNING runs
+//! Global throttle permits, shared by every backend: at most `max` unfinished runs
 //! hold one, a holder keeps it, a commit frees it, finished runs' rows don't count.
 
 use super::suite::new_run;

@@ -1,6 +1,6 @@
 //! Test bodies shared by every backend: each takes the store under test.
 
-use madeira_core::{NodeState, RunState};
+use madeira_core::{Cause, NodeState, RunCause, RunState};
 use serde_json::json;
 
 use crate::*;
@@ -34,7 +34,7 @@ pub(crate) async fn flow_versions_only_change_with_content(s: &dyn Store) {
 
 pub(crate) async fn idempotency_key_returns_existing_run(s: &dyn Store) {
     let first = s.create_run(&new_run("r1", Some("k"), 0, Overlap::Queue)).await.expect("create");
-    assert!(matches!(first, CreateOutcome::Created { state: RunState::Running, .. }));
+    assert!(matches!(first, CreateOutcome::Created { start: true, .. }));
     let second = s.create_run(&new_run("r2", Some("k"), 0, Overlap::Queue)).await.expect("create");
     assert_eq!(second, CreateOutcome::Existing { run_id: "r1".into(), version: 1 });
     let stored = s.load_run("r1").await.expect("load").expect("exists");
@@ -75,7 +75,7 @@ pub(crate) async fn overlap_policies_are_decided_in_the_store(s: &dyn Store) {
     let skipped = s.create_run(&new_run("r2", None, 1, Overlap::Skip)).await.expect("r2");
     assert_eq!(skipped, CreateOutcome::Skipped { active: vec!["r1".into()] });
     let queued = s.create_run(&new_run("r3", None, 1, Overlap::Queue)).await.expect("r3");
-    assert!(matches!(queued, CreateOutcome::Created { state: RunState::Queued, .. }));
+    assert!(matches!(queued, CreateOutcome::Created { start: false, .. }));
     assert_eq!(s.promote_queued("f", 1, 20).await.expect("promote"), None, "r1 still active");
     let mut batch = Batch::default();
     batch.runs.push(RunWrite {
@@ -89,11 +89,7 @@ pub(crate) async fn overlap_policies_are_decided_in_the_store(s: &dyn Store) {
     let cancel = s.create_run(&new_run("r4", None, 1, Overlap::CancelPrevious)).await.expect("r4");
     assert_eq!(
         cancel,
-        CreateOutcome::Created {
-            run_id: "r4".into(),
-            state: RunState::Queued,
-            cancel_previous: vec!["r3".into()]
-        }
+        CreateOutcome::Created { run_id: "r4".into(), start: false, cancel_previous: vec!["r3".into()] }
     );
 }
 
@@ -116,9 +112,7 @@ pub(crate) async fn commit_writes_nodes_and_transitions_together_and_prune_remov
         transitions: vec![TransitionRecord {
             run_id: "r1".into(),
             node: Some("a".into()),
-            from: "RUNNING".into(),
-            to: "SUCCESS".into(),
-            cause: "succeeded".into(),
+            edge: Edge::Node { from: NodeState::Running, to: NodeState::Success, cause: Cause::Succeeded },
             actor: "engine".into(),
             attempt: 1,
             reason: None,
@@ -131,7 +125,7 @@ pub(crate) async fn commit_writes_nodes_and_transitions_together_and_prune_remov
     assert_eq!(again.nodes[0], stored.nodes[0]);
     assert_eq!(again.run.state, RunState::Success);
     let log = s.transitions("r1").await.expect("transitions");
-    assert_eq!(log.iter().map(|t| t.cause.as_str()).collect::<Vec<_>>(), ["created", "started", "succeeded"]);
+    assert_eq!(log.iter().map(|t| t.edge.cause_name()).collect::<Vec<_>>(), ["created", "succeeded"]);
     let command = |created_at| RunCommand {
         id: 0,
         run_id: "r1".into(),
@@ -188,11 +182,9 @@ pub(crate) async fn concurrent_triggers_with_one_key_make_one_run(s: &dyn Store)
     let capped: Vec<NewRun> = (0..6).map(|i| new_run(&format!("c{i}"), None, 2, Overlap::Queue)).collect();
     // The first run above holds one of the two active slots.
     futures::future::join_all(capped.iter().map(|r| s.create_run(r))).await;
-    let running = s
-        .list_runs(&RunQuery { state: Some("running".into()), limit: 100, ..RunQuery::default() })
-        .await
-        .expect("list running");
-    assert_eq!(running.len(), 2, "max_active_runs holds under concurrent triggers");
+    let all = s.list_runs(&RunQuery { limit: 100, ..RunQuery::default() }).await.expect("list");
+    let admitted = all.iter().filter(|r| r.admitted_at.is_some()).count();
+    assert_eq!(admitted, 2, "max_active_runs holds under concurrent triggers");
 }
 
 pub(crate) async fn outputs_attempts_logs_and_audit_round_trip(s: &dyn Store) {
@@ -278,7 +270,8 @@ pub(crate) async fn run_listing_filters_and_pages_newest_first(s: &dyn Store) {
     let g = s.list_runs(&RunQuery { flow: Some("g".into()), limit: 10, ..RunQuery::default() }).await;
     assert_eq!(ids(g.expect("flow g")), ["r3", "r1"]);
     let row = s.load_run("r0").await.expect("load").expect("exists").run;
-    assert_eq!((row.params, row.state, row.started_at), (json!({"a": 1}), RunState::Running, Some(10)));
+    let admitted = (row.params, row.state, row.admitted_at, row.started_at);
+    assert_eq!(admitted, (json!({"a": 1}), RunState::Queued, Some(10), None), "admitted, not started");
     assert_eq!(s.unfinished_runs().await.expect("unfinished"), ["r0", "r1", "r2", "r3", "r4"]);
 }
 
@@ -380,25 +373,30 @@ pub(crate) async fn last_cron_key_and_version_history(s: &dyn Store) {
     assert!(s.flow_versions("missing").await.expect("none").is_empty());
 }
 
-/// Creation and promotion are run-table edges, each written as a transition record.
-pub(crate) async fn creation_and_promotion_are_recorded_run_edges(s: &dyn Store) {
-    s.create_run(&new_run("r1", None, 1, Overlap::Queue)).await.expect("r1");
-    s.create_run(&new_run("r2", None, 1, Overlap::Queue)).await.expect("r2");
-    let edges = |log: Vec<TransitionRecord>| {
-        log.into_iter().map(|t| (t.node, t.from, t.to, t.cause)).collect::<Vec<_>>()
-    };
-    let edge =
-        |from: &str, to: &str, cause: &str| (None, from.to_string(), to.to_string(), cause.to_string());
-    let created = edge("NONE", "QUEUED", "created");
-    let started = edge("QUEUED", "RUNNING", "started");
-    assert_eq!(edges(s.transitions("r1").await.expect("r1")), [created.clone(), started.clone()]);
-    assert_eq!(edges(s.transitions("r2").await.expect("r2")), std::slice::from_ref(&created), "r2 waits");
+/// Creation is a run-table edge, written as a transition record. Admission to
+/// start, at creation or by promotion, is a decision (`admitted_at`, counted as
+/// active): the QUEUED -> RUNNING edge is the engine's `Command::Start`, never
+/// the store's.
+pub(crate) async fn creation_is_a_recorded_edge_and_a_start_is_decided(s: &dyn Store) {
+    let r1 = s.create_run(&new_run("r1", None, 1, Overlap::Queue)).await.expect("r1");
+    let r2 = s.create_run(&new_run("r2", None, 1, Overlap::Queue)).await.expect("r2");
+    assert!(matches!(
+        (&r1, &r2),
+        (CreateOutcome::Created { start: true, .. }, CreateOutcome::Created { start: false, .. })
+    ));
+    let edges =
+        |log: Vec<TransitionRecord>| log.into_iter().map(|t| (t.node, t.edge, t.actor)).collect::<Vec<_>>();
+    let created = vec![(None, Edge::run(None, RunCause::Created, RunState::Queued), "test".to_string())];
+    assert_eq!(edges(s.transitions("r1").await.expect("r1")), created);
+    assert_eq!(edges(s.transitions("r2").await.expect("r2")), created);
+    let admitted = |run: StoredRun| (run.run.state, run.run.admitted_at);
+    assert_eq!(admitted(s.load_run("r1").await.expect("load").expect("r1")), (RunState::Queued, Some(10)));
+    assert_eq!(s.promote_queued("f", 1, 20).await.expect("promote"), None, "r1, admitted, is active");
     finish(s, "r1", 30).await;
     assert_eq!(s.promote_queued("f", 1, 40).await.expect("promote"), Some("r2".into()));
-    let log = s.transitions("r2").await.expect("r2");
-    assert_eq!(log.last().map(|t| (t.actor.as_str(), t.at)), Some(("engine", 40)));
-    assert_eq!(edges(log), [created, started]);
-    assert_eq!(s.load_run("r2").await.expect("load").expect("r2").run.state, RunState::Running);
+    assert_eq!(edges(s.transitions("r2").await.expect("r2")), created, "promotion writes no edge");
+    assert_eq!(admitted(s.load_run("r2").await.expect("load").expect("r2")), (RunState::Queued, Some(40)));
+    assert_eq!(s.promote_queued("f", 1, 50).await.expect("promote"), None, "r2 is active");
 }
 
 /// Commits `run_id` as SUCCESS at `at`.

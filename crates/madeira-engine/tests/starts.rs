@@ -1,0 +1,121 @@
+//! How a run starts, end to end on a real engine over a SQLite store: a trigger's
+//! run is created QUEUED by the store's admission and started by the engine's
+//! `Command::Start`, each run edge recorded once; a run whose process died
+//! between its creation commit and its start (admitted, still QUEUED) is started
+//! by the recovery of the next engine on that store.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use madeira_core::RunState;
+use madeira_engine::{EngineHandle, EngineOptions, Executors, TriggerRequest};
+use madeira_store::sqlite::SqliteStore;
+use madeira_store::{CreateOutcome, NewRun, Overlap, Store, TransitionRecord};
+use tokio_util::sync::CancellationToken;
+
+const FLOW: &str = "flow: f\nconcurrency: {max_active_runs: 1}\nnodes:\n  a: {run: {builtin: noop}}\n";
+
+fn start_engine(store: Arc<dyn Store>) -> (EngineHandle, CancellationToken) {
+    let (engine, handle) = madeira_engine::build(
+        store,
+        Executors::new(Default::default()),
+        Vec::new(),
+        EngineOptions::default(),
+    );
+    let cancel = CancellationToken::new();
+    tokio::spawn(engine.run(cancel.clone()));
+    (handle, cancel)
+}
+
+async fn wait_finished(store: &dyn Store, run_id: &str) -> RunState {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = store.load_run(run_id).await.expect("load").expect("run").run.state;
+        if state.is_terminal() {
+            return state;
+        }
+        assert!(Instant::now() < deadline, "run {run_id} still {state} after 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+type Names = (&'static str, &'static str, &'static str, String);
+
+/// `(from, to, cause, actor)` of the run's run-level transition records.
+async fn run_edges(store: &dyn Store, run_id: &str) -> Vec<Names> {
+    let log = store.transitions(run_id).await.expect("transitions");
+    let names = |t: TransitionRecord| (t.edge.from_name(), t.edge.to_name(), t.edge.cause_name(), t.actor);
+    log.into_iter().filter(|t| t.node.is_none()).map(names).collect()
+}
+
+fn edge(from: &'static str, to: &'static str, cause: &'static str, actor: &str) -> Names {
+    (from, to, cause, actor.into())
+}
+
+#[tokio::test]
+async fn a_triggered_run_is_created_by_admission_and_started_by_the_engine_each_edge_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
+    let (handle, cancel) = start_engine(store.clone());
+    handle.apply_flow("f.yaml", FLOW).await.expect("flow");
+    let request = TriggerRequest {
+        flow: "f".into(),
+        params: serde_json::json!({}),
+        idempotency_key: None,
+        trigger: "manual".into(),
+        actor: "sre".into(),
+        version: None,
+    };
+    let run = handle.trigger(request).await.expect("trigger").run_id;
+    assert_eq!(wait_finished(store.as_ref(), &run).await, RunState::Success);
+    assert_eq!(
+        run_edges(store.as_ref(), &run).await,
+        [
+            edge("NONE", "QUEUED", "created", "sre"),
+            edge("QUEUED", "RUNNING", "started", "engine"),
+            edge("RUNNING", "SUCCESS", "succeeded", "engine"),
+        ]
+    );
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn a_run_admitted_but_never_started_is_started_by_recovery() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
+    store.put_flow("f", FLOW, "h1", 1).await.expect("flow");
+    // The creation commit of a process killed before its engine started the run.
+    let run = NewRun {
+        id: "0190a1b2-0000-7000-8000-000000000001".into(),
+        flow: "f".into(),
+        version: 1,
+        params: serde_json::json!({}),
+        idempotency_key: None,
+        trigger: "manual".into(),
+        node_names: vec!["a".into()],
+        max_active_runs: 1,
+        overlap: Overlap::Queue,
+        throttles: Vec::new(),
+        actor: "sre".into(),
+        now_ms: madeira_engine::now_ms(),
+        trace_context: None,
+        lease: None,
+    };
+    let created = store.create_run(&run).await.expect("create");
+    assert!(matches!(created, CreateOutcome::Created { start: true, .. }), "{created:?}");
+    assert_eq!(store.load_run(&run.id).await.expect("load").expect("run").run.state, RunState::Queued);
+
+    let (_handle, cancel) = start_engine(store.clone());
+    assert_eq!(wait_finished(store.as_ref(), &run.id).await, RunState::Success);
+    assert_eq!(
+        run_edges(store.as_ref(), &run.id).await,
+        [
+            edge("NONE", "QUEUED", "created", "sre"),
+            edge("QUEUED", "RUNNING", "started", "engine"),
+            edge("RUNNING", "SUCCESS", "succeeded", "engine"),
+        ]
+    );
+    cancel.cancel();
+}

@@ -1,0 +1,198 @@
+//! The store's aggregates, one trait each, and `Store`, their sum: a component
+//! names the aggregates it uses (e.g. `Arc<dyn RetentionStore>`), while the
+//! engine, which writes across them in one group commit, takes the whole
+//! `Store`. `AlertStore` (alerts and their inbox) is apart: the alert crate uses
+//! nothing else. Every backend implements every trait (`sql/store.rs`).
+
+use async_trait::async_trait;
+
+use crate::*;
+
+/// Flows and their versions, pausing, deletion, and the events kept for a paused
+/// flow.
+#[async_trait]
+pub trait FlowStore: Send + Sync + 'static {
+    /// Stores `source` as a new version of `name` unless it equals the latest one.
+    async fn put_flow(&self, name: &str, source: &str, content_hash: &str, now_ms: i64) -> Result<PutFlow>;
+    async fn get_flow(&self, name: &str) -> Result<Option<FlowRecord>>;
+    async fn list_flows(&self) -> Result<Vec<FlowRecord>>;
+    async fn flow_version(&self, name: &str, version: u32) -> Result<Option<FlowVersion>>;
+    /// Every stored version of a flow, oldest first.
+    async fn flow_versions(&self, name: &str) -> Result<Vec<FlowVersion>>;
+    async fn set_paused(&self, name: &str, paused: bool, now_ms: i64) -> Result<bool>;
+    /// Deleted flows whose history was kept (`delete_flow` without purge).
+    async fn deleted_flows(&self) -> Result<Vec<FlowRecord>>;
+    /// Deletes a flow (refused while runs of it are QUEUED or RUNNING), writing
+    /// `req.audit` in the same transaction.
+    async fn delete_flow(&self, req: &DeleteFlow) -> Result<DeleteOutcome>;
+    /// Keeps an event for its paused flow (at most `limit` of its type), decided
+    /// under the flow's lock against `set_paused`.
+    async fn queue_event(&self, event: &QueuedEvent, limit: u32) -> Result<QueueOutcome>;
+    /// Up to `limit` events waiting for `flow`, oldest first.
+    async fn queued_events(&self, flow: &str, limit: u32) -> Result<Vec<QueuedEvent>>;
+    async fn remove_queued_events(&self, ids: &[i64]) -> Result<()>;
+    /// Events waiting, per flow that has any.
+    async fn queued_event_counts(&self) -> Result<Vec<(String, u64)>>;
+}
+
+/// Runs: admission and creation, promotion, the group commit (every state change
+/// after creation), and reading runs, their transitions, logs and kept shards.
+#[async_trait]
+pub trait RunStore: Send + Sync + 'static {
+    /// Creates a run (QUEUED, its `created` edge recorded) with its node rows,
+    /// honouring the idempotency key, throttle queues and `on_overlap` in one
+    /// transaction; when `max_active_runs` leaves room it is admitted to start
+    /// (`CreateOutcome::Created::start`), which the engine's `Command::Start` does.
+    async fn create_run(&self, run: &NewRun) -> Result<CreateOutcome>;
+    /// `create_run` for several runs in one transaction (one durable commit), each
+    /// decided after the ones before it. Backends without batching loop.
+    async fn create_runs(&self, runs: &[NewRun]) -> Result<Vec<CreateOutcome>> {
+        let mut out = Vec::with_capacity(runs.len());
+        for run in runs {
+            out.push(self.create_run(run).await?);
+        }
+        Ok(out)
+    }
+    /// Admits the oldest waiting QUEUED run of `flow` to start if `max_active_runs`
+    /// leaves room; returns it (the engine then starts it with `Command::Start`).
+    async fn promote_queued(&self, flow: &str, max_active_runs: u32, now_ms: i64) -> Result<Option<String>>;
+    /// Writes a batch of state changes and their records in one transaction.
+    async fn commit(&self, batch: &Batch) -> Result<()>;
+    /// The idempotency key of the latest cron run of `flow` (`cron:<flow>:<instant>`),
+    /// from which the scheduler knows the last tick it fired.
+    async fn last_cron_key(&self, flow: &str) -> Result<Option<String>>;
+    async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>>;
+    /// Ids of runs that are QUEUED or RUNNING (for recovery: RUNNING runs are
+    /// recovered, admitted QUEUED ones started, waiting ones promoted).
+    async fn unfinished_runs(&self) -> Result<Vec<String>>;
+    async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRow>>;
+    async fn transitions(&self, run_id: &str) -> Result<Vec<TransitionRecord>>;
+    async fn put_log(&self, log: &LogRecord) -> Result<()>;
+    async fn logs(&self, run_id: &str, node: &str) -> Result<Vec<LogRecord>>;
+    /// Keeps (replaces) a succeeded shard of a sharded attempt.
+    async fn put_shard_result(&self, result: &ShardResult) -> Result<()>;
+    /// The kept shards of `run_id`'s `node` under idempotency key `key`, by index.
+    async fn shard_results(&self, run_id: &str, node: &str, key: &str) -> Result<Vec<ShardResult>>;
+}
+
+/// The audit trail (written with the changes it records, by `RunStore::commit`
+/// and `FlowStore::delete_flow`).
+#[async_trait]
+pub trait AuditStore: Send + Sync + 'static {
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>>;
+}
+
+/// Which replica holds a run: claims, adoption, takeover of expired leases, renewal.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Takes `run_id` for `lease.owner` when it is unowned, already its own, or its
+    /// lease expired; with `steal_idle`, also when no node of it is RUNNING (an
+    /// operator action on a run another replica holds but is not executing).
+    async fn claim_run(&self, run_id: &str, lease: &Lease, steal_idle: bool) -> Result<Claim>;
+    /// Takes `run_id` for `lease.owner` from `from` (which offered it), only while
+    /// `from` still holds it and no node of it is RUNNING.
+    async fn adopt_run(&self, run_id: &str, from: &str, lease: &Lease) -> Result<Claim>;
+    /// Takes up to `limit` runs, RUNNING or admitted to start, whose lease expired
+    /// (or that nobody claimed for `UNCLAIMED_GRACE_MS`); each is claimed by one
+    /// replica only. Returns them.
+    async fn claim_expired(&self, lease: &Lease, limit: u32) -> Result<Vec<String>>;
+    /// Extends every lease `lease.owner` holds to `lease.until_ms`.
+    async fn renew_leases(&self, lease: &Lease) -> Result<u64>;
+}
+
+/// Throttle permits shared by the replicas.
+#[async_trait]
+pub trait PermitStore: Send + Sync + 'static {
+    /// Takes a permit of `key`'s node for its run if fewer than `max` unfinished
+    /// runs hold one (a run that already holds it keeps it). Serialised per node across
+    /// replicas. Freed by `Batch::permit_releases`.
+    async fn try_permit(&self, key: &PermitKey, owner: &str, max: u32, now_ms: i64) -> Result<bool>;
+}
+
+/// Operator actions forwarded to the replica that holds the run, and their answers.
+#[async_trait]
+pub trait CommandStore: Send + Sync + 'static {
+    /// Queues an operator action for the replica `cmd.target`; returns its id.
+    async fn send_command(&self, cmd: &RunCommand) -> Result<i64>;
+    /// Takes (once) every command queued for `target`, oldest first.
+    async fn take_commands(&self, target: &str, now_ms: i64) -> Result<Vec<RunCommand>>;
+    async fn answer_command(&self, id: i64, answer: &str, now_ms: i64) -> Result<()>;
+    /// The answer, once written.
+    async fn command_answer(&self, id: i64) -> Result<Option<String>>;
+    /// Withdraws a command nobody took yet; false when it was already taken.
+    async fn withdraw_command(&self, id: i64) -> Result<bool>;
+}
+
+/// Which replica has live sidecars of which group and job.
+#[async_trait]
+pub trait PresenceStore: Send + Sync + 'static {
+    /// Replaces what `replica` says about its live sidecars: one entry per group.
+    async fn publish_sidecars(&self, replica: &str, groups: &[SidecarPresence], now_ms: i64) -> Result<()>;
+    /// Replicas that, as of `since_ms` or later, had a live sidecar of `group`
+    /// declaring `job`; most recently seen first.
+    async fn sidecar_hosts(&self, group: &str, job: &str, since_ms: i64) -> Result<Vec<String>>;
+    /// Every replica's report seen at `since_ms` or later: `(replica, group and
+    /// jobs, seen_at)`, by replica then group.
+    async fn sidecar_presence(&self, since_ms: i64) -> Result<Vec<(String, SidecarPresence, i64)>>;
+}
+
+/// Console sessions.
+#[async_trait]
+pub trait SessionStore: Send + Sync + 'static {
+    /// Stores a console session, first deleting expired ones and, when `max_live`
+    /// live ones remain, those expiring soonest.
+    async fn put_session(&self, session: &SessionRecord, max_live: u32, now_ms: i64) -> Result<()>;
+    /// The session whose cookie hashes to `id_hash`, unless it expired by `now_ms`.
+    async fn get_session(&self, id_hash: &str, now_ms: i64) -> Result<Option<SessionRecord>>;
+    /// Ends a session (sign-out); false when there was none.
+    async fn delete_session(&self, id_hash: &str) -> Result<bool>;
+    /// Console sessions not expired at `now_ms`.
+    async fn sessions_live(&self, now_ms: i64) -> Result<u64>;
+}
+
+/// Retention of finished runs and old audit rows.
+#[async_trait]
+pub trait RetentionStore: Send + Sync + 'static {
+    /// Deletes up to `batch` finished runs (and everything about them) finished
+    /// before `before_ms`, and audit rows older than it. Returns runs deleted.
+    async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64>;
+}
+
+/// Whether the store takes writes.
+#[async_trait]
+pub trait HealthStore: Send + Sync + 'static {
+    /// A small durable write, to learn whether the store takes writes again after
+    /// a failure (the engine calls it while commits fail).
+    async fn probe(&self, now_ms: i64) -> Result<()>;
+}
+
+/// Everything Madeira keeps except alerts: the sum of the aggregates above.
+/// Implemented for every type that implements them all.
+pub trait Store:
+    FlowStore
+    + RunStore
+    + AuditStore
+    + LeaseStore
+    + PermitStore
+    + CommandStore
+    + PresenceStore
+    + SessionStore
+    + RetentionStore
+    + HealthStore
+{
+}
+
+impl<T> Store for T where
+    T: FlowStore
+        + RunStore
+        + AuditStore
+        + LeaseStore
+        + PermitStore
+        + CommandStore
+        + PresenceStore
+        + SessionStore
+        + RetentionStore
+        + HealthStore
+        + ?Sized
+{
+}
