@@ -1,13 +1,12 @@
 //! Run creation, group-committed: concurrent triggers are collected and created in
 //! one store transaction (idempotency key and `on_overlap` still decided inside it,
 //! run by run), so a burst of triggers costs one durable commit, not one each. A
-//! run the store admitted to start (written QUEUED, `start`) is then claimed for
-//! this replica (by lease, the claims of a batch in parallel) and goes straight to
-//! the engine with its fresh snapshot and trace as `Envelope::Start`, whose
-//! `Command::Start` takes it RUNNING in the engine's next group commit; should the
-//! claim miss, the engine claims and loads it itself (or leaves it to the replica
-//! that holds it). Killed between the two commits, the run stays QUEUED and
-//! admitted, and recovery starts it.
+//! run the store admitted to start (written QUEUED, `start`) is written held by
+//! this replica's lease in that same transaction (no claim of its own) and goes
+//! straight to the engine with its fresh snapshot and trace as `Envelope::Start`,
+//! whose `Command::Start` takes it RUNNING in the engine's next group commit.
+//! Killed between the two commits, the run stays QUEUED and admitted, and
+//! recovery starts it.
 //!
 //! Nothing is answered before its commit. A batch the store refuses is tried
 //! again run by run, so one row the database cannot take (a poison row) fails
@@ -17,7 +16,7 @@
 use std::sync::Arc;
 
 use madeira_core::{FlowDef, RunSnapshot};
-use madeira_store::{Claim, CreateOutcome, NewRun, Store};
+use madeira_store::{CreateOutcome, NewRun, Store};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
@@ -58,7 +57,11 @@ pub(crate) async fn run(
                 Err(_) => break,
             }
         }
-        let runs: Vec<NewRun> = batch.iter().map(|r| r.run.clone()).collect();
+        // Runs admitted to start are written held by this replica's lease, so
+        // they need no claim transaction (one commit per batch, not one per run).
+        let lease = holder.lease_now();
+        let runs: Vec<NewRun> =
+            batch.iter().map(|r| NewRun { lease: Some(lease.clone()), ..r.run.clone() }).collect();
         let created = match store.create_runs(&runs).await {
             Ok(outcomes) => Ok(outcomes.into_iter().map(Ok).collect::<Vec<_>>()),
             Err(e) if runs.len() > 1 && !e.is_unavailable() => {
@@ -94,32 +97,9 @@ pub(crate) async fn run(
                     let _ = reply.send(Err(e));
                 }
                 let (batch, outcomes): (Vec<_>, Vec<_>) = ok.into_iter().unzip();
-                let started: Vec<&str> = outcomes
-                    .iter()
-                    .filter_map(|o| match o {
-                        CreateOutcome::Created { run_id, start: true, .. } => Some(run_id.as_str()),
-                        _ => None,
-                    })
-                    .collect();
-                let lease = holder.lease_now();
-                let claims =
-                    futures::future::join_all(started.iter().map(|id| store.claim_run(id, &lease, false)))
-                        .await;
-                let mut claimed = std::collections::HashSet::new();
-                for (run_id, claim) in started.iter().zip(claims) {
-                    match claim {
-                        Ok(Claim::Held) => {
-                            claimed.insert(run_id.to_string());
-                        }
-                        Ok(other) => warn!(run_id = %run_id, claim = ?other, "new run not claimed here"),
-                        Err(e) => {
-                            warn!(run_id = %run_id, error = %e, "cannot claim new run; the engine retries")
-                        }
-                    }
-                }
                 for (request, outcome) in batch.into_iter().zip(outcomes) {
                     if let CreateOutcome::Created { run_id, start: true, .. } = &outcome {
-                        let fresh = claimed.contains(run_id).then(|| {
+                        let fresh = Some({
                             let trace = crate::trace::RunTrace::from_new(&request.run);
                             let snap = RunSnapshot::new(run_id.clone(), request.flow, request.run.params);
                             Box::new((snap, trace))

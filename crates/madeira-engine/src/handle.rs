@@ -315,6 +315,7 @@ impl EngineHandle {
             actor: req.actor.clone(),
             now_ms: now_ms(),
             trace_context: Some(crate::TraceContext::new_root().traceparent()),
+            lease: None,
         };
         let (reply, answer) = oneshot::channel();
         let request = CreateRequest { run, flow: def, reply };

@@ -115,6 +115,7 @@ impl EngineHandle {
             trace_context: Some(crate::TraceContext::new_root().traceparent()),
             actor: format!("exec@{}", report.host),
             now_ms: if report.started_at_ms > 0 { report.started_at_ms } else { now_ms() },
+            lease: None,
         };
         let run_id = match self.create(run, def.clone()).await? {
             CreateOutcome::Created { run_id, .. } => run_id,

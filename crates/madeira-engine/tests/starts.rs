@@ -101,6 +101,7 @@ async fn a_run_admitted_but_never_started_is_started_by_recovery() {
         actor: "sre".into(),
         now_ms: madeira_engine::now_ms(),
         trace_context: None,
+        lease: None,
     };
     let created = store.create_run(&run).await.expect("create");
     assert!(matches!(created, CreateOutcome::Created { start: true, .. }), "{created:?}");

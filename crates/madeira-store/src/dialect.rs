@@ -103,6 +103,11 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         q.push(format!(") UPDATE {table} SET {} FROM v WHERE {table}.{key} = v.{key}", set.join(", ")));
     }
 
+    /// Several statements may be sent as one script (`a; b; c`) with their binds
+    /// numbered in order across it. SQLite: one call to its worker thread instead
+    /// of one round trip per statement; the others prepare one statement per call.
+    const SCRIPTS: bool = false;
+
     /// How often a transaction failing with a transient error is tried again
     /// (PostgreSQL: lost connection, shutdown, serialization failure, deadlock).
     const RETRIES: u32 = 0;

@@ -56,6 +56,9 @@ pub struct NewRun {
     pub now_ms: i64,
     /// W3C `traceparent` of the run's span, kept so the run has one trace for life.
     pub trace_context: Option<String>,
+    /// The replica creating the run: a run admitted RUNNING is written held by this
+    /// lease in its creation transaction, so it needs no claim of its own.
+    pub lease: Option<crate::Lease>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,15 +1,14 @@
 //! The group commit: one transaction writes every node row, run row, transition
-//! record, output, attempt and audit entry of a batch, with multi-row statements.
+//! record, output, attempt and audit entry of a batch, with multi-row statements
+//! (on SQLite sent as one script: the fence, then one call for all the writes).
 
 use std::collections::BTreeMap;
 
-use sqlx::QueryBuilder;
-
-use super::{CHUNK, D, Db, Pool, Tx, last_per_key, sql, upsert};
+use super::{CHUNK, D, Script, Tx, last_per_key, upsert};
 use crate::dialect::Dialect;
 use crate::{Batch, Result, RunWrite};
 
-pub(super) async fn commit(pool: &Pool, batch: &Batch) -> Result<()> {
+pub(super) async fn commit(pool: &super::Pool, batch: &Batch) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
@@ -17,37 +16,45 @@ pub(super) async fn commit(pool: &Pool, batch: &Batch) -> Result<()> {
     if let Some(owner) = &batch.owner {
         super::lease::fence(&mut tx, owner, &crate::lease::touched_runs(batch)).await?;
     }
-    write_nodes(&mut tx, batch).await?;
-    write_runs(&mut tx, batch).await?;
-    write_transitions(&mut tx, batch).await?;
-    write_outputs(&mut tx, batch).await?;
-    write_attempts(&mut tx, batch).await?;
-    write_audit(&mut tx, batch).await?;
-    super::permits::release(&mut tx, &batch.permit_releases).await?;
+    let mut script = Script::new();
+    let s = &mut script;
+    write_nodes(&mut tx, s, batch).await?;
+    write_runs(&mut tx, s, batch).await?;
+    write_transitions(&mut tx, s, batch).await?;
+    write_outputs(&mut tx, s, batch).await?;
+    write_attempts(&mut tx, s, batch).await?;
+    write_audit(&mut tx, s, batch).await?;
+    for key in &batch.permit_releases {
+        let q = s.statement();
+        q.push("DELETE FROM permits WHERE flow = ").push_bind(&key.flow);
+        q.push(" AND node = ").push_bind(&key.node).push(" AND run_id = ").push_bind(&key.run_id);
+        s.end(&mut tx).await?;
+    }
     for chunk in batch.alert_events.chunks(CHUNK) {
         let at = crate::unix_ms();
-        let mut q: QueryBuilder<Db> = QueryBuilder::new("INSERT INTO alert_inbox (body, created_at) ");
+        let q = s.statement();
+        q.push("INSERT INTO alert_inbox (body, created_at) ");
         q.push_values(chunk, |mut row, body| {
             row.push_bind(body).push_bind(at);
         });
-        q.build().execute(&mut *tx).await?;
+        s.end(&mut tx).await?;
     }
     for a in &batch.answers {
-        sqlx::query(&sql("UPDATE run_commands SET answer = $1, answered_at = $2 WHERE id = $3"))
-            .bind(&a.answer)
-            .bind(a.at)
-            .bind(a.id)
-            .execute(&mut *tx)
-            .await?;
+        let q = s.statement();
+        q.push("UPDATE run_commands SET answer = ").push_bind(&a.answer);
+        q.push(", answered_at = ").push_bind(a.at).push(" WHERE id = ").push_bind(a.id);
+        s.end(&mut tx).await?;
     }
-    write_logs(&mut tx, batch).await?;
+    write_logs(&mut tx, s, batch).await?;
+    script.send(&mut tx).await?;
     tx.commit().await?;
     Ok(())
 }
 
-async fn write_nodes(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
+async fn write_nodes<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     for chunk in batch.nodes.chunks(CHUNK) {
-        let mut q: QueryBuilder<Db> = QueryBuilder::new(
+        let q = s.statement();
+        q.push(
             "INSERT INTO nodes (run_id, idx, node, state, reason, attempt, series_start, \
              data_version, outputs, \"reads\", stale, fallback, next_attempt_at, started_at, finished_at) ",
         );
@@ -73,12 +80,12 @@ async fn write_nodes(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
             "state, reason, attempt, series_start, data_version, outputs, \"reads\", stale, fallback, \
              next_attempt_at, started_at, finished_at",
         ));
-        q.build().execute(&mut **tx).await?;
+        s.end(tx).await?;
     }
     Ok(())
 }
 
-async fn write_runs(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
+async fn write_runs<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     // One statement for every run of the batch: the last write of a run wins, with
     // the latest start time any of its writes set (as one update after another).
     let mut last: BTreeMap<&str, RunWrite> = BTreeMap::new();
@@ -89,9 +96,9 @@ async fn write_runs(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
     let rows: Vec<RunWrite> = last.into_values().collect();
     let bigint = format!(" AS {})", D::BIGINT);
     for chunk in rows.chunks(CHUNK) {
-        let mut q: QueryBuilder<Db> = QueryBuilder::new("");
+        let q = s.statement();
         D::update_from(
-            &mut q,
+            q,
             "runs",
             &["id", "state", "started_at", "finished_at"],
             &[
@@ -101,7 +108,7 @@ async fn write_runs(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
             ],
             chunk,
             |mut b, r| {
-                b.push_bind(&r.run_id)
+                b.push_bind(r.run_id.clone())
                     .push_bind(r.state.as_str())
                     .push("CAST(")
                     .push_bind_unseparated(r.started_at)
@@ -111,14 +118,15 @@ async fn write_runs(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
                     .push_unseparated(&bigint);
             },
         );
-        q.build().execute(&mut **tx).await?;
+        s.end(tx).await?;
     }
     Ok(())
 }
 
-async fn write_transitions(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
+async fn write_transitions<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     for chunk in batch.transitions.chunks(CHUNK) {
-        let mut q: QueryBuilder<Db> = QueryBuilder::new(
+        let q = s.statement();
+        q.push(
             "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, \
              reason, at) ",
         );
@@ -133,16 +141,16 @@ async fn write_transitions(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
                 .push_bind(&t.reason)
                 .push_bind(t.at);
         });
-        q.build().execute(&mut **tx).await?;
+        s.end(tx).await?;
     }
     Ok(())
 }
 
-async fn write_outputs(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
+async fn write_outputs<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     let rows = last_per_key(&batch.outputs, |o| (&o.run_id, &o.node, o.data_version, &o.key));
     for chunk in rows.chunks(CHUNK) {
-        let mut q: QueryBuilder<Db> =
-            QueryBuilder::new("INSERT INTO node_outputs (run_id, node, data_version, \"key\", value) ");
+        let q = s.statement();
+        q.push("INSERT INTO node_outputs (run_id, node, data_version, \"key\", value) ");
         q.push_values(chunk, |mut b, o| {
             b.push_bind(&o.run_id)
                 .push_bind(&o.node)
@@ -151,16 +159,17 @@ async fn write_outputs(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
                 .push_bind(o.value.to_string());
         });
         q.push(upsert("run_id, node, data_version, key", "value"));
-        q.build().execute(&mut **tx).await?;
+        s.end(tx).await?;
     }
     Ok(())
 }
 
-async fn write_attempts(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
+async fn write_attempts<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     // A start and its end in one batch: the later record is kept.
     let rows = last_per_key(&batch.attempts, |a| (&a.run_id, &a.node, a.attempt));
     for chunk in rows.chunks(CHUNK) {
-        let mut q: QueryBuilder<Db> = QueryBuilder::new(
+        let q = s.statement();
+        q.push(
             "INSERT INTO attempts (run_id, node, attempt, started_at, finished_at, outcome, error, host) ",
         );
         q.push_values(chunk, |mut b, a| {
@@ -174,37 +183,38 @@ async fn write_attempts(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
                 .push_bind(&a.host);
         });
         q.push(upsert("run_id, node, attempt", "finished_at, outcome, error"));
-        q.build().execute(&mut **tx).await?;
+        s.end(tx).await?;
     }
     for h in last_per_key(&batch.attempt_hosts, |h| (&h.run_id, &h.node, h.attempt)) {
-        sqlx::query(&sql("UPDATE attempts SET host = $1 WHERE run_id = $2 AND node = $3 AND attempt = $4"))
-            .bind(&h.host)
-            .bind(&h.run_id)
-            .bind(&h.node)
-            .bind(i64::from(h.attempt))
-            .execute(&mut **tx)
-            .await?;
+        let q = s.statement();
+        q.push("UPDATE attempts SET host = ")
+            .push_bind(&h.host)
+            .push(" WHERE run_id = ")
+            .push_bind(&h.run_id);
+        q.push(" AND node = ").push_bind(&h.node).push(" AND attempt = ").push_bind(i64::from(h.attempt));
+        s.end(tx).await?;
     }
     Ok(())
 }
 
-async fn write_logs(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
+async fn write_logs<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     let rows = last_per_key(&batch.logs, |l| (&l.run_id, &l.node, l.attempt));
     for chunk in rows.chunks(CHUNK) {
-        let mut q: QueryBuilder<Db> = QueryBuilder::new("INSERT INTO logs (run_id, node, attempt, content) ");
+        let q = s.statement();
+        q.push("INSERT INTO logs (run_id, node, attempt, content) ");
         q.push_values(chunk, |mut b, l| {
             b.push_bind(&l.run_id).push_bind(&l.node).push_bind(i64::from(l.attempt)).push_bind(&l.content);
         });
         q.push(upsert("run_id, node, attempt", "content"));
-        q.build().execute(&mut **tx).await?;
+        s.end(tx).await?;
     }
     Ok(())
 }
 
-async fn write_audit(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
+async fn write_audit<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     for chunk in batch.audit.chunks(CHUNK) {
-        let mut q: QueryBuilder<Db> =
-            QueryBuilder::new("INSERT INTO audit (at, actor, action, run_id, node, reason, details) ");
+        let q = s.statement();
+        q.push("INSERT INTO audit (at, actor, action, run_id, node, reason, details) ");
         q.push_values(chunk, |mut b, a| {
             b.push_bind(a.at)
                 .push_bind(&a.actor)
@@ -214,7 +224,7 @@ async fn write_audit(tx: &mut Tx<'_>, batch: &Batch) -> Result<()> {
                 .push_bind(&a.reason)
                 .push_bind(a.details.as_ref().map(|d| d.to_string()));
         });
-        q.build().execute(&mut **tx).await?;
+        s.end(tx).await?;
     }
     Ok(())
 }

@@ -63,3 +63,42 @@ where
     }
     sep.push_unseparated(")");
 }
+
+/// The statements of one transaction, sent as one script where the dialect takes
+/// scripts (`Dialect::SCRIPTS`: SQLite, one hop to its worker thread for all of
+/// them), else each as it ends. Statements are built with `push_bind` only (no
+/// `$n`), so their binds stay in order across the script.
+struct Script<'a> {
+    q: QueryBuilder<'a, Db>,
+    statements: usize,
+}
+
+impl<'a> Script<'a> {
+    fn new() -> Self {
+        Self { q: QueryBuilder::new(""), statements: 0 }
+    }
+
+    /// Starts the next statement: the builder to push it into.
+    fn statement(&mut self) -> &mut QueryBuilder<'a, Db> {
+        if self.statements > 0 {
+            self.q.push(";\n");
+        }
+        self.statements += 1;
+        &mut self.q
+    }
+
+    /// Ends the statement just pushed: sent now unless the dialect takes scripts.
+    async fn end(&mut self, tx: &mut Tx<'_>) -> crate::Result<()> {
+        if D::SCRIPTS { Ok(()) } else { self.send(tx).await }
+    }
+
+    /// Sends what is pending.
+    async fn send(&mut self, tx: &mut Tx<'_>) -> crate::Result<()> {
+        if self.statements > 0 {
+            self.q.build().execute(&mut **tx).await?;
+            self.q.reset();
+            self.statements = 0;
+        }
+        Ok(())
+    }
+}

@@ -1,9 +1,9 @@
 //! Throttle permits shared by the replicas: taken under the lock of their
 //! (flow, node), counted over runs not finished (QUEUED too: a run's first
 //! permits may be taken before the commit that records its start), freed in
-//! commits.
+//! the group commit (`commit.rs`).
 
-use super::{D, Pool, Tx, sql};
+use super::{D, Pool, sql};
 use crate::dialect::{Dialect, LockSpace};
 use crate::{PermitKey, Result};
 
@@ -50,16 +50,4 @@ pub(super) async fn try_permit(
     .await?;
     tx.commit().await?;
     Ok(true)
-}
-
-pub(super) async fn release(tx: &mut Tx<'_>, keys: &[PermitKey]) -> Result<()> {
-    for key in keys {
-        sqlx::query(&sql("DELETE FROM permits WHERE flow = $1 AND node = $2 AND run_id = $3"))
-            .bind(&key.flow)
-            .bind(&key.node)
-            .bind(&key.run_id)
-            .execute(&mut **tx)
-            .await?;
-    }
-    Ok(())
 }

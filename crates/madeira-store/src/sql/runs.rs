@@ -3,10 +3,12 @@
 //! is written QUEUED; the decision to start it is `admitted_at`, and the engine's
 //! `Command::Start` takes it RUNNING.
 
-use madeira_core::admit::{Existing, Facts, QueueFacts, admit, promote};
+use madeira_core::admit::{Existing, Facts, QueueFacts, RunEdge, admit, promote};
 use sqlx::QueryBuilder;
 
-use super::{CHUNK, D, Db, Pool, Tx, push_list, sql, upsert};
+use std::collections::HashMap;
+
+use super::{CHUNK, D, Db, Pool, Script, Tx, push_list, sql, upsert};
 use crate::admission::{ACTIVE, ClaimCache, WAITING, refused, to_write};
 use crate::dialect::{Dialect, LockSpace};
 use crate::{CreateOutcome, Edge, LogRecord, NewRun, Result, StoreError};
@@ -32,38 +34,142 @@ pub(super) async fn create_runs(pool: &Pool, runs: &[NewRun]) -> Result<Vec<Crea
     for flow in flows {
         lock_flow(&mut tx, flow).await?;
     }
+    let mut batch = Admitted { keys: existing_keys(&mut tx, runs).await?, ..Admitted::default() };
     let mut outcomes = Vec::with_capacity(runs.len());
-    let mut claims = ClaimCache::new();
     for run in runs {
-        outcomes.push(create_in(&mut tx, run, &mut claims).await?);
+        outcomes.push(create_in(&mut tx, run, &mut batch).await?);
     }
+    batch.write(&mut tx).await?;
     tx.commit().await?;
     Ok(outcomes)
 }
 
-/// Gathers the facts `admit` reads, in its order, leaving out what it will not
-/// read (see `madeira_core::admit::Facts`).
-async fn facts(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Result<Facts> {
-    if let Some(key) = &run.idempotency_key {
-        let existing: Option<(String, i64)> =
-            sqlx::query_as(&sql("SELECT id, version FROM runs WHERE flow = $1 AND idempotency_key = $2"))
-                .bind(&run.flow)
-                .bind(key)
-                .fetch_optional(&mut **tx)
-                .await?;
-        if let Some((run_id, version)) = existing {
-            return Ok(Facts {
-                existing: Some(Existing { run_id, version: version as u32 }),
-                ..Facts::default()
+/// What one creation transaction has decided so far: the runs the keys of the
+/// batch already name (read once, up front, then kept up to date), the throttle
+/// claims, and the rows of the runs admitted but not yet written. They are
+/// written together (a few multi-row statements), and before any query whose
+/// answer they would change.
+#[derive(Default)]
+struct Admitted<'a> {
+    keys: HashMap<(String, String), Existing>,
+    claims: ClaimCache,
+    /// Each admitted run with its creation edge and whether it may start now.
+    runs: Vec<(&'a NewRun, RunEdge, bool)>,
+}
+
+impl<'a> Admitted<'a> {
+    /// Writes the pending runs, their nodes and their creation edges.
+    async fn write(&mut self, tx: &mut Tx<'_>) -> Result<()> {
+        let mut s = Script::new();
+        for chunk in self.runs.chunks(CHUNK) {
+            let q = s.statement();
+            q.push(
+                "INSERT INTO runs (id, flow, version, state, params, idempotency_key, \"trigger\", \
+                 created_at, admitted_at, trace_context, actor, owner, lease_until) ",
+            );
+            q.push_values(chunk, |mut b, (run, created, start)| {
+                // A run admitted to start is held from birth; a waiting one is
+                // claimed by whichever replica promotes it.
+                let held = run.lease.as_ref().filter(|_| *start);
+                b.push_bind(&run.id)
+                    .push_bind(&run.flow)
+                    .push_bind(i64::from(run.version))
+                    .push_bind(created.to.as_str())
+                    .push_bind(run.params.to_string())
+                    .push_bind(&run.idempotency_key)
+                    .push_bind(&run.trigger)
+                    .push_bind(run.now_ms)
+                    .push_bind(start.then_some(run.now_ms))
+                    .push_bind(&run.trace_context)
+                    .push_bind(&run.actor)
+                    .push_bind(held.map(|l| &l.owner))
+                    .push_bind(held.map(|l| l.until_ms));
             });
+            s.end(tx).await?;
         }
+        let nodes: Vec<(&String, usize, &String)> = self
+            .runs
+            .iter()
+            .flat_map(|(run, _, _)| run.node_names.iter().enumerate().map(|(i, name)| (&run.id, i, name)))
+            .collect();
+        for chunk in nodes.chunks(CHUNK) {
+            let q = s.statement();
+            q.push(
+                "INSERT INTO nodes (run_id, idx, node, state, attempt, series_start, data_version, \
+                 outputs, \"reads\", stale, fallback) ",
+            );
+            q.push_values(chunk, |mut b, (run_id, i, name)| {
+                b.push_bind(*run_id)
+                    .push_bind(*i as i64)
+                    .push_bind(*name)
+                    .push("'INIT', 0, 0, 0, '{}', '[]', FALSE, FALSE");
+            });
+            s.end(tx).await?;
+        }
+        for chunk in self.runs.chunks(CHUNK) {
+            let q = s.statement();
+            q.push(
+                "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, at) ",
+            );
+            q.push_values(chunk, |mut b, (run, created, _)| {
+                let edge = Edge::Run(*created);
+                b.push_bind(&run.id)
+                    .push("NULL")
+                    .push_bind(edge.from_name())
+                    .push_bind(edge.to_name())
+                    .push_bind(edge.cause_name())
+                    .push_bind(&run.actor)
+                    .push("0")
+                    .push_bind(run.now_ms);
+            });
+            s.end(tx).await?;
+        }
+        s.send(tx).await?;
+        self.runs.clear();
+        Ok(())
+    }
+}
+
+/// The runs that the idempotency keys of `runs` already made, by (flow, key).
+async fn existing_keys(tx: &mut Tx<'_>, runs: &[NewRun]) -> Result<HashMap<(String, String), Existing>> {
+    let keyed: Vec<(&str, &str)> =
+        runs.iter().filter_map(|r| Some((r.flow.as_str(), r.idempotency_key.as_deref()?))).collect();
+    let mut known = HashMap::new();
+    for chunk in keyed.chunks(CHUNK) {
+        let mut flows: Vec<&str> = chunk.iter().map(|(f, _)| *f).collect();
+        flows.sort_unstable();
+        flows.dedup();
+        let mut q: QueryBuilder<Db> = QueryBuilder::new(format!(
+            "SELECT flow, {}, id, version FROM runs WHERE flow IN ",
+            D::bytes_as_text("idempotency_key")
+        ));
+        push_list(&mut q, flows);
+        q.push(" AND idempotency_key IN ");
+        push_list(&mut q, chunk.iter().map(|(_, k)| *k));
+        let rows: Vec<(String, String, String, i64)> = q.build_query_as().fetch_all(&mut **tx).await?;
+        for (flow, key, run_id, version) in rows {
+            known.insert((flow, key), Existing { run_id, version: version as u32 });
+        }
+    }
+    Ok(known)
+}
+
+/// Gathers the facts `admit` reads, in its order, leaving out what it will not
+/// read (see `madeira_core::admit::Facts`). A fact read from the database first
+/// writes what the batch has admitted, so it counts those runs too.
+async fn facts(tx: &mut Tx<'_>, run: &NewRun, batch: &mut Admitted<'_>) -> Result<Facts> {
+    if let Some(key) = &run.idempotency_key
+        && let Some(existing) = batch.keys.get(&(run.flow.clone(), key.clone()))
+    {
+        return Ok(Facts { existing: Some(existing.clone()), ..Facts::default() });
     }
     let mut claims = Vec::with_capacity(run.throttles.len());
     for claim in &run.throttles {
         let key = (run.flow.clone(), claim.node.clone());
-        let n = match cache.get(&key) {
+        let n = match batch.claims.get(&key) {
             Some(n) => *n,
             None => {
+                batch.write(tx).await?;
                 let (n,): (i64,) =
                     sqlx::query_as(&sql("SELECT COUNT(*) FROM nodes n JOIN runs r ON r.id = n.run_id \
                      WHERE r.flow = $1 AND r.state IN ('RUNNING', 'QUEUED') AND n.node = $2 \
@@ -72,7 +178,7 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Result<
                     .bind(&claim.node)
                     .fetch_one(&mut **tx)
                     .await?;
-                cache.insert(key, n);
+                batch.claims.insert(key, n);
                 n
             }
         };
@@ -81,6 +187,7 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Result<
     if run.max_active_runs == 0 {
         return Ok(Facts { claims, ..Facts::default() });
     }
+    batch.write(tx).await?;
     let active: Vec<(String,)> =
         sqlx::query_as(&sql(&format!("SELECT id FROM runs WHERE flow = $1 AND {ACTIVE} ORDER BY id")))
             .bind(&run.flow)
@@ -95,60 +202,23 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Result<
     Ok(Facts { existing: None, claims, active, queued: queued.is_some() })
 }
 
-/// Decides the run with `madeira_core::admit` and writes what it says: the run
-/// row (QUEUED; `admitted_at` when it may start), its node rows and the
-/// transition record of its creation edge.
-async fn create_in(tx: &mut Tx<'_>, run: &NewRun, cache: &mut ClaimCache) -> Result<CreateOutcome> {
-    let facts = facts(tx, run, cache).await?;
+/// Decides the run with `madeira_core::admit` and records what it says for the
+/// batch to write: the run row (QUEUED; `admitted_at` when it may start), its
+/// node rows and the transition record of its creation edge.
+async fn create_in<'a>(tx: &mut Tx<'_>, run: &'a NewRun, batch: &mut Admitted<'a>) -> Result<CreateOutcome> {
+    let facts = facts(tx, run, batch).await?;
     let decision = admit(&facts, &run.policy()).map_err(refused)?;
     let (created, start, cancel_previous) = match to_write(decision) {
         Ok(write) => write,
         Err(answer) => return Ok(answer),
     };
-    sqlx::query(&sql(
-        "INSERT INTO runs (id, flow, version, state, params, idempotency_key, \"trigger\", created_at, \
-         admitted_at, trace_context, actor) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-    ))
-    .bind(&run.id)
-    .bind(&run.flow)
-    .bind(i64::from(run.version))
-    .bind(created.to.as_str())
-    .bind(run.params.to_string())
-    .bind(&run.idempotency_key)
-    .bind(&run.trigger)
-    .bind(run.now_ms)
-    .bind(start.then_some(run.now_ms))
-    .bind(&run.trace_context)
-    .bind(&run.actor)
-    .execute(&mut **tx)
-    .await?;
-    for (offset, chunk) in run.node_names.chunks(CHUNK).enumerate() {
-        let mut q: QueryBuilder<Db> = QueryBuilder::new(
-            "INSERT INTO nodes (run_id, idx, node, state, attempt, series_start, data_version, \
-             outputs, \"reads\", stale, fallback) ",
-        );
-        q.push_values(chunk.iter().enumerate(), |mut b, (i, name)| {
-            b.push_bind(&run.id)
-                .push_bind((offset * CHUNK + i) as i64)
-                .push_bind(name)
-                .push("'INIT', 0, 0, 0, '{}', '[]', FALSE, FALSE");
-        });
-        q.build().execute(&mut **tx).await?;
+    if let Some(key) = &run.idempotency_key {
+        let existing = Existing { run_id: run.id.clone(), version: run.version };
+        batch.keys.insert((run.flow.clone(), key.clone()), existing);
     }
-    sqlx::query(&sql(
-        "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, at) \
-         VALUES ($1, NULL, $2, $3, $4, $5, 0, $6)",
-    ))
-    .bind(&run.id)
-    .bind(Edge::Run(created).from_name())
-    .bind(Edge::Run(created).to_name())
-    .bind(Edge::Run(created).cause_name())
-    .bind(&run.actor)
-    .bind(run.now_ms)
-    .execute(&mut **tx)
-    .await?;
+    batch.runs.push((run, created, start));
     for claim in &run.throttles {
-        *cache.entry((run.flow.clone(), claim.node.clone())).or_default() += 1;
+        *batch.claims.entry((run.flow.clone(), claim.node.clone())).or_default() += 1;
     }
     Ok(CreateOutcome::Created { run_id: run.id.clone(), start, cancel_previous })
 }

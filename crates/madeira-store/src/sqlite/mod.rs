@@ -31,6 +31,7 @@ impl Dialect for SqliteDialect {
     /// Well under SQLite's 32,766 bound variables.
     const CHUNK: usize = 500;
     const BYTEWISE: &'static str = "BINARY";
+    const SCRIPTS: bool = true;
 
     async fn insert_id(pool: &sqlx::SqlitePool, mut q: sqlx::QueryBuilder<'_, Sqlite>) -> Result<i64> {
         q.push(" RETURNING id");
@@ -66,9 +67,12 @@ impl SqlStore<SqliteDialect> {
         let path = (!in_memory).then(|| options.get_filename().to_path_buf());
         let poisoned = Arc::new(AtomicBool::new(false));
         let flag = poisoned.clone();
+        // No ping before each use: the writer is in this process (the guard checks
+        // its health), and a ping is one more hop to the connection's thread.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
+            .test_before_acquire(false)
             .before_acquire(move |_, _| {
                 let healthy = guard::healthy(&flag);
                 Box::pin(async move { Ok(healthy) })
@@ -76,8 +80,11 @@ impl SqlStore<SqliteDialect> {
             .connect_with(options.clone())
             .await?;
         sqlx::migrate!("../../migrations/sqlite").run(&writer).await?;
-        let reader =
-            SqlitePoolOptions::new().max_connections(4).connect_with(options.read_only(true)).await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(4)
+            .test_before_acquire(false)
+            .connect_with(options.read_only(true))
+            .await?;
         let guard = guard::WriteGuard::new(path, poisoned)?;
         Ok(Self { writer, reader, dialect: SqliteDialect { guard } })
     }

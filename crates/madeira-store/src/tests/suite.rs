@@ -20,6 +20,7 @@ pub(crate) fn new_run(id: &str, key: Option<&str>, max: u32, overlap: Overlap) -
         actor: "test".into(),
         now_ms: 10,
         trace_context: Some(format!("00-{:0>32}-00f067aa0ba902b7-01", id.len())),
+        lease: None,
     }
 }
 
