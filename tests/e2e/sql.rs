@@ -4,7 +4,7 @@
 //! statement that ignores its cancel, deadlock vs syntax error, the pool limit
 //! seen from the database, and secrets absent from logs and the API.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 
 use crate::support::{Dev, sigterm_and_wait, start_logged, status_of};
 
-const URL_ENV: &str = "MADEIRA_E2E_SQL_URL";
+/// The env variable the test servers read their datasource URL from.
+pub(crate) const URL_ENV: &str = "MADEIRA_E2E_SQL_URL";
 
 /// A dev server whose config has datasource `db` on `url` (from env).
 fn dev_on(dir: &Path, url: &str, max_connections: u32) -> (Dev, Arc<Mutex<String>>) {
@@ -23,16 +24,23 @@ fn dev_on(dir: &Path, url: &str, max_connections: u32) -> (Dev, Arc<Mutex<String
 
 /// As `dev_on`, the datasource called `name`.
 fn dev_named(dir: &Path, name: &str, url: &str, max_connections: u32) -> (Dev, Arc<Mutex<String>>) {
-    let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "datasources:\n  - {{name: {name}, url_env: {URL_ENV}, max_connections: {max_connections}}}\n"
-        ),
-    )
-    .expect("config");
+    let config = write_config(dir, "", &format!("name: {name}, max_connections: {max_connections}"));
     start_logged(dir, &config, &[(URL_ENV, url)])
 }
+
+/// `dir/config.yaml`: `head` (other settings, or nothing), then one datasource
+/// with `fields` (`name: db, max_connections: 2`) whose URL is in env `URL_ENV`.
+pub(crate) fn write_config(dir: &Path, head: &str, fields: &str) -> PathBuf {
+    let config = dir.join("config.yaml");
+    let text = format!("{head}datasources:\n  - {{{fields}, url_env: {URL_ENV}}}\n");
+    std::fs::write(&config, text).expect("config");
+    config
+}
+
+/// A PostgreSQL statement that ignores its cancellation for a minute (it catches
+/// `query_canceled`), polling `pg_sleep(0.1)`.
+const PG_STUBBORN: &str = "DO $$ BEGIN FOR i IN 1..600 LOOP BEGIN PERFORM pg_sleep(0.1); \
+                           EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $$";
 
 async fn db(kind: Kind) -> Option<TestDb> {
     TestDb::create(kind).await.expect("test database")
@@ -176,10 +184,7 @@ async fn mysql_timeout_fails_within_grace_and_leaves_no_session() {
 async fn retry_never_overlaps_a_stubborn_statement(kind: Kind) {
     let Some(db) = db(kind).await else { return };
     let statement = match kind {
-        Kind::Postgres => {
-            "DO $$ BEGIN FOR i IN 1..600 LOOP BEGIN PERFORM pg_sleep(0.1); \
-             EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $$"
-        }
+        Kind::Postgres => PG_STUBBORN,
         Kind::Mysql => {
             db.exec(
                 "CREATE PROCEDURE stubborn() BEGIN DECLARE i INT DEFAULT 0; \
@@ -339,12 +344,7 @@ async fn mysql_pool_limit_holds_in_the_database() {
 #[tokio::test]
 async fn validate_checks_datasources_and_the_cli_lists_them() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        format!("datasources:\n  - {{name: finance, url_env: {URL_ENV}, read_only: true}}\n"),
-    )
-    .expect("config");
+    let config = write_config(dir.path(), "", "name: finance, read_only: true");
     let flow = dir.path().join("flow.yaml");
     let write_flow = |ds: &str| {
         std::fs::write(
@@ -457,17 +457,9 @@ async fn mysql_cancelling_a_run_cancels_its_statement_in_the_database() {
 async fn pg_shutdown_waits_for_a_cancelled_statement_to_leave_the_database() {
     let Some(db) = db(Kind::Postgres).await else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "shutdown_grace: 1s\ndatasources:\n  - {{name: db, url_env: {URL_ENV}, max_connections: 2}}\n"
-        ),
-    )
-    .expect("config");
+    let config = write_config(dir.path(), "shutdown_grace: 1s\n", "name: db, max_connections: 2");
     let (mut dev, logs) = start_logged(dir.path(), &config, &[(URL_ENV, &db.url)]);
-    let stubborn = "DO $$ BEGIN FOR i IN 1..600 LOOP BEGIN PERFORM pg_sleep(0.1); \
-                    EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $$";
+    let stubborn = PG_STUBBORN;
     dev.put_flow(&format!(
         "flow: sql-stop\nnodes:\n  stubborn: {{timeout: 5m, run: {{sql: {{datasource: db, statement: \"{stubborn}\", grace: 7s}}}}}}\n"
     ))

@@ -17,11 +17,11 @@ use madeira_sql::Kind;
 use madeira_sql::testing::TestDb;
 use serde_json::{Value, json};
 
+use crate::sql::{URL_ENV, write_config};
 use crate::support::Dev;
 
 const NODES: usize = 50;
 const RUNS: usize = 20;
-const URL_ENV: &str = "MADEIRA_E2E_SQL_URL";
 
 /// A chain of `NODES` nodes, each running `run` (a YAML flow mapping).
 fn chain(flow: &str, run: &str) -> String {
@@ -81,12 +81,7 @@ async fn overhead(kind: Kind) {
     };
     let version = version.expect("server version").join("");
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        format!("datasources:\n  - {{name: db, url_env: {URL_ENV}, max_connections: 4}}\n"),
-    )
-    .expect("config");
+    let config = write_config(dir.path(), "", "name: db, max_connections: 4");
     let config = config.to_str().expect("utf-8 path");
     let dev = Dev::start_with_all(&dir.path().join("data"), &["--config", config], &[(URL_ENV, &db.url)]);
     let sql = r#"{sql: {datasource: db, statement: "SELECT 1 AS one", outputs: first_row}}"#;
