@@ -51,6 +51,7 @@ mod scopes;
 mod semantics;
 mod sidecar;
 mod sql;
+mod sql_bench;
 mod stalls;
 mod support;
 mod tls;

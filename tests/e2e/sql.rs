@@ -4,7 +4,7 @@
 //! statement that ignores its cancel, deadlock vs syntax error, the pool limit
 //! seen from the database, and secrets absent from logs and the API.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,9 +12,10 @@ use madeira_sql::Kind;
 use madeira_sql::testing::TestDb;
 use serde_json::{Value, json};
 
-use crate::support::{Dev, start_logged, status_of};
+use crate::support::{Dev, sigterm_and_wait, start_logged, status_of};
 
-const URL_ENV: &str = "MADEIRA_E2E_SQL_URL";
+/// The env variable the test servers read their datasource URL from.
+pub(crate) const URL_ENV: &str = "MADEIRA_E2E_SQL_URL";
 
 /// A dev server whose config has datasource `db` on `url` (from env).
 fn dev_on(dir: &Path, url: &str, max_connections: u32) -> (Dev, Arc<Mutex<String>>) {
@@ -23,16 +24,23 @@ fn dev_on(dir: &Path, url: &str, max_connections: u32) -> (Dev, Arc<Mutex<String
 
 /// As `dev_on`, the datasource called `name`.
 fn dev_named(dir: &Path, name: &str, url: &str, max_connections: u32) -> (Dev, Arc<Mutex<String>>) {
-    let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "datasources:\n  - {{name: {name}, url_env: {URL_ENV}, max_connections: {max_connections}}}\n"
-        ),
-    )
-    .expect("config");
+    let config = write_config(dir, "", &format!("name: {name}, max_connections: {max_connections}"));
     start_logged(dir, &config, &[(URL_ENV, url)])
 }
+
+/// `dir/config.yaml`: `head` (other settings, or nothing), then one datasource
+/// with `fields` (`name: db, max_connections: 2`) whose URL is in env `URL_ENV`.
+pub(crate) fn write_config(dir: &Path, head: &str, fields: &str) -> PathBuf {
+    let config = dir.join("config.yaml");
+    let text = format!("{head}datasources:\n  - {{{fields}, url_env: {URL_ENV}}}\n");
+    std::fs::write(&config, text).expect("config");
+    config
+}
+
+/// A PostgreSQL statement that ignores its cancellation for a minute (it catches
+/// `query_canceled`), polling `pg_sleep(0.1)`.
+const PG_STUBBORN: &str = "DO $$ BEGIN FOR i IN 1..600 LOOP BEGIN PERFORM pg_sleep(0.1); \
+                           EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $$";
 
 async fn db(kind: Kind) -> Option<TestDb> {
     TestDb::create(kind).await.expect("test database")
@@ -124,7 +132,18 @@ async fn pg_first_row_reaches_downstream_binds_verbatim_no_secrets() {
 #[tokio::test]
 async fn mysql_first_row_reaches_downstream_binds_verbatim_no_secrets() {
     let Some(db) = db(Kind::Mysql).await else { return };
-    first_row_downstream_binds_and_secrets(Kind::Mysql, &db.url.clone(), &db).await;
+    // A user of its own with a password (MariaDB checks it), for this database only.
+    let name = db.url.rsplit('/').next().expect("database name").to_string();
+    let user = format!("e2e_{}", &name[name.len().saturating_sub(12)..]);
+    db.exec(&format!(
+        "CREATE USER '{user}'@'%' IDENTIFIED BY 'e2e-s3cret-pw'; GRANT ALL ON {name}.* TO '{user}'@'%'"
+    ))
+    .await
+    .expect("user");
+    let url = db.url.replacen("mysql://root@", &format!("mysql://{user}:e2e-s3cret-pw@"), 1);
+    assert!(url.contains("e2e-s3cret-pw"), "MADEIRA_TEST_MYSQL_URL has the form mysql://root@host");
+    first_row_downstream_binds_and_secrets(Kind::Mysql, &url, &db).await;
+    db.exec(&format!("DROP USER '{user}'@'%'")).await.expect("drop user");
 }
 
 async fn timeout_fails_within_grace(kind: Kind) {
@@ -165,10 +184,7 @@ async fn mysql_timeout_fails_within_grace_and_leaves_no_session() {
 async fn retry_never_overlaps_a_stubborn_statement(kind: Kind) {
     let Some(db) = db(kind).await else { return };
     let statement = match kind {
-        Kind::Postgres => {
-            "DO $$ BEGIN FOR i IN 1..600 LOOP BEGIN PERFORM pg_sleep(0.1); \
-             EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $$"
-        }
+        Kind::Postgres => PG_STUBBORN,
         Kind::Mysql => {
             db.exec(
                 "CREATE PROCEDURE stubborn() BEGIN DECLARE i INT DEFAULT 0; \
@@ -322,18 +338,13 @@ async fn mysql_pool_limit_holds_in_the_database() {
     pool_limit_holds(Kind::Mysql).await;
 }
 
-/// `validate --config` names an unknown datasource with its line; `madeira
-/// datasources` lists the configured ones without their URLs (pools connect on
-/// first use, so no database is needed here).
+/// `validate --config` and `PUT /flows` name an unknown datasource with its line;
+/// `madeira datasources` lists the configured ones without their URLs (pools
+/// connect on first use, so no database is needed here).
 #[tokio::test]
 async fn validate_checks_datasources_and_the_cli_lists_them() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        format!("datasources:\n  - {{name: finance, url_env: {URL_ENV}, read_only: true}}\n"),
-    )
-    .expect("config");
+    let config = write_config(dir.path(), "", "name: finance, read_only: true");
     let flow = dir.path().join("flow.yaml");
     let write_flow = |ds: &str| {
         std::fs::write(
@@ -367,6 +378,18 @@ async fn validate_checks_datasources_and_the_cli_lists_them() {
 
     let secret_url = "postgres://app:cli-s3cret-pw@127.0.0.1:1/finance";
     let (dev, logs) = start_logged(dir.path(), &config, &[(URL_ENV, secret_url)]);
+    // Applying checks the names against the server's own datasources.
+    let typo = "flow: v\nnodes:\n  a:\n    run:\n      sql:\n        datasource: financ\n        statement: \"SELECT 1\"\n";
+    let resp = dev.http.put(dev.url("/flows/v")).body(typo).send().await.expect("apply");
+    let status = resp.status().as_u16();
+    let body: Value = resp.json().await.expect("json");
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.to_string()
+            .contains("v.yaml:6: node a: unknown datasource `financ`; the server config has: finance"),
+        "{body}"
+    );
+    dev.put_flow(&typo.replace("financ", "finance")).await;
     let out = std::process::Command::new(crate::support::BIN)
         .args(["datasources", "--server", &dev.base, "--output", "json"])
         .output()
@@ -387,18 +410,18 @@ async fn validate_checks_datasources_and_the_cli_lists_them() {
 
 /// Cancelling the run cancels the statement on the server: the activity view
 /// shows no session of it within the grace.
-#[tokio::test]
-async fn pg_cancelling_a_run_cancels_its_statement_in_the_database() {
-    let Some(db) = db(Kind::Postgres).await else { return };
+async fn cancelling_a_run_cancels_its_statement(kind: Kind) {
+    let Some(db) = db(kind).await else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let (dev, _) = dev_on(dir.path(), &db.url, 2);
-    dev.put_flow(
-        "flow: sql-cancel\nnodes:\n  slow: {run: {sql: {datasource: db, statement: \"SELECT pg_sleep(60)\", grace: 3s}}}\n",
-    )
+    let sleep = format!("{}(60)", sleep_fn(kind));
+    dev.put_flow(&format!(
+        "flow: sql-cancel\nnodes:\n  slow: {{run: {{sql: {{datasource: db, statement: \"SELECT {sleep}\", grace: 3s}}}}}}\n",
+    ))
     .await;
     let run_id = dev.trigger("sql-cancel", json!({})).await;
     let deadline = Instant::now() + Duration::from_secs(20);
-    while db.active_statements("pg_sleep(60)").await.expect("activity") == 0 {
+    while db.active_statements(&sleep).await.expect("activity") == 0 {
         assert!(Instant::now() < deadline, "the statement never started");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -407,13 +430,56 @@ async fn pg_cancelling_a_run_cancels_its_statement_in_the_database() {
     let cancelled = Instant::now();
     let run = dev.finished(&run_id).await;
     assert_eq!(run["status"], "CANCELLED", "{run}");
-    while db.active_statements("pg_sleep(60)").await.expect("activity") > 0 {
+    while db.active_statements(&sleep).await.expect("activity") > 0 {
         assert!(
             cancelled.elapsed() < Duration::from_secs(3 + 2),
             "the statement outlived the cancel and grace"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test]
+async fn pg_cancelling_a_run_cancels_its_statement_in_the_database() {
+    cancelling_a_run_cancels_its_statement(Kind::Postgres).await;
+}
+
+#[tokio::test]
+async fn mysql_cancelling_a_run_cancels_its_statement_in_the_database() {
+    cancelling_a_run_cancels_its_statement(Kind::Mysql).await;
+}
+
+/// SIGTERM with `shutdown_grace: 1s` while a statement ignores its cancel and has
+/// `grace: 7s`: the server cancels it, waits for the kill after the grace and for
+/// the session to leave the activity view, and only then exits (the engine's stop
+/// waits past its own 5 s for it), so nothing of it outlives the process.
+#[tokio::test]
+async fn pg_shutdown_waits_for_a_cancelled_statement_to_leave_the_database() {
+    let Some(db) = db(Kind::Postgres).await else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), "shutdown_grace: 1s\n", "name: db, max_connections: 2");
+    let (mut dev, logs) = start_logged(dir.path(), &config, &[(URL_ENV, &db.url)]);
+    let stubborn = PG_STUBBORN;
+    dev.put_flow(&format!(
+        "flow: sql-stop\nnodes:\n  stubborn: {{timeout: 5m, run: {{sql: {{datasource: db, statement: \"{stubborn}\", grace: 7s}}}}}}\n"
+    ))
+    .await;
+    dev.trigger("sql-stop", json!({})).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.active_statements("pg_sleep(0.1)").await.expect("activity") == 0 {
+        assert!(Instant::now() < deadline, "the statement never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stopping = Instant::now();
+    let status = sigterm_and_wait(&mut dev.child, 40).await;
+    let took = stopping.elapsed();
+    assert!(status.success(), "{status:?}\n{}", logs.lock().expect("logs"));
+    assert_eq!(
+        db.active_statements("pg_sleep(0.1)").await.expect("activity"),
+        0,
+        "the statement outlived the server ({took:?})"
+    );
+    assert!(took >= Duration::from_secs(7), "the server waited for the grace: {took:?}");
 }
 
 /// `examples/sql-settlement.yaml` runs as written, with its tables.

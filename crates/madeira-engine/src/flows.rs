@@ -20,6 +20,9 @@ pub struct FlowCache {
     /// The server's message sources `(name, type)`: a flow's message triggers
     /// must name one of them (checked on apply only).
     sources: Arc<Vec<(String, String)>>,
+    /// The server's SQL datasources: a flow's SQL nodes must name one of them
+    /// (checked on apply only).
+    datasources: Arc<Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,9 +34,10 @@ pub struct ApplyOutcome {
 }
 
 impl FlowCache {
-    /// A cache whose `apply` checks message triggers against `sources`.
-    pub fn with_sources(sources: Vec<(String, String)>) -> Self {
-        Self { inner: Arc::default(), sources: Arc::new(sources) }
+    /// A cache whose `apply` checks message triggers against `sources` and SQL
+    /// nodes against `datasources`.
+    pub fn with_sources(sources: Vec<(String, String)>, datasources: Vec<String>) -> Self {
+        Self { inner: Arc::default(), sources: Arc::new(sources), datasources: Arc::new(datasources) }
     }
 
     /// The parsed flow `name` at `version`, loading and parsing it on first use.
@@ -76,6 +80,7 @@ impl FlowCache {
     ) -> Result<ApplyOutcome, EngineError> {
         let def = parse_flow(file, source)?;
         madeira_core::spec::check_sources(file, &def, &self.sources)?;
+        madeira_core::spec::check_datasources(file, &def, &self.datasources)?;
         let hash = content_hash(file, source)?;
         let put = store.put_flow(&def.name, source, &hash, now_ms()).await?;
         self.lock().insert((def.name.clone(), put.version), Arc::new(def.clone()));

@@ -101,6 +101,8 @@ pub struct EngineOptions {
     pub live_log_bytes: usize,
     /// The server's message sources `(name, type)` that flows' message triggers may name.
     pub message_sources: Vec<(String, String)>,
+    /// The server's SQL datasources, which flows' SQL nodes may name (checked on apply).
+    pub datasources: Vec<String>,
 }
 
 impl Default for EngineOptions {
@@ -119,6 +121,7 @@ impl Default for EngineOptions {
             tracing: false,
             live_log_bytes: livelog::DEFAULT_MAX_BYTES,
             message_sources: Vec::new(),
+            datasources: Vec::new(),
         }
     }
 }
@@ -213,7 +216,7 @@ pub fn build(
     let (tx, rx) = mpsc::channel(65_536);
     let (create_tx, create_rx) = mpsc::channel(16_384);
     let (events, _) = broadcast::channel(16_384);
-    let flows = FlowCache::with_sources(options.message_sources.clone());
+    let flows = FlowCache::with_sources(options.message_sources.clone(), options.datasources.clone());
     let stats = Arc::new(EngineStats::default());
     let health = Arc::new(health::StoreHealth::new(observers.clone()));
     let throttle_view = ThrottleView::default();

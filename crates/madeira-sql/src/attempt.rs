@@ -1,18 +1,17 @@
-//! One attempt of a SQL node, for either database (`Dialect`): wait for a pooled
+//! One attempt of a SQL node, for either database (`Backend`): wait for a pooled
 //! connection within the timeout, open a transaction with the server-side statement
 //! timeout, run the statements, commit. A timeout, a cancellation or a lost
 //! connection hand the session to `settle`, and the attempt is classified only once
 //! the database shows the session gone.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use madeira_core::model::SqlDef;
 use madeira_engine::{AttemptResult, Job};
 use serde_json::{Map, Value as Json};
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::{Backend, Conn, Source, StmtError};
 use crate::classify::{Class, classify, describe};
 use crate::settle::{self, Log};
 use crate::{Datasource, Pool};
@@ -23,61 +22,6 @@ const CLIENT_MARGIN: Duration = Duration::from_millis(500);
 /// Bound on a COMMIT or ROLLBACK.
 const FINISH_LIMIT: Duration = Duration::from_secs(10);
 
-/// What the session is doing, from the database's activity view.
-#[derive(Debug, Clone)]
-pub(crate) struct Activity {
-    /// A statement runs or a transaction is open.
-    pub busy: bool,
-    pub text: String,
-}
-
-/// Why the statements failed.
-pub(crate) enum StmtError {
-    Db(sqlx::Error),
-    /// Outputs over the limit or not representable: never retried.
-    Output(String),
-}
-
-impl From<sqlx::Error> for StmtError {
-    fn from(e: sqlx::Error) -> Self {
-        StmtError::Db(e)
-    }
-}
-
-/// What differs between PostgreSQL and MySQL/MariaDB.
-#[async_trait]
-pub(crate) trait Dialect: Sync {
-    type Conn: Send;
-    type Ctl: Send;
-    /// How the database cancels a statement and kills a session, for the log.
-    const CANCEL: &'static str;
-    const KILL: &'static str;
-
-    async fn acquire(&self) -> Result<Self::Conn, sqlx::Error>;
-    /// Opens the transaction with `timeout` as the statement timeout; the session id.
-    async fn begin(
-        &self,
-        conn: &mut Self::Conn,
-        timeout: Duration,
-        read_only: bool,
-    ) -> Result<u64, sqlx::Error>;
-    async fn statements(
-        &self,
-        conn: &mut Self::Conn,
-        def: &SqlDef,
-        binds: &BTreeMap<String, Json>,
-    ) -> Result<Map<String, Json>, StmtError>;
-    async fn finish(&self, conn: &mut Self::Conn, commit: bool) -> Result<(), sqlx::Error>;
-    /// Closes the connection for good (it does not return to the pool).
-    async fn close(&self, conn: Self::Conn);
-    /// A separate connection to cancel, inspect and kill sessions with.
-    async fn control(&self) -> Result<Self::Ctl, sqlx::Error>;
-    async fn cancel(&self, ctl: &mut Self::Ctl, id: u64) -> Result<(), sqlx::Error>;
-    async fn kill(&self, ctl: &mut Self::Ctl, id: u64) -> Result<(), sqlx::Error>;
-    /// The session in the activity view; `None` when it is not there.
-    async fn activity(&self, ctl: &mut Self::Ctl, id: u64) -> Result<Option<Activity>, sqlx::Error>;
-}
-
 pub(crate) async fn run(
     ds: &Datasource,
     def: &SqlDef,
@@ -85,8 +29,8 @@ pub(crate) async fn run(
     cancel: &CancellationToken,
 ) -> AttemptResult {
     match &ds.pool {
-        Pool::Pg(pool, options) => drive(&crate::pg::Pg { pool, options }, ds, def, job, cancel).await,
-        Pool::My(pool) => drive(pool, ds, def, job, cancel).await,
+        Pool::Pg(pg) => drive(pg, ds, def, job, cancel).await,
+        Pool::My(my) => drive(my, ds, def, job, cancel).await,
     }
 }
 
@@ -105,8 +49,8 @@ enum Ended {
     TimedOut,
 }
 
-async fn drive<D: Dialect>(
-    d: &D,
+async fn drive<D: Backend>(
+    d: &Source<D>,
     ds: &Datasource,
     def: &SqlDef,
     job: &Job,
@@ -233,7 +177,7 @@ async fn drive<D: Dialect>(
             } else {
                 format!("timed out after {}", settle::human(job.timeout))
             };
-            log.line(format!("{why}: cancelling the statement in the database ({} {id})", D::CANCEL));
+            log.line(format!("{why}: cancelling the statement in the database ({})", d.cancel_sql(id)));
             settle::interrupt(d, id, work, def.grace, &mut log).await;
             (why, !cancel.is_cancelled())
         }
@@ -249,10 +193,10 @@ async fn drive<D: Dialect>(
     }
 }
 
-async fn commit<D: Dialect>(
-    d: &D,
+async fn commit<D: Backend>(
+    d: &Source<D>,
     ds: &Datasource,
-    mut conn: D::Conn,
+    mut conn: Conn<D>,
     outputs: Map<String, Json>,
     mut log: Log,
 ) -> AttemptResult {

@@ -67,6 +67,13 @@ fn classify_db(db: &dyn DatabaseError) -> Class {
     Class::Permanent
 }
 
+/// `KILL` of a session that no longer exists (MySQL/MariaDB error 1094);
+/// PostgreSQL's cancel and terminate functions just return false then.
+pub(crate) fn unknown_session(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db)
+        if db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>().is_some_and(|m| m.number() == 1094))
+}
+
 /// A one-line message for the attempt: the database's own text and code.
 pub(crate) fn describe(error: &sqlx::Error) -> String {
     match error {

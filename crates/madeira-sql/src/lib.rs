@@ -10,8 +10,10 @@
 //! the session gone (`settle`), so a retry never overlaps it.
 
 mod attempt;
+mod backend;
 mod binds;
 mod classify;
+mod driver;
 mod mysql;
 mod outputs;
 mod pg;
@@ -89,8 +91,21 @@ pub struct DatasourceInfo {
 }
 
 pub(crate) enum Pool {
-    Pg(sqlx::PgPool, sqlx::postgres::PgConnectOptions),
-    My(mysql::MyPool),
+    Pg(backend::Source<pg::Pg>),
+    My(backend::Source<mysql::My>),
+}
+
+impl Pool {
+    /// Connections open (busy or idle), and idle.
+    fn usage(&self) -> (u32, usize) {
+        fn of<DB: sqlx::Database>(pool: &sqlx::Pool<DB>) -> (u32, usize) {
+            (pool.size(), pool.num_idle())
+        }
+        match self {
+            Pool::Pg(pg) => of(&pg.pool),
+            Pool::My(my) => of(&my.pool),
+        }
+    }
 }
 
 /// A configured datasource: its pool and usage counters.
@@ -114,7 +129,7 @@ impl Datasource {
 
     pub fn kind(&self) -> Kind {
         match self.pool {
-            Pool::Pg(..) => Kind::Postgres,
+            Pool::Pg(_) => Kind::Postgres,
             Pool::My(_) => Kind::Mysql,
         }
     }
@@ -215,10 +230,7 @@ impl SqlExecutor {
         self.datasources
             .values()
             .map(|d| {
-                let (open, idle) = match &d.pool {
-                    Pool::Pg(pool, _) => (pool.size(), pool.num_idle()),
-                    Pool::My(pool) => (pool.pool.size(), pool.pool.num_idle()),
-                };
+                let (open, idle) = d.pool.usage();
                 DatasourceInfo {
                     name: d.name.clone(),
                     kind: d.kind(),
@@ -262,31 +274,18 @@ impl Executor for SqlExecutor {
 /// The pool of one datasource, lazily connected; errors never include the URL.
 fn open_pool(config: &DatasourceConfig) -> Result<Pool, String> {
     let url = config.url.trim();
-    // Attempts bound their wait for a connection by the node's timeout. No ping
-    // before each use (a round trip per node): a dead connection fails the attempt
-    // as a retryable connection error and is not returned to the pool.
-    let acquire = std::time::Duration::from_secs(24 * 3600);
+    let max = config.max_connections;
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let options: sqlx::postgres::PgConnectOptions =
             url.parse().map_err(|_| "the URL is not a valid postgres:// URL".to_string())?;
         let options = options.application_name("madeira");
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(config.max_connections)
-            .acquire_timeout(acquire)
-            .test_before_acquire(false)
-            .connect_lazy_with(options.clone());
-        return Ok(Pool::Pg(pool, options));
+        return Ok(Pool::Pg(backend::Source::lazy(pg::Pg, options, max)));
     }
     if url.starts_with("mysql://") || url.starts_with("mariadb://") {
         let url = url.strip_prefix("mariadb://").map(|r| format!("mysql://{r}")).unwrap_or(url.to_string());
         let options: sqlx::mysql::MySqlConnectOptions =
             url.parse().map_err(|_| "the URL is not a valid mysql:// URL".to_string())?;
-        let pool = sqlx::mysql::MySqlPoolOptions::new()
-            .max_connections(config.max_connections)
-            .acquire_timeout(acquire)
-            .test_before_acquire(false)
-            .connect_lazy_with(options.clone());
-        return Ok(Pool::My(mysql::MyPool::new(pool, options)));
+        return Ok(Pool::My(backend::Source::lazy(mysql::My::default(), options, max)));
     }
     Err("the URL must start with postgres:// or mysql:// (MariaDB too)".into())
 }

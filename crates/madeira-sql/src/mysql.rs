@@ -4,175 +4,76 @@
 //! columns decoded by type into JSON, and the control side: `KILL QUERY`, `KILL`
 //! and `information_schema.PROCESSLIST`.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::TryStreamExt;
-use madeira_core::model::{SqlDef, SqlOutputs};
-use madeira_core::sqltext::{BindStyle, rewrite};
+use madeira_core::sqltext::BindStyle;
 use serde_json::{Map, Value as Json};
-use sqlx::mysql::{MySql, MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlRow};
-use sqlx::pool::PoolConnection;
-use sqlx::query::Query;
-use sqlx::{Column, Connection, Row, TypeInfo, ValueRef};
+use sqlx::mysql::{MySql, MySqlConnection, MySqlRow};
+use sqlx::{Column, Row, TypeInfo, ValueRef};
 use tokio::sync::OnceCell;
 
-use crate::attempt::{Activity, Dialect, StmtError};
-use crate::outputs::Collector;
+use crate::backend::{Backend, ControlSql, Driver, Q};
 
-/// A MySQL/MariaDB datasource's pool; which of the two it is is read once.
-pub(crate) struct MyPool {
-    pub pool: MySqlPool,
-    options: MySqlConnectOptions,
+/// MySQL or MariaDB as a `Backend`: which of the two is read once.
+#[derive(Default)]
+pub(crate) struct My {
     mariadb: OnceCell<bool>,
 }
 
-impl MyPool {
-    pub fn new(pool: MySqlPool, options: MySqlConnectOptions) -> Self {
-        Self { pool, options, mariadb: OnceCell::new() }
-    }
-}
-
-fn bind_all<'q>(
-    mut q: Query<'q, MySql, MySqlArguments>,
-    values: &[&Json],
-) -> Query<'q, MySql, MySqlArguments> {
-    for v in values {
-        q = match v {
-            Json::Null => q.bind(None::<String>),
-            Json::Bool(b) => q.bind(*b),
-            Json::Number(n) => match (n.as_i64(), n.as_u64()) {
-                (Some(i), _) => q.bind(i),
-                (None, Some(u)) => q.bind(u),
-                _ => q.bind(n.as_f64()),
-            },
-            Json::String(s) => q.bind(s.clone()),
-            other => q.bind(other.to_string()),
-        };
-    }
-    q
-}
+/// `KILL QUERY`, `KILL` and the process list.
+const CONTROL: ControlSql = ControlSql {
+    cancel: "KILL QUERY {id}",
+    kill: "KILL {id}",
+    activity: "SELECT IF(COMMAND = 'Sleep', 'idle', 'busy'), CAST(CONCAT('processlist: command ', \
+               COMMAND, ', state `', COALESCE(STATE, ''), '`, ', TIME, 's') AS CHAR) \
+               FROM information_schema.PROCESSLIST WHERE ID = {id}",
+};
 
 #[async_trait]
-impl Dialect for MyPool {
-    type Conn = PoolConnection<MySql>;
-    type Ctl = MySqlConnection;
-    const CANCEL: &'static str = "KILL QUERY";
-    const KILL: &'static str = "KILL";
+impl Backend for My {
+    type Db = MySql;
+    const BINDS: BindStyle = BindStyle::Question;
+    const CONTROL: ControlSql = CONTROL;
 
-    async fn acquire(&self) -> Result<Self::Conn, sqlx::Error> {
-        self.pool.acquire().await
-    }
-
-    async fn begin(
-        &self,
-        conn: &mut Self::Conn,
-        timeout: Duration,
-        read_only: bool,
-    ) -> Result<u64, sqlx::Error> {
-        let mariadb = *self
-            .mariadb
+    async fn learn(&self, conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
+        self.mariadb
             .get_or_try_init(|| async {
-                let version: String = sqlx::query_scalar("SELECT VERSION()").fetch_one(&mut **conn).await?;
+                let rows = MySql::raw(conn, "SELECT VERSION()").await?;
+                let version = rows.first().map(|r| MySql::text(r, 0)).transpose()?.unwrap_or_default();
                 Ok::<_, sqlx::Error>(version.to_ascii_lowercase().contains("mariadb"))
             })
-            .await?;
-        let limit = if mariadb {
+            .await
+            .map(|_| ())
+    }
+
+    fn begin_sql(&self, timeout: Duration, read_only: bool) -> String {
+        // `learn` ran first; without it MariaDB's spelling is the guess.
+        let limit = if self.mariadb.get().copied().unwrap_or(true) {
             format!("SET SESSION max_statement_time = {:.3}", timeout.as_secs_f64().max(0.001))
         } else {
             format!("SET SESSION max_execution_time = {}", timeout.as_millis().max(1))
         };
         let mode = if read_only { " READ ONLY" } else { "" };
-        let sql = format!("{limit}; START TRANSACTION{mode}; SELECT CONNECTION_ID()");
-        let rows = sqlx::Executor::fetch_all(&mut **conn, sql.as_str()).await?;
-        let row = rows.last().ok_or_else(|| sqlx::Error::Protocol("no connection id returned".into()))?;
-        row.try_get::<u64, _>(0).or_else(|_| row.try_get::<i64, _>(0).map(|i| i.unsigned_abs()))
+        format!("{limit}; START TRANSACTION{mode}; SELECT CAST(CONNECTION_ID() AS SIGNED)")
     }
 
-    async fn statements(
-        &self,
-        conn: &mut Self::Conn,
-        def: &SqlDef,
-        binds: &BTreeMap<String, Json>,
-    ) -> Result<Map<String, Json>, StmtError> {
-        let mut collector = Collector::new(def.outputs);
-        let mut affected = 0;
-        let count = def.statements.len();
-        for (i, statement) in def.statements.iter().enumerate() {
-            let (sql, names) = rewrite(statement, BindStyle::Question);
-            let values = crate::binds::ordered(binds, &names).map_err(StmtError::Output)?;
-            let query = bind_all(sqlx::query(&sql), &values);
-            if i + 1 == count && def.outputs != SqlOutputs::Affected {
-                let mut rows = query.fetch(&mut **conn);
-                while let Some(row) = rows.try_next().await? {
-                    if !collector
-                        .push(decode_row(&row).map_err(StmtError::Output)?)
-                        .map_err(StmtError::Output)?
-                    {
-                        break;
-                    }
-                }
-            } else {
-                affected += query.execute(&mut **conn).await?.rows_affected();
-            }
+    fn rows_sql(sql: &str, _wanted: usize) -> String {
+        sql.to_string()
+    }
+
+    fn decode(row: &MySqlRow) -> Result<Map<String, Json>, String> {
+        decode_row(row)
+    }
+
+    fn bind_other<'q>(q: Q<'q, MySql>, value: &Json) -> Q<'q, MySql> {
+        match value {
+            Json::Number(n) => match n.as_u64() {
+                Some(u) => q.bind(u),
+                None => q.bind(n.as_f64()),
+            },
+            other => q.bind(other.to_string()),
         }
-        Ok(collector.finish(affected))
-    }
-
-    async fn finish(&self, conn: &mut Self::Conn, commit: bool) -> Result<(), sqlx::Error> {
-        sqlx::Executor::execute(&mut **conn, if commit { "COMMIT" } else { "ROLLBACK" }).await.map(|_| ())
-    }
-
-    async fn close(&self, conn: Self::Conn) {
-        let _ = tokio::time::timeout(Duration::from_secs(2), conn.close()).await;
-    }
-
-    async fn control(&self) -> Result<Self::Ctl, sqlx::Error> {
-        MySqlConnection::connect_with(&self.options).await
-    }
-
-    async fn cancel(&self, ctl: &mut Self::Ctl, id: u64) -> Result<(), sqlx::Error> {
-        ignore_unknown_thread(
-            sqlx::Executor::execute(ctl, format!("KILL QUERY {id}").as_str()).await.map(|_| ()),
-        )
-    }
-
-    async fn kill(&self, ctl: &mut Self::Ctl, id: u64) -> Result<(), sqlx::Error> {
-        ignore_unknown_thread(sqlx::Executor::execute(ctl, format!("KILL {id}").as_str()).await.map(|_| ()))
-    }
-
-    async fn activity(&self, ctl: &mut Self::Ctl, id: u64) -> Result<Option<Activity>, sqlx::Error> {
-        let row = sqlx::query(
-            "SELECT CAST(COMMAND AS CHAR), CAST(TIME AS SIGNED), CAST(COALESCE(STATE, '') AS CHAR) \
-             FROM information_schema.PROCESSLIST WHERE ID = ?",
-        )
-        .bind(id)
-        .fetch_optional(ctl)
-        .await?;
-        Ok(row.map(|row| {
-            let command: String = row.try_get(0).unwrap_or_default();
-            let time: i64 = row.try_get(1).unwrap_or_default();
-            let state: String = row.try_get(2).unwrap_or_default();
-            Activity {
-                busy: command != "Sleep",
-                text: format!("processlist: command {command}, state `{state}`, {time}s"),
-            }
-        }))
-    }
-}
-
-/// `KILL` of a session that is already gone (error 1094) is what we wanted.
-fn ignore_unknown_thread(result: Result<(), sqlx::Error>) -> Result<(), sqlx::Error> {
-    match result {
-        Err(sqlx::Error::Database(db))
-            if db
-                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                .is_some_and(|m| m.number() == 1094) =>
-        {
-            Ok(())
-        }
-        other => other,
     }
 }
 

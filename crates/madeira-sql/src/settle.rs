@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value as Json};
 
-use crate::attempt::{Dialect, StmtError};
+use crate::backend::{Backend, Source, StmtError};
 
 /// How often the activity view is read while waiting.
 const POLL: Duration = Duration::from_millis(200);
@@ -52,8 +52,8 @@ pub(crate) fn human(d: Duration) -> String {
 
 /// Cancels the statement of session `id` while `work` (the statements' future)
 /// still runs, then waits for it within `grace`; kills the session after that.
-pub(crate) async fn interrupt<D: Dialect>(
-    d: &D,
+pub(crate) async fn interrupt<D: Backend>(
+    d: &Source<D>,
     id: u64,
     mut work: Work<'_>,
     grace: Duration,
@@ -69,7 +69,7 @@ pub(crate) async fn interrupt<D: Dialect>(
     if let Some(ctl) = ctl.as_mut()
         && let Err(e) = d.cancel(ctl, id).await
     {
-        log.line(format!("{} {id} failed: {}", D::CANCEL, crate::classify::describe(&e)));
+        log.line(format!("{} failed: {}", d.cancel_sql(id), crate::classify::describe(&e)));
     }
     let until = tokio::time::Instant::now() + grace;
     let mut last = String::new();
@@ -97,11 +97,11 @@ pub(crate) async fn interrupt<D: Dialect>(
             last = activity.text;
         }
     }
-    log.line(format!("grace {} over: killing session {id} ({})", human(grace), D::KILL));
+    log.line(format!("grace {} over: killing session {id} ({})", human(grace), d.kill_sql(id)));
     if let Some(ctl) = ctl.as_mut()
         && let Err(e) = d.kill(ctl, id).await
     {
-        log.line(format!("{} {id} failed: {}", D::KILL, crate::classify::describe(&e)));
+        log.line(format!("{} failed: {}", d.kill_sql(id), crate::classify::describe(&e)));
     }
     if tokio::time::timeout(AFTER_KILL, &mut work).await.is_err() {
         log.line(format!(
@@ -114,8 +114,8 @@ pub(crate) async fn interrupt<D: Dialect>(
 /// After the attempt's connection is closed: waits until the activity view no
 /// longer shows session `id`, killing it once `grace` is over. An error when the
 /// session cannot be seen gone (the attempt must then not be retried).
-pub(crate) async fn confirm_gone<D: Dialect>(
-    d: &D,
+pub(crate) async fn confirm_gone<D: Backend>(
+    d: &Source<D>,
     id: u64,
     grace: Duration,
     log: &mut Log,
@@ -145,9 +145,9 @@ pub(crate) async fn confirm_gone<D: Dialect>(
         }
         let waited = started.elapsed();
         if !killed && waited >= grace {
-            log.line(format!("grace {} over: killing session {id} ({})", human(grace), D::KILL));
+            log.line(format!("grace {} over: killing session {id} ({})", human(grace), d.kill_sql(id)));
             if let Err(e) = d.kill(&mut ctl, id).await {
-                log.line(format!("{} {id} failed: {}", D::KILL, crate::classify::describe(&e)));
+                log.line(format!("{} failed: {}", d.kill_sql(id), crate::classify::describe(&e)));
             }
             killed = true;
         }

@@ -163,17 +163,18 @@ impl ControlPlane {
             .as_ref()
             .map(|setup| madeira_fleet::Fleet::new(setup.options.clone(), telemetry.registry_mut()));
         executors.sidecar = fleet.as_ref().map(|f| f.executor());
+        // Flows applied here must name these datasources (the SQL executor's).
+        let datasources: Vec<String> = options.datasources.iter().map(|d| d.name.clone()).collect();
         let sql = if options.datasources.is_empty() {
             None
         } else {
-            let names: Vec<String> = options.datasources.iter().map(|d| d.name.clone()).collect();
             let sql = madeira_sql::SqlExecutor::new(options.datasources, telemetry.registry_mut())?;
-            tracing::info!(datasources = ?names, "SQL datasources configured (pools connect on first use)");
+            tracing::info!(datasources = ?datasources, "SQL datasources configured (pools connect on first use)");
             Some(Arc::new(sql))
         };
         executors.sql = sql.clone().map(|s| s as Arc<dyn madeira_engine::Executor>);
         let redis_url = options.engine.redis.clone();
-        let engine_options = EngineOptions { tracing: telemetry.tracing(), ..options.engine };
+        let engine_options = EngineOptions { tracing: telemetry.tracing(), datasources, ..options.engine };
         let (engine, handle) = madeira_engine::build(store, executors, observers.clone(), engine_options);
         let cancel = CancellationToken::new();
         let drain = CancellationToken::new();

@@ -22,6 +22,7 @@ mod yaml;
 mod tests;
 
 pub use message::{DEFAULT_MAX_DELIVERIES, DEFAULT_MAX_IN_FLIGHT, SOURCE_TYPES, check_sources};
+pub use sql::check_datasources;
 pub use trigger::{parse_cron, parse_timezone};
 
 /// One problem found in a flow file, printed as `FILE:LINE: node X: message`.

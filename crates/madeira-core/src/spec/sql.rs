@@ -1,18 +1,19 @@
 //! The `sql` executor: a datasource name, exactly one of `statement` or `script`,
 //! bind values as CEL, the outputs mode, and the grace a cancelled statement gets.
 //! Every `:name` in the SQL must have a value (`params`, or `:run_id`,
-//! `:idempotency_key`); the datasource itself is checked against the server config
-//! later (`madeira validate --config`, and at run time).
+//! `:idempotency_key`); the datasource itself is checked against the server
+//! config by `check_datasources` (on apply, and `madeira validate --config`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::keyexpr::ValueExpr;
-use crate::model::{SqlDef, SqlOutputs};
+use crate::model::{ExecutorDef, FlowDef, NodeAction, SqlDef, SqlOutputs};
 use crate::sqltext;
 
 use super::raw::RawSql;
 use super::report::{At, Report, did_you_mean, line_of, one_of};
+use super::{SpecError, SpecErrors};
 
 /// Bind names every SQL node has without declaring them.
 pub(crate) const BUILTIN_BINDS: &[&str] = &["run_id", "idempotency_key"];
@@ -169,4 +170,32 @@ fn outputs(report: &mut Report, at: At<'_>, raw: &RawSql) -> Option<SqlOutputs> 
         return None;
     }
     Some(outputs)
+}
+
+/// Checks that every SQL node of `def` (its run, or a manual node's fallback)
+/// names one of the server's datasources `known`. Errors carry the line of the
+/// node's `datasource:`.
+pub fn check_datasources(file: &str, def: &FlowDef, known: &[String]) -> Result<(), SpecErrors> {
+    let have = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+    let errors: Vec<SpecError> = def
+        .nodes
+        .iter()
+        .filter_map(|node| {
+            let exec = match &node.action {
+                NodeAction::Run(e) => Some(e),
+                NodeAction::Manual(m) => m.fallback.as_ref(),
+            };
+            let Some(ExecutorDef::Sql(sql)) = exec else { return None };
+            if known.contains(&sql.datasource) {
+                return None;
+            }
+            Some(SpecError {
+                file: file.to_string(),
+                line: sql.datasource_line,
+                node: Some(node.id.clone()),
+                message: format!("unknown datasource `{}`; the server config has: {have}", sql.datasource),
+            })
+        })
+        .collect();
+    if errors.is_empty() { Ok(()) } else { Err(SpecErrors(errors)) }
 }

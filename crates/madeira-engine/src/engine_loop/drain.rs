@@ -6,12 +6,21 @@
 //! plane, whose recovery adopts the attempt (or takes the delivered result). At
 //! the stop, results already queued are committed; in-process attempts still
 //! running are cancelled and their aborts discarded, so recovery retries them.
+//! The stop waits 5 s for the cancelled attempts to end, plus the longest `grace`
+//! of a SQL attempt among them: its cancel is only over once the database shows
+//! its session gone (killed after `grace`).
 
+use std::time::Duration;
+
+use madeira_core::{ExecutorDef, NodeAction};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::Engine;
 use crate::envelope::Envelope;
+
+/// How long the stop waits for cancelled in-process attempts to end (more for SQL).
+const STOP_WAIT: Duration = Duration::from_secs(5);
 
 /// An attempt in flight.
 pub(crate) struct Running {
@@ -58,9 +67,11 @@ impl Engine {
             self.process(results).await;
         }
         let mut aborted = 0;
-        for running in self.running.values().filter(|r| r.in_process) {
+        let mut settle = Duration::ZERO;
+        for ((run_id, node), running) in self.running.iter().filter(|(_, r)| r.in_process) {
             running.token.cancel();
             aborted += 1;
+            settle = settle.max(self.sql_grace(run_id, *node).unwrap_or_default());
         }
         let left = self.running.len() - aborted;
         if aborted > 0 || left > 0 {
@@ -71,6 +82,20 @@ impl Engine {
             );
         }
         self.tasks.close();
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), self.tasks.wait()).await;
+        let _ = tokio::time::timeout(STOP_WAIT + settle, self.tasks.wait()).await;
+    }
+
+    /// The `grace` of node `node` of run `run_id` when it runs SQL (itself or as
+    /// a manual node's fallback).
+    fn sql_grace(&self, run_id: &str, node: usize) -> Option<Duration> {
+        let def = self.runs.get(run_id)?.flow.nodes.get(node)?;
+        let exec = match &def.action {
+            NodeAction::Run(exec) => Some(exec),
+            NodeAction::Manual(manual) => manual.fallback.as_ref(),
+        };
+        match exec? {
+            ExecutorDef::Sql(sql) => Some(sql.grace),
+            _ => None,
+        }
     }
 }

@@ -27,10 +27,13 @@ pub fn validate(files: &[PathBuf], config: Option<&std::path::Path>, output: Out
         };
         match madeira_core::spec::parse_flow(&name, &source) {
             Ok(def) => {
-                let unknown = datasources.as_ref().map(|known| unknown_datasources(&name, &def, known));
-                match unknown {
-                    Some(found) if !found.is_empty() => errors.extend(found),
-                    _ => valid.push(json!({"file": name, "flow": def.name, "nodes": def.nodes.len()})),
+                let checked = match &datasources {
+                    Some(known) => madeira_core::spec::check_datasources(&name, &def, known),
+                    None => Ok(()),
+                };
+                match checked {
+                    Err(e) => errors.extend(e.0.iter().map(ToString::to_string)),
+                    Ok(()) => valid.push(json!({"file": name, "flow": def.name, "nodes": def.nodes.len()})),
                 }
             }
             Err(e) => errors.extend(e.0.iter().map(ToString::to_string)),
@@ -53,31 +56,6 @@ pub fn validate(files: &[PathBuf], config: Option<&std::path::Path>, output: Out
         }
     }
     Ok(if errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
-}
-
-/// `FILE:LINE: node X: unknown datasource` for each SQL node (run or manual
-/// fallback) naming a datasource that is not in `known`.
-fn unknown_datasources(file: &str, def: &madeira_core::FlowDef, known: &[String]) -> Vec<String> {
-    use madeira_core::{ExecutorDef, NodeAction};
-    let mut out = Vec::new();
-    for node in &def.nodes {
-        let exec = match &node.action {
-            NodeAction::Run(e) => Some(e),
-            NodeAction::Manual(m) => m.fallback.as_ref(),
-        };
-        if let Some(ExecutorDef::Sql(sql)) = exec
-            && !known.contains(&sql.datasource)
-        {
-            let have = if known.is_empty() { "none".to_string() } else { known.join(", ") };
-            out.push(format!(
-                "{file}:{}: node {}: unknown datasource `{}`; the server config has: {have}",
-                sql.datasource_line.unwrap_or(1),
-                node.id,
-                sql.datasource
-            ));
-        }
-    }
-    out
 }
 
 pub fn cron(command: CronCommand) -> Result<ExitCode> {

@@ -66,3 +66,19 @@ fn mistakes_name_their_line() {
     ));
     assert!(got[0].starts_with("flow.yaml:8: node a: `:run_id` is given by Madeira"), "{got:?}");
 }
+
+#[test]
+fn datasources_are_checked_against_the_server_config() {
+    use crate::spec::check_datasources;
+    let flow = parse(&sql_flow("        datasource: financ\n        statement: \"select 1\"\n"));
+    let known = vec!["finance".to_string(), "reports".to_string()];
+    let e = check_datasources("f.yaml", &flow, &known).expect_err("unknown");
+    assert_eq!(
+        e.to_string(),
+        "f.yaml:6: node a: unknown datasource `financ`; the server config has: finance, reports"
+    );
+    let e = check_datasources("f.yaml", &flow, &[]).expect_err("none configured");
+    assert!(e.to_string().ends_with("the server config has: none"), "{e}");
+    let ok = parse(&sql_flow("        datasource: finance\n        statement: \"select 1\"\n"));
+    assert!(check_datasources("f.yaml", &ok, &known).is_ok());
+}
