@@ -2,10 +2,8 @@
 //! commits; a single-connection pool serialises writes (so it needs no locks),
 //! a small pool serves reads. Every write goes through `WriteGuard` (`guard.rs`):
 //! the file is checked first, and a failed write replaces the writer connection.
-//! The WAL is checkpointed off the write path (`checkpoint.rs`). The SQL is
-//! `sql/`, compiled here for this dialect.
+//! The SQL is `sql/`, compiled here for this dialect.
 
-mod checkpoint;
 mod guard;
 // The SQL written once, compiled for this dialect (and again for the others).
 #[allow(clippy::duplicate_mod)]
@@ -26,8 +24,6 @@ use crate::{Result, StoreError};
 /// SQLite's dialect; holds the writer's guard.
 pub struct SqliteDialect {
     guard: guard::WriteGuard,
-    /// Checkpoints the WAL off the write path (`None` in memory).
-    _checkpointer: Option<checkpoint::Checkpointer>,
 }
 
 impl Dialect for SqliteDialect {
@@ -81,18 +77,16 @@ impl SqlStore<SqliteDialect> {
                 let healthy = guard::healthy(&flag);
                 Box::pin(async move { Ok(healthy) })
             })
-            // Checkpoints are the checkpointer's (below), never a commit's.
-            .connect_with(options.clone().pragma("wal_autocheckpoint", "0"))
+            .connect_with(options.clone())
             .await?;
         sqlx::migrate!("../../migrations/sqlite").run(&writer).await?;
         let reader = SqlitePoolOptions::new()
             .max_connections(4)
             .test_before_acquire(false)
-            .connect_with(options.clone().read_only(true))
+            .connect_with(options.read_only(true))
             .await?;
-        let checkpointer = path.is_some().then(|| checkpoint::Checkpointer::spawn(options));
         let guard = guard::WriteGuard::new(path, poisoned)?;
-        Ok(Self { writer, reader, dialect: SqliteDialect { guard, _checkpointer: checkpointer } })
+        Ok(Self { writer, reader, dialect: SqliteDialect { guard } })
     }
 
     /// Opens the database file at `path`.
