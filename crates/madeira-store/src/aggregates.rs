@@ -166,33 +166,19 @@ pub trait HealthStore: Send + Sync + 'static {
     async fn probe(&self, now_ms: i64) -> Result<()>;
 }
 
-/// Everything Madeira keeps except alerts: the sum of the aggregates above.
-/// Implemented for every type that implements them all.
-pub trait Store:
-    FlowStore
-    + RunStore
-    + AuditStore
-    + LeaseStore
-    + PermitStore
-    + CommandStore
-    + PresenceStore
-    + SessionStore
-    + RetentionStore
-    + HealthStore
-{
+/// Declares `$name` as the sum of the traits listed, implemented for every type
+/// that implements them all.
+macro_rules! sum_of {
+    ($(#[$doc:meta])* $name:ident = $first:ident $(+ $part:ident)*) => {
+        $(#[$doc])*
+        pub trait $name: $first $(+ $part)* {}
+        impl<T: $first $(+ $part)* + ?Sized> $name for T {}
+    };
 }
 
-impl<T> Store for T where
-    T: FlowStore
-        + RunStore
-        + AuditStore
-        + LeaseStore
-        + PermitStore
-        + CommandStore
-        + PresenceStore
-        + SessionStore
-        + RetentionStore
-        + HealthStore
-        + ?Sized
-{
+sum_of! {
+    /// Everything Madeira keeps except alerts: the sum of the aggregates above.
+    /// Implemented for every type that implements them all.
+    Store = FlowStore + RunStore + AuditStore + LeaseStore + PermitStore + CommandStore
+        + PresenceStore + SessionStore + RetentionStore + HealthStore
 }
