@@ -93,3 +93,44 @@ async fn bench_rabbitmq_messages_to_runs_on_sqlite() {
         latencies[latencies.len() - 1]
     );
 }
+
+/// Throughput on PostgreSQL: two `madeira serve` replicas consume one queue as
+/// competing consumers; a backlog of 5,000 messages → runs per second until the
+/// last run exists (counted over both replicas).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run explicitly"]
+async fn bench_rabbitmq_messages_to_runs_on_postgres_with_two_replicas() {
+    let Some(url) = amqp_url() else { return };
+    let Some(db) = madeira_store::testing::PgTestDb::create().await.expect("PostgreSQL test database") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = crate::messages_replicas::config(dir.path(), &db.url);
+    let r1 = crate::messages_replicas::replica(&config, "r1", &url);
+    let r2 = crate::messages_replicas::replica(&config, "r2", &url);
+    let (_conn, ch) = channel(&url).await;
+    let (flow, queue) = (fresh("bench-pg"), fresh("madeira.bench.q"));
+    let n = 5000u64;
+    let backlog: Vec<(String, Vec<u8>)> =
+        (0..n).map(|i| (format!("k{i}"), json!({"id": format!("k{i}")}).to_string().into_bytes())).collect();
+    publish(&ch, &queue, &backlog).await;
+    let started = Instant::now();
+    r1.put_flow(&flow_yaml(&flow, &format!("queue: {queue}"), ", max_in_flight: 256", "")).await;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let (o1, o2) = loop {
+        let (o1, o2) =
+            (crate::brokers::outcomes(&r1, &flow).await, crate::brokers::outcomes(&r2, &flow).await);
+        if count(&o1, "run") + count(&o2, "run") >= n {
+            break (o1, o2);
+        }
+        assert!(Instant::now() < deadline, "runs: r1 {o1} r2 {o2}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "BENCH throughput (PostgreSQL, 2 replicas, RabbitMQ, 1-node flow): {n} messages -> runs in {secs:.2}s = {:.0} runs/s (r1 {} runs, r2 {} runs)",
+        n as f64 / secs,
+        count(&o1, "run"),
+        count(&o2, "run")
+    );
+}

@@ -13,7 +13,7 @@ use crate::support::{Dev, sigterm_and_wait};
 
 const ADMIN: &str = "messages-replica-admin-token-0123";
 
-fn config(dir: &Path, store: &str) -> std::path::PathBuf {
+pub(crate) fn config(dir: &Path, store: &str) -> std::path::PathBuf {
     let path = dir.join("madeira.yaml");
     let text = format!(
         "http: 127.0.0.1:0\nstore: {store}\nlease: 2s\nsources:\n  - {{name: bus, type: rabbitmq, url_env: MADEIRA_T_BUS_URL}}\nauth:\n  tokens:\n    - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n"
@@ -22,7 +22,7 @@ fn config(dir: &Path, store: &str) -> std::path::PathBuf {
     path
 }
 
-fn replica(config: &Path, id: &str, url: &str) -> Dev {
+pub(crate) fn replica(config: &Path, id: &str, url: &str) -> Dev {
     let env = [("MADEIRA_REPLICA_ID", id), ("MADEIRA_T_ADMIN", ADMIN), ("MADEIRA_T_BUS_URL", url)];
     Dev::serve(config, &env, Some(ADMIN))
 }
