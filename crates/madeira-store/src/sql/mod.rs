@@ -95,10 +95,18 @@ impl<'a> Script<'a> {
     /// Sends what is pending.
     async fn send(&mut self, tx: &mut Tx<'_>) -> crate::Result<()> {
         if self.statements > 0 {
-            self.q.build().execute(&mut **tx).await?;
+            let keep = cacheable(self.q.sql());
+            self.q.build().persistent(keep).execute(&mut **tx).await?;
             self.q.reset();
             self.statements = 0;
         }
         Ok(())
     }
+}
+
+/// Whether a prepared statement is worth keeping in the connection's cache: the
+/// small ones recur (a chain's commits); a multi-row statement of a burst has a
+/// shape of its own each time, and keeping it would only hold its memory.
+fn cacheable(sql: &str) -> bool {
+    sql.len() <= 4096
 }

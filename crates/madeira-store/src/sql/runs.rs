@@ -146,7 +146,9 @@ async fn existing_keys(tx: &mut Tx<'_>, runs: &[NewRun]) -> Result<HashMap<(Stri
         push_list(&mut q, flows);
         q.push(" AND idempotency_key IN ");
         push_list(&mut q, chunk.iter().map(|(_, k)| *k));
-        let rows: Vec<(String, String, String, i64)> = q.build_query_as().fetch_all(&mut **tx).await?;
+        let keep = super::cacheable(q.sql());
+        let rows: Vec<(String, String, String, i64)> =
+            q.build_query_as().persistent(keep).fetch_all(&mut **tx).await?;
         for (flow, key, run_id, version) in rows {
             known.insert((flow, key), Existing { run_id, version: version as u32 });
         }
