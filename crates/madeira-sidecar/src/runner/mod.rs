@@ -98,7 +98,7 @@ pub struct RunCtx<'a> {
 pub async fn run(job: &JobSpec, attempt: &Attempt, ctx: RunCtx<'_>, cancel: CancellationToken) -> Outcome {
     let started = Instant::now();
     let dir = ctx.work_root.join(sanitize(&attempt.assignment_id));
-    let mut outcome = match spawn::prepare(job, attempt, &dir, ctx.hide_env).await {
+    let mut outcome = match spawn::prepare(job, attempt, &dir, ctx.hide_env) {
         Ok(mut command) => match command.spawn() {
             Ok(child) => {
                 if let Some(on_spawn) = ctx.on_spawn {
@@ -164,7 +164,6 @@ async fn supervise(
     .flatten()
     .map(|stream| tokio::spawn(pump(stream, tail.clone(), sink.clone())))
     .collect();
-    let mut waiter = tokio::spawn(async move { child.wait().await });
     let timeout = match (job.timeout, attempt.timeout) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -176,7 +175,7 @@ async fn supervise(
         }
     };
     let stop = tokio::select! {
-        status = &mut waiter => Stop::Exited(status.unwrap_or_else(|e| Err(std::io::Error::other(e)))),
+        status = child.wait() => Stop::Exited(status),
         _ = sleep => Stop::TimedOut(timeout.unwrap_or_default()),
         _ = cancel.cancelled() => Stop::Cancelled,
     };
@@ -206,7 +205,7 @@ async fn supervise(
                     String::new()
                 }
             ));
-            let status = waiter.await.unwrap_or_else(|e| Err(std::io::Error::other(e)));
+            let status = child.wait().await;
             return finish(attempt, status, note, tail, readers, dir, Some(matches!(stop, Stop::Cancelled)))
                 .await;
         }
