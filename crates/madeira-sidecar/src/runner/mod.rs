@@ -1,7 +1,6 @@
 //! Runs one attempt of a declared job as a real process: argv without a shell, in
 //! its own process group, with the SPEC §4 environment and input/output files;
-//! stdout and stderr streamed and their last 64 KiB kept; the attempt's directory is
-//! removed once it ends, off the result's path. A timeout or a cancel
+//! stdout and stderr streamed and their last 64 KiB kept. A timeout or a cancel
 //! sends SIGTERM to the whole group, waits `grace`, then SIGKILL; the attempt ends
 //! only once every process of the group is gone (a forked grandchild included).
 
@@ -116,21 +115,16 @@ pub async fn run(job: &JobSpec, attempt: &Attempt, ctx: RunCtx<'_>, cancel: Canc
         },
         Err(e) => Outcome::early(Status::Failed, e),
     };
+    // In place, like its creation: two entries in the page cache cost less than a
+    // trip to the blocking pool, and the directory is gone before the next
+    // attempt of the same assignment could make it again.
+    if let Err(e) = std::fs::remove_dir_all(&dir)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the attempt directory");
+    }
     outcome.duration = started.elapsed();
-    remove_later(dir);
     outcome
-}
-
-/// Removes an ended attempt's directory on the blocking pool without waiting for
-/// it: nothing of the outcome depends on it, so the result is not held back.
-fn remove_later(dir: std::path::PathBuf) {
-    tokio::task::spawn_blocking(move || {
-        if let Err(e) = std::fs::remove_dir_all(&dir)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the attempt directory");
-        }
-    });
 }
 
 /// Why the process stopped being awaited.
