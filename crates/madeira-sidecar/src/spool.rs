@@ -268,12 +268,12 @@ impl Spool {
                 let (path, bytes) = match (place, file) {
                     (Place::Slot(n), Some(file)) => {
                         let path = self.dir.join(slots::slot_name(n));
-                        let bytes = slots::read_record(&file).and_then(|r| {
-                            r.filter(|r| r.id == id)
-                                .map(|r| r.payload)
-                                .ok_or_else(|| std::io::Error::other("the slot no longer holds this report"))
-                        });
-                        (path, bytes)
+                        match slots::read_record(&file) {
+                            Ok(Some(r)) if r.id == id => (path, Ok(r.payload)),
+                            // Acknowledged (and its slot reused) since the list was taken.
+                            Ok(_) => return None,
+                            Err(e) => (path, Err(e)),
+                        }
                     }
                     (Place::Slot(n), None) => {
                         (self.dir.join(slots::slot_name(n)), Err(std::io::Error::other("slot not open")))
