@@ -261,7 +261,7 @@ impl Spool {
                 })
                 .collect()
         };
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries.sort_by_key(|e| e.0);
         entries
             .into_iter()
             .filter_map(|(_, id, place, file)| {
