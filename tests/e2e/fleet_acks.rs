@@ -24,7 +24,7 @@ fn lines(path: &Path) -> usize {
 }
 
 fn spooled(spool: &Path) -> usize {
-    std::fs::read_dir(spool.join("reports")).map(|d| d.flatten().count()).unwrap_or(0)
+    madeira_sidecar::spool::pending_on_disk(&spool.join("reports"))
 }
 
 async fn refusals(conn: &mut sqlx::PgConnection) -> i64 {

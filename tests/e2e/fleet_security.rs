@@ -123,7 +123,11 @@ async fn spooled_reports_are_0600() {
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
     let reports = spool.join("reports");
     let files: Vec<_> = std::fs::read_dir(&reports).expect("spool").flatten().map(|e| e.path()).collect();
-    assert_eq!(files.len(), 2, "start and finish reports wait in the spool: {files:?}");
+    assert_eq!(
+        madeira_sidecar::spool::pending_on_disk(&reports),
+        2,
+        "start and finish reports wait in the spool: {files:?}"
+    );
     for file in &files {
         assert_eq!(mode(file), 0o600, "{}", file.display());
     }

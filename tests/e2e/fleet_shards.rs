@@ -46,7 +46,7 @@ async fn a_control_plane_kill_9_after_3_of_4_shards_runs_no_succeeded_shard_agai
         .await;
     let run_id = dev.trigger("parts", json!({})).await;
     let reports = dir.path().join("s-shards-spool").join("reports");
-    let spooled = || std::fs::read_dir(&reports).map(|d| d.flatten().count()).unwrap_or(0);
+    let spooled = || madeira_sidecar::spool::pending_on_disk(&reports);
     wait_for("four shards started and three results delivered", 20, || {
         lines(&ledger).len() == 4 && spooled() == 3
     })
@@ -102,7 +102,7 @@ async fn a_retry_after_a_control_plane_kill_9_runs_only_the_shard_that_failed() 
     .await;
     let run_id = dev.trigger("parts", json!({})).await;
     let reports = dir.path().join("s-retry-spool").join("reports");
-    let spooled = || std::fs::read_dir(&reports).map(|d| d.flatten().count()).unwrap_or(0);
+    let spooled = || madeira_sidecar::spool::pending_on_disk(&reports);
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let (_, run) = dev.get(&format!("/runs/{run_id}")).await;

@@ -82,9 +82,7 @@ async fn sigterm_to_the_control_plane_fails_no_sidecar_job_and_raises_no_alert()
         "no alert for a planned restart: {alerts}"
     );
     wait_for("the sidecar's spool to empty", 10, || {
-        std::fs::read_dir(dir.path().join("s-deploy-spool").join("reports"))
-            .map(|d| d.flatten().count() == 0)
-            .unwrap_or(false)
+        madeira_sidecar::spool::pending_on_disk(&dir.path().join("s-deploy-spool").join("reports")) == 0
     })
     .await;
     sidecar.signal(libc::SIGTERM);

@@ -258,7 +258,7 @@ async fn a_sidecar_restarted_while_the_control_plane_is_down_delivers_its_spool_
     wait_for("the job to start", 10, || std::fs::read_to_string(&started).is_ok_and(|s| !s.is_empty())).await;
     dev.kill9();
     let spool = dir.path().join("s1-spool").join("reports");
-    let spooled = || std::fs::read_dir(&spool).map(|d| d.flatten().count()).unwrap_or(0);
+    let spooled = || madeira_sidecar::spool::pending_on_disk(&spool);
     wait_for("the result to be spooled", 10, || spooled() == 1).await;
     sidecar.signal(libc::SIGTERM);
     let _ = sidecar.child.wait();

@@ -80,6 +80,8 @@ pub struct Engine {
     gate: Gate,
     holder: Holder,
     watch: watch::Watch,
+    /// Placements waiting for the next commit (`hosts.rs`).
+    hosts: hosts::DeferredHosts,
 }
 
 impl Engine {
@@ -101,6 +103,7 @@ impl Engine {
             resumed: Default::default(),
             gate,
             watch: Default::default(),
+            hosts: Default::default(),
         }
     }
 
@@ -174,6 +177,7 @@ impl Engine {
                         None => break,
                     },
                     timer = self.timers.next(), if live => batch.push(timer_envelope(timer)),
+                    _ = hosts::until(self.hosts.due), if self.hosts.due.is_some() => {}
                     _ = watch.tick(), if live => continue,
                     _ = sweep.tick(), if live => {
                         self.reconcile().await;
@@ -213,10 +217,18 @@ impl Engine {
     }
 
     async fn process(&mut self, batch: Vec<Envelope>) {
+        let placements_only =
+            !batch.is_empty() && batch.iter().all(|e| matches!(e, Envelope::AttemptPlaced { .. }));
         let mut work = Work::default();
         for envelope in batch {
             self.apply_envelope(envelope, &mut work).await;
         }
+        if placements_only {
+            // They ride in the next commit (the attempt's end, usually).
+            self.hosts.defer(std::mem::take(&mut work.batch.attempt_hosts));
+            return;
+        }
+        self.hosts.ride(&mut work.batch);
         work.finish(&self.runs);
         if self.p.options.shared_store {
             self.outbox(&mut work);

@@ -14,6 +14,7 @@ mod leftovers;
 mod link;
 pub mod metrics;
 pub mod runner;
+mod slots;
 pub mod spool;
 pub mod template;
 pub mod tls;
@@ -91,8 +92,10 @@ impl Sidecar {
     pub fn new(options: SidecarOptions) -> Result<Self, SidecarError> {
         // The spool directory holds the socket: others may traverse it (0711), not list it.
         spool::private_dir(&options.spool_dir, 0o711)?;
-        let spool =
-            spool::Spool::open(&options.spool_dir.join("reports"), options.metrics.spool_pending.clone())?;
+        let spool = std::sync::Arc::new(spool::Spool::open(
+            &options.spool_dir.join("reports"),
+            options.metrics.spool_pending.clone(),
+        )?);
         let work_root = options.spool_dir.join("work");
         // Jobs run as another `user` must reach their own (0700) attempt directory.
         let switches_user = options.jobs.values().any(|j| j.user.is_some());

@@ -1,19 +1,26 @@
 //! The disk spool: every report (result, refusal, exec report) is written here
 //! before it is sent and removed only when the control plane acknowledges it, so a
 //! report survives a lost connection, a control-plane outage and a sidecar restart.
-//! Files are written to a temporary name, synced, then renamed; the directory is
-//! 0700 and every file 0600 (reports carry job output).
+//!
+//! Reports live in slot files (`slot-NNNNN.spool`, `slots.rs`), reused: a report is
+//! written over a free slot and synced with one `fdatasync`, so the usual report
+//! makes no directory entry and no journal commit (a new slot file, made only when
+//! every slot is taken, is synced with its directory). An acknowledged report's
+//! slot is marked free, unsynced, as the file of a removed report was unlinked
+//! unsynced before: after a host crash it may be delivered again, and the control
+//! plane takes a report id once. `*.report` files of earlier versions are still
+//! read and delivered. The directory is 0700 and every file 0600 (reports carry job
+//! output).
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use madeira_proto::SidecarMessage;
 use prometheus_client::metrics::gauge::Gauge;
 use prost::Message;
+
+use crate::slots::{self, Order};
 
 /// Spool errors name the file.
 #[derive(Debug, thiserror::Error)]
@@ -22,123 +29,269 @@ pub enum SpoolError {
     Io { path: String, source: std::io::Error },
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
     move |source| SpoolError::Io { path: path.display().to_string(), source }
+}
+
+/// Where a pending report is.
+#[derive(Clone)]
+enum Place {
+    Slot(usize),
+    /// A file of an earlier version.
+    File(String),
+}
+
+struct Entry {
+    order: Order,
+    place: Place,
+}
+
+#[derive(Default)]
+struct Index {
+    /// report id → where it is.
+    reports: BTreeMap<String, Entry>,
+    /// Report ids being written (a second put of one is a no-op).
+    writing: std::collections::HashSet<String>,
+    /// Open slot files; `None` for a number being created.
+    slots: Vec<Option<Arc<std::fs::File>>>,
+    free: Vec<usize>,
+    seq: u64,
 }
 
 /// Pending reports on disk, oldest first.
 pub struct Spool {
     dir: PathBuf,
-    /// report id → file name, ordered by file name (time, then sequence).
-    index: Mutex<BTreeMap<String, String>>,
-    seq: AtomicU64,
+    index: Mutex<Index>,
     pending: Gauge,
+}
+
+/// A slot taken for one write.
+struct Claim {
+    slot: usize,
+    /// `None`: the slot file is to be created.
+    file: Option<Arc<std::fs::File>>,
+    order: Order,
 }
 
 impl Spool {
     /// Opens (creating) the spool in `dir` and indexes what an earlier process left.
     pub fn open(dir: &Path, pending: Gauge) -> Result<Self, SpoolError> {
         private_dir(dir, 0o700)?;
-        let mut index = BTreeMap::new();
+        let mut index = Index::default();
+        let mut max_slot = None;
+        let mut found = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(io(dir))?.flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
-            if let Some(stem) = name.strip_suffix(".report")
+            if let Some(n) = slots::slot_number(&name) {
+                max_slot = max_slot.max(Some(n));
+                found.push(n);
+            } else if let Some(stem) = name.strip_suffix(".report")
                 && let Some(id) = stem.splitn(3, '-').nth(2)
             {
-                index.insert(id.to_string(), name);
+                let order = Order::of_legacy_name(stem);
+                index.reports.insert(id.to_string(), Entry { order, place: Place::File(name) });
             } else if name.ends_with(".tmp") {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
-        pending.set(i64::try_from(index.len()).unwrap_or(i64::MAX));
-        Ok(Self { dir: dir.to_path_buf(), index: Mutex::new(index), seq: AtomicU64::new(0), pending })
+        index.slots = vec![None; max_slot.map_or(0, |n| n + 1)];
+        let mut missing: Vec<usize> = (0..index.slots.len()).collect();
+        for n in found {
+            let path = dir.join(slots::slot_name(n));
+            let file = slots::open_slot(&path).map_err(io(&path))?;
+            match slots::read_record(&file) {
+                Ok(Some(record)) => {
+                    index.seq = index.seq.max(record.order.seq + 1);
+                    index.reports.insert(record.id, Entry { order: record.order, place: Place::Slot(n) });
+                }
+                Ok(None) => index.free.push(n),
+                Err(e) => {
+                    tracing::error!(file = %path.display(), error = %e, "unreadable spool slot reused");
+                    index.free.push(n);
+                }
+            }
+            index.slots[n] = Some(Arc::new(file));
+            missing.retain(|&m| m != n);
+        }
+        // Numbers with no file (removed by hand) are created again when needed.
+        index.free.extend(missing);
+        pending.set(i64::try_from(index.reports.len()).unwrap_or(i64::MAX));
+        Ok(Self { dir: dir.to_path_buf(), index: Mutex::new(index), pending })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Index> {
         self.index.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Durably stores `msg` under `id` (a second put of the same id is a no-op).
     pub fn put(&self, id: &str, msg: &SidecarMessage) -> Result<(), SpoolError> {
-        let Some(name) = self.name_for(id) else {
+        let Some(claim) = self.claim(id) else {
             return Ok(());
         };
-        write_durably(&self.dir, &name, &msg.encode_to_vec())?;
-        self.indexed(id, name);
-        Ok(())
+        let written = self.write(&claim, id, &msg.encode_to_vec());
+        self.written(id, claim, written)
     }
 
-    /// `put` from async code: the writes and their fsyncs run on the blocking
-    /// pool, so they neither stall the runtime's worker threads (which, in
-    /// `madeira dev --jobs`, also run the control plane) nor wait for each other
-    /// when several jobs end at once. Returns once the report is durable.
-    pub async fn put_async(&self, id: &str, msg: &SidecarMessage) -> Result<(), SpoolError> {
-        let Some(name) = self.name_for(id) else {
+    /// `put` from async code: the write and its sync run on the blocking pool, so
+    /// they neither stall the runtime's worker threads (which, in `madeira dev
+    /// --jobs`, also run the control plane) nor wait for each other when several
+    /// jobs end at once. Returns once the report is durable.
+    pub async fn put_async(self: &Arc<Self>, id: &str, msg: &SidecarMessage) -> Result<(), SpoolError> {
+        let Some(claim) = self.claim(id) else {
             return Ok(());
         };
-        let (dir, file, bytes) = (self.dir.clone(), name.clone(), msg.encode_to_vec());
-        tokio::task::spawn_blocking(move || write_durably(&dir, &file, &bytes)).await.map_err(|e| {
-            SpoolError::Io { path: self.dir.display().to_string(), source: std::io::Error::other(e) }
-        })??;
-        self.indexed(id, name);
-        Ok(())
+        let (spool, key, bytes) = (self.clone(), id.to_string(), msg.encode_to_vec());
+        let joined = tokio::task::spawn_blocking(move || {
+            let written = spool.write(&claim, &key, &bytes);
+            spool.written(&key, claim, written)
+        })
+        .await;
+        joined.map_err(|e| SpoolError::Io {
+            path: self.dir.display().to_string(),
+            source: std::io::Error::other(e),
+        })?
     }
 
-    /// A new file name for `id`; `None` when `id` is already spooled.
-    fn name_for(&self, id: &str) -> Option<String> {
-        if self.lock().contains_key(id) {
+    /// Takes a free slot (or the number of a new one) for `id`; `None` when `id`
+    /// is already spooled or being written.
+    fn claim(&self, id: &str) -> Option<Claim> {
+        let mut index = self.lock();
+        if index.reports.contains_key(id) || !index.writing.insert(id.to_string()) {
             return None;
         }
-        let millis = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or(0);
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        Some(format!("{millis:015}{seq:06}-{seq}-{}.report", sanitize(id)))
-    }
-
-    fn indexed(&self, id: &str, name: String) {
-        let mut index = self.lock();
-        index.insert(id.to_string(), name);
-        self.pending.set(i64::try_from(index.len()).unwrap_or(i64::MAX));
-    }
-
-    /// Forgets `id` once the control plane has it.
-    pub fn remove(&self, id: &str) -> Result<(), SpoolError> {
-        let name = {
-            let mut index = self.lock();
-            let name = index.remove(&sanitize(id)).or_else(|| index.remove(id));
-            self.pending.set(i64::try_from(index.len()).unwrap_or(i64::MAX));
-            name
+        let slot = match index.free.pop() {
+            Some(n) => n,
+            None => {
+                index.slots.push(None);
+                index.slots.len() - 1
+            }
         };
-        if let Some(name) = name {
-            let path = self.dir.join(name);
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io(&path)(e)),
+        let file = index.slots[slot].clone();
+        let order = Order::now(index.seq);
+        index.seq += 1;
+        Some(Claim { slot, file, order })
+    }
+
+    /// Writes the record into its slot and syncs it (a new slot file with its directory).
+    fn write(&self, claim: &Claim, id: &str, bytes: &[u8]) -> Result<Arc<std::fs::File>, SpoolError> {
+        let path = self.dir.join(slots::slot_name(claim.slot));
+        let file = match &claim.file {
+            Some(file) => file.clone(),
+            None => Arc::new(slots::create_slot(&path).map_err(io(&path))?),
+        };
+        slots::write_record(&file, claim.order, id, bytes).map_err(io(&path))?;
+        if claim.file.is_none() {
+            file.sync_all().map_err(io(&path))?;
+            if let Ok(d) = std::fs::File::open(&self.dir) {
+                let _ = d.sync_all();
+            }
+        } else {
+            file.sync_data().map_err(io(&path))?;
+        }
+        Ok(file)
+    }
+
+    fn written(
+        &self,
+        id: &str,
+        claim: Claim,
+        written: Result<Arc<std::fs::File>, SpoolError>,
+    ) -> Result<(), SpoolError> {
+        let mut index = self.lock();
+        index.writing.remove(id);
+        match written {
+            Ok(file) => {
+                index.slots[claim.slot] = Some(file);
+                index
+                    .reports
+                    .insert(id.to_string(), Entry { order: claim.order, place: Place::Slot(claim.slot) });
+                self.pending.set(i64::try_from(index.reports.len()).unwrap_or(i64::MAX));
+                Ok(())
+            }
+            Err(e) => {
+                // The slot's content is unknown: its number is free to be written again.
+                index.free.push(claim.slot);
+                Err(e)
             }
         }
-        Ok(())
     }
 
-    /// Every pending report, oldest first. Unreadable files are skipped and logged.
+    /// Forgets `id` once the control plane has it: its slot is marked free (not
+    /// synced) and reused.
+    pub fn remove(&self, id: &str) -> Result<(), SpoolError> {
+        let mut index = self.lock();
+        let entry = index.reports.remove(id).or_else(|| index.reports.remove(&sanitize(id)));
+        self.pending.set(i64::try_from(index.reports.len()).unwrap_or(i64::MAX));
+        match entry.map(|e| e.place) {
+            None => Ok(()),
+            Some(Place::Slot(n)) => {
+                // Under the lock: the slot is reused only once this mark is written.
+                let marked = match &index.slots[n] {
+                    Some(file) => slots::mark_free(file),
+                    None => Ok(()),
+                };
+                index.free.push(n);
+                marked.map_err(io(&self.dir.join(slots::slot_name(n))))
+            }
+            Some(Place::File(name)) => {
+                drop(index);
+                let path = self.dir.join(name);
+                match std::fs::remove_file(&path) {
+                    Ok(()) => Ok(()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                    Err(e) => Err(io(&path)(e)),
+                }
+            }
+        }
+    }
+
+    /// Every pending report, oldest first. Unreadable ones are skipped and logged.
     pub fn pending(&self) -> Vec<(String, SidecarMessage)> {
-        let mut entries: Vec<(String, String)> =
-            self.lock().iter().map(|(id, name)| (id.clone(), name.clone())).collect();
-        entries.sort_by(|a, b| a.1.cmp(&b.1));
+        let mut entries: Vec<(Order, String, Place, Option<Arc<std::fs::File>>)> = {
+            let index = self.lock();
+            index
+                .reports
+                .iter()
+                .map(|(id, e)| {
+                    let file = match e.place {
+                        Place::Slot(n) => index.slots[n].clone(),
+                        Place::File(_) => None,
+                    };
+                    (e.order, id.clone(), e.place.clone(), file)
+                })
+                .collect()
+        };
+        entries.sort_by_key(|e| e.0);
         entries
             .into_iter()
-            .filter_map(|(id, name)| {
-                let path = self.dir.join(&name);
-                match std::fs::read(&path).map(|bytes| SidecarMessage::decode(bytes.as_slice())) {
+            .filter_map(|(_, id, place, file)| {
+                let (path, bytes) = match (place, file) {
+                    (Place::Slot(n), Some(file)) => {
+                        let path = self.dir.join(slots::slot_name(n));
+                        match slots::read_record(&file) {
+                            Ok(Some(r)) if r.id == id => (path, Ok(r.payload)),
+                            // Acknowledged (and its slot reused) since the list was taken.
+                            Ok(_) => return None,
+                            Err(e) => (path, Err(e)),
+                        }
+                    }
+                    (Place::Slot(n), None) => {
+                        (self.dir.join(slots::slot_name(n)), Err(std::io::Error::other("slot not open")))
+                    }
+                    (Place::File(name), _) => {
+                        let path = self.dir.join(name);
+                        let bytes = std::fs::read(&path);
+                        (path, bytes)
+                    }
+                };
+                match bytes.map(|bytes| SidecarMessage::decode(bytes.as_slice())) {
                     Ok(Ok(msg)) => Some((id, msg)),
                     Ok(Err(e)) => {
-                        tracing::error!(file = %path.display(), error = %e, "corrupt spool file skipped");
+                        tracing::error!(file = %path.display(), error = %e, "corrupt spool report skipped");
                         None
                     }
                     Err(e) => {
-                        tracing::error!(file = %path.display(), error = %e, "unreadable spool file skipped");
+                        tracing::error!(file = %path.display(), error = %e, "unreadable spool report skipped");
                         None
                     }
                 }
@@ -147,7 +300,7 @@ impl Spool {
     }
 
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().reports.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -155,25 +308,26 @@ impl Spool {
     }
 }
 
-/// Writes `bytes` to `dir/name` durably: a temporary file, synced, renamed into
-/// place, and the directory synced (so the new name survives a host crash).
-fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), SpoolError> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let path = dir.join(name);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io(&tmp))?;
-    file.write_all(bytes).map_err(io(&tmp))?;
-    file.sync_all().map_err(io(&tmp))?;
-    std::fs::rename(&tmp, &path).map_err(io(&path))?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+/// How many reports wait in the spool directory `dir` (read-only; for tests and
+/// diagnostics of a spool another process owns).
+pub fn pending_on_disk(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            if slots::slot_number(&name).is_some() {
+                std::fs::File::open(e.path())
+                    .ok()
+                    .and_then(|f| slots::read_record(&f).ok().flatten())
+                    .is_some()
+            } else {
+                name.ends_with(".report")
+            }
+        })
+        .count()
 }
 
 /// Creates `dir` (and its parents) and sets its mode, e.g. 0700.
@@ -215,6 +369,43 @@ mod tests {
         let ids: Vec<&str> = pending.iter().map(|(id, _)| id.as_str()).collect();
         assert_eq!(ids, ["r1", "r2"]);
         assert_eq!(pending[0].1, msg(1));
+    }
+
+    #[test]
+    fn slots_are_reused_so_a_report_makes_no_new_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spool = Spool::open(dir.path(), Gauge::default()).expect("open");
+        for i in 0..50 {
+            spool.put(&format!("r{i}"), &msg(i)).expect("put");
+            spool.remove(&format!("r{i}")).expect("remove");
+        }
+        spool.put("a", &msg(1)).expect("put");
+        spool.put("b", &msg(2)).expect("put");
+        let files = std::fs::read_dir(dir.path()).expect("list").count();
+        assert_eq!(files, 2, "two slots for two pending reports, whatever came before");
+        assert_eq!(pending_on_disk(dir.path()), 2);
+        drop(spool);
+        let spool = Spool::open(dir.path(), Gauge::default()).expect("reopen");
+        let ids: Vec<String> = spool.pending().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, ["a", "b"], "oldest first");
+        spool.put("c", &msg(3)).expect("put after a reopen");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 3);
+    }
+
+    #[test]
+    fn reports_of_an_earlier_version_are_delivered_and_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let name = "001700000000000000000-0-old-1.report";
+        std::fs::write(dir.path().join(name), msg(5).encode_to_vec()).expect("legacy file");
+        let spool = Spool::open(dir.path(), Gauge::default()).expect("open");
+        spool.put("new", &msg(6)).expect("put");
+        let pending = spool.pending();
+        let ids: Vec<&str> = pending.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["old-1", "new"]);
+        assert_eq!(pending[0].1, msg(5));
+        spool.remove("old-1").expect("remove");
+        assert!(!dir.path().join(name).exists());
+        assert_eq!(pending_on_disk(dir.path()), 1);
     }
 
     #[test]

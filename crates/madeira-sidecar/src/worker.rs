@@ -46,7 +46,7 @@ pub(crate) struct Shared {
     pub jobs: BTreeMap<String, JobSpec>,
     limits: HashMap<String, Arc<Semaphore>>,
     running: Mutex<HashMap<String, Running>>,
-    pub spool: Spool,
+    pub spool: Arc<Spool>,
     pub metrics: SidecarMetrics,
     /// The connection reports go to, when there is one.
     pub outbox: watch::Sender<Option<mpsc::Sender<SidecarMessage>>>,
@@ -64,7 +64,7 @@ impl Shared {
     pub fn new(
         identity: Identity,
         jobs: BTreeMap<String, JobSpec>,
-        (spool, leftovers): (Spool, crate::leftovers::Leftovers),
+        (spool, leftovers): (Arc<Spool>, crate::leftovers::Leftovers),
         metrics: SidecarMetrics,
         work_root: PathBuf,
         hide_env: Vec<String>,

@@ -63,7 +63,8 @@ impl Engine {
                 results.push(envelope);
             }
         }
-        if !results.is_empty() {
+        if !results.is_empty() || !self.hosts.is_empty() {
+            // Placements still waiting for a commit ride in this one.
             self.process(results).await;
         }
         let mut aborted = 0;

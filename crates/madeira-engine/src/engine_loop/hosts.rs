@@ -3,6 +3,11 @@
 //! for a sidecar attempt the sidecar(s) the fleet placed it on, learned after its
 //! start was committed (`EngineHandle::attempt_placed`) and written by the next
 //! commit. A moved or sharded attempt lists each sidecar once, in placement order.
+//!
+//! A batch of placements alone is not committed on its own (that cost a store
+//! commit per sidecar attempt): its host updates wait, at most `HOSTS_WAIT`, for
+//! the next commit, usually the one that records the attempt's end. They are
+//! written before the loop stops; a crash in between loses only the host.
 
 use madeira_core::model::{NodeAction, NodeDef};
 use madeira_core::{ExecutorDef, RunSnapshot};
@@ -12,6 +17,47 @@ use super::Engine;
 use crate::envelope::Envelope;
 use crate::record::Work;
 use crate::{EngineError, EngineHandle};
+
+/// Longest wait of a placement for another commit to carry it.
+pub(super) const HOSTS_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Host updates waiting for the next commit.
+#[derive(Default)]
+pub(super) struct DeferredHosts {
+    hosts: Vec<AttemptHost>,
+    /// When they are committed on their own, if nothing else is by then.
+    pub due: Option<tokio::time::Instant>,
+}
+
+impl DeferredHosts {
+    /// Keeps placements for the next commit.
+    pub fn defer(&mut self, hosts: Vec<AttemptHost>) {
+        self.hosts.extend(hosts);
+        self.due.get_or_insert_with(|| tokio::time::Instant::now() + HOSTS_WAIT);
+    }
+
+    /// Puts the waiting placements into `batch`, ahead of its own (the latest wins).
+    pub fn ride(&mut self, batch: &mut madeira_store::Batch) {
+        if !self.hosts.is_empty() {
+            let mut hosts = std::mem::take(&mut self.hosts);
+            hosts.append(&mut batch.attempt_hosts);
+            batch.attempt_hosts = hosts;
+        }
+        self.due = None;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hosts.is_empty()
+    }
+}
+
+/// Sleeps until `due`; never without one.
+pub(super) async fn until(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
 
 /// Longest host list kept for one attempt (a broadcast over many sidecars).
 const MAX_HOSTS_LEN: usize = 512;

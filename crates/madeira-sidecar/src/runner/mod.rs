@@ -97,7 +97,7 @@ pub struct RunCtx<'a> {
 pub async fn run(job: &JobSpec, attempt: &Attempt, ctx: RunCtx<'_>, cancel: CancellationToken) -> Outcome {
     let started = Instant::now();
     let dir = ctx.work_root.join(sanitize(&attempt.assignment_id));
-    let mut outcome = match spawn::prepare(job, attempt, &dir, ctx.hide_env).await {
+    let mut outcome = match spawn::prepare(job, attempt, &dir, ctx.hide_env) {
         Ok(mut command) => match command.spawn() {
             Ok(child) => {
                 if let Some(on_spawn) = ctx.on_spawn {
@@ -115,7 +115,10 @@ pub async fn run(job: &JobSpec, attempt: &Attempt, ctx: RunCtx<'_>, cancel: Canc
         },
         Err(e) => Outcome::early(Status::Failed, e),
     };
-    if let Err(e) = tokio::fs::remove_dir_all(&dir).await
+    // In place, like its creation: two entries in the page cache cost less than a
+    // trip to the blocking pool, and the directory is gone before the next
+    // attempt of the same assignment could make it again.
+    if let Err(e) = std::fs::remove_dir_all(&dir)
         && e.kind() != std::io::ErrorKind::NotFound
     {
         tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the attempt directory");
@@ -155,7 +158,6 @@ async fn supervise(
     .flatten()
     .map(|stream| tokio::spawn(pump(stream, tail.clone(), sink.clone())))
     .collect();
-    let mut waiter = tokio::spawn(async move { child.wait().await });
     let timeout = match (job.timeout, attempt.timeout) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -167,7 +169,7 @@ async fn supervise(
         }
     };
     let stop = tokio::select! {
-        status = &mut waiter => Stop::Exited(status.unwrap_or_else(|e| Err(std::io::Error::other(e)))),
+        status = child.wait() => Stop::Exited(status),
         _ = sleep => Stop::TimedOut(timeout.unwrap_or_default()),
         _ = cancel.cancelled() => Stop::Cancelled,
     };
@@ -197,7 +199,7 @@ async fn supervise(
                     String::new()
                 }
             ));
-            let status = waiter.await.unwrap_or_else(|e| Err(std::io::Error::other(e)));
+            let status = child.wait().await;
             return finish(attempt, status, note, tail, readers, dir, Some(matches!(stop, Stop::Cancelled)))
                 .await;
         }
@@ -298,9 +300,12 @@ async fn pump(
     }
 }
 
-/// The job's output file as a JSON object; absent or empty means `{}` (one trip
-/// to the blocking pool).
+/// The job's output file as a JSON object; absent or empty means `{}` (an absent
+/// file is told by one `stat`; reading one is a trip to the blocking pool).
 async fn read_outputs(path: &Path) -> Result<Map<String, Json>, String> {
+    if matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound) {
+        return Ok(Map::new());
+    }
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || read_outputs_now(&path))
         .await

@@ -32,7 +32,7 @@ fn template_vars(attempt: &Attempt) -> Json {
 }
 
 /// Renders the argv, writes the input file into `dir`, and builds the command.
-pub(super) async fn prepare(
+pub(super) fn prepare(
     job: &JobSpec,
     attempt: &Attempt,
     dir: &Path,
@@ -52,11 +52,10 @@ pub(super) async fn prepare(
     let input = dir.join("input.json");
     let output = dir.join("output.json");
     let owner = user.as_ref().map(|u| (u.uid, u.gid, u.name.clone()));
-    let (work, file, text) = (dir.to_path_buf(), input.clone(), attempt.input.to_string());
-    // One trip to the blocking pool for the directory and the input file.
-    tokio::task::spawn_blocking(move || write_input(&work, &file, &text, owner))
-        .await
-        .map_err(|e| format!("cannot prepare {}: {e}", dir.display()))??;
+    // Written in place, not on the blocking pool: a directory and one small file
+    // in the page cache (no sync) cost less than the trip there and back, and the
+    // spawn that follows blocks this thread longer anyway.
+    write_input(dir, &input, &attempt.input.to_string(), owner)?;
 
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
