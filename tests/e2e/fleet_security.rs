@@ -63,6 +63,11 @@ async fn nobody_cannot_report_through_the_exec_socket_and_root_can() {
     assert_eq!(mode(&spool), 0o711, "others may reach the socket, not list the spool");
     assert_eq!(mode(&spool.join("reports")), 0o700);
     assert_eq!(mode(&spool.join("work")), 0o700);
+    let data = dir.path().join("data");
+    assert_eq!(mode(&data), 0o711, "others may not list the data directory");
+    for file in ["madeira.db", "madeira.db-wal", "madeira.db-shm"] {
+        assert_eq!(mode(&data.join(file)), 0o600, "{file} is the store's");
+    }
 
     let refused = exec(&socket, Some("nobody"), "nightly", None);
     assert_eq!(refused.status.code(), Some(0), "the command still runs unreported");

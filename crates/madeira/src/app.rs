@@ -120,11 +120,28 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-/// The SQLite URL of `madeira.db` inside `dir` (created if needed).
+/// The SQLite URL of `madeira.db` inside `dir`. A directory this creates is 0711
+/// (others may reach the in-process sidecar's socket by name, not list it) and a
+/// store file it creates is 0600, which SQLite gives its `-wal` and `-shm` files
+/// too: runs' params and outputs are closed to other users. What already exists
+/// keeps the mode it has.
 pub fn sqlite_url_in(dir: &Path) -> Result<String> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating data directory {}", dir.display()))?;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o711)
+        .create(dir)
+        .with_context(|| format!("creating data directory {}", dir.display()))?;
     let dir = dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
-    Ok(format!("sqlite://{}", dir.join("madeira.db").display()))
+    let file = dir.join("madeira.db");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&file)
+        .with_context(|| format!("creating the store file {}", file.display()))?;
+    Ok(format!("sqlite://{}", file.display()))
 }
 
 impl ControlPlane {
