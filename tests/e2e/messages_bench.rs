@@ -6,6 +6,9 @@
 //!   each carrying its publish time; publish-to-RUNNING (`started_at` of the run) p50/p99.
 //!
 //! The server is the binary `cargo test` built, or `MADEIRA_TEST_BIN` (a release build).
+//! The publisher runs in this test process, so the latency figure is the server's
+//! only when the test itself is a release build too:
+//! `CI=true MADEIRA_TEST_BIN=$PWD/target/release/madeira cargo test --release -p madeira --test e2e messages_bench -- --ignored --nocapture --test-threads=1`.
 
 use std::time::{Duration, Instant};
 
