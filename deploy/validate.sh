@@ -74,7 +74,7 @@ if command -v systemd-analyze >/dev/null 2>&1; then
     trap 'rm -rf "$tmp"' EXIT
     cp systemd/madeira-sidecar.service "$tmp/"
     # verify checks ExecStart's binary exists: point it at a stand-in.
-    sed -i "s|/usr/local/bin/madeira|/bin/true|" "$tmp/madeira-sidecar.service"
+    sed -i "s|/usr/local/bin/madeira[a-z-]*|/bin/true|" "$tmp/madeira-sidecar.service"
     sed -i "/^User=/d; /^Group=/d" "$tmp/madeira-sidecar.service"
     SYSTEMD_LOG_LEVEL=warning systemd-analyze verify "$tmp/madeira-sidecar.service"
     echo "systemd ok: madeira-sidecar.service"

@@ -50,6 +50,7 @@ mod replicas_lifecycle;
 mod scopes;
 mod semantics;
 mod sidecar;
+mod sidecar_slim;
 mod sql;
 mod sql_bench;
 mod stalls;

@@ -36,13 +36,18 @@ pub struct SidecarProc {
 
 impl SidecarProc {
     pub fn start(dir: &Path, name: &str, grpc: &str, jobs_yaml: &str) -> SidecarProc {
+        SidecarProc::spawn(SidecarProc::config(dir, name, grpc, jobs_yaml))
+    }
+
+    /// Writes the config of sidecar `name` (group `billing`) into `dir`.
+    pub fn config(dir: &Path, name: &str, grpc: &str, jobs_yaml: &str) -> PathBuf {
         let config = dir.join(format!("{name}.yaml"));
         let text = format!(
             "name: {name}\ngroup: billing\ncontrol_plane: http://{grpc}\nspool_dir: {}\nshutdown_grace: 1s\n{jobs_yaml}",
             dir.join(format!("{name}-spool")).display()
         );
         std::fs::write(&config, text).expect("write sidecar config");
-        SidecarProc::spawn(config)
+        config
     }
 
     pub fn spawn(config: PathBuf) -> SidecarProc {
@@ -50,8 +55,19 @@ impl SidecarProc {
     }
 
     pub fn spawn_with_env(config: PathBuf, env: &[(&str, &str)]) -> SidecarProc {
-        let child = Command::new(crate::support::bin())
-            .args(["sidecar", "--config"])
+        let mut command = Command::new(crate::support::bin());
+        command.arg("sidecar");
+        SidecarProc::spawn_command(command, config, env)
+    }
+
+    /// The slim `madeira-sidecar` binary (the same daemon) on `config`.
+    pub fn spawn_slim(config: PathBuf) -> SidecarProc {
+        SidecarProc::spawn_command(Command::new(crate::support::slim_bin()), config, &[])
+    }
+
+    fn spawn_command(mut command: Command, config: PathBuf, env: &[(&str, &str)]) -> SidecarProc {
+        let child = command
+            .arg("--config")
             .arg(&config)
             .envs(env.iter().copied())
             .env("RUST_LOG", "info")

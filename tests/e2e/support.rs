@@ -19,6 +19,15 @@ pub fn bin() -> std::ffi::OsString {
         .unwrap_or_else(|| BIN.into())
 }
 
+/// The slim `madeira-sidecar` binary: the one beside `bin()` when that is set by
+/// `MADEIRA_E2E_BIN`/`MADEIRA_TEST_BIN`, else this build's.
+pub fn slim_bin() -> std::path::PathBuf {
+    match std::env::var_os("MADEIRA_E2E_BIN").or_else(|| std::env::var_os("MADEIRA_TEST_BIN")) {
+        Some(bin) => std::path::PathBuf::from(bin).with_file_name("madeira-sidecar"),
+        None => env!("CARGO_BIN_EXE_madeira-sidecar").into(),
+    }
+}
+
 pub struct Dev {
     pub child: Child,
     pub base: String,

@@ -9,6 +9,7 @@
 
 pub mod access;
 pub mod config;
+pub mod daemon;
 pub mod execsock;
 mod leftovers;
 mod link;

@@ -64,29 +64,51 @@ fn parallel_flow() -> String {
     yaml
 }
 
-/// A `madeira sidecar` daemon: RSS when idle, then the peak with 200 jobs running.
+/// A real sidecar daemon's RSS when idle, then the peak with 200 jobs running:
+/// `madeira sidecar`, and the slim `madeira-sidecar` when it sits next to this
+/// binary (as `cargo build` leaves it).
 pub async fn rss(
     engine: &EngineHandle,
     fleet: &Fleet,
     grpc: std::net::SocketAddr,
     dir: &Path,
 ) -> Result<Value> {
+    let exe = std::env::current_exe().context("locating the madeira binary")?;
+    let mut result =
+        daemon_rss(engine, fleet, grpc, dir, "bench-01", Command::new(&exe).arg("sidecar")).await?;
+    let slim = exe.with_file_name("madeira-sidecar");
+    if slim.is_file() {
+        let r = daemon_rss(engine, fleet, grpc, dir, "bench-02", &mut Command::new(slim)).await?;
+        result["slim_idle_rss_mb"] = r["idle_rss_mb"].clone();
+        result["slim_rss_with_jobs_mb"] = r["rss_with_jobs_mb"].clone();
+    }
+    Ok(result)
+}
+
+async fn daemon_rss(
+    engine: &EngineHandle,
+    fleet: &Fleet,
+    grpc: std::net::SocketAddr,
+    dir: &Path,
+    name: &str,
+    program: &mut Command,
+) -> Result<Value> {
     let release = dir.join("release");
+    let _ = std::fs::remove_file(&release);
     let config = dir.join("bench-sidecar.yaml");
     let text = format!(
-        "name: bench-01\ngroup: bench\ncontrol_plane: http://{grpc}\nspool_dir: {}\njobs:\n  hold:\n    command: [\"/bin/sh\", \"-c\", \"i=0; while [ ! -e {} ] && [ $i -lt 3000 ]; do sleep 0.05; i=$((i+1)); done\"]\n",
-        dir.join("bench-spool").display(),
+        "name: {name}\ngroup: bench\ncontrol_plane: http://{grpc}\nspool_dir: {}\njobs:\n  hold:\n    command: [\"/bin/sh\", \"-c\", \"i=0; while [ ! -e {} ] && [ $i -lt 3000 ]; do sleep 0.05; i=$((i+1)); done\"]\n",
+        dir.join(format!("spool-{name}")).display(),
         release.display()
     );
     std::fs::write(&config, text)?;
-    let exe = std::env::current_exe().context("locating the madeira binary")?;
-    let mut child = Command::new(exe)
-        .args(["sidecar", "--config"])
+    let mut child = program
+        .arg("--config")
         .arg(&config)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .context("starting `madeira sidecar`")?;
+        .with_context(|| format!("starting {:?}", program.get_program()))?;
     let pid = child.id();
     let result = measure(engine, fleet, pid, &release).await;
     // Whatever happened, the jobs end: on release, or after 150 s on their own
@@ -94,6 +116,14 @@ pub async fn rss(
     let _ = std::fs::write(&release, b"go");
     let _ = child.kill();
     let _ = child.wait();
+    // The next daemon serves the same job: wait until this one is gone.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while fleet.wait_live("bench", "hold", Duration::ZERO).await {
+        if Instant::now() > deadline {
+            bail!("the bench sidecar still shows as live 20 s after it was killed");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     result
 }
 
@@ -165,12 +195,21 @@ pub fn print(r: &Value) -> bool {
             r["wall_ms"].as_f64().unwrap_or(0.0),
             r["per_node_ms"].as_f64().unwrap_or(0.0)
         ),
-        Some("sidecar-rss") => println!(
-            "sidecar-rss `madeira sidecar` RSS idle {:.1} MB, with {} jobs running {:.1} MB",
-            r["idle_rss_mb"].as_f64().unwrap_or(0.0),
-            r["jobs_running"],
-            r["rss_with_jobs_mb"].as_f64().unwrap_or(0.0)
-        ),
+        Some("sidecar-rss") => {
+            println!(
+                "sidecar-rss `madeira sidecar` RSS idle {:.1} MB, with {} jobs running {:.1} MB",
+                r["idle_rss_mb"].as_f64().unwrap_or(0.0),
+                r["jobs_running"],
+                r["rss_with_jobs_mb"].as_f64().unwrap_or(0.0)
+            );
+            if let Some(idle) = r["slim_idle_rss_mb"].as_f64() {
+                println!(
+                    "sidecar-rss `madeira-sidecar` RSS idle {idle:.1} MB, with {} jobs running {:.1} MB",
+                    r["jobs_running"],
+                    r["slim_rss_with_jobs_mb"].as_f64().unwrap_or(0.0)
+                );
+            }
+        }
         _ => return false,
     }
     true
