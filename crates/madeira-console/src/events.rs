@@ -36,7 +36,7 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 pub struct Numbered {
     pub id: u64,
     /// `None`: a `reset` marker (the hub lagged; pages must refetch).
-    pub event: Option<RunEvent>,
+    pub event: Option<Arc<RunEvent>>,
 }
 
 impl Numbered {
@@ -77,7 +77,7 @@ pub struct Hub {
 
 impl Hub {
     /// Starts numbering `engine_events` until `shutdown`.
-    pub fn start(engine_events: broadcast::Receiver<RunEvent>, shutdown: CancellationToken) -> Self {
+    pub fn start(engine_events: broadcast::Receiver<Arc<RunEvent>>, shutdown: CancellationToken) -> Self {
         let (tx, _) = broadcast::channel(RING);
         let first = u64::try_from(madeira_engine::now_ms()).unwrap_or(0).saturating_mul(1000) + 1;
         let ring = Mutex::new(VecDeque::with_capacity(RING));
@@ -86,7 +86,7 @@ impl Hub {
         hub
     }
 
-    async fn run(self, mut events: broadcast::Receiver<RunEvent>, mut next: u64) {
+    async fn run(self, mut events: broadcast::Receiver<Arc<RunEvent>>, mut next: u64) {
         loop {
             let received = tokio::select! {
                 _ = self.inner.shutdown.cancelled() => return,

@@ -56,7 +56,7 @@ pub(crate) struct Parts {
     pub rx: mpsc::Receiver<Envelope>,
     pub tx: mpsc::Sender<Envelope>,
     pub flows: FlowCache,
-    pub events: broadcast::Sender<RunEvent>,
+    pub events: broadcast::Sender<Arc<RunEvent>>,
     pub stats: Arc<EngineStats>,
     pub waiting: crate::gate::WaitingNodes,
     pub health: Arc<crate::health::StoreHealth>,
@@ -544,7 +544,7 @@ impl Engine {
             self.p.handle.wake.permit_freed(flow, *node);
         }
         for event in work.events {
-            let _ = self.p.events.send(event);
+            let _ = self.p.events.send(Arc::new(event));
         }
         for (reply, result) in work.replies {
             let _ = reply.send(result);

@@ -21,7 +21,7 @@ pub struct EngineHandle {
     create: mpsc::Sender<CreateRequest>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) flows: FlowCache,
-    events: broadcast::Sender<RunEvent>,
+    events: broadcast::Sender<Arc<RunEvent>>,
     stats: Arc<EngineStats>,
     /// Names of flows whose definition or pause state changed (for the scheduler).
     pub(crate) flow_changes: broadcast::Sender<String>,
@@ -42,7 +42,7 @@ pub(crate) struct Shared {
     pub create: mpsc::Sender<CreateRequest>,
     pub store: Arc<dyn Store>,
     pub flows: FlowCache,
-    pub events: broadcast::Sender<RunEvent>,
+    pub events: broadcast::Sender<Arc<RunEvent>>,
     pub stats: Arc<EngineStats>,
     pub throttle_view: crate::ThrottleView,
     pub waiting: crate::gate::WaitingNodes,
@@ -191,7 +191,9 @@ impl EngineHandle {
         &self.holder.owner
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<RunEvent> {
+    /// Committed state changes as they happen. Each event is shared (`Arc`), so a
+    /// subscriber costs no copy of it; one that lags gets `Lagged`.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<RunEvent>> {
         self.events.subscribe()
     }
 

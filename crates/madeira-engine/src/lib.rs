@@ -215,6 +215,9 @@ pub fn build(
 ) -> (Engine, EngineHandle) {
     let (tx, rx) = mpsc::channel(65_536);
     let (create_tx, create_rx) = mpsc::channel(16_384);
+    // Room for a burst (a 500-run settlement commits ~9,000 transitions) before a
+    // slow viewer lags; the ring is allocated up front, so its slots hold `Arc`s
+    // (tens of bytes each, not the event's ~200).
     let (events, _) = broadcast::channel(16_384);
     let flows = FlowCache::with_sources(options.message_sources.clone(), options.datasources.clone());
     let stats = Arc::new(EngineStats::default());

@@ -7,8 +7,8 @@ use futures::StreamExt;
 
 use super::*;
 
-fn event(run: &str, node: &str, to: &str) -> RunEvent {
-    RunEvent {
+fn event(run: &str, node: &str, to: &str) -> Arc<RunEvent> {
+    Arc::new(RunEvent {
         run_id: run.into(),
         flow: "f".into(),
         node: Some(node.into()),
@@ -18,7 +18,7 @@ fn event(run: &str, node: &str, to: &str) -> RunEvent {
         attempt: 1,
         reason: None,
         at_ms: 1,
-    }
+    })
 }
 
 /// Waits until the hub has numbered `n` events.
@@ -96,7 +96,7 @@ async fn an_id_from_before_the_ring_or_another_process_resets() {
 
 #[tokio::test]
 async fn streams_end_at_shutdown() {
-    let (_tx, rx) = broadcast::channel::<RunEvent>(4);
+    let (_tx, rx) = broadcast::channel::<Arc<RunEvent>>(4);
     let shutdown = CancellationToken::new();
     let hub = Hub::start(rx, shutdown.clone());
     let mut stream = Box::pin(hub.stream(Filter::default(), None));

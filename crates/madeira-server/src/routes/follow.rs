@@ -86,7 +86,7 @@ pub async fn follow_node(
 /// transition is missed between the two).
 fn stream(
     engine: EngineHandle,
-    events: broadcast::Receiver<madeira_engine::RunEvent>,
+    events: broadcast::Receiver<std::sync::Arc<madeira_engine::RunEvent>>,
     node_state: NodeState,
     req: FollowRequest,
     shutdown: CancellationToken,
@@ -105,7 +105,7 @@ fn stream(
 
 struct Follower {
     engine: EngineHandle,
-    events: broadcast::Receiver<madeira_engine::RunEvent>,
+    events: broadcast::Receiver<std::sync::Arc<madeira_engine::RunEvent>>,
     /// The node reached SUCCESS, FAILED or SKIPPED.
     node_ended: bool,
     req: FollowRequest,

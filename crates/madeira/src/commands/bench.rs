@@ -14,6 +14,7 @@
 
 use std::collections::HashSet;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -120,7 +121,7 @@ impl Engines {
     }
 
     /// Every replica's run events, merged (a lag is reported as an error).
-    pub(super) fn subscribe(&self) -> mpsc::UnboundedReceiver<Result<RunEvent, String>> {
+    pub(super) fn subscribe(&self) -> mpsc::UnboundedReceiver<Result<Arc<RunEvent>, String>> {
         let (tx, rx) = mpsc::unbounded_channel();
         for engine in &self.0 {
             let mut events = engine.subscribe();
@@ -296,7 +297,7 @@ pub(super) async fn trigger(engine: &EngineHandle, flow: &str) -> Result<String>
 
 /// Waits until every run in `ids` has finished; errors past the deadline.
 pub(super) async fn wait_all(
-    events: &mut mpsc::UnboundedReceiver<Result<RunEvent, String>>,
+    events: &mut mpsc::UnboundedReceiver<Result<Arc<RunEvent>, String>>,
     mut ids: HashSet<String>,
 ) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(300);
