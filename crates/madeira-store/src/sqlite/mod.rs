@@ -5,6 +5,7 @@
 //! The SQL is `sql/`, compiled here for this dialect.
 
 mod guard;
+pub mod space;
 // The SQL written once, compiled for this dialect (and again for the others).
 #[allow(clippy::duplicate_mod)]
 #[path = "../sql/mod.rs"]
