@@ -499,12 +499,14 @@ impl Engine {
                 Command::AttemptFailed { node, attempt, error: error.clone(), retryable: *retryable },
             ),
         };
-        let log = LogRecord {
+        // An attempt that printed nothing has no log row (the store answers its log
+        // as empty).
+        let log = (!result.log().is_empty()).then(|| LogRecord {
             run_id: run_id.to_string(),
             node: name.clone(),
             attempt,
             content: tail(result.log(), LOG_TAIL_BYTES).replace('\0', "\u{FFFD}"),
-        };
+        });
         let finished_at = now_ms();
         work.finished.push(FinishedAttempt {
             run_id: run_id.to_string(),
@@ -528,7 +530,7 @@ impl Engine {
                 error,
                 host,
             },
-            Some(log),
+            log,
         );
         if let Err(e) = self.apply(run_id, cmd, "engine", work) {
             debug!(run_id = %run_id, error = %e, "attempt result not applied");

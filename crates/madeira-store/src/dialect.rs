@@ -112,6 +112,13 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// (PostgreSQL: lost connection, shutdown, serialization failure, deadlock).
     const RETRIES: u32 = 0;
 
+    /// The ids this store gives `transitions` rows itself, when it does (SQLite:
+    /// the table is keyed by (run_id, id) without a rowid, so nothing numbers it);
+    /// `None`: the database numbers them (an auto-increment key).
+    fn transition_ids(&self) -> Option<&TransitionIds> {
+        None
+    }
+
     /// Checked before every write (SQLite: the store file is still the one opened).
     fn before_write(&self) -> Result<()> {
         Ok(())
@@ -120,6 +127,31 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// Sees every write's result (SQLite: a failure poisons the writer connection).
     fn after_write<T>(&self, result: Result<T>) -> Result<T> {
         result
+    }
+}
+
+/// The last id a store numbering `transitions` itself gave (`Dialect::
+/// transition_ids`), kept between commits; unknown at first and after a failed
+/// write, and then read from the one-row table `transition_seq`, which each
+/// commit moves on with its rows. A commit rolled back leaves a gap: ids stay
+/// unique and increasing.
+#[derive(Debug, Default)]
+pub struct TransitionIds(std::sync::Mutex<Option<i64>>);
+
+impl TransitionIds {
+    /// The last id given, when known.
+    pub(crate) fn last(&self) -> Option<i64> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records `last` as the last id given.
+    pub(crate) fn set(&self, last: i64) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(last);
+    }
+
+    /// Forgets the last id (a write failed): the next commit reads it again.
+    pub(crate) fn forget(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
 

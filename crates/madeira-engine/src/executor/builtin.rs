@@ -1,5 +1,5 @@
-//! Builtin executors for tests and demos: noop, sleep and fail (optionally failing
-//! only the first `times` attempts).
+//! Builtin executors for tests and demos: noop (succeeds at once and prints
+//! nothing), sleep and fail (optionally failing only the first `times` attempts).
 
 use madeira_core::model::{BuiltinDef, BuiltinKind};
 use tokio_util::sync::CancellationToken;
@@ -8,7 +8,7 @@ use super::AttemptResult;
 
 pub(super) async fn run(def: &BuiltinDef, attempt: u32, cancel: &CancellationToken) -> AttemptResult {
     match &def.kind {
-        BuiltinKind::Noop => AttemptResult::Success { outputs: def.outputs.clone(), log: "noop\n".into() },
+        BuiltinKind::Noop => AttemptResult::Success { outputs: def.outputs.clone(), log: String::new() },
         BuiltinKind::Sleep(duration) => {
             tokio::select! {
                 _ = tokio::time::sleep(*duration) => AttemptResult::Success {

@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 
 use super::{CHUNK, D, Script, Tx, last_per_key, upsert};
-use crate::dialect::Dialect;
+use crate::dialect::{Dialect, TransitionIds};
 use crate::{Batch, Result, RunWrite};
 
-pub(super) async fn commit(pool: &super::Pool, batch: &Batch) -> Result<()> {
+pub(super) async fn commit(pool: &super::Pool, ids: Option<&TransitionIds>, batch: &Batch) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
@@ -20,7 +20,7 @@ pub(super) async fn commit(pool: &super::Pool, batch: &Batch) -> Result<()> {
     let s = &mut script;
     write_nodes(&mut tx, s, batch).await?;
     write_runs(&mut tx, s, batch).await?;
-    write_transitions(&mut tx, s, batch).await?;
+    write_transitions(&mut tx, s, ids, batch).await?;
     write_outputs(&mut tx, s, batch).await?;
     write_attempts(&mut tx, s, batch).await?;
     write_audit(&mut tx, s, batch).await?;
@@ -123,27 +123,24 @@ async fn write_runs<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -
     Ok(())
 }
 
-async fn write_transitions<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
-    for chunk in batch.transitions.chunks(CHUNK) {
-        let q = s.statement();
-        q.push(
-            "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, \
-             reason, at) ",
-        );
-        q.push_values(chunk, |mut b, t| {
-            b.push_bind(&t.run_id)
-                .push_bind(&t.node)
-                .push_bind(t.edge.from_name())
-                .push_bind(t.edge.to_name())
-                .push_bind(t.edge.cause_name())
-                .push_bind(&t.actor)
-                .push_bind(i64::from(t.attempt))
-                .push_bind(&t.reason)
-                .push_bind(t.at);
-        });
-        s.end(tx).await?;
-    }
-    Ok(())
+async fn write_transitions<'a>(
+    tx: &mut Tx<'_>,
+    s: &mut Script<'a>,
+    ids: Option<&TransitionIds>,
+    batch: &'a Batch,
+) -> Result<()> {
+    super::insert_transitions(tx, s, ids, &batch.transitions, |mut b, t| {
+        b.push_bind(&t.run_id)
+            .push_bind(&t.node)
+            .push_bind(t.edge.from_name())
+            .push_bind(t.edge.to_name())
+            .push_bind(t.edge.cause_name())
+            .push_bind(&t.actor)
+            .push_bind(i64::from(t.attempt))
+            .push_bind(&t.reason)
+            .push_bind(t.at);
+    })
+    .await
 }
 
 async fn write_outputs<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {

@@ -19,8 +19,9 @@ mod shards;
 mod store;
 
 use sqlx::QueryBuilder;
+use sqlx::query_builder::Separated;
 
-use crate::dialect::Dialect;
+use crate::dialect::{Dialect, TransitionIds};
 
 pub(super) type D = super::D;
 type Db = <D as Dialect>::DB;
@@ -49,6 +50,61 @@ fn last_per_key<'a, T, K: Ord>(rows: &'a [T], key: impl Fn(&'a T) -> K) -> Vec<&
         last.insert(key(row), row);
     }
     last.into_values().collect()
+}
+
+/// The columns of a `transitions` row, in the order `insert_transitions` binds them.
+const TRANSITION_COLUMNS: &str = "run_id, node, from_state, to_state, cause, actor, attempt, reason, at";
+
+/// Adds to `s` the statements inserting `rows` into `transitions`, `push_row`
+/// binding each row's `TRANSITION_COLUMNS` in order. Where the store numbers the
+/// rows (`ids`, see `Dialect::transition_ids`), they take the ids after the last
+/// one given, in the order of `rows`, and `transition_seq` moves past them in the
+/// same transaction. It fails if the counter is already past the last id this
+/// store knows (another process numbered transitions meanwhile; the ids are then
+/// read again); a counter behind it (a commit of this store failed after taking
+/// ids) only leaves a gap.
+async fn insert_transitions<'a, T>(
+    tx: &mut Tx<'_>,
+    s: &mut Script<'a>,
+    ids: Option<&TransitionIds>,
+    rows: &'a [T],
+    mut push_row: impl FnMut(Separated<'_, 'a, Db, &'static str>, &'a T),
+) -> crate::Result<()> {
+    let Some(ids) = ids else {
+        for chunk in rows.chunks(CHUNK) {
+            s.statement()
+                .push(format!("INSERT INTO transitions ({TRANSITION_COLUMNS}) "))
+                .push_values(chunk, &mut push_row);
+            s.end(tx).await?;
+        }
+        return Ok(());
+    };
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let prev = match ids.last() {
+        Some(last) => last,
+        None => sqlx::query_scalar(&sql("SELECT seq FROM transition_seq")).fetch_one(&mut **tx).await?,
+    };
+    let mut next = prev;
+    for chunk in rows.chunks(CHUNK) {
+        let q = s.statement();
+        q.push(format!("INSERT INTO transitions (id, {TRANSITION_COLUMNS}) "));
+        q.push_values(chunk, |mut b, row| {
+            next += 1;
+            b.push_bind(next);
+            push_row(b, row);
+        });
+        s.end(tx).await?;
+    }
+    let q = s.statement();
+    q.push("UPDATE transition_seq SET seq = ").push_bind(next).push(" WHERE seq <= ").push_bind(prev);
+    s.end(tx).await?;
+    // The counter was past `prev` (nothing updated): the key taken fails the transaction.
+    s.statement().push("INSERT INTO transition_seq (id, seq) SELECT 1, 0 WHERE changes() = 0");
+    s.end(tx).await?;
+    ids.set(next);
+    Ok(())
 }
 
 /// Appends `(v1, v2, …)`, one bound value each, to `q` (a closing parenthesis included).

@@ -176,10 +176,19 @@ pub(super) async fn transitions(pool: &Pool, run_id: &str) -> Result<Vec<Transit
         .collect()
 }
 
+/// The stored log of each of the node's attempts, and an empty one for each
+/// finished attempt without a log row (it printed nothing: see `RunStore::logs`).
 pub(super) async fn logs(pool: &Pool, run_id: &str, node: &str) -> Result<Vec<LogRecord>> {
     let rows: Vec<(String, String, i64, String)> = sqlx::query_as(&sql(
-        "SELECT run_id, node, attempt, content FROM logs WHERE run_id = $1 AND node = $2 ORDER BY attempt",
+        "SELECT run_id, node, attempt, content FROM logs WHERE run_id = $1 AND node = $2 \
+         UNION ALL \
+         SELECT a.run_id, a.node, a.attempt, '' FROM attempts a \
+         WHERE a.run_id = $3 AND a.node = $4 AND a.finished_at IS NOT NULL AND NOT EXISTS \
+         (SELECT 1 FROM logs l WHERE l.run_id = a.run_id AND l.node = a.node AND l.attempt = a.attempt) \
+         ORDER BY attempt",
     ))
+    .bind(run_id)
+    .bind(node)
     .bind(run_id)
     .bind(node)
     .fetch_all(pool)

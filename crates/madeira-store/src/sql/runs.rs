@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use super::{CHUNK, D, Db, Pool, Script, Tx, push_list, sql, upsert};
 use crate::admission::{ACTIVE, ClaimCache, WAITING, refused, to_write};
-use crate::dialect::{Dialect, LockSpace};
+use crate::dialect::{Dialect, LockSpace, TransitionIds};
 use crate::{CreateOutcome, Edge, LogRecord, NewRun, Result, StoreError};
 
 /// Serialises the decisions taken about one flow's runs and versions until the
@@ -19,12 +19,20 @@ pub(super) async fn lock_flow(tx: &mut Tx<'_>, flow: &str) -> Result<()> {
     D::lock(tx, LockSpace::Flow, flow).await
 }
 
-pub(super) async fn create_run(pool: &Pool, run: &NewRun) -> Result<CreateOutcome> {
-    let mut outcomes = create_runs(pool, std::slice::from_ref(run)).await?;
+pub(super) async fn create_run(
+    pool: &Pool,
+    ids: Option<&TransitionIds>,
+    run: &NewRun,
+) -> Result<CreateOutcome> {
+    let mut outcomes = create_runs(pool, ids, std::slice::from_ref(run)).await?;
     outcomes.pop().ok_or_else(|| StoreError::Refused("no outcome for the run".into()))
 }
 
-pub(super) async fn create_runs(pool: &Pool, runs: &[NewRun]) -> Result<Vec<CreateOutcome>> {
+pub(super) async fn create_runs(
+    pool: &Pool,
+    ids: Option<&TransitionIds>,
+    runs: &[NewRun],
+) -> Result<Vec<CreateOutcome>> {
     let mut tx = pool.begin().await?;
     // Every flow of the batch is locked up front, in one order, so two replicas
     // batching runs of the same flows never wait on each other in a cycle.
@@ -34,7 +42,7 @@ pub(super) async fn create_runs(pool: &Pool, runs: &[NewRun]) -> Result<Vec<Crea
     for flow in flows {
         lock_flow(&mut tx, flow).await?;
     }
-    let mut batch = Admitted { keys: existing_keys(&mut tx, runs).await?, ..Admitted::default() };
+    let mut batch = Admitted { keys: existing_keys(&mut tx, runs).await?, ids, ..Admitted::default() };
     let mut outcomes = Vec::with_capacity(runs.len());
     for run in runs {
         outcomes.push(create_in(&mut tx, run, &mut batch).await?);
@@ -55,6 +63,8 @@ struct Admitted<'a> {
     claims: ClaimCache,
     /// Each admitted run with its creation edge and whether it may start now.
     runs: Vec<(&'a NewRun, RunEdge, bool)>,
+    /// Where the store numbers transitions itself, the ids it gives.
+    ids: Option<&'a TransitionIds>,
 }
 
 impl<'a> Admitted<'a> {
@@ -106,24 +116,19 @@ impl<'a> Admitted<'a> {
             });
             s.end(tx).await?;
         }
-        for chunk in self.runs.chunks(CHUNK) {
-            let q = s.statement();
-            q.push(
-                "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, at) ",
-            );
-            q.push_values(chunk, |mut b, (run, created, _)| {
-                let edge = Edge::Run(*created);
-                b.push_bind(&run.id)
-                    .push("NULL")
-                    .push_bind(edge.from_name())
-                    .push_bind(edge.to_name())
-                    .push_bind(edge.cause_name())
-                    .push_bind(&run.actor)
-                    .push("0")
-                    .push_bind(run.now_ms);
-            });
-            s.end(tx).await?;
-        }
+        super::insert_transitions(tx, &mut s, self.ids, &self.runs, |mut b, (run, created, _)| {
+            let edge = Edge::Run(*created);
+            b.push_bind(&run.id)
+                .push("NULL")
+                .push_bind(edge.from_name())
+                .push_bind(edge.to_name())
+                .push_bind(edge.cause_name())
+                .push_bind(&run.actor)
+                .push("0")
+                .push("NULL")
+                .push_bind(run.now_ms);
+        })
+        .await?;
         s.send(tx).await?;
         self.runs.clear();
         Ok(())

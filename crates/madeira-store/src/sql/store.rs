@@ -10,7 +10,7 @@ use super::{
     D, alerts, commands, commit, flows, inbox, lease, lifecycle, permits, presence, read, runs, sessions,
     shards,
 };
-use crate::dialect::SqlStore;
+use crate::dialect::{Dialect, SqlStore};
 use crate::{
     AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore, Batch, Claim,
     CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowStore, FlowVersion,
@@ -20,7 +20,8 @@ use crate::{
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
-/// function with the writer/reader pool, its arguments and any `[extra]` ones.
+/// function with the writer/reader pool, its arguments and any `[extra]` ones; a
+/// `write_ids fn` (a write of transitions) also with the dialect's transition ids.
 macro_rules! forward {
     ($trait:ident { $($via:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $out:ty = $f:path $([$($extra:expr),*])?;)* }) => {
         #[async_trait]
@@ -31,6 +32,9 @@ macro_rules! forward {
         }
     };
     (@write $s:ident, $f:path, $($a:expr,)*) => { $s.write(|| $f(&$s.writer, $($a),*)).await };
+    (@write_ids $s:ident, $f:path, $($a:expr,)*) => {
+        $s.write(|| $f(&$s.writer, $s.dialect.transition_ids(), $($a),*)).await
+    };
     (@read $s:ident, $f:path, $($a:expr,)*) => { $s.read(|| $f(&$s.reader, $($a),*)).await };
 }
 
@@ -50,10 +54,10 @@ forward!(FlowStore {
 });
 
 forward!(RunStore {
-    write fn create_run(run: &NewRun) -> CreateOutcome = runs::create_run;
-    write fn create_runs(new: &[NewRun]) -> Vec<CreateOutcome> = runs::create_runs;
+    write_ids fn create_run(run: &NewRun) -> CreateOutcome = runs::create_run;
+    write_ids fn create_runs(new: &[NewRun]) -> Vec<CreateOutcome> = runs::create_runs;
     write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
-    write fn commit(batch: &Batch) -> () = commit::commit;
+    write_ids fn commit(batch: &Batch) -> () = commit::commit;
     read fn last_cron_key(flow: &str) -> Option<String> = read::last_cron_key;
     read fn load_run(run_id: &str) -> Option<StoredRun> = read::load_run;
     write fn unfinished_runs() -> Vec<String> = read::unfinished_runs;

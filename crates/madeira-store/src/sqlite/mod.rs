@@ -5,6 +5,7 @@
 //! The SQL is `sql/`, compiled here for this dialect.
 
 mod guard;
+pub mod space;
 // The SQL written once, compiled for this dialect (and again for the others).
 #[allow(clippy::duplicate_mod)]
 #[path = "../sql/mod.rs"]
@@ -18,12 +19,13 @@ use std::time::Duration;
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
-use crate::dialect::{Dialect, SqlStore};
+use crate::dialect::{Dialect, SqlStore, TransitionIds};
 use crate::{Result, StoreError};
 
-/// SQLite's dialect; holds the writer's guard.
+/// SQLite's dialect; holds the writer's guard and the transition ids it gives.
 pub struct SqliteDialect {
     guard: guard::WriteGuard,
+    transition_ids: TransitionIds,
 }
 
 impl Dialect for SqliteDialect {
@@ -42,7 +44,14 @@ impl Dialect for SqliteDialect {
         self.guard.check_file()
     }
 
+    fn transition_ids(&self) -> Option<&TransitionIds> {
+        Some(&self.transition_ids)
+    }
+
     fn after_write<T>(&self, result: Result<T>) -> Result<T> {
+        if result.is_err() {
+            self.transition_ids.forget();
+        }
         self.guard.after(result)
     }
 }
@@ -86,7 +95,11 @@ impl SqlStore<SqliteDialect> {
             .connect_with(options.read_only(true))
             .await?;
         let guard = guard::WriteGuard::new(path, poisoned)?;
-        Ok(Self { writer, reader, dialect: SqliteDialect { guard } })
+        Ok(Self {
+            writer,
+            reader,
+            dialect: SqliteDialect { guard, transition_ids: TransitionIds::default() },
+        })
     }
 
     /// Opens the database file at `path`.

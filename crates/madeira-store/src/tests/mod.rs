@@ -10,6 +10,7 @@ mod lease;
 mod lifecycle;
 mod permits;
 mod shards;
+mod storage;
 mod suite;
 
 use crate::Store;
@@ -87,6 +88,7 @@ mod bodies {
     pub(super) use super::lifecycle::*;
     pub(super) use super::permits::*;
     pub(super) use super::shards::*;
+    pub(super) use super::storage::*;
     pub(super) use super::suite::*;
 }
 
@@ -118,4 +120,6 @@ on_every_backend!(
     events_are_kept_only_for_a_paused_flow_once_and_bounded,
     a_deleted_flow_keeps_or_purges_its_history,
     shard_results_are_kept_per_key_and_pruned_with_their_run,
+    transitions_keep_their_order_across_statements_commits_and_runs,
+    an_attempt_that_printed_nothing_answers_an_empty_log,
 );

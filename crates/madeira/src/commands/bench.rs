@@ -6,11 +6,13 @@
 //! replicas in turn; `steady` (runs started at `--rate`); `throttle`; `cron`;
 //! 10,000 failure events through alert aggregation (`alerts`, see `bench_alerts`).
 //! Reports wall time, per-node overhead, transitions/s, dispatch latency p50/p99
-//! and peak RSS. `--telemetry both` runs the chain and fan-out on two sets of
-//! engines side by side, one with metrics and tracing off and one with them on
-//! (spans built and exported to `OTEL_EXPORTER_OTLP_ENDPOINT`, or discarded after
-//! the batch processor when it is unset), `--repeat` times in alternating order,
-//! and reports the median overhead.
+//! and peak RSS; on the temporary SQLite store, the settlement scenario also the
+//! bytes per node its runs left in the store (`bench_storage`). `--telemetry
+//! both` runs the chain and fan-out on two sets of engines side by side, one with
+//! metrics and tracing off and one with them on (spans built and exported to
+//! `OTEL_EXPORTER_OTLP_ENDPOINT`, or discarded after the batch processor when it
+//! is unset), `--repeat` times in alternating order, and reports the median
+//! overhead.
 
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -28,7 +30,7 @@ use tokio::sync::mpsc;
 use crate::app::{ControlPlane, PlaneOptions, redact, sqlite_url_in};
 use madeira_telemetry::{TelemetryOptions, TraceOptions};
 
-use super::bench_sidecar;
+use super::{bench_sidecar, bench_storage};
 use crate::cli::{BenchArgs, Output, TelemetryMode};
 use crate::sidecars::{FleetSetup, LocalSidecar};
 
@@ -52,6 +54,8 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
     }
     let engines = Engines(planes.iter().map(|p| p.engine.clone()).collect());
     let with = second.as_ref().map(|(_, planes)| Engines(planes.iter().map(|p| p.engine.clone()).collect()));
+    // The temporary SQLite store, whose space the settlement scenario reports.
+    let store_file = args.store.is_none().then(|| dir.path().join("madeira.db"));
     let mut results = Vec::new();
     for scenario in &args.scenarios {
         if let (Some(with), "chain" | "fanout") = (&with, scenario.as_str()) {
@@ -66,7 +70,17 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
             "idle" => idle().await?,
             "chain" => one_run(&engines, "bench-chain", &chain_flow(100), 100).await?,
             "fanout" => one_run(&engines, "bench-fanout", &fanout_flow(1000), 1001).await?,
-            "settlement" => settlement(&engines, args.runs).await?,
+            "settlement" => {
+                let before = match &store_file {
+                    Some(file) => Some(bench_storage::measure(file).await?),
+                    None => None,
+                };
+                let mut result = settlement(&engines, args.runs).await?;
+                if let (Some(file), Some(before)) = (&store_file, before) {
+                    bench_storage::add(&mut result, &before, &bench_storage::measure(file).await?);
+                }
+                result
+            }
             "steady" => steady(&engines, args.runs, args.rate).await?,
             "cron" => cron(engines.pick(0), args.flows).await?,
             "throttle" => throttle(&engines, 1000).await?,
@@ -91,6 +105,7 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
             super::bench_alerts::print(&result);
         } else if args.output == Output::Text && !bench_sidecar::print(&result) {
             print_result(&result);
+            bench_storage::print(&result);
         }
         results.push(result);
     }

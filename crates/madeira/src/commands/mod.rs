@@ -4,6 +4,7 @@ mod alerts;
 mod bench;
 mod bench_alerts;
 mod bench_sidecar;
+mod bench_storage;
 mod client_cmds;
 mod demo;
 mod exec;
