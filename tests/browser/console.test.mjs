@@ -211,6 +211,10 @@ test('approvals inbox: confirming with a reason turns the open run page SUCCESS 
   await runPage.waitForSelector('#panel .panel-body[data-node="pull_refunds"] .tab[data-attempt="2"]');
   assert.equal(await runPage.locator('#panel .tab').count(), 2, 'one log tab per attempt');
   await runPage.screenshot({ path: `${SHOTS}/run.png`, fullPage: true });
+  // A finished attempt that printed nothing (the builtin noop) says so, not "yet".
+  await runPage.click('#n-notify');
+  await runPage.waitForSelector('#panel .panel-body[data-node="notify"]');
+  await runPage.waitForFunction(() => document.querySelector('#panel pre.log')?.textContent === 'This attempt printed nothing.', null, { timeout: DEADLINE_MS });
   await ctx.close();
 });
 

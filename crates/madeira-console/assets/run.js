@@ -92,7 +92,9 @@ function renderLog() {
   const q = (box.querySelector('.log-search') || {}).value || '';
   const lines = log.text.split('\n');
   const shown = q ? lines.filter((l) => l.toLowerCase().includes(q.toLowerCase())) : lines;
-  pre.textContent = log.text === '' ? box.dataset.empty : shown.join('\n');
+  // An attempt still running may print later; a finished one printed nothing.
+  const running = box.dataset.running !== undefined && Number(box.dataset.running) === Number(log.attempt);
+  pre.textContent = log.text === '' ? (running ? box.dataset.empty : box.dataset.emptyDone) : shown.join('\n');
   if (!q) pre.scrollTop = pre.scrollHeight;
 }
 

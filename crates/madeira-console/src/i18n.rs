@@ -177,6 +177,7 @@ const ZH: &[(&str, &str)] = &[
     ("Download", "下载"),
     ("Search the log", "搜索日志"),
     ("No output kept for this attempt yet.", "此尝试暂无输出。"),
+    ("This attempt printed nothing.", "此尝试没有任何输出。"),
     ("Audit trail", "审计记录"),
     ("Actions", "操作"),
     ("Actor", "操作者"),

@@ -480,7 +480,7 @@ async fn panel_markup(
             }
             @if !tabs.is_empty() {
                 h3 { (t(lang, "Log")) }
-                div.logs data-run=(r.id) data-node=(node) data-running=[running_attempt] data-empty=(t(lang, "No output kept for this attempt yet.")) {
+                div.logs data-run=(r.id) data-node=(node) data-running=[running_attempt] data-empty=(t(lang, "No output kept for this attempt yet.")) data-empty-done=(t(lang, "This attempt printed nothing.")) {
                     div.tabs role="tablist" {
                         @for (i, a) in tabs.iter().enumerate() {
                             button.tab type="button" role="tab" data-attempt=(a) aria-selected=(if i + 1 == tabs.len() { "true" } else { "false" }) { (t(lang, "Attempt")) " " (a) }
