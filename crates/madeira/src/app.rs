@@ -27,6 +27,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+/// Resolves on SIGINT or SIGTERM (shared with the sidecar daemon).
+pub use madeira_sidecar::daemon::shutdown_signal;
+
 pub struct ControlPlane {
     pub engine: EngineHandle,
     pub http_addr: Option<SocketAddr>,
@@ -365,5 +368,3 @@ fn build_alerts(
     let metrics = AlertMetrics::register(registry);
     Ok(madeira_alert::build(settings, store, metrics, Arc::new(SystemClock))?)
 }
-
-pub use madeira_sidecar::daemon::shutdown_signal;
