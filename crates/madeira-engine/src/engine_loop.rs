@@ -216,7 +216,14 @@ impl Engine {
         info!("engine stopped");
     }
 
+    /// Applies `batch`, commits it and acts on it, then publishes how many
+    /// in-process attempts run (once per batch: counting them is linear).
     async fn process(&mut self, batch: Vec<Envelope>) {
+        self.process_batch(batch).await;
+        self.publish_in_process();
+    }
+
+    async fn process_batch(&mut self, batch: Vec<Envelope>) {
         let placements_only =
             !batch.is_empty() && batch.iter().all(|e| matches!(e, Envelope::AttemptPlaced { .. }));
         let mut work = Work::default();
@@ -335,7 +342,6 @@ impl Engine {
             }
             Envelope::AttemptDone { run_id, node, attempt, result } => {
                 let ran = self.running.remove(&(run_id.clone(), node));
-                self.publish_in_process();
                 if let Some(name) = self.node_name(&run_id, node) {
                     self.p.handle.live_logs().finish(&(run_id.clone(), name, attempt));
                 }
@@ -576,7 +582,6 @@ impl Engine {
                     if let Some(running) = self.running.remove(&(run_id, node)) {
                         running.token.cancel();
                     }
-                    self.publish_in_process();
                 }
                 Action::RunFinished { state } => {
                     self.resumed.retain(|(run, _)| *run != run_id);
@@ -690,7 +695,6 @@ impl Engine {
         let in_process = self.p.executors.in_process(&job.executor);
         let running = drain::Running { token: token.clone(), in_process, attempt, hosts: Vec::new() };
         self.running.insert((run_id.to_string(), node), running);
-        self.publish_in_process();
         let executors = self.p.executors.clone();
         let tx = self.p.tx.clone();
         let run_id = run_id.to_string();

@@ -499,6 +499,11 @@ pub struct BenchArgs {
     /// With `--telemetry both`: off/on pairs per scenario (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub repeat: usize,
+    /// Unmeasured runs of the chain and fan-out flows before the measured one
+    /// (default: 2 for the chain, 1 for the fan-out, so the store's WAL has
+    /// wrapped as in a store in service; 0 measures a new store's first run).
+    #[arg(long)]
+    pub warmups: Option<usize>,
     /// Concurrent runs in the settlement scenario.
     #[arg(long, default_value_t = 500)]
     pub runs: usize,

@@ -1,10 +1,11 @@
 //! The group commit: one transaction writes every node row, run row, transition
-//! record, output, attempt and audit entry of a batch, with multi-row statements
-//! (on SQLite sent as one script: the fence, then one call for all the writes).
+//! record, output, attempt and audit entry of a batch, with multi-row statements.
+//! On SQLite (`Dialect::SCRIPTS`) the whole transaction is one script, one call
+//! to the connection's thread: `BEGIN IMMEDIATE`, the fence, the writes, `COMMIT`.
 
 use std::collections::BTreeMap;
 
-use super::{CHUNK, D, Script, Tx, last_per_key, upsert};
+use super::{CHUNK, Conn, D, Script, last_per_key, upsert};
 use crate::dialect::{Dialect, TransitionIds};
 use crate::{Batch, Result, RunWrite};
 
@@ -12,23 +13,68 @@ pub(super) async fn commit(pool: &super::Pool, ids: Option<&TransitionIds>, batc
     if batch.is_empty() {
         return Ok(());
     }
+    if D::SCRIPTS {
+        return commit_script(pool, ids, batch).await;
+    }
     let mut tx = pool.begin().await?;
     if let Some(owner) = &batch.owner {
         super::lease::fence(&mut tx, owner, &crate::lease::touched_runs(batch)).await?;
     }
     let mut script = Script::new();
-    let s = &mut script;
-    write_nodes(&mut tx, s, batch).await?;
-    write_runs(&mut tx, s, batch).await?;
-    write_transitions(&mut tx, s, ids, batch).await?;
-    write_outputs(&mut tx, s, batch).await?;
-    write_attempts(&mut tx, s, batch).await?;
-    write_audit(&mut tx, s, batch).await?;
+    write_all(&mut tx, &mut script, ids, batch).await?;
+    script.send(&mut tx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The commit as one script. A statement that fails leaves the transaction open:
+/// it is rolled back here (and the dialect replaces the connection after a failed
+/// write). A fence that failed is then told as `LeaseLost` by the fence query.
+async fn commit_script(pool: &super::Pool, ids: Option<&TransitionIds>, batch: &Batch) -> Result<()> {
+    let mut conn = pool.acquire().await?;
+    let mut script = Script::new();
+    script.statement().push("BEGIN IMMEDIATE");
+    let touched = batch.owner.as_ref().map(|owner| (owner, crate::lease::touched_runs(batch)));
+    if let Some((owner, runs)) = &touched {
+        super::lease::fence_statements(&mut script, owner, runs);
+    }
+    let written = async {
+        write_all(&mut conn, &mut script, ids, batch).await?;
+        script.statement().push("COMMIT");
+        script.send(&mut conn).await
+    }
+    .await;
+    let Err(e) = written else { return Ok(()) };
+    // Fails where SQLite ended the transaction itself (a full disk): the error
+    // is then told as it is (and the connection replaced).
+    let rolled_back = sqlx::query("ROLLBACK").execute(&mut *conn).await.is_ok();
+    drop(conn);
+    if rolled_back && let Some((owner, runs)) = &touched {
+        let mut tx = pool.begin().await?;
+        super::lease::fence(&mut tx, owner, runs).await?;
+    }
+    Err(e)
+}
+
+/// Adds every write of `batch` to `s` (sent as each ends where the dialect takes
+/// no scripts).
+async fn write_all<'a>(
+    c: &mut Conn,
+    s: &mut Script<'a>,
+    ids: Option<&TransitionIds>,
+    batch: &'a Batch,
+) -> Result<()> {
+    write_nodes(c, s, batch).await?;
+    write_runs(c, s, batch).await?;
+    write_transitions(c, s, ids, batch).await?;
+    write_outputs(c, s, batch).await?;
+    write_attempts(c, s, batch).await?;
+    write_audit(c, s, batch).await?;
     for key in &batch.permit_releases {
         let q = s.statement();
         q.push("DELETE FROM permits WHERE flow = ").push_bind(&key.flow);
         q.push(" AND node = ").push_bind(&key.node).push(" AND run_id = ").push_bind(&key.run_id);
-        s.end(&mut tx).await?;
+        s.end(c).await?;
     }
     for chunk in batch.alert_events.chunks(CHUNK) {
         let at = crate::unix_ms();
@@ -37,21 +83,18 @@ pub(super) async fn commit(pool: &super::Pool, ids: Option<&TransitionIds>, batc
         q.push_values(chunk, |mut row, body| {
             row.push_bind(body).push_bind(at);
         });
-        s.end(&mut tx).await?;
+        s.end(c).await?;
     }
     for a in &batch.answers {
         let q = s.statement();
         q.push("UPDATE run_commands SET answer = ").push_bind(&a.answer);
         q.push(", answered_at = ").push_bind(a.at).push(" WHERE id = ").push_bind(a.id);
-        s.end(&mut tx).await?;
+        s.end(c).await?;
     }
-    write_logs(&mut tx, s, batch).await?;
-    script.send(&mut tx).await?;
-    tx.commit().await?;
-    Ok(())
+    write_logs(c, s, batch).await
 }
 
-async fn write_nodes<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
+async fn write_nodes<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     for chunk in batch.nodes.chunks(CHUNK) {
         let q = s.statement();
         q.push(
@@ -80,12 +123,12 @@ async fn write_nodes<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) 
             "state, reason, attempt, series_start, data_version, outputs, \"reads\", stale, fallback, \
              next_attempt_at, started_at, finished_at",
         ));
-        s.end(tx).await?;
+        s.end(c).await?;
     }
     Ok(())
 }
 
-async fn write_runs<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
+async fn write_runs<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     // One statement for every run of the batch: the last write of a run wins, with
     // the latest start time any of its writes set (as one update after another).
     let mut last: BTreeMap<&str, RunWrite> = BTreeMap::new();
@@ -118,18 +161,18 @@ async fn write_runs<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -
                     .push_unseparated(&bigint);
             },
         );
-        s.end(tx).await?;
+        s.end(c).await?;
     }
     Ok(())
 }
 
 async fn write_transitions<'a>(
-    tx: &mut Tx<'_>,
+    c: &mut Conn,
     s: &mut Script<'a>,
     ids: Option<&TransitionIds>,
     batch: &'a Batch,
 ) -> Result<()> {
-    super::insert_transitions(tx, s, ids, &batch.transitions, |mut b, t| {
+    super::insert_transitions(c, s, ids, &batch.transitions, |mut b, t| {
         b.push_bind(&t.run_id)
             .push_bind(&t.node)
             .push_bind(t.edge.from_name())
@@ -143,7 +186,7 @@ async fn write_transitions<'a>(
     .await
 }
 
-async fn write_outputs<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
+async fn write_outputs<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     let rows = last_per_key(&batch.outputs, |o| (&o.run_id, &o.node, o.data_version, &o.key));
     for chunk in rows.chunks(CHUNK) {
         let q = s.statement();
@@ -156,12 +199,12 @@ async fn write_outputs<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch
                 .push_bind(o.value.to_string());
         });
         q.push(upsert("run_id, node, data_version, key", "value"));
-        s.end(tx).await?;
+        s.end(c).await?;
     }
     Ok(())
 }
 
-async fn write_attempts<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
+async fn write_attempts<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     // A start and its end in one batch: the later record is kept.
     let rows = last_per_key(&batch.attempts, |a| (&a.run_id, &a.node, a.attempt));
     for chunk in rows.chunks(CHUNK) {
@@ -180,7 +223,7 @@ async fn write_attempts<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batc
                 .push_bind(&a.host);
         });
         q.push(upsert("run_id, node, attempt", "finished_at, outcome, error"));
-        s.end(tx).await?;
+        s.end(c).await?;
     }
     for h in last_per_key(&batch.attempt_hosts, |h| (&h.run_id, &h.node, h.attempt)) {
         let q = s.statement();
@@ -189,12 +232,12 @@ async fn write_attempts<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batc
             .push(" WHERE run_id = ")
             .push_bind(&h.run_id);
         q.push(" AND node = ").push_bind(&h.node).push(" AND attempt = ").push_bind(i64::from(h.attempt));
-        s.end(tx).await?;
+        s.end(c).await?;
     }
     Ok(())
 }
 
-async fn write_logs<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
+async fn write_logs<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     let rows = last_per_key(&batch.logs, |l| (&l.run_id, &l.node, l.attempt));
     for chunk in rows.chunks(CHUNK) {
         let q = s.statement();
@@ -203,12 +246,12 @@ async fn write_logs<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -
             b.push_bind(&l.run_id).push_bind(&l.node).push_bind(i64::from(l.attempt)).push_bind(&l.content);
         });
         q.push(upsert("run_id, node, attempt", "content"));
-        s.end(tx).await?;
+        s.end(c).await?;
     }
     Ok(())
 }
 
-async fn write_audit<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
+async fn write_audit<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     for chunk in batch.audit.chunks(CHUNK) {
         let q = s.statement();
         q.push("INSERT INTO audit (at, actor, action, run_id, node, reason, details) ");
@@ -221,7 +264,7 @@ async fn write_audit<'a>(tx: &mut Tx<'_>, s: &mut Script<'a>, batch: &'a Batch) 
                 .push_bind(&a.reason)
                 .push_bind(a.details.as_ref().map(|d| d.to_string()));
         });
-        s.end(tx).await?;
+        s.end(c).await?;
     }
     Ok(())
 }

@@ -100,6 +100,20 @@ pub(super) async fn renew_leases(pool: &Pool, lease: &Lease) -> Result<u64> {
     Ok(done.rows_affected())
 }
 
+/// The fence as statements of a script (`commit_script`; SQLite, whose one writer
+/// needs no row locks): each fails on the key of `transition_seq`'s one row when
+/// a touched run is not held by `owner`, failing the script's transaction.
+pub(super) fn fence_statements<'a>(s: &mut super::Script<'a>, owner: &'a str, runs: &'a [String]) {
+    for chunk in runs.chunks(CHUNK) {
+        let q = s.statement();
+        q.push(
+            "INSERT INTO transition_seq (id, seq) SELECT 1, 0 WHERE EXISTS (SELECT 1 FROM runs WHERE id IN ",
+        );
+        push_list(q, chunk);
+        q.push(" AND (owner IS NULL OR owner <> ").push_bind(owner).push("))");
+    }
+}
+
 /// Locks the touched runs' rows (in id order) and checks `owner` holds them all.
 pub(super) async fn fence(tx: &mut Tx<'_>, owner: &str, runs: &[String]) -> Result<()> {
     let mut sorted: Vec<&String> = runs.iter().collect();

@@ -27,6 +27,8 @@ pub(super) type D = super::D;
 type Db = <D as Dialect>::DB;
 type Pool = sqlx::Pool<Db>;
 type Tx<'c> = sqlx::Transaction<'c, Db>;
+/// A connection, or a transaction's (`&mut tx` coerces to it).
+type Conn = <Db as sqlx::Database>::Connection;
 type Row = <Db as sqlx::Database>::Row;
 
 /// `s` with its placeholders in this database's form (`Dialect::sql`).
@@ -64,7 +66,7 @@ const TRANSITION_COLUMNS: &str = "run_id, node, from_state, to_state, cause, act
 /// read again); a counter behind it (a commit of this store failed after taking
 /// ids) only leaves a gap.
 async fn insert_transitions<'a, T>(
-    tx: &mut Tx<'_>,
+    c: &mut Conn,
     s: &mut Script<'a>,
     ids: Option<&TransitionIds>,
     rows: &'a [T],
@@ -75,7 +77,7 @@ async fn insert_transitions<'a, T>(
             s.statement()
                 .push(format!("INSERT INTO transitions ({TRANSITION_COLUMNS}) "))
                 .push_values(chunk, &mut push_row);
-            s.end(tx).await?;
+            s.end(c).await?;
         }
         return Ok(());
     };
@@ -84,7 +86,7 @@ async fn insert_transitions<'a, T>(
     }
     let prev = match ids.last() {
         Some(last) => last,
-        None => sqlx::query_scalar(&sql("SELECT seq FROM transition_seq")).fetch_one(&mut **tx).await?,
+        None => sqlx::query_scalar(&sql("SELECT seq FROM transition_seq")).fetch_one(&mut *c).await?,
     };
     let mut next = prev;
     for chunk in rows.chunks(CHUNK) {
@@ -95,14 +97,14 @@ async fn insert_transitions<'a, T>(
             b.push_bind(next);
             push_row(b, row);
         });
-        s.end(tx).await?;
+        s.end(c).await?;
     }
     let q = s.statement();
     q.push("UPDATE transition_seq SET seq = ").push_bind(next).push(" WHERE seq <= ").push_bind(prev);
-    s.end(tx).await?;
+    s.end(c).await?;
     // The counter was past `prev` (nothing updated): the key taken fails the transaction.
     s.statement().push("INSERT INTO transition_seq (id, seq) SELECT 1, 0 WHERE changes() = 0");
-    s.end(tx).await?;
+    s.end(c).await?;
     ids.set(next);
     Ok(())
 }
@@ -144,15 +146,15 @@ impl<'a> Script<'a> {
     }
 
     /// Ends the statement just pushed: sent now unless the dialect takes scripts.
-    async fn end(&mut self, tx: &mut Tx<'_>) -> crate::Result<()> {
-        if D::SCRIPTS { Ok(()) } else { self.send(tx).await }
+    async fn end(&mut self, c: &mut Conn) -> crate::Result<()> {
+        if D::SCRIPTS { Ok(()) } else { self.send(c).await }
     }
 
     /// Sends what is pending.
-    async fn send(&mut self, tx: &mut Tx<'_>) -> crate::Result<()> {
+    async fn send(&mut self, c: &mut Conn) -> crate::Result<()> {
         if self.statements > 0 {
             let keep = cacheable(self.q.sql());
-            self.q.build().persistent(keep).execute(&mut **tx).await?;
+            self.q.build().persistent(keep).execute(&mut *c).await?;
             self.q.reset();
             self.statements = 0;
         }

@@ -1,9 +1,9 @@
 //! `madeira bench`: the engine with durable commits, on a temporary SQLite store
 //! (WAL, synchronous=FULL) or the store given by `--store` (e.g. PostgreSQL), with
 //! `--replicas N` engines sharing it (each holding the runs it claims, as separate
-//! replicas would). Scenarios: idle RSS; a chain of 100 noop nodes; a fan-out of
-//! 1,000; N concurrent runs of the 8-node settlement DAG, triggered across the
-//! replicas in turn; `steady` (runs started at `--rate`); `throttle`; `cron`;
+//! replicas would). Scenarios: idle RSS; a chain of 100 noop nodes and a fan-out of
+//! 1,000 (each measured after warm-up runs of it); N concurrent runs of the
+//! 8-node settlement DAG, triggered across the replicas in turn; `steady` (runs started at `--rate`); `throttle`; `cron`;
 //! 10,000 failure events through alert aggregation (`alerts`, see `bench_alerts`).
 //! Reports wall time, per-node overhead, transitions/s, dispatch latency p50/p99
 //! and peak RSS; on the temporary SQLite store, the settlement scenario also the
@@ -68,8 +68,13 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
         }
         let result = match scenario.as_str() {
             "idle" => idle().await?,
-            "chain" => one_run(&engines, "bench-chain", &chain_flow(100), 100).await?,
-            "fanout" => one_run(&engines, "bench-fanout", &fanout_flow(1000), 1001).await?,
+            "chain" => {
+                one_run(&engines, "bench-chain", &chain_flow(100), 100, args.warmups.unwrap_or(CHAIN_WARMUPS))
+                    .await?
+            }
+            "fanout" => {
+                one_run(&engines, "bench-fanout", &fanout_flow(1000), 1001, args.warmups.unwrap_or(1)).await?
+            }
             "settlement" => {
                 let before = match &store_file {
                     Some(file) => Some(bench_storage::measure(file).await?),
@@ -125,6 +130,10 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
     drop(dir);
     Ok(ExitCode::SUCCESS)
 }
+
+/// Unmeasured chain runs before the measured one: two chains of 100 write more
+/// than SQLite's 1,000-page auto-checkpoint, so the WAL has wrapped.
+const CHAIN_WARMUPS: usize = 2;
 
 /// The replicas' engines.
 pub(super) struct Engines(pub(super) Vec<EngineHandle>);
@@ -234,8 +243,8 @@ async fn side_by_side(scenario: &str, off: &Engines, on: &Engines, repeat: usize
             tokio::time::sleep(Duration::from_millis(50)).await;
             let engine = engines[i];
             let r = match scenario {
-                "chain" => one_run(engine, "bench-chain", &chain_flow(100), 100).await?,
-                _ => one_run(engine, "bench-fanout", &fanout_flow(1000), 1001).await?,
+                "chain" => one_run(engine, "bench-chain", &chain_flow(100), 100, 0).await?,
+                _ => one_run(engine, "bench-fanout", &fanout_flow(1000), 1001, 0).await?,
             };
             walls[i].push(r["wall_ms"].as_f64().unwrap_or(0.0));
             last[i] = r;
@@ -336,8 +345,16 @@ pub(super) async fn wait_all(
     Ok(())
 }
 
-async fn one_run(engines: &Engines, flow: &str, yaml: &str, nodes: usize) -> Result<Value> {
+/// One run of `flow`, measured after `warmups` unmeasured runs of it: the
+/// store's WAL has then wrapped, so commits overwrite it in place, as in a store
+/// in service, instead of growing a new file.
+async fn one_run(engines: &Engines, flow: &str, yaml: &str, nodes: usize, warmups: usize) -> Result<Value> {
     engines.pick(0).apply_flow(flow, yaml).await?;
+    for _ in 0..warmups {
+        let mut events = engines.subscribe();
+        let run_id = trigger(engines.pick(0), flow).await?;
+        wait_all(&mut events, HashSet::from([run_id])).await?;
+    }
     reset_peak_rss();
     let before = engines.stats();
     let mut events = engines.subscribe();
@@ -345,7 +362,9 @@ async fn one_run(engines: &Engines, flow: &str, yaml: &str, nodes: usize) -> Res
     let run_id = trigger(engines.pick(0), flow).await?;
     wait_all(&mut events, HashSet::from([run_id])).await?;
     let wall = started.elapsed();
-    Ok(report(flow.trim_start_matches("bench-"), engines, before, wall, nodes, 1))
+    let mut result = report(flow.trim_start_matches("bench-"), engines, before, wall, nodes, 1);
+    result["warmup_runs"] = json!(warmups);
+    Ok(result)
 }
 
 async fn settlement(engines: &Engines, runs: usize) -> Result<Value> {
@@ -546,6 +565,9 @@ fn print_result(r: &Value) {
         r["dispatch_p99_us"],
         r["peak_rss_mb"].as_f64().unwrap_or(0.0),
     );
+    if let Some(n) = r["warmup_runs"].as_u64().filter(|n| *n > 0) {
+        println!("            (measured after {n} unmeasured warm-up run(s) of the same flow)");
+    }
 }
 
 /// A field of /proc/self/status in kB (0 where unavailable).
