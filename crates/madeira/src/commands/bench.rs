@@ -132,7 +132,9 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
 }
 
 /// Unmeasured chain runs before the measured one: two chains of 100 write more
-/// than SQLite's 1,000-page auto-checkpoint, so the WAL has wrapped.
+/// than SQLite's 1,000-page auto-checkpoint, so the measured chain's commits
+/// overwrite the restarted WAL in place, as in a store in service, instead of
+/// growing a new file.
 const CHAIN_WARMUPS: usize = 2;
 
 /// The replicas' engines.
@@ -345,9 +347,8 @@ pub(super) async fn wait_all(
     Ok(())
 }
 
-/// One run of `flow`, measured after `warmups` unmeasured runs of it: the
-/// store's WAL has then wrapped, so commits overwrite it in place, as in a store
-/// in service, instead of growing a new file.
+/// One run of `flow`, measured after `warmups` unmeasured runs of it (caches
+/// warm; after enough of them the WAL has restarted, see `CHAIN_WARMUPS`).
 async fn one_run(engines: &Engines, flow: &str, yaml: &str, nodes: usize, warmups: usize) -> Result<Value> {
     engines.pick(0).apply_flow(flow, yaml).await?;
     for _ in 0..warmups {
