@@ -31,7 +31,8 @@ pub(super) async fn commit(pool: &super::Pool, ids: Option<&TransitionIds>, batc
 /// it is rolled back here (and the dialect replaces the connection after a failed
 /// write). A fence that failed is then told as `LeaseLost` by the fence query.
 async fn commit_script(pool: &super::Pool, ids: Option<&TransitionIds>, batch: &Batch) -> Result<()> {
-    let mut conn = pool.acquire().await?;
+    let mut open = OpenScript(Some(pool.acquire().await?));
+    let conn = open.conn();
     let mut script = Script::new();
     script.statement().push("BEGIN IMMEDIATE");
     let touched = batch.owner.as_ref().map(|owner| (owner, crate::lease::touched_runs(batch)));
@@ -39,21 +40,50 @@ async fn commit_script(pool: &super::Pool, ids: Option<&TransitionIds>, batch: &
         super::lease::fence_statements(&mut script, owner, runs);
     }
     let written = async {
-        write_all(&mut conn, &mut script, ids, batch).await?;
+        write_all(conn, &mut script, ids, batch).await?;
         script.statement().push("COMMIT");
-        script.send(&mut conn).await
+        script.send(conn).await
     }
     .await;
-    let Err(e) = written else { return Ok(()) };
+    let Err(e) = written else {
+        open.ended();
+        return Ok(());
+    };
     // Fails where SQLite ended the transaction itself (a full disk): the error
     // is then told as it is (and the connection replaced).
-    let rolled_back = sqlx::query("ROLLBACK").execute(&mut *conn).await.is_ok();
-    drop(conn);
+    let rolled_back = sqlx::query("ROLLBACK").execute(&mut *open.conn()).await.is_ok();
+    open.ended();
     if rolled_back && let Some((owner, runs)) = &touched {
         let mut tx = pool.begin().await?;
         super::lease::fence(&mut tx, owner, runs).await?;
     }
     Err(e)
+}
+
+/// The writer connection while a script's transaction may be open. Dropped
+/// before `ended` (the commit abandoned by its caller, as a request whose client
+/// hung up), it leaves the pool and closes, which rolls back whatever the
+/// script had begun; the pool opens a fresh connection for the next write.
+struct OpenScript(Option<sqlx::pool::PoolConnection<super::Db>>);
+
+impl OpenScript {
+    fn conn(&mut self) -> &mut Conn {
+        self.0.as_mut().expect("the connection until `ended`")
+    }
+
+    /// The transaction is over (committed or rolled back): the connection goes
+    /// back to the pool.
+    fn ended(mut self) {
+        self.0.take();
+    }
+}
+
+impl Drop for OpenScript {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            drop(conn.detach());
+        }
+    }
 }
 
 /// Adds every write of `batch` to `s` (sent as each ends where the dialect takes

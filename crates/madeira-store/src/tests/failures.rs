@@ -2,7 +2,9 @@
 //! `max_page_count` lowered to the current size on the writer connection) and a
 //! row PostgreSQL refuses (NUL in text). Each time the failed batch leaves nothing
 //! behind, and the next commit is durable and visible to readers (the writer
-//! connection is not left inside a dead transaction).
+//! connection is not left inside a dead transaction). And on every backend: a
+//! commit abandoned midway (its caller gone, as a request whose client hung up)
+//! writes all or nothing, and the next commit succeeds.
 
 use madeira_core::{NodeState, RunState};
 
@@ -86,4 +88,51 @@ async fn mysql_a_refused_row_rolls_back_its_batch_and_the_next_commit_is_durable
         .expect("next commit");
     let seen = s.load_run("r1").await.expect("load").expect("r1");
     assert_eq!((seen.nodes[0].state, seen.nodes[1].state), (NodeState::Init, NodeState::Success));
+}
+
+/// A commit whose future is dropped while its statements run (`timeout` of a
+/// few microseconds to milliseconds) writes all of its batch or none of it, and
+/// leaves the writer able to commit the next batch.
+pub(crate) async fn a_commit_abandoned_midway_is_all_or_nothing_and_the_next_one_commits(s: &dyn Store) {
+    const ROWS: usize = 5_000;
+    s.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("create");
+    let stored = s.load_run("r1").await.expect("load").expect("r1");
+    let audit = |i: usize| AuditRecord {
+        at: i as i64,
+        actor: "abandoned".into(),
+        action: "test".into(),
+        run_id: None,
+        node: None,
+        reason: None,
+        details: None,
+    };
+    let big = Batch {
+        nodes: vec![node_success(&stored, 0)],
+        audit: (0..ROWS).map(audit).collect(),
+        ..Batch::default()
+    };
+    for micros in [0, 50, 200, 1_000, 5_000, 20_000] {
+        let _ = tokio::time::timeout(std::time::Duration::from_micros(micros), s.commit(&big)).await;
+        let small = Batch { nodes: vec![node_success(&stored, 1)], ..Batch::default() };
+        s.commit(&small)
+            .await
+            .unwrap_or_else(|e| panic!("the commit after one abandoned at {micros} µs: {e}"));
+    }
+    let kept = s
+        .audit(&AuditQuery {
+            run_id: None,
+            actor: Some("abandoned".into()),
+            since_ms: None,
+            limit: 1_000_000,
+        })
+        .await
+        .expect("audit");
+    let node0 = s.load_run("r1").await.expect("load").expect("r1").nodes[0].state;
+    assert_eq!(
+        kept.len() % ROWS,
+        0,
+        "an abandoned commit wrote part of its batch ({} audit rows)",
+        kept.len()
+    );
+    assert_eq!(node0 == NodeState::Success, !kept.is_empty(), "the node row and the audit rows of one batch");
 }

@@ -84,6 +84,7 @@ macro_rules! on_every_backend {
 
 mod bodies {
     pub(super) use super::console::*;
+    pub(super) use super::failures::a_commit_abandoned_midway_is_all_or_nothing_and_the_next_one_commits;
     pub(super) use super::lease::*;
     pub(super) use super::lifecycle::*;
     pub(super) use super::permits::*;
@@ -122,4 +123,5 @@ on_every_backend!(
     shard_results_are_kept_per_key_and_pruned_with_their_run,
     transitions_keep_their_order_across_statements_commits_and_runs,
     an_attempt_that_printed_nothing_answers_an_empty_log,
+    a_commit_abandoned_midway_is_all_or_nothing_and_the_next_one_commits,
 );
