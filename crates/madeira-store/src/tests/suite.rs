@@ -193,7 +193,7 @@ pub(crate) async fn outputs_attempts_logs_and_audit_round_trip(s: &dyn Store) {
         run_id: "r1".into(),
         node: "a".into(),
         attempt: 1,
-        started_at: 100,
+        started_at: i64::MAX - 1,
         finished_at: None,
         outcome: None,
         error: None,
@@ -203,7 +203,9 @@ pub(crate) async fn outputs_attempts_logs_and_audit_round_trip(s: &dyn Store) {
     let finished = AttemptRecord {
         finished_at: Some(150),
         outcome: Some("FAILED".into()),
-        error: Some("boom ü".into()),
+        // What JSON escapes, and what it must give back as it was (SQLite
+        // reads a commit's rows from one bound JSON array).
+        error: Some("boom ü \"quoted\" back\\slash\nnew line\ttab \u{1F389} \u{1} ''".into()),
         ..attempt
     };
     let batch = Batch {
