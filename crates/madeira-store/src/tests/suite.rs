@@ -203,8 +203,8 @@ pub(crate) async fn outputs_attempts_logs_and_audit_round_trip(s: &dyn Store) {
     let finished = AttemptRecord {
         finished_at: Some(150),
         outcome: Some("FAILED".into()),
-        // What JSON escapes, and what it must give back as it was (SQLite
-        // reads a commit's rows from one bound JSON array).
+        // Quotes, a backslash, control characters and a character outside the
+        // BMP: each backend must give the text back byte for byte.
         error: Some("boom ü \"quoted\" back\\slash\nnew line\ttab \u{1F389} \u{1} ''".into()),
         ..attempt
     };
