@@ -19,7 +19,7 @@ use std::time::Duration;
 use sqlx::query_builder::Separated;
 use sqlx::{Database, Pool, QueryBuilder, Transaction};
 
-use crate::Result;
+use crate::{Result, StoreError};
 
 /// Serialised decisions: the flow's runs and versions, or one throttle's permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +108,23 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// of one round trip per statement; the others prepare one statement per call.
     const SCRIPTS: bool = false;
 
+    /// Whether a large group commit may run as statements of one row each,
+    /// prepared once per commit and run for every row (`run_rows`), instead of
+    /// multi-row statements (SQLite compiles every row of a multi-row VALUES list
+    /// into bytecode: parsing was a third of a settlement burst's instructions).
+    const ROWS: bool = false;
+
+    /// Runs `statements` in one `BEGIN IMMEDIATE … COMMIT` transaction on `conn`:
+    /// each one-row statement is prepared once and run for each of its rows, in
+    /// order. A failure leaves the transaction open for the caller to roll back
+    /// (as a failed script does). Only called where `ROWS`.
+    async fn run_rows(
+        _conn: &mut <Self::DB as Database>::Connection,
+        _statements: &[RowStatement<'_>],
+    ) -> Result<()> {
+        Err(StoreError::Refused("this database runs no row-by-row statements".into()))
+    }
+
     /// How often a transaction failing with a transient error is tried again
     /// (PostgreSQL: lost connection, shutdown, serialization failure, deadlock).
     const RETRIES: u32 = 0;
@@ -128,6 +145,44 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     fn after_write<T>(&self, result: Result<T>) -> Result<T> {
         result
     }
+}
+
+/// A value bound into the shared SQL: what `Script` binds through sqlx, or hands
+/// to `Dialect::run_rows` row by row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Val<'a> {
+    Int(Option<i64>),
+    Text(Option<Cow<'a, str>>),
+    Bool(bool),
+}
+
+impl<'a> Val<'a> {
+    /// Borrowed text.
+    pub fn text(s: &'a str) -> Self {
+        Val::Text(Some(Cow::Borrowed(s)))
+    }
+
+    /// Borrowed text or NULL.
+    pub fn opt_text(s: Option<&'a str>) -> Self {
+        Val::Text(s.map(Cow::Borrowed))
+    }
+
+    /// Owned text.
+    pub fn owned(s: String) -> Self {
+        Val::Text(Some(Cow::Owned(s)))
+    }
+
+    pub fn int(i: impl Into<i64>) -> Self {
+        Val::Int(Some(i.into()))
+    }
+}
+
+/// One statement for `Dialect::run_rows`: its SQL for one row (the dialect's
+/// placeholders) and the values of each row it is run for.
+#[derive(Debug)]
+pub struct RowStatement<'a> {
+    pub sql: String,
+    pub rows: Vec<Vec<Val<'a>>>,
 }
 
 /// The last id a store numbering `transitions` itself gave (`Dialect::

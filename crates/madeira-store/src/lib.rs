@@ -118,7 +118,8 @@ fn db_unavailable(e: &sqlx::Error) -> bool {
             if let Some(my) = d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
                 return MYSQL_UNAVAILABLE.contains(&my.number()) || MYSQL_TRANSIENT.contains(&my.number());
             }
-            let sqlite = d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some();
+            let sqlite = d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some()
+                || d.try_downcast_ref::<sqlite::RowError>().is_some();
             d.code().is_some_and(|c| match sqlite {
                 true => matches!(c.parse::<u32>().map(|n| n & 0xff), Ok(5 | 6 | 8 | 10 | 13 | 14 | 26)),
                 false => ["08", "53", "57", "58"].iter().any(|class| c.starts_with(class)),

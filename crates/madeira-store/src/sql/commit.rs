@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{CHUNK, Conn, D, Script, last_per_key, upsert};
-use crate::dialect::{Dialect, TransitionIds};
+use super::{Conn, D, Script, bind, bind_separated, last_per_key, push_row, upsert};
+use crate::dialect::{Dialect, TransitionIds, Val};
 use crate::{Batch, Result, RunWrite};
 
 pub(super) async fn commit(pool: &super::Pool, ids: Option<&TransitionIds>, batch: &Batch) -> Result<()> {
@@ -27,21 +27,31 @@ pub(super) async fn commit(pool: &super::Pool, ids: Option<&TransitionIds>, batc
     Ok(())
 }
 
-/// The commit as one script. A statement that fails leaves the transaction open:
+/// Node rows and transitions from which a commit runs row by row where the
+/// dialect can (`Dialect::ROWS`): a smaller one is one script, whose text repeats
+/// from commit to commit (a chain's), so its compiled statements are cached.
+const ROW_BY_ROW_FROM: usize = 16;
+
+/// The commit as one script, or row by row (see `ROW_BY_ROW_FROM`). A statement that fails leaves the transaction open:
 /// it is rolled back here (and the dialect replaces the connection after a failed
 /// write). A fence that failed is then told as `LeaseLost` by the fence query.
 async fn commit_script(pool: &super::Pool, ids: Option<&TransitionIds>, batch: &Batch) -> Result<()> {
     let mut open = OpenScript(Some(pool.acquire().await?));
     let conn = open.conn();
-    let mut script = Script::new();
-    script.statement().push("BEGIN IMMEDIATE");
-    let touched = batch.owner.as_ref().map(|owner| (owner, crate::lease::touched_runs(batch)));
-    if let Some((owner, runs)) = &touched {
-        super::lease::fence_statements(&mut script, owner, runs);
+    let row_by_row = D::ROWS && batch.nodes.len() + batch.transitions.len() > ROW_BY_ROW_FROM;
+    let mut script = if row_by_row { Script::row_by_row() } else { Script::new() };
+    if !row_by_row {
+        script.statement().push("BEGIN IMMEDIATE");
     }
+    let touched = batch.owner.as_ref().map(|owner| (owner, crate::lease::touched_runs(batch)));
     let written = async {
+        if let Some((owner, runs)) = &touched {
+            super::lease::fence_statements(conn, &mut script, owner, runs).await?;
+        }
         write_all(conn, &mut script, ids, batch).await?;
-        script.statement().push("COMMIT");
+        if !row_by_row {
+            script.statement().push("COMMIT");
+        }
         script.send(conn).await
     }
     .await;
@@ -96,66 +106,114 @@ async fn write_all<'a>(
 ) -> Result<()> {
     write_nodes(c, s, batch).await?;
     write_runs(c, s, batch).await?;
-    write_transitions(c, s, ids, batch).await?;
-    write_outputs(c, s, batch).await?;
+    let transitions = batch.transitions.iter().map(|t| {
+        vec![
+            Val::text(&t.run_id),
+            Val::opt_text(t.node.as_deref()),
+            Val::text(t.edge.from_name()),
+            Val::text(t.edge.to_name()),
+            Val::text(t.edge.cause_name()),
+            Val::text(&t.actor),
+            Val::int(t.attempt),
+            Val::opt_text(t.reason.as_deref()),
+            Val::int(t.at),
+        ]
+    });
+    super::insert_transitions(c, s, ids, transitions.collect()).await?;
+    let outputs = last_per_key(&batch.outputs, |o| (&o.run_id, &o.node, o.data_version, &o.key));
+    let outputs = outputs.into_iter().map(|o| {
+        let value = Val::owned(o.value.to_string());
+        vec![Val::text(&o.run_id), Val::text(&o.node), Val::int(o.data_version), Val::text(&o.key), value]
+    });
+    s.rows(c, outputs.collect(), |q, chunk| {
+        q.push("INSERT INTO node_outputs (run_id, node, data_version, \"key\", value) ");
+        q.push_values(chunk, push_row).push(upsert("run_id, node, data_version, key", "value"));
+    })
+    .await?;
     write_attempts(c, s, batch).await?;
-    write_audit(c, s, batch).await?;
+    let audit = batch.audit.iter().map(|a| {
+        vec![
+            Val::int(a.at),
+            Val::text(&a.actor),
+            Val::text(&a.action),
+            Val::opt_text(a.run_id.as_deref()),
+            Val::opt_text(a.node.as_deref()),
+            Val::opt_text(a.reason.as_deref()),
+            Val::Text(a.details.as_ref().map(|d| d.to_string().into())),
+        ]
+    });
+    s.rows(c, audit.collect(), |q, chunk| {
+        q.push("INSERT INTO audit (at, actor, action, run_id, node, reason, details) ");
+        q.push_values(chunk, push_row);
+    })
+    .await?;
     for key in &batch.permit_releases {
-        let q = s.statement();
-        q.push("DELETE FROM permits WHERE flow = ").push_bind(&key.flow);
-        q.push(" AND node = ").push_bind(&key.node).push(" AND run_id = ").push_bind(&key.run_id);
-        s.end(c).await?;
+        let v = vec![Val::text(&key.flow), Val::text(&key.node), Val::text(&key.run_id)];
+        s.one(c, v, |q, v| {
+            bind(q.push("DELETE FROM permits WHERE flow = "), &v[0]);
+            bind(q.push(" AND node = "), &v[1]).push(" AND run_id = ");
+            bind(q, &v[2]);
+        })
+        .await?;
     }
-    for chunk in batch.alert_events.chunks(CHUNK) {
-        let at = crate::unix_ms();
-        let q = s.statement();
-        q.push("INSERT INTO alert_inbox (body, created_at) ");
-        q.push_values(chunk, |mut row, body| {
-            row.push_bind(body).push_bind(at);
-        });
-        s.end(c).await?;
-    }
+    let at = crate::unix_ms();
+    let events = batch.alert_events.iter().map(|body| vec![Val::text(body), Val::int(at)]);
+    s.rows(c, events.collect(), |q, chunk| {
+        q.push("INSERT INTO alert_inbox (body, created_at) ").push_values(chunk, push_row);
+    })
+    .await?;
     for a in &batch.answers {
-        let q = s.statement();
-        q.push("UPDATE run_commands SET answer = ").push_bind(&a.answer);
-        q.push(", answered_at = ").push_bind(a.at).push(" WHERE id = ").push_bind(a.id);
-        s.end(c).await?;
+        s.one(c, vec![Val::text(&a.answer), Val::int(a.at), Val::int(a.id)], |q, v| {
+            bind(q.push("UPDATE run_commands SET answer = "), &v[0]).push(", answered_at = ");
+            bind(q, &v[1]).push(" WHERE id = ");
+            bind(q, &v[2]);
+        })
+        .await?;
     }
-    write_logs(c, s, batch).await
+    let logs = last_per_key(&batch.logs, |l| (&l.run_id, &l.node, l.attempt));
+    let logs = logs
+        .into_iter()
+        .map(|l| vec![Val::text(&l.run_id), Val::text(&l.node), Val::int(l.attempt), Val::text(&l.content)]);
+    s.rows(c, logs.collect(), |q, chunk| {
+        q.push("INSERT INTO logs (run_id, node, attempt, content) ");
+        q.push_values(chunk, push_row).push(upsert("run_id, node, attempt", "content"));
+    })
+    .await
 }
 
 async fn write_nodes<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
-    for chunk in batch.nodes.chunks(CHUNK) {
-        let q = s.statement();
+    let rows = batch.nodes.iter().map(|n| {
+        vec![
+            Val::text(&n.run_id),
+            Val::int(n.idx),
+            Val::text(&n.node),
+            Val::text(n.state.as_str()),
+            Val::opt_text(n.reason.as_deref()),
+            Val::int(n.attempt),
+            Val::int(n.series_start),
+            Val::int(n.data_version),
+            Val::owned(serde_json::Value::Object(n.outputs.clone()).to_string()),
+            Val::owned(crate::reads_json(&n.reads)),
+            Val::Bool(n.stale),
+            Val::Bool(n.fallback),
+            Val::Int(n.next_attempt_at),
+            Val::Int(n.started_at),
+            Val::Int(n.finished_at),
+        ]
+    });
+    s.rows(c, rows.collect(), |q, chunk| {
         q.push(
             "INSERT INTO nodes (run_id, idx, node, state, reason, attempt, series_start, \
              data_version, outputs, \"reads\", stale, fallback, next_attempt_at, started_at, finished_at) ",
         );
-        q.push_values(chunk, |mut b, n| {
-            b.push_bind(&n.run_id)
-                .push_bind(i64::from(n.idx))
-                .push_bind(&n.node)
-                .push_bind(n.state.as_str())
-                .push_bind(&n.reason)
-                .push_bind(i64::from(n.attempt))
-                .push_bind(i64::from(n.series_start))
-                .push_bind(i64::from(n.data_version))
-                .push_bind(serde_json::Value::Object(n.outputs.clone()).to_string())
-                .push_bind(crate::reads_json(&n.reads))
-                .push_bind(n.stale)
-                .push_bind(n.fallback)
-                .push_bind(n.next_attempt_at)
-                .push_bind(n.started_at)
-                .push_bind(n.finished_at);
-        });
+        q.push_values(chunk, push_row);
         q.push(upsert(
             "run_id, idx",
             "state, reason, attempt, series_start, data_version, outputs, \"reads\", stale, fallback, \
              next_attempt_at, started_at, finished_at",
         ));
-        s.end(c).await?;
-    }
-    Ok(())
+    })
+    .await
 }
 
 async fn write_runs<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
@@ -166,10 +224,11 @@ async fn write_runs<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> R
         let started_at = r.started_at.or_else(|| last.get(r.run_id.as_str()).and_then(|w| w.started_at));
         last.insert(r.run_id.as_str(), RunWrite { started_at, ..r.clone() });
     }
-    let rows: Vec<RunWrite> = last.into_values().collect();
+    let rows = last.into_iter().map(|(id, r)| {
+        vec![Val::text(id), Val::text(r.state.as_str()), Val::Int(r.started_at), Val::Int(r.finished_at)]
+    });
     let bigint = format!(" AS {})", D::BIGINT);
-    for chunk in rows.chunks(CHUNK) {
-        let q = s.statement();
+    s.rows(c, rows.collect(), |q, chunk| {
         D::update_from(
             q,
             "runs",
@@ -181,120 +240,49 @@ async fn write_runs<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> R
             ],
             chunk,
             |mut b, r| {
-                b.push_bind(r.run_id.clone())
-                    .push_bind(r.state.as_str())
-                    .push("CAST(")
-                    .push_bind_unseparated(r.started_at)
-                    .push_unseparated(&bigint)
-                    .push("CAST(")
-                    .push_bind_unseparated(r.finished_at)
-                    .push_unseparated(&bigint);
+                bind_separated(&mut b, &r[0]);
+                bind_separated(&mut b, &r[1]);
+                for v in &r[2..] {
+                    let Val::Int(at) = v else { continue };
+                    b.push("CAST(").push_bind_unseparated(*at).push_unseparated(&bigint);
+                }
             },
         );
-        s.end(c).await?;
-    }
-    Ok(())
-}
-
-async fn write_transitions<'a>(
-    c: &mut Conn,
-    s: &mut Script<'a>,
-    ids: Option<&TransitionIds>,
-    batch: &'a Batch,
-) -> Result<()> {
-    super::insert_transitions(c, s, ids, &batch.transitions, |mut b, t| {
-        b.push_bind(&t.run_id)
-            .push_bind(&t.node)
-            .push_bind(t.edge.from_name())
-            .push_bind(t.edge.to_name())
-            .push_bind(t.edge.cause_name())
-            .push_bind(&t.actor)
-            .push_bind(i64::from(t.attempt))
-            .push_bind(&t.reason)
-            .push_bind(t.at);
     })
     .await
-}
-
-async fn write_outputs<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
-    let rows = last_per_key(&batch.outputs, |o| (&o.run_id, &o.node, o.data_version, &o.key));
-    for chunk in rows.chunks(CHUNK) {
-        let q = s.statement();
-        q.push("INSERT INTO node_outputs (run_id, node, data_version, \"key\", value) ");
-        q.push_values(chunk, |mut b, o| {
-            b.push_bind(&o.run_id)
-                .push_bind(&o.node)
-                .push_bind(i64::from(o.data_version))
-                .push_bind(&o.key)
-                .push_bind(o.value.to_string());
-        });
-        q.push(upsert("run_id, node, data_version, key", "value"));
-        s.end(c).await?;
-    }
-    Ok(())
 }
 
 async fn write_attempts<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     // A start and its end in one batch: the later record is kept.
     let rows = last_per_key(&batch.attempts, |a| (&a.run_id, &a.node, a.attempt));
-    for chunk in rows.chunks(CHUNK) {
-        let q = s.statement();
+    let rows = rows.into_iter().map(|a| {
+        vec![
+            Val::text(&a.run_id),
+            Val::text(&a.node),
+            Val::int(a.attempt),
+            Val::int(a.started_at),
+            Val::Int(a.finished_at),
+            Val::opt_text(a.outcome.as_deref()),
+            Val::opt_text(a.error.as_deref()),
+            Val::opt_text(a.host.as_deref()),
+        ]
+    });
+    s.rows(c, rows.collect(), |q, chunk| {
         q.push(
             "INSERT INTO attempts (run_id, node, attempt, started_at, finished_at, outcome, error, host) ",
         );
-        q.push_values(chunk, |mut b, a| {
-            b.push_bind(&a.run_id)
-                .push_bind(&a.node)
-                .push_bind(i64::from(a.attempt))
-                .push_bind(a.started_at)
-                .push_bind(a.finished_at)
-                .push_bind(&a.outcome)
-                .push_bind(&a.error)
-                .push_bind(&a.host);
-        });
-        q.push(upsert("run_id, node, attempt", "finished_at, outcome, error"));
-        s.end(c).await?;
-    }
+        q.push_values(chunk, push_row).push(upsert("run_id, node, attempt", "finished_at, outcome, error"));
+    })
+    .await?;
     for h in last_per_key(&batch.attempt_hosts, |h| (&h.run_id, &h.node, h.attempt)) {
-        let q = s.statement();
-        q.push("UPDATE attempts SET host = ")
-            .push_bind(&h.host)
-            .push(" WHERE run_id = ")
-            .push_bind(&h.run_id);
-        q.push(" AND node = ").push_bind(&h.node).push(" AND attempt = ").push_bind(i64::from(h.attempt));
-        s.end(c).await?;
-    }
-    Ok(())
-}
-
-async fn write_logs<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
-    let rows = last_per_key(&batch.logs, |l| (&l.run_id, &l.node, l.attempt));
-    for chunk in rows.chunks(CHUNK) {
-        let q = s.statement();
-        q.push("INSERT INTO logs (run_id, node, attempt, content) ");
-        q.push_values(chunk, |mut b, l| {
-            b.push_bind(&l.run_id).push_bind(&l.node).push_bind(i64::from(l.attempt)).push_bind(&l.content);
-        });
-        q.push(upsert("run_id, node, attempt", "content"));
-        s.end(c).await?;
-    }
-    Ok(())
-}
-
-async fn write_audit<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
-    for chunk in batch.audit.chunks(CHUNK) {
-        let q = s.statement();
-        q.push("INSERT INTO audit (at, actor, action, run_id, node, reason, details) ");
-        q.push_values(chunk, |mut b, a| {
-            b.push_bind(a.at)
-                .push_bind(&a.actor)
-                .push_bind(&a.action)
-                .push_bind(&a.run_id)
-                .push_bind(&a.node)
-                .push_bind(&a.reason)
-                .push_bind(a.details.as_ref().map(|d| d.to_string()));
-        });
-        s.end(c).await?;
+        let v = vec![Val::text(&h.host), Val::text(&h.run_id), Val::text(&h.node), Val::int(h.attempt)];
+        s.one(c, v, |q, v| {
+            bind(q.push("UPDATE attempts SET host = "), &v[0]).push(" WHERE run_id = ");
+            bind(q, &v[1]).push(" AND node = ");
+            bind(q, &v[2]).push(" AND attempt = ");
+            bind(q, &v[3]);
+        })
+        .await?;
     }
     Ok(())
 }

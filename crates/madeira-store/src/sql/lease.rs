@@ -7,7 +7,7 @@ use sqlx::QueryBuilder;
 
 use super::{CHUNK, D, Db, Pool, Tx, push_list, sql};
 use crate::admission::ACTIVE;
-use crate::dialect::Dialect;
+use crate::dialect::{Dialect, Val};
 use crate::lease::{UNCLAIMED_GRACE_MS, check_fence, claimable};
 use crate::{Claim, Lease, Result};
 
@@ -103,15 +103,30 @@ pub(super) async fn renew_leases(pool: &Pool, lease: &Lease) -> Result<u64> {
 /// The fence as statements of a script (`commit_script`; SQLite, whose one writer
 /// needs no row locks): each fails on the key of `transition_seq`'s one row when
 /// a touched run is not held by `owner`, failing the script's transaction.
-pub(super) fn fence_statements<'a>(s: &mut super::Script<'a>, owner: &'a str, runs: &'a [String]) {
+pub(super) async fn fence_statements<'a>(
+    c: &mut super::Conn,
+    s: &mut super::Script<'a>,
+    owner: &'a str,
+    runs: &'a [String],
+) -> Result<()> {
     for chunk in runs.chunks(CHUNK) {
-        let q = s.statement();
-        q.push(
-            "INSERT INTO transition_seq (id, seq) SELECT 1, 0 WHERE EXISTS (SELECT 1 FROM runs WHERE id IN ",
-        );
-        push_list(q, chunk);
-        q.push(" AND (owner IS NULL OR owner <> ").push_bind(owner).push("))");
+        let mut values: Vec<Val<'a>> = chunk.iter().map(|id| Val::text(id)).collect();
+        values.push(Val::text(owner));
+        s.one(c, values, |q, v| {
+            q.push(
+                "INSERT INTO transition_seq (id, seq) SELECT 1, 0 WHERE EXISTS (SELECT 1 FROM runs WHERE id IN (",
+            );
+            let (owner, ids) = v.split_last().expect("the owner is last");
+            let mut list = q.separated(", ");
+            for id in ids {
+                super::bind_separated(&mut list, id);
+            }
+            q.push(") AND (owner IS NULL OR owner <> ");
+            super::bind(q, owner).push("))");
+        })
+        .await?;
     }
+    Ok(())
 }
 
 /// Locks the touched runs' rows (in id order) and checks `owner` holds them all.

@@ -21,7 +21,7 @@ mod store;
 use sqlx::QueryBuilder;
 use sqlx::query_builder::Separated;
 
-use crate::dialect::{Dialect, TransitionIds};
+use crate::dialect::{Dialect, RowStatement, TransitionIds, Val};
 
 pub(super) type D = super::D;
 type Db = <D as Dialect>::DB;
@@ -57,29 +57,27 @@ fn last_per_key<'a, T, K: Ord>(rows: &'a [T], key: impl Fn(&'a T) -> K) -> Vec<&
 /// The columns of a `transitions` row, in the order `insert_transitions` binds them.
 const TRANSITION_COLUMNS: &str = "run_id, node, from_state, to_state, cause, actor, attempt, reason, at";
 
-/// Adds to `s` the statements inserting `rows` into `transitions`, `push_row`
-/// binding each row's `TRANSITION_COLUMNS` in order. Where the store numbers the
-/// rows (`ids`, see `Dialect::transition_ids`), they take the ids after the last
-/// one given, in the order of `rows`, and `transition_seq` moves past them in the
-/// same transaction. It fails if the counter is already past the last id this
-/// store knows (another process numbered transitions meanwhile; the ids are then
-/// read again); a counter behind it (a commit of this store failed after taking
-/// ids) only leaves a gap.
-async fn insert_transitions<'a, T>(
+/// Adds to `s` the statements inserting `rows` (each the values of
+/// `TRANSITION_COLUMNS`, in order) into `transitions`. Where the store numbers
+/// the rows (`ids`, see `Dialect::transition_ids`), they take the ids after the
+/// last one given, in the order of `rows`, and `transition_seq` moves past them
+/// in the same transaction. It fails if the counter is already past the last id
+/// this store knows (another process numbered transitions meanwhile; the ids are
+/// then read again); a counter behind it (a commit of this store failed after
+/// taking ids) only leaves a gap.
+async fn insert_transitions<'a>(
     c: &mut Conn,
     s: &mut Script<'a>,
     ids: Option<&TransitionIds>,
-    rows: &'a [T],
-    mut push_row: impl FnMut(Separated<'_, 'a, Db, &'static str>, &'a T),
+    mut rows: Vec<Vec<Val<'a>>>,
 ) -> crate::Result<()> {
     let Some(ids) = ids else {
-        for chunk in rows.chunks(CHUNK) {
-            s.statement()
-                .push(format!("INSERT INTO transitions ({TRANSITION_COLUMNS}) "))
-                .push_values(chunk, &mut push_row);
-            s.end(c).await?;
-        }
-        return Ok(());
+        return s
+            .rows(c, rows, |q, chunk| {
+                q.push(format!("INSERT INTO transitions ({TRANSITION_COLUMNS}) "));
+                q.push_values(chunk, push_row);
+            })
+            .await;
     };
     if rows.is_empty() {
         return Ok(());
@@ -89,24 +87,52 @@ async fn insert_transitions<'a, T>(
         None => sqlx::query_scalar(&sql("SELECT seq FROM transition_seq")).fetch_one(&mut *c).await?,
     };
     let mut next = prev;
-    for chunk in rows.chunks(CHUNK) {
-        let q = s.statement();
-        q.push(format!("INSERT INTO transitions (id, {TRANSITION_COLUMNS}) "));
-        q.push_values(chunk, |mut b, row| {
-            next += 1;
-            b.push_bind(next);
-            push_row(b, row);
-        });
-        s.end(c).await?;
+    for row in &mut rows {
+        next += 1;
+        row.insert(0, Val::int(next));
     }
-    let q = s.statement();
-    q.push("UPDATE transition_seq SET seq = ").push_bind(next).push(" WHERE seq <= ").push_bind(prev);
-    s.end(c).await?;
+    s.rows(c, rows, |q, chunk| {
+        q.push(format!("INSERT INTO transitions (id, {TRANSITION_COLUMNS}) "));
+        q.push_values(chunk, push_row);
+    })
+    .await?;
+    s.one(c, vec![Val::int(next), Val::int(prev)], |q, v| {
+        bind(q.push("UPDATE transition_seq SET seq = "), &v[0]).push(" WHERE seq <= ");
+        bind(q, &v[1]);
+    })
+    .await?;
     // The counter was past `prev` (nothing updated): the key taken fails the transaction.
-    s.statement().push("INSERT INTO transition_seq (id, seq) SELECT 1, 0 WHERE changes() = 0");
-    s.end(c).await?;
+    s.one(c, vec![], |q, _| {
+        q.push("INSERT INTO transition_seq (id, seq) SELECT 1, 0 WHERE changes() = 0");
+    })
+    .await?;
     ids.set(next);
     Ok(())
+}
+
+/// Binds one row's values (for `QueryBuilder::push_values`).
+fn push_row<'a>(mut b: Separated<'_, 'a, Db, &'static str>, row: &Vec<Val<'a>>) {
+    for v in row {
+        bind_separated(&mut b, v);
+    }
+}
+
+/// Binds `v` as its type.
+fn bind<'q, 'a>(q: &'q mut QueryBuilder<'a, Db>, v: &Val<'a>) -> &'q mut QueryBuilder<'a, Db> {
+    match v.clone() {
+        Val::Int(i) => q.push_bind(i),
+        Val::Text(t) => q.push_bind(t),
+        Val::Bool(b) => q.push_bind(b),
+    }
+}
+
+/// Binds `v` as its type, after the separator.
+fn bind_separated<'a>(b: &mut Separated<'_, 'a, Db, &'static str>, v: &Val<'a>) {
+    match v.clone() {
+        Val::Int(i) => b.push_bind(i),
+        Val::Text(t) => b.push_bind(t),
+        Val::Bool(x) => b.push_bind(x),
+    };
 }
 
 /// Appends `(v1, v2, …)`, one bound value each, to `q` (a closing parenthesis included).
@@ -124,16 +150,25 @@ where
 
 /// The statements of one transaction, sent as one script where the dialect takes
 /// scripts (`Dialect::SCRIPTS`: SQLite, one hop to its worker thread for all of
-/// them), else each as it ends. Statements are built with `push_bind` only (no
-/// `$n`), so their binds stay in order across the script.
+/// them), else each as it ends; or, for a script made by `row_by_row`, kept as
+/// one-row statements for `Dialect::run_rows`. Statements are built with
+/// `push_bind` only (no `$n`), so their binds stay in order across the script.
 struct Script<'a> {
     q: QueryBuilder<'a, Db>,
     statements: usize,
+    /// Made by `row_by_row`: each statement's SQL for one row, and its rows.
+    rows: Option<Vec<RowStatement<'a>>>,
 }
 
 impl<'a> Script<'a> {
     fn new() -> Self {
-        Self { q: QueryBuilder::new(""), statements: 0 }
+        Self { q: QueryBuilder::new(""), statements: 0, rows: None }
+    }
+
+    /// A script whose statements `send` runs row by row (`Dialect::run_rows`),
+    /// in a transaction of its own.
+    fn row_by_row() -> Self {
+        Self { rows: Some(Vec::new()), ..Self::new() }
     }
 
     /// Starts the next statement: the builder to push it into.
@@ -145,13 +180,57 @@ impl<'a> Script<'a> {
         &mut self.q
     }
 
+    /// Adds the statements writing `rows`: `build` writes one for a chunk of at
+    /// most `CHUNK` of them (row by row: the statement for one, run for each).
+    async fn rows(
+        &mut self,
+        c: &mut Conn,
+        rows: Vec<Vec<Val<'a>>>,
+        build: impl Fn(&mut QueryBuilder<'a, Db>, &[Vec<Val<'a>>]),
+    ) -> crate::Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        if let Some(list) = &mut self.rows {
+            let mut q = QueryBuilder::new("");
+            build(&mut q, &rows[..1]);
+            list.push(RowStatement { sql: q.sql().to_string(), rows });
+            return Ok(());
+        }
+        for chunk in rows.chunks(CHUNK) {
+            build(self.statement(), chunk);
+            self.end(c).await?;
+        }
+        Ok(())
+    }
+
+    /// Adds one statement, `build` binding `values` (the last of its values, say).
+    async fn one(
+        &mut self,
+        c: &mut Conn,
+        values: Vec<Val<'a>>,
+        build: impl Fn(&mut QueryBuilder<'a, Db>, &[Val<'a>]),
+    ) -> crate::Result<()> {
+        if let Some(list) = &mut self.rows {
+            let mut q = QueryBuilder::new("");
+            build(&mut q, &values);
+            list.push(RowStatement { sql: q.sql().to_string(), rows: vec![values] });
+            return Ok(());
+        }
+        build(self.statement(), &values);
+        self.end(c).await
+    }
+
     /// Ends the statement just pushed: sent now unless the dialect takes scripts.
     async fn end(&mut self, c: &mut Conn) -> crate::Result<()> {
         if D::SCRIPTS { Ok(()) } else { self.send(c).await }
     }
 
-    /// Sends what is pending.
+    /// Sends what is pending (a row-by-row script: runs it, in its transaction).
     async fn send(&mut self, c: &mut Conn) -> crate::Result<()> {
+        if let Some(list) = self.rows.take() {
+            return D::run_rows(c, &list).await;
+        }
         if self.statements > 0 {
             let keep = cacheable(self.q.sql());
             self.q.build().persistent(keep).execute(&mut *c).await?;

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use super::{CHUNK, D, Db, Pool, Script, Tx, push_list, sql, upsert};
 use crate::admission::{ACTIVE, ClaimCache, WAITING, refused, to_write};
-use crate::dialect::{Dialect, LockSpace, TransitionIds};
+use crate::dialect::{Dialect, LockSpace, TransitionIds, Val};
 use crate::{CreateOutcome, Edge, LogRecord, NewRun, Result, StoreError};
 
 /// Serialises the decisions taken about one flow's runs and versions until the
@@ -116,19 +116,21 @@ impl<'a> Admitted<'a> {
             });
             s.end(tx).await?;
         }
-        super::insert_transitions(tx, &mut s, self.ids, &self.runs, |mut b, (run, created, _)| {
+        let transitions = self.runs.iter().map(|(run, created, _)| {
             let edge = Edge::Run(*created);
-            b.push_bind(&run.id)
-                .push("NULL")
-                .push_bind(edge.from_name())
-                .push_bind(edge.to_name())
-                .push_bind(edge.cause_name())
-                .push_bind(&run.actor)
-                .push("0")
-                .push("NULL")
-                .push_bind(run.now_ms);
-        })
-        .await?;
+            vec![
+                Val::text(&run.id),
+                Val::Text(None),
+                Val::text(edge.from_name()),
+                Val::text(edge.to_name()),
+                Val::text(edge.cause_name()),
+                Val::text(&run.actor),
+                Val::int(0),
+                Val::Text(None),
+                Val::int(run.now_ms),
+            ]
+        });
+        super::insert_transitions(tx, &mut s, self.ids, transitions.collect()).await?;
         s.send(tx).await?;
         self.runs.clear();
         Ok(())

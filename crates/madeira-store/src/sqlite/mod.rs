@@ -2,9 +2,11 @@
 //! commits; a single-connection pool serialises writes (so it needs no locks),
 //! a small pool serves reads. Every write goes through `WriteGuard` (`guard.rs`):
 //! the file is checked first, and a failed write replaces the writer connection.
-//! The SQL is `sql/`, compiled here for this dialect.
+//! A large group commit runs row by row (`rows.rs`). The SQL is `sql/`, compiled
+//! here for this dialect.
 
 mod guard;
+mod rows;
 pub mod space;
 // The SQL written once, compiled for this dialect (and again for the others).
 #[allow(clippy::duplicate_mod)]
@@ -19,8 +21,9 @@ use std::time::Duration;
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
-use crate::dialect::{Dialect, SqlStore, TransitionIds};
+use crate::dialect::{Dialect, RowStatement, SqlStore, TransitionIds};
 use crate::{Result, StoreError};
+pub use rows::RowError;
 
 /// SQLite's dialect; holds the writer's guard and the transition ids it gives.
 pub struct SqliteDialect {
@@ -34,6 +37,11 @@ impl Dialect for SqliteDialect {
     const CHUNK: usize = 500;
     const BYTEWISE: &'static str = "BINARY";
     const SCRIPTS: bool = true;
+    const ROWS: bool = true;
+
+    async fn run_rows(conn: &mut sqlx::SqliteConnection, statements: &[RowStatement<'_>]) -> Result<()> {
+        rows::run(conn, statements).await
+    }
 
     async fn insert_id(pool: &sqlx::SqlitePool, mut q: sqlx::QueryBuilder<'_, Sqlite>) -> Result<i64> {
         q.push(" RETURNING id");

@@ -9,6 +9,7 @@ mod failures;
 mod lease;
 mod lifecycle;
 mod permits;
+mod rows;
 mod shards;
 mod storage;
 mod suite;
@@ -88,6 +89,7 @@ mod bodies {
     pub(super) use super::lease::*;
     pub(super) use super::lifecycle::*;
     pub(super) use super::permits::*;
+    pub(super) use super::rows::a_large_fenced_batch_writes_nothing;
     pub(super) use super::shards::*;
     pub(super) use super::storage::*;
     pub(super) use super::suite::*;
@@ -124,4 +126,5 @@ on_every_backend!(
     transitions_keep_their_order_across_statements_commits_and_runs,
     an_attempt_that_printed_nothing_answers_an_empty_log,
     a_commit_abandoned_midway_is_all_or_nothing_and_the_next_one_commits,
+    a_large_fenced_batch_writes_nothing,
 );
