@@ -108,19 +108,21 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// of one round trip per statement; the others prepare one statement per call.
     const SCRIPTS: bool = false;
 
-    /// Whether a large group commit may run as statements of one row each,
+    /// Whether large writes (a group commit, a batch of new runs) may run as statements of one row each,
     /// prepared once per commit and run for every row (`run_rows`), instead of
     /// multi-row statements (SQLite compiles every row of a multi-row VALUES list
     /// into bytecode: parsing was a third of a settlement burst's instructions).
     const ROWS: bool = false;
 
-    /// Runs `statements` in one `BEGIN IMMEDIATE … COMMIT` transaction on `conn`:
-    /// each one-row statement is prepared once and run for each of its rows, in
-    /// order. A failure leaves the transaction open for the caller to roll back
-    /// (as a failed script does). Only called where `ROWS`.
+    /// Runs `statements` on `conn`, in a `BEGIN IMMEDIATE … COMMIT` of their own
+    /// where `own_transaction` (else inside the caller's): each one-row statement
+    /// is prepared once and run for each of its rows, in order. A failure leaves
+    /// the transaction open for the caller to roll back (as a failed script
+    /// does). Only called where `ROWS`.
     async fn run_rows(
         _conn: &mut <Self::DB as Database>::Connection,
         _statements: &[RowStatement<'_>],
+        _own_transaction: bool,
     ) -> Result<()> {
         Err(StoreError::Refused("this database runs no row-by-row statements".into()))
     }

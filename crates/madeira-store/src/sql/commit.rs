@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Conn, D, Script, bind, bind_separated, last_per_key, push_row, upsert};
+use super::{Conn, D, ROW_BY_ROW_FROM, Script, bind, bind_separated, last_per_key, push_row, upsert};
 use crate::dialect::{Dialect, TransitionIds, Val};
 use crate::{Batch, Result, RunWrite};
 
@@ -27,19 +27,15 @@ pub(super) async fn commit(pool: &super::Pool, ids: Option<&TransitionIds>, batc
     Ok(())
 }
 
-/// Node rows and transitions from which a commit runs row by row where the
-/// dialect can (`Dialect::ROWS`): a smaller one is one script, whose text repeats
-/// from commit to commit (a chain's), so its compiled statements are cached.
-const ROW_BY_ROW_FROM: usize = 16;
-
-/// The commit as one script, or row by row (see `ROW_BY_ROW_FROM`). A statement that fails leaves the transaction open:
+/// The commit as one script, or row by row from `ROW_BY_ROW_FROM` node rows and
+/// transitions. A statement that fails leaves the transaction open:
 /// it is rolled back here (and the dialect replaces the connection after a failed
 /// write). A fence that failed is then told as `LeaseLost` by the fence query.
 async fn commit_script(pool: &super::Pool, ids: Option<&TransitionIds>, batch: &Batch) -> Result<()> {
     let mut open = OpenScript(Some(pool.acquire().await?));
     let conn = open.conn();
     let row_by_row = D::ROWS && batch.nodes.len() + batch.transitions.len() > ROW_BY_ROW_FROM;
-    let mut script = if row_by_row { Script::row_by_row() } else { Script::new() };
+    let mut script = if row_by_row { Script::row_by_row(true) } else { Script::new() };
     if !row_by_row {
         script.statement().push("BEGIN IMMEDIATE");
     }

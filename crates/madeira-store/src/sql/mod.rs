@@ -39,6 +39,11 @@ fn sql(s: &str) -> std::borrow::Cow<'_, str> {
 /// Rows per multi-row statement.
 const CHUNK: usize = D::CHUNK;
 
+/// Rows from which a write runs row by row where the dialect can (`Dialect::
+/// ROWS`): a smaller one is one script, whose text repeats from write to write
+/// (a chain's commits), so its compiled statements are cached.
+const ROW_BY_ROW_FROM: usize = 16;
+
 /// ` ON CONFLICT (keys) DO UPDATE …` replacing `columns` (comma-separated).
 fn upsert(keys: &str, columns: &str) -> String {
     D::upsert(keys, &columns.split(", ").collect::<Vec<_>>())
@@ -158,17 +163,19 @@ struct Script<'a> {
     statements: usize,
     /// Made by `row_by_row`: each statement's SQL for one row, and its rows.
     rows: Option<Vec<RowStatement<'a>>>,
+    /// Made by `row_by_row(true)`: `send` wraps the statements in a transaction.
+    own_transaction: bool,
 }
 
 impl<'a> Script<'a> {
     fn new() -> Self {
-        Self { q: QueryBuilder::new(""), statements: 0, rows: None }
+        Self { q: QueryBuilder::new(""), statements: 0, rows: None, own_transaction: false }
     }
 
-    /// A script whose statements `send` runs row by row (`Dialect::run_rows`),
-    /// in a transaction of its own.
-    fn row_by_row() -> Self {
-        Self { rows: Some(Vec::new()), ..Self::new() }
+    /// A script whose statements `send` runs row by row (`Dialect::run_rows`), in
+    /// a transaction of its own or inside the caller's.
+    fn row_by_row(own_transaction: bool) -> Self {
+        Self { rows: Some(Vec::new()), own_transaction, ..Self::new() }
     }
 
     /// Starts the next statement: the builder to push it into.
@@ -229,7 +236,7 @@ impl<'a> Script<'a> {
     /// Sends what is pending (a row-by-row script: runs it, in its transaction).
     async fn send(&mut self, c: &mut Conn) -> crate::Result<()> {
         if let Some(list) = self.rows.take() {
-            return D::run_rows(c, &list).await;
+            return D::run_rows(c, &list, self.own_transaction).await;
         }
         if self.statements > 0 {
             let keep = cacheable(self.q.sql());

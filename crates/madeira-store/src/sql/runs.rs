@@ -8,7 +8,7 @@ use sqlx::QueryBuilder;
 
 use std::collections::HashMap;
 
-use super::{CHUNK, D, Db, Pool, Script, Tx, push_list, sql, upsert};
+use super::{CHUNK, D, Db, Pool, ROW_BY_ROW_FROM, Script, Tx, push_list, push_row, sql, upsert};
 use crate::admission::{ACTIVE, ClaimCache, WAITING, refused, to_write};
 use crate::dialect::{Dialect, LockSpace, TransitionIds, Val};
 use crate::{CreateOutcome, Edge, LogRecord, NewRun, Result, StoreError};
@@ -68,54 +68,59 @@ struct Admitted<'a> {
 }
 
 impl<'a> Admitted<'a> {
-    /// Writes the pending runs, their nodes and their creation edges.
+    /// Writes the pending runs, their nodes and their creation edges (row by
+    /// row where the dialect can and they are many: see `ROW_BY_ROW_FROM`).
     async fn write(&mut self, tx: &mut Tx<'_>) -> Result<()> {
-        let mut s = Script::new();
-        for chunk in self.runs.chunks(CHUNK) {
-            let q = s.statement();
+        let nodes: usize = self.runs.iter().map(|(run, _, _)| run.node_names.len()).sum();
+        let row_by_row = D::ROWS && self.runs.len() + nodes > ROW_BY_ROW_FROM;
+        let mut s = if row_by_row { Script::row_by_row(false) } else { Script::new() };
+        let runs = self.runs.iter().map(|&(run, created, start)| {
+            // A run admitted to start is held from birth; a waiting one is
+            // claimed by whichever replica promotes it.
+            let held = run.lease.as_ref().filter(|_| start);
+            vec![
+                Val::text(&run.id),
+                Val::text(&run.flow),
+                Val::int(run.version),
+                Val::text(created.to.as_str()),
+                Val::owned(run.params.to_string()),
+                Val::opt_text(run.idempotency_key.as_deref()),
+                Val::text(&run.trigger),
+                Val::int(run.now_ms),
+                Val::Int(start.then_some(run.now_ms)),
+                Val::opt_text(run.trace_context.as_deref()),
+                Val::text(&run.actor),
+                Val::opt_text(held.map(|l| l.owner.as_str())),
+                Val::Int(held.map(|l| l.until_ms)),
+            ]
+        });
+        s.rows(tx, runs.collect(), |q, chunk| {
             q.push(
                 "INSERT INTO runs (id, flow, version, state, params, idempotency_key, \"trigger\", \
                  created_at, admitted_at, trace_context, actor, owner, lease_until) ",
             );
-            q.push_values(chunk, |mut b, (run, created, start)| {
-                // A run admitted to start is held from birth; a waiting one is
-                // claimed by whichever replica promotes it.
-                let held = run.lease.as_ref().filter(|_| *start);
-                b.push_bind(&run.id)
-                    .push_bind(&run.flow)
-                    .push_bind(i64::from(run.version))
-                    .push_bind(created.to.as_str())
-                    .push_bind(run.params.to_string())
-                    .push_bind(&run.idempotency_key)
-                    .push_bind(&run.trigger)
-                    .push_bind(run.now_ms)
-                    .push_bind(start.then_some(run.now_ms))
-                    .push_bind(&run.trace_context)
-                    .push_bind(&run.actor)
-                    .push_bind(held.map(|l| &l.owner))
-                    .push_bind(held.map(|l| l.until_ms));
-            });
-            s.end(tx).await?;
-        }
-        let nodes: Vec<(&String, usize, &String)> = self
-            .runs
-            .iter()
-            .flat_map(|(run, _, _)| run.node_names.iter().enumerate().map(|(i, name)| (&run.id, i, name)))
-            .collect();
-        for chunk in nodes.chunks(CHUNK) {
-            let q = s.statement();
+            q.push_values(chunk, push_row);
+        })
+        .await?;
+        let nodes = self.runs.iter().flat_map(|(run, _, _)| {
+            run.node_names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| vec![Val::text(&run.id), Val::int(i as i64), Val::text(name)])
+        });
+        s.rows(tx, nodes.collect(), |q, chunk| {
             q.push(
                 "INSERT INTO nodes (run_id, idx, node, state, attempt, series_start, data_version, \
                  outputs, \"reads\", stale, fallback) ",
             );
-            q.push_values(chunk, |mut b, (run_id, i, name)| {
-                b.push_bind(*run_id)
-                    .push_bind(*i as i64)
-                    .push_bind(*name)
-                    .push("'INIT', 0, 0, 0, '{}', '[]', FALSE, FALSE");
+            q.push_values(chunk, |mut b, row| {
+                for v in row {
+                    super::bind_separated(&mut b, v);
+                }
+                b.push("'INIT', 0, 0, 0, '{}', '[]', FALSE, FALSE");
             });
-            s.end(tx).await?;
-        }
+        })
+        .await?;
         let transitions = self.runs.iter().map(|(run, created, _)| {
             let edge = Edge::Run(*created);
             vec![

@@ -39,8 +39,12 @@ impl Dialect for SqliteDialect {
     const SCRIPTS: bool = true;
     const ROWS: bool = true;
 
-    async fn run_rows(conn: &mut sqlx::SqliteConnection, statements: &[RowStatement<'_>]) -> Result<()> {
-        rows::run(conn, statements).await
+    async fn run_rows(
+        conn: &mut sqlx::SqliteConnection,
+        statements: &[RowStatement<'_>],
+        own_transaction: bool,
+    ) -> Result<()> {
+        rows::run(conn, statements, own_transaction).await
     }
 
     async fn insert_id(pool: &sqlx::SqlitePool, mut q: sqlx::QueryBuilder<'_, Sqlite>) -> Result<i64> {

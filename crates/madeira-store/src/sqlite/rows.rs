@@ -1,9 +1,10 @@
-//! A large group commit row by row (`Dialect::run_rows`): the writer's SQLite
-//! handle is locked out of sqlx's worker thread (`lock_handle`) and driven here
-//! through rusqlite, each one-row statement compiled once and run for each of
-//! its rows, all in one `BEGIN IMMEDIATE … COMMIT`. SQLite compiles every row of
-//! a multi-row VALUES list into bytecode, so a burst's commits spent more time
-//! parsing than writing. The work blocks this thread (fsync included), so on a
+//! Large writes row by row (`Dialect::run_rows`: a group commit, a batch of new
+//! runs): the writer's SQLite handle is locked out of sqlx's worker thread
+//! (`lock_handle`) and driven here through rusqlite, each one-row statement
+//! compiled once and run for each of its rows, in one `BEGIN IMMEDIATE … COMMIT`
+//! or inside the caller's transaction. SQLite compiles every row of a multi-row
+//! VALUES list into bytecode, so a burst's commits spent more time parsing than
+//! writing. The work blocks this thread (a commit's fsync included), so on a
 //! multi-threaded runtime it runs under `block_in_place`.
 
 use std::borrow::Cow;
@@ -27,23 +28,33 @@ impl rusqlite::ToSql for Val<'_> {
     }
 }
 
-/// Runs `statements` in one transaction on `conn` (see the module comment). A
-/// failure leaves the transaction open: the caller rolls it back.
-pub(super) async fn run(conn: &mut SqliteConnection, statements: &[RowStatement<'_>]) -> Result<()> {
+/// Runs `statements` on `conn`, in a transaction of their own where
+/// `own_transaction` (see the module comment). A failure leaves the transaction
+/// open: the caller rolls it back.
+pub(super) async fn run(
+    conn: &mut SqliteConnection,
+    statements: &[RowStatement<'_>],
+    own_transaction: bool,
+) -> Result<()> {
     let mut handle = conn.lock_handle().await?;
     let raw = handle.as_raw_handle();
     let work = || -> rusqlite::Result<()> {
         // SAFETY: `handle` keeps the connection locked out of sqlx's worker thread
         // until it drops, after this borrowed (never closed) rusqlite connection.
         let db = unsafe { rusqlite::Connection::from_handle(raw.as_ptr()) }?;
-        db.execute_batch("BEGIN IMMEDIATE")?;
+        if own_transaction {
+            db.execute_batch("BEGIN IMMEDIATE")?;
+        }
         for statement in statements {
             let mut prepared = db.prepare(&statement.sql)?;
             for row in &statement.rows {
                 prepared.execute(rusqlite::params_from_iter(row))?;
             }
         }
-        db.execute_batch("COMMIT")
+        if own_transaction {
+            db.execute_batch("COMMIT")?;
+        }
+        Ok(())
     };
     let multi_thread = tokio::runtime::Handle::try_current()
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);

@@ -89,7 +89,9 @@ mod bodies {
     pub(super) use super::lease::*;
     pub(super) use super::lifecycle::*;
     pub(super) use super::permits::*;
-    pub(super) use super::rows::a_large_fenced_batch_writes_nothing;
+    pub(super) use super::rows::{
+        a_large_batch_of_new_runs_is_decided_and_written_whole, a_large_fenced_batch_writes_nothing,
+    };
     pub(super) use super::shards::*;
     pub(super) use super::storage::*;
     pub(super) use super::suite::*;
@@ -127,4 +129,5 @@ on_every_backend!(
     an_attempt_that_printed_nothing_answers_an_empty_log,
     a_commit_abandoned_midway_is_all_or_nothing_and_the_next_one_commits,
     a_large_fenced_batch_writes_nothing,
+    a_large_batch_of_new_runs_is_decided_and_written_whole,
 );

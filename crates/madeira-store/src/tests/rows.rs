@@ -1,7 +1,8 @@
 //! Large group commits, which SQLite runs row by row (`Dialect::ROWS`, from
 //! more than 16 node rows and transitions): every kind of row a batch carries is
 //! written and read back as a small commit writes it, a fenced one writes
-//! nothing, and (SQLite) one on a full database rolls back whole.
+//! nothing, and (SQLite) one on a full database rolls back whole; and a large
+//! batch of new runs (also row by row) is decided and written whole.
 
 use madeira_core::{Cause, NodeState, RunState};
 use serde_json::json;
@@ -191,6 +192,50 @@ pub(crate) async fn a_large_fenced_batch_writes_nothing(s: &dyn Store) {
     };
     s.commit(&own).await.expect("a commits its own run");
     assert_eq!(s.transitions("r1").await.expect("log").iter().filter(|t| t.node.is_some()).count(), 20);
+}
+
+pub(crate) async fn a_large_batch_of_new_runs_is_decided_and_written_whole(s: &dyn Store) {
+    // 20 runs (40 node rows) decided in one transaction; r7 repeats r3's key.
+    let runs: Vec<NewRun> = (0..20)
+        .map(|i| {
+            let key = if i == 7 { "k3".to_string() } else { format!("k{i}") };
+            let mut run = new_run(&format!("r{i}"), Some(&key), 0, Overlap::Queue);
+            run.params = json!({"i": i, "note": "naïve 'quoted'"});
+            run.lease = Some(lease("a"));
+            run
+        })
+        .collect();
+    let out = s.create_runs(&runs).await.expect("create batch");
+    assert_eq!(out[7], CreateOutcome::Existing { run_id: "r3".into(), version: 1 });
+    assert!(
+        out.iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 7)
+            .all(|(_, o)| matches!(o, CreateOutcome::Created { start: true, .. }))
+    );
+    assert!(s.load_run("r7").await.expect("load").is_none(), "a repeated key makes no run");
+    for i in [0, 3, 19] {
+        let stored = s.load_run(&format!("r{i}")).await.expect("load").expect("created");
+        assert_eq!(stored.run.state, RunState::Queued);
+        assert_eq!(stored.run.params, runs[i].params);
+        assert_eq!(stored.run.idempotency_key.as_deref(), Some(format!("k{i}").as_str()));
+        assert_eq!(
+            (stored.run.admitted_at, stored.run.trace_context.as_ref()),
+            (Some(10), runs[i].trace_context.as_ref())
+        );
+        assert_eq!(
+            stored.nodes.iter().map(|n| (n.node.as_str(), n.state)).collect::<Vec<_>>(),
+            [("a", NodeState::Init), ("b", NodeState::Init)]
+        );
+        let log = s.transitions(&format!("r{i}")).await.expect("log");
+        assert_eq!(log.len(), 1, "the creation edge");
+        assert_eq!(
+            (log[0].edge.from_name(), log[0].edge.to_name(), log[0].edge.cause_name()),
+            ("NONE", "QUEUED", "created")
+        );
+    }
+    // Held by the creating replica from birth: another cannot claim them.
+    assert!(matches!(s.claim_run("r19", &lease("b"), false).await.expect("claim"), Claim::Other { .. }));
 }
 
 #[tokio::test]
