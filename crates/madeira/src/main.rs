@@ -19,6 +19,7 @@ mod sources;
 mod tls;
 
 fn main() -> ExitCode {
+    cap_malloc_arenas();
     let cli = cli::Cli::parse();
     if cli.command.only_prints() {
         // SAFETY: restoring the default disposition before any thread starts.
@@ -39,5 +40,20 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(e.downcast_ref::<config::ConfigError>().map_or(1, |_| 64))
         }
+    }
+}
+
+/// Caps glibc's malloc at two arenas unless `MALLOC_ARENA_MAX` is set: by
+/// default each thread that allocates may get an arena of its own (up to eight
+/// per core) and memory freed in one is not reused by another, so a process whose
+/// SQLite writes and tasks move between threads holds more for no gain (the
+/// settlement burst of `madeira bench`: peak RSS 39.5 MB with two arenas, 45.7–49.5
+/// MB without, at the same throughput).
+fn cap_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: called first in `main`, before any thread starts; it only sets
+        // an allocator parameter.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
     }
 }
