@@ -1,7 +1,8 @@
 //! The group commit: one transaction writes every node row, run row, transition
 //! record, output, attempt and audit entry of a batch, with multi-row statements.
-//! On SQLite (`Dialect::SCRIPTS`) the whole transaction is one script, one call
-//! to the connection's thread: `BEGIN IMMEDIATE`, the fence, the writes, `COMMIT`.
+//! On SQLite (`Dialect::SCRIPTS`) a small transaction is one script, one call to
+//! the connection's thread: `BEGIN IMMEDIATE`, the fence, the writes, `COMMIT`; a
+//! larger one runs row by row (`Dialect::ROWS`, `ROW_BY_ROW_FROM`).
 
 use std::collections::BTreeMap;
 
@@ -27,8 +28,8 @@ pub(super) async fn commit(pool: &super::Pool, ids: Option<&TransitionIds>, batc
     Ok(())
 }
 
-/// The commit as one script, or row by row from `ROW_BY_ROW_FROM` node rows and
-/// transitions. A statement that fails leaves the transaction open:
+/// The commit as one script, or row by row when it has more than `ROW_BY_ROW_FROM`
+/// node rows and transitions. A statement that fails leaves the transaction open:
 /// it is rolled back here (and the dialect replaces the connection after a failed
 /// write). A fence that failed is then told as `LeaseLost` by the fence query.
 async fn commit_script(pool: &super::Pool, ids: Option<&TransitionIds>, batch: &Batch) -> Result<()> {

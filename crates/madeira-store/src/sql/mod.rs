@@ -39,9 +39,9 @@ fn sql(s: &str) -> std::borrow::Cow<'_, str> {
 /// Rows per multi-row statement.
 const CHUNK: usize = D::CHUNK;
 
-/// Rows from which a write runs row by row where the dialect can (`Dialect::
-/// ROWS`): a smaller one is one script, whose text repeats from write to write
-/// (a chain's commits), so its compiled statements are cached.
+/// A write of more rows than this runs row by row where the dialect can
+/// (`Dialect::ROWS`): a smaller one is one script, whose text repeats from write
+/// to write (a chain's commits), so its compiled statements are cached.
 const ROW_BY_ROW_FROM: usize = 16;
 
 /// ` ON CONFLICT (keys) DO UPDATE …` replacing `columns` (comma-separated).
