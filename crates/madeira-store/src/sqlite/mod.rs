@@ -2,8 +2,8 @@
 //! commits; a single-connection pool serialises writes (so it needs no locks),
 //! a small pool serves reads. Every write goes through `WriteGuard` (`guard.rs`):
 //! the file is checked first, and a failed write replaces the writer connection.
-//! A large group commit runs row by row (`rows.rs`). The SQL is `sql/`, compiled
-//! here for this dialect.
+//! Large writes (a group commit, a batch of new runs) run row by row (`rows.rs`).
+//! The SQL is `sql/`, compiled here for this dialect.
 
 mod guard;
 mod rows;
