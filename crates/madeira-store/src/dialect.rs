@@ -108,10 +108,11 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// of one round trip per statement; the others prepare one statement per call.
     const SCRIPTS: bool = false;
 
-    /// Whether large writes (a group commit, a batch of new runs) may run as statements of one row each,
-    /// prepared once per commit and run for every row (`run_rows`), instead of
-    /// multi-row statements (SQLite compiles every row of a multi-row VALUES list
-    /// into bytecode: parsing was a third of a settlement burst's instructions).
+    /// Whether large writes (a group commit, a batch of new runs) may run as
+    /// statements of one row each, prepared once per write and run for every row
+    /// (`run_rows`), instead of multi-row statements (SQLite compiles every row of
+    /// a multi-row VALUES list into bytecode: parsing was a third of a settlement
+    /// burst's instructions).
     const ROWS: bool = false;
 
     /// Runs `statements` on `conn`, in a `BEGIN IMMEDIATE … COMMIT` of their own
