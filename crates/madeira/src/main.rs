@@ -46,9 +46,9 @@ fn main() -> ExitCode {
 /// Caps glibc's malloc at two arenas unless `MALLOC_ARENA_MAX` is set: by
 /// default each thread that allocates may get an arena of its own (up to eight
 /// per core) and memory freed in one is not reused by another, so a process whose
-/// SQLite writes and tasks move between threads holds more for no gain (the
-/// settlement burst of `madeira bench`: peak RSS 39.5 MB with two arenas, 45.7–49.5
-/// MB without, at the same throughput).
+/// SQLite writes and tasks move between threads holds more for no gain (`madeira
+/// bench --scenarios settlement`: peak RSS 36.0–36.2 MB with this cap, 39.3–39.7 MB
+/// with `MALLOC_ARENA_MAX=16`, at the same throughput).
 fn cap_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {

@@ -237,11 +237,13 @@ async fn write_runs<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> R
             ],
             chunk,
             |mut b, r| {
-                bind_separated(&mut b, &r[0]);
-                bind_separated(&mut b, &r[1]);
-                for v in &r[2..] {
+                let mut r = r.into_iter();
+                for v in r.by_ref().take(2) {
+                    bind_separated(&mut b, v);
+                }
+                for v in r {
                     let Val::Int(at) = v else { continue };
-                    b.push("CAST(").push_bind_unseparated(*at).push_unseparated(&bigint);
+                    b.push("CAST(").push_bind_unseparated(at).push_unseparated(&bigint);
                 }
             },
         );

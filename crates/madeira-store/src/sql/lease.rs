@@ -119,7 +119,7 @@ pub(super) async fn fence_statements<'a>(
             let (owner, ids) = v.split_last().expect("the owner is last");
             let mut list = q.separated(", ");
             for id in ids {
-                super::bind_separated(&mut list, id);
+                super::bind_separated(&mut list, id.clone());
             }
             q.push(") AND (owner IS NULL OR owner <> ");
             super::bind(q, owner).push("))");

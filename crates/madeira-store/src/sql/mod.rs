@@ -116,7 +116,7 @@ async fn insert_transitions<'a>(
 }
 
 /// Binds one row's values (for `QueryBuilder::push_values`).
-fn push_row<'a>(mut b: Separated<'_, 'a, Db, &'static str>, row: &Vec<Val<'a>>) {
+fn push_row<'a>(mut b: Separated<'_, 'a, Db, &'static str>, row: Vec<Val<'a>>) {
     for v in row {
         bind_separated(&mut b, v);
     }
@@ -132,8 +132,8 @@ fn bind<'q, 'a>(q: &'q mut QueryBuilder<'a, Db>, v: &Val<'a>) -> &'q mut QueryBu
 }
 
 /// Binds `v` as its type, after the separator.
-fn bind_separated<'a>(b: &mut Separated<'_, 'a, Db, &'static str>, v: &Val<'a>) {
-    match v.clone() {
+fn bind_separated<'a>(b: &mut Separated<'_, 'a, Db, &'static str>, v: Val<'a>) {
+    match v {
         Val::Int(i) => b.push_bind(i),
         Val::Text(t) => b.push_bind(t),
         Val::Bool(x) => b.push_bind(x),
@@ -188,30 +188,30 @@ impl<'a> Script<'a> {
     }
 
     /// Adds the statements writing `rows`: `build` writes one for a chunk of at
-    /// most `CHUNK` of them (row by row: the statement for one, run for each).
+    /// most `CHUNK` of them, binding their values (row by row: the statement for
+    /// one, run for each).
     async fn rows(
         &mut self,
         c: &mut Conn,
         rows: Vec<Vec<Val<'a>>>,
-        build: impl Fn(&mut QueryBuilder<'a, Db>, &[Vec<Val<'a>>]),
+        build: impl Fn(&mut QueryBuilder<'a, Db>, Vec<Vec<Val<'a>>>),
     ) -> crate::Result<()> {
-        if rows.is_empty() {
-            return Ok(());
-        }
+        let Some(first) = rows.first() else { return Ok(()) };
         if let Some(list) = &mut self.rows {
             let mut q = QueryBuilder::new("");
-            build(&mut q, &rows[..1]);
+            build(&mut q, vec![first.clone()]);
             list.push(RowStatement { sql: q.sql().to_string(), rows });
             return Ok(());
         }
-        for chunk in rows.chunks(CHUNK) {
-            build(self.statement(), chunk);
+        let mut rows = rows.into_iter().peekable();
+        while rows.peek().is_some() {
+            build(self.statement(), rows.by_ref().take(CHUNK).collect());
             self.end(c).await?;
         }
         Ok(())
     }
 
-    /// Adds one statement, `build` binding `values` (the last of its values, say).
+    /// Adds one statement, whose SQL `build` writes, binding `values`.
     async fn one(
         &mut self,
         c: &mut Conn,

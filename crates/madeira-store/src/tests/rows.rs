@@ -4,9 +4,10 @@
 //! nothing, and (SQLite) one on a full database rolls back whole; and a large
 //! batch of new runs (also row by row) is decided and written whole.
 
-use madeira_core::{Cause, NodeState, RunState};
+use madeira_core::{NodeState, RunState};
 use serde_json::json;
 
+use super::storage::transition;
 use super::suite::new_run;
 use crate::mysql::MySqlStore;
 use crate::postgres::PostgresStore;
@@ -16,17 +17,7 @@ use crate::*;
 
 /// `n` transitions of `run_id`'s node `a`, numbered by `attempt`.
 fn transitions(run_id: &str, n: u32) -> Vec<TransitionRecord> {
-    (1..=n)
-        .map(|i| TransitionRecord {
-            run_id: run_id.into(),
-            node: Some("a".into()),
-            edge: Edge::Node { from: NodeState::Running, to: NodeState::Running, cause: Cause::Recovered },
-            actor: "engine".into(),
-            attempt: i,
-            reason: i.is_multiple_of(2).then(|| format!("it's {i}")),
-            at: 1_000 + i64::from(i),
-        })
-        .collect()
+    (1..=n).map(|i| transition(run_id, i)).collect()
 }
 
 fn lease(owner: &str) -> Lease {

@@ -11,7 +11,7 @@ use madeira_core::{Cause, NodeState};
 use crate::tests::suite::new_run;
 use crate::*;
 
-fn transition(run_id: &str, seq: u32) -> TransitionRecord {
+pub(crate) fn transition(run_id: &str, seq: u32) -> TransitionRecord {
     TransitionRecord {
         run_id: run_id.into(),
         node: Some("a".into()),
