@@ -102,7 +102,8 @@ async fn oversize_outputs_are_refused_with_a_clear_error() {
 async fn a_burst_killed_mid_commit_keeps_every_acknowledged_run_and_each_is_whole() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut dev = Dev::start_in(dir.path());
-    let flow = "flow: burst\nnodes:\n  a: {run: {builtin: noop}}\n  \
+    // The default 100/s trigger limit would answer most of the burst 429.
+    let flow = "flow: burst\nrate_limit: 100000/s\nnodes:\n  a: {run: {builtin: noop}}\n  \
                 b: {run: {builtin: noop}, needs: [a]}\n  c: {run: {builtin: noop}, needs: [a]}\n";
     dev.put_flow(flow).await;
     let answered = Arc::new(Mutex::new(Vec::new()));
