@@ -16,8 +16,9 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::time::Duration;
 
+use sqlx::pool::PoolOptions;
 use sqlx::query_builder::Separated;
-use sqlx::{Database, Pool, QueryBuilder, Transaction};
+use sqlx::{Connection, Database, Pool, QueryBuilder, Transaction};
 
 use crate::{Result, StoreError};
 
@@ -241,6 +242,31 @@ impl<D: Dialect> SqlStore<D> {
     {
         retry(D::RETRIES, op).await
     }
+}
+
+/// A connection idle for longer than this is pinged before it is handed out.
+const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
+/// The pool settings of the networked dialects (PostgreSQL, MySQL). sqlx pings
+/// every connection as it returns to the pool; pinging it again before each use
+/// (sqlx's default) costs a round trip per transaction, so only a connection that
+/// sat idle for more than a second (where a server restart or a terminated backend
+/// could have closed it since) is pinged first. A connection that dies between its
+/// last ping and its next use fails that transaction with a transient error, which
+/// `retry` repeats on a fresh connection.
+pub(crate) fn pool_options<DB: Database>(max_connections: u32, acquire_timeout: Duration) -> PoolOptions<DB> {
+    PoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        .test_before_acquire(false)
+        .before_acquire(|conn: &mut DB::Connection, meta| {
+            Box::pin(async move {
+                if meta.idle_for > PING_AFTER_IDLE {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
 }
 
 /// Runs `op` again, up to `retries` times with backoff (50 ms doubling: 5 retries

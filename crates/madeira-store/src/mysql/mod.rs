@@ -20,7 +20,7 @@ use std::borrow::Cow;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::mysql::MySqlConnectOptions;
 use sqlx::query_builder::Separated;
 use sqlx::{Executor, MySql, MySqlPool, QueryBuilder, Transaction};
 
@@ -191,10 +191,8 @@ impl SqlStore<MySqlDialect> {
              SET SESSION sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES,STRICT_TRANS_TABLES'); \
              SET SESSION innodb_lock_wait_timeout = {wait}"
         );
-        let pool = MySqlPoolOptions::new()
-            .max_connections(options.max_connections)
-            .acquire_timeout(options.acquire_timeout)
-            .after_connect(move |conn, _| {
+        let pool = crate::dialect::pool_options(options.max_connections, options.acquire_timeout)
+            .after_connect(move |conn: &mut sqlx::MySqlConnection, _| {
                 let session = session.clone();
                 Box::pin(async move {
                     conn.execute(session.as_str()).await?;

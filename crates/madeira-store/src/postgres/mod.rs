@@ -15,7 +15,7 @@ mod sql;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::dialect::{Dialect, LockSpace, SqlStore};
@@ -81,9 +81,7 @@ impl SqlStore<PgDialect> {
         let connect = PgConnectOptions::from_str(url)
             .map_err(|e| StoreError::BadUrl { url: url.to_string(), reason: e.to_string() })?
             .application_name("madeira");
-        let pool = PgPoolOptions::new()
-            .max_connections(options.max_connections)
-            .acquire_timeout(options.acquire_timeout)
+        let pool = crate::dialect::pool_options(options.max_connections, options.acquire_timeout)
             .connect_with(connect)
             .await?;
         sqlx::migrate!("../../migrations/postgres").run(&pool).await?;
