@@ -673,7 +673,12 @@ impl Engine {
             return;
         };
         let upstream = def.needs.iter().map(|need| need.upstream);
-        let input = serde_json::json!({ "params": snap.params, "nodes": snap.nodes_json(upstream) });
+        // `{"params", "nodes"}`, built from the values themselves (`json!` would
+        // serialize each into a new value again).
+        let mut input = serde_json::Map::new();
+        input.insert("params".into(), snap.params.clone());
+        input.insert("nodes".into(), snap.nodes_json(upstream));
+        let input = serde_json::Value::Object(input);
         let started_at = snap.nodes[node].started_at_ms.unwrap_or(0);
         let context = self.traces.get(run_id).map(|t| t.context.attempt(&def.id, attempt, started_at));
         let job = Job {
