@@ -209,9 +209,10 @@ async fn nul_bytes_are_refused_by_name_and_never_fail_their_neighbours_on_sqlite
     nul_among_good_requests(&dev).await;
 }
 
-const PG_ADMIN: &str = "faults-admin-token-0123456789";
+const ADMIN: &str = "faults-admin-token-0123456789";
 
-fn pg_config(dir: &Path, store: &str) -> PathBuf {
+/// A `madeira serve` config on `store` (PostgreSQL or MariaDB) with one admin token.
+fn server_config(dir: &Path, store: &str) -> PathBuf {
     let path = dir.join("madeira.yaml");
     let text = format!(
         "http: 127.0.0.1:0\nstore: {store}\nauth:\n  tokens:\n    - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n"
@@ -224,7 +225,7 @@ fn pg_config(dir: &Path, store: &str) -> PathBuf {
 async fn nul_bytes_are_refused_by_name_and_never_fail_their_neighbours_on_postgres() {
     let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    let dev = Dev::serve(&pg_config(dir.path(), &db.url), &[("MADEIRA_T_ADMIN", PG_ADMIN)], Some(PG_ADMIN));
+    let dev = Dev::serve(&server_config(dir.path(), &db.url), &[("MADEIRA_T_ADMIN", ADMIN)], Some(ADMIN));
     nul_among_good_requests(&dev).await;
 }
 
@@ -288,7 +289,7 @@ where
     Fut: std::future::Future<Output = u64> + Send,
 {
     let dir = tempfile::tempdir().expect("tempdir");
-    let dev = Dev::serve(&pg_config(dir.path(), store_url), &[("MADEIRA_T_ADMIN", PG_ADMIN)], Some(PG_ADMIN));
+    let dev = Dev::serve(&server_config(dir.path(), store_url), &[("MADEIRA_T_ADMIN", ADMIN)], Some(ADMIN));
     dev.put_flow(FLOW).await;
     let db_name = store_url.rsplit('/').next().expect("db name").split('?').next().expect("db").to_string();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
