@@ -672,6 +672,21 @@ impl Engine {
         let Some(executor) = hosts::executor_of(def, fallback) else {
             return;
         };
+        if let Some(result) = crate::executor::immediate(&executor, attempt) {
+            // Known without running anything (a noop): the result joins the next
+            // batch directly, with no task and no trip through the channel.
+            let running = drain::Running {
+                token: CancellationToken::new(),
+                in_process: true,
+                attempt,
+                hosts: Vec::new(),
+            };
+            self.running.insert((run_id.to_string(), node), running);
+            let run_id = run_id.to_string();
+            self.resumed.remove(&(run_id.clone(), node));
+            self.pending.push_back(Envelope::AttemptDone { run_id, node, attempt, result });
+            return;
+        }
         let upstream = def.needs.iter().map(|need| need.upstream);
         // `{"params", "nodes"}`, built from the values themselves (`json!` would
         // serialize each into a new value again).

@@ -155,6 +155,19 @@ impl Executors {
     }
 }
 
+/// The result of an attempt of `executor` when it is known without running
+/// anything (a noop, a failing builtin): the engine then takes it at once,
+/// without a task. `None` for every other executor.
+pub fn immediate(executor: &ExecutorDef, attempt: u32) -> Option<AttemptResult> {
+    match executor {
+        ExecutorDef::Builtin(def) => match builtin::ending(def, attempt) {
+            builtin::Ending::Now(result) => Some(result),
+            builtin::Ending::After(..) => None,
+        },
+        _ => None,
+    }
+}
+
 fn humanize(d: Duration) -> String {
     if d.as_secs() > 0 && d.subsec_millis() == 0 {
         format!("{}s", d.as_secs())
