@@ -4,40 +4,17 @@
 //! between its creation commit and its start (admitted, still QUEUED) is started
 //! by the recovery of the next engine on that store.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod common;
 
+use std::sync::Arc;
+
+use common::{start_engine, wait_finished};
 use madeira_core::RunState;
-use madeira_engine::{EngineHandle, EngineOptions, Executors, TriggerRequest};
+use madeira_engine::TriggerRequest;
 use madeira_store::sqlite::SqliteStore;
 use madeira_store::{CreateOutcome, NewRun, Overlap, Store, TransitionRecord};
-use tokio_util::sync::CancellationToken;
 
 const FLOW: &str = "flow: f\nconcurrency: {max_active_runs: 1}\nnodes:\n  a: {run: {builtin: noop}}\n";
-
-fn start_engine(store: Arc<dyn Store>) -> (EngineHandle, CancellationToken) {
-    let (engine, handle) = madeira_engine::build(
-        store,
-        Executors::new(Default::default()),
-        Vec::new(),
-        EngineOptions::default(),
-    );
-    let cancel = CancellationToken::new();
-    tokio::spawn(engine.run(cancel.clone()));
-    (handle, cancel)
-}
-
-async fn wait_finished(store: &dyn Store, run_id: &str) -> RunState {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let state = store.load_run(run_id).await.expect("load").expect("run").run.state;
-        if state.is_terminal() {
-            return state;
-        }
-        assert!(Instant::now() < deadline, "run {run_id} still {state} after 10 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 type Names = (&'static str, &'static str, &'static str, String);
 

@@ -1,0 +1,36 @@
+//! Helpers shared by the engine's integration tests: a real engine over a store,
+//! and waiting (with a deadline) for a run to finish.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use madeira_core::RunState;
+use madeira_engine::{EngineHandle, EngineOptions, Executors};
+use madeira_store::Store;
+use tokio_util::sync::CancellationToken;
+
+/// An engine with the default options over `store`, running until the token is cancelled.
+pub fn start_engine(store: Arc<dyn Store>) -> (EngineHandle, CancellationToken) {
+    let (engine, handle) = madeira_engine::build(
+        store,
+        Executors::new(Default::default()),
+        Vec::new(),
+        EngineOptions::default(),
+    );
+    let cancel = CancellationToken::new();
+    tokio::spawn(engine.run(cancel.clone()));
+    (handle, cancel)
+}
+
+/// The state `run_id` ends in, read from the store; fails after 10 s.
+pub async fn wait_finished(store: &dyn Store, run_id: &str) -> RunState {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = store.load_run(run_id).await.expect("load").expect("run").run.state;
+        if state.is_terminal() {
+            return state;
+        }
+        assert!(Instant::now() < deadline, "run {run_id} still {state} after 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
