@@ -156,8 +156,8 @@ impl Executors {
 }
 
 /// The result of an attempt of `executor` when it is known without running
-/// anything (a noop, a failing builtin): the engine then takes it at once,
-/// without a task. `None` for every other executor.
+/// anything (builtin `noop` and `fail`): the engine then takes it at once,
+/// without a task. `None` for builtin `sleep` and every other executor.
 pub fn immediate(executor: &ExecutorDef, attempt: u32) -> Option<AttemptResult> {
     match executor {
         ExecutorDef::Builtin(def) => match builtin::ending(def, attempt) {
