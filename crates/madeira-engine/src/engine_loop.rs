@@ -672,7 +672,7 @@ impl Engine {
         let Some(executor) = hosts::executor_of(def, fallback) else {
             return;
         };
-        if let Some(result) = crate::executor::immediate(&executor, attempt) {
+        if let Some(result) = crate::executor::immediate(executor, attempt) {
             // Known without running anything (a noop): the result joins the next
             // batch directly, with no task and no trip through the channel.
             let running = drain::Running {
@@ -702,7 +702,7 @@ impl Engine {
             node: def.id.clone(),
             attempt,
             idempotency_key: snap.idempotency_key(node),
-            executor,
+            executor: executor.clone(),
             no_retry_exit_codes: def.retry.no_retry_exit_codes.clone(),
             input,
             timeout: def.timeout,

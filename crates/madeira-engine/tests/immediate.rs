@@ -5,13 +5,8 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{start_engine, wait_finished};
+use common::{manual, sqlite_store, start_engine, wait_finished};
 use madeira_core::RunState;
-use madeira_engine::TriggerRequest;
-use madeira_store::Store;
-use madeira_store::sqlite::SqliteStore;
 
 const FLOW: &str = "\
 flow: quick
@@ -24,20 +19,11 @@ nodes:
 #[tokio::test]
 async fn a_noop_chain_commits_each_start_before_its_result_and_fail_retries_as_before() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store: Arc<dyn Store> =
-        Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
+    let store = sqlite_store(&dir).await;
     let (handle, cancel) = start_engine(store.clone());
     handle.apply_flow("quick.yaml", FLOW).await.expect("flow");
     let before = handle.stats().snapshot(false).commits;
-    let request = TriggerRequest {
-        flow: "quick".into(),
-        params: serde_json::json!({}),
-        idempotency_key: None,
-        trigger: "manual".into(),
-        actor: "sre".into(),
-        version: None,
-    };
-    let run = handle.trigger(request).await.expect("trigger").run_id;
+    let run = handle.trigger(manual("quick")).await.expect("trigger").run_id;
     assert_eq!(wait_finished(store.as_ref(), &run).await, RunState::Success);
 
     // The run's start with a's start; b's start with a's result; c's with b's;

@@ -6,12 +6,8 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{start_engine, wait_finished};
+use common::{manual, sqlite_store, start_engine, wait_finished};
 use madeira_core::RunState;
-use madeira_engine::TriggerRequest;
-use madeira_store::sqlite::SqliteStore;
 use madeira_store::{CreateOutcome, NewRun, Overlap, Store, TransitionRecord};
 
 const FLOW: &str = "flow: f\nconcurrency: {max_active_runs: 1}\nnodes:\n  a: {run: {builtin: noop}}\n";
@@ -32,19 +28,10 @@ fn edge(from: &'static str, to: &'static str, cause: &'static str, actor: &str) 
 #[tokio::test]
 async fn a_triggered_run_is_created_by_admission_and_started_by_the_engine_each_edge_once() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store: Arc<dyn Store> =
-        Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
+    let store = sqlite_store(&dir).await;
     let (handle, cancel) = start_engine(store.clone());
     handle.apply_flow("f.yaml", FLOW).await.expect("flow");
-    let request = TriggerRequest {
-        flow: "f".into(),
-        params: serde_json::json!({}),
-        idempotency_key: None,
-        trigger: "manual".into(),
-        actor: "sre".into(),
-        version: None,
-    };
-    let run = handle.trigger(request).await.expect("trigger").run_id;
+    let run = handle.trigger(manual("f")).await.expect("trigger").run_id;
     assert_eq!(wait_finished(store.as_ref(), &run).await, RunState::Success);
     assert_eq!(
         run_edges(store.as_ref(), &run).await,
@@ -60,8 +47,7 @@ async fn a_triggered_run_is_created_by_admission_and_started_by_the_engine_each_
 #[tokio::test]
 async fn a_run_admitted_but_never_started_is_started_by_recovery() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store: Arc<dyn Store> =
-        Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
+    let store = sqlite_store(&dir).await;
     store.put_flow("f", FLOW, "h1", 1).await.expect("flow");
     // The creation commit of a process killed before its engine started the run.
     let run = NewRun {

@@ -64,10 +64,10 @@ const MAX_HOSTS_LEN: usize = 512;
 
 /// What an attempt of `def` runs (`fallback`: a manual node's fallback executor);
 /// `None` when nothing is executed (a manual node waiting for its answer).
-pub(super) fn executor_of(def: &NodeDef, fallback: bool) -> Option<ExecutorDef> {
+pub(super) fn executor_of(def: &NodeDef, fallback: bool) -> Option<&ExecutorDef> {
     match (&def.action, fallback) {
-        (NodeAction::Run(executor), _) => Some(executor.clone()),
-        (NodeAction::Manual(manual), true) => manual.fallback.clone(),
+        (NodeAction::Run(executor), _) => Some(executor),
+        (NodeAction::Manual(manual), true) => manual.fallback.as_ref(),
         (NodeAction::Manual(_), false) => None,
     }
 }
@@ -81,7 +81,7 @@ impl Engine {
             return snap.params.get("host").and_then(|h| h.as_str()).map(str::to_string);
         }
         let executor = executor_of(&snap.flow.nodes[node], fallback)?;
-        self.p.executors.in_process(&executor).then(|| self.holder.owner.clone())
+        self.p.executors.in_process(executor).then(|| self.holder.owner.clone())
     }
 
     /// The host an ended attempt's record carries (inserted only when its start

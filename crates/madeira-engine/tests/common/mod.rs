@@ -5,9 +5,27 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use madeira_core::RunState;
-use madeira_engine::{EngineHandle, EngineOptions, Executors};
+use madeira_engine::{EngineHandle, EngineOptions, Executors, TriggerRequest};
 use madeira_store::Store;
+use madeira_store::sqlite::SqliteStore;
 use tokio_util::sync::CancellationToken;
+
+/// A durable SQLite store in `dir`.
+pub async fn sqlite_store(dir: &tempfile::TempDir) -> Arc<dyn Store> {
+    Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"))
+}
+
+/// A manual trigger of `flow`'s current version by `sre`, without params or key.
+pub fn manual(flow: &str) -> TriggerRequest {
+    TriggerRequest {
+        flow: flow.into(),
+        params: serde_json::json!({}),
+        idempotency_key: None,
+        trigger: "manual".into(),
+        actor: "sre".into(),
+        version: None,
+    }
+}
 
 /// An engine with the default options over `store`, running until the token is cancelled.
 pub fn start_engine(store: Arc<dyn Store>) -> (EngineHandle, CancellationToken) {
