@@ -129,6 +129,19 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         Err(StoreError::Refused("this database runs no row-by-row statements".into()))
     }
 
+    /// Runs a group commit's `statements` (built row by row) in a transaction of
+    /// their own, which a failure ends (rolled back). Only called where `ROWS`, by
+    /// a caller holding the writer `conn`, so that no other write runs meanwhile
+    /// (SQLite: on a connection to the store file kept for group commits,
+    /// `sqlite/rows.rs`).
+    async fn commit_rows(
+        &self,
+        _conn: &mut <Self::DB as Database>::Connection,
+        _statements: &[RowStatement<'_>],
+    ) -> Result<()> {
+        Err(StoreError::Refused("this database runs no row-by-row statements".into()))
+    }
+
     /// How often a transaction failing with a transient error is tried again
     /// (PostgreSQL: lost connection, shutdown, serialization failure, deadlock).
     const RETRIES: u32 = 0;

@@ -1,21 +1,21 @@
 //! The group commit: one transaction writes every node row, run row, transition
 //! record, output, attempt and audit entry of a batch, with multi-row statements.
-//! On SQLite (`Dialect::SCRIPTS`) a small transaction is one script, one call to
-//! the connection's thread: `BEGIN IMMEDIATE`, the fence, the writes, `COMMIT`; a
-//! larger one runs row by row (`Dialect::ROWS`, `ROW_BY_ROW_FROM`).
+//! On SQLite (`Dialect::ROWS`) it runs as one-row statements, each compiled once
+//! and run for each of its rows (`Dialect::commit_rows`).
 
 use std::collections::BTreeMap;
 
-use super::{Conn, D, ROW_BY_ROW_FROM, Script, bind, bind_separated, last_per_key, push_row, upsert};
+use super::{Conn, D, Script, bind, bind_separated, last_per_key, push_row, upsert};
 use crate::dialect::{Dialect, TransitionIds, Val};
 use crate::{Batch, Result, RunWrite};
 
-pub(super) async fn commit(pool: &super::Pool, ids: Option<&TransitionIds>, batch: &Batch) -> Result<()> {
+pub(super) async fn commit(pool: &super::Pool, dialect: &D, batch: &Batch) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
-    if D::SCRIPTS {
-        return commit_script(pool, ids, batch).await;
+    let ids = dialect.transition_ids();
+    if D::ROWS {
+        return commit_rows(pool, dialect, ids, batch).await;
     }
     let mut tx = pool.begin().await?;
     if let Some(owner) = &batch.owner {
@@ -28,52 +28,47 @@ pub(super) async fn commit(pool: &super::Pool, ids: Option<&TransitionIds>, batc
     Ok(())
 }
 
-/// The commit as one script, or row by row when it has more than `ROW_BY_ROW_FROM`
-/// node rows and transitions. A statement that fails leaves the transaction open:
-/// it is rolled back here (and the dialect replaces the connection after a failed
+/// The commit as one-row statements (the fence first), each compiled once and
+/// run for each of its rows, in one transaction (`Dialect::commit_rows`, which
+/// ends it on a failure), while this holds the writer connection, so no other
+/// write runs meanwhile (the dialect replaces that connection after a failed
 /// write). A fence that failed is then told as `LeaseLost` by the fence query.
-async fn commit_script(pool: &super::Pool, ids: Option<&TransitionIds>, batch: &Batch) -> Result<()> {
-    let mut open = OpenScript(Some(pool.acquire().await?));
+async fn commit_rows(
+    pool: &super::Pool,
+    dialect: &D,
+    ids: Option<&TransitionIds>,
+    batch: &Batch,
+) -> Result<()> {
+    let mut open = OpenWriter(Some(pool.acquire().await?));
     let conn = open.conn();
-    let row_by_row = D::ROWS && batch.nodes.len() + batch.transitions.len() > ROW_BY_ROW_FROM;
-    let mut script = if row_by_row { Script::row_by_row(true) } else { Script::new() };
-    if !row_by_row {
-        script.statement().push("BEGIN IMMEDIATE");
-    }
+    let mut script = Script::row_by_row(true);
     let touched = batch.owner.as_ref().map(|owner| (owner, crate::lease::touched_runs(batch)));
     let written = async {
         if let Some((owner, runs)) = &touched {
             super::lease::fence_statements(conn, &mut script, owner, runs).await?;
         }
         write_all(conn, &mut script, ids, batch).await?;
-        if !row_by_row {
-            script.statement().push("COMMIT");
-        }
-        script.send(conn).await
+        dialect.commit_rows(conn, &script.take_rows()).await
     }
     .await;
-    let Err(e) = written else {
-        open.ended();
-        return Ok(());
-    };
-    // Fails where SQLite ended the transaction itself (a full disk): the error
-    // is then told as it is (and the connection replaced).
-    let rolled_back = sqlx::query("ROLLBACK").execute(&mut *open.conn()).await.is_ok();
     open.ended();
-    if rolled_back && let Some((owner, runs)) = &touched {
+    if written.is_err()
+        && let Some((owner, runs)) = &touched
+    {
         let mut tx = pool.begin().await?;
         super::lease::fence(&mut tx, owner, runs).await?;
     }
-    Err(e)
+    written
 }
 
-/// The writer connection while a script's transaction may be open. Dropped
-/// before `ended` (the commit abandoned by its caller, as a request whose client
-/// hung up), it leaves the pool and closes, which rolls back whatever the
-/// script had begun; the pool opens a fresh connection for the next write.
-struct OpenScript(Option<sqlx::pool::PoolConnection<super::Db>>);
+/// The writer connection while a transaction on it may be open (SQLite's store
+/// in memory commits on it). Dropped before `ended` (the commit abandoned by its
+/// caller, as a request whose client hung up), it leaves the pool and closes,
+/// which rolls back whatever had begun; the pool opens a fresh connection for the
+/// next write.
+struct OpenWriter(Option<sqlx::pool::PoolConnection<super::Db>>);
 
-impl OpenScript {
+impl OpenWriter {
     fn conn(&mut self) -> &mut Conn {
         self.0.as_mut().expect("the connection until `ended`")
     }
@@ -85,7 +80,7 @@ impl OpenScript {
     }
 }
 
-impl Drop for OpenScript {
+impl Drop for OpenWriter {
     fn drop(&mut self) {
         if let Some(conn) = self.0.take() {
             drop(conn.detach());

@@ -39,9 +39,9 @@ fn sql(s: &str) -> std::borrow::Cow<'_, str> {
 /// Rows per multi-row statement.
 const CHUNK: usize = D::CHUNK;
 
-/// A write of more rows than this runs row by row where the dialect can
-/// (`Dialect::ROWS`): a smaller one is one script, whose text repeats from write
-/// to write (a chain's commits), so its compiled statements are cached.
+/// A batch of new runs of more run and node rows than this is written row by row
+/// where the dialect can (`Dialect::ROWS`): a smaller one is one script, whose
+/// text repeats from write to write, so its compiled statements are cached.
 const ROW_BY_ROW_FROM: usize = 16;
 
 /// ` ON CONFLICT (keys) DO UPDATE …` replacing `columns` (comma-separated).
@@ -231,6 +231,12 @@ impl<'a> Script<'a> {
     /// Ends the statement just pushed: sent now unless the dialect takes scripts.
     async fn end(&mut self, c: &mut Conn) -> crate::Result<()> {
         if D::SCRIPTS { Ok(()) } else { self.send(c).await }
+    }
+
+    /// The statements of a script made by `row_by_row`, taken to be run elsewhere
+    /// (`Dialect::commit_rows`); empty for another script.
+    fn take_rows(&mut self) -> Vec<RowStatement<'a>> {
+        self.rows.take().unwrap_or_default()
     }
 
     /// Sends what is pending (a row-by-row script: runs it, in its transaction).

@@ -21,7 +21,8 @@ use crate::{
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
 /// function with the writer/reader pool, its arguments and any `[extra]` ones; a
-/// `write_ids fn` (a write of transitions) also with the dialect's transition ids.
+/// `write_ids fn` (a write of transitions) also with the dialect's transition ids;
+/// a `write_dialect fn` with the dialect itself.
 macro_rules! forward {
     ($trait:ident { $($via:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $out:ty = $f:path $([$($extra:expr),*])?;)* }) => {
         #[async_trait]
@@ -35,6 +36,7 @@ macro_rules! forward {
     (@write_ids $s:ident, $f:path, $($a:expr,)*) => {
         $s.write(|| $f(&$s.writer, $s.dialect.transition_ids(), $($a),*)).await
     };
+    (@write_dialect $s:ident, $f:path, $($a:expr,)*) => { $s.write(|| $f(&$s.writer, &$s.dialect, $($a),*)).await };
     (@read $s:ident, $f:path, $($a:expr,)*) => { $s.read(|| $f(&$s.reader, $($a),*)).await };
 }
 
@@ -57,7 +59,7 @@ forward!(RunStore {
     write_ids fn create_run(run: &NewRun) -> CreateOutcome = runs::create_run;
     write_ids fn create_runs(new: &[NewRun]) -> Vec<CreateOutcome> = runs::create_runs;
     write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
-    write_ids fn commit(batch: &Batch) -> () = commit::commit;
+    write_dialect fn commit(batch: &Batch) -> () = commit::commit;
     read fn last_cron_key(flow: &str) -> Option<String> = read::last_cron_key;
     read fn load_run(run_id: &str) -> Option<StoredRun> = read::load_run;
     write fn unfinished_runs() -> Vec<String> = read::unfinished_runs;

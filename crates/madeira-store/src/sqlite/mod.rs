@@ -2,7 +2,8 @@
 //! commits; a single-connection pool serialises writes (so it needs no locks),
 //! a small pool serves reads. Every write goes through `WriteGuard` (`guard.rs`):
 //! the file is checked first, and a failed write replaces the writer connection.
-//! Large writes (a group commit, a batch of new runs) run row by row (`rows.rs`).
+//! Group commits run on a connection of their own, row by row (`rows.rs`), and
+//! so do large batches of new runs (on the writer's handle).
 //! The SQL is `sql/`, compiled here for this dialect.
 
 mod guard;
@@ -29,6 +30,8 @@ pub use rows::RowError;
 pub struct SqliteDialect {
     guard: guard::WriteGuard,
     transition_ids: TransitionIds,
+    /// The group commits' connection (`None` in memory: see `rows.rs`).
+    committer: Option<rows::Committer>,
 }
 
 impl Dialect for SqliteDialect {
@@ -45,6 +48,22 @@ impl Dialect for SqliteDialect {
         own_transaction: bool,
     ) -> Result<()> {
         rows::run(conn, statements, own_transaction).await
+    }
+
+    async fn commit_rows(
+        &self,
+        conn: &mut sqlx::SqliteConnection,
+        statements: &[RowStatement<'_>],
+    ) -> Result<()> {
+        if let Some(committer) = &self.committer {
+            return committer.commit(statements);
+        }
+        let result = rows::run(conn, statements, true).await;
+        if result.is_err() {
+            // Fails where SQLite ended the transaction itself (a full disk).
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+        }
+        result
     }
 
     async fn insert_id(pool: &sqlx::SqlitePool, mut q: sqlx::QueryBuilder<'_, Sqlite>) -> Result<i64> {
@@ -106,11 +125,15 @@ impl SqlStore<SqliteDialect> {
             .test_before_acquire(false)
             .connect_with(options.read_only(true))
             .await?;
-        let guard = guard::WriteGuard::new(path, poisoned)?;
+        let guard = guard::WriteGuard::new(path.clone(), poisoned)?;
         Ok(Self {
             writer,
             reader,
-            dialect: SqliteDialect { guard, transition_ids: TransitionIds::default() },
+            dialect: SqliteDialect {
+                guard,
+                transition_ids: TransitionIds::default(),
+                committer: path.map(rows::Committer::new),
+            },
         })
     }
 
@@ -119,13 +142,18 @@ impl SqlStore<SqliteDialect> {
         Self::open(&format!("sqlite://{}", path.display())).await
     }
 
-    /// Caps the database at its current size on the writer connection, so the
-    /// next write that needs a new page fails as on a full disk (SQLITE_FULL).
-    /// The cap ends with that connection.
+    /// Caps the database at its current size on the writer connection and the
+    /// group commits' one, so the next write that needs a new page fails as on a
+    /// full disk (SQLITE_FULL). The cap ends with each connection (a failed write
+    /// replaces it).
     #[cfg(test)]
     pub(crate) async fn fill_writer_for_tests(&self) {
         let (pages,): (i64,) =
             sqlx::query_as("PRAGMA page_count").fetch_one(&self.writer).await.expect("page_count");
-        sqlx::query(&format!("PRAGMA max_page_count = {pages}")).execute(&self.writer).await.expect("cap");
+        let cap = format!("PRAGMA max_page_count = {pages}");
+        sqlx::query(&cap).execute(&self.writer).await.expect("cap");
+        if let Some(committer) = &self.dialect.committer {
+            committer.execute_for_tests(&cap);
+        }
     }
 }

@@ -1,16 +1,28 @@
-//! Large writes row by row (`Dialect::run_rows`: a group commit, a batch of new
-//! runs): the writer's SQLite handle is locked out of sqlx's worker thread
-//! (`lock_handle`) and driven here through rusqlite, each one-row statement
-//! compiled once and run for each of its rows, in one `BEGIN IMMEDIATE … COMMIT`
-//! or inside the caller's transaction. SQLite compiles every row of a multi-row
-//! VALUES list into bytecode, so a burst's commits spent more time parsing than
-//! writing. The work blocks this thread (a commit's fsync included), so on a
+//! Writes row by row: a group commit (`Dialect::commit_rows`) and a batch of new
+//! runs (`Dialect::run_rows`) run as one-row statements driven through rusqlite,
+//! each compiled once and run for each of its rows. SQLite compiles every row of
+//! a multi-row VALUES list into bytecode, so a burst's commits spent more time
+//! parsing than writing.
+//! - A group commit runs on the `Committer`'s own connection to the store file,
+//!   on the calling thread, in one `BEGIN IMMEDIATE … COMMIT`; the connection
+//!   keeps its compiled statements between commits (a chain's commits repeat
+//!   them), and there is no hop to a connection thread and back. Its caller holds
+//!   sqlx's writer connection meanwhile, so the two never write at once.
+//! - A batch of new runs (and a store in memory, which no second connection can
+//!   reach) runs inside the writer's transaction: its SQLite handle is locked
+//!   out of sqlx's worker thread (`lock_handle`) and driven here.
+//!
+//! The work blocks this thread (a commit's fsync included), so on a
 //! multi-threaded runtime it runs under `block_in_place`.
 
 use std::borrow::Cow;
 use std::fmt;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, OpenFlags};
 use sqlx::SqliteConnection;
 use sqlx::error::{DatabaseError, ErrorKind};
 
@@ -28,6 +40,88 @@ impl rusqlite::ToSql for Val<'_> {
     }
 }
 
+/// The connection group commits run on, opened at the first commit and again
+/// after a failed one (closing a connection rolls back whatever it held).
+pub(super) struct Committer {
+    path: PathBuf,
+    conn: Mutex<Option<Connection>>,
+}
+
+/// Distinct statements a group commit uses (nodes, runs, transitions and their
+/// counter, outputs, attempts and hosts, audit, permits, inbox, answers, logs,
+/// the fence), with room to spare.
+const CACHED_STATEMENTS: usize = 32;
+
+impl Committer {
+    pub(super) fn new(path: PathBuf) -> Self {
+        Self { path, conn: Mutex::new(None) }
+    }
+
+    /// Runs `statements` in one transaction; a failure closes the connection.
+    pub(super) fn commit(&self, statements: &[RowStatement<'_>]) -> Result<()> {
+        blocking(|| {
+            let mut slot = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            let db = match slot.take() {
+                Some(db) => db,
+                None => self.open()?,
+            };
+            db.execute_batch("BEGIN IMMEDIATE")?;
+            execute(&db, statements, true)?;
+            db.execute_batch("COMMIT")?;
+            *slot = Some(db);
+            Ok(())
+        })
+    }
+
+    /// Runs `sql` on the connection (opened first if needed).
+    #[cfg(test)]
+    pub(super) fn execute_for_tests(&self, sql: &str) {
+        let mut slot = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let db = slot.get_or_insert_with(|| self.open().expect("open the committer"));
+        db.execute_batch(sql).expect(sql);
+    }
+
+    /// The store file, opened as sqlx opens the writer (`SqliteStore::open`): it
+    /// exists and is in WAL mode already.
+    fn open(&self) -> rusqlite::Result<Connection> {
+        let db = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        db.busy_timeout(Duration::from_secs(10))?;
+        db.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
+        db.set_prepared_statement_cache_capacity(CACHED_STATEMENTS);
+        Ok(db)
+    }
+}
+
+/// Runs each of `statements` for each of its rows on `db` (`cached`: compiled
+/// statements kept in `db`'s cache).
+fn execute(db: &Connection, statements: &[RowStatement<'_>], cached: bool) -> rusqlite::Result<()> {
+    for statement in statements {
+        let run = |prepared: &mut rusqlite::Statement<'_>| {
+            statement
+                .rows
+                .iter()
+                .try_for_each(|row| prepared.execute(rusqlite::params_from_iter(row)).map(drop))
+        };
+        if cached {
+            run(&mut *db.prepare_cached(&statement.sql)?)?;
+        } else {
+            run(&mut db.prepare(&statement.sql)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `work` here, under `block_in_place` on a multi-threaded runtime.
+fn blocking(work: impl FnOnce() -> rusqlite::Result<()>) -> Result<()> {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    let done = if multi_thread { tokio::task::block_in_place(work) } else { work() };
+    done.map_err(|e| StoreError::Db(sqlx::Error::Database(Box::new(RowError::from(e)))))
+}
+
 /// Runs `statements` on `conn`, in a transaction of their own where
 /// `own_transaction` (see the module comment). A failure leaves the transaction
 /// open: the caller rolls it back.
@@ -38,32 +132,24 @@ pub(super) async fn run(
 ) -> Result<()> {
     let mut handle = conn.lock_handle().await?;
     let raw = handle.as_raw_handle();
-    let work = || -> rusqlite::Result<()> {
+    let done = blocking(|| {
         // SAFETY: `handle` keeps the connection locked out of sqlx's worker thread
         // until it drops, after this borrowed (never closed) rusqlite connection.
-        let db = unsafe { rusqlite::Connection::from_handle(raw.as_ptr()) }?;
+        let db = unsafe { Connection::from_handle(raw.as_ptr()) }?;
         if own_transaction {
             db.execute_batch("BEGIN IMMEDIATE")?;
         }
-        for statement in statements {
-            let mut prepared = db.prepare(&statement.sql)?;
-            for row in &statement.rows {
-                prepared.execute(rusqlite::params_from_iter(row))?;
-            }
-        }
+        execute(&db, statements, false)?;
         if own_transaction {
             db.execute_batch("COMMIT")?;
         }
         Ok(())
-    };
-    let multi_thread = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    let done = if multi_thread { tokio::task::block_in_place(work) } else { work() };
+    });
     drop(handle);
-    done.map_err(|e| StoreError::Db(sqlx::Error::Database(Box::new(RowError::from(e)))))
+    done
 }
 
-/// A failure of `run`, told like sqlx's SQLite errors: `code` is SQLite's
+/// A failure of a write row by row, told like sqlx's SQLite errors: `code` is SQLite's
 /// extended result code, so `StoreError::is_unavailable` reads a full disk alike.
 #[derive(Debug)]
 pub struct RowError {
