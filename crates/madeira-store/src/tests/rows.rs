@@ -1,8 +1,9 @@
-//! Large group commits, which SQLite runs row by row (`Dialect::ROWS`, from
-//! more than 16 node rows and transitions): every kind of row a batch carries is
-//! written and read back as a small commit writes it, a fenced one writes
-//! nothing, and (SQLite) one on a full database rolls back whole; and a large
-//! batch of new runs (also row by row) is decided and written whole.
+//! Large group commits, which SQLite runs row by row (`Dialect::ROWS`, on its
+//! group commits' own connection): every kind of row a batch carries is written
+//! and read back as a small commit writes it, a fenced one writes nothing, and
+//! (SQLite) one on a full database rolls back whole, and commits and other
+//! writes at once never collide; and a large batch of new runs (also row by row)
+//! is decided and written whole.
 
 use madeira_core::{NodeState, RunState};
 use serde_json::json;
@@ -278,4 +279,42 @@ async fn mysql_a_large_batch_writes_every_kind_of_row() {
     let Some(db) = MySqlTestDb::create().await.expect("MySQL test database") else { return };
     let s = MySqlStore::open(&db.url).await.expect("open mysql");
     a_large_batch_writes_every_kind_of_row(&s).await;
+}
+
+/// SQLite's group commits run on a connection of their own while other writes
+/// run on sqlx's writer: with both at once from several threads, each
+/// admission's read-then-write transaction would fail (`database is locked`,
+/// a stale snapshot) if a commit could write between its read and its write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_group_commits_and_other_writes_at_once_never_collide() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = std::sync::Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("open"));
+    s.create_run(&new_run("r0", None, 0, Overlap::Queue)).await.expect("create r0");
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..4u32 {
+        let creator = s.clone();
+        tasks.spawn(async move {
+            for i in 0..25u32 {
+                let mut run = new_run(&format!("t{t}-{i}"), None, 1, Overlap::Queue);
+                run.flow = format!("f{t}");
+                creator.create_run(&run).await.map(drop).map_err(|e| format!("create: {e}"))?;
+            }
+            Ok::<_, String>(())
+        });
+        let committer = s.clone();
+        tasks.spawn(async move {
+            for i in 0..25u32 {
+                let batch = Batch { transitions: vec![transition("r0", t * 100 + i)], ..Batch::default() };
+                committer.commit(&batch).await.map_err(|e| format!("commit: {e}"))?;
+            }
+            Ok(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("task").expect("every write");
+    }
+    let query = RunQuery { limit: 500, ..RunQuery::default() };
+    assert_eq!(s.list_runs(&query).await.expect("runs").len(), 101);
+    let log = s.transitions("r0").await.expect("log");
+    assert_eq!(log.iter().filter(|t| t.node.is_some()).count(), 100, "every committed transition");
 }
