@@ -47,9 +47,10 @@ pub(super) struct Committer {
     conn: Mutex<Option<Connection>>,
 }
 
-/// Distinct statements a group commit uses (nodes, runs, transitions and their
-/// counter, outputs, attempts and hosts, audit, permits, inbox, answers, logs,
-/// the fence), with room to spare.
+/// Compiled statements kept: the dozen a group commit uses (nodes, runs,
+/// transitions and their counter, outputs, attempts and hosts, audit, permits,
+/// inbox, answers, logs), and the fence's, one per number of runs it names (the
+/// least recently used goes first).
 const CACHED_STATEMENTS: usize = 32;
 
 impl Committer {
@@ -82,7 +83,7 @@ impl Committer {
     }
 
     /// The store file, opened as sqlx opens the writer (`SqliteStore::open`): it
-    /// exists and is in WAL mode already.
+    /// exists and is in WAL mode already; SQLite's default page cache (2 MB).
     fn open(&self) -> rusqlite::Result<Connection> {
         let db = Connection::open_with_flags(
             &self.path,
