@@ -109,22 +109,20 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// of one round trip per statement; the others prepare one statement per call.
     const SCRIPTS: bool = false;
 
-    /// Whether large writes (a group commit, a batch of new runs) may run as
-    /// statements of one row each, prepared once per write and run for every row
-    /// (`run_rows`), instead of multi-row statements (SQLite compiles every row of
-    /// a multi-row VALUES list into bytecode: parsing was a third of a settlement
-    /// burst's instructions).
+    /// Whether a group commit (`commit_rows`) and a large batch of new runs
+    /// (`run_rows`) run as statements of one row each, each compiled once and run
+    /// for every row, instead of multi-row statements (SQLite compiles every row
+    /// of a multi-row VALUES list into bytecode: parsing was a third of a
+    /// settlement burst's instructions).
     const ROWS: bool = false;
 
-    /// Runs `statements` on `conn`, in a `BEGIN IMMEDIATE … COMMIT` of their own
-    /// where `own_transaction` (else inside the caller's): each one-row statement
-    /// is prepared once and run for each of its rows, in order. A failure leaves
-    /// the transaction open for the caller to roll back (as a failed script
-    /// does). Only called where `ROWS`.
+    /// Runs `statements` on `conn` inside the caller's transaction: each one-row
+    /// statement is prepared once and run for each of its rows, in order. A
+    /// failure leaves the transaction open for the caller to roll back (as a
+    /// failed script does). Only called where `ROWS`.
     async fn run_rows(
         _conn: &mut <Self::DB as Database>::Connection,
         _statements: &[RowStatement<'_>],
-        _own_transaction: bool,
     ) -> Result<()> {
         Err(StoreError::Refused("this database runs no row-by-row statements".into()))
     }

@@ -41,7 +41,7 @@ async fn commit_rows(
 ) -> Result<()> {
     let mut open = OpenWriter(Some(pool.acquire().await?));
     let conn = open.conn();
-    let mut script = Script::row_by_row(true);
+    let mut script = Script::row_by_row();
     let touched = batch.owner.as_ref().map(|owner| (owner, crate::lease::touched_runs(batch)));
     let written = async {
         if let Some((owner, runs)) = &touched {

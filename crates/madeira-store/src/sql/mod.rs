@@ -156,26 +156,25 @@ where
 /// The statements of one transaction, sent as one script where the dialect takes
 /// scripts (`Dialect::SCRIPTS`: SQLite, one hop to its worker thread for all of
 /// them), else each as it ends; or, for a script made by `row_by_row`, kept as
-/// one-row statements for `Dialect::run_rows`. Statements are built with
+/// one-row statements (for `Dialect::run_rows` or `commit_rows`). Statements are built with
 /// `push_bind` only (no `$n`), so their binds stay in order across the script.
 struct Script<'a> {
     q: QueryBuilder<'a, Db>,
     statements: usize,
     /// Made by `row_by_row`: each statement's SQL for one row, and its rows.
     rows: Option<Vec<RowStatement<'a>>>,
-    /// Made by `row_by_row(true)`: `send` wraps the statements in a transaction.
-    own_transaction: bool,
 }
 
 impl<'a> Script<'a> {
     fn new() -> Self {
-        Self { q: QueryBuilder::new(""), statements: 0, rows: None, own_transaction: false }
+        Self { q: QueryBuilder::new(""), statements: 0, rows: None }
     }
 
-    /// A script whose statements `send` runs row by row (`Dialect::run_rows`), in
-    /// a transaction of its own or inside the caller's.
-    fn row_by_row(own_transaction: bool) -> Self {
-        Self { rows: Some(Vec::new()), own_transaction, ..Self::new() }
+    /// A script kept as one-row statements: `send` runs them row by row inside
+    /// the caller's transaction (`Dialect::run_rows`), or `take_rows` hands them
+    /// to a group commit (`Dialect::commit_rows`).
+    fn row_by_row() -> Self {
+        Self { rows: Some(Vec::new()), ..Self::new() }
     }
 
     /// Starts the next statement: the builder to push it into.
@@ -239,10 +238,10 @@ impl<'a> Script<'a> {
         self.rows.take().unwrap_or_default()
     }
 
-    /// Sends what is pending (a row-by-row script: runs it, in its transaction).
+    /// Sends what is pending (a row-by-row script: runs it, in the caller's transaction).
     async fn send(&mut self, c: &mut Conn) -> crate::Result<()> {
         if let Some(list) = self.rows.take() {
-            return D::run_rows(c, &list, self.own_transaction).await;
+            return D::run_rows(c, &list).await;
         }
         if self.statements > 0 {
             let keep = cacheable(self.q.sql());

@@ -73,7 +73,7 @@ impl<'a> Admitted<'a> {
     async fn write(&mut self, tx: &mut Tx<'_>) -> Result<()> {
         let nodes: usize = self.runs.iter().map(|(run, _, _)| run.node_names.len()).sum();
         let row_by_row = D::ROWS && self.runs.len() + nodes > ROW_BY_ROW_FROM;
-        let mut s = if row_by_row { Script::row_by_row(false) } else { Script::new() };
+        let mut s = if row_by_row { Script::row_by_row() } else { Script::new() };
         let runs = self.runs.iter().map(|&(run, created, start)| {
             // A run admitted to start is held from birth; a waiting one is
             // claimed by whichever replica promotes it.

@@ -20,26 +20,20 @@ use crate::{Result, StoreError};
 pub(super) struct WriteGuard {
     /// Set by a failed write; the pool's `before_acquire` then closes the writer.
     poisoned: Arc<AtomicBool>,
-    /// The database file and its (device, inode) when opened; `None` in memory.
-    file: Option<(PathBuf, (u64, u64))>,
+    /// The database file and its (device, inode) when opened.
+    file: (PathBuf, (u64, u64)),
 }
 
 impl WriteGuard {
-    pub(super) fn new(path: Option<PathBuf>, poisoned: Arc<AtomicBool>) -> Result<Self> {
-        let file = match path {
-            Some(path) => {
-                let meta = std::fs::metadata(&path)
-                    .map_err(|e| StoreError::Unavailable(format!("store file {}: {e}", path.display())))?;
-                Some((path, (meta.dev(), meta.ino())))
-            }
-            None => None,
-        };
-        Ok(Self { poisoned, file })
+    pub(super) fn new(path: PathBuf, poisoned: Arc<AtomicBool>) -> Result<Self> {
+        let meta = std::fs::metadata(&path)
+            .map_err(|e| StoreError::Unavailable(format!("store file {}: {e}", path.display())))?;
+        Ok(Self { poisoned, file: (path, (meta.dev(), meta.ino())) })
     }
 
     /// Fails when the store file is gone or is no longer the one opened.
     pub(super) fn check_file(&self) -> Result<()> {
-        let Some((path, identity)) = &self.file else { return Ok(()) };
+        let (path, identity) = &self.file;
         let gone = |what: String| {
             StoreError::Unavailable(format!(
                 "store file {} {what}; writes stopped: restore it or restart madeira",

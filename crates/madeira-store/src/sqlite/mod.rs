@@ -30,8 +30,8 @@ pub use rows::RowError;
 pub struct SqliteDialect {
     guard: guard::WriteGuard,
     transition_ids: TransitionIds,
-    /// The group commits' connection (`None` in memory: see `rows.rs`).
-    committer: Option<rows::Committer>,
+    /// The group commits' connection (`rows.rs`).
+    committer: rows::Committer,
 }
 
 impl Dialect for SqliteDialect {
@@ -42,28 +42,17 @@ impl Dialect for SqliteDialect {
     const SCRIPTS: bool = true;
     const ROWS: bool = true;
 
-    async fn run_rows(
-        conn: &mut sqlx::SqliteConnection,
-        statements: &[RowStatement<'_>],
-        own_transaction: bool,
-    ) -> Result<()> {
-        rows::run(conn, statements, own_transaction).await
+    async fn run_rows(conn: &mut sqlx::SqliteConnection, statements: &[RowStatement<'_>]) -> Result<()> {
+        rows::run(conn, statements).await
     }
 
     async fn commit_rows(
         &self,
-        conn: &mut sqlx::SqliteConnection,
+        _writer: &mut sqlx::SqliteConnection,
         statements: &[RowStatement<'_>],
     ) -> Result<()> {
-        if let Some(committer) = &self.committer {
-            return committer.commit(statements);
-        }
-        let result = rows::run(conn, statements, true).await;
-        if result.is_err() {
-            // Fails where SQLite ended the transaction itself (a full disk).
-            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-        }
-        result
+        // The caller holds sqlx's writer, which keeps other writes out meanwhile.
+        self.committer.commit(statements)
     }
 
     async fn insert_id(pool: &sqlx::SqlitePool, mut q: sqlx::QueryBuilder<'_, Sqlite>) -> Result<i64> {
@@ -103,8 +92,17 @@ impl SqlStore<SqliteDialect> {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
             .pragma("cache_size", "-16000");
-        let in_memory = options.get_filename().as_os_str() == ":memory:" || url.contains("mode=memory");
-        let path = (!in_memory).then(|| options.get_filename().to_path_buf());
+        // `sqlite::memory:` gets a file name of sqlx's making (`file:sqlx-in-memory-N`).
+        let database = url.trim_start_matches("sqlite:").trim_start_matches("//").split('?').next();
+        if database == Some(":memory:") || url.contains("mode=memory") {
+            return Err(StoreError::BadUrl {
+                url: url.to_string(),
+                reason: "a store in memory would lose every run when its writer connection is replaced \
+                         (after any failed write); give a file: sqlite:///var/lib/madeira/madeira.db"
+                    .into(),
+            });
+        }
+        let path = options.get_filename().to_path_buf();
         let poisoned = Arc::new(AtomicBool::new(false));
         let flag = poisoned.clone();
         // No ping before each use: the writer is in this process (the guard checks
@@ -132,7 +130,7 @@ impl SqlStore<SqliteDialect> {
             dialect: SqliteDialect {
                 guard,
                 transition_ids: TransitionIds::default(),
-                committer: path.map(rows::Committer::new),
+                committer: rows::Committer::new(path),
             },
         })
     }
@@ -152,8 +150,6 @@ impl SqlStore<SqliteDialect> {
             sqlx::query_as("PRAGMA page_count").fetch_one(&self.writer).await.expect("page_count");
         let cap = format!("PRAGMA max_page_count = {pages}");
         sqlx::query(&cap).execute(&self.writer).await.expect("cap");
-        if let Some(committer) = &self.dialect.committer {
-            committer.execute_for_tests(&cap);
-        }
+        self.dialect.committer.execute_for_tests(&cap);
     }
 }

@@ -8,9 +8,8 @@
 //!   keeps its compiled statements between commits (a chain's commits repeat
 //!   them), and there is no hop to a connection thread and back. Its caller holds
 //!   sqlx's writer connection meanwhile, so the two never write at once.
-//! - A batch of new runs (and a store in memory, which no second connection can
-//!   reach) runs inside the writer's transaction: its SQLite handle is locked
-//!   out of sqlx's worker thread (`lock_handle`) and driven here.
+//! - A batch of new runs runs inside the writer's transaction: its SQLite handle
+//!   is locked out of sqlx's worker thread (`lock_handle`) and driven here.
 //!
 //! The work blocks this thread (a commit's fsync included), so on a
 //! multi-threaded runtime it runs under `block_in_place`.
@@ -123,28 +122,16 @@ fn blocking(work: impl FnOnce() -> rusqlite::Result<()>) -> Result<()> {
     done.map_err(|e| StoreError::Db(sqlx::Error::Database(Box::new(RowError::from(e)))))
 }
 
-/// Runs `statements` on `conn`, in a transaction of their own where
-/// `own_transaction` (see the module comment). A failure leaves the transaction
-/// open: the caller rolls it back.
-pub(super) async fn run(
-    conn: &mut SqliteConnection,
-    statements: &[RowStatement<'_>],
-    own_transaction: bool,
-) -> Result<()> {
+/// Runs `statements` on `conn` inside the transaction it is in (see the module
+/// comment). A failure leaves the transaction open: the caller rolls it back.
+pub(super) async fn run(conn: &mut SqliteConnection, statements: &[RowStatement<'_>]) -> Result<()> {
     let mut handle = conn.lock_handle().await?;
     let raw = handle.as_raw_handle();
     let done = blocking(|| {
         // SAFETY: `handle` keeps the connection locked out of sqlx's worker thread
         // until it drops, after this borrowed (never closed) rusqlite connection.
         let db = unsafe { Connection::from_handle(raw.as_ptr()) }?;
-        if own_transaction {
-            db.execute_batch("BEGIN IMMEDIATE")?;
-        }
-        execute(&db, statements, false)?;
-        if own_transaction {
-            db.execute_batch("COMMIT")?;
-        }
-        Ok(())
+        execute(&db, statements, false)
     });
     drop(handle);
     done

@@ -1,5 +1,6 @@
 //! Commit failure and rollback, injected: SQLite's database filled up (its
-//! `max_page_count` lowered to the current size on the writer connection) and a
+//! `max_page_count` lowered to the current size on the writer connection and the
+//! group commits' one) and a
 //! row PostgreSQL refuses (NUL in text). Each time the failed batch leaves nothing
 //! behind, and the next commit is durable and visible to readers (the writer
 //! connection is not left inside a dead transaction). And on every backend: a
@@ -51,6 +52,16 @@ async fn sqlite_a_commit_on_a_full_database_rolls_back_and_the_next_one_is_durab
     let durable = reopened.load_run("r1").await.expect("load").expect("r1");
     assert_eq!(durable.nodes[1].state, NodeState::Success, "acknowledged but not durable");
     assert_eq!(durable.run.state, RunState::Queued);
+}
+
+#[tokio::test]
+async fn sqlite_a_store_in_memory_is_refused_with_the_fix() {
+    for url in ["sqlite::memory:", "sqlite://:memory:", "sqlite://file:m?mode=memory&cache=shared"] {
+        let Err(e) = SqliteStore::open(url).await else { panic!("{url} opened") };
+        let message = e.to_string();
+        assert!(matches!(e, StoreError::BadUrl { .. }), "{url}: {message}");
+        assert!(message.contains("sqlite:///"), "{url}: the error names no file URL: {message}");
+    }
 }
 
 #[tokio::test]
