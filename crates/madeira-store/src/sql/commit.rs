@@ -39,8 +39,10 @@ async fn commit_rows(
     ids: Option<&TransitionIds>,
     batch: &Batch,
 ) -> Result<()> {
-    let mut open = OpenWriter(Some(pool.acquire().await?));
-    let conn = open.conn();
+    // No transaction is ever open on it here: dropped at any await (the commit
+    // abandoned by its caller), it goes back to the pool as it is.
+    let mut writer = pool.acquire().await?;
+    let conn = &mut *writer;
     let mut script = Script::row_by_row();
     let touched = batch.owner.as_ref().map(|owner| (owner, crate::lease::touched_runs(batch)));
     let written = async {
@@ -51,7 +53,7 @@ async fn commit_rows(
         dialect.commit_rows(conn, &script.take_rows()).await
     }
     .await;
-    open.ended();
+    drop(writer); // the fence check below takes it again
     if written.is_err()
         && let Some((owner, runs)) = &touched
     {
@@ -59,33 +61,6 @@ async fn commit_rows(
         super::lease::fence(&mut tx, owner, runs).await?;
     }
     written
-}
-
-/// The writer connection while a transaction on it may be open (SQLite's store
-/// in memory commits on it). Dropped before `ended` (the commit abandoned by its
-/// caller, as a request whose client hung up), it leaves the pool and closes,
-/// which rolls back whatever had begun; the pool opens a fresh connection for the
-/// next write.
-struct OpenWriter(Option<sqlx::pool::PoolConnection<super::Db>>);
-
-impl OpenWriter {
-    fn conn(&mut self) -> &mut Conn {
-        self.0.as_mut().expect("the connection until `ended`")
-    }
-
-    /// The transaction is over (committed or rolled back): the connection goes
-    /// back to the pool.
-    fn ended(mut self) {
-        self.0.take();
-    }
-}
-
-impl Drop for OpenWriter {
-    fn drop(&mut self) {
-        if let Some(conn) = self.0.take() {
-            drop(conn.detach());
-        }
-    }
 }
 
 /// Adds every write of `batch` to `s` (sent as each ends where the dialect takes
