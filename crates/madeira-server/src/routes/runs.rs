@@ -222,7 +222,7 @@ pub async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let caller = state.auth.caller(&headers, Role::Viewer)?;
     state.check_run(&caller, &id).await?;
     let stored = state
@@ -234,32 +234,31 @@ pub async fn show(
     let def = state.engine.flow(&stored.run.flow, Some(stored.run.version)).await?;
     let mut view = views::run_detail(&stored, &def);
     let audit = madeira_store::AuditQuery { run_id: Some(id.clone()), limit: 100, ..Default::default() };
-    let warnings: Vec<Value> = state
+    view.warnings = state
         .engine
         .store()
         .audit(&audit)
         .await?
         .into_iter()
         .filter(|a| a.action == madeira_engine::fallbacks::ROUTING_FALLBACK)
-        .filter_map(|a| a.reason.map(Value::from))
+        .filter_map(|a| a.reason)
         .collect();
-    view["warnings"] = Value::from(warnings);
     for node in def.nodes.iter().filter(|n| n.throttle.is_some()) {
-        let (Some(throttle), Some(entry)) = (node.throttle, view["nodes"].get_mut(&node.id)) else {
+        let (Some(throttle), Some(entry)) = (node.throttle, view.nodes.get_mut(node.id.as_str())) else {
             continue;
         };
         let live = state.engine.throttle_state(&def.name, &node.id);
         let position = live.waiting.iter().position(|r| *r == id).map(|p| p + 1);
-        entry["throttle"] = json!({
+        entry.throttle = Some(json!({
             "max_permits": throttle.max_permits,
             "queue_size": throttle.queue_size,
             "permits_in_use": live.in_use,
             "queue_depth": live.waiting.len(),
             "queue_position": position,
-        });
+        }));
     }
     sidecars::show_waiting(&mut view, &id, state.engine.waiting());
-    Ok(Json(view))
+    Ok(Json(view).into_response())
 }
 
 #[utoipa::path(

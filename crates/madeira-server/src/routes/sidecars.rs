@@ -58,16 +58,13 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<J
 }
 
 /// Marks INIT nodes of run `run_id` that wait for a sidecar, with the reason.
-pub(crate) fn show_waiting(view: &mut Value, run_id: &str, waiting: &WaitingNodes) {
-    let Some(nodes) = view.get_mut("nodes").and_then(Value::as_object_mut) else {
-        return;
-    };
-    for (name, node) in nodes.iter_mut() {
-        if node["status"] == "INIT"
+pub(crate) fn show_waiting(view: &mut crate::views::RunDetail<'_>, run_id: &str, waiting: &WaitingNodes) {
+    for (name, node) in view.nodes.iter_mut() {
+        if node.status == "INIT"
             && let Some(reason) = waiting.reason(run_id, name)
         {
-            node["reason"] = Value::from(reason);
-            node["waiting"] = Value::from(true);
+            node.reason = Some(reason.into());
+            node.waiting = Some(true);
         }
     }
 }
