@@ -278,6 +278,20 @@ test('times: relative by default, in the flow\'s timezone or UTC on request, kep
   await ctx.close();
 });
 
+test('times: relative times count on from the server\'s clock, whatever the browser\'s says', async () => {
+  const run = await startRun(DEV, 'ticker'); // no concurrency limit: later tests' runs do not wait for it
+  const ctx = await context({ viewport: { width: 1400, height: 900 } });
+  const page = await ctx.newPage();
+  await page.clock.install({ time: Date.now() - 3600 * 1000 }); // this browser's clock: an hour behind
+  await page.goto(`${DEV}/runs/${run}`);
+  const created = page.locator('.run-head time[datetime]').first();
+  assert.match(await created.textContent(), /^\d+ s ago$/, 'as the server rendered it');
+  await page.clock.fastForward('01:30'); // the page's own timers rewrite the times meanwhile
+  const m = await until('the created time to count on', async () => (await created.textContent()).match(/^(\d+) min ago$/), 10000);
+  assert.equal(Number(m[1]), 1, 'a minute and a half after the run was created, not an hour off');
+  await ctx.close();
+});
+
 test('runs search: bulk cancel of selected runs and bulk rerun of failed nodes, each audited', async () => {
   const ids = [];
   for (let i = 0; i < 3; i++) ids.push(await startRun(SERVE, 'payout-approval', T.operator));

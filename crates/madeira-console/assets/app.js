@@ -4,6 +4,8 @@
 // errors in a row the page falls back to polling every 5 s.
 
 const POLL_MS = 5000;
+/** How often relative times (`5 s ago`) are written again. */
+const TICK_MS = 5000;
 
 function setStatus(kind) {
   const el = document.getElementById('live-status');
@@ -53,8 +55,16 @@ function refreshMain() {
   window.htmx.ajax('GET', location.pathname + location.search, { target: '#main', select: '#main', swap: 'outerHTML' });
 }
 
+// The server's clock minus this browser's, read from the page (`data-now`, the
+// server's time as it rendered it): relative times count from the server's clock,
+// as the ones it rendered do, whatever this machine's clock says.
+const SKEW_MS = (() => {
+  const now = Number(document.body.dataset.now);
+  return Number.isFinite(now) && now > 0 ? now - Date.now() : 0;
+})();
+
 function relative(ms, lang) {
-  const d = Date.now() - ms;
+  const d = Date.now() + SKEW_MS - ms;
   const s = Math.round(Math.abs(d) / 1000);
   const zh = lang === 'zh-CN';
   let text;
@@ -108,8 +118,11 @@ if (timeSelect) {
     tickTimes();
   });
 }
-document.body.addEventListener('htmx:afterSettle', () => { if (timeMode() !== 'relative') tickTimes(); });
-if (timeMode() !== 'relative') tickTimes();
+// Relative times keep counting while the page stays open (a finished run's page
+// is never re-rendered), and every swapped-in fragment is shown in the chosen mode.
+document.body.addEventListener('htmx:afterSettle', () => tickTimes());
+tickTimes();
+setInterval(tickTimes, TICK_MS);
 
 document.addEventListener('click', (ev) => {
   const open = ev.target.closest('[data-open]');
@@ -179,5 +192,4 @@ if (mode === 'runs' || mode === 'manual') {
   document.body.addEventListener('madeira-refresh', () => setTimeout(refreshMain, 50));
 }
 
-setInterval(tickTimes, 30000);
 window.Madeira = { live, busy, debounce, setStatus };

@@ -111,7 +111,7 @@ impl<'a> Shell<'a> {
                     script type="module" src=(self.assets.url("app.js")) {}
                     @for m in &self.modules { script type="module" src=(self.assets.url(m)) {} }
                 }
-                body hx-headers=(hx_headers) data-lang=(lang.code()) {
+                body hx-headers=(hx_headers) data-lang=(lang.code()) data-now=(madeira_engine::now_ms()) {
                     header.top {
                         a.brand href="/" { "Madeira" }
                         @if let Some(ctx) = self.ctx { (nav(ctx, self.nav)) }
