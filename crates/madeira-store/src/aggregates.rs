@@ -67,7 +67,6 @@ pub trait RunStore: Send + Sync + 'static {
     async fn unfinished_runs(&self) -> Result<Vec<String>>;
     async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRow>>;
     async fn transitions(&self, run_id: &str) -> Result<Vec<TransitionRecord>>;
-    async fn put_log(&self, log: &LogRecord) -> Result<()>;
     /// The log of each of the node's attempts, by attempt: the stored tail, or empty
     /// content for a finished attempt that has none (an attempt that printed
     /// nothing is written without a log row).

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use super::{CHUNK, D, Db, Pool, ROW_BY_ROW_FROM, Script, Tx, push_list, push_row, sql, upsert};
 use crate::admission::{ACTIVE, ClaimCache, WAITING, refused, to_write};
 use crate::dialect::{Dialect, LockSpace, TransitionIds, Val};
-use crate::{CreateOutcome, Edge, LogRecord, NewRun, Result, StoreError};
+use crate::{CreateOutcome, Edge, NewRun, Result, StoreError};
 
 /// Serialises the decisions taken about one flow's runs and versions until the
 /// end of the transaction.
@@ -273,20 +273,6 @@ pub(super) async fn promote_queued(
         .await?;
     tx.commit().await?;
     Ok(Some(run_id))
-}
-
-pub(super) async fn put_log(pool: &Pool, log: &LogRecord) -> Result<()> {
-    sqlx::query(&sql(&format!(
-        "INSERT INTO logs (run_id, node, attempt, content) VALUES ($1, $2, $3, $4){}",
-        upsert("run_id, node, attempt", "content")
-    )))
-    .bind(&log.run_id)
-    .bind(&log.node)
-    .bind(i64::from(log.attempt))
-    .bind(&log.content)
-    .execute(pool)
-    .await?;
-    Ok(())
 }
 
 /// Deletes one small batch so the engine's writes are never blocked for long.

@@ -65,7 +65,6 @@ forward!(RunStore {
     write fn unfinished_runs() -> Vec<String> = read::unfinished_runs;
     read fn list_runs(query: &RunQuery) -> Vec<RunRow> = read::list_runs;
     read fn transitions(run_id: &str) -> Vec<TransitionRecord> = read::transitions;
-    write fn put_log(log: &LogRecord) -> () = runs::put_log;
     read fn logs(run_id: &str, node: &str) -> Vec<LogRecord> = read::logs;
     write fn put_shard_result(result: &ShardResult) -> () = shards::put;
     read fn shard_results(run_id: &str, node: &str, key: &str) -> Vec<ShardResult> = shards::list;

@@ -232,11 +232,11 @@ pub(crate) async fn outputs_attempts_logs_and_audit_round_trip(s: &dyn Store) {
     s.commit(&batch).await.expect("commit");
     s.commit(&Batch {
         outputs: vec![OutputWrite { value: json!(2), ..batch.outputs[0].clone() }],
+        logs: vec![LogRecord { content: "replaced\n".into(), ..batch.logs[0].clone() }],
         ..Batch::default()
     })
     .await
-    .expect("output replaced");
-    s.put_log(&LogRecord { content: "replaced\n".into(), ..batch.logs[0].clone() }).await.expect("log");
+    .expect("output and log replaced");
     let stored = s.load_run("r1").await.expect("load").expect("exists");
     assert_eq!(stored.attempts, vec![finished]);
     let logs = s.logs("r1", "a").await.expect("logs");
