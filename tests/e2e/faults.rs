@@ -11,52 +11,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use madeira_store::testing::{MySqlTestDb, PgTestDb, services_required};
+use madeira_store::testing::{MySqlTestDb, PgTestDb};
 use serde_json::{Value, json};
 
-use crate::support::Dev;
-
-/// A tmpfs mounted for one test (root only), unmounted when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    /// `None` (skip) when not root, unless `CI=true`: then the test fails.
-    fn mount(dir: &Path, size_mb: u32) -> Option<Tmpfs> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            assert!(!services_required(), "CI=true: the disk-full test needs root to mount a tmpfs");
-            eprintln!("skipping: mounting a tmpfs needs root");
-            return None;
-        }
-        let status = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size_mb}m,mode=0700"), "tmpfs"])
-            .arg(dir)
-            .status()
-            .expect("run mount");
-        assert!(status.success(), "mount tmpfs on {}", dir.display());
-        Some(Tmpfs(dir.to_path_buf()))
-    }
-
-    /// Writes a file until the filesystem is full.
-    fn fill(&self) -> PathBuf {
-        use std::io::Write;
-        let path = self.0.join("filler");
-        let mut file = std::fs::File::create(&path).expect("create filler");
-        let chunk = vec![0u8; 64 * 1024];
-        while file.write_all(&chunk).is_ok() {}
-        for _ in 0..64 {
-            let _ = file.write_all(&chunk[..512]);
-        }
-        let _ = file.sync_all();
-        path
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
+use crate::support::{Dev, Tmpfs};
 
 /// POSTs a trigger; `(status, body, Retry-After)`.
 async fn trigger(dev: &Dev, flow: &str, params: Value) -> (u16, Value, Option<String>) {

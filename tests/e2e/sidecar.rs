@@ -1,8 +1,9 @@
 //! Sidecar jobs as real processes: outputs flow downstream through the input file,
 //! the SPEC §4 environment is there, exit codes are classified, a job ignoring
 //! SIGTERM is killed after its grace with its grandchild, an attempt moves when its
-//! sidecar dies, a sidecar's spool is delivered exactly once after an outage, and a
-//! lost sidecar raises a warning that its return resolves.
+//! sidecar dies, a sidecar's spool is delivered exactly once after an outage (also a
+//! result its full disk refused, kept in memory), and a lost sidecar raises a warning
+//! that its return resolves.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -72,7 +73,7 @@ impl SidecarProc {
             .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log_file(&config))
             .spawn()
             .expect("spawn madeira sidecar");
         SidecarProc { child, config }
@@ -89,6 +90,15 @@ impl SidecarProc {
         self.signal(libc::SIGKILL);
         let _ = self.child.wait();
     }
+}
+
+/// The sidecar's log: `<config>.log` beside its config, appended to by each start.
+fn log_file(config: &Path) -> Stdio {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(config.with_extension("log"))
+        .map_or_else(|_| Stdio::null(), Stdio::from)
 }
 
 impl Drop for SidecarProc {
@@ -290,6 +300,37 @@ async fn a_sidecar_restarted_while_the_control_plane_is_down_delivers_its_spool_
     let ran = std::fs::read_to_string(dir.path().join("ran")).expect("ran");
     assert_eq!(ran.lines().count(), 1, "the job ran once: {ran}");
     wait_for("the spool to empty", 10, || spooled() == 0).await;
+}
+
+#[tokio::test]
+async fn a_report_its_full_disk_refused_reaches_the_restarted_control_plane_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let reports = dir.path().join("s-full-spool").join("reports");
+    std::fs::create_dir_all(&reports).expect("spool dir");
+    let Some(disk) = crate::support::Tmpfs::mount(&reports, 1) else { return };
+    let data = dir.path().join("data");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+    let grpc = format!("127.0.0.1:{port}");
+    let mut dev = Dev::start_with(&data, &["--grpc", &grpc]);
+    let sidecar = SidecarProc::start(dir.path(), "s-full", &grpc, &slow_job(dir.path(), "f"));
+    wait_sidecars(&dev, "billing", 1).await;
+    dev.put_flow("flow: unspooled\nnodes:\n  j: {run: {sidecar: {group: billing, job: slow}}}\n").await;
+    let run_id = dev.trigger("unspooled", json!({})).await;
+    wait_for("the job to start", 10, || std::fs::read_to_string(dir.path().join("started")).is_ok()).await;
+    disk.fill();
+    dev.kill9();
+    // The job ends with no control plane to tell and no room to spool its result.
+    let log = sidecar.config.with_extension("log");
+    let refused = || std::fs::read_to_string(&log).is_ok_and(|l| l.contains("cannot spool a report on disk"));
+    wait_for("the spool to refuse the result", 15, refused).await;
+    assert_eq!(madeira_sidecar::spool::pending_on_disk(&reports), 0, "nothing reached the disk");
+    let dev = Dev::start_with(&data, &["--grpc", &grpc]);
+    let run = dev.finished(&run_id).await;
+    assert_eq!(run["status"], "SUCCESS", "{run}");
+    assert_eq!(run["nodes"]["j"]["outputs"]["who"], "f");
+    assert_eq!(run["nodes"]["j"]["data_version"], 1, "the result was applied once");
+    let ran = std::fs::read_to_string(dir.path().join("ran")).expect("ran");
+    assert_eq!(ran.lines().count(), 1, "the job ran once: {ran}");
 }
 
 #[tokio::test]

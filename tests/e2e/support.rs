@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use madeira_store::testing::services_required;
 use serde_json::{Value, json};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_madeira");
@@ -272,4 +273,46 @@ pub fn start_logged(
         }
     });
     (Dev { child, base, http: client(None), grpc: String::new() }, logs)
+}
+
+/// A tmpfs mounted for one test (root only), unmounted when dropped.
+pub struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    /// `None` (skip) when not root, unless `CI=true`: then the test fails.
+    pub fn mount(dir: &Path, size_mb: u32) -> Option<Tmpfs> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(!services_required(), "CI=true: the disk-full test needs root to mount a tmpfs");
+            eprintln!("skipping: mounting a tmpfs needs root");
+            return None;
+        }
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size_mb}m,mode=0700"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("run mount");
+        assert!(status.success(), "mount tmpfs on {}", dir.display());
+        Some(Tmpfs(dir.to_path_buf()))
+    }
+
+    /// Writes a file until the filesystem is full.
+    pub fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = self.0.join("filler");
+        let mut file = std::fs::File::create(&path).expect("create filler");
+        let chunk = vec![0u8; 64 * 1024];
+        while file.write_all(&chunk).is_ok() {}
+        for _ in 0..64 {
+            let _ = file.write_all(&chunk[..512]);
+        }
+        let _ = file.sync_all();
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
 }

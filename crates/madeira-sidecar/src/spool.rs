@@ -10,7 +10,9 @@
 //! unsynced before: after a host crash it may be delivered again, and the control
 //! plane takes a report id once. `*.report` files of earlier versions are still
 //! read and delivered. The directory is 0700 and every file 0600 (reports carry job
-//! output).
+//! output). A report the disk refuses (full, read-only, removed) is kept in memory
+//! instead, delivered and acknowledged like the others: it is lost only if the
+//! sidecar stops before the control plane has it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -39,6 +41,8 @@ enum Place {
     Slot(usize),
     /// A file of an earlier version.
     File(String),
+    /// The encoded report, which the disk refused.
+    Memory(Arc<[u8]>),
 }
 
 struct Entry {
@@ -124,12 +128,14 @@ impl Spool {
     }
 
     /// Durably stores `msg` under `id` (a second put of the same id is a no-op).
+    /// On an error the report is pending all the same, kept in memory.
     pub fn put(&self, id: &str, msg: &SidecarMessage) -> Result<(), SpoolError> {
         let Some(claim) = self.claim(id) else {
             return Ok(());
         };
-        let written = self.write(&claim, id, &msg.encode_to_vec());
-        self.written(id, claim, written)
+        let bytes = msg.encode_to_vec();
+        let written = self.write(&claim, id, &bytes);
+        self.written(id, claim, bytes, written)
     }
 
     /// `put` from async code: the write and its sync run on the blocking pool, so
@@ -143,7 +149,7 @@ impl Spool {
         let (spool, key, bytes) = (self.clone(), id.to_string(), msg.encode_to_vec());
         let joined = tokio::task::spawn_blocking(move || {
             let written = spool.write(&claim, &key, &bytes);
-            spool.written(&key, claim, written)
+            spool.written(&key, claim, bytes, written)
         })
         .await;
         joined.map_err(|e| SpoolError::Io {
@@ -191,29 +197,31 @@ impl Spool {
         Ok(file)
     }
 
+    /// Records where the report of `id` now is: its slot, or (the write failed)
+    /// memory, which still delivers it.
     fn written(
         &self,
         id: &str,
         claim: Claim,
+        bytes: Vec<u8>,
         written: Result<Arc<std::fs::File>, SpoolError>,
     ) -> Result<(), SpoolError> {
         let mut index = self.lock();
         index.writing.remove(id);
-        match written {
+        let (place, result) = match written {
             Ok(file) => {
                 index.slots[claim.slot] = Some(file);
-                index
-                    .reports
-                    .insert(id.to_string(), Entry { order: claim.order, place: Place::Slot(claim.slot) });
-                self.pending.set(i64::try_from(index.reports.len()).unwrap_or(i64::MAX));
-                Ok(())
+                (Place::Slot(claim.slot), Ok(()))
             }
             Err(e) => {
                 // The slot's content is unknown: its number is free to be written again.
                 index.free.push(claim.slot);
-                Err(e)
+                (Place::Memory(bytes.into()), Err(e))
             }
-        }
+        };
+        index.reports.insert(id.to_string(), Entry { order: claim.order, place });
+        self.pending.set(i64::try_from(index.reports.len()).unwrap_or(i64::MAX));
+        result
     }
 
     /// Forgets `id` once the control plane has it: its slot is marked free (not
@@ -223,7 +231,7 @@ impl Spool {
         let entry = index.reports.remove(id).or_else(|| index.reports.remove(&sanitize(id)));
         self.pending.set(i64::try_from(index.reports.len()).unwrap_or(i64::MAX));
         match entry.map(|e| e.place) {
-            None => Ok(()),
+            None | Some(Place::Memory(_)) => Ok(()),
             Some(Place::Slot(n)) => {
                 // Under the lock: the slot is reused only once this mark is written.
                 let marked = match &index.slots[n] {
@@ -255,7 +263,7 @@ impl Spool {
                 .map(|(id, e)| {
                     let file = match e.place {
                         Place::Slot(n) => index.slots[n].clone(),
-                        Place::File(_) => None,
+                        Place::File(_) | Place::Memory(_) => None,
                     };
                     (e.order, id.clone(), e.place.clone(), file)
                 })
@@ -283,6 +291,7 @@ impl Spool {
                         let bytes = std::fs::read(&path);
                         (path, bytes)
                     }
+                    (Place::Memory(bytes), _) => (self.dir.clone(), Ok(bytes.to_vec())),
                 };
                 match bytes.map(|bytes| SidecarMessage::decode(bytes.as_slice())) {
                     Ok(Ok(msg)) => Some((id, msg)),
@@ -299,6 +308,7 @@ impl Spool {
             .collect()
     }
 
+    /// Pending reports, those kept in memory included.
     pub fn len(&self) -> usize {
         self.lock().reports.len()
     }
@@ -369,6 +379,27 @@ mod tests {
         let ids: Vec<&str> = pending.iter().map(|(id, _)| id.as_str()).collect();
         assert_eq!(ids, ["r1", "r2"]);
         assert_eq!(pending[0].1, msg(1));
+    }
+
+    #[test]
+    fn a_report_the_disk_refuses_stays_pending_in_memory_until_acknowledged() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spool_dir = dir.path().join("reports");
+        let gauge = Gauge::default();
+        let spool = Spool::open(&spool_dir, gauge.clone()).expect("open");
+        spool.put("a", &msg(1)).expect("put on disk");
+        std::fs::remove_dir_all(&spool_dir).expect("the spool directory goes");
+        assert!(spool.put("b", &msg(2)).is_err(), "the disk refused it");
+        assert_eq!(gauge.get(), 2, "both pending");
+        let pending = spool.pending();
+        // `a` is read through its slot file, still open; `b` from memory.
+        assert_eq!(pending.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(), ["a", "b"], "oldest first");
+        assert_eq!(pending[1].1, msg(2));
+        spool.put("b", &msg(3)).expect("a second put of a pending id is a no-op");
+        assert_eq!(spool.pending()[1].1, msg(2));
+        spool.remove("b").expect("acknowledged");
+        assert_eq!(spool.pending().iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(), ["a"]);
+        assert_eq!(gauge.get(), 1);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use madeira_proto::{SidecarMessage, SidecarMsg};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::config::JobSpec;
 use crate::metrics::SidecarMetrics;
@@ -126,7 +126,7 @@ impl Shared {
     /// Spools a report, then sends it; it stays spooled until acknowledged.
     pub async fn report(&self, id: &str, msg: SidecarMessage) {
         if let Err(e) = self.spool.put_async(id, &msg).await {
-            warn!(error = %e, "cannot spool a report; sending it without a copy on disk");
+            error!(error = %e, "cannot spool a report on disk; it is kept in memory until the control plane acknowledges it (lost if this sidecar stops first)");
         }
         self.send(msg).await;
     }
