@@ -312,19 +312,38 @@ async fn read_outputs(path: &Path) -> Result<Map<String, Json>, String> {
         .map_err(|e| format!("cannot read MADEIRA_OUTPUT_FILE: {e}"))?
 }
 
+/// The job's `MADEIRA_OUTPUT_FILE`, read as the sidecar's user: only a regular
+/// file, never through a symbolic link (a job running as another user could point
+/// it at a file only the sidecar may read), never a FIFO (which would block), and
+/// at most `MAX_OUTPUT_FILE` bytes of it.
 fn read_outputs_now(path: &Path) -> Result<Map<String, Json>, String> {
-    let meta = match std::fs::metadata(path) {
-        Ok(m) => m,
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let refuse = |why: String| Err(format!("MADEIRA_OUTPUT_FILE {why}"));
+    let opened =
+        std::fs::File::options().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path);
+    let file = match opened {
+        Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Map::new()),
-        Err(e) => return Err(format!("cannot read MADEIRA_OUTPUT_FILE: {e}")),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return refuse("is a symbolic link; write the JSON object into the file itself".into());
+        }
+        Err(e) => return refuse(format!("cannot be read: {e}")),
     };
-    if meta.len() > MAX_OUTPUT_FILE {
-        return Err(format!(
-            "MADEIRA_OUTPUT_FILE is {} bytes; at most {MAX_OUTPUT_FILE} are read",
-            meta.len()
-        ));
+    let meta = file.metadata().map_err(|e| format!("MADEIRA_OUTPUT_FILE cannot be read: {e}"))?;
+    if !meta.is_file() {
+        return refuse("is not a regular file; write the JSON object into a plain file".into());
     }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read MADEIRA_OUTPUT_FILE: {e}"))?;
+    if meta.len() > MAX_OUTPUT_FILE {
+        return refuse(format!("is {} bytes; at most {MAX_OUTPUT_FILE} are read", meta.len()));
+    }
+    let mut text = String::new();
+    file.take(MAX_OUTPUT_FILE + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("MADEIRA_OUTPUT_FILE cannot be read: {e}"))?;
+    if text.len() as u64 > MAX_OUTPUT_FILE {
+        return refuse(format!("grew past {MAX_OUTPUT_FILE} bytes while read"));
+    }
     if text.trim().is_empty() {
         return Ok(Map::new());
     }

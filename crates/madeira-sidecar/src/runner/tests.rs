@@ -107,6 +107,29 @@ async fn exit_codes_are_classified() {
     assert_eq!(bad_output.status, Status::Failed, "{}", bad_output.error);
 }
 
+#[tokio::test]
+async fn an_output_file_that_is_a_symlink_or_a_fifo_fails_the_attempt_unread() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let secret = dir.path().join("secret.json");
+    std::fs::write(&secret, r#"{"password": "hunter2"}"#).expect("secret");
+    let link = format!("ln -sf {} \"$MADEIRA_OUTPUT_FILE\"", secret.display());
+    let linked =
+        run_in(dir.path(), &job(&["/bin/sh", "-c", &link], None, "1s"), &attempt(), CancellationToken::new())
+            .await;
+    assert_eq!(linked.status, Status::Failed, "{}", linked.error);
+    assert!(linked.error.contains("symbolic link"), "{}", linked.error);
+    assert!(linked.outputs.is_empty(), "nothing read through the link: {:?}", linked.outputs);
+    let fifo = job(&["/bin/sh", "-c", "mkfifo \"$MADEIRA_OUTPUT_FILE\""], None, "1s");
+    let fifo = tokio::time::timeout(
+        Duration::from_secs(10),
+        run_in(dir.path(), &fifo, &attempt(), CancellationToken::new()),
+    )
+    .await
+    .expect("a FIFO is not waited on");
+    assert_eq!(fifo.status, Status::Failed, "{}", fifo.error);
+    assert!(fifo.error.contains("not a regular file"), "{}", fifo.error);
+}
+
 fn running(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
