@@ -111,19 +111,20 @@ fn write_input(
         .create(dir)
         .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
-    std::fs::OpenOptions::new()
+    // Never through a symbolic link: the file is written, and handed over, as itself.
+    let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(input)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
         .map_err(|e| format!("cannot write {}: {e}", input.display()))?;
+    file.write_all(text.as_bytes()).map_err(|e| format!("cannot write {}: {e}", input.display()))?;
     if let Some((uid, gid, name)) = owner {
-        for path in [dir, input] {
-            std::os::unix::fs::chown(path, Some(uid), Some(gid))
-                .map_err(|e| format!("cannot hand {} to user {name}: {e}", path.display()))?;
-        }
+        let handed = std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+            .and_then(|()| std::os::unix::fs::fchown(&file, Some(uid), Some(gid)));
+        handed.map_err(|e| format!("cannot hand {} to user {name}: {e}", dir.display()))?;
     }
     Ok(())
 }
