@@ -11,6 +11,10 @@ use super::*;
 use crate::config::{JobConfig, SidecarConfig};
 
 fn job(command: &[&str], timeout: Option<&str>, grace: &str) -> JobSpec {
+    job_as(command, timeout, grace, None)
+}
+
+fn job_as(command: &[&str], timeout: Option<&str>, grace: &str, user: Option<&str>) -> JobSpec {
     let mut config = SidecarConfig::default();
     config.jobs.insert(
         "j".into(),
@@ -19,7 +23,7 @@ fn job(command: &[&str], timeout: Option<&str>, grace: &str) -> JobSpec {
             workdir: None,
             env: BTreeMap::from([("JOB_ENV".to_string(), "yes".to_string())]),
             clear_env: false,
-            user: None,
+            user: user.map(str::to_string),
             stdin: None,
             timeout: timeout.map(str::to_string),
             grace: Some(grace.to_string()),
@@ -128,6 +132,31 @@ async fn an_output_file_that_is_a_symlink_or_a_fifo_fails_the_attempt_unread() {
     .expect("a FIFO is not waited on");
     assert_eq!(fifo.status, Status::Failed, "{}", fifo.error);
     assert!(fifo.error.contains("not a regular file"), "{}", fifo.error);
+}
+
+#[tokio::test]
+async fn a_job_with_a_user_runs_as_that_user_and_reads_the_input_handed_to_it() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true: switching to another user needs root"
+        );
+        eprintln!("skipping: switching to another user needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    // As the sidecar makes its work root when a job switches user: others may pass, not list.
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).expect("chmod");
+    let script = r#"printf '{"uid":"%s","input":%s}' "$(id -u)" "$(cat "$MADEIRA_INPUT_FILE")" > "$MADEIRA_OUTPUT_FILE""#;
+    let job = job_as(&["/bin/sh", "-c", script], None, "1s", Some("nobody"));
+    let out = run_in(dir.path(), &job, &attempt(), CancellationToken::new()).await;
+    assert_eq!(out.status, Status::Success, "{}", out.error);
+    assert_eq!(out.outputs["uid"], "65534", "ran as nobody");
+    assert_eq!(
+        out.outputs["input"]["params"]["date"], "2026-11-30 x;y",
+        "the input file was the job's to read"
+    );
 }
 
 fn running(pid: u32) -> bool {
