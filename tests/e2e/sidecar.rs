@@ -293,13 +293,19 @@ async fn a_sidecar_restarted_while_the_control_plane_is_down_delivers_its_spool_
     let _restarted = SidecarProc::spawn(config);
     assert_eq!(spooled(), 1, "the spool survives the restart");
     let dev = Dev::start_with(&data, &["--grpc", &grpc]);
-    let run = dev.finished(&run_id).await;
-    assert_eq!(run["status"], "SUCCESS", "{run}");
-    assert_eq!(run["nodes"]["j"]["outputs"]["who"], "s");
-    assert_eq!(run["nodes"]["j"]["data_version"], 1, "the result was applied once");
-    let ran = std::fs::read_to_string(dir.path().join("ran")).expect("ran");
-    assert_eq!(ran.lines().count(), 1, "the job ran once: {ran}");
+    slow_job_ran_once(&dev, &run_id, dir.path(), "s").await;
     wait_for("the spool to empty", 10, || spooled() == 0).await;
+}
+
+/// The run of node `j` (the slow job) ended SUCCESS with the outputs of sidecar
+/// `who`, its result applied once and the job run once.
+async fn slow_job_ran_once(dev: &Dev, run_id: &str, dir: &Path, who: &str) {
+    let run = dev.finished(run_id).await;
+    assert_eq!(run["status"], "SUCCESS", "{run}");
+    assert_eq!(run["nodes"]["j"]["outputs"]["who"], who);
+    assert_eq!(run["nodes"]["j"]["data_version"], 1, "the result was applied once");
+    let ran = std::fs::read_to_string(dir.join("ran")).expect("ran");
+    assert_eq!(ran.lines().count(), 1, "the job ran once: {ran}");
 }
 
 #[tokio::test]
@@ -325,12 +331,7 @@ async fn a_report_its_full_disk_refused_reaches_the_restarted_control_plane_once
     wait_for("the spool to refuse the result", 15, refused).await;
     assert_eq!(madeira_sidecar::spool::pending_on_disk(&reports), 0, "nothing reached the disk");
     let dev = Dev::start_with(&data, &["--grpc", &grpc]);
-    let run = dev.finished(&run_id).await;
-    assert_eq!(run["status"], "SUCCESS", "{run}");
-    assert_eq!(run["nodes"]["j"]["outputs"]["who"], "f");
-    assert_eq!(run["nodes"]["j"]["data_version"], 1, "the result was applied once");
-    let ran = std::fs::read_to_string(dir.path().join("ran")).expect("ran");
-    assert_eq!(ran.lines().count(), 1, "the job ran once: {ran}");
+    slow_job_ran_once(&dev, &run_id, dir.path(), "f").await;
 }
 
 #[tokio::test]
