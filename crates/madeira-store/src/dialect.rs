@@ -255,6 +255,11 @@ impl<D: Dialect> SqlStore<D> {
     }
 }
 
+/// Connections of a networked store's pool (PostgreSQL, MySQL).
+pub(crate) const POOL_SIZE: u32 = 8;
+/// How long a transaction waits for a pooled connection before it fails.
+pub(crate) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A connection idle for longer than this is pinged before it is handed out.
 const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 

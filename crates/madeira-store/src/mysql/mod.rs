@@ -161,10 +161,11 @@ pub struct MySqlOptions {
 
 impl Default for MySqlOptions {
     fn default() -> Self {
+        use crate::dialect::{ACQUIRE_TIMEOUT, POOL_SIZE};
         Self {
-            max_connections: 8,
-            acquire_timeout: Duration::from_secs(10),
-            lock_wait_timeout: Duration::from_secs(10),
+            max_connections: POOL_SIZE,
+            acquire_timeout: ACQUIRE_TIMEOUT,
+            lock_wait_timeout: ACQUIRE_TIMEOUT,
         }
     }
 }

@@ -13,7 +13,6 @@
 mod sql;
 
 use std::str::FromStr;
-use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{PgPool, Postgres, Transaction};
@@ -52,36 +51,20 @@ impl Dialect for PgDialect {
     }
 }
 
-/// Pool settings for `PostgresStore::open_with`.
-#[derive(Debug, Clone)]
-pub struct PgOptions {
-    pub max_connections: u32,
-    pub acquire_timeout: Duration,
-}
-
-impl Default for PgOptions {
-    fn default() -> Self {
-        Self { max_connections: 8, acquire_timeout: Duration::from_secs(10) }
-    }
-}
-
 type D = PgDialect;
 
 /// The store on PostgreSQL.
 pub type PostgresStore = SqlStore<PgDialect>;
 
 impl SqlStore<PgDialect> {
-    /// Connects to `url` (`postgres://user@host/db`) and applies the migrations
-    /// (sqlx takes an advisory lock, so replicas starting together are safe).
+    /// Connects to `url` (`postgres://user@host/db`; a pool of `dialect::POOL_SIZE`)
+    /// and applies the migrations (sqlx takes an advisory lock, so replicas
+    /// starting together are safe).
     pub async fn open(url: &str) -> Result<Self> {
-        Self::open_with(url, &PgOptions::default()).await
-    }
-
-    pub async fn open_with(url: &str, options: &PgOptions) -> Result<Self> {
         let connect = PgConnectOptions::from_str(url)
             .map_err(|e| StoreError::BadUrl { url: url.to_string(), reason: e.to_string() })?
             .application_name("madeira");
-        let pool = crate::dialect::pool_options(options.max_connections, options.acquire_timeout)
+        let pool = crate::dialect::pool_options(crate::dialect::POOL_SIZE, crate::dialect::ACQUIRE_TIMEOUT)
             .connect_with(connect)
             .await?;
         sqlx::migrate!("../../migrations/postgres").run(&pool).await?;
