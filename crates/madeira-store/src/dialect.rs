@@ -144,6 +144,13 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// (PostgreSQL: lost connection, shutdown, serialization failure, deadlock).
     const RETRIES: u32 = 0;
 
+    /// How long one try of an operation may wait for the database, connection
+    /// included, before it fails as `StoreError::Unavailable` (not retried): a
+    /// database that stopped answering (frozen, a network that drops packets)
+    /// is told within this instead of holding every request. `None`: SQLite,
+    /// whose work runs in this process (and waits at most its busy timeout).
+    const ANSWER_WITHIN: Option<Duration> = None;
+
     /// The ids this store gives `transitions` rows itself, when it does (SQLite:
     /// the table is keyed by (run_id, id) without a rowid, so nothing numbers it);
     /// `None`: the database numbers them (an auto-increment key).
@@ -231,6 +238,8 @@ pub struct SqlStore<D: Dialect> {
     pub(crate) writer: Pool<D::DB>,
     pub(crate) reader: Pool<D::DB>,
     pub(crate) dialect: D,
+    /// `Dialect::ANSWER_WITHIN`, shortened by tests.
+    pub(crate) answer_within: Option<Duration>,
 }
 
 impl<D: Dialect> SqlStore<D> {
@@ -242,7 +251,7 @@ impl<D: Dialect> SqlStore<D> {
         Fut: Future<Output = Result<T>>,
     {
         self.dialect.before_write()?;
-        self.dialect.after_write(retry(D::RETRIES, op).await)
+        self.dialect.after_write(retry(D::RETRIES, self.answer_within, op).await)
     }
 
     /// Runs a read, retrying transient errors.
@@ -251,7 +260,13 @@ impl<D: Dialect> SqlStore<D> {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        retry(D::RETRIES, op).await
+        retry(D::RETRIES, self.answer_within, op).await
+    }
+
+    /// Shortens the wait for an answer (tests of a database that stops answering).
+    #[cfg(test)]
+    pub(crate) fn answer_within_for_tests(&mut self, limit: Duration) {
+        self.answer_within = Some(limit);
     }
 }
 
@@ -288,12 +303,27 @@ pub(crate) fn pool_options<DB: Database>(max_connections: u32, acquire_timeout: 
 /// Runs `op` again, up to `retries` times with backoff (50 ms doubling: 5 retries
 /// span ~1.5 s), while it fails with a transient error, so callers see only what a
 /// fresh connection cannot fix. Every operation is one transaction and safe to
-/// repeat (see `StoreError::is_transient`).
-async fn retry<T, F, Fut>(retries: u32, mut op: F) -> Result<T>
+/// repeat (see `StoreError::is_transient`). Each try waits at most `limit` for the
+/// database (`Dialect::ANSWER_WITHIN`); one that waited that long is abandoned
+/// (sqlx rolls its transaction back, or the server does when the connection goes)
+/// and not tried again: the caller hears the store is unavailable.
+async fn retry<T, F, Fut>(retries: u32, limit: Option<Duration>, mut op: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
+    let mut op = move || {
+        let attempt = op();
+        async move {
+            let Some(limit) = limit else { return attempt.await };
+            tokio::time::timeout(limit, attempt).await.unwrap_or_else(|_| {
+                Err(StoreError::Unavailable(format!(
+                    "the database did not answer within {} s; is it up and reachable?",
+                    limit.as_secs_f32()
+                )))
+            })
+        }
+    };
     let mut delay = Duration::from_millis(50);
     for _ in 0..retries {
         match op().await {

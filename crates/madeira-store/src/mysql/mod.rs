@@ -42,6 +42,8 @@ impl Dialect for MySqlDialect {
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const RETRIES: u32 = 5;
+    /// Longer than MySQL's lock wait (10 s), which fails as transient and is retried.
+    const ANSWER_WITHIN: Option<Duration> = Some(Duration::from_secs(15));
     const BIGINT: &'static str = "SIGNED";
 
     fn sql(sql: &str) -> Cow<'_, str> {
@@ -203,7 +205,12 @@ impl SqlStore<MySqlDialect> {
             .connect_with(connect)
             .await?;
         sqlx::migrate!("../../migrations/mysql").run(&pool).await?;
-        Ok(Self { writer: pool.clone(), reader: pool, dialect: MySqlDialect })
+        Ok(Self {
+            writer: pool.clone(),
+            reader: pool,
+            dialect: MySqlDialect,
+            answer_within: D::ANSWER_WITHIN,
+        })
     }
 
     /// The connection pool (for tests).

@@ -13,6 +13,7 @@
 mod sql;
 
 use std::str::FromStr;
+use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{PgPool, Postgres, Transaction};
@@ -31,6 +32,7 @@ impl Dialect for PgDialect {
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const RETRIES: u32 = 5;
+    const ANSWER_WITHIN: Option<Duration> = Some(Duration::from_secs(15));
 
     async fn insert_id(pool: &PgPool, mut q: sqlx::QueryBuilder<'_, Postgres>) -> Result<i64> {
         q.push(" RETURNING id");
@@ -68,7 +70,7 @@ impl SqlStore<PgDialect> {
             .connect_with(connect)
             .await?;
         sqlx::migrate!("../../migrations/postgres").run(&pool).await?;
-        Ok(Self { writer: pool.clone(), reader: pool, dialect: PgDialect })
+        Ok(Self { writer: pool.clone(), reader: pool, dialect: PgDialect, answer_within: D::ANSWER_WITHIN })
     }
 
     /// The connection pool (for LISTEN/NOTIFY and tests).

@@ -132,6 +132,7 @@ impl SqlStore<SqliteDialect> {
                 transition_ids: TransitionIds::default(),
                 committer: rows::Committer::new(path),
             },
+            answer_within: None,
         })
     }
 

@@ -6,6 +6,7 @@
 mod alerts;
 mod console;
 mod failures;
+mod frozen;
 mod lease;
 mod lifecycle;
 mod permits;
