@@ -4,6 +4,9 @@
 //! connection, deleted store file), the handle reports the store down (`/readyz`
 //! answers 503 with the reason) and a probe writes one small row every second;
 //! the first write that succeeds — probe, commit or creation — marks it up again.
+//! While it is up and nothing has written for `IDLE_PROBE`, the probe writes too,
+//! so a store that went away (a database frozen or unreachable, which fails a write
+//! within the store's own wait) is told while no run is writing.
 //! Observers hear each change (`EngineObserver::store_up`, the metrics).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,10 +19,15 @@ use tracing::{error, info};
 
 use crate::observer::EngineObserver;
 
+/// How long the store may go without a write before the probe writes one.
+const IDLE_PROBE: Duration = Duration::from_secs(5);
+
 pub(crate) struct StoreHealth {
     down: AtomicBool,
     last_error: Mutex<Option<String>>,
     failures: AtomicU64,
+    /// When a write last succeeded.
+    last_write: Mutex<tokio::time::Instant>,
     observers: Vec<Arc<dyn EngineObserver>>,
     /// Wakes the probe when the store goes down.
     went_down: tokio::sync::Notify,
@@ -34,6 +42,7 @@ impl StoreHealth {
             down: AtomicBool::new(false),
             last_error: Mutex::new(None),
             failures: AtomicU64::new(0),
+            last_write: Mutex::new(tokio::time::Instant::now()),
             observers,
             went_down: tokio::sync::Notify::new(),
             came_up: tokio::sync::Notify::new(),
@@ -42,6 +51,7 @@ impl StoreHealth {
 
     /// A write succeeded.
     pub(crate) fn wrote(&self) {
+        *self.last_write.lock().unwrap_or_else(|p| p.into_inner()) = tokio::time::Instant::now();
         if self.down.swap(false, Ordering::AcqRel) {
             info!("the store takes writes again; ready");
             self.came_up.notify_one();
@@ -82,7 +92,8 @@ impl StoreHealth {
         self.failures.load(Ordering::Relaxed)
     }
 
-    /// While the store is down, probes it every second until a write succeeds.
+    /// While the store is down, probes it every second until a write succeeds;
+    /// while it is up, whenever nothing has written for `IDLE_PROBE`.
     pub(crate) fn spawn_probe(
         self: Arc<Self>,
         store: Arc<dyn HealthStore>,
@@ -93,12 +104,20 @@ impl StoreHealth {
                 if self.status().is_ok() {
                     tokio::select! {
                         _ = cancel.cancelled() => return,
-                        _ = self.went_down.notified() => {}
+                        // Probed a second after going down, then every second (below).
+                        _ = self.went_down.notified() => continue,
+                        _ = tokio::time::sleep(IDLE_PROBE) => {
+                            let last = *self.last_write.lock().unwrap_or_else(|p| p.into_inner());
+                            if last.elapsed() < IDLE_PROBE {
+                                continue;
+                            }
+                        }
                     }
-                }
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                } else {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
                 }
                 match store.probe(crate::now_ms()).await {
                     Ok(()) => self.wrote(),
@@ -106,5 +125,69 @@ impl StoreHealth {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use madeira_store::{HealthStore, StoreError};
+    use tokio_util::sync::CancellationToken;
+
+    use super::StoreHealth;
+
+    /// A store whose probe write fails while `down`, counting probes.
+    #[derive(Default)]
+    struct Probed {
+        down: AtomicBool,
+        probes: AtomicU64,
+    }
+
+    #[async_trait::async_trait]
+    impl HealthStore for Probed {
+        async fn probe(&self, _now_ms: i64) -> madeira_store::Result<()> {
+            self.probes.fetch_add(1, Ordering::Relaxed);
+            if self.down.load(Ordering::Relaxed) {
+                return Err(StoreError::Unavailable("the database did not answer".into()));
+            }
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_store_is_probed_and_told_down_without_any_run_writing() {
+        let health = Arc::new(StoreHealth::new(Vec::new()));
+        let store = Arc::new(Probed::default());
+        let cancel = CancellationToken::new();
+        let task = health.clone().spawn_probe(store.clone(), cancel.clone());
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert_eq!(store.probes.load(Ordering::Relaxed), 2, "a probe every 5 s of idleness");
+        assert!(health.status().is_ok());
+        store.down.store(true, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(health.status().is_err(), "told down while nothing else writes");
+        store.down.store(false, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert!(health.status().is_ok(), "up again at the next probe, a second later");
+        cancel.cancel();
+        task.await.expect("probe task");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_written_to_is_not_probed() {
+        let health = Arc::new(StoreHealth::new(Vec::new()));
+        let store = Arc::new(Probed::default());
+        let cancel = CancellationToken::new();
+        let task = health.clone().spawn_probe(store.clone(), cancel.clone());
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            health.wrote();
+        }
+        assert_eq!(store.probes.load(Ordering::Relaxed), 0, "commits say enough");
+        cancel.cancel();
+        task.await.expect("probe task");
     }
 }
