@@ -144,11 +144,11 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// (PostgreSQL: lost connection, shutdown, serialization failure, deadlock).
     const RETRIES: u32 = 0;
 
-    /// How long one try of an operation may wait for the database, connection
-    /// included, before it fails as `StoreError::Unavailable` (not retried): a
-    /// database that stopped answering (frozen, a network that drops packets)
-    /// is told within this instead of holding every request. `None`: SQLite,
-    /// whose work runs in this process (and waits at most its busy timeout).
+    /// How long an operation may wait for the database, its connection and its
+    /// retries included, before it fails as `StoreError::Unavailable`: a database
+    /// that stopped answering (frozen, a network that drops packets) is told
+    /// within this instead of holding every request. `None`: SQLite, whose work
+    /// runs in this process (and waits at most its busy timeout).
     const ANSWER_WITHIN: Option<Duration> = None;
 
     /// The ids this store gives `transitions` rows itself, when it does (SQLite:
@@ -251,7 +251,7 @@ impl<D: Dialect> SqlStore<D> {
         Fut: Future<Output = Result<T>>,
     {
         self.dialect.before_write()?;
-        self.dialect.after_write(retry(D::RETRIES, self.answer_within, op).await)
+        self.dialect.after_write(answered_within(self.answer_within, retry(D::RETRIES, op)).await)
     }
 
     /// Runs a read, retrying transient errors.
@@ -260,7 +260,7 @@ impl<D: Dialect> SqlStore<D> {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        retry(D::RETRIES, self.answer_within, op).await
+        answered_within(self.answer_within, retry(D::RETRIES, op)).await
     }
 
     /// Shortens the wait for an answer (tests of a database that stops answering).
@@ -300,30 +300,32 @@ pub(crate) fn pool_options<DB: Database>(max_connections: u32, acquire_timeout: 
         })
 }
 
+/// `operation` (its tries included), or `StoreError::Unavailable` once it has
+/// waited `limit` (`Dialect::ANSWER_WITHIN`) for the database: the operation is
+/// abandoned (sqlx rolls its transaction back, or the server does when the
+/// connection goes), and the caller hears the store is unavailable.
+async fn answered_within<T>(
+    limit: Option<Duration>,
+    operation: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let Some(limit) = limit else { return operation.await };
+    tokio::time::timeout(limit, operation).await.unwrap_or_else(|_| {
+        Err(StoreError::Unavailable(format!(
+            "the database did not answer within {} s; is it up and reachable?",
+            limit.as_secs_f32()
+        )))
+    })
+}
+
 /// Runs `op` again, up to `retries` times with backoff (50 ms doubling: 5 retries
 /// span ~1.5 s), while it fails with a transient error, so callers see only what a
 /// fresh connection cannot fix. Every operation is one transaction and safe to
-/// repeat (see `StoreError::is_transient`). Each try waits at most `limit` for the
-/// database (`Dialect::ANSWER_WITHIN`); one that waited that long is abandoned
-/// (sqlx rolls its transaction back, or the server does when the connection goes)
-/// and not tried again: the caller hears the store is unavailable.
-async fn retry<T, F, Fut>(retries: u32, limit: Option<Duration>, mut op: F) -> Result<T>
+/// repeat (see `StoreError::is_transient`).
+async fn retry<T, F, Fut>(retries: u32, mut op: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let mut op = move || {
-        let attempt = op();
-        async move {
-            let Some(limit) = limit else { return attempt.await };
-            tokio::time::timeout(limit, attempt).await.unwrap_or_else(|_| {
-                Err(StoreError::Unavailable(format!(
-                    "the database did not answer within {} s; is it up and reachable?",
-                    limit.as_secs_f32()
-                )))
-            })
-        }
-    };
     let mut delay = Duration::from_millis(50);
     for _ in 0..retries {
         match op().await {
