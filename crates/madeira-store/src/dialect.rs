@@ -244,14 +244,32 @@ pub struct SqlStore<D: Dialect> {
 
 impl<D: Dialect> SqlStore<D> {
     /// Runs a write (`op` is one transaction) on the writer, between the dialect's
-    /// checks, retrying transient errors.
+    /// checks, retrying transient errors, within the dialect's `ANSWER_WITHIN`.
     pub(crate) async fn write<T, F, Fut>(&self, op: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
+        self.write_within(self.answer_within, op).await
+    }
+
+    /// `write` for an operator's maintenance whose size has no bound (purging a
+    /// flow's whole history): as long as the database takes.
+    pub(crate) async fn write_slow<T, F, Fut>(&self, op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        self.write_within(None, op).await
+    }
+
+    async fn write_within<T, F, Fut>(&self, limit: Option<Duration>, op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
         self.dialect.before_write()?;
-        self.dialect.after_write(answered_within(self.answer_within, retry(D::RETRIES, op)).await)
+        self.dialect.after_write(answered_within(limit, retry(D::RETRIES, op)).await)
     }
 
     /// Runs a read, retrying transient errors.
