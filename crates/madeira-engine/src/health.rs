@@ -102,13 +102,14 @@ impl StoreHealth {
         tokio::spawn(async move {
             loop {
                 if self.status().is_ok() {
+                    let last = *self.last_write.lock().unwrap_or_else(|p| p.into_inner());
                     tokio::select! {
                         _ = cancel.cancelled() => return,
                         // Probed a second after going down, then every second (below).
                         _ = self.went_down.notified() => continue,
-                        _ = tokio::time::sleep(IDLE_PROBE) => {
-                            let last = *self.last_write.lock().unwrap_or_else(|p| p.into_inner());
-                            if last.elapsed() < IDLE_PROBE {
+                        // Written since: due again `IDLE_PROBE` after that write.
+                        _ = tokio::time::sleep_until(last + IDLE_PROBE) => {
+                            if *self.last_write.lock().unwrap_or_else(|p| p.into_inner()) != last {
                                 continue;
                             }
                         }
@@ -119,7 +120,11 @@ impl StoreHealth {
                         _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                     }
                 }
-                match store.probe(crate::now_ms()).await {
+                let probed = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    probed = store.probe(crate::now_ms()) => probed,
+                };
+                match probed {
                     Ok(()) => self.wrote(),
                     Err(e) => self.failed("probe", &e),
                 }

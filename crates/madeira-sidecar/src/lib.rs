@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 pub use access::{ExecPolicy, ObserveRule};
 pub use config::{ConfigError, JobSpec, SidecarConfig};
@@ -173,7 +173,7 @@ impl Sidecar {
             let (id, assignment) = (result.report_id.clone(), result.assignment_id.clone());
             let msg = madeira_proto::SidecarMessage { msg: Some(madeira_proto::SidecarMsg::Result(result)) };
             if let Err(e) = shared.spool.put(&id, &msg) {
-                warn!(error = %e, "cannot spool the lost attempt of a leftover job on disk: it is kept in memory, and the leftover reclaimed again at the next start");
+                error!(error = %e, "cannot spool the lost attempt of a leftover job on disk: it is kept in memory, and the leftover reclaimed again at the next start");
                 continue;
             }
             shared.leftovers.clear(&assignment);

@@ -144,10 +144,11 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// (PostgreSQL: lost connection, shutdown, serialization failure, deadlock).
     const RETRIES: u32 = 0;
 
-    /// How long an operation may wait for the database, its connection and its
-    /// retries included, before it fails as `StoreError::Unavailable`: a database
-    /// that stopped answering (frozen, a network that drops packets) is told
-    /// within this instead of holding every request. `None`: SQLite, whose work
+    /// How long a read or the health probe may wait for the database, its
+    /// connection and retries included, before it fails as
+    /// `StoreError::Unavailable`: a database that stopped answering (frozen, a
+    /// network that drops packets) is told within this instead of holding the
+    /// request, and the probe makes `/readyz` say so. `None`: SQLite, whose work
     /// runs in this process (and waits at most its busy timeout).
     const ANSWER_WITHIN: Option<Duration> = None;
 
@@ -244,23 +245,26 @@ pub struct SqlStore<D: Dialect> {
 
 impl<D: Dialect> SqlStore<D> {
     /// Runs a write (`op` is one transaction) on the writer, between the dialect's
-    /// checks, retrying transient errors, within the dialect's `ANSWER_WITHIN`.
+    /// checks, retrying transient errors. A write has no answer deadline: one
+    /// abandoned after its COMMIT was sent could have committed (a run made, a
+    /// command taken) while its caller is told it failed, and one waiting for
+    /// another transaction's lock is not a database gone.
     pub(crate) async fn write<T, F, Fut>(&self, op: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        self.write_within(self.answer_within, op).await
+        self.write_within(None, op).await
     }
 
-    /// `write` for an operator's maintenance whose size has no bound (purging a
-    /// flow's whole history): as long as the database takes.
-    pub(crate) async fn write_slow<T, F, Fut>(&self, op: F) -> Result<T>
+    /// `write` within the dialect's `ANSWER_WITHIN`: the health probe, a one-row
+    /// upsert whose outcome nothing else depends on.
+    pub(crate) async fn write_bounded<T, F, Fut>(&self, op: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        self.write_within(None, op).await
+        self.write_within(self.answer_within, op).await
     }
 
     async fn write_within<T, F, Fut>(&self, limit: Option<Duration>, op: F) -> Result<T>

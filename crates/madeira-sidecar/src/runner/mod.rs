@@ -313,9 +313,9 @@ async fn read_outputs(path: &Path) -> Result<Map<String, Json>, String> {
 }
 
 /// The job's `MADEIRA_OUTPUT_FILE`, read as the sidecar's user: only a regular
-/// file, never through a symbolic link (a job running as another user could point
-/// it at a file only the sidecar may read), never a FIFO (which would block), and
-/// at most `MAX_OUTPUT_FILE` bytes of it.
+/// file with no other hard link, never through a symbolic link (a job running as
+/// another user could point it at a file only the sidecar may read), never a FIFO
+/// (which would block), and at most `MAX_OUTPUT_FILE` bytes of it.
 fn read_outputs_now(path: &Path) -> Result<Map<String, Json>, String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
@@ -333,6 +333,10 @@ fn read_outputs_now(path: &Path) -> Result<Map<String, Json>, String> {
     let meta = file.metadata().map_err(|e| format!("MADEIRA_OUTPUT_FILE cannot be read: {e}"))?;
     if !meta.is_file() {
         return refuse("is not a regular file; write the JSON object into a plain file".into());
+    }
+    // Another name for the same file (a hard link to a file the job could not read).
+    if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
+        return refuse("has other hard links; write the JSON object into a new file".into());
     }
     if meta.len() > MAX_OUTPUT_FILE {
         return refuse(format!("is {} bytes; at most {MAX_OUTPUT_FILE} are read", meta.len()));

@@ -123,6 +123,13 @@ async fn an_output_file_that_is_a_symlink_or_a_fifo_fails_the_attempt_unread() {
     assert_eq!(linked.status, Status::Failed, "{}", linked.error);
     assert!(linked.error.contains("symbolic link"), "{}", linked.error);
     assert!(linked.outputs.is_empty(), "nothing read through the link: {:?}", linked.outputs);
+    let hard = format!("ln -f {} \"$MADEIRA_OUTPUT_FILE\"", secret.display());
+    let hard =
+        run_in(dir.path(), &job(&["/bin/sh", "-c", &hard], None, "1s"), &attempt(), CancellationToken::new())
+            .await;
+    assert_eq!(hard.status, Status::Failed, "{}", hard.error);
+    assert!(hard.error.contains("hard links"), "{}", hard.error);
+    assert!(hard.outputs.is_empty(), "nothing read through the hard link: {:?}", hard.outputs);
     let fifo = job(&["/bin/sh", "-c", "mkfifo \"$MADEIRA_OUTPUT_FILE\""], None, "1s");
     let fifo = tokio::time::timeout(
         Duration::from_secs(10),

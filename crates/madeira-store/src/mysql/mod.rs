@@ -42,7 +42,6 @@ impl Dialect for MySqlDialect {
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const RETRIES: u32 = 5;
-    /// Longer than MySQL's lock wait (10 s), which fails as transient and is retried once.
     const ANSWER_WITHIN: Option<Duration> = Some(Duration::from_secs(15));
     const BIGINT: &'static str = "SIGNED";
 

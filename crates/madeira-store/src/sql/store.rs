@@ -21,7 +21,7 @@ use crate::{
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
 /// function with the writer/reader pool, its arguments and any `[extra]` ones (a
-/// `write_slow fn` has no answer deadline: `SqlStore::write_slow`); a
+/// `write_bounded fn` within the answer deadline: `SqlStore::write_bounded`); a
 /// `write_ids fn` (a write of transitions) also with the dialect's transition ids;
 /// a `write_dialect fn` with the dialect itself.
 macro_rules! forward {
@@ -34,7 +34,7 @@ macro_rules! forward {
         }
     };
     (@write $s:ident, $f:path, $($a:expr,)*) => { $s.write(|| $f(&$s.writer, $($a),*)).await };
-    (@write_slow $s:ident, $f:path, $($a:expr,)*) => { $s.write_slow(|| $f(&$s.writer, $($a),*)).await };
+    (@write_bounded $s:ident, $f:path, $($a:expr,)*) => { $s.write_bounded(|| $f(&$s.writer, $($a),*)).await };
     (@write_ids $s:ident, $f:path, $($a:expr,)*) => {
         $s.write(|| $f(&$s.writer, $s.dialect.transition_ids(), $($a),*)).await
     };
@@ -50,7 +50,7 @@ forward!(FlowStore {
     read fn flow_versions(name: &str) -> Vec<FlowVersion> = flows::flow_versions;
     write fn set_paused(name: &str, paused: bool, now_ms: i64) -> bool = flows::set_paused;
     read fn deleted_flows() -> Vec<FlowRecord> = flows::deleted_flows;
-    write_slow fn delete_flow(req: &DeleteFlow) -> DeleteOutcome = lifecycle::delete_flow;
+    write fn delete_flow(req: &DeleteFlow) -> DeleteOutcome = lifecycle::delete_flow;
     write fn queue_event(event: &QueuedEvent, limit: u32) -> QueueOutcome = lifecycle::queue_event;
     read fn queued_events(flow: &str, limit: u32) -> Vec<QueuedEvent> = lifecycle::queued_events;
     write fn remove_queued_events(ids: &[i64]) -> () = lifecycle::remove_queued_events;
@@ -113,7 +113,7 @@ forward!(RetentionStore {
 });
 
 forward!(HealthStore {
-    write fn probe(now_ms: i64) -> () = runs::probe;
+    write_bounded fn probe(now_ms: i64) -> () = runs::probe;
 });
 
 forward!(AlertStore {
