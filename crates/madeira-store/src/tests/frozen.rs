@@ -1,6 +1,7 @@
-//! A database that stops answering (the process frozen, packets dropped): every
-//! operation fails as unavailable within `Dialect::ANSWER_WITHIN` instead of
-//! holding its caller, and the store works again once the database answers.
+//! A database that stops answering (the process frozen, packets dropped): a read
+//! and the health probe fail as unavailable within `Dialect::ANSWER_WITHIN`
+//! instead of holding their caller, and the store works again once the database
+//! answers. (Writes wait: see `SqlStore::write`.)
 //! The freeze is a TCP proxy between the store and the real server that stops
 //! passing bytes on (as SIGSTOP on the server would), then passes them on again.
 
