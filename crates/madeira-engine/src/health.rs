@@ -67,7 +67,12 @@ impl StoreHealth {
             return;
         }
         self.failures.fetch_add(1, Ordering::Relaxed);
-        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+        // The reason (`/readyz` says "store unavailable: " before it).
+        let reason = match e {
+            StoreError::Unavailable(reason) => reason.clone(),
+            other => other.to_string(),
+        };
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
         if !self.down.swap(true, Ordering::AcqRel) {
             error!(error = %e, what, "the store cannot write; answering 503 and not ready until it can");
             for o in &self.observers {
@@ -77,7 +82,7 @@ impl StoreHealth {
         }
     }
 
-    /// `Err(last error)` while the store is down.
+    /// `Err(the last failure's reason)` while the store is down.
     pub(crate) fn status(&self) -> Result<(), String> {
         if self.down.load(Ordering::Acquire) {
             let last = self.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -173,7 +178,11 @@ mod tests {
         assert!(health.status().is_ok());
         store.down.store(true, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_secs(5)).await;
-        assert!(health.status().is_err(), "told down while nothing else writes");
+        assert_eq!(
+            health.status(),
+            Err("the database did not answer".into()),
+            "told down while nothing else writes"
+        );
         store.down.store(false, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_millis(1100)).await;
         assert!(health.status().is_ok(), "up again at the next probe, a second later");

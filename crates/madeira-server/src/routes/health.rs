@@ -19,8 +19,6 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
     }
     match state.engine.store_status() {
         Ok(()) => (StatusCode::OK, "ready\n".into()),
-        // `StoreError::Unavailable` says so itself.
-        Err(e) if e.starts_with("store unavailable") => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("store unavailable: {e}\n")),
     }
 }
