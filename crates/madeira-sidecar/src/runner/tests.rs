@@ -135,6 +135,31 @@ async fn an_output_file_that_is_a_symlink_a_hard_link_or_a_fifo_fails_the_attemp
     }
 }
 
+#[tokio::test]
+async fn a_job_with_a_user_runs_as_that_user_and_reads_the_input_handed_to_it() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true: switching to another user needs root"
+        );
+        eprintln!("skipping: switching to another user needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    // As the sidecar makes its work root when a job switches user: others may pass, not list.
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).expect("chmod");
+    let script = r#"printf '{"uid":"%s","input":%s}' "$(id -u)" "$(cat "$MADEIRA_INPUT_FILE")" > "$MADEIRA_OUTPUT_FILE""#;
+    let job = job_as(&["/bin/sh", "-c", script], None, "1s", Some("nobody"));
+    let out = run_in(dir.path(), &job, &attempt(), CancellationToken::new()).await;
+    assert_eq!(out.status, Status::Success, "{}", out.error);
+    assert_eq!(out.outputs["uid"], "65534", "ran as nobody");
+    assert_eq!(
+        out.outputs["input"]["params"]["date"], "2026-11-30 x;y",
+        "the input file was the job's to read"
+    );
+}
+
 fn running(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
