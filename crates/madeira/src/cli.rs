@@ -22,13 +22,14 @@ pub struct Global {
     /// Log filter when RUST_LOG is not set.
     #[arg(long, global = true, default_value = "warn")]
     pub log_level: String,
+    /// Log lines on stderr as human text or JSON (with trace ids).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// Export run and attempt spans over OTLP/gRPC to this endpoint.
     #[arg(long, global = true, env = "OTEL_EXPORTER_OTLP_ENDPOINT", hide_env_values = true)]
     pub otlp_endpoint: Option<String>,
     /// `service.name` of exported spans.
-    #[arg(long, global = true, env = "OTEL_SERVICE_NAME", default_value = "madeira")]
+    #[arg(long, global = true, env = "OTEL_SERVICE_NAME", hide_env_values = true, default_value = "madeira")]
     pub otel_service_name: String,
 }
 
@@ -71,13 +72,16 @@ pub enum Output {
 /// Where the control plane is and how to authenticate.
 #[derive(Debug, Args, Clone)]
 pub struct ServerArgs {
+    /// Control plane URL (`https://` for TLS); secrets in it are never printed.
     #[arg(long, env = "MADEIRA_SERVER", default_value = "http://127.0.0.1:7070")]
     pub server: String,
+    /// API bearer token (prefer the MADEIRA_TOKEN environment variable).
     #[arg(long, env = "MADEIRA_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// PEM CA certificate(s) to trust for an https:// server, instead of the system's roots.
     #[arg(long, env = "MADEIRA_CA_FILE")]
     pub ca_file: Option<std::path::PathBuf>,
+    /// `text` for people, `json` (one document on stdout) for scripts.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
 }
@@ -88,6 +92,7 @@ pub enum Command {
     Dev(DevArgs),
     /// Production control plane.
     Serve {
+        /// Server config file: listen addresses, store, tokens, alerts (see README).
         #[arg(long)]
         config: PathBuf,
     },
@@ -98,11 +103,13 @@ pub enum Command {
     Bench(BenchArgs),
     /// Check flow files offline.
     Validate {
+        /// Flow files (*.yaml); every one is checked, errors as FILE:LINE.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Server config: SQL nodes must name one of its `datasources:`.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// `text` for people, `json` (one document on stdout) for scripts.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -162,13 +169,16 @@ pub enum Command {
     Run(RunArgs),
     /// List runs, newest first.
     Runs {
+        /// Only this flow.
         #[arg(long)]
         flow: Option<String>,
+        /// Only runs in this state (QUEUED, RUNNING, SUCCESS, FAILED, CANCELLED).
         #[arg(long)]
         status: Option<String>,
         /// Only runs this actor started: a token's name, `scheduler` (cron), `message:<source>`, …
         #[arg(long)]
         actor: Option<String>,
+        /// At most this many, newest first.
         #[arg(long, default_value_t = 20)]
         limit: u32,
         /// Only runs created at or after: RFC 3339, YYYY-MM-DD or YYYY-MM-DDTHH:MM (UTC).
@@ -224,6 +234,7 @@ pub enum Command {
     Alerts(AlertsArgs),
     /// Run the sidecar daemon: the jobs declared in its config, on dispatch.
     Sidecar {
+        /// Sidecar config file: control plane address, group token, declared jobs.
         #[arg(long)]
         config: PathBuf,
     },
@@ -251,10 +262,13 @@ pub enum Command {
     },
     /// The audit log of operator actions.
     Audit {
+        /// Only actions on this run.
         #[arg(long)]
         run: Option<String>,
+        /// Only actions by this actor (a token name, `local` in dev).
         #[arg(long)]
         actor: Option<String>,
+        /// At most this many, newest first.
         #[arg(long, default_value_t = 50)]
         limit: u32,
         #[command(flatten)]
@@ -294,10 +308,13 @@ pub struct DemoArgs {
 
 #[derive(Debug, Args)]
 pub struct DevArgs {
+    /// Where the REST API, the console and /metrics listen (loopback only).
     #[arg(long, default_value = "127.0.0.1:7070")]
     pub http: String,
+    /// Where sidecars attach (gRPC link; loopback only).
     #[arg(long, default_value = "127.0.0.1:7071")]
     pub grpc: String,
+    /// Directory of the SQLite store, spool and `madeira exec` socket (created if missing).
     #[arg(long, default_value = ".madeira")]
     pub data: PathBuf,
     /// Apply every *.yaml / *.yml here at start.
@@ -317,6 +334,7 @@ pub struct RunArgs {
     /// `key=value`; the value is parsed as JSON when it is valid JSON.
     #[arg(long = "param", short = 'p')]
     pub params: Vec<String>,
+    /// Same key, same run: a retried call never starts a second run.
     #[arg(long)]
     pub idempotency_key: Option<String>,
     /// Wait for the run to finish; exit 0 only if it succeeded.
@@ -347,8 +365,10 @@ pub struct AlertsArgs {
     /// pending, firing or resolved.
     #[arg(long)]
     pub status: Option<String>,
+    /// Only this flow.
     #[arg(long)]
     pub flow: Option<String>,
+    /// At most this many, newest first.
     #[arg(long, default_value_t = 20)]
     pub limit: u32,
     #[command(flatten)]
@@ -387,6 +407,7 @@ pub enum FlowsCommand {
     /// The versions of a flow; `--diff A B` shows what changed between two.
     History {
         name: String,
+        /// Show what changed between two versions.
         #[arg(long, num_args = 2, value_names = ["A", "B"])]
         diff: Option<Vec<u32>>,
         #[command(flatten)]
@@ -460,6 +481,7 @@ pub enum CrontabCommand {
         /// job k of n moves k/n of it later (`10m`; whole minutes).
         #[arg(long)]
         jitter: Option<String>,
+        /// `text` for people, `json` (one document on stdout) for scripts.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -470,13 +492,16 @@ pub enum CronCommand {
     /// Print the next fire instants of a cron expression.
     Next {
         expr: String,
+        /// IANA timezone the expression is read in (e.g. Asia/Shanghai).
         #[arg(long, default_value = "UTC")]
         timezone: String,
         /// Start from this instant (RFC 3339); default now.
         #[arg(long)]
         from: Option<String>,
+        /// How many fire times to print.
         #[arg(long, default_value_t = 5)]
         count: usize,
+        /// `text` for people, `json` (one document on stdout) for scripts.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -519,6 +544,7 @@ pub struct BenchArgs {
     /// Cron flows in the cron scenario (all firing at the same instant).
     #[arg(long, default_value_t = 10_000)]
     pub flows: usize,
+    /// `text` for people, `json` (one document on stdout) for scripts.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
 }

@@ -282,6 +282,18 @@ fn cron_helpers() {
     for bad in ["", "* * * *", "0 0 0 1 1 * 2030", "61 * * * *", "@fortnightly"] {
         assert!(parse_cron(bad).is_err(), "{bad}");
     }
+    for (bad, says) in [
+        ("0 25 * * *", "hour 25 out of range 0–23"),
+        ("61 1 * * *", "minute 61 out of range 0–59"),
+        ("0 1 * * 1-9", "weekday 9 out of range 0–7"),
+        ("0 0 1 13 *", "month 13 out of range 1–12"),
+        ("0 0 32 * *", "day of month 32 out of range 1–31"),
+        ("70 0 1 * * *", "second 70 out of range 0–59"),
+    ] {
+        let err = parse_cron(bad).unwrap_err();
+        assert!(err.contains(says), "{bad}: {err}");
+    }
+    assert!(parse_cron("*/15 0-23/2 * * MON#2").is_ok());
     assert!(parse_timezone("Europe/Paris").is_ok());
     assert_eq!(parse_rate_limit("5/h"), Ok(RateLimitDef { count: 5, per: Duration::from_secs(3600) }));
     assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));

@@ -70,12 +70,35 @@ pub fn parse_cron(expr: &str) -> Result<Cron, String> {
         .dom_and_dow(and)
         .build()
         .parse(pattern)
-        .map_err(|e| {
-            format!(
+        .map_err(|e| match out_of_range(&parts) {
+            Some(field) => format!("bad cron `{expr}`: {field}"),
+            None => format!(
                 "bad cron `{expr}`: {e}; fields are minute 0-59, hour 0-23, day 1-31, \
                  month 1-12, weekday 0-7 (6 fields: seconds 0-59 first)"
-            )
+            ),
         })
+}
+
+/// Names the first field holding a number outside its range (`hour 25 out of
+/// range 0–23`), so a bad expression points at the field to fix.
+fn out_of_range(parts: &[&str]) -> Option<String> {
+    const FIELDS: [(&str, u32, u32); 6] = [
+        ("second", 0, 59),
+        ("minute", 0, 59),
+        ("hour", 0, 23),
+        ("day of month", 1, 31),
+        ("month", 1, 12),
+        ("weekday", 0, 7),
+    ];
+    let fields = if parts.len() == 6 { &FIELDS[..] } else { &FIELDS[1..] };
+    parts.iter().zip(fields).find_map(|(part, &(name, lo, hi))| {
+        // In each list item only the range before a `/step` or `#nth` holds values.
+        part.split(',')
+            .flat_map(|item| item.split(['/', '#']).next().unwrap_or_default().split('-'))
+            .filter_map(|n| n.parse::<u32>().ok())
+            .find(|n| !(lo..=hi).contains(n))
+            .map(|n| format!("{name} {n} out of range {lo}–{hi} (field `{part}`)"))
+    })
 }
 
 /// Rejects an expression that parses but names no real date (`0 0 30 2 *`); the
