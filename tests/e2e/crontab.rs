@@ -29,7 +29,10 @@ async fn imports_a_cron_d_directory_with_nothing_dropped_silently() {
     assert!(!stdout.contains("abcdef0123456789") && !stderr.contains("abcdef0123456789"), "secret echoed");
     assert!(stdout.contains("61 * * * * root /opt/bad-minute.sh"), "untranslated line kept");
     assert!(
-        stdout.contains("flow: php") && stdout.contains("flow: logrotate") && stdout.contains("flow: printf")
+        stdout.contains("flow: cron")
+            && stdout.contains("flow: logrotate-conf")
+            && stdout.contains("flow: printf-settled"),
+        "flows are named after the script, else the program and its first argument\n{stdout}"
     );
 
     let written = dir.path().join("out");
@@ -54,8 +57,10 @@ async fn imports_a_cron_d_directory_with_nothing_dropped_silently() {
     let data = dir.path().join("data");
     let dev = Dev::start_with(&data, &[]);
     let line = crontab.lines().find(|l| l.starts_with("30 1 * * * billing ")).expect("wrapped line");
-    let command =
-        line.splitn(7, ' ').nth(6).expect("command").replace("madeira exec", &format!("{BIN} exec"));
+    // The wrapped line names this binary by its absolute path (cron's PATH is /usr/bin:/bin).
+    let command = line.splitn(7, ' ').nth(6).expect("command").to_string();
+    let absolute = std::fs::canonicalize(BIN).expect("binary path");
+    assert!(command.starts_with(&format!("{} exec ", absolute.display())), "{command}");
     let (command, stdin) = cron_split(&command);
     let mut child = Command::new("/bin/sh")
         .args(["-c", &command])
@@ -71,7 +76,7 @@ async fn imports_a_cron_d_directory_with_nothing_dropped_silently() {
     assert!(done.status.success(), "{done:?}");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (_, runs) = dev.get("/runs?flow=printf").await;
+        let (_, runs) = dev.get("/runs?flow=printf-settled").await;
         if runs["runs"][0]["status"] == "SUCCESS" {
             break;
         }
@@ -127,7 +132,7 @@ fn a_stampede_is_reported_and_jitter_spreads_it() {
     let starts: Vec<&str> = text
         .lines()
         .filter(|l| l.contains(" exec --job "))
-        .map(|l| l.split(" madeira exec").next().unwrap_or(l))
+        .map(|l| l.split(" /").next().unwrap_or(l))
         .collect();
     assert_eq!(starts, ["0 0 * * *", "5 0 * * *", "10 0 * * *", "15 0 * * *", "30 2 * * *"], "{text}");
     let report = import["flows"].as_array().expect("flows");
@@ -161,20 +166,20 @@ async fn promote_and_demote_round_trip_on_an_imported_crontab() {
     let dev = Dev::start_with(&dir.path().join("data"), &["--jobs", jobs.to_str().expect("path")]);
     let out = dev.cli(&["apply", "-f", out_dir.join("flows").to_str().expect("path")]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let (_, flow) = dev.get("/flows/echo").await;
+    let (_, flow) = dev.get("/flows/echo-promoted-run").await;
     assert_eq!(flow["observe"], true, "{flow}");
     let crontab = out_dir.join("crontab.tab");
     let original = std::fs::read_to_string(&crontab).expect("rewritten crontab");
     let path = crontab.to_str().expect("path");
 
     // Printed: the line commented out on stdout, the file untouched.
-    let out = dev.cli(&["promote", "echo", "--crontab", path]);
+    let out = dev.cli(&["promote", "echo-promoted-run", "--crontab", path]);
     let printed = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let line = original.lines().find(|l| l.starts_with("17 3 * * * ")).expect("wrapped line");
     assert!(
         printed.contains(&format!(
-            "# madeira: promoted to flow echo (`madeira demote echo` restores this line): {line}"
+            "# madeira: promoted to flow echo-promoted-run (`madeira demote echo-promoted-run` restores this line): {line}"
         )),
         "{printed}"
     );
@@ -183,7 +188,7 @@ async fn promote_and_demote_round_trip_on_an_imported_crontab() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!said.contains("warning"), "the dev sidecar declares the imported job: {said}");
     // Written: the same edit in place, the old content in .bak; promoting again changes nothing.
-    let out = dev.cli(&["promote", "echo", "--crontab", path, "--write", "--output", "json"]);
+    let out = dev.cli(&["promote", "echo-promoted-run", "--crontab", path, "--write", "--output", "json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(
@@ -192,7 +197,7 @@ async fn promote_and_demote_round_trip_on_an_imported_crontab() {
     );
     assert_eq!(std::fs::read_to_string(format!("{path}.bak")).expect("backup"), original);
     assert_eq!(std::fs::read_to_string(&crontab).expect("read"), printed);
-    let (_, flow) = dev.get("/flows/echo").await;
+    let (_, flow) = dev.get("/flows/echo-promoted-run").await;
     assert_eq!(
         (&flow["observe"], &flow["triggers"][0]["cron"]),
         (&false.into(), &"17 3 * * *".into()),
@@ -201,18 +206,19 @@ async fn promote_and_demote_round_trip_on_an_imported_crontab() {
     assert!(flow["triggers"][0]["next_run"].is_string(), "{flow}");
 
     // Governed: dispatched to the sidecar job the import declared.
-    let out = dev.cli(&["run", "echo", "--wait", "--output", "json"]);
+    let out = dev.cli(&["run", "echo-promoted-run", "--wait", "--output", "json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     let run: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    let (_, logs) = dev.get(&format!("/runs/{}/nodes/echo/logs", run["run_id"].as_str().expect("id"))).await;
+    let (_, logs) =
+        dev.get(&format!("/runs/{}/nodes/echo-promoted-run/logs", run["run_id"].as_str().expect("id"))).await;
     assert!(logs.to_string().contains("promoted-run"), "{logs}");
 
-    let out = dev.cli(&["demote", "echo", "--crontab", path, "--write"]);
+    let out = dev.cli(&["demote", "echo-promoted-run", "--crontab", path, "--write"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read_to_string(&crontab).expect("read"), original, "demote restores the line");
-    let (_, flow) = dev.get("/flows/echo").await;
+    let (_, flow) = dev.get("/flows/echo-promoted-run").await;
     assert_eq!((&flow["observe"], &flow["version"]), (&true.into(), &3.into()), "{flow}");
-    let out = dev.cli(&["run", "echo"]);
+    let out = dev.cli(&["run", "echo-promoted-run"]);
     assert!(!out.status.success(), "an observe flow is never dispatched");
     let (_, audit) = dev.get("/audit?limit=50").await;
     let actions: Vec<(&str, &str)> = audit["entries"]
@@ -222,7 +228,7 @@ async fn promote_and_demote_round_trip_on_an_imported_crontab() {
         .map(|e| (e["action"].as_str().unwrap_or(""), e["actor"].as_str().unwrap_or("")))
         .collect();
     assert!(actions.contains(&("promote", "local")) && actions.contains(&("demote", "local")), "{actions:?}");
-    let out = dev.cli(&["demote", "echo", "--crontab", path]);
+    let out = dev.cli(&["demote", "echo-promoted-run", "--crontab", path]);
     assert!(
         !out.status.success()
             && String::from_utf8_lossy(&out.stderr).contains("no line of this crontab was promoted")

@@ -465,9 +465,10 @@ pub enum CrontabCommand {
         /// Write flows/, sidecar-jobs.yaml and crontab into this directory instead of printing.
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Path of the madeira binary in the rewritten crontab.
-        #[arg(long, default_value = "madeira")]
-        madeira: String,
+        /// Path of the madeira binary in the rewritten crontab (default: this binary's
+        /// absolute path, since cron's PATH is only /usr/bin:/bin).
+        #[arg(long)]
+        madeira: Option<String>,
         /// The sidecar's exec socket, set as MADEIRA_SIDECAR in the rewritten crontab.
         #[arg(long, default_value = "/var/lib/madeira/spool/sidecar.sock")]
         sidecar: PathBuf,

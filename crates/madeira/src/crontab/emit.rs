@@ -372,41 +372,76 @@ impl Import {
     }
 }
 
-/// A job name from a command: the program's base name without extension, skipping
-/// `cd DIR &&`, `VAR=value`, `nice`/`ionice`/`env`/`sudo` prefixes.
+/// A job name from a command: the script it runs (`./settle.sh`, `php /var/www/cron.php`
+/// → `settle`, `cron`), else the program and its first argument (`find /tmp …` →
+/// `find-tmp`), skipping `cd DIR &&`, `VAR=value`, `nice`/`ionice`/`env`/`sudo`
+/// prefixes, flags and redirections.
 pub fn derive_name(command: &str) -> String {
     const SKIP: &[&str] = &[
-        "cd", "&&", "||", ";", "nice", "ionice", "env", "sudo", "exec", "timeout", "flock", "test", "[",
-        "-n", "-c",
+        "cd", "&&", "||", ";", "nice", "ionice", "env", "sudo", "exec", "timeout", "flock", "test", "[", "-c",
     ];
-    let mut words = command.split_whitespace().peekable();
-    let mut pick = None;
-    while let Some(w) = words.next() {
+    const INTERPRETERS: &[&str] =
+        &["sh", "bash", "dash", "zsh", "python", "python2", "python3", "perl", "php", "ruby", "node"];
+    let mut words = Vec::new();
+    let mut tokens = command.split_whitespace().peekable();
+    while let Some(w) = tokens.next() {
         if w == "cd" {
-            words.next();
+            tokens.next();
             continue;
         }
-        if SKIP.contains(&w) || w.contains('=') || w.starts_with('-') || w.chars().all(|c| c.is_ascii_digit())
-        {
-            continue;
+        if ["|", "&&", "||", ";"].contains(&w) && !words.is_empty() {
+            break;
         }
-        pick = Some(w);
-        break;
+        let skip = SKIP.contains(&w)
+            || w.contains('=')
+            || w.starts_with('-')
+            || w.contains(['>', '<', '$', '`'])
+            || w.chars().all(|c| c.is_ascii_digit());
+        if !skip {
+            words.push(w.trim_matches(['"', '\'', ';']));
+        }
     }
-    let word = pick.unwrap_or("job");
-    let base = word.rsplit('/').next().unwrap_or(word);
-    let stem = base.split('.').next().unwrap_or(base);
-    let name: String = stem
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
-        .collect::<String>()
-        .trim_matches('-')
-        .chars()
-        .take(40)
-        .collect();
+    let base = |w: &str| w.rsplit('/').next().unwrap_or(w).to_string();
+    let script = words.iter().enumerate().find(|(i, w)| is_script(w, *i == 0));
+    let picked = match script {
+        Some((_, script)) => base(script),
+        None => match words.as_slice() {
+            [] => "job".to_string(),
+            [program, arg, ..] if INTERPRETERS.contains(&base(program).as_str()) => base(arg),
+            [program, arg, ..] if base(arg).starts_with(&base(program)) => base(arg),
+            [program, arg, ..] => format!("{}-{}", base(program), base(arg)),
+            [program, ..] => base(program),
+        },
+    };
+    let stem = SCRIPT_EXTENSIONS
+        .iter()
+        .find_map(|ext| picked.strip_suffix(ext).and_then(|s| s.strip_suffix('.')))
+        .unwrap_or(&picked);
+    let mut name = String::new();
+    for c in stem.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }) {
+        if !(c == '-' && (name.is_empty() || name.ends_with('-'))) && name.len() < 40 {
+            name.push(c);
+        }
+    }
+    let name = name.trim_end_matches('-').to_string();
     if name.is_empty() || !name.starts_with(|c: char| c.is_ascii_lowercase()) {
         format!("job-{name}").trim_end_matches('-').to_string()
     } else {
         name
     }
+}
+
+const SCRIPT_EXTENSIONS: &[&str] = &["sh", "bash", "py", "pl", "rb", "php", "js"];
+
+/// A word naming a script of the host's own: `./x`, a file with a script
+/// extension, or (as the program) a path outside the system's directories.
+fn is_script(word: &str, program: bool) -> bool {
+    const SYSTEM: &[&str] = &["/bin/", "/sbin/", "/usr/bin/", "/usr/sbin/"];
+    let has_ext = SCRIPT_EXTENSIONS.iter().any(|ext| word.rsplit_once('.').is_some_and(|(_, e)| e == *ext));
+    word.starts_with("./")
+        || has_ext
+        || (program
+            && word.starts_with('/')
+            && !SYSTEM.iter().any(|dir| word.starts_with(dir))
+            && !word.starts_with("/etc/"))
 }

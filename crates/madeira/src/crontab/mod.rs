@@ -50,6 +50,15 @@ pub fn run(command: CrontabCommand) -> Result<ExitCode> {
             Some(minutes)
         }
     };
+    let madeira = match madeira {
+        Some(path) => path,
+        // cron's PATH is /usr/bin:/bin: a bare `madeira` would not start.
+        None => std::env::current_exe()
+            .and_then(|exe| exe.canonicalize())
+            .context("finding this binary's path for the rewritten crontab; give --madeira PATH")?
+            .display()
+            .to_string(),
+    };
     let options = ImportOptions { group, grace, madeira, sidecar: sidecar.display().to_string(), timezone };
     let mut skipped = Vec::new();
     let mut inputs = Vec::new();
@@ -120,7 +129,7 @@ pub fn run(command: CrontabCommand) -> Result<ExitCode> {
         None if output == Output::Json => println!("{}", json_of(&import)),
         None => print!("{}", import.text()),
     }
-    for note in &import.notes {
+    for note in grouped(&import.notes) {
         eprintln!("{note}");
     }
     Ok(if import.untranslated() > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
@@ -179,7 +188,7 @@ fn write(dir: &Path, import: &Import) -> Result<()> {
         std::fs::write(&path, &crontab.with_secrets)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     }
-    let report: String = import.notes.iter().map(|n| format!("{n}\n")).collect();
+    let report: String = grouped(&import.notes).iter().map(|n| format!("{n}\n")).collect();
     std::fs::write(dir.join("report.txt"), report)?;
     eprintln!(
         "wrote {} flow(s), sidecar-jobs.yaml and {} crontab(s) to {}",
@@ -188,6 +197,30 @@ fn write(dir: &Path, import: &Import) -> Result<()> {
         dir.display()
     );
     Ok(())
+}
+
+/// The notes as printed: a notice repeated for several lines of a file is printed
+/// once, at its first line, naming the others.
+fn grouped(notes: &[emit::Note]) -> Vec<String> {
+    let mut out: Vec<(&emit::Note, Vec<usize>)> = Vec::new();
+    for note in notes {
+        match out
+            .iter_mut()
+            .find(|(n, _)| n.file == note.file && n.level == note.level && n.message == note.message)
+        {
+            Some((_, lines)) => lines.push(note.line),
+            None => out.push((note, Vec::new())),
+        }
+    }
+    out.into_iter()
+        .map(|(note, also)| match also.as_slice() {
+            [] => note.to_string(),
+            lines => {
+                let lines: Vec<String> = lines.iter().map(ToString::to_string).collect();
+                format!("{note} (also lines {})", lines.join(", "))
+            }
+        })
+        .collect()
 }
 
 fn json_of(import: &Import) -> serde_json::Value {

@@ -37,7 +37,7 @@ fn a_realistic_user_crontab_is_translated_with_nothing_dropped() {
     let mut import = Import::new(options());
     import.add_file(Path::new("/var/spool/cron/crontabs/billing"), USER_CRONTAB, false);
     let names: Vec<&str> = import.flows.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, ["settle", "sync-stock", "find", "warmup", "mail"]);
+    assert_eq!(names, ["settle", "sync-stock", "find-tmp", "warmup", "mail-report"]);
     for (name, yaml) in &import.flows {
         let flow = madeira_core::spec::parse_flow(name, yaml).expect("generated flows validate");
         assert!(flow.observe);
@@ -59,7 +59,7 @@ fn a_realistic_user_crontab_is_translated_with_nothing_dropped() {
     assert_eq!(settle.env["PATH"], "/usr/local/bin:/usr/bin:/bin");
     assert_eq!(settle.user.as_deref(), Some("billing"), "the crontab's owner");
     assert!(settle.clear_env);
-    assert_eq!(config.jobs["mail"].stdin.as_deref(), Some("Hello,\nthe report is attached.\n"));
+    assert_eq!(config.jobs["mail-report"].stdin.as_deref(), Some("Hello,\nthe report is attached.\n"));
     assert_eq!(specs.len(), 5);
 
     let text = import.text();
@@ -70,7 +70,7 @@ fn a_realistic_user_crontab_is_translated_with_nothing_dropped() {
     assert!(crontab.contains(
         r#"30 2 * * * /usr/local/bin/madeira exec --job settle -- /bin/bash -c 'cd /opt/billing && ./settle.sh --date "$(date +\%F)" >> /var/log/settle.log 2>&1'"#
     ), "{crontab}");
-    assert!(crontab.contains(r#"exec --job mail -- /bin/bash -c '/usr/bin/mail -s "report" boss@example.com'%Hello,%the report is attached.%"#), "{crontab}");
+    assert!(crontab.contains(r#"exec --job mail-report -- /bin/bash -c '/usr/bin/mail -s "report" boss@example.com'%Hello,%the report is attached.%"#), "{crontab}");
     assert!(
         crontab.contains("# 0 3 * * * /usr/local/bin/madeira exec --job old-job"),
         "disabled job stays disabled"
@@ -97,10 +97,10 @@ fn system_crontabs_carry_the_user_column() {
     import.add_file(Path::new("/etc/cron.d/web"), text, true);
     assert_eq!(import.flows.len(), 2);
     let config = madeira_sidecar::SidecarConfig::parse("j", &import.jobs_yaml()).expect("jobs parse");
-    assert_eq!(config.jobs["run-parts"].user.as_deref(), Some("root"));
-    assert_eq!(config.jobs["php"].user.as_deref(), Some("www-data"));
+    assert_eq!(config.jobs["run-parts-cron-hourly"].user.as_deref(), Some("root"));
+    assert_eq!(config.jobs["cron"].user.as_deref(), Some("www-data"));
     let crontab = &import.crontabs[0].redacted;
-    assert!(crontab.contains("25 6 * * * www-data /usr/local/bin/madeira exec --job php --"), "{crontab}");
+    assert!(crontab.contains("25 6 * * * www-data /usr/local/bin/madeira exec --job cron --"), "{crontab}");
     assert_eq!(import.untranslated(), 1, "{:?}", import.notes);
 }
 
@@ -109,7 +109,29 @@ fn names_and_secrets() {
     assert_eq!(derive_name("cd /opt/x && ./run-it.sh --now"), "run-it");
     assert_eq!(derive_name("nice -n 10 /usr/bin/backup_db.py"), "backup-db");
     assert_eq!(derive_name("FOO=1 /opt/0go"), "job-0go");
+    assert_eq!(derive_name("/usr/bin/python3 -u /opt/jobs/report.py >> /var/log/r 2>&1"), "report");
+    assert_eq!(derive_name("echo hi >> /tmp/x"), "echo-hi");
+    assert_eq!(derive_name("run-parts /etc/cron.daily"), "run-parts-cron-daily");
+    assert_eq!(derive_name("/usr/sbin/logrotate /etc/logrotate.conf"), "logrotate-conf");
+    assert_eq!(derive_name("/opt/bin/sync"), "sync");
     assert!(is_secret("API_TOKEN", "x"));
     assert!(is_secret("DATABASE_URL", "postgres://u:pw@db/x"));
     assert!(!is_secret("PATH", "/usr/bin"));
+}
+
+#[test]
+fn a_notice_repeated_over_lines_is_printed_once() {
+    let mut import = Import::new(options());
+    import.add_file(
+        Path::new("/tmp/tab"),
+        "1 * * * * /opt/a.sh\n2 * * * * /opt/b.sh\n3 * * * * /opt/c.sh\n",
+        false,
+    );
+    let printed = super::grouped(&import.notes);
+    let no_user: Vec<&String> = printed.iter().filter(|n| n.contains("no user known")).collect();
+    assert_eq!(no_user.len(), 1, "{printed:#?}");
+    assert!(
+        no_user[0].starts_with("/tmp/tab:1: info:") && no_user[0].ends_with("(also lines 2, 3)"),
+        "{printed:#?}"
+    );
 }
