@@ -53,5 +53,12 @@ fn demo_prints_the_console_url() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("Web console: http://127.0.0.1:"), "{text}");
-    assert!(text.contains("  console: http://127.0.0.1:") && text.contains("/runs/"), "{text}");
+    // The console is gone when the demo exits: it says so and points to --keep,
+    // never to a `madeira show` against a store that no longer exists.
+    assert!(text.contains("`madeira demo --keep` keeps it open"), "{text}");
+    assert!(text.contains("run `madeira demo --keep` to browse these runs"), "{text}");
+    assert!(!text.contains("against `madeira dev`"), "{text}");
+    // A retry shows how long the attempt ran, and cut output says how much is left.
+    assert!(text.contains("RUNNING → RETRYING (ran "), "{text}");
+    assert!(text.contains("more line(s): madeira logs "), "{text}");
 }

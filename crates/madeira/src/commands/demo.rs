@@ -75,7 +75,12 @@ pub async fn run(args: crate::cli::DemoArgs) -> Result<ExitCode> {
     say!("Madeira demo — embedded SQLite at {}", dir.path().join("madeira.db").display());
     say!("Jobs run as real processes on the in-process sidecar (group `local`, examples/jobs.yaml).");
     if let Some(addr) = plane.http_addr {
-        say!("Web console: http://{addr}/   (API: http://{addr}/api/v1/runs)\n");
+        let lasts = if args.keep {
+            "until Ctrl-C"
+        } else {
+            "while the demo runs; `madeira demo --keep` keeps it open"
+        };
+        say!("Web console: http://{addr}/   (API: http://{addr}/api/v1/runs; {lasts})\n");
     }
     engine.apply_flow("examples/daily-settlement.yaml", SETTLEMENT).await?;
     engine.apply_flow("examples/stock-sync.yaml", STOCK_SYNC).await?;
@@ -114,15 +119,16 @@ pub async fn run(args: crate::cli::DemoArgs) -> Result<ExitCode> {
     match (&console_run, args.keep) {
         (Some(url), true) => {
             say!("  console: {url}");
+            let server = url.split("/runs/").next().unwrap_or_default();
+            say!("  inspect: madeira show {} --server {server}", settlement.run_id);
             say!("\nServing the console until Ctrl-C (--keep).");
             crate::app::shutdown_signal().await;
         }
-        (Some(url), false) => {
-            say!("  console: {url} (while it runs; `madeira demo --keep` keeps serving)")
-        }
-        (None, _) => {}
+        (Some(_), false) | (None, _) => say!(
+            "  inspect: the demo's store is gone when it exits; run `madeira demo --keep` to browse \
+             these runs in the console and with `madeira show RUN --server URL`"
+        ),
     }
-    say!("  inspect: madeira show {} (against `madeira dev`)", settlement.run_id);
     plane.shutdown().await;
     if settlement.status != "SUCCESS" || stock.status != "FAILED" {
         bail!("demo ended unexpectedly: daily-settlement {}, stock-sync {}", settlement.status, stock.status);
@@ -224,7 +230,7 @@ fn print_event(event: &RunEvent, started: Instant, since: &mut HashMap<String, I
     let elapsed = started.elapsed().as_secs_f64();
     let took = match event.from.as_str() {
         "RUNNING" => {
-            since.get(node).map(|t| format!(" after {} ms", t.elapsed().as_millis())).unwrap_or_default()
+            since.get(node).map(|t| format!(" (ran {} ms)", t.elapsed().as_millis())).unwrap_or_default()
         }
         _ => String::new(),
     };
@@ -281,7 +287,7 @@ async fn print_alert(engine: &EngineHandle, run_id: &str) -> Result<()> {
         );
         say!("  │ logs:  madeira logs {run_id} {}", cause.node);
         say!(
-            "  └ act:   madeira rerun {run_id} {} --downstream   |   madeira mark-success {run_id} {}",
+            "  └ act:   madeira rerun {run_id} {} --downstream --reason \"…\"   |   madeira mark-success {run_id} {} --reason \"…\"",
             cause.node,
             cause.node
         );
@@ -289,13 +295,24 @@ async fn print_alert(engine: &EngineHandle, run_id: &str) -> Result<()> {
     Ok(())
 }
 
+/// Lines of each attempt's output the demo prints; it says how many more there are.
+const SHOWN_LINES: usize = 4;
+
 /// Prints what the sidecar kept of some nodes' output (the last 64 KiB per attempt).
 async fn print_logs(engine: &EngineHandle, run_id: &str, nodes: &[&str]) -> Result<()> {
     say!("Output kept from the job processes (madeira logs RUN NODE):");
     for node in nodes {
         for log in engine.store().logs(run_id, node).await? {
-            for line in log.content.lines().filter(|l| !l.trim().is_empty()).take(4) {
+            let lines: Vec<&str> = log.content.lines().filter(|l| !l.trim().is_empty()).collect();
+            for line in lines.iter().take(SHOWN_LINES) {
                 say!("  {node:<13} #{} │ {line}", log.attempt);
+            }
+            if lines.len() > SHOWN_LINES {
+                say!(
+                    "  {node:<13} #{} │ … {} more line(s): madeira logs {run_id} {node}",
+                    log.attempt,
+                    lines.len() - SHOWN_LINES
+                );
             }
         }
     }
