@@ -94,3 +94,46 @@ fn a_closed_pipe_ends_a_printing_command_quietly() {
     assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
 }
+
+/// `run --wait` at a manual node says who must decide and how, keeps waiting,
+/// and exits 0 once a person confirms.
+#[tokio::test]
+async fn run_wait_says_it_waits_for_a_person() {
+    use std::io::BufRead;
+    let (_dir, dev) = Dev::start();
+    dev.put_flow("flow: cli-manual\nnodes:\n  approve: {manual: {prompt: \"check the totals\"}}\n")
+        .await;
+    let mut child = Command::new(BIN)
+        .args(["run", "cli-manual", "--wait"])
+        .env("MADEIRA_SERVER", &dev.base)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run --wait");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("waiting for a person to confirm node approve: check the totals"))
+    {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("run --wait never said it waits for a person: {seen:?}"),
+        }
+    }
+    let run_id = seen[0].split_whitespace().nth(1).expect("run id").to_string();
+    assert!(rx.recv_timeout(std::time::Duration::from_secs(1)).is_ok_and(|l| l.contains("madeira confirm")));
+    assert!(child.try_wait().expect("wait").is_none(), "still waiting for the person");
+    let out = dev.cli(&["confirm", &run_id, "approve", "--reason", "totals match"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status = crate::support::wait_exit(&mut child, 20).await;
+    assert_eq!(status.code(), Some(0), "confirmed: the run succeeds and --wait exits 0");
+}

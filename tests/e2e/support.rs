@@ -226,12 +226,17 @@ pub fn status_of<'a>(run: &'a Value, node: &str) -> &'a str {
 pub async fn sigterm_and_wait(child: &mut Child, secs: u64) -> std::process::ExitStatus {
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    wait_exit(child, secs).await
+}
+
+/// Waits (at most `secs`) for `child` to exit.
+pub async fn wait_exit(child: &mut Child, secs: u64) -> std::process::ExitStatus {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         if let Some(status) = child.try_wait().expect("wait for the child") {
             return status;
         }
-        assert!(Instant::now() < deadline, "pid {} did not exit within {secs}s of SIGTERM", child.id());
+        assert!(Instant::now() < deadline, "pid {} did not exit within {secs}s", child.id());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -337,7 +337,8 @@ pub struct RunArgs {
     /// Same key, same run: a retried call never starts a second run.
     #[arg(long)]
     pub idempotency_key: Option<String>,
-    /// Wait for the run to finish; exit 0 only if it succeeded.
+    /// Wait for the run to finish: exit 0 if it succeeded, 1 if it failed or was
+    /// cancelled; at a manual node it says who must decide (and how) and keeps waiting.
     #[arg(long)]
     pub wait: bool,
     #[command(flatten)]

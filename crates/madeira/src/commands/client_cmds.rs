@@ -264,9 +264,15 @@ async fn trigger(args: RunArgs) -> Result<ExitCode> {
     if args.server.output == Output::Text {
         eprintln!("run {run_id} started; waiting");
     }
+    let mut announced = std::collections::HashSet::new();
     loop {
         let run = client.get(&format!("/runs/{run_id}")).await?;
         let status = str_of(&run["status"]);
+        for (node, detail) in run["nodes"].as_object().into_iter().flatten() {
+            if detail["status"] == "MANUAL_CONFIRM" && announced.insert(node.clone()) {
+                eprintln!("{}", awaiting_text(&args.server.server, &run_id, node, detail));
+            }
+        }
         if matches!(status.as_str(), "SUCCESS" | "FAILED" | "CANCELLED") {
             let link = format!("{}/runs/{run_id}", console_url(&args.server.server));
             print(&args.server, run, |r| format!("{}\n  {link}", show_text(r)))?;
@@ -274,6 +280,18 @@ async fn trigger(args: RunArgs) -> Result<ExitCode> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// What `run --wait` says when the run reaches a manual node: it keeps waiting
+/// for a person, and says where and how they decide.
+fn awaiting_text(server: &str, run_id: &str, node: &str, detail: &Value) -> String {
+    let prompt = detail["prompt"].as_str().filter(|p| !p.trim().is_empty()).unwrap_or("(no prompt)");
+    format!(
+        "waiting for a person to confirm node {node}: {prompt}\n  \
+         decide: madeira confirm {run_id} {node} --reason \"…\"  |  madeira reject {run_id} {node} --reason \"…\"\n  \
+         console: {}/runs/{run_id}\n  (still waiting; Ctrl-C stops waiting, not the run)",
+        console_url(server)
+    )
 }
 
 async fn node_action(args: NodeActionArgs, action: &str) -> Result<ExitCode> {
