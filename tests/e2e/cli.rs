@@ -101,8 +101,7 @@ fn a_closed_pipe_ends_a_printing_command_quietly() {
 async fn run_wait_says_it_waits_for_a_person() {
     use std::io::BufRead;
     let (_dir, dev) = Dev::start();
-    dev.put_flow("flow: cli-manual\nnodes:\n  approve: {manual: {prompt: \"check the totals\"}}\n")
-        .await;
+    dev.put_flow("flow: cli-manual\nnodes:\n  approve: {manual: {prompt: \"check the totals\"}}\n").await;
     let mut child = Command::new(BIN)
         .args(["run", "cli-manual", "--wait"])
         .env("MADEIRA_SERVER", &dev.base)

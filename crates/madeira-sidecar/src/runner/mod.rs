@@ -98,12 +98,12 @@ pub async fn run(job: &JobSpec, attempt: &Attempt, ctx: RunCtx<'_>, cancel: Canc
     let started = Instant::now();
     let dir = ctx.work_root.join(sanitize(&attempt.assignment_id));
     let mut outcome = match spawn::prepare(job, attempt, &dir, ctx.hide_env) {
-        Ok(mut command) => match command.spawn() {
+        Ok((mut command, output)) => match command.spawn().inspect(|_| drop(command)) {
             Ok(child) => {
                 if let Some(on_spawn) = ctx.on_spawn {
                     on_spawn(child.id().unwrap_or(0));
                 }
-                supervise(job, attempt, child, ctx.log_sink, cancel, &dir).await
+                supervise(job, attempt, child, output, ctx.log_sink, cancel, &dir).await
             }
             Err(e) => {
                 let status = match e.kind() {
@@ -138,6 +138,7 @@ async fn supervise(
     job: &JobSpec,
     attempt: &Attempt,
     mut child: tokio::process::Child,
+    output: spawn::Output,
     sink: Option<mpsc::Sender<Vec<u8>>>,
     cancel: CancellationToken,
     dir: &Path,
@@ -150,14 +151,7 @@ async fn supervise(
         });
     }
     let tail = std::sync::Arc::new(std::sync::Mutex::new(LogTail::new(LOG_TAIL_BYTES)));
-    let readers: Vec<_> = [
-        child.stdout.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-        child.stderr.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|stream| tokio::spawn(pump(stream, tail.clone(), sink.clone())))
-    .collect();
+    let readers = vec![tokio::spawn(pump(Box::new(output), tail.clone(), sink.clone()))];
     let timeout = match (job.timeout, attempt.timeout) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),

@@ -31,13 +31,19 @@ fn template_vars(attempt: &Attempt) -> Json {
     })
 }
 
-/// Renders the argv, writes the input file into `dir`, and builds the command.
+/// The read end of the one pipe a job's stdout and stderr both write into.
+pub(super) type Output = tokio::net::unix::pipe::Receiver;
+
+/// Renders the argv, writes the input file into `dir`, and builds the command,
+/// with the read end of its output. stdout and stderr share one pipe (as `2>&1`
+/// does), so lines are read in the order the job wrote them; the command holds
+/// the write ends until it is dropped.
 pub(super) fn prepare(
     job: &JobSpec,
     attempt: &Attempt,
     dir: &Path,
     hide_env: &[String],
-) -> Result<Command, String> {
+) -> Result<(Command, Output), String> {
     let vars = template_vars(attempt);
     let argv = job
         .command
@@ -57,11 +63,15 @@ pub(super) fn prepare(
     // spawn that follows blocks this thread longer anyway.
     write_input(dir, &input, &attempt.input.to_string(), owner)?;
 
+    let (reader, stdout) = std::io::pipe().map_err(|e| format!("cannot make the output pipe: {e}"))?;
+    let stderr = stdout.try_clone().map_err(|e| format!("cannot make the output pipe: {e}"))?;
+    let job_output =
+        Output::from_owned_fd(reader.into()).map_err(|e| format!("cannot read the output pipe: {e}"))?;
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .stdin(if job.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(stdout)
+        .stderr(stderr)
         .process_group(0)
         .kill_on_drop(false);
     if job.clear_env {
@@ -92,7 +102,7 @@ pub(super) fn prepare(
     if let Some(workdir) = &job.workdir {
         cmd.current_dir(workdir);
     }
-    Ok(cmd)
+    Ok((cmd, job_output))
 }
 
 /// Creates the attempt directory (0700) and its input file (0600), handed to the

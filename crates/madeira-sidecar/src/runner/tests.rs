@@ -247,3 +247,23 @@ async fn stdin_text_is_fed_to_the_job() {
     assert_eq!(out.status, Status::Success, "{}", out.error);
     assert_eq!(out.outputs["from"], "stdin");
 }
+
+/// stdout and stderr share one pipe: the log keeps the order the job wrote its
+/// lines in, every time (two pipes read by two tasks swapped them about one run in three).
+#[tokio::test]
+async fn stdout_and_stderr_keep_the_order_they_were_written_in() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = "for i in 1 2 3 4 5 6 7 8; do echo out$i; echo err$i >&2; done";
+    let expected: String = (1..=8).map(|i| format!("out{i}\nerr{i}\n")).collect();
+    for _ in 0..20 {
+        let out = run_in(
+            dir.path(),
+            &job(&["/bin/sh", "-c", script], None, "1s"),
+            &attempt(),
+            CancellationToken::new(),
+        )
+        .await;
+        assert_eq!(out.status, Status::Success, "{}", out.error);
+        assert_eq!(String::from_utf8_lossy(&out.log_tail), expected);
+    }
+}
