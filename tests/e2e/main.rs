@@ -16,6 +16,7 @@ mod cluster_updates;
 mod console;
 mod console_state;
 mod crontab;
+mod examples;
 mod exec;
 mod fallbacks;
 mod faults;
