@@ -55,6 +55,7 @@ mod sidecar_slim;
 mod sql;
 mod sql_bench;
 mod stalls;
+mod store_lock;
 mod support;
 mod tls;
 mod triggers;
