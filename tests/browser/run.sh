@@ -40,7 +40,7 @@ export T_ADMIN="admin-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 mkdir -p "$work/flows" "$work/dev-flows"
 cp "$here/fixtures/payout-approval.yaml" "$work/flows/"
 cp "$root/examples/daily-settlement.yaml" "$root/examples/stock-sync.yaml" "$here/fixtures/ticker.yaml" "$work/dev-flows/"
-cat "$root/examples/jobs.yaml" "$here/fixtures/ticker-job.yaml" > "$work/jobs.yaml"
+cat "$root/examples/jobs/local.yaml" "$here/fixtures/ticker-job.yaml" > "$work/jobs.yaml"
 cat > "$work/serve.yaml" <<YAML
 http: 127.0.0.1:0
 store: sqlite://$work/serve.db

@@ -482,12 +482,14 @@ async fn pg_shutdown_waits_for_a_cancelled_statement_to_leave_the_database() {
     assert!(took >= Duration::from_secs(7), "the server waited for the grace: {took:?}");
 }
 
-/// `examples/sql-settlement.yaml` runs as written, with its tables.
+/// `examples/sql/sql-settlement.yaml` runs as written, with its tables.
 async fn the_example_runs(kind: Kind) {
     let Some(db) = db(kind).await else { return };
-    let example =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sql-settlement.yaml"))
-            .expect("example");
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/sql/sql-settlement.yaml"
+    ))
+    .expect("example");
     db.exec("CREATE TABLE payments (day VARCHAR(10), amount BIGINT)").await.expect("payments");
     db.exec(
         "CREATE TABLE settlements (day VARCHAR(10) PRIMARY KEY, total BIGINT, payments BIGINT, run_id VARCHAR(64))",

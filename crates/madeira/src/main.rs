@@ -12,6 +12,7 @@ mod client;
 mod commands;
 mod config;
 mod crontab;
+mod datalock;
 mod files;
 mod logging;
 mod sidecars;

@@ -19,7 +19,7 @@ use madeira_sidecar::SidecarConfig;
 
 const SETTLEMENT: &str = include_str!("../../../../examples/daily-settlement.yaml");
 const STOCK_SYNC: &str = include_str!("../../../../examples/stock-sync.yaml");
-const JOBS: &str = include_str!("../../../../examples/jobs.yaml");
+const JOBS: &str = include_str!("../../../../examples/jobs/local.yaml");
 const DEADLINE: Duration = Duration::from_secs(60);
 
 /// Set by `--output json`: the narrative goes to stderr, stdout gets one JSON summary.
@@ -44,7 +44,7 @@ pub async fn run(args: crate::cli::DemoArgs) -> Result<ExitCode> {
     NARRATE_ON_STDERR.store(args.output == Output::Json, std::sync::atomic::Ordering::Relaxed);
     let telemetry = madeira_telemetry::TelemetryOptions { metrics: false, ..Default::default() };
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
-    let jobs = SidecarConfig::parse("examples/jobs.yaml", JOBS)?.jobs("examples/jobs.yaml")?;
+    let jobs = SidecarConfig::parse("examples/jobs/local.yaml", JOBS)?.jobs("examples/jobs/local.yaml")?;
     let fleet = FleetSetup {
         grpc: "127.0.0.1:0".parse()?,
         options: Default::default(),
@@ -73,7 +73,7 @@ pub async fn run(args: crate::cli::DemoArgs) -> Result<ExitCode> {
     }
     let engine = plane.engine.clone();
     say!("Madeira demo — embedded SQLite at {}", dir.path().join("madeira.db").display());
-    say!("Jobs run as real processes on the in-process sidecar (group `local`, examples/jobs.yaml).");
+    say!("Jobs run as real processes on the in-process sidecar (group `local`, examples/jobs/local.yaml).");
     if let Some(addr) = plane.http_addr {
         let lasts = if args.keep {
             "until Ctrl-C"

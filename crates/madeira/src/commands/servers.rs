@@ -72,6 +72,14 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     };
     let replica = engine.replica_id.clone();
     let alerts = config.alerts(&file)?;
+    // One process per SQLite store file (a missing directory is the store's to report).
+    let _lock = match crate::datalock::sqlite_file(&store_url) {
+        Some(db) if db.parent().is_none_or(|p| p.as_os_str().is_empty() || p.is_dir()) => {
+            let hint = ", or use a PostgreSQL or MySQL store for several replicas";
+            Some(crate::datalock::lock_store(&db, &format!("store {store_url}"), hint)?)
+        }
+        _ => None,
+    };
     let plane = ControlPlane::start(PlaneOptions {
         shutdown_grace: config.shutdown_grace(&file)?,
         datasources: config.datasources(&file)?,
@@ -156,6 +164,10 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
     let alerts = config.alerts(&file)?;
     let store_url = sqlite_url_in(&args.data)?;
     let data = args.data.canonicalize().unwrap_or_else(|_| args.data.clone());
+    // One dev per data directory: a second would run a second scheduler on the same
+    // store and, on exit, remove the first one's exec socket.
+    let what = format!("data directory {}", args.data.display());
+    let _lock = crate::datalock::lock_store(&data.join("madeira.db"), &what, ", or give another --data")?;
     let fleet = FleetSetup {
         grpc,
         options: FleetOptions::with_lost_after(config.sidecar_lost_after(&file)?),

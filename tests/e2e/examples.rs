@@ -1,0 +1,51 @@
+//! The repository's examples work as the README shows them: `madeira validate
+//! examples/*.yaml`, the SQL example against its config, and `madeira dev --flows
+//! examples/ --jobs examples/jobs/local.yaml` (`.ci/quickstart` runs the whole
+//! quick start from a fresh clone).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::{BIN, Dev};
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+fn validate(args: &[&Path]) -> (Option<i32>, String) {
+    let out = Command::new(BIN).arg("validate").args(args).output().expect("madeira validate");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), text)
+}
+
+#[tokio::test]
+async fn the_examples_validate_and_load_into_dev_as_the_readme_shows() {
+    let dir = examples();
+    let mut flows: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("examples/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    flows.sort();
+    let names: Vec<_> = flows.iter().filter_map(|p| p.file_name()?.to_str().map(str::to_string)).collect();
+    assert_eq!(names, ["daily-settlement.yaml", "stock-sync.yaml"]);
+    let (code, text) = validate(&flows.iter().map(PathBuf::as_path).collect::<Vec<_>>());
+    assert_eq!(code, Some(0), "{text}");
+
+    let sql = dir.join("sql/sql-settlement.yaml");
+    let config = dir.join("config/finance.yaml");
+    let (code, text) = validate(&[Path::new("--config"), &config, &sql]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("flow sql-settlement is valid"), "{text}");
+
+    let data = tempfile::tempdir().expect("tempdir");
+    let flows_arg = dir.display().to_string();
+    let jobs = dir.join("jobs/local.yaml").display().to_string();
+    let dev = Dev::start_with(data.path(), &["--flows", &flows_arg, "--jobs", &jobs]);
+    let (status, body) = dev.get("/flows").await;
+    assert_eq!(status, 200, "{body}");
+    let mut loaded: Vec<&str> =
+        body["flows"].as_array().into_iter().flatten().filter_map(|f| f["flow"].as_str()).collect();
+    loaded.sort_unstable();
+    assert_eq!(loaded, ["daily-settlement", "stock-sync"], "{body}");
+}
