@@ -7,6 +7,7 @@
 
 mod analysis;
 mod budget;
+mod json;
 mod message;
 mod payload;
 #[cfg(test)]
@@ -83,8 +84,8 @@ impl Program {
         // Converting the data for CEL is work too: charged first, and not done over budget.
         let result = if meter.charge_data(params) && meter.charge_data(nodes) {
             let mut ctx = cel::Context::with_env(stdlib());
-            ctx.add_variable("params", params).map_err(|e| ExprError(e.to_string()))?;
-            ctx.add_variable("nodes", nodes).map_err(|e| ExprError(e.to_string()))?;
+            ctx.add_variable_from_value("params", json::to_cel(params));
+            ctx.add_variable_from_value("nodes", json::to_cel(nodes));
             budget::install(&mut ctx, &meter);
             cel::Value::resolve(&self.expr, &ctx)
         } else {
@@ -114,7 +115,7 @@ impl Program {
         let result = if vars.iter().all(|(_, v)| meter.charge_data(v)) {
             let mut ctx = cel::Context::with_env(stdlib());
             for (name, value) in vars {
-                ctx.add_variable(*name, *value).map_err(|e| ExprError(e.to_string()))?;
+                ctx.add_variable_from_value(*name, json::to_cel(value));
             }
             budget::install(&mut ctx, &meter);
             cel::Value::resolve(&self.expr, &ctx)

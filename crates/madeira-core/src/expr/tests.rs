@@ -69,7 +69,7 @@ fn comprehension_variables_are_not_reads() {
     vars.sort();
     // `i` is read once outside its comprehension, so it stays a free variable.
     assert_eq!(vars, vec!["i".to_string(), "params".to_string()]);
-    let c = Condition::compile("params.xs.map(x, x * 2u).filter(y, y > 2).size() > 0").expect("compiles");
+    let c = Condition::compile("params.xs.map(x, x * 2).filter(y, y > 2).size() > 0").expect("compiles");
     assert_eq!(c.variables(), vec!["params".to_string()]);
     assert_eq!(c.eval(&json!({"xs": [1, 2, 3]}), &json!({})), Ok(true));
 }
@@ -82,13 +82,13 @@ fn comprehensions_keep_their_meaning_under_the_budget() {
         ("params.xs.all(x, x > 0)", true),
         ("params.xs.all(x, x > 1)", false),
         ("params.xs.exists_one(x, x > 3)", true),
-        ("params.xs.map(x, x * 10u) == [10u, 20u, 30u, 40u]", true),
-        ("params.xs.filter(x, x % 2u == 0u) == [2u, 4u]", true),
-        ("params.xs.map(x, x > 2, x) == [3u, 4u]", true),
+        ("params.xs.map(x, x * 10) == [10, 20, 30, 40]", true),
+        ("params.xs.filter(x, x % 2 == 0) == [2, 4]", true),
+        ("params.xs.map(x, x > 2, x) == [3, 4]", true),
         ("params.m.exists(k, k == 'b')", true),
-        ("params.xs.exists(x, params.xs.exists(y, x + y == 8u))", true),
+        ("params.xs.exists(x, params.xs.exists(y, x + y == 8))", true),
         // cel's error absorption: `1 / 0` errors, but a `true` elsewhere decides.
-        ("params.xs.exists(x, 1u / (x - 1u) > 5u || x == 4)", true),
+        ("params.xs.exists(x, 1 / (x - 1) > 5 || x == 4)", true),
     ] {
         let c = Condition::compile(source).expect(source);
         assert_eq!(c.eval(&params, &json!({})), Ok(want), "{source}");
@@ -165,7 +165,7 @@ fn building_large_values_is_charged() {
 #[test]
 fn a_list_within_the_budget_is_fine() {
     let xs: Vec<u32> = (0..2_000).collect();
-    let c = Condition::compile("params.xs.exists(x, x == 1999) && params.xs.map(x, x + 1u).size() == 2000")
+    let c = Condition::compile("params.xs.exists(x, x == 1999) && params.xs.map(x, x + 1).size() == 2000")
         .expect("compiles");
     assert_eq!(c.eval(&json!({"xs": xs}), &json!({})), Ok(true));
 }
@@ -184,4 +184,43 @@ fn a_constant_seven_level_map_is_refused_or_stopped() {
         Ok(c) => assert!(c.eval(&json!({}), &json!({})).expect_err("over budget").0.contains("budget")),
     }
     assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+}
+
+#[test]
+fn whole_numbers_mix_with_int_literals_over_params_and_outputs() {
+    let params = json!({"n": 4, "neg": -3, "big": u64::MAX, "ratio": 0.5});
+    let nodes = json!({"pull": {"status": "SUCCESS", "outputs": {"rows": 10}}});
+    for (source, expected) in [
+        ("params.n + 1 == 5", true),
+        ("params.n - 5 == -1", true),
+        ("params.n * 3 == 12", true),
+        ("params.n % 3 == 1", true),
+        ("params.n / 2 == 2", true),
+        ("params.n > 3 && params.n >= 4 && params.n < 5 && params.n <= 4 && params.n != 3", true),
+        ("params.neg + params.n == 1", true),
+        ("nodes.pull.outputs.rows % 2 == 0 && nodes.pull.outputs.rows - params.n == 6", true),
+        ("nodes.pull.outputs.rows * 2 > 21", false),
+        ("params.ratio * 2.0 == 1.0", true),
+        ("params.big == 18446744073709551615u", true),
+    ] {
+        let c = Condition::compile(source).expect("compiles");
+        assert_eq!(c.eval(&params, &nodes), Ok(expected), "{source}");
+    }
+}
+
+#[test]
+fn whole_numbers_mix_with_int_literals_in_message_payloads() {
+    let none = json!({});
+    let payload = json!({"count": 6, "amount": 250});
+    for (source, expected) in [
+        ("payload.count + 1 == 7", true),
+        ("payload.count % 2 == 0", true),
+        ("payload.amount - 50 > 199", true),
+        ("payload.amount * 2 <= 499", false),
+    ] {
+        let when = MessageExpr::compile(source).expect("compiles");
+        assert_eq!(when.eval_bool(&payload, &none, &none), Ok(expected), "{source}");
+    }
+    let key = MessageExpr::compile("payload.count * 10 + 1").expect("compiles");
+    assert_eq!(key.eval(&payload, &none, &none), Ok(json!(61)));
 }
