@@ -13,6 +13,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, warn};
 
 mod drain;
+mod fence;
 mod hosts;
 mod manual;
 mod waiting;
@@ -242,7 +243,7 @@ impl Engine {
         }
         work.batch.owner = Some(self.holder.owner.clone());
         let transitions = work.batch.transitions.len();
-        match self.p.store.commit(&work.batch).await {
+        match self.commit_held(&mut work).await {
             Ok(()) => {
                 self.p.health.wrote();
                 self.p.stats.committed(transitions);
@@ -278,7 +279,7 @@ impl Engine {
             self.lost(runs);
         }
         let unavailable = e.is_unavailable();
-        for (reply, _) in work.replies {
+        for (reply, _, _) in work.replies {
             let message = format!("not saved: {e}");
             let e = match unavailable {
                 true => madeira_store::StoreError::Unavailable(message),
@@ -313,6 +314,7 @@ impl Engine {
                 {
                     let answer = r#"{"ok":true}"#.to_string();
                     work.batch.answers.push(CommandAnswer { id, answer, at: now_ms() });
+                    work.answered.push((id, run_id.clone()));
                 }
                 if result.is_ok()
                     && let Some((action, reason)) = audit
@@ -329,7 +331,7 @@ impl Engine {
                     });
                 }
                 match reply {
-                    Some(reply) => work.replies.push((reply, result)),
+                    Some(reply) => work.replies.push((reply, result, run_id)),
                     None => {
                         if let Err(e) = result {
                             debug!(run_id = %run_id, error = %e, "internal command not applied");
@@ -342,6 +344,11 @@ impl Engine {
             }
             Envelope::AttemptDone { run_id, node, attempt, result } => {
                 let ran = self.running.remove(&(run_id.clone(), node));
+                // The task a resumed run's new attempt adopted answers for it.
+                let attempt = match &ran {
+                    Some(r) if r.task_attempt == attempt => r.attempt,
+                    _ => attempt,
+                };
                 if let Some(name) = self.node_name(&run_id, node) {
                     self.p.handle.live_logs().finish(&(run_id.clone(), name, attempt));
                 }
@@ -357,10 +364,11 @@ impl Engine {
             Envelope::ObservedDone { run_id, node, result, reply } => {
                 let outcome = self.observed_done(&run_id, node, result, work).await;
                 if let Some(reply) = reply {
-                    work.replies.push((reply, outcome));
+                    work.replies.push((reply, outcome, run_id));
                 }
             }
             Envelope::PermitPoll { flow, node } => self.poll_permits(&flow, node, work).await,
+            Envelope::CheckHeld => self.check_held().await,
         }
     }
 
@@ -554,7 +562,7 @@ impl Engine {
         for event in work.events {
             let _ = self.p.events.send(Arc::new(event));
         }
-        for (reply, result) in work.replies {
+        for (reply, result, _) in work.replies {
             let _ = reply.send(result);
         }
         let mut finished_flows = Vec::new();
@@ -672,6 +680,18 @@ impl Engine {
         let Some(executor) = hosts::executor_of(def, fallback) else {
             return;
         };
+        if let Some(running) = self.running.get_mut(&(run_id.to_string(), node))
+            && !running.token.is_cancelled()
+            && !fallback
+        {
+            // The run was resumed (a commit failed) while its attempt still runs
+            // here: the same job under the same idempotency key. Its task answers
+            // for the new attempt instead of the job being placed again.
+            info!(run_id = %run_id, node = %def.id, attempt, "the resumed attempt is still running here; awaiting its result instead of placing it again");
+            running.attempt = attempt;
+            self.resumed.remove(&(run_id.to_string(), node));
+            return;
+        }
         if let Some(result) = crate::executor::immediate(executor, attempt) {
             // Known without running anything (a noop): the result joins the next
             // batch directly, with no task and no trip through the channel.
@@ -679,6 +699,7 @@ impl Engine {
                 token: CancellationToken::new(),
                 in_process: true,
                 attempt,
+                task_attempt: attempt,
                 hosts: Vec::new(),
             };
             self.running.insert((run_id.to_string(), node), running);
@@ -713,7 +734,13 @@ impl Engine {
         let span = context.map_or_else(tracing::Span::none, |c| trace::attempt_log_span(&job, &c));
         let token = CancellationToken::new();
         let in_process = self.p.executors.in_process(&job.executor);
-        let running = drain::Running { token: token.clone(), in_process, attempt, hosts: Vec::new() };
+        let running = drain::Running {
+            token: token.clone(),
+            in_process,
+            attempt,
+            task_attempt: attempt,
+            hosts: Vec::new(),
+        };
         self.running.insert((run_id.to_string(), node), running);
         let executors = self.p.executors.clone();
         let tx = self.p.tx.clone();

@@ -46,6 +46,11 @@ pub(crate) enum Envelope {
     ConfirmOverdue { run_id: String, node: usize },
     /// An executor's availability changed: look at the nodes waiting for it again.
     ExecutorsChanged,
+    /// This replica may have lost runs to another one (its leases went unrenewed
+    /// longer than they last: it was frozen or cut off from the store): every run
+    /// in memory is claimed again, and those another replica holds now are dropped
+    /// with their attempts stopped (`engine_loop::fence`).
+    CheckHeld,
     /// A `madeira exec` run of an observe-only flow ended (`node` is its index).
     ObservedDone { run_id: String, node: usize, result: AttemptResult, reply: Option<Reply> },
 }

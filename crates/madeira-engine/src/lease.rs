@@ -3,6 +3,11 @@
 //! replica killed, partitioned or stuck), handing each to the engine as a
 //! `Resume`. Error policy: log and try again at the next tick (a replica that
 //! cannot renew loses its runs to the others, and its commits are then fenced).
+//! A renewal that comes more than a lease after the last one (the process was
+//! frozen, or the store out of reach) asks the engine to check which runs it
+//! still holds (`Envelope::CheckHeld`) before it acts on them again. Only
+//! durations of this process's monotonic clock are used here; the lease itself
+//! is measured by the database's clock (`madeira_store::Lease`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,13 +50,28 @@ pub(crate) fn spawn(
         async move {
             let mut tick = tokio::time::interval((holder.lease / 3).max(Duration::from_millis(50)));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut renewed = std::time::Instant::now();
             loop {
                 tokio::select! {
                     _ = cancel.cancelled() => break,
                     _ = tick.tick() => {}
                 }
-                if let Err(e) = store.renew_leases(&holder.lease_now()).await {
-                    warn!(error = %e, "cannot renew leases");
+                let asked = std::time::Instant::now();
+                match store.renew_leases(&holder.lease_now()).await {
+                    Ok(_) => {
+                        let gap = asked.saturating_duration_since(renewed);
+                        renewed = asked;
+                        if gap > holder.lease {
+                            warn!(
+                                unrenewed_ms = u64::try_from(gap.as_millis()).unwrap_or(u64::MAX),
+                                "leases went unrenewed longer than they last; checking which runs this replica still holds"
+                            );
+                            if tx.send(Envelope::CheckHeld).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "cannot renew leases"),
                 }
                 match store.claim_expired(&holder.lease_now(), TAKEOVER_BATCH).await {
                     Ok(ids) => {

@@ -22,7 +22,10 @@ pub(crate) struct Work {
     pub events: Vec<RunEvent>,
     /// `(run_id, action)` to perform once durable.
     pub actions: Vec<(String, Action)>,
-    pub replies: Vec<(Reply, Result<(), EngineError>)>,
+    /// Callers to answer once durable, with the run each is about.
+    pub replies: Vec<(Reply, Result<(), EngineError>, String)>,
+    /// Forwarded actions answered in `batch.answers`: `(answer id, run_id)`.
+    pub answered: Vec<(i64, String)>,
     /// When each node became ready, for the dispatch-latency measure.
     pub ready_at: HashMap<(String, usize), Instant>,
     /// Permits taken in this batch, given back if the commit fails.

@@ -70,6 +70,11 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// The SQL type a bound integer is cast to (MySQL: `SIGNED`).
     const BIGINT: &'static str = "BIGINT";
 
+    /// The database's clock, in milliseconds since the epoch, as an SQL
+    /// expression: leases are written and judged by it only, never by a
+    /// replica's clock (which may be skewed). SQLite: the one process's clock.
+    const NOW_MS: &'static str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+
     /// `a IS DISTINCT FROM b` (NULL-safe inequality).
     fn is_distinct(a: &str, b: &str) -> String {
         format!("{a} IS DISTINCT FROM {b}")

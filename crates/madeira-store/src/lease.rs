@@ -1,12 +1,23 @@
 //! Run ownership by lease, shared by every backend: who may plan, commit and
 //! dispatch for a run when several replicas share one store.
 
-/// A replica's claim: `owner` holds what it claims until `until_ms`.
+/// A replica's claim: `owner` holds what it claims for `until_ms - now_ms`
+/// (the lease's length), measured by the database's clock: the store writes
+/// `lease_until` as the database's now plus that length and judges expiry by the
+/// database's now too, so a replica's own clock (`now_ms`, however skewed) never
+/// decides who holds a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     pub owner: String,
     pub now_ms: i64,
     pub until_ms: i64,
+}
+
+impl Lease {
+    /// How long the lease lasts without renewal (negative: already lapsed).
+    pub fn length_ms(&self) -> i64 {
+        self.until_ms.saturating_sub(self.now_ms)
+    }
 }
 
 /// The answer to `Store::claim_run`.
@@ -25,12 +36,18 @@ pub enum Claim {
 /// creating and claiming it) may be taken by another replica.
 pub const UNCLAIMED_GRACE_MS: i64 = 2_000;
 
-/// Whether `owner`'s hold on a run (with `lease_until`) lets `lease.owner` take it.
-pub(crate) fn claimable(owner: Option<&str>, lease_until: Option<i64>, lease: &Lease) -> bool {
+/// Whether `owner`'s hold on a run (with `lease_until`) lets `lease.owner` take
+/// it at the database's time `db_now_ms`.
+pub(crate) fn claimable(
+    owner: Option<&str>,
+    lease_until: Option<i64>,
+    lease: &Lease,
+    db_now_ms: i64,
+) -> bool {
     match owner {
         None => true,
         Some(o) if o == lease.owner => true,
-        Some(_) => lease_until.is_none_or(|until| until < lease.now_ms),
+        Some(_) => lease_until.is_none_or(|until| until < db_now_ms),
     }
 }
 

@@ -28,6 +28,10 @@ pub(crate) struct Running {
     /// Runs in this process (http, builtin); false for a sidecar attempt.
     pub in_process: bool,
     pub attempt: u32,
+    /// The attempt the task was started for (its `AttemptDone` names it): less
+    /// than `attempt` when a resumed run's new attempt adopted the task still
+    /// running here instead of placing the job again.
+    pub task_attempt: u32,
     /// Sidecars the attempt was placed on so far (`hosts.rs`).
     pub hosts: Vec<String>,
 }

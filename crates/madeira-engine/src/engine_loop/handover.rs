@@ -87,7 +87,7 @@ impl Engine {
     }
 
     /// Drops a run from memory; its lease stays until another replica claims it.
-    fn forget(&mut self, run_id: &str) {
+    pub(super) fn forget(&mut self, run_id: &str) {
         let flow = self.runs.remove(run_id).map(|snap| snap.flow.name.clone()).unwrap_or_default();
         self.traces.remove(run_id);
         for (run, _, name) in self.gate.parked() {

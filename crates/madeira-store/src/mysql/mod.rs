@@ -44,6 +44,7 @@ impl Dialect for MySqlDialect {
     const RETRIES: u32 = 5;
     const ANSWER_WITHIN: Option<Duration> = Some(Duration::from_secs(15));
     const BIGINT: &'static str = "SIGNED";
+    const NOW_MS: &'static str = "CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(6)) * 1000 AS SIGNED)";
 
     fn sql(sql: &str) -> Cow<'_, str> {
         Cow::Owned(placeholders(sql))

@@ -25,6 +25,7 @@ use crate::{Result, StoreError};
 pub struct PgDialect;
 
 impl Dialect for PgDialect {
+    const NOW_MS: &'static str = "CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT)";
     type DB = Postgres;
     /// PostgreSQL allows 65,535 bound values per statement.
     const CHUNK: usize = 1000;

@@ -37,14 +37,18 @@ pub(super) async fn read(pool: &Pool, limit: u32) -> Result<Vec<InboxEvent>> {
         .collect()
 }
 
-pub(super) async fn lead(pool: &Pool, role: &str, holder: &str, now_ms: i64, lease_ms: i64) -> Result<bool> {
+/// `holder` leads `role` for `lease_ms` more when nobody does, it already does,
+/// or the leader's lease ran out. Judged and written by the database's clock
+/// (`Dialect::NOW_MS`): `now_ms`, the caller's clock, is not trusted (a replica
+/// whose clock runs ahead must not depose a live leader).
+pub(super) async fn lead(pool: &Pool, role: &str, holder: &str, _now_ms: i64, lease_ms: i64) -> Result<bool> {
     // The row is locked, the decision taken here and written in the same
     // transaction. Of two replicas creating the row at once, the second is
     // refused by the primary key and does not lead.
-    let until = now_ms.saturating_add(lease_ms);
     let mut tx = pool.begin().await?;
-    let current: Option<(String, i64)> = sqlx::query_as(&sql(&format!(
-        "SELECT holder, lease_until FROM leaders WHERE role = $1{}",
+    let current: Option<(String, i64, i64)> = sqlx::query_as(&sql(&format!(
+        "SELECT holder, lease_until, {} FROM leaders WHERE role = $1{}",
+        D::NOW_MS,
         D::FOR_UPDATE
     )))
     .bind(role)
@@ -52,25 +56,30 @@ pub(super) async fn lead(pool: &Pool, role: &str, holder: &str, now_ms: i64, lea
     .await?;
     match current {
         None => {
-            let inserted =
-                sqlx::query(&sql("INSERT INTO leaders (role, holder, lease_until) VALUES ($1, $2, $3)"))
-                    .bind(role)
-                    .bind(holder)
-                    .bind(until)
-                    .execute(&mut *tx)
-                    .await;
+            let inserted = sqlx::query(&sql(&format!(
+                "INSERT INTO leaders (role, holder, lease_until) VALUES ($1, $2, {} + $3)",
+                D::NOW_MS
+            )))
+            .bind(role)
+            .bind(holder)
+            .bind(lease_ms)
+            .execute(&mut *tx)
+            .await;
             match inserted {
                 Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(false),
                 other => other?,
             };
         }
-        Some((current, lease_until)) if current == holder || lease_until < now_ms => {
-            sqlx::query(&sql("UPDATE leaders SET holder = $1, lease_until = $2 WHERE role = $3"))
-                .bind(holder)
-                .bind(until)
-                .bind(role)
-                .execute(&mut *tx)
-                .await?;
+        Some((current, lease_until, db_now)) if current == holder || lease_until < db_now => {
+            sqlx::query(&sql(&format!(
+                "UPDATE leaders SET holder = $1, lease_until = {} + $2 WHERE role = $3",
+                D::NOW_MS
+            )))
+            .bind(holder)
+            .bind(lease_ms)
+            .bind(role)
+            .execute(&mut *tx)
+            .await?;
         }
         Some(_) => return Ok(false),
     }

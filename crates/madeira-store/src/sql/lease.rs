@@ -1,7 +1,9 @@
 //! Run ownership by lease: claims lock the rows they read and skip rows another
 //! replica is claiming (`D::FOR_UPDATE`, `D::SKIP_LOCKED`; SQLite's one writer
 //! needs neither), so each run is taken by one replica only; commits lock the rows
-//! they touch and check the owner (the fence).
+//! they touch and check the owner (the fence). Every lease is written and judged
+//! by the database's clock (`Dialect::NOW_MS`), never a replica's: a replica whose
+//! clock is skewed neither takes live runs nor keeps dead ones.
 
 use sqlx::QueryBuilder;
 
@@ -19,12 +21,15 @@ pub(super) async fn claim_run(
     only_from: Option<&str>,
 ) -> Result<Claim> {
     let mut tx = pool.begin().await?;
-    let row: Option<(Option<String>, Option<i64>)> =
-        sqlx::query_as(&sql(&format!("SELECT owner, lease_until FROM runs WHERE id = $1{}", D::FOR_UPDATE)))
-            .bind(run_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-    let Some((owner, lease_until)) = row else {
+    let row: Option<(Option<String>, Option<i64>, String, i64)> = sqlx::query_as(&sql(&format!(
+        "SELECT owner, lease_until, state, {} FROM runs WHERE id = $1{}",
+        D::NOW_MS,
+        D::FOR_UPDATE
+    )))
+    .bind(run_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((owner, lease_until, state, db_now)) = row else {
         return Ok(Claim::Missing);
     };
     if let Some(from) = only_from
@@ -33,7 +38,17 @@ pub(super) async fn claim_run(
     {
         return Ok(Claim::Other { owner: owner.unwrap_or_default() });
     }
-    if !claimable(owner.as_deref(), lease_until, lease) {
+    // A finished run keeps the owner that finished it: the engine's own work
+    // (a resume, a late result, a timer) never takes it; only a person's action
+    // (`steal_idle`) may reopen it.
+    let finished = !matches!(state.as_str(), "QUEUED" | "RUNNING");
+    if finished
+        && !steal_idle
+        && let Some(holder) = owner.as_deref().filter(|o| *o != lease.owner)
+    {
+        return Ok(Claim::Other { owner: holder.to_string() });
+    }
+    if !claimable(owner.as_deref(), lease_until, lease, db_now) {
         // A fresh statement: it sees whatever the holder committed before our lock.
         let busy: (bool,) = sqlx::query_as(&sql(
             "SELECT EXISTS (SELECT 1 FROM nodes WHERE run_id = $1 AND state = 'RUNNING')",
@@ -45,9 +60,9 @@ pub(super) async fn claim_run(
             return Ok(Claim::Other { owner: owner.unwrap_or_default() });
         }
     }
-    sqlx::query(&sql("UPDATE runs SET owner = $1, lease_until = $2 WHERE id = $3"))
+    sqlx::query(&sql(&format!("UPDATE runs SET owner = $1, lease_until = {} + $2 WHERE id = $3", D::NOW_MS)))
         .bind(&lease.owner)
-        .bind(lease.until_ms)
+        .bind(lease.length_ms())
         .bind(run_id)
         .execute(&mut *tx)
         .await?;
@@ -66,14 +81,14 @@ pub(super) async fn claim_expired(pool: &Pool, lease: &Lease, limit: u32) -> Res
     let mut tx = pool.begin().await?;
     let rows: Vec<(String,)> = sqlx::query_as(&sql(&format!(
         "SELECT id FROM runs WHERE {ACTIVE} AND {} \
-           AND COALESCE(lease_until, COALESCE(started_at, admitted_at, created_at) + $2) < $3 \
-         ORDER BY id LIMIT $4{}",
+           AND COALESCE(lease_until, COALESCE(started_at, admitted_at, created_at) + $2) < {} \
+         ORDER BY id LIMIT $3{}",
         D::is_distinct("owner", "$1"),
+        D::NOW_MS,
         D::SKIP_LOCKED
     )))
     .bind(&lease.owner)
     .bind(UNCLAIMED_GRACE_MS)
-    .bind(lease.now_ms)
     .bind(i64::from(limit))
     .fetch_all(&mut *tx)
     .await?;
@@ -81,7 +96,8 @@ pub(super) async fn claim_expired(pool: &Pool, lease: &Lease, limit: u32) -> Res
     ids.sort();
     for chunk in ids.chunks(CHUNK) {
         let mut q: QueryBuilder<Db> = QueryBuilder::new("UPDATE runs SET owner = ");
-        q.push_bind(&lease.owner).push(", lease_until = ").push_bind(lease.until_ms).push(" WHERE id IN ");
+        q.push_bind(&lease.owner).push(format!(", lease_until = {} + ", D::NOW_MS));
+        q.push_bind(lease.length_ms()).push(" WHERE id IN ");
         push_list(&mut q, chunk);
         q.build().execute(&mut *tx).await?;
     }
@@ -90,10 +106,11 @@ pub(super) async fn claim_expired(pool: &Pool, lease: &Lease, limit: u32) -> Res
 }
 
 pub(super) async fn renew_leases(pool: &Pool, lease: &Lease) -> Result<u64> {
-    let done = sqlx::query(&sql(
-        "UPDATE runs SET lease_until = $1 WHERE owner = $2 AND state IN ('QUEUED', 'RUNNING')",
-    ))
-    .bind(lease.until_ms)
+    let done = sqlx::query(&sql(&format!(
+        "UPDATE runs SET lease_until = {} + $1 WHERE owner = $2 AND state IN ('QUEUED', 'RUNNING')",
+        D::NOW_MS
+    )))
+    .bind(lease.length_ms())
     .bind(&lease.owner)
     .execute(pool)
     .await?;

@@ -137,7 +137,33 @@ impl<'a> Admitted<'a> {
         });
         super::insert_transitions(tx, &mut s, self.ids, transitions.collect()).await?;
         s.send(tx).await?;
+        self.lease_by_database_clock(tx).await?;
         self.runs.clear();
+        Ok(())
+    }
+}
+
+impl Admitted<'_> {
+    /// Rewrites the leases of the runs held from birth from the database's clock
+    /// (`Dialect::NOW_MS`): the rows were written with the creating replica's
+    /// `until_ms`, which a skewed clock would make lapse at once, or never.
+    async fn lease_by_database_clock(&self, tx: &mut Tx<'_>) -> Result<()> {
+        let mut held: Vec<(i64, &str)> = self
+            .runs
+            .iter()
+            .filter(|(_, _, start)| *start)
+            .filter_map(|(run, _, _)| run.lease.as_ref().map(|l| (l.length_ms(), run.id.as_str())))
+            .collect();
+        held.sort_unstable();
+        for group in held.chunk_by(|a, b| a.0 == b.0) {
+            for chunk in group.chunks(CHUNK) {
+                let mut q: QueryBuilder<Db> =
+                    QueryBuilder::new(format!("UPDATE runs SET lease_until = {} + ", D::NOW_MS));
+                q.push_bind(chunk[0].0).push(" WHERE id IN ");
+                push_list(&mut q, chunk.iter().map(|(_, id)| *id));
+                q.build().execute(&mut **tx).await?;
+            }
+        }
         Ok(())
     }
 }

@@ -74,11 +74,15 @@ async fn open_set_holds_what_a_restart_must_send_and_prune_drops_old_resolved(s:
 }
 
 async fn the_inbox_is_consumed_only_under_the_leaders_fence<S: Store + AlertStore>(s: &S) {
-    assert!(s.lead("alerts", "r1", 1_000, 500).await.expect("lead"));
-    assert!(!s.lead("alerts", "r2", 1_100, 500).await.expect("lead"), "r1's lease runs until 1500");
-    assert!(s.lead("alerts", "r1", 1_200, 500).await.expect("renew"));
-    assert!(!s.lead("alerts", "r2", 1_600, 500).await.expect("lead"), "renewed until 1700");
-    assert!(s.lead("alerts", "r2", 1_800, 500).await.expect("takeover"), "r1's lease ran out");
+    // Leases are judged by the database's clock: the callers' (here an hour
+    // apart) do not matter; a lease given up (negative length) lapses at once.
+    let (early, late) = (1_000, 1_000 + 3_600_000);
+    assert!(s.lead("alerts", "r1", early, 60_000).await.expect("lead"));
+    assert!(!s.lead("alerts", "r2", late, 60_000).await.expect("lead"), "r1's lease runs for a minute");
+    assert!(s.lead("alerts", "r1", early, 60_000).await.expect("renew"));
+    assert!(!s.lead("alerts", "r2", late, 60_000).await.expect("lead"), "renewed");
+    assert!(s.lead("alerts", "r1", early, -1).await.expect("give up"), "r1 gives its lease up");
+    assert!(s.lead("alerts", "r2", early, 60_000).await.expect("takeover"), "r1's lease ran out");
 
     s.push_alert_events(&[json!({"e": 1}), json!({"e": 2})], 10).await.expect("push");
     s.push_alert_events(&[json!({"e": 3})], 11).await.expect("push");

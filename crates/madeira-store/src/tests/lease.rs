@@ -1,91 +1,216 @@
 //! Lease bodies shared by every backend: claims, stealing idle runs, fenced
 //! commits, takeover of expired leases by exactly one replica.
 
-use madeira_core::NodeState;
+use madeira_core::{NodeState, RunState};
 
 use super::suite::new_run;
 use crate::*;
 
-fn lease(owner: &str, now_ms: i64) -> Lease {
-    Lease { owner: owner.into(), now_ms, until_ms: now_ms + 1_000 }
+/// A lease of `length_ms`, stamped by a caller whose clock is `skew_ms` off the
+/// real one: the store measures leases by the database's clock only, so the
+/// skew must change nothing.
+fn skewed(owner: &str, length_ms: i64, skew_ms: i64) -> Lease {
+    let now = real_now() + skew_ms;
+    Lease { owner: owner.into(), now_ms: now, until_ms: now + length_ms }
+}
+
+/// A lease of a minute (live for the whole test).
+fn live(owner: &str) -> Lease {
+    skewed(owner, 60_000, 0)
+}
+
+/// A lease that lapsed a minute ago (a holder that stopped renewing).
+fn lapsed(owner: &str) -> Lease {
+    skewed(owner, -60_000, 0)
+}
+
+const HOUR: i64 = 3_600_000;
+
+fn real_now() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn finished(run_id: &str) -> RunWrite {
+    RunWrite { run_id: run_id.into(), state: RunState::Success, started_at: None, finished_at: Some(8) }
+}
+
+fn running(mut stored: StoredRun) -> NodeRow {
+    stored.nodes[0].state = NodeState::Running;
+    stored.nodes.swap_remove(0)
 }
 
 pub(crate) async fn claims_follow_owner_and_expiry(s: &dyn Store) {
     s.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("create");
-    assert_eq!(s.claim_run("nope", &lease("a", 100), false).await.expect("claim"), Claim::Missing);
-    assert_eq!(s.claim_run("r1", &lease("a", 100), false).await.expect("claim"), Claim::Held);
-    assert_eq!(s.claim_run("r1", &lease("a", 200), false).await.expect("again"), Claim::Held);
+    assert_eq!(s.claim_run("nope", &live("a"), false).await.expect("claim"), Claim::Missing);
+    assert_eq!(s.claim_run("r1", &live("a"), false).await.expect("claim"), Claim::Held);
+    assert_eq!(s.claim_run("r1", &live("a"), false).await.expect("again"), Claim::Held);
     let other = Claim::Other { owner: "a".into() };
-    assert_eq!(s.claim_run("r1", &lease("b", 300), false).await.expect("b early"), other);
+    assert_eq!(s.claim_run("r1", &live("b"), false).await.expect("b early"), other);
     // An idle run (no node RUNNING) may be taken for an operator action.
-    assert_eq!(s.claim_run("r1", &lease("b", 300), true).await.expect("steal idle"), Claim::Held);
-    let mut stored = s.load_run("r1").await.expect("load").expect("exists");
-    stored.nodes[0].state = NodeState::Running;
-    let batch = Batch { owner: Some("b".into()), nodes: vec![stored.nodes[0].clone()], ..Batch::default() };
+    assert_eq!(s.claim_run("r1", &live("b"), true).await.expect("steal idle"), Claim::Held);
+    let stored = s.load_run("r1").await.expect("load").expect("exists");
+    let batch = Batch { owner: Some("b".into()), nodes: vec![running(stored)], ..Batch::default() };
     s.commit(&batch).await.expect("b holds r1");
     assert_eq!(
-        s.claim_run("r1", &lease("a", 400), true).await.expect("busy"),
+        s.claim_run("r1", &live("a"), true).await.expect("busy"),
         Claim::Other { owner: "b".into() },
         "a run with an attempt in flight is never stolen"
     );
-    assert_eq!(s.renew_leases(&lease("b", 1_000)).await.expect("renew"), 1);
+    assert_eq!(s.renew_leases(&live("b")).await.expect("renew"), 1);
     assert_eq!(
-        s.claim_run("r1", &lease("a", 1_999), false).await.expect("renewed"),
+        s.claim_run("r1", &live("a"), false).await.expect("renewed"),
         Claim::Other { owner: "b".into() }
     );
-    assert_eq!(s.claim_run("r1", &lease("a", 2_001), false).await.expect("expired"), Claim::Held);
+    // b stops renewing: its lease lapses (written here as lapsed already).
+    assert_eq!(s.renew_leases(&lapsed("b")).await.expect("lapse"), 1);
+    assert_eq!(s.claim_run("r1", &live("a"), false).await.expect("expired"), Claim::Held);
 }
 
 pub(crate) async fn commits_are_fenced_on_the_owner(s: &dyn Store) {
     s.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("r1");
     s.create_run(&new_run("r2", None, 0, Overlap::Queue)).await.expect("r2");
-    assert_eq!(s.claim_run("r1", &lease("a", 100), false).await.expect("a r1"), Claim::Held);
-    assert_eq!(s.claim_run("r2", &lease("b", 100), false).await.expect("b r2"), Claim::Held);
-    let mut r1 = s.load_run("r1").await.expect("load").expect("r1");
-    let mut r2 = s.load_run("r2").await.expect("load").expect("r2");
-    r1.nodes[0].state = NodeState::Running;
-    r2.nodes[0].state = NodeState::Running;
-    let mixed = Batch {
-        owner: Some("a".into()),
-        nodes: vec![r1.nodes[0].clone(), r2.nodes[0].clone()],
-        ..Batch::default()
-    };
+    s.create_run(&new_run("r3", None, 0, Overlap::Queue)).await.expect("r3");
+    assert_eq!(s.claim_run("r1", &live("a"), false).await.expect("a r1"), Claim::Held);
+    assert_eq!(s.claim_run("r2", &live("b"), false).await.expect("b r2"), Claim::Held);
+    assert_eq!(s.claim_run("r3", &live("c"), false).await.expect("c r3"), Claim::Held);
+    let r1 = running(s.load_run("r1").await.expect("load").expect("r1"));
+    let r2 = running(s.load_run("r2").await.expect("load").expect("r2"));
+    let r3 = running(s.load_run("r3").await.expect("load").expect("r3"));
+    let mixed = Batch { owner: Some("a".into()), nodes: vec![r1.clone(), r2, r3], ..Batch::default() };
+    // The refusal names every run the batch touches that `a` does not hold (and
+    // only those), so the caller can commit the rest without them.
     match s.commit(&mixed).await {
         Err(StoreError::LeaseLost { owner, runs }) => {
-            assert_eq!((owner.as_str(), runs), ("a", vec!["r2".to_string()]))
+            assert_eq!((owner.as_str(), runs), ("a", vec!["r2".to_string(), "r3".to_string()]))
         }
         other => panic!("expected LeaseLost, got {other:?}"),
     }
     let r1_after = s.load_run("r1").await.expect("load").expect("r1");
     assert_eq!(r1_after.nodes[0].state, NodeState::Init, "a fenced batch writes nothing");
-    let own = Batch { owner: Some("a".into()), nodes: vec![r1.nodes[0].clone()], ..Batch::default() };
+    let own = Batch { owner: Some("a".into()), nodes: vec![r1], ..Batch::default() };
     s.commit(&own).await.expect("a commits its own run");
+    let r1_after = s.load_run("r1").await.expect("load").expect("r1");
+    assert_eq!(r1_after.nodes[0].state, NodeState::Running, "the held run's rows are written");
 }
 
 pub(crate) async fn expired_runs_are_taken_over_once(s: &dyn Store) {
     for i in 0..20 {
         s.create_run(&new_run(&format!("r{i:02}"), None, 0, Overlap::Queue)).await.expect("create");
-        s.claim_run(&format!("r{i:02}"), &lease("dead", 100), false).await.expect("claim");
+        s.claim_run(&format!("r{i:02}"), &live("dead"), false).await.expect("claim");
     }
-    assert!(s.claim_expired(&lease("b", 500), 100).await.expect("early").is_empty(), "leases still valid");
-    let (lb, lc) = (lease("b", 5_000), lease("c", 5_000));
+    assert!(s.claim_expired(&live("b"), 100).await.expect("early").is_empty(), "leases still valid");
+    // `dead` stops renewing: its leases lapse.
+    assert_eq!(s.renew_leases(&lapsed("dead")).await.expect("lapse"), 20);
+    let (lb, lc) = (live("b"), live("c"));
     let (b, c) = futures::join!(s.claim_expired(&lb, 100), s.claim_expired(&lc, 100));
     let (b, c) = (b.expect("b"), c.expect("c"));
     let mut all: Vec<String> = b.iter().chain(c.iter()).cloned().collect();
     all.sort();
     let expected: Vec<String> = (0..20).map(|i| format!("r{i:02}")).collect();
     assert_eq!(all, expected, "every expired run is taken by exactly one replica (b {b:?}, c {c:?})");
-    assert!(s.claim_expired(&lease("b", 5_500), 100).await.expect("again").is_empty(), "fresh leases");
+    assert!(s.claim_expired(&live("b"), 100).await.expect("again").is_empty(), "fresh leases");
     // A run admitted to start that nobody claimed (its creator died at once) is
-    // taken after the grace.
-    s.create_run(&NewRun { now_ms: 10_000, ..new_run("orphan", None, 0, Overlap::Queue) })
+    // taken after the grace (from its creation, by the database's clock).
+    let created = real_now();
+    s.create_run(&NewRun { now_ms: created, ..new_run("orphan", None, 0, Overlap::Queue) })
         .await
         .expect("orphan");
-    // (Runs that `c` took above have expired by now too; only the orphan matters here.)
-    let early = s.claim_expired(&lease("b", 10_500), 100).await.expect("grace");
-    assert!(!early.iter().any(|id| id == "orphan"), "taken within the grace: {early:?}");
-    let late = s.claim_expired(&lease("b", 10_000 + UNCLAIMED_GRACE_MS + 1), 100).await.expect("late");
-    assert!(late.iter().any(|id| id == "orphan"), "not taken after the grace: {late:?}");
+    let early = s.claim_expired(&live("b"), 100).await.expect("grace");
+    if real_now() < created + UNCLAIMED_GRACE_MS {
+        assert!(!early.iter().any(|id| id == "orphan"), "taken within the grace: {early:?}");
+    }
+    // Waits out the grace (real time: the database's clock decides), bounded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut taken = early.iter().any(|id| id == "orphan");
+    while !taken {
+        assert!(std::time::Instant::now() < deadline, "the orphan was not taken after the grace");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        taken = s.claim_expired(&live("b"), 100).await.expect("late").iter().any(|id| id == "orphan");
+    }
+}
+
+/// A replica whose clock is an hour ahead (or behind) neither takes a live
+/// holder's runs nor writes leases that lapse at once or last an hour: every
+/// lease is written and judged by the database's clock.
+pub(crate) async fn a_skewed_replica_clock_neither_takes_nor_keeps_leases(s: &dyn Store) {
+    for skew in [HOUR, -HOUR] {
+        let (held, born_id) = (format!("held{skew}"), format!("born{skew}"));
+        s.create_run(&new_run(&held, None, 0, Overlap::Queue)).await.expect("create");
+        assert_eq!(s.claim_run(&held, &live("b"), false).await.expect("b"), Claim::Held);
+        let ahead = skewed("a", 60_000, skew);
+        assert_eq!(
+            s.claim_run(&held, &ahead, false).await.expect("skewed claim"),
+            Claim::Other { owner: "b".into() },
+            "a clock {skew} ms off takes a live run"
+        );
+        assert!(s.claim_expired(&ahead, 100).await.expect("takeover").is_empty(), "skew {skew}: took over");
+        // Renewed by a skewed holder: still a minute by the database's clock.
+        assert_eq!(s.renew_leases(&skewed("b", 60_000, skew)).await.expect("renew"), 1);
+        assert!(s.claim_expired(&live("c"), 100).await.expect("takeover").is_empty(), "skew {skew}");
+        // A run held from birth by a skewed creator: its lease is the database's.
+        let born = NewRun {
+            now_ms: real_now() + skew,
+            lease: Some(skewed("a", 60_000, skew)),
+            ..new_run(&born_id, None, 0, Overlap::Queue)
+        };
+        s.create_run(&born).await.expect("born");
+        assert_eq!(
+            s.claim_run(&born_id, &live("c"), false).await.expect("born claim"),
+            Claim::Other { owner: "a".into() },
+            "a run born to a replica {skew} ms off is live"
+        );
+        assert!(s.claim_expired(&live("c"), 100).await.expect("takeover").is_empty(), "skew {skew}");
+        // A lapsed lease is lapsed whatever the taker's clock says.
+        assert_eq!(s.renew_leases(&skewed("b", -60_000, -skew)).await.expect("lapse"), 1);
+        let taken = s.claim_expired(&skewed("c", 60_000, -skew), 100).await.expect("takeover");
+        assert_eq!(taken, [held], "skew {skew}");
+        // Leaves nothing for the next skew to take over.
+        assert_eq!(
+            s.claim_run(&born_id, &skewed("a", -60_000, skew), false).await.expect("lapse"),
+            Claim::Held
+        );
+        s.commit(&Batch { runs: vec![finished(&born_id)], ..Batch::default() }).await.expect("finish");
+    }
+}
+
+/// A finished run keeps the owner that finished it: a replica that lost it
+/// (frozen, partitioned) and comes back neither claims, renews nor takes it over.
+pub(crate) async fn a_finished_run_never_changes_owner(s: &dyn Store) {
+    s.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("create");
+    assert_eq!(s.claim_run("r1", &live("b"), false).await.expect("b"), Claim::Held);
+    s.commit(&Batch { owner: Some("b".into()), runs: vec![finished("r1")], ..Batch::default() })
+        .await
+        .expect("finish");
+    // b's lease lapses (it stops renewing a finished run).
+    assert_eq!(
+        s.renew_leases(&lapsed("b")).await.expect("renew"),
+        0,
+        "a finished run's lease is not renewed"
+    );
+    assert_eq!(s.renew_leases(&live("a")).await.expect("renew"), 0);
+    assert!(s.claim_expired(&live("a"), 100).await.expect("takeover").is_empty());
+    assert_eq!(
+        s.claim_run("r1", &live("a"), false).await.expect("thawed claim"),
+        Claim::Other { owner: "b".into() },
+        "the engine's own work never takes a finished run"
+    );
+    assert_eq!(
+        s.claim_run("r1", &live("c"), false).await.expect("owner"),
+        Claim::Other { owner: "b".into() }
+    );
+    let stale = Batch {
+        owner: Some("a".into()),
+        runs: vec![RunWrite {
+            run_id: "r1".into(),
+            state: RunState::Running,
+            started_at: None,
+            finished_at: None,
+        }],
+        ..Batch::default()
+    };
+    assert!(matches!(s.commit(&stale).await, Err(StoreError::LeaseLost { .. })), "a's write is fenced");
+    let r1 = s.load_run("r1").await.expect("load").expect("r1");
+    assert_eq!(r1.run.state, RunState::Success);
 }
 
 pub(crate) async fn forwarded_commands_are_taken_once_and_answered(s: &dyn Store) {
@@ -149,22 +274,21 @@ pub(crate) async fn sidecar_presence_names_fresh_hosts_of_a_job(s: &dyn Store) {
 
 pub(crate) async fn an_offered_run_is_adopted_only_from_its_offerer_while_idle(s: &dyn Store) {
     s.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("create");
-    assert_eq!(s.claim_run("r1", &lease("a", 100), false).await.expect("claim"), Claim::Held);
+    assert_eq!(s.claim_run("r1", &live("a"), false).await.expect("claim"), Claim::Held);
     assert_eq!(
-        s.adopt_run("r1", "c", &lease("b", 200)).await.expect("adopt"),
+        s.adopt_run("r1", "c", &live("b")).await.expect("adopt"),
         Claim::Other { owner: "a".into() },
         "c offered it, but a holds it: the offer is stale"
     );
-    assert_eq!(s.adopt_run("r1", "a", &lease("b", 200)).await.expect("adopt"), Claim::Held);
+    assert_eq!(s.adopt_run("r1", "a", &live("b")).await.expect("adopt"), Claim::Held);
     // Offered back by b while a node runs there: refused.
-    let mut stored = s.load_run("r1").await.expect("load").expect("exists");
-    stored.nodes[0].state = NodeState::Running;
-    let batch = Batch { owner: Some("b".into()), nodes: vec![stored.nodes[0].clone()], ..Batch::default() };
+    let stored = s.load_run("r1").await.expect("load").expect("exists");
+    let batch = Batch { owner: Some("b".into()), nodes: vec![running(stored)], ..Batch::default() };
     s.commit(&batch).await.expect("b holds r1");
     assert_eq!(
-        s.adopt_run("r1", "b", &lease("a", 300)).await.expect("busy"),
+        s.adopt_run("r1", "b", &live("a")).await.expect("busy"),
         Claim::Other { owner: "b".into() },
         "a run with an attempt in flight is never adopted"
     );
-    assert_eq!(s.adopt_run("missing", "b", &lease("a", 300)).await.expect("missing"), Claim::Missing);
+    assert_eq!(s.adopt_run("missing", "b", &live("a")).await.expect("missing"), Claim::Missing);
 }

@@ -105,6 +105,8 @@ on_every_backend!(
     claims_follow_owner_and_expiry,
     commits_are_fenced_on_the_owner,
     expired_runs_are_taken_over_once,
+    a_skewed_replica_clock_neither_takes_nor_keeps_leases,
+    a_finished_run_never_changes_owner,
     forwarded_commands_are_taken_once_and_answered,
     sidecar_presence_names_fresh_hosts_of_a_job,
     an_offered_run_is_adopted_only_from_its_offerer_while_idle,
