@@ -328,8 +328,9 @@ fn place(
     let (shard, total) = (fan.shard, fan.total);
     let mut state = fleet.state();
     let key = (shard_key(&job.idempotency_key, shard, fan.sharded), shard);
+    // Only a sidecar of the node's group may claim its attempt (a hello's list is its word).
     if let Some(orphan) = state.orphans.remove(&key)
-        && state.sidecars.contains_key(&orphan.sidecar)
+        && state.sidecars.get(&orphan.sidecar).is_some_and(|s| s.group == def.group)
     {
         info!(run_id = %job.run_id, node = %job.node, sidecar = %orphan.sidecar, "adopting the attempt the sidecar still runs");
         if orphan.epoch > 0 {
@@ -338,7 +339,7 @@ fn place(
         let tx = state.sidecars.get(&orphan.sidecar).and_then(|s| s.tx.clone());
         state.pending.insert(
             orphan.assignment_id.clone(),
-            Pending { sidecar: orphan.sidecar.clone(), attempt: live_key(job), events },
+            Pending { sidecar: orphan.sidecar.clone(), attempt: live_key(job), key: key.clone(), events },
         );
         return Some((orphan.sidecar, orphan.assignment_id, tx));
     }
@@ -390,8 +391,7 @@ fn place(
     if tx.try_send(Ok(message)).is_err() {
         return None;
     }
-    state
-        .pending
-        .insert(assignment_id.clone(), Pending { sidecar: name.clone(), attempt: live_key(job), events });
+    let pending = Pending { sidecar: name.clone(), attempt: live_key(job), key, events };
+    state.pending.insert(assignment_id.clone(), pending);
     Some((name, assignment_id, Some(tx)))
 }

@@ -14,6 +14,7 @@ mod fencing;
 mod kept_shards;
 mod metrics;
 mod presence;
+mod provenance;
 mod registry;
 pub mod routing;
 mod service;

@@ -1,5 +1,7 @@
 //! Control-plane metrics of the fleet: `madeira_sidecars_connected{group}` and
-//! `madeira_sidecar_results_fenced_total{group}` (results of moved attempts refused).
+//! `madeira_sidecar_results_fenced_total{group}` (results of moved attempts refused),
+//! `madeira_sidecar_results_refused_total{group,reason}` (results that answer no
+//! attempt placed on their sender: `provenance.rs`).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -12,10 +14,17 @@ pub struct GroupLabels {
     pub group: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    pub group: String,
+    pub reason: String,
+}
+
 #[derive(Clone, Default)]
 pub struct FleetMetrics {
     pub connected: Family<GroupLabels, Gauge>,
     pub fenced: Family<GroupLabels, Counter>,
+    pub refused: Family<RefusedLabels, Counter>,
 }
 
 impl FleetMetrics {
@@ -27,11 +36,22 @@ impl FleetMetrics {
             "Results of attempts that had moved to another sidecar, refused (never applied)",
             m.fenced.clone(),
         );
+        registry.register(
+            "madeira_sidecar_results_refused",
+            "Results that answer no attempt placed on the sidecar sending them, refused (never applied)",
+            m.refused.clone(),
+        );
         m
     }
 
     pub(crate) fn fenced(&self, group: &str) {
         self.fenced.get_or_create(&GroupLabels { group: group.to_string() }).inc();
+    }
+
+    pub(crate) fn refused(&self, group: &str, reason: &str) {
+        self.refused
+            .get_or_create(&RefusedLabels { group: group.to_string(), reason: reason.to_string() })
+            .inc();
     }
 
     pub(crate) fn connected(&self, group: &str, n: i64) {

@@ -71,6 +71,8 @@ pub(crate) struct Pending {
     pub sidecar: String,
     /// (run id, node, attempt): where its live output goes.
     pub attempt: madeira_engine::livelog::AttemptKey,
+    /// (idempotency key, shard) it was placed under: its result must name them.
+    pub key: (String, u32),
     pub events: mpsc::UnboundedSender<Event>,
 }
 
@@ -130,6 +132,11 @@ impl State {
             self.seen.remove(&old);
         }
         true
+    }
+
+    /// Whether `report_id` was taken before (nothing is recorded).
+    pub fn seen(&self, report_id: &str) -> bool {
+        !report_id.is_empty() && self.seen.contains(report_id)
     }
 
     /// A result with this report id waits for its commit to be acknowledged.

@@ -1,7 +1,8 @@
 //! The gRPC `Link` service: authenticates a sidecar by its group's token, takes
 //! its hello (refusing a second process with the name of a live sidecar, naming
 //! the holder), then handles heartbeats, results, refusals and exec reports on the
-//! stream until it ends. A result is acknowledged once the engine has committed
+//! stream until it ends. A result is taken only when it answers an attempt placed
+//! on its sender (`provenance.rs`); so are refusals and live output. A result is acknowledged once the engine has committed
 //! the end of its attempt (`acks.rs`; at once when it is refused as stale), a
 //! refusal once taken and an exec report once recorded; a report id seen before
 //! is ignored, and acknowledged again unless its commit is still awaited.
@@ -249,7 +250,12 @@ async fn handle(fleet: &Fleet, name: &str, conn: u64, m: SidecarMessage, tx: &Ou
         Some(SidecarMsg::Ready(_)) => ready(fleet, name, conn),
         Some(SidecarMsg::Result(result)) => {
             let id = result.report_id.clone();
-            if take_result(fleet, name, result) {
+            let taken = match crate::provenance::check(fleet, name, &result).await {
+                crate::provenance::Verdict::Take => take_result(fleet, name, result),
+                crate::provenance::Verdict::Refused => true,
+                crate::provenance::Verdict::Unsure => false,
+            };
+            if taken {
                 let _ = tx.send(msg(ControlMsg::Ack(Ack { report_id: id }))).await;
             }
         }
@@ -264,7 +270,7 @@ async fn handle(fleet: &Fleet, name: &str, conn: u64, m: SidecarMessage, tx: &Ou
                 let _ = tx.send(msg(ControlMsg::Ack(Ack { report_id: id }))).await;
             }
         }
-        Some(SidecarMsg::Log(chunk)) => live_output(fleet, chunk),
+        Some(SidecarMsg::Log(chunk)) => live_output(fleet, name, chunk),
         Some(SidecarMsg::Started(_)) | Some(SidecarMsg::Hello(_)) | None => {}
     }
 }
@@ -351,11 +357,16 @@ fn take_result(fleet: &Fleet, name: &str, result: AttemptResult) -> bool {
 }
 
 /// A chunk of a running job's output: kept per attempt for `logs -f` and the console.
-fn live_output(fleet: &Fleet, chunk: madeira_proto::v1::LogChunk) {
+fn live_output(fleet: &Fleet, name: &str, chunk: madeira_proto::v1::LogChunk) {
     let Some(engine) = fleet.inner.engine.get() else {
         return;
     };
-    let key = fleet.state().pending.get(&chunk.assignment_id).map(|p| p.attempt.clone());
+    let key = fleet
+        .state()
+        .pending
+        .get(&chunk.assignment_id)
+        .filter(|p| p.sidecar == name)
+        .map(|p| p.attempt.clone());
     if let Some(key) = key {
         engine.live_logs().append(&key, &chunk.data);
     }
@@ -364,6 +375,11 @@ fn live_output(fleet: &Fleet, chunk: madeira_proto::v1::LogChunk) {
 fn take_refusal(fleet: &Fleet, name: &str, refused: Refused) {
     let mut state = fleet.state();
     if !state.first_time(&refused.report_id) {
+        return;
+    }
+    // Only the sidecar an assignment went to may give it back.
+    if state.pending.get(&refused.assignment_id).is_some_and(|p| p.sidecar != name) {
+        warn!(sidecar = %name, assignment = %refused.assignment_id, "refusal of an assignment not placed on this sidecar ignored");
         return;
     }
     warn!(sidecar = %name, job = %refused.job, run_id = %refused.run_id, node = %refused.node, reason = %refused.reason, "sidecar refused an assignment");
