@@ -1,12 +1,14 @@
 //! `madeira exec`: the wrapped command's exit status, stdout and stderr are exactly
 //! those of the command alone, with or without a sidecar; the run is recorded in an
 //! observe-only flow; a missed cron instant of such a flow is audited and raises
-//! one warning, which the next successful run resolves.
+//! one warning, which the next successful run resolves. An observed node cannot be
+//! rerun (nothing Madeira may start runs it): the rerun is refused, saying what to
+//! do, and mark-success is taken.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::{BIN, Dev};
 
@@ -66,6 +68,53 @@ async fn exec_preserves_exit_code_and_output_byte_for_byte_and_reports_the_run()
     assert!(logs.to_string().contains("to stderr"), "{logs}");
     let (_, flow) = dev.get("/flows/nightly-report").await;
     assert_eq!(flow["observe"], true, "{flow}");
+}
+
+#[tokio::test]
+async fn an_observed_node_refuses_a_rerun_and_takes_mark_success() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let dev = Dev::start_with(&data, &[]);
+    let socket = data.join("sidecar.sock");
+    let out = wrapped(&socket, "backup-db", &["/bin/sh", "-c", "echo hi; exit 3"]);
+    assert_eq!(out.status.code(), Some(3));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let run_id = loop {
+        let (_, body) = dev.get("/runs?flow=backup-db").await;
+        if let Some(run) = body["runs"].as_array().and_then(|r| r.first()).filter(|r| r["status"] == "FAILED")
+        {
+            break run["run_id"].as_str().expect("run id").to_string();
+        }
+        assert!(Instant::now() < deadline, "exec run not recorded FAILED: {body}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    let why = json!({"reason": "try again"});
+    for body in [why.clone(), json!({"reason": "try again", "downstream": true})] {
+        let (status, refused) = dev.post(&format!("/runs/{run_id}/nodes/backup_db/rerun"), body, &[]).await;
+        assert_eq!((status, refused["error"]["code"].as_str()), (409, Some("observe_only")), "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(
+                "observe-only job: Madeira does not run it; promote it (`madeira promote backup-db`)"
+            ),
+            "{refused}"
+        );
+    }
+    let cli = dev.cli(&["rerun", &run_id, "backup_db", "--reason", "try again"]);
+    assert!(!cli.status.success(), "the CLI's rerun is refused too");
+    assert!(String::from_utf8_lossy(&cli.stderr).contains("mark-success"), "{cli:?}");
+    let (_, run) = dev.get(&format!("/runs/{run_id}")).await;
+    let attempts = run["nodes"]["backup_db"]["attempt_history"].as_array().map(Vec::len);
+    assert_eq!((run["status"].as_str(), attempts), (Some("FAILED"), Some(1)), "nothing started: {run}");
+    let panel =
+        dev.http.get(format!("{}/runs/{run_id}/nodes/backup_db", dev.base)).send().await.expect("panel");
+    let panel = panel.text().await.expect("panel html");
+    assert!(panel.contains("dlg-mark-success-backup_db"), "mark-success offered: {panel}");
+    assert!(!panel.contains("dlg-rerun"), "no rerun button: {panel}");
+    let (status, marked) = dev.post(&format!("/runs/{run_id}/nodes/backup_db/mark-success"), why, &[]).await;
+    assert_eq!(status, 200, "{marked}");
+    let run = dev.finished(&run_id).await;
+    assert_eq!(run["status"], "SUCCESS", "{run}");
 }
 
 #[test]

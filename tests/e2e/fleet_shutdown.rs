@@ -1,8 +1,9 @@
 //! A planned control-plane restart costs nothing (SPEC §4.1, "Shutdown"): SIGTERM
 //! to `madeira dev` while a real `madeira sidecar` runs 20 jobs of 3 s cancels none
 //! of them; the sidecar spools the results, reconnects to the restarted control
-//! plane and delivers them; every node ends SUCCESS, each job ran once, and no
-//! alert is raised.
+//! plane and delivers them; every node ends SUCCESS, each job ran once and is
+//! recorded as one attempt (the adopted attempt keeps its number), and no alert is
+//! raised.
 
 use std::path::Path;
 
@@ -70,6 +71,12 @@ async fn sigterm_to_the_control_plane_fails_no_sidecar_job_and_raises_no_alert()
         let failed: Vec<_> =
             history.iter().filter(|a| a["outcome"].is_string() && a["outcome"] != "SUCCESS").collect();
         assert!(failed.is_empty(), "no attempt of {node} failed: {history:?}");
+        // The adopted attempt keeps its number: one attempt, finished, no phantom.
+        let recorded: Vec<_> =
+            history.iter().map(|a| (a["attempt"].as_u64(), a["outcome"].as_str())).collect();
+        assert_eq!(recorded, [(Some(1), Some("SUCCESS"))], "{node}: {history:?}");
+        assert!(history[0]["finished_at"].is_string(), "{node}: {history:?}");
+        assert_eq!(run["nodes"][&node]["attempts"], 1, "{run}");
     }
     let mut ran = lines(&dir.path().join("ran"));
     ran.sort();

@@ -262,6 +262,14 @@ pub enum Refusal {
     NotManual { node: String },
     #[error("node index {index} is out of range")]
     NoSuchNode { index: usize },
+    /// A command that would start an attempt of an observe-only flow's node: no
+    /// executor may start it (`madeira exec` reports its runs), so the attempt
+    /// would stay RUNNING forever.
+    #[error(
+        "node {node}: observe-only job: Madeira does not run it; promote it (`madeira promote {flow}`) to let \
+         Madeira run it, or mark-success"
+    )]
+    ObserveOnly { flow: String, node: String },
 }
 
 /// Applies `cmd` to `snap`, returning what changed. On refusal `snap` is untouched.
@@ -330,6 +338,13 @@ fn precheck(snap: &RunSnapshot, cmd: &Command) -> Result<(), Refusal> {
         }
         Command::Rerun { node, .. } => {
             not_cancelled("rerun")?;
+            // Every node of an observe-only flow is observed, so a rerun (with or
+            // without downstream) would start an attempt nothing runs. Its first
+            // attempt is the `madeira exec` report's, dispatched once at the start.
+            if snap.flow.observe {
+                let (flow, node) = (snap.flow.name.clone(), snap.flow.nodes[node].id.clone());
+                return Err(Refusal::ObserveOnly { flow, node });
+            }
             needs(node, Cause::Rerun, "rerun")
         }
         Command::MarkSuccess { node } => {

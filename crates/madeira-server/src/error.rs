@@ -61,6 +61,9 @@ impl From<EngineError> for ApiError {
                 Self::new(StatusCode::BAD_REQUEST, "invalid_flow", message)
                     .with_details(json!({"errors": lines}))
             }
+            EngineError::Refused { refusal: madeira_core::Refusal::ObserveOnly { .. }, .. } => {
+                Self::new(StatusCode::CONFLICT, "observe_only", message)
+            }
             EngineError::Refused { refusal, .. } => {
                 let state = match &refusal {
                     madeira_core::Refusal::Node { state, .. } => Some(state.as_str()),

@@ -420,7 +420,9 @@ async fn panel_markup(
         actions.push(action("confirm", "Confirm", None, false, vec![]));
         actions.push(action("reject", "Reject", None, true, vec![]));
     }
-    if row.state.is_terminal() {
+    // An observe-only node has no executor Madeira may start: the engine refuses
+    // its rerun (promote the flow first), so no button offers one.
+    if row.state.is_terminal() && !run.def.observe {
         actions.push(action("rerun", "Rerun", Some(vec![node.to_string()]), false, vec![]));
         if !below.is_empty() {
             actions.push(action(

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use crate::model::{DepKind, FallbackThen, NodeAction};
+use crate::model::{DepKind, ExecutorDef, FallbackThen, NodeAction};
 use crate::plan::{Action, Command, NodeChange, Plan, PlanCtx, RunChange, RunSnapshot};
 use crate::state::{Cause, NodeState, RunCause, RunState};
 
@@ -247,6 +247,13 @@ impl Planner<'_> {
             match n.state {
                 NodeState::Running => {
                     self.transition(node, Cause::Recovered, Some("in flight at restart".into()));
+                    if self.outlives_the_control_plane(node) {
+                        // Its dispatch adopts the attempt a sidecar may still run (or
+                        // takes the result it spooled), so it keeps its number: one
+                        // attempt, not a phantom beside a second one.
+                        let n = &mut self.snap.nodes[node];
+                        n.attempt = n.attempt.saturating_sub(1).max(n.series_start);
+                    }
                     to_evaluate.push(node);
                 }
                 NodeState::Init => to_evaluate.push(node),
@@ -259,6 +266,14 @@ impl Planner<'_> {
             }
         }
         self.evaluate_from(to_evaluate);
+    }
+
+    /// Whether the attempt in flight runs on a sidecar (not the manual node's
+    /// fallback), which goes on running, or keeps its result, while the control
+    /// plane restarts: its recovery dispatches the same attempt again.
+    fn outlives_the_control_plane(&self, node: usize) -> bool {
+        !self.snap.nodes[node].fallback
+            && matches!(&self.snap.flow.nodes[node].action, NodeAction::Run(ExecutorDef::Sidecar(_)))
     }
 
     /// Marks direct downstream nodes that read an older version of `node` as stale.

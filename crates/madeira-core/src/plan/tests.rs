@@ -207,6 +207,27 @@ fn rerun_marks_reader_stale_and_downstream_refreshes() {
 }
 
 #[test]
+fn observe_only_node_refuses_rerun_but_takes_mark_success_and_skip() {
+    let mut def =
+        (*flow(vec![(vec![], false, 1, None), (vec![(0, DepKind::Strong)], false, 1, None)])).clone();
+    def.observe = true;
+    let (mut snap, _) = started(Arc::new(def));
+    run_node(&mut snap, 0, false);
+    assert_eq!(snap.state, RunState::Failed);
+    for (node, downstream) in [(0, false), (0, true), (1, false)] {
+        let before = snap.nodes.clone();
+        let refusal =
+            apply(&mut snap, &Command::Rerun { node, downstream }, &CTX).expect_err("rerun refused");
+        assert_eq!(refusal, Refusal::ObserveOnly { flow: "t".into(), node: format!("n{node}") });
+        assert!(refusal.to_string().contains("promote it (`madeira promote t`)"), "{refusal}");
+        assert_eq!(snap.nodes, before, "a refused rerun changes nothing");
+    }
+    apply(&mut snap.clone(), &Command::Skip { node: 0 }, &CTX).expect("skip is allowed");
+    apply(&mut snap, &Command::MarkSuccess { node: 0 }, &CTX).expect("mark-success is allowed");
+    assert_eq!(snap.nodes[0].state, NodeState::Success);
+}
+
+#[test]
 fn cancel_aborts_running_and_skips_rest() {
     let f = flow(vec![(vec![], false, 1, None), (vec![(0, DepKind::Strong)], false, 1, None)]);
     let (mut snap, _) = started(f);
@@ -229,6 +250,30 @@ fn recover_restarts_in_flight_attempts() {
     let key = snap.idempotency_key(0);
     apply(&mut snap, &Command::Dispatch { node: 0 }, &CTX).expect("dispatch again");
     assert_eq!(snap.idempotency_key(0), key, "same key across recovery");
+}
+
+#[test]
+fn a_recovered_sidecar_attempt_keeps_its_number_and_an_in_process_one_starts_anew() {
+    let mut def = (*flow(vec![(vec![], false, 2, None), (vec![], false, 2, None)])).clone();
+    let sidecar =
+        SidecarDef { group: "g".into(), job: "j".into(), shards: 1, route: SidecarRoute::default() };
+    def.nodes[0].action = NodeAction::Run(ExecutorDef::Sidecar(sidecar));
+    let (mut snap, _) = started(Arc::new(def));
+    for node in [0, 1] {
+        apply(&mut snap, &Command::Dispatch { node }, &CTX).expect("dispatch");
+    }
+    let plan = apply(&mut snap, &Command::Recover, &CTX).expect("recover");
+    let recovered: Vec<u32> = plan.nodes.iter().map(|c| c.attempt).collect();
+    assert_eq!(recovered, [1, 1], "the recovery names the attempt it found in flight");
+    for node in [0, 1] {
+        apply(&mut snap, &Command::Dispatch { node }, &CTX).expect("dispatch again");
+    }
+    assert_eq!(snap.nodes[0].attempt, 1, "the sidecar's attempt is adopted, not a second one");
+    assert_eq!(snap.nodes[1].attempt, 2, "an in-process attempt died with the process: a new one");
+    let attempt = snap.nodes[0].attempt;
+    let cmd = Command::AttemptFailed { node: 0, attempt, error: "x".into(), retryable: true };
+    apply(&mut snap, &cmd, &CTX).expect("its result is the attempt's");
+    assert_eq!(snap.nodes[0].state, NodeState::Retrying, "the recovery spent none of the retry budget");
 }
 
 /// A random DAG: each node needs a random subset of earlier nodes.
