@@ -151,7 +151,8 @@ async fn supervise(
         });
     }
     let tail = std::sync::Arc::new(std::sync::Mutex::new(LogTail::new(LOG_TAIL_BYTES)));
-    let readers = vec![tokio::spawn(pump(Box::new(output), tail.clone(), sink.clone()))];
+    let reader = tokio::spawn(pump(Box::new(output), tail.clone(), sink.clone()));
+    let captured = (tail, reader);
     let timeout = match (job.timeout, attempt.timeout) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -194,11 +195,11 @@ async fn supervise(
                 }
             ));
             let status = child.wait().await;
-            return finish(attempt, status, note, tail, readers, dir, Some(matches!(stop, Stop::Cancelled)))
-                .await;
+            let stopped = Some(matches!(stop, Stop::Cancelled));
+            return finish(attempt, status, note, captured, dir, stopped, &secret_values(job)).await;
         }
     };
-    finish(attempt, status, note, tail, readers, dir, None).await
+    finish(attempt, status, note, captured, dir, None, &secret_values(job)).await
 }
 
 /// Collects the output and classifies the end. `stopped` is `Some(cancelled)` when
@@ -207,16 +208,14 @@ async fn finish(
     attempt: &Attempt,
     status: std::io::Result<std::process::ExitStatus>,
     note: Option<String>,
-    tail: std::sync::Arc<std::sync::Mutex<LogTail>>,
-    readers: Vec<tokio::task::JoinHandle<()>>,
+    (tail, reader): (std::sync::Arc<std::sync::Mutex<LogTail>>, tokio::task::JoinHandle<()>),
     dir: &Path,
     stopped: Option<bool>,
+    secrets: &[String],
 ) -> Outcome {
-    for reader in readers {
-        let abort = reader.abort_handle();
-        if tokio::time::timeout(Duration::from_secs(2), reader).await.is_err() {
-            abort.abort();
-        }
+    let abort = reader.abort_handle();
+    if tokio::time::timeout(Duration::from_secs(2), reader).await.is_err() {
+        abort.abort();
     }
     let push_note = |text: &str| {
         let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
@@ -249,6 +248,7 @@ async fn finish(
         push_note(&error);
     }
     let log_tail = tail.lock().unwrap_or_else(|p| p.into_inner()).bytes();
+    let error = if status == Status::Success { error } else { with_last_lines(error, &log_tail, secrets) };
     Outcome {
         status,
         exit_code,
@@ -259,6 +259,43 @@ async fn finish(
         duration: Duration::ZERO,
         cancelled: stopped == Some(true),
     }
+}
+
+/// How many of the job's last output lines a failure message carries, and how
+/// much of each: enough to tell why in an alert, bounded whatever the job printed.
+const ERROR_LINES: usize = 5;
+const ERROR_LINE_CHARS: usize = 200;
+
+/// The failure message followed by the last lines the job printed (its own, not
+/// the sidecar's notes), values of its secret-looking env vars masked first.
+fn with_last_lines(error: String, log: &[u8], secrets: &[String]) -> String {
+    let text = String::from_utf8_lossy(log);
+    let lines: Vec<&str> =
+        text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("[madeira] ")).collect();
+    if lines.is_empty() {
+        return error;
+    }
+    let mut out = error + "\nlast output:";
+    for line in &lines[lines.len().saturating_sub(ERROR_LINES)..] {
+        let masked = secrets.iter().fold(line.to_string(), |l, secret| l.replace(secret.as_str(), "***"));
+        out.push_str("\n  ");
+        out.extend(masked.chars().take(ERROR_LINE_CHARS));
+    }
+    out
+}
+
+/// Values of the job's env vars whose names say they are secret (TOKEN,
+/// PASSWORD, SECRET, KEY, …), to mask in what leaves the host as a message.
+fn secret_values(job: &JobSpec) -> Vec<String> {
+    const MARKS: &[&str] = &["TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH", "DSN"];
+    job.env
+        .iter()
+        .filter(|(name, value)| {
+            let name = name.to_ascii_uppercase();
+            value.len() >= 4 && MARKS.iter().any(|m| name.contains(m))
+        })
+        .map(|(_, value)| value.clone())
+        .collect()
 }
 
 async fn pump(

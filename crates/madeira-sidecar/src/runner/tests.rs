@@ -267,3 +267,24 @@ async fn stdout_and_stderr_keep_the_order_they_were_written_in() {
         assert_eq!(String::from_utf8_lossy(&out.log_tail), expected);
     }
 }
+
+/// A failure message carries the job's last lines (bounded), with the values of
+/// its secret-looking env vars masked: an alert tells why, not only `exit code 2`.
+#[tokio::test]
+async fn a_failure_names_the_last_lines_with_secrets_masked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut job =
+        job(&["/bin/sh", "-c", "seq 1 9; echo \"login with $DB_PASSWORD refused\" >&2; exit 2"], None, "1s");
+    job.env.insert("DB_PASSWORD".into(), "hunter2-secret".into());
+    let out = run_in(dir.path(), &job, &attempt(), CancellationToken::new()).await;
+    assert_eq!(out.status, Status::Retryable);
+    assert_eq!(out.error, "exit code 2\nlast output:\n  6\n  7\n  8\n  9\n  login with *** refused");
+    let ok = run_in(
+        dir.path(),
+        &self::job(&["/bin/sh", "-c", "echo fine"], None, "1s"),
+        &attempt(),
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(ok.error, "", "a success carries no message");
+}

@@ -367,7 +367,8 @@ pub fn show_text(run: &Value) -> String {
     for name in run["order"].as_array().into_iter().flatten() {
         let name = str_of(name);
         let n = &run["nodes"][&name];
-        let mut reason = n["reason"].as_str().unwrap_or("").to_string();
+        // One line per node: a failure's last output lines are in `madeira logs`.
+        let mut reason = n["reason"].as_str().unwrap_or("").lines().next().unwrap_or("").to_string();
         if let Some(t) = n.get("throttle")
             && str_of(&n["status"]) == "INIT"
             && let Some(pos) = t["queue_position"].as_u64()
