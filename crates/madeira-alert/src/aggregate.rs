@@ -228,6 +228,23 @@ impl Aggregator {
         }
     }
 
+    /// A later run (`run_id`) of a scheduled flow succeeded: the job works again,
+    /// so the flow's open failure alerts resolve, naming that run.
+    pub fn flow_recovered(&mut self, flow: &str, run_id: &str, now: i64, out: &mut Changes) {
+        let ids: Vec<String> = self
+            .alerts
+            .values()
+            .filter(|a| a.alertname == "MadeiraRunFailed" && a.flow.as_deref() == Some(flow))
+            .map(|a| a.id.clone())
+            .collect();
+        for id in ids {
+            if let Some(alert) = self.alerts.get_mut(&id) {
+                alert.recovered_by = Some(run_id.to_string());
+            }
+            self.close(&id, now, out);
+        }
+    }
+
     /// Run `run_id` no longer counts on the open alert with `key` (a stalled or
     /// slow node moved on); the alert resolves when no run is left on it.
     pub fn leave(&mut self, key: &str, run_id: &str, now: i64, out: &mut Changes) {
@@ -356,6 +373,7 @@ impl Aggregator {
             resolved_at: None,
             fallback_note: n.fallback_note,
             resolution: None,
+            recovered_by: None,
             announced_at: None,
             announced_count: None,
             added: 0,
@@ -491,6 +509,33 @@ mod tests {
         assert!(out.resolve.is_empty(), "never sent, so no resolved message");
         assert_eq!(out.removed.len(), 1);
         assert_eq!(agg.next_due(), None);
+    }
+
+    /// A scheduled job that failed and then ran fine: its next run's success
+    /// resolves the failure alert, which names that run; other flows' stay.
+    #[test]
+    fn a_later_success_of_the_flow_resolves_its_failure_alerts() {
+        let mut agg = Aggregator::new(1_000);
+        let mut out = Changes::default();
+        agg.failure(failure("r1", "pull", "boom"), 0, &mut out);
+        let mut other = failure("o1", "pull", "boom");
+        other.flow = "other".into();
+        agg.failure(other, 0, &mut out);
+        agg.flush_due(1_000, &mut out);
+        assert_eq!(out.fire.len(), 2);
+        let mut out = Changes::default();
+        agg.flow_recovered("settle", "r2", 2_000, &mut out);
+        assert_eq!(out.resolve.len(), 1, "one resolved message");
+        assert_eq!(out.removed[0].flow.as_deref(), Some("settle"));
+        assert_eq!(out.removed[0].recovered_by.as_deref(), Some("r2"));
+        let text = crate::render::render(
+            &crate::render::Content::Resolved(std::sync::Arc::new(out.removed[0].clone())),
+            None,
+        )
+        .plain();
+        assert!(text.contains("a later run of the flow succeeded (r2)"), "{text}");
+        agg.flow_recovered("settle", "r3", 3_000, &mut out);
+        assert_eq!(out.resolve.len(), 1, "nothing left to resolve");
     }
 
     const MIN: i64 = 60_000;

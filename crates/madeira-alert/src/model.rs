@@ -97,6 +97,10 @@ pub struct Alert {
     /// Set when it was resolved by a fallback: what the `resolved` message says.
     #[serde(default)]
     pub resolution: Option<String>,
+    /// Set when a later run of the flow succeeded (a scheduled job that works
+    /// again): that run's id, named by the `resolved` message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_by: Option<String>,
     /// When it was last announced (the first `firing` message, an update or a
     /// reminder). Kept in the store so a new alert leader neither repeats nor
     /// forgets the next update (`None` before it fired).

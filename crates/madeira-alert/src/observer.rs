@@ -28,10 +28,13 @@ impl AlertObserver {
     /// A FAILED run's failure; a SUCCESS run's success (and, for an observe-only
     /// flow, the end of its missed-run warning).
     fn run_events(snap: &RunSnapshot) -> Vec<Event> {
+        let scheduled = snap.flow.observe
+            || snap.flow.triggers.iter().any(|t| matches!(t, madeira_core::TriggerDef::Cron(_)));
+        let recovers = scheduled.then(|| snap.flow.name.clone());
         match snap.state {
             RunState::Failed => vec![Event::Failed(failure_of(snap))],
             RunState::Success if snap.flow.observe => vec![
-                Event::Succeeded { run_id: snap.run_id.clone() },
+                Event::Succeeded { run_id: snap.run_id.clone(), recovers: recovers.clone() },
                 Event::Resolve { key: missed_key(&snap.flow.name), cause: None },
             ],
             // A cron flow's success ends its "tick made no run" alert.
@@ -39,11 +42,13 @@ impl AlertObserver {
                 if snap.flow.triggers.iter().any(|t| matches!(t, madeira_core::TriggerDef::Cron(_))) =>
             {
                 vec![
-                    Event::Succeeded { run_id: snap.run_id.clone() },
+                    Event::Succeeded { run_id: snap.run_id.clone(), recovers: recovers.clone() },
                     Event::Resolve { key: cron_key(&snap.flow.name), cause: None },
                 ]
             }
-            RunState::Success => vec![Event::Succeeded { run_id: snap.run_id.clone() }],
+            RunState::Success => {
+                vec![Event::Succeeded { run_id: snap.run_id.clone(), recovers: recovers.clone() }]
+            }
             _ => Vec::new(),
         }
     }

@@ -216,6 +216,10 @@ fn resolved(alert: &Alert) -> Message {
         lines.push(Line::Field("Fallback", resolution.clone()));
         return Message { title: title(alert, "fallback ran"), lines };
     }
+    if let Some(run) = &alert.recovered_by {
+        lines.push(Line::Field("Resolved", format!("a later run of the flow succeeded ({run})")));
+        return Message { title: title(alert, "resolved"), lines };
+    }
     if alert.fixed > 0 {
         lines.push(Line::Field(
             "Resolved",

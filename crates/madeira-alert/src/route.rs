@@ -98,6 +98,7 @@ mod tests {
             resolved_at: None,
             fallback_note: None,
             resolution: None,
+            recovered_by: None,
             announced_at: None,
             announced_count: None,
             added: 0,

@@ -31,6 +31,10 @@ pub(crate) enum Event {
     Failed(Failure),
     Succeeded {
         run_id: String,
+        /// The flow, when it is scheduled (cron or observed): its success resolves
+        /// the flow's open failure alerts, not only those that counted this run.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        recovers: Option<String>,
     },
     Raise(Raise),
     /// `cause`: the transition's cause when a node's change resolves it
@@ -162,7 +166,12 @@ impl AlertTask {
     pub(crate) fn aggregate(&mut self, event: Event, now: i64, out: &mut Changes) {
         match event {
             Event::Failed(f) => self.agg.failure(f, now, out),
-            Event::Succeeded { run_id } => self.agg.run_succeeded(&run_id, now, out),
+            Event::Succeeded { run_id, recovers } => {
+                self.agg.run_succeeded(&run_id, now, out);
+                if let Some(flow) = recovers {
+                    self.agg.flow_recovered(&flow, &run_id, now, out);
+                }
+            }
             Event::Raise(r) => self.agg.raise(r, now, out),
             Event::Resolve { key, cause } => self.agg.resolve_key(&key, cause.as_deref(), now, out),
             Event::Leave { key, run_id } => self.agg.leave(&key, &run_id, now, out),

@@ -41,6 +41,7 @@ fn alert() -> Arc<Alert> {
         resolved_at: None,
         fallback_note: None,
         resolution: None,
+        recovered_by: None,
         announced_at: None,
         announced_count: None,
         added: 0,
