@@ -281,7 +281,7 @@ async fn print_alert(engine: &EngineHandle, run_id: &str) -> Result<()> {
         );
         say!("  │ logs:  madeira logs {run_id} {}", cause.node);
         say!(
-            "  └ act:   madeira rerun {run_id} {} --downstream   |   madeira mark-success {run_id} {}",
+            "  └ act:   madeira rerun {run_id} {} --downstream --reason …   |   madeira mark-success {run_id} {} --reason …",
             cause.node,
             cause.node
         );
