@@ -29,7 +29,7 @@ struct TriggerBody {
 struct ActionBody {
     /// Why (required, not blank): kept in the audit trail with the actor.
     #[serde(default)]
-    #[schema(required = true, min_length = 1)]
+    #[schema(required = true, min_length = 1, value_type = String)]
     reason: Option<String>,
     #[serde(default)]
     downstream: bool,
