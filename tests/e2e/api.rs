@@ -148,7 +148,8 @@ async fn errors_have_the_contract_shape() {
     assert!(body["error"]["message"].as_str().unwrap_or("").contains("params"));
     let run_id = dev.trigger("ok", json!({})).await;
     dev.finished(&run_id).await;
-    let (status, _) = dev.post(&format!("/runs/{run_id}/nodes/ghost/rerun"), json!({}), &[]).await;
+    let (status, _) =
+        dev.post(&format!("/runs/{run_id}/nodes/ghost/rerun"), json!({"reason": "why not"}), &[]).await;
     assert_eq!(status, 404);
     let (status, _) = dev.get(&format!("/runs/{run_id}/nodes/ghost/logs")).await;
     assert_eq!(status, 404);

@@ -28,7 +28,9 @@ async fn the_examples_validate_and_load_into_dev_as_the_readme_shows() {
         .collect();
     flows.sort();
     let names: Vec<_> = flows.iter().filter_map(|p| p.file_name()?.to_str().map(str::to_string)).collect();
-    assert_eq!(names, ["daily-settlement.yaml", "stock-sync.yaml"]);
+    for want in ["daily-settlement.yaml", "stock-sync.yaml"] {
+        assert!(names.iter().any(|n| n == want), "examples/{want} moved: {names:?}");
+    }
     let (code, text) = validate(&flows.iter().map(PathBuf::as_path).collect::<Vec<_>>());
     assert_eq!(code, Some(0), "{text}");
 
@@ -47,5 +49,6 @@ async fn the_examples_validate_and_load_into_dev_as_the_readme_shows() {
     let mut loaded: Vec<&str> =
         body["flows"].as_array().into_iter().flatten().filter_map(|f| f["flow"].as_str()).collect();
     loaded.sort_unstable();
-    assert_eq!(loaded, ["daily-settlement", "stock-sync"], "{body}");
+    assert_eq!(loaded.len(), flows.len(), "every examples/*.yaml is a flow dev applies: {body}");
+    assert!(loaded.contains(&"daily-settlement") && loaded.contains(&"stock-sync"), "{body}");
 }

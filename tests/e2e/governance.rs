@@ -140,8 +140,13 @@ nodes:
         .wait_run(&run_id, 10, |r| r["nodes"]["src"]["data_version"] == 2 && r["status"] == "SUCCESS")
         .await;
     assert_eq!(run["nodes"]["use_it"]["stale"], true, "use_it read version 1");
-    let (status, _) =
-        dev.post(&format!("/runs/{run_id}/nodes/src/rerun"), json!({"downstream": true}), &[]).await;
+    let (status, _) = dev
+        .post(
+            &format!("/runs/{run_id}/nodes/src/rerun"),
+            json!({"downstream": true, "reason": "refresh"}),
+            &[],
+        )
+        .await;
     assert_eq!(status, 200);
     let run = dev
         .wait_run(&run_id, 10, |r| r["nodes"]["use_it"]["data_version"] == 2 && r["status"] == "SUCCESS")

@@ -81,8 +81,10 @@ async fn scoped_token_sees_and_acts_only_on_its_team() {
         assert_eq!(code, 404, "{method} {path}: {body}");
         assert!(!body.to_string().contains("supply"), "a 404 reveals nothing: {body}");
     }
-    let (code, body) =
-        status(fin.post(server.url(&format!("/runs/{mine}/nodes/gate/confirm"))).json(&json!({}))).await;
+    let (code, body) = status(
+        fin.post(server.url(&format!("/runs/{mine}/nodes/gate/confirm"))).json(&json!({"reason": "ours"})),
+    )
+    .await;
     assert_eq!(code, 200, "its own team's run: {body}");
     assert_eq!(server.finished(&mine).await["status"], "SUCCESS");
     let (code, run) = status(fin.get(server.url(&format!("/runs/{theirs}")))).await;
@@ -93,7 +95,8 @@ async fn scoped_token_sees_and_acts_only_on_its_team() {
     // Admin stays global even with a scope in its entry.
     let (_, all) = server.get("/flows").await;
     assert_eq!(names(&all, "flows", "flow"), ["ledger", "stock"]);
-    server.post(&format!("/runs/{theirs}/cancel"), json!({}), &[]).await;
+    let (code, _) = server.post(&format!("/runs/{theirs}/cancel"), json!({"reason": "admin"}), &[]).await;
+    assert_eq!(code, 200, "the admin cancels another team's run");
     let (_, audit) = status(fin.get(server.url("/audit"))).await;
     let runs_in_audit = names(&audit, "entries", "run_id");
     assert_eq!(runs_in_audit, vec![mine.clone()], "the audit list holds only its team's runs: {audit}");

@@ -425,7 +425,8 @@ async fn cancelling_a_run_cancels_its_statement(kind: Kind) {
         assert!(Instant::now() < deadline, "the statement never started");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (status, body) = dev.post(&format!("/runs/{run_id}/cancel"), json!({}), &[]).await;
+    let (status, body) =
+        dev.post(&format!("/runs/{run_id}/cancel"), json!({"reason": "too slow"}), &[]).await;
     assert!(status < 300, "{status} {body}");
     let cancelled = Instant::now();
     let run = dev.finished(&run_id).await;

@@ -209,8 +209,9 @@ pub enum Command {
     /// Cancel a run.
     Cancel {
         run_id: String,
-        #[arg(long)]
-        reason: Option<String>,
+        /// Why (required, not blank): kept in the audit trail.
+        #[arg(long, value_parser = non_blank_reason)]
+        reason: String,
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -345,12 +346,21 @@ pub struct RunArgs {
     pub server: ServerArgs,
 }
 
+/// `--reason` of an operator action: refused blank before anything is sent.
+fn non_blank_reason(s: &str) -> Result<String, String> {
+    match s.trim() {
+        "" => Err("the reason is blank: say why (it is kept in the audit trail)".into()),
+        reason => Ok(reason.to_string()),
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct NodeActionArgs {
     pub run_id: String,
     pub node: String,
-    #[arg(long)]
-    pub reason: Option<String>,
+    /// Why (required, not blank): kept in the audit trail.
+    #[arg(long, value_parser = non_blank_reason)]
+    pub reason: String,
     /// With `rerun`: rerun the nodes downstream too.
     #[arg(long)]
     pub downstream: bool,
@@ -587,5 +597,42 @@ mod tests {
             }
         }
         assert!(missing.is_empty(), "commands without --output json: {missing:?}");
+    }
+
+    #[test]
+    fn operator_actions_refuse_a_missing_or_blank_reason_before_sending() {
+        use clap::Parser;
+        let actions: [&[&str]; 6] = [
+            &["confirm", "R", "n"],
+            &["reject", "R", "n"],
+            &["rerun", "R", "n", "--downstream"],
+            &["mark-success", "R", "n"],
+            &["skip", "R", "n"],
+            &["cancel", "R"],
+        ];
+        for action in actions {
+            let argv = |extra: &[&'static str]| [&["madeira"], action, extra].concat();
+            let e = super::Cli::try_parse_from(argv(&[])).expect_err("no --reason").to_string();
+            assert!(
+                e.contains("required arguments were not provided") && e.contains("--reason <REASON>"),
+                "{e}"
+            );
+            for blank in ["", "   ", "\t\n"] {
+                let e =
+                    super::Cli::try_parse_from(argv(&["--reason", blank])).expect_err("blank").to_string();
+                assert!(e.contains("the reason is blank: say why (it is kept in the audit trail)"), "{e}");
+            }
+            let cli = super::Cli::try_parse_from(argv(&["--reason", "  diff checked "])).expect("a reason");
+            let reason = match cli.command {
+                super::Command::Cancel { reason, .. } => reason,
+                super::Command::Confirm(a)
+                | super::Command::Reject(a)
+                | super::Command::Rerun(a)
+                | super::Command::MarkSuccess(a)
+                | super::Command::Skip(a) => a.reason,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(reason, "diff checked", "trimmed");
+        }
     }
 }

@@ -27,7 +27,9 @@ struct TriggerBody {
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ActionBody {
+    /// Why (required, not blank): kept in the audit trail with the actor.
     #[serde(default)]
+    #[schema(required = true, min_length = 1, value_type = String)]
     reason: Option<String>,
     #[serde(default)]
     downstream: bool,
@@ -289,9 +291,10 @@ pub async fn cancel(
     state.check_run(&caller, &id).await?;
     let actor = caller.name;
     let body: ActionBody = json_body(&body)?;
+    let reason = required_reason(body.reason, "cancel")?;
     state
         .engine
-        .act(ActionRequest { run_id: id.clone(), node: None, kind: None, actor, reason: body.reason })
+        .act(ActionRequest { run_id: id.clone(), node: None, kind: None, actor, reason: Some(reason) })
         .await?;
     Ok(Json(json!({"run_id": id, "action": "cancel"})))
 }
@@ -336,6 +339,7 @@ pub async fn node_action(
             )));
         }
     };
+    let reason = required_reason(body.reason, &action)?;
     state
         .engine
         .act(ActionRequest {
@@ -343,10 +347,24 @@ pub async fn node_action(
             node: Some(node.clone()),
             kind: Some(kind),
             actor,
-            reason: body.reason,
+            reason: Some(reason),
         })
         .await?;
     Ok(Json(json!({"run_id": id, "node": node, "action": action})))
+}
+
+/// The reason every operator action must carry (SPEC §3: audited with actor and
+/// reason), trimmed: a missing or blank one is a 400 naming the field.
+fn required_reason(reason: Option<String>, action: &str) -> Result<String, ApiError> {
+    let trimmed = reason.as_deref().map(str::trim).unwrap_or_default();
+    if trimmed.is_empty() {
+        let what = if reason.is_some() { "blank" } else { "missing" };
+        let message = format!(
+            "`reason` is {what}: {action} needs a reason, kept in the audit trail (e.g. {{\"reason\": \"diff checked\"}})"
+        );
+        return Err(ApiError::bad_request(message).with_details(json!({"field": "reason"})));
+    }
+    Ok(trimmed.to_string())
 }
 
 #[derive(Debug, Default, Deserialize)]
