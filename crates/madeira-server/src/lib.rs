@@ -193,8 +193,8 @@ where
 }
 
 /// Serves `app` — the API's `router`, possibly merged with more routes (the web
-/// console) — on `listener` until `shutdown` fires (see `serve`'s module for the
-/// header deadline and the connection cap). With authentication, failed attempts
+/// console) — on `listener` until `shutdown` fires (the `serve` module has the header
+/// deadline and the connection cap). With authentication, failed attempts
 /// are limited per client address (`authlimit`); without, requests must be
 /// addressed to loopback or `public_names` from the server's own origin (`guard`).
 ///

@@ -380,3 +380,15 @@ fn build_alerts(
     let metrics = AlertMetrics::register(registry);
     Ok(madeira_alert::build(settings, store, metrics, Arc::new(SystemClock))?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::url_host;
+
+    #[test]
+    fn url_host_is_the_host_without_port_credentials_or_path() {
+        assert_eq!(url_host("https://madeira.example:8443/x?y").as_deref(), Some("madeira.example"));
+        assert_eq!(url_host("http://u:p@[::1]:7070").as_deref(), Some("::1"));
+        assert_eq!(url_host("madeira.example"), None);
+    }
+}
