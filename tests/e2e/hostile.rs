@@ -146,11 +146,26 @@ async fn framework_rejections_answer_in_the_json_error_shape() {
     let big = format!("{{\"params\": {{\"x\": \"{}\"}}}}", "a".repeat(2 << 20));
     let cases = [
         // Its own client: the server closes that connection without reading the body.
-        (client(None).post(dev.url("/flows/shape/runs")).body(big), 413, "body_too_large"),
+        (
+            client(None)
+                .post(dev.url("/flows/shape/runs"))
+                .header("content-type", "application/json")
+                .body(big),
+            413,
+            "body_too_large",
+        ),
         (dev.http.delete(dev.url("/runs")), 405, "method_not_allowed"),
         (dev.http.get(dev.url("/no/such/route")), 404, "not_found"),
         (dev.http.get(dev.url("/flows/shape/versions/abc")), 400, "bad_request"),
-        (dev.http.post(dev.url("/flows/shape/runs")).body("{not json"), 400, "bad_request"),
+        (
+            dev.http
+                .post(dev.url("/flows/shape/runs"))
+                .header("content-type", "application/json")
+                .body("{not json"),
+            400,
+            "bad_request",
+        ),
+        (dev.http.post(dev.url("/flows/shape/runs")).body("{}"), 415, "unsupported_media_type"),
     ];
     for (request, status, code) in cases {
         let resp = request.send().await.expect("send");

@@ -33,6 +33,7 @@ mod fleet_shutdown;
 mod forwarding;
 mod governance;
 mod hostile;
+mod http_guards;
 mod messages;
 mod messages_bench;
 mod messages_nats;

@@ -165,14 +165,15 @@ pub struct NextQuery {
     set: Option<String>,
 }
 
-/// Only a local absolute path may be a redirect target.
+/// Only a local absolute path may be a redirect target, and one without control
+/// characters (it goes into a `Location` header).
 fn safe_next(next: Option<&str>) -> String {
     match next {
         Some(n)
             if n.starts_with('/')
                 && !n.starts_with("//")
                 && !n.contains('\\')
-                && !n.contains(['\r', '\n']) =>
+                && !n.chars().any(char::is_control) =>
         {
             n.to_string()
         }
@@ -249,7 +250,8 @@ pub async fn signin(State(console): State<Console>, parts: Parts, Form(form): Fo
     };
     let presented = form.token.trim();
     let Some(entry) = tokens.iter().find(|e| !presented.is_empty() && same(&e.token, presented)) else {
-        tracing::warn!("console sign-in refused: unknown token");
+        // Logged at WARN with the client's address by the server's failed-auth limit.
+        tracing::debug!("console sign-in refused: unknown token");
         return signin_form(&console, lang, &next, Some(t(lang, "Unknown token.")), StatusCode::UNAUTHORIZED);
     };
     let id = match console.sessions.open(entry).await {
@@ -307,7 +309,16 @@ mod tests {
     #[test]
     fn only_local_paths_are_redirect_targets() {
         assert_eq!(safe_next(Some("/runs/1?x=2")), "/runs/1?x=2");
-        for evil in ["//evil.example", "https://evil.example", "/\\evil", "", "/a\r\nSet-Cookie: x"] {
+        for evil in [
+            "//evil.example",
+            "https://evil.example",
+            "/\\evil",
+            "",
+            "/a\r\nSet-Cookie: x",
+            "/\u{1}",
+            "/a\tb",
+            "/\u{7f}",
+        ] {
             assert_eq!(safe_next(Some(evil)), "/", "{evil:?}");
         }
     }

@@ -3,12 +3,15 @@
 //! and the health endpoints. `serve` runs it on an already-bound listener.
 
 mod auth;
+mod authlimit;
 mod error;
+mod guard;
 mod ratelimit;
 mod rejections;
 mod routes;
 pub mod schema;
 mod scope;
+mod serve;
 mod shared;
 mod views;
 
@@ -23,6 +26,7 @@ pub use auth::{AuthConfig, Caller, Role, TokenEntry};
 pub use error::ApiError;
 pub use routes::follow::{FollowRequest, follow_node, resume_offset};
 pub use scope::visible_flow_names;
+pub use serve::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS, ServeOptions};
 pub use views::render_prompt;
 
 /// The OpenAPI 3.1 document of `/api/v1` (also served at `GET /api/v1/openapi.json`).
@@ -181,26 +185,39 @@ pub fn router(state: AppState) -> Router {
 /// as one that terminates TLS) until `shutdown` fires; then open connections drain.
 pub async fn serve<L>(listener: L, state: AppState, shutdown: CancellationToken) -> std::io::Result<()>
 where
-    L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
+    L: axum::serve::Listener<Addr = std::net::SocketAddr>,
 {
+    let options = ServeOptions::for_auth(&state.auth);
     let state = state.with_shutdown(shutdown.clone());
-    serve_router(listener, router(state), shutdown).await
+    serve_router(listener, router(state), shutdown, options).await
 }
 
 /// Serves `app` — the API's `router`, possibly merged with more routes (the web
-/// console) — on `listener` until `shutdown` fires.
+/// console) — on `listener` until `shutdown` fires (the `serve` module has the header
+/// deadline and the connection cap). With authentication, failed attempts
+/// are limited per client address (`authlimit`); without, requests must be
+/// addressed to loopback or `public_names` from the server's own origin (`guard`).
 ///
-/// Each connection gets a clone of one shared router (`into_make_service`: an
-/// `Arc` clone). Handing `axum::serve` the `Router` itself would rebuild every
-/// route per connection (`Router::with_state` deep-copies the route table when
-/// it is shared) on every accepted connection: measured on the debug build, an
-/// idle connection cost 20 KB instead of 2.7 KB and an open console live stream
-/// 69 KB instead of 19 KB.
-pub async fn serve_router<L>(listener: L, app: Router, shutdown: CancellationToken) -> std::io::Result<()>
+/// Each connection gets a clone of one shared router (an `Arc` clone). Serving a
+/// `Router` whose routes are rebuilt per connection (`Router::with_state` deep-copies
+/// the route table when it is shared) cost, measured on the debug build, 20 KB per
+/// idle connection instead of 2.7 KB and 69 KB per console live stream instead of 19 KB.
+pub async fn serve_router<L>(
+    listener: L,
+    app: Router,
+    shutdown: CancellationToken,
+    options: ServeOptions,
+) -> std::io::Result<()>
 where
-    L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
+    L: axum::serve::Listener<Addr = std::net::SocketAddr>,
 {
-    axum::serve(listener, app.into_make_service()).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    let app = if options.authenticated {
+        let failures = Arc::new(authlimit::AuthFailures::default());
+        app.layer(axum::middleware::from_fn_with_state(failures, authlimit::limit))
+    } else {
+        let policy = Arc::new(guard::HostPolicy::new(&options.public_names));
+        app.layer(axum::middleware::from_fn_with_state(policy, guard::local_only))
+    };
+    serve::run(listener, app, shutdown, &options).await;
+    Ok(())
 }

@@ -34,6 +34,11 @@ pub enum ErrorCode {
     InvalidFlow,
     Unauthorized,
     Forbidden,
+    /// `madeira dev`: a browser page of another origin (403).
+    CrossOrigin,
+    /// `madeira dev`: a `Host` that is not loopback (421, DNS rebinding).
+    ForeignHost,
+    BadHost,
     NotFound,
     NoListener,
     MethodNotAllowed,
@@ -46,6 +51,8 @@ pub enum ErrorCode {
     UnsupportedMediaType,
     Unprocessable,
     RateLimited,
+    /// Too many failed authentication attempts from the client's address (429).
+    TooManyAuthFailures,
     QueueFull,
     Rejected,
     Internal,

@@ -163,6 +163,10 @@ impl ControlPlane {
         let http_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
         // Components register their metric families on the one registry before it is frozen.
         let api_url = http_addr.map(|addr| api_url(addr, options.http_tls.is_some()));
+        // A server without tokens also answers requests addressed to the alerts' link host.
+        let public_host = options.alerts.external_url.as_deref().and_then(url_host);
+        let serve_options =
+            madeira_server::ServeOptions::for_auth(&options.auth).with_public_names(public_host);
         let (mut alert_task, alerts) =
             build_alerts(options.alerts, alert_store, api_url, telemetry.registry_mut())?;
         // Open stall and slow warnings are checked against the runs they count.
@@ -258,9 +262,9 @@ impl ControlPlane {
                 let served = match tls {
                     Some(config) => {
                         let listener = crate::tls::TlsListener::new(listener, config, "http");
-                        madeira_server::serve_router(listener, app, shutdown).await
+                        madeira_server::serve_router(listener, app, shutdown, serve_options).await
                     }
-                    None => madeira_server::serve_router(listener, app, shutdown).await,
+                    None => madeira_server::serve_router(listener, app, shutdown, serve_options).await,
                 };
                 if let Err(e) = served {
                     tracing::error!(error = %e, "HTTP server stopped");
@@ -344,6 +348,14 @@ async fn seed_last_success(store: &dyn Store, observer: &MetricsObserver) {
     }
 }
 
+/// The host of `url` (`https://host:port/path` → `host`).
+fn url_host(url: &str) -> Option<String> {
+    let authority = url.split_once("://")?.1.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let host: axum::http::uri::Authority = authority.parse().ok()?;
+    Some(host.host().trim_start_matches('[').trim_end_matches(']').to_string())
+}
+
 /// The API's own address and base URL (`https://` when it serves TLS).
 fn api_url(addr: SocketAddr, tls: bool) -> (SocketAddr, String) {
     (addr, format!("{}://{addr}", if tls { "https" } else { "http" }))
@@ -367,4 +379,16 @@ fn build_alerts(
     }
     let metrics = AlertMetrics::register(registry);
     Ok(madeira_alert::build(settings, store, metrics, Arc::new(SystemClock))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::url_host;
+
+    #[test]
+    fn url_host_is_the_host_without_port_credentials_or_path() {
+        assert_eq!(url_host("https://madeira.example:8443/x?y").as_deref(), Some("madeira.example"));
+        assert_eq!(url_host("http://u:p@[::1]:7070").as_deref(), Some("::1"));
+        assert_eq!(url_host("madeira.example"), None);
+    }
 }

@@ -30,6 +30,7 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/log-level", put(telemetry::put_log_level).get(telemetry::get_log_level))
         .nest("/api/v1", api())
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(crate::guard::json_bodies))
         .layer(axum::middleware::map_response(crate::rejections::json_errors))
         .with_state(state)
 }
