@@ -34,8 +34,22 @@ const ADMIN: &str = "split-brain-admin-token-0123456789";
 /// When each execution of each idempotency key began.
 type Witness = Arc<Mutex<HashMap<String, Vec<Instant>>>>;
 
-/// The job: records the execution, then answers after `job`.
+/// How long the job of `key` lasts: `job`, or with `spread`, 200 ms to 6 s by key
+/// (so that attempts in flight at a fault end while the replica has new work).
+fn job_time(key: &str, job: Duration, spread: bool) -> Duration {
+    if !spread {
+        return job;
+    }
+    let h = key.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    Duration::from_millis(200 + h % 5_800)
+}
+
+/// The job: records the execution, then answers after `job_time`.
 async fn witness(job: Duration) -> (String, Witness) {
+    witness_with(job, false).await
+}
+
+async fn witness_with(job: Duration, spread: bool) -> (String, Witness) {
     let seen: Witness = Arc::default();
     let log = seen.clone();
     let app = Router::new().route(
@@ -45,8 +59,9 @@ async fn witness(job: Duration) -> (String, Witness) {
             async move {
                 let key =
                     headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+                let took = job_time(&key, job, spread);
                 log.lock().expect("lock").entry(key).or_default().push(Instant::now());
-                tokio::time::sleep(job).await;
+                tokio::time::sleep(took).await;
                 axum::Json(json!({"done": true}))
             }
         }),
@@ -166,10 +181,13 @@ fn repeated(w: &Witness) -> HashMap<String, Vec<Instant>> {
     w.lock().expect("lock").iter().filter(|(_, v)| v.len() > 1).map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
-/// Keys whose execution had begun and not ended (`job` long) at `at`.
-fn in_flight_at(w: &Witness, at: Instant, job: Duration) -> Vec<String> {
+/// Keys whose execution had begun and not ended at `at`.
+fn in_flight_at(w: &Witness, at: Instant, job: Duration, spread: bool) -> Vec<String> {
     let seen = w.lock().expect("lock");
-    seen.iter().filter(|(_, v)| v[0] <= at && v[0] + job > at).map(|(k, _)| k.clone()).collect()
+    seen.iter()
+        .filter(|(k, v)| v[0] <= at && v[0] + job_time(k, job, spread) > at)
+        .map(|(k, _)| k.clone())
+        .collect()
 }
 
 async fn owner(db: &PgTestDb, run_id: &str) -> Option<String> {
@@ -187,7 +205,7 @@ async fn owner(db: &PgTestDb, run_id: &str) -> Option<String> {
 async fn a_replica_cut_off_from_postgres_runs_nothing_twice_after_the_heal() {
     let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
     let job = Duration::from_millis(300);
-    let (url, witness) = witness(job).await;
+    let (url, witness) = witness_with(job, true).await;
     let upstream = db.url.split('@').nth(1).and_then(|r| r.split('/').next()).expect("host:port").to_string();
     let proxy = Proxy::start(upstream.clone()).await;
     let cut_url = db.url.replacen(&upstream, &format!("127.0.0.1:{}", proxy.port), 1);
@@ -196,8 +214,10 @@ async fn a_replica_cut_off_from_postgres_runs_nothing_twice_after_the_heal() {
     let b = replica(&config(dir.path(), "b", &db.url), "cp-b", &[]);
     b.put_flow(&flow(&url)).await;
 
-    // 30 runs alternating replicas (10/s), the cut for 5 leases (B alone takes
-    // runs meanwhile: 20), then 30 more alternating after the heal.
+    // 30 runs alternating replicas (10/s), the cut for 3 leases (B alone takes
+    // runs meanwhile: 20), then 30 more alternating after the heal. Jobs last
+    // 0.2-6 s: attempts in flight on A at the cut end after the heal, among A's
+    // new runs' ends (their refused commit used to cost those too).
     let mut before = Vec::new();
     let mut pace = tokio::time::interval(Duration::from_millis(100));
     for i in 0..30 {
@@ -211,8 +231,8 @@ async fn a_replica_cut_off_from_postgres_runs_nothing_twice_after_the_heal() {
         pace.tick().await;
         during.push(b.trigger("settle", json!({"d": i})).await);
     }
-    // The cut lasts 5 leases (1 s each): a real outage's length is the point.
-    tokio::time::sleep_until((cut_at + Duration::from_secs(5)).into()).await;
+    // The cut lasts 3 leases (1 s each): a real outage's length is the point.
+    tokio::time::sleep_until((cut_at + Duration::from_secs(3)).into()).await;
     proxy.heal();
     let mut after = Vec::new();
     for i in 0..30 {
@@ -223,7 +243,7 @@ async fn a_replica_cut_off_from_postgres_runs_nothing_twice_after_the_heal() {
     all_succeed(&b, &during).await;
     all_succeed(&a, &after).await;
 
-    let in_flight = in_flight_at(&witness, cut_at, job);
+    let in_flight = in_flight_at(&witness, cut_at, job, true);
     let twice = repeated(&witness);
     eprintln!(
         "partition: {} runs, {} in flight at the cut, {} ran twice: {:?}",
