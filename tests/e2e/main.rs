@@ -53,6 +53,7 @@ mod scopes;
 mod semantics;
 mod sidecar;
 mod sidecar_slim;
+mod split_brain;
 mod sql;
 mod sql_bench;
 mod stalls;

@@ -343,12 +343,15 @@ impl Engine {
                 self.placed(&run_id, &node, attempt, host, work)
             }
             Envelope::AttemptDone { run_id, node, attempt, result } => {
-                let ran = self.running.remove(&(run_id.clone(), node));
-                // The task a resumed run's new attempt adopted answers for it.
-                let attempt = match &ran {
-                    Some(r) if r.task_attempt == attempt => r.attempt,
-                    _ => attempt,
+                // Only the task recorded for the node is removed (a stale task's
+                // end leaves its successor's entry); the task a resumed run's new
+                // attempt adopted answers for that attempt.
+                let key = (run_id.clone(), node);
+                let ran = match self.running.get(&key) {
+                    Some(r) if r.task_attempt == attempt => self.running.remove(&key),
+                    _ => None,
                 };
+                let attempt = ran.as_ref().map_or(attempt, |r| r.attempt);
                 if let Some(name) = self.node_name(&run_id, node) {
                     self.p.handle.live_logs().finish(&(run_id.clone(), name, attempt));
                 }

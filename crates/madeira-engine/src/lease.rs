@@ -59,7 +59,9 @@ pub(crate) fn spawn(
                 let asked = std::time::Instant::now();
                 match store.renew_leases(&holder.lease_now()).await {
                     Ok(_) => {
-                        let gap = asked.saturating_duration_since(renewed);
+                        // From the last renewal sent to this one's answer: a
+                        // renewal held up by a partition counts its wait too.
+                        let gap = renewed.elapsed();
                         renewed = asked;
                         if gap > holder.lease {
                             warn!(

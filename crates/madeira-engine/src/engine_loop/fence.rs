@@ -119,3 +119,46 @@ impl Work {
         gone
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use madeira_core::{Action, RunState};
+    use madeira_store::{CommandAnswer, LogRecord, RunWrite};
+
+    use super::*;
+
+    #[test]
+    fn a_lost_run_leaves_nothing_of_itself_in_the_batch_and_the_others_stay_whole() {
+        let mut work = Work::default();
+        let mut answers = Vec::new();
+        for (id, run) in [(1, "kept"), (2, "lost")] {
+            let write = RunWrite {
+                run_id: run.into(),
+                state: RunState::Running,
+                started_at: None,
+                finished_at: None,
+            };
+            work.batch.runs.push(write);
+            let log = LogRecord { run_id: run.into(), node: "n".into(), attempt: 1, content: "x".into() };
+            work.batch.logs.push(log);
+            work.batch.answers.push(CommandAnswer { id, answer: "{}".into(), at: 1 });
+            work.answered.push((id, run.into()));
+            work.actions.push((run.into(), Action::Ready { node: 0 }));
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            work.replies.push((tx, Ok(()), run.into()));
+            answers.push(rx);
+        }
+        let lost: HashSet<String> = HashSet::from(["lost".to_string()]);
+        let gone = work.drop_runs(&lost);
+        assert_eq!(gone.iter().map(|(_, _, run)| run.as_str()).collect::<Vec<_>>(), ["lost"]);
+        assert_eq!(work.batch.runs.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(), ["kept"]);
+        assert_eq!(work.batch.logs.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(), ["kept"]);
+        assert_eq!(
+            work.batch.answers.iter().map(|a| a.id).collect::<Vec<_>>(),
+            [1],
+            "the lost run's answer goes"
+        );
+        assert_eq!(work.actions.iter().map(|(r, _)| r.as_str()).collect::<Vec<_>>(), ["kept"]);
+        assert_eq!(work.replies.iter().map(|(_, _, r)| r.as_str()).collect::<Vec<_>>(), ["kept"]);
+    }
+}
