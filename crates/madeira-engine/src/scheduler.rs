@@ -9,7 +9,8 @@
 //! skipped over (seen against the monotonic clock at each wake-up; logged and
 //! counted, `EngineObserver::cron_clock_jump`): `skip` fires none of them,
 //! `run_once` the latest, `run_all` those within `catchup_window`, as catch-up
-//! runs. After a jump back, ticks wait for the clock to reach them again.
+//! runs. After a jump back, every trigger is rescheduled from the new time (a
+//! tick that fires again makes no second run: its key).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -319,8 +320,9 @@ impl Scheduler {
         if jump < 0 {
             warn!(
                 back_seconds = -jump / 1000,
-                "wall clock jumped back; cron ticks wait for it to reach them again (each still makes one run)"
+                "wall clock jumped back; cron triggers are rescheduled from the new time (a tick fired already makes no second run)"
             );
+            self.reschedule_from(wall);
             return;
         }
         warn!(
@@ -329,6 +331,29 @@ impl Scheduler {
         );
         self.fire_due_until(wall - jump);
         self.catch_up_jump(wall);
+    }
+
+    /// Schedules every trigger's next tick after `now_ms` again (after a jump back,
+    /// its entry could lie as far in the future as the clock went back).
+    fn reschedule_from(&mut self, now_ms: i64) {
+        let Some(now) = DateTime::from_timestamp_millis(now_ms) else { return };
+        let entries = std::mem::take(&mut self.heap).into_vec();
+        let mut touched = Vec::new();
+        for Reverse(entry) in entries {
+            if self.generations.get(&entry.flow) != Some(&entry.generation) {
+                continue;
+            }
+            let trigger = self.triggers.get(&entry.flow).and_then(|t| t.get(entry.trigger)).cloned();
+            if let Some(trigger) = trigger {
+                self.schedule_after(&entry.flow, entry.trigger, &trigger, now, entry.generation);
+                touched.push(entry.flow);
+            }
+        }
+        touched.sort();
+        touched.dedup();
+        for flow in touched {
+            self.report_next(&flow);
+        }
     }
 
     /// Every entry due at `now_ms` was skipped over by a jump of the clock: its

@@ -1,7 +1,8 @@
 //! The scheduler under a wall clock the test moves: a forward jump of 2 h on a
 //! running scheduler fires the ticks it skipped over by each misfire policy
 //! (skip: none; run_once: the latest; run_all: those within `catchup_window`), as
-//! catch-up runs, never as 120 `cron` runs; the jump is reported once.
+//! catch-up runs, never as 120 `cron` runs; the jump is reported once. A jump back
+//! reschedules the triggers from the earlier time.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -122,5 +123,20 @@ async fn a_forward_clock_jump_obeys_each_misfire_policy() {
     let jumps = seen.jumps.lock().expect("lock").clone();
     let about_2h = HOURS_2 - 3_000..=HOURS_2 + 3_000;
     assert!(matches!(jumps.as_slice(), [by] if about_2h.contains(by)), "one jump, reported: {jumps:?}");
+
+    // Back again: the next ticks are the real clock's, not 2 h away.
+    seen.next.lock().expect("lock").clear();
+    offset.store(0, Ordering::SeqCst);
+    let soon = (crate::now_ms() + 61_000) as f64 / 1000.0;
+    wait_for("the triggers to be rescheduled from the earlier time", || async {
+        let next = seen.next.lock().expect("lock");
+        flows.iter().all(|f| next.iter().any(|(n, at)| n == f && at.is_some_and(|at| at <= soon)))
+    })
+    .await;
+    let jumps = seen.jumps.lock().expect("lock").clone();
+    assert!(
+        matches!(jumps.as_slice(), [_, back] if (-HOURS_2 - 3_000..=-HOURS_2 + 3_000).contains(back)),
+        "{jumps:?}"
+    );
     cancel.cancel();
 }
