@@ -9,6 +9,7 @@ mod brokers;
 mod cli;
 mod cli_files;
 mod cli_lifecycle;
+mod clock_jump;
 mod cluster;
 mod cluster_alerts;
 mod cluster_sidecars;

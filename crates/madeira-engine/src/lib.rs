@@ -61,7 +61,7 @@ pub use lifecycle::{DeleteReport, DeleteRequest, PromoteReport, PromoteRequest};
 pub use livelog::{LiveLogs, LogSlice};
 pub use observed::ObservedReport;
 pub use observer::{AlertSource, AttemptOutcome, EngineObserver, NodeWatch};
-pub use scheduler::Scheduler;
+pub use scheduler::{Scheduler, WallClock};
 pub use stats::{EngineStats, StatsSnapshot};
 pub use throttle::{ThrottleState, ThrottleView};
 pub use trace::{SpanEnded, SpanKind, TraceContext};

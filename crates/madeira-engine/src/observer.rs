@@ -77,6 +77,9 @@ pub trait EngineObserver: Send + Sync {
     fn confirm_overdue(&self, snap: &RunSnapshot, node: &str) {}
     /// A cron trigger fired a run `lateness` after its scheduled instant.
     fn cron_fired(&self, flow: &str, lateness: Duration) {}
+    /// The cron scheduler saw the wall clock jump by `by_ms` (negative: back)
+    /// against the monotonic clock (a step of the system clock, a resumed VM).
+    fn cron_clock_jump(&self, by_ms: i64) {}
     /// The next scheduled fire instant of a flow (Unix seconds), or `None` when paused
     /// or unscheduled.
     fn next_run(&self, flow: &str, at_unix_seconds: Option<f64>) {}

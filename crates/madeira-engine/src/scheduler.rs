@@ -5,7 +5,12 @@
 //! paused, resumed or deleted — here at once, on another replica of the same store within
 //! `SYNC_EVERY` (every replica schedules every flow; the key makes one run per
 //! tick, so a dead replica costs no tick). Ticks missed while down or paused
-//! follow the misfire policy.
+//! follow the misfire policy, and so do ticks a forward jump of the wall clock
+//! skipped over (seen against the monotonic clock at each wake-up; logged and
+//! counted, `EngineObserver::cron_clock_jump`): `skip` fires none of them,
+//! `run_once` the latest, `run_all` those within `catchup_window`, as catch-up
+//! runs. After a jump back, every trigger is rescheduled from the new time (a
+//! tick that fires again makes no second run: its key).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -26,6 +31,19 @@ use crate::{EngineError, EngineHandle, EngineObserver, TriggerRequest};
 /// or resumed through another replica.
 const SYNC_EVERY: Duration = Duration::from_secs(2);
 
+/// A difference between the wall and monotonic clocks' progress since the last
+/// look larger than this is a jump of the wall clock (NTP slews far less; a step
+/// correction, a manual `date -s` or a resumed VM does more).
+const JUMP_TOLERANCE_MS: i64 = 2_000;
+
+/// Wall-clock time in ms since the Unix epoch: the system's, unless a test injects
+/// another (`Scheduler::with_wall_clock`).
+pub type WallClock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+#[cfg(test)]
+#[path = "scheduler_tests.rs"]
+mod tests;
+
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Entry {
     fire_at_ms: i64,
@@ -45,6 +63,9 @@ pub struct Scheduler {
     /// The (version, paused) each flow was last loaded at.
     loaded: HashMap<String, (u32, bool)>,
     next_generation: u64,
+    wall: WallClock,
+    /// The wall and monotonic clocks at the last look (`watch_clock`).
+    last_look: Option<(i64, tokio::time::Instant)>,
 }
 
 impl Scheduler {
@@ -57,7 +78,23 @@ impl Scheduler {
             triggers: HashMap::new(),
             loaded: HashMap::new(),
             next_generation: 1,
+            wall: Arc::new(crate::now_ms),
+            last_look: None,
         }
+    }
+
+    /// The same scheduler reading the wall clock from `wall` (tests move it).
+    pub fn with_wall_clock(mut self, wall: WallClock) -> Self {
+        self.wall = wall;
+        self
+    }
+
+    fn now_ms(&self) -> i64 {
+        (self.wall)()
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(self.now_ms()).unwrap_or_else(Utc::now)
     }
 
     pub async fn run(mut self, cancel: CancellationToken) {
@@ -67,8 +104,9 @@ impl Scheduler {
         let mut sync = tokio::time::interval(SYNC_EVERY);
         sync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            self.watch_clock();
             let sleep = match self.heap.peek() {
-                Some(Reverse(e)) => Duration::from_millis((e.fire_at_ms - crate::now_ms()).max(0) as u64),
+                Some(Reverse(e)) => Duration::from_millis((e.fire_at_ms - self.now_ms()).max(0) as u64),
                 None => Duration::from_secs(3600),
             };
             tokio::select! {
@@ -133,7 +171,7 @@ impl Scheduler {
             self.observers.iter().for_each(|o| o.next_run(flow, None));
             return;
         }
-        let now = Utc::now();
+        let now = self.now();
         let last = match self.engine.store().last_cron_key(flow).await {
             Ok(key) => key.as_deref().and_then(tick_of_key),
             Err(e) => {
@@ -194,7 +232,13 @@ impl Scheduler {
     }
 
     fn fire_due(&mut self) {
-        let now_ms = crate::now_ms();
+        // A jump while asleep is handled first, so its ticks are not fired here.
+        self.watch_clock();
+        self.fire_due_until(self.now_ms());
+    }
+
+    /// Fires every entry due at `now_ms`, each scheduling its trigger's next tick.
+    fn fire_due_until(&mut self, now_ms: i64) {
         let mut touched = Vec::new();
         while let Some(Reverse(entry)) = self.heap.peek().cloned() {
             if entry.fire_at_ms > now_ms {
@@ -223,7 +267,7 @@ impl Scheduler {
     /// creation); the key makes a repeated fire return the same run. Catch-up runs
     /// (misfire policy) are marked with trigger `cron_catchup`.
     fn fire(&self, flow: &str, tick: DateTime<Utc>, due_ms: i64, catchup: bool) {
-        let lateness = Duration::from_millis((crate::now_ms() - due_ms).max(0) as u64);
+        let lateness = Duration::from_millis((self.now_ms() - due_ms).max(0) as u64);
         self.observers.iter().for_each(|o| o.cron_fired(flow, lateness));
         let engine = self.engine.clone();
         let observers = self.observers.clone();
@@ -261,8 +305,93 @@ impl Scheduler {
         });
     }
 
+    /// Compares the wall clock's progress since the last look with the monotonic
+    /// clock's. A forward jump: entries due before it fire as usual, and the ticks
+    /// it skipped over follow their misfire policy, as after downtime.
+    fn watch_clock(&mut self) {
+        let (wall, mono) = (self.now_ms(), tokio::time::Instant::now());
+        let Some((last_wall, last_mono)) = self.last_look.replace((wall, mono)) else { return };
+        let elapsed = i64::try_from(mono.duration_since(last_mono).as_millis()).unwrap_or(i64::MAX);
+        let jump = wall.saturating_sub(last_wall).saturating_sub(elapsed);
+        if jump.abs() <= JUMP_TOLERANCE_MS {
+            return;
+        }
+        self.observers.iter().for_each(|o| o.cron_clock_jump(jump));
+        if jump < 0 {
+            warn!(
+                back_seconds = -jump / 1000,
+                "wall clock jumped back; cron triggers are rescheduled from the new time (a tick fired already makes no second run)"
+            );
+            self.reschedule_from(wall);
+            return;
+        }
+        warn!(
+            forward_seconds = jump / 1000,
+            "wall clock jumped forward; the cron ticks it skipped over follow their misfire policy"
+        );
+        self.fire_due_until(wall - jump);
+        self.catch_up_jump(wall);
+    }
+
+    /// Schedules every trigger's next tick after `now_ms` again (after a jump back,
+    /// its entry could lie as far in the future as the clock went back).
+    fn reschedule_from(&mut self, now_ms: i64) {
+        let Some(now) = DateTime::from_timestamp_millis(now_ms) else { return };
+        let entries = std::mem::take(&mut self.heap).into_vec();
+        let mut touched = Vec::new();
+        for Reverse(entry) in entries {
+            if self.generations.get(&entry.flow) != Some(&entry.generation) {
+                continue;
+            }
+            let trigger = self.triggers.get(&entry.flow).and_then(|t| t.get(entry.trigger)).cloned();
+            if let Some(trigger) = trigger {
+                self.schedule_after(&entry.flow, entry.trigger, &trigger, now, entry.generation);
+                touched.push(entry.flow);
+            }
+        }
+        touched.sort();
+        touched.dedup();
+        for flow in touched {
+            self.report_next(&flow);
+        }
+    }
+
+    /// Every entry due at `now_ms` was skipped over by a jump of the clock: its
+    /// trigger's ticks from the entry's to `now_ms` fire by misfire policy, as
+    /// catch-up runs, and its next tick after `now_ms` is scheduled.
+    fn catch_up_jump(&mut self, now_ms: i64) {
+        let Some(now) = DateTime::from_timestamp_millis(now_ms) else { return };
+        let mut touched = Vec::new();
+        while let Some(Reverse(entry)) = self.heap.peek().cloned() {
+            if entry.fire_at_ms > now_ms {
+                break;
+            }
+            self.heap.pop();
+            if self.generations.get(&entry.flow) != Some(&entry.generation) {
+                continue;
+            }
+            let trigger = self.triggers.get(&entry.flow).and_then(|t| t.get(entry.trigger)).cloned();
+            let (Some(trigger), Some(before)) = (trigger, DateTime::from_timestamp_millis(entry.tick_ms - 1))
+            else {
+                continue;
+            };
+            let ticks = missed_ticks(&trigger, Some(before), now);
+            info!(flow = %entry.flow, policy = ?trigger.misfire, fired = ticks.len(), "cron ticks skipped over by a clock jump");
+            for tick in ticks {
+                self.fire(&entry.flow, tick, tick.timestamp_millis(), true);
+            }
+            self.schedule_after(&entry.flow, entry.trigger, &trigger, now, entry.generation);
+            touched.push(entry.flow);
+        }
+        touched.sort();
+        touched.dedup();
+        for flow in touched {
+            self.report_next(&flow);
+        }
+    }
+
     fn report_next(&self, flow: &str) {
-        let now = Utc::now();
+        let now = self.now();
         let next = self.triggers.get(flow).into_iter().flatten().enumerate().filter_map(|(i, t)| {
             let tick = next_after(t, now)?;
             Some(tick.timestamp_millis() + jitter_offset(flow, i, tick, t.jitter).as_millis() as i64)

@@ -109,6 +109,8 @@ pub struct Metrics {
     pub store_up: Gauge,
     /// Times the store stopped taking writes.
     pub store_outages: Counter,
+    /// Wall-clock jumps (either way) the cron scheduler saw.
+    pub cron_clock_jumps: Counter,
 }
 
 impl Metrics {
@@ -132,6 +134,7 @@ impl Metrics {
             nodes_slow: Family::default(),
             store_up: Gauge::default(),
             store_outages: Counter::default(),
+            cron_clock_jumps: Counter::default(),
         };
         m.store_up.set(1);
         let r = registry;
@@ -208,6 +211,11 @@ impl Metrics {
             m.store_up.clone(),
         );
         r.register("madeira_store_outages", "Times the store stopped taking writes", m.store_outages.clone());
+        r.register(
+            "madeira_cron_clock_jumps",
+            "Wall-clock jumps (forward or back, against the monotonic clock) the cron scheduler saw",
+            m.cron_clock_jumps.clone(),
+        );
         m
     }
 }

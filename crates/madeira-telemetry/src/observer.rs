@@ -188,6 +188,10 @@ impl EngineObserver for MetricsObserver {
         self.metrics.flow_last_scheduled.get_or_create(&labels).set(scheduled);
     }
 
+    fn cron_clock_jump(&self, _by_ms: i64) {
+        self.metrics.cron_clock_jumps.inc();
+    }
+
     fn next_run(&self, flow_name: &str, at_unix_seconds: Option<f64>) {
         match at_unix_seconds {
             Some(at) => {

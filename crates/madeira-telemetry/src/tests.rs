@@ -59,6 +59,7 @@ fn observer_feeds_every_family() {
     o.transitions(&[event("r1", Some("a"), "RUNNING", "RETRYING")]);
     o.throttle("settle", "a", 2, 5);
     o.cron_fired("settle", Duration::from_secs(3));
+    o.cron_clock_jump(7_200_000);
     o.next_run("settle", Some(1_700_000_600.0));
     let text = telemetry.finish().exposition.render_text();
     assert_eq!(sample(&text, "madeira_runs_active{flow=\"settle\"}"), Some(1.0), "{text}");
@@ -80,6 +81,7 @@ fn observer_feeds_every_family() {
     assert_eq!(sample(&text, "madeira_node_queue_depth{flow=\"settle\",node=\"a\"}"), Some(5.0));
     assert_eq!(sample(&text, "madeira_node_permits_in_use{flow=\"settle\",node=\"a\"}"), Some(2.0));
     assert_eq!(sample(&text, "madeira_cron_lateness_seconds_count{flow=\"settle\"}"), Some(1.0));
+    assert_eq!(sample(&text, "madeira_cron_clock_jumps_total"), Some(1.0), "{text}");
     assert_eq!(
         sample(&text, "madeira_flow_next_run_timestamp_seconds{flow=\"settle\"}"),
         Some(1_700_000_600.0)
