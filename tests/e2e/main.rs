@@ -32,6 +32,7 @@ mod fleet_security;
 mod fleet_shards;
 mod fleet_shutdown;
 mod forwarding;
+mod framework_answers;
 mod governance;
 mod hostile;
 mod http_guards;

@@ -122,54 +122,81 @@ impl EngineHandle {
         let mut outcome = EventOutcome::default();
         for listener in self.event_listeners(kind).await? {
             let flow = listener.def.name.clone();
-            if listener.paused {
-                match listener.on_paused {
-                    OnPaused::Drop => {
-                        self.audit_dropped(&flow, kind, id, actor).await?;
-                        outcome.dropped.push(flow);
-                        continue;
-                    }
-                    OnPaused::Queue => {
-                        let event = QueuedEvent {
-                            id: 0,
-                            flow: flow.clone(),
-                            event_type: kind.to_string(),
-                            event_id: id.to_string(),
-                            payload: payload.clone(),
-                            actor: actor.to_string(),
-                            queued_at: now_ms(),
-                        };
-                        match self.store.queue_event(&event, listener.max_queued).await? {
-                            QueueOutcome::Queued { position, queued_at, .. } => {
-                                outcome.queued.push(queued(&listener, position, queued_at, true));
-                                continue;
-                            }
-                            QueueOutcome::AlreadyQueued { position, queued_at, .. } => {
-                                outcome.queued.push(queued(&listener, position, queued_at, false));
-                                continue;
-                            }
-                            QueueOutcome::Full { queued } => {
-                                return Err(EngineError::PausedQueueFull {
-                                    flow,
-                                    event_type: kind.to_string(),
-                                    queued,
-                                    limit: listener.max_queued,
-                                });
-                            }
-                            QueueOutcome::FlowNotFound => continue,
-                            // Its run exists already, or the flow was resumed: trigger as usual.
-                            QueueOutcome::Existing { .. } | QueueOutcome::NotPaused => {}
-                        }
-                    }
-                }
+            if listener.paused
+                && self.keep_for_paused(&listener, kind, id, &payload, actor, &mut outcome).await?
+            {
+                continue;
             }
             match self.trigger(event_request(&flow, kind, id, payload.clone(), actor)).await {
                 Ok(run) => outcome.runs.push(run),
                 Err(EngineError::OverlapSkipped { .. }) => {}
+                // Paused since the listeners were read: kept or dropped as for a
+                // paused flow (or, resumed again meanwhile, started after all).
+                Err(EngineError::Paused(_))
+                    if !listener.paused
+                        && !self
+                            .keep_for_paused(&listener, kind, id, &payload, actor, &mut outcome)
+                            .await? =>
+                {
+                    match self.trigger(event_request(&flow, kind, id, payload.clone(), actor)).await {
+                        Ok(run) => outcome.runs.push(run),
+                        Err(EngineError::OverlapSkipped { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(EngineError::Paused(_)) if !listener.paused => {}
                 Err(e) => return Err(e),
             }
         }
         Ok(outcome)
+    }
+
+    /// For a paused flow, as its trigger's `on_paused` says: drops the event or
+    /// keeps it. False when it was not kept because the flow is not paused (any
+    /// more) or the event's run exists already: the caller triggers as usual.
+    async fn keep_for_paused(
+        &self,
+        listener: &Listener,
+        kind: &str,
+        id: &str,
+        payload: &Json,
+        actor: &str,
+        outcome: &mut EventOutcome,
+    ) -> Result<bool, EngineError> {
+        let flow = listener.def.name.clone();
+        if listener.on_paused == OnPaused::Drop {
+            self.audit_dropped(&flow, kind, id, actor).await?;
+            outcome.dropped.push(flow);
+            return Ok(true);
+        }
+        let event = QueuedEvent {
+            id: 0,
+            flow: flow.clone(),
+            event_type: kind.to_string(),
+            event_id: id.to_string(),
+            payload: payload.clone(),
+            actor: actor.to_string(),
+            queued_at: now_ms(),
+        };
+        match self.store.queue_event(&event, listener.max_queued).await? {
+            QueueOutcome::Queued { position, queued_at, .. } => {
+                outcome.queued.push(queued(listener, position, queued_at, true));
+                Ok(true)
+            }
+            QueueOutcome::AlreadyQueued { position, queued_at, .. } => {
+                outcome.queued.push(queued(listener, position, queued_at, false));
+                Ok(true)
+            }
+            QueueOutcome::Full { queued } => Err(EngineError::PausedQueueFull {
+                flow,
+                event_type: kind.to_string(),
+                queued,
+                limit: listener.max_queued,
+            }),
+            QueueOutcome::FlowNotFound => Ok(true),
+            // Its run exists already, or the flow was resumed: trigger as usual.
+            QueueOutcome::Existing { .. } | QueueOutcome::NotPaused => Ok(false),
+        }
     }
 
     async fn audit_dropped(&self, flow: &str, kind: &str, id: &str, actor: &str) -> Result<(), EngineError> {
@@ -243,6 +270,8 @@ impl EngineHandle {
                     // As for a live event: the overlap policy declined it.
                     Err(EngineError::OverlapSkipped { .. }) => {}
                     Err(EngineError::FlowNotFound(_)) => {}
+                    // Paused again meanwhile: this one and the rest stay queued.
+                    Err(EngineError::Paused(_)) => break,
                     Err(e) => {
                         failed = Some(e);
                         break;

@@ -335,6 +335,7 @@ impl EngineHandle {
             CreateOutcome::Skipped { active } => {
                 Err(EngineError::OverlapSkipped { flow: req.flow, active: active.len() })
             }
+            CreateOutcome::Paused => Err(EngineError::Paused(req.flow)),
             CreateOutcome::Created { run_id, cancel_previous, .. } => {
                 if let Some(warning) = routing_warning {
                     crate::fallbacks::record_routing_fallback(

@@ -145,6 +145,10 @@ pub enum EngineError {
     BadStoredFlow { flow: String, version: u32, message: String },
     #[error("run {run}: {refusal}")]
     Refused { run: String, refusal: madeira_core::Refusal },
+    /// A cron tick, event or message for a paused flow reached the store after
+    /// the pause (the store refuses it under the flow's lock).
+    #[error("flow {0} is paused: its cron, event and message triggers start no run until it is resumed")]
+    Paused(String),
     #[error("flow {flow} already has {active} active run(s) and on_overlap is skip")]
     OverlapSkipped { flow: String, active: usize },
     #[error(

@@ -120,7 +120,7 @@ impl EngineHandle {
         let run_id = match self.create(run, def.clone()).await? {
             CreateOutcome::Created { run_id, .. } => run_id,
             CreateOutcome::Existing { run_id, .. } => run_id,
-            CreateOutcome::Skipped { .. } | CreateOutcome::Throttled { .. } => {
+            CreateOutcome::Skipped { .. } | CreateOutcome::Throttled { .. } | CreateOutcome::Paused => {
                 return Err(EngineError::OverlapSkipped { flow: def.name.clone(), active: 0 });
             }
         };

@@ -287,6 +287,8 @@ impl Scheduler {
                     info!(flow = %flow, active, "cron tick skipped: on_overlap is skip")
                 }
                 Err(EngineError::ShuttingDown) => debug!(flow = %flow_name, "cron tick at shutdown: no run"),
+                // Paused after this replica last read the flow list.
+                Err(EngineError::Paused(_)) => info!(flow = %flow_name, "cron tick of a paused flow: no run"),
                 // Deleted (here or on another replica, before this replica's next sync).
                 Err(EngineError::FlowNotFound(_)) => {
                     info!(flow = %flow_name, "cron tick of a deleted flow: no run")

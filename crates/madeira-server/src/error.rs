@@ -99,6 +99,7 @@ impl From<EngineError> for ApiError {
                 Self::new(StatusCode::CONFLICT, code, message)
             }
             EngineError::ObserveOnly(_) => Self::new(StatusCode::CONFLICT, "observe_only", message),
+            EngineError::Paused(_) => Self::new(StatusCode::CONFLICT, "refused", message),
             EngineError::ShuttingDown => Self::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", message),
             EngineError::BadText(_) => Self::new(StatusCode::BAD_REQUEST, "bad_text", message),
             EngineError::HolderSilent { owner } => {

@@ -15,6 +15,17 @@ const MAX_TEXT: usize = 4096;
 
 /// `map_response` middleware: leaves JSON and non-4xx answers alone.
 pub(crate) async fn json_errors(method: Method, uri: Uri, response: Response) -> Response {
+    json_errors_under("", method, uri, response).await
+}
+
+/// `json_errors` for a service nested under `prefix` (which sees its requests'
+/// paths without it): messages name the whole path.
+pub(crate) async fn json_errors_under(
+    prefix: &str,
+    method: Method,
+    uri: Uri,
+    response: Response,
+) -> Response {
     let status = response.status();
     if !status.is_client_error() || is_json(response.headers()) {
         return response;
@@ -25,7 +36,8 @@ pub(crate) async fn json_errors(method: Method, uri: Uri, response: Response) ->
         Err(_) => String::new(),
     };
     let allow = parts.headers.get(header::ALLOW).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let error = describe(status, &method, uri.path(), &text, allow.as_deref());
+    let path = format!("{prefix}{}", uri.path());
+    let error = describe(status, &method, &path, &text, allow.as_deref());
     let mut rewritten = error.into_response();
     parts.headers.remove(header::CONTENT_TYPE);
     parts.headers.remove(header::CONTENT_LENGTH);

@@ -24,6 +24,46 @@ pub struct ErrorObject {
     pub details: Value,
 }
 
+/// The `{action}` of `POST /flows/{name}/{action}` (the handler answers 404 to any other).
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FlowAction {
+    Pause,
+    Resume,
+}
+
+/// The `{action}` of `POST /runs/{id}/nodes/{node}/{action}` (the handler answers 404 to any other).
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeAction {
+    Confirm,
+    Reject,
+    Rerun,
+    MarkSuccess,
+    Skip,
+}
+
+/// One Server-Sent Event of `GET .../logs?follow=true` (`text/event-stream`), as
+/// its fields: `event: log` carries output, one `event: end` closes the stream.
+#[derive(Serialize, ToSchema)]
+pub struct LogStreamEvent {
+    pub event: LogStreamEventKind,
+    /// The byte offset after this event's output: send it back as `Last-Event-ID`
+    /// (or `offset`) to resume.
+    pub id: String,
+    /// JSON text: `log` → `{"attempt", "offset", "text"}`; `end` → `{"attempt",
+    /// "offset", "stored"}` (`stored`: the attempt's log is kept in the store).
+    pub data: String,
+}
+
+/// The `event:` field of a log stream event.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LogStreamEventKind {
+    Log,
+    End,
+}
+
 /// Every `code` an error answer can carry.
 #[derive(Serialize, ToSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]

@@ -165,3 +165,66 @@ async fn real_answers_have_the_documented_shapes() {
     let (_, paused) = send(&app.router, "POST", "/api/v1/flows/shape/pause", &json!({}).to_string()).await;
     assert_shape(&doc, "PauseAnswer", &paused);
 }
+
+/// What `openapi-spec-validator` (run by `.ci/openapi`) refused once: shared
+/// operation ids, path actions without an enum, the SSE log stream undocumented.
+#[test]
+fn operation_ids_are_unique_actions_are_enums_and_follow_is_sse() {
+    let doc = spec();
+    let mut seen = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("path item") {
+            let id = op["operationId"].as_str().unwrap_or_else(|| panic!("{method} {path}: no operationId"));
+            assert!(seen.insert(id.to_string()), "operationId `{id}` ({method} {path}) is not unique");
+        }
+    }
+    let schemas = &doc["components"]["schemas"];
+    let action_enum = |path: &str| -> Vec<String> {
+        let params = doc["paths"][path]["post"]["parameters"].as_array().expect("parameters");
+        let action = params.iter().find(|p| p["name"] == "action").expect("action parameter");
+        let reference = action["schema"]["$ref"].as_str().expect("a $ref to the enum");
+        let name = reference.rsplit('/').next().expect("schema name");
+        let values = schemas[name]["enum"].as_array().unwrap_or_else(|| panic!("{name} has no enum"));
+        values.iter().map(|v| v.as_str().expect("string").to_string()).collect()
+    };
+    assert_eq!(action_enum("/api/v1/flows/{name}/{action}"), ["pause", "resume"]);
+    assert_eq!(
+        action_enum("/api/v1/runs/{id}/nodes/{node}/{action}"),
+        ["confirm", "reject", "rerun", "mark-success", "skip"]
+    );
+    let ok = &doc["paths"]["/api/v1/runs/{id}/nodes/{node}/logs"]["get"]["responses"]["200"]["content"];
+    assert!(ok["application/json"].is_object(), "{ok}");
+    assert_eq!(ok["text/event-stream"]["schema"]["$ref"], "#/components/schemas/LogStreamEvent", "{ok}");
+    let event = &schemas["LogStreamEvent"]["properties"];
+    assert!(event["event"].is_object() && event["id"].is_object() && event["data"].is_object(), "{event}");
+}
+
+/// A wrong method's 405 names the allowed methods in its body as in its `Allow`
+/// header (the body once said `use ` and `"allow": ""`).
+#[tokio::test]
+async fn a_wrong_method_names_the_allowed_ones() {
+    let app = app(&[]).await;
+    for (method, uri, allowed) in [
+        ("PATCH", "/api/v1/runs", "GET,HEAD"),
+        ("DELETE", "/api/v1/flows/x/runs", "POST"),
+        ("POST", "/api/v1/flows/x", "GET,HEAD,PUT,DELETE"),
+        ("POST", "/healthz", "GET,HEAD"),
+        ("DELETE", "/admin/log-level", "GET,HEAD,PUT"),
+    ] {
+        let request = Request::builder().method(method).uri(uri).body(Body::empty()).expect("request");
+        let response = app.router.clone().oneshot(request).await.expect("infallible");
+        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED, "{method} {uri}");
+        let header = response.headers()["allow"].to_str().expect("ascii").to_string();
+        let mut sorted: Vec<&str> = header.split(',').map(str::trim).collect();
+        sorted.sort_unstable();
+        let mut want: Vec<&str> = allowed.split(',').collect();
+        want.sort_unstable();
+        assert_eq!(sorted, want, "{method} {uri}: Allow");
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16).await.expect("body");
+        let body: Value = serde_json::from_slice(&bytes).expect("json");
+        assert_eq!(body["error"]["code"], "method_not_allowed");
+        assert_eq!(body["error"]["details"]["allow"], header, "{body}");
+        let message = body["error"]["message"].as_str().expect("message");
+        assert_eq!(message, format!("{method} is not allowed on {uri}; use {header}"));
+    }
+}

@@ -10,7 +10,7 @@
 //! | … on delivery `max_deliveries`                  | dead-letter with the reason            | `dead_letter` |
 //! | too large, not JSON, `key`/`params`/`when` fails | dead-letter at once + warning alert   | `dead_letter` |
 //! | the flow cannot take it (gone, observe-only…)   | dead-letter with the reason            | `dead_letter` |
-//! | store unavailable / shutting down               | redeliver after a delay (not counted)  | —             |
+//! | store unavailable / shutting down, or the flow paused (`queue`) since the consumer read it | redeliver after a delay (not counted) | — |
 //!
 //! Acknowledging only after the run is committed makes delivery at least once;
 //! the run key `message:<source>:<key>` makes the run exactly one.
@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use madeira_core::MessageTriggerDef;
+use madeira_core::{MessageTriggerDef, OnPaused};
 use serde_json::{Value as Json, json};
 
 use crate::source::Delivery;
@@ -77,6 +77,9 @@ pub enum Refusal {
     Unavailable(String),
     /// The flow can never take it (gone, observe-only, bad params text).
     Rejected(String),
+    /// The flow was paused after this consumer last read it: the message stays in
+    /// the broker (`on_paused: queue`) or is acked as filtered (`drop`).
+    Paused,
 }
 
 /// Makes runs; the binary implements it over the engine (and the flow's rate limit).
@@ -222,12 +225,22 @@ impl Handler {
             Err(Refusal::Rejected(why)) => {
                 (Decision::DeadLetter(why.clone(), Outcome::DeadLetter), Some(why))
             }
+            // The consumer stops within its supervisor's next look at the flows;
+            // until then the message goes back uncounted.
+            Err(Refusal::Paused) if self.def.on_paused == OnPaused::Drop => {
+                (Decision::Ack(Outcome::Filtered), None)
+            }
+            Err(Refusal::Paused) => {
+                let reason = format!("flow {} is paused", self.flow);
+                (Decision::Retry { delay: Duration::from_secs(1), reason, counted: false }, None)
+            }
             Err(refusal) => {
                 let reason = match &refusal {
                     Refusal::RateLimited(wait) => format!("rate_limited: retry after {wait:?}"),
                     Refusal::QueueFull(why) => format!("queue_full: {why}"),
                     Refusal::OverlapSkipped(why) => format!("overlap_skipped: {why}"),
                     Refusal::Unavailable(why) | Refusal::Rejected(why) => why.clone(),
+                    Refusal::Paused => "paused".to_string(),
                 };
                 if d.deliveries >= self.def.max_deliveries {
                     let reason = format!(

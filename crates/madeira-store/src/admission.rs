@@ -15,7 +15,16 @@ use crate::{CreateOutcome, NewRun, StoreError};
 /// is SQLite's only writer, so no one else creates runs of the flow meanwhile).
 pub(crate) type ClaimCache = HashMap<(String, String), i64>;
 
+/// The triggers a paused flow stops (`cron`, events, messages); a manual or API
+/// run, `madeira exec` and a benchmark's runs still start.
+const STOPPED_BY_PAUSE: [&str; 4] = ["cron", "cron_catchup", "event", "message"];
+
 impl NewRun {
+    /// A paused flow refuses this run (`CreateOutcome::Paused`).
+    pub fn stopped_by_pause(&self) -> bool {
+        STOPPED_BY_PAUSE.contains(&self.trigger.as_str())
+    }
+
     /// The admission rules this run's flow version states.
     pub fn policy(&self) -> Policy<'_> {
         Policy { max_active_runs: self.max_active_runs, on_overlap: self.overlap, throttles: &self.throttles }

@@ -73,6 +73,9 @@ pub enum CreateOutcome {
     Skipped { active: Vec<String> },
     /// A throttled node's queue is full; nothing was stored.
     Throttled { node: String, claims: u32, max_permits: u32, queue_size: u32 },
+    /// The flow is paused and the run's trigger is one a pause stops
+    /// (`NewRun::stopped_by_pause`); nothing was stored.
+    Paused,
 }
 
 /// A node row as written and read.

@@ -45,7 +45,7 @@ impl Client {
             builder = builder.tls_certs_only(ca_certs(path)?);
         }
         let http = builder.build()?;
-        let base = args.server.trim_end_matches('/').to_string();
+        let base = server_base(&args.server)?;
         Ok(Self { shown: redact(&base), base, token: args.token.clone(), http })
     }
 
@@ -144,23 +144,69 @@ pub fn cause(e: reqwest::Error) -> String {
     cause
 }
 
-/// `url` with the password of its user info masked (`http://u:***@host`); a user
-/// info without a password may be a token, so it is masked whole.
+/// The API's base URL from `--server`, without a trailing `/`. A query or a
+/// fragment is refused (the API paths go after it, and a `?token=` there would
+/// be sent and printed): the message shows the URL with its secrets masked.
+fn server_base(server: &str) -> Result<String> {
+    let base = server.trim_end_matches('/');
+    if let Some(at) = base.find(['?', '#']) {
+        let what = if base[at..].starts_with('?') { "query" } else { "fragment" };
+        bail!(
+            "--server/MADEIRA_SERVER `{}` has a {what}; give the control plane's address only \
+             (e.g. http://127.0.0.1:7070) and the token with --token or MADEIRA_TOKEN",
+            redact(server)
+        );
+    }
+    Ok(base.to_string())
+}
+
+/// `url` with its secrets masked: the password of its user info
+/// (`http://u:***@host`; a user info without a password may be a token, so it
+/// is masked whole), the values of query parameters named like a secret
+/// (`?token=***`, `password`, `secret`, `key`, `auth`, `sig`), and a fragment.
 pub fn redact(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_string();
     };
     let start = scheme_end + 3;
     let rest = &url[start..];
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_string();
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let authority = match authority.rfind('@') {
+        Some(at) => {
+            let masked = match authority[..at].split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None => "***".to_string(),
+            };
+            format!("{masked}{}", &authority[at..])
+        }
+        None => authority.to_string(),
     };
-    let masked = match authority[..at].split_once(':') {
-        Some((user, _)) => format!("{user}:***"),
-        None => "***".to_string(),
+    let tail = &rest[authority_end..];
+    let (before_fragment, fragment) = match tail.split_once('#') {
+        Some((before, _)) => (before, "#***"),
+        None => (tail, ""),
     };
-    format!("{}{masked}{}", &url[..start], &rest[at..])
+    let tail = match before_fragment.split_once('?') {
+        Some((path, query)) => format!("{path}?{}", redact_query(query)),
+        None => before_fragment.to_string(),
+    };
+    format!("{}{authority}{tail}{fragment}", &url[..start])
+}
+
+/// `a=1&token=***`: the values of parameters named like a secret masked.
+fn redact_query(query: &str) -> String {
+    const SECRET: [&str; 6] = ["token", "pass", "secret", "key", "auth", "sig"];
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if SECRET.iter().any(|s| name.to_ascii_lowercase().contains(s)) => {
+                format!("{name}=***")
+            }
+            _ => pair.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 /// The certificates of `--ca-file`: the only roots trusted then.
@@ -190,10 +236,29 @@ pub enum Body {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{redact, server_base};
+
+    #[test]
+    fn a_server_url_with_a_query_or_fragment_is_refused_without_its_secrets() {
+        assert_eq!(server_base("http://madeira:7070/").expect("plain"), "http://madeira:7070");
+        for url in
+            ["http://127.0.0.1:1/?token=Secret", "http://u:Secret@h/#Secret", "http://h?key=Secret&a=1"]
+        {
+            let err = server_base(url).expect_err("refused").to_string();
+            assert!(!err.contains("Secret"), "{err}");
+            assert!(err.contains("--token"), "{err}");
+        }
+    }
 
     #[test]
     fn passwords_in_server_urls_are_masked() {
+        assert_eq!(redact("http://h:1/?token=Secret&a=1"), "http://h:1/?token=***&a=1");
+        assert_eq!(
+            redact("postgres://h/db?sslmode=require&password=pw"),
+            "postgres://h/db?sslmode=require&password=***"
+        );
+        assert_eq!(redact("http://u:pw@h/p#frag"), "http://u:***@h/p#***");
+        assert_eq!(redact("http://h?Access_Token=x"), "http://h?Access_Token=***");
         assert_eq!(redact("https://sre:s3cret@madeira:7070/x"), "https://sre:***@madeira:7070/x");
         assert_eq!(redact("http://tok3n@madeira"), "http://***@madeira");
         assert_eq!(redact("http://madeira:7070/a@b"), "http://madeira:7070/a@b");

@@ -286,6 +286,12 @@ impl ServerConfig {
         self.datasources.iter().map(|d| d.name.trim().to_string()).collect()
     }
 
+    /// `(name, type)` of each message source, no URL read: what `validate --config`
+    /// checks message triggers against.
+    pub fn source_names(&self) -> Vec<(String, String)> {
+        self.sources.iter().map(|s| (s.name.trim().to_string(), s.kind.name().to_string())).collect()
+    }
+
     /// Sidecar group tokens, read from their env variables or files.
     pub fn sidecar_tokens(&self, file: &str) -> Result<Vec<madeira_fleet::GroupToken>, ConfigError> {
         let err = |message: String| ConfigError { file: file.to_string(), message };

@@ -92,6 +92,7 @@ fn refusal(e: EngineError) -> Refusal {
     match e {
         EngineError::QueueFull { .. } => Refusal::QueueFull(e.to_string()),
         EngineError::OverlapSkipped { .. } => Refusal::OverlapSkipped(e.to_string()),
+        EngineError::Paused(_) => Refusal::Paused,
         EngineError::Store(_) | EngineError::ShuttingDown => Refusal::Unavailable(e.to_string()),
         other => Refusal::Rejected(other.to_string()),
     }

@@ -48,6 +48,7 @@ fn alert_error(e: AlertError) -> ApiError {
 #[utoipa::path(
     get,
     path = "/api/v1/alerts",
+    operation_id = "list_alerts",
     tag = "alerts",
     params(("status" = Option<String>, Query, description = "pending, firing or resolved"), ("flow" = Option<String>, Query), ("limit" = Option<u32>, Query, description = "1 to 1000, default 50")),
     responses(

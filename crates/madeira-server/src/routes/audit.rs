@@ -13,6 +13,7 @@ use crate::{ApiError, AppState, Role, views};
 #[utoipa::path(
     get,
     path = "/api/v1/audit",
+    operation_id = "list_audit",
     tag = "audit",
     params(("run_id" = Option<String>, Query), ("actor" = Option<String>, Query), ("since" = Option<String>, Query, description = "RFC 3339"), ("limit" = Option<u32>, Query, description = "1 to 1000, default 50")),
     responses(

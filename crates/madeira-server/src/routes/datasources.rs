@@ -12,6 +12,7 @@ use crate::{ApiError, AppState, Role};
 #[utoipa::path(
     get,
     path = "/api/v1/datasources",
+    operation_id = "list_datasources",
     tag = "datasources",
     responses(
         (status = 200, description = "the datasources and their pool use", body = crate::schema::DatasourcesView),

@@ -81,6 +81,7 @@ pub async fn get(
 #[utoipa::path(
     get,
     path = "/api/v1/flows",
+    operation_id = "list_flows",
     tag = "flows",
     responses(
         (status = 200, description = "every flow", body = crate::schema::FlowList),

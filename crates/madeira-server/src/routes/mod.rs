@@ -14,25 +14,62 @@ mod sources;
 mod telemetry;
 mod triggers;
 
+use std::convert::Infallible;
+
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{Method, Uri};
+use axum::response::Response;
 use axum::routing::{MethodRouter, get, post, put};
 use serde::de::DeserializeOwned;
+use tower::Service;
 
 use crate::{ApiError, AppState, MAX_BODY_BYTES};
 
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(telemetry::metrics))
-        .route("/admin/log-level", put(telemetry::put_log_level).get(telemetry::get_log_level))
-        .nest("/api/v1", api())
+        .route_service("/healthz", rewritten("", get(health::healthz).with_state(state.clone())))
+        .route_service("/readyz", rewritten("", get(health::readyz).with_state(state.clone())))
+        .route_service("/metrics", rewritten("", get(telemetry::metrics).with_state(state.clone())))
+        .route_service(
+            "/admin/log-level",
+            rewritten(
+                "",
+                put(telemetry::put_log_level).get(telemetry::get_log_level).with_state(state.clone()),
+            ),
+        )
+        .nest_service(API, rewritten(API, api().with_state(state)))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(crate::guard::json_bodies))
+        // Answers of no route at all (404) get the error shape here too.
         .layer(axum::middleware::map_response(crate::rejections::json_errors))
-        .with_state(state)
+}
+
+/// Where the API is mounted.
+const API: &str = "/api/v1";
+
+/// `service` (mounted at `prefix`) with framework rejections rewritten as JSON
+/// errors. Around the whole service, not by `Router::layer` (which wraps each
+/// method's handler): a wrong method's 405 gets its `Allow` header only after
+/// those inner layers ran, and the error body names the allowed methods from it.
+fn rewritten<S>(
+    prefix: &'static str,
+    service: S,
+) -> impl Service<Request, Response = Response, Error = Infallible, Future: Send + 'static>
++ Clone
++ Send
++ Sync
++ 'static
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+{
+    use tower::Layer;
+    let rewrite = move |method: Method, uri: Uri, response: Response| {
+        crate::rejections::json_errors_under(prefix, method, uri, response)
+    };
+    axum::middleware::map_response(rewrite).layer(service)
 }
 
 /// Every `/api/v1` route (path relative to `/api/v1`, handlers documented in

@@ -23,6 +23,8 @@ use super::{alerts, audit, datasources, flows, lifecycle, runs, sidecars, source
         runs::trigger, runs::list, runs::show, runs::cancel, runs::transitions, runs::logs, runs::node_action,
         audit::list, alerts::list, alerts::test, sidecars::list, datasources::list, sources::list, document,
     ),
+    // Path parameters' enums are not collected from `paths`: listed here.
+    components(schemas(crate::schema::FlowAction, crate::schema::NodeAction)),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
 )]

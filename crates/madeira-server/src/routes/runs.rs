@@ -136,6 +136,7 @@ pub(crate) fn parse_limit(raw: Option<&String>) -> Result<u32, ApiError> {
 #[utoipa::path(
     get,
     path = "/api/v1/runs",
+    operation_id = "list_runs",
     tag = "runs",
     params(RunListQuery),
     responses(
@@ -303,7 +304,7 @@ pub async fn cancel(
     post,
     path = "/api/v1/runs/{id}/nodes/{node}/{action}",
     tag = "runs",
-    params(("id" = String, Path, description = "run id (UUIDv7)"), ("node" = String, Path, description = "node id"), ("action" = String, Path, description = "confirm, reject, rerun, mark-success or skip")),
+    params(("id" = String, Path, description = "run id (UUIDv7)"), ("node" = String, Path, description = "node id"), ("action" = crate::schema::NodeAction, Path, description = "confirm, reject, rerun, mark-success or skip")),
     request_body(content = ActionBody, content_type = "application/json"),
     responses(
         (status = 200, description = "the action was taken", body = crate::schema::ActionAnswer),
@@ -396,7 +397,10 @@ pub struct LogsQuery {
         ("attempt" = Option<u32>, Query, description = "one attempt only (default: every stored one, plus the live one)")
     ),
     responses(
-        (status = 200, description = "the node's log, per attempt (with follow=true: an SSE stream)", body = crate::schema::NodeLogs),
+        (status = 200, description = "the node's log, per attempt; with follow=true an SSE stream (`text/event-stream`)", content(
+            (crate::schema::NodeLogs = "application/json"),
+            (crate::schema::LogStreamEvent = "text/event-stream")
+        )),
         (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
         (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
         (status = 404, description = "not found", body = crate::schema::ErrorBody),

@@ -17,6 +17,7 @@ const PRESENCE_FRESH_MS: i64 = 10_000;
 #[utoipa::path(
     get,
     path = "/api/v1/sidecars",
+    operation_id = "list_sidecars",
     tag = "sidecars",
     responses(
         (status = 200, description = "the fleet", body = crate::schema::SidecarsView),

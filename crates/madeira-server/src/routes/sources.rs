@@ -12,6 +12,7 @@ use crate::{ApiError, AppState, Role};
 #[utoipa::path(
     get,
     path = "/api/v1/sources",
+    operation_id = "list_sources",
     tag = "sources",
     responses(
         (status = 200, description = "the message sources and their consumers", body = crate::schema::SourcesList),

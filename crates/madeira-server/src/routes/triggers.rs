@@ -128,7 +128,7 @@ struct ReasonBody {
     post,
     path = "/api/v1/flows/{name}/{action}",
     tag = "flows",
-    params(("name" = String, Path, description = "flow name"), ("action" = String, Path, description = "pause or resume")),
+    params(("name" = String, Path, description = "flow name"), ("action" = crate::schema::FlowAction, Path, description = "pause or resume")),
     request_body(content = ReasonBody, content_type = "application/json"),
     responses(
         (status = 200, description = "the flow is paused, or resumed with the events kept while paused started", body = crate::schema::PauseAnswer),

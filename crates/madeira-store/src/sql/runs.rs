@@ -65,6 +65,8 @@ struct Admitted<'a> {
     runs: Vec<(&'a NewRun, RunEdge, bool)>,
     /// Where the store numbers transitions itself, the ids it gives.
     ids: Option<&'a TransitionIds>,
+    /// Whether each flow is paused, read once under its lock.
+    paused: HashMap<String, bool>,
 }
 
 impl<'a> Admitted<'a> {
@@ -242,11 +244,30 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, batch: &mut Admitted<'_>) -> Resul
     Ok(Facts { existing: None, claims, active, queued: queued.is_some() })
 }
 
+/// Whether `flow` is paused (a flow not found is not).
+async fn flow_paused(tx: &mut Tx<'_>, flow: &str, batch: &mut Admitted<'_>) -> Result<bool> {
+    if let Some(paused) = batch.paused.get(flow) {
+        return Ok(*paused);
+    }
+    let row: Option<(bool,)> = sqlx::query_as(&sql("SELECT paused FROM flows WHERE name = $1"))
+        .bind(flow)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let paused = row.is_some_and(|(p,)| p);
+    batch.paused.insert(flow.to_string(), paused);
+    Ok(paused)
+}
+
 /// Decides the run with `madeira_core::admit` and records what it says for the
 /// batch to write: the run row (QUEUED; `admitted_at` when it may start), its
 /// node rows and the transition record of its creation edge.
 async fn create_in<'a>(tx: &mut Tx<'_>, run: &'a NewRun, batch: &mut Admitted<'a>) -> Result<CreateOutcome> {
     let facts = facts(tx, run, batch).await?;
+    // Read under the flow's lock, which `set_paused` takes too: once a pause has
+    // answered, no trigger it stops makes a run (a repeated key still finds its run).
+    if facts.existing.is_none() && run.stopped_by_pause() && flow_paused(tx, &run.flow, batch).await? {
+        return Ok(CreateOutcome::Paused);
+    }
     let decision = admit(&facts, &run.policy()).map_err(refused)?;
     let (created, start, cancel_previous) = match to_write(decision) {
         Ok(write) => write,

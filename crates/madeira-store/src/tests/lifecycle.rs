@@ -114,3 +114,37 @@ pub(crate) async fn a_deleted_flow_keeps_or_purges_its_history(s: &dyn Store) {
     assert!(s.deleted_flows().await.expect("deleted").is_empty(), "a purged flow has no history to list");
     assert_eq!(s.put_flow("f", "x", "h1", 11).await.expect("again"), PutFlow { version: 3, created: true });
 }
+
+/// A pause answered means no cron tick, event or message makes a run: the
+/// store refuses them under the flow's lock. A manual run still starts, and a
+/// key that already made its run still finds it.
+pub(crate) async fn a_paused_flow_refuses_the_runs_its_triggers_would_make(s: &dyn Store) {
+    s.put_flow("f", "x", "h1", 1).await.expect("put");
+    let message = |id: &str, key: &str| NewRun {
+        trigger: "message".into(),
+        ..new_run(id, Some(&format!("message:bus:{key}")), 0, Overlap::Queue)
+    };
+    assert!(matches!(
+        s.create_run(&message("m1", "k1")).await.expect("create"),
+        CreateOutcome::Created { .. }
+    ));
+    assert!(s.set_paused("f", true, 2).await.expect("pause"));
+    for trigger in ["message", "event", "cron", "cron_catchup"] {
+        let run =
+            NewRun { trigger: trigger.into(), ..new_run(&format!("p-{trigger}"), None, 0, Overlap::Queue) };
+        assert_eq!(s.create_run(&run).await.expect("create"), CreateOutcome::Paused, "{trigger}");
+        assert!(s.load_run(&run.id).await.expect("load").is_none(), "{trigger}: nothing written");
+    }
+    // In one batch beside a manual run: only that one is made.
+    let batch = [message("m2", "k2"), new_run("manual-1", None, 0, Overlap::Queue)];
+    let out = s.create_runs(&batch).await.expect("create batch");
+    assert_eq!(out[0], CreateOutcome::Paused);
+    assert!(matches!(out[1], CreateOutcome::Created { .. }), "{out:?}");
+    let again = s.create_run(&message("m1-again", "k1")).await.expect("create");
+    assert_eq!(again, CreateOutcome::Existing { run_id: "m1".into(), version: 1 });
+    assert!(s.set_paused("f", false, 3).await.expect("resume"));
+    assert!(matches!(
+        s.create_run(&message("m2", "k2")).await.expect("create"),
+        CreateOutcome::Created { .. }
+    ));
+}

@@ -126,6 +126,7 @@ on_every_backend!(
     last_cron_key_and_version_history,
     creation_is_a_recorded_edge_and_a_start_is_decided,
     events_are_kept_only_for_a_paused_flow_once_and_bounded,
+    a_paused_flow_refuses_the_runs_its_triggers_would_make,
     a_deleted_flow_keeps_or_purges_its_history,
     shard_results_are_kept_per_key_and_pruned_with_their_run,
     transitions_keep_their_order_across_statements_commits_and_runs,

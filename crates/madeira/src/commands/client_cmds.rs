@@ -140,9 +140,14 @@ async fn apply(paths: &[std::path::PathBuf], server: &ServerArgs) -> Result<Exit
     let client = Client::new(server)?;
     let mut results = Vec::new();
     for (name, source, shown) in flows {
+        // The server checks what only it knows (sources, datasources) and names
+        // the file `NAME.yaml`: its errors are told with this file's path.
         let reply = client
             .call(Method::PUT, &format!("/flows/{name}"), Some(Body::Yaml(source)), &[])
             .await
+            .map_err(|e| {
+                anyhow::anyhow!(e.to_string().replace(&format!("{name}.yaml:"), &format!("{shown}:")))
+            })
             .with_context(|| format!("{shown}: applying flow {name}"))?;
         results.push(reply.body);
     }

@@ -9,9 +9,13 @@ use serde_json::json;
 use crate::cli::{CronCommand, Output};
 
 pub fn validate(files: &[PathBuf], config: Option<&std::path::Path>, output: Output) -> Result<ExitCode> {
-    // With a server config, SQL nodes must name one of its datasources.
-    let datasources = match config {
-        Some(path) => Some(crate::config::ServerConfig::load(path)?.datasource_names()),
+    // With a server config, SQL nodes must name one of its datasources and
+    // message triggers one of its sources, as on apply.
+    let known = match config {
+        Some(path) => {
+            let config = crate::config::ServerConfig::load(path)?;
+            Some((config.datasource_names(), config.source_names()))
+        }
         None => None,
     };
     let mut errors = Vec::new();
@@ -27,14 +31,22 @@ pub fn validate(files: &[PathBuf], config: Option<&std::path::Path>, output: Out
         };
         match madeira_core::spec::parse_flow(&name, &source) {
             Ok(def) => {
-                let checked = match &datasources {
-                    Some(known) => madeira_core::spec::check_datasources(&name, &def, known),
-                    None => Ok(()),
+                let problems: Vec<String> = match &known {
+                    Some((datasources, sources)) => [
+                        madeira_core::spec::check_sources(&name, &def, sources),
+                        madeira_core::spec::check_datasources(&name, &def, datasources),
+                    ]
+                    .into_iter()
+                    .filter_map(Result::err)
+                    .flat_map(|e| e.0)
+                    .map(|e| e.to_string())
+                    .collect(),
+                    None => Vec::new(),
                 };
-                match checked {
-                    Err(e) => errors.extend(e.0.iter().map(ToString::to_string)),
-                    Ok(()) => valid.push(json!({"file": name, "flow": def.name, "nodes": def.nodes.len()})),
+                if problems.is_empty() {
+                    valid.push(json!({"file": name, "flow": def.name, "nodes": def.nodes.len()}));
                 }
+                errors.extend(problems);
             }
             Err(e) => errors.extend(e.0.iter().map(ToString::to_string)),
         }
