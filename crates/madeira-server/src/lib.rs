@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 pub use auth::{AuthConfig, Caller, Role, TokenEntry};
 pub use error::ApiError;
 pub use routes::follow::{FollowRequest, follow_node, resume_offset};
-pub use scope::visible_flow_names;
+pub use scope::{visible_flow, visible_flow_names};
 pub use views::render_prompt;
 
 /// The OpenAPI 3.1 document of `/api/v1` (also served at `GET /api/v1/openapi.json`).
