@@ -7,11 +7,15 @@
 //! `Last-Event-ID` from that ring; when the ring no longer holds the gap (or the
 //! hub itself lagged behind the engine) it sends `reset`, and the page refetches
 //! what it shows. Streams end when the console shuts down.
+//!
+//! A scoped viewer's stream carries only the flows its token sees (`Scope`: each
+//! flow judged by its latest version's labels, as the API does, again after
+//! `REJUDGE`); asking for another team's run or flow answers 404.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
@@ -27,6 +31,8 @@ use tokio_util::sync::CancellationToken;
 use crate::session::Ctx;
 use crate::{Console, ConsoleError};
 
+/// How long a scoped stream keeps its judgement of a flow (its labels may change).
+const REJUDGE: Duration = Duration::from_secs(10);
 /// Events kept for resumption.
 const RING: usize = 4096;
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -143,11 +149,13 @@ impl Hub {
         self.inner.tx.receiver_count()
     }
 
-    /// The stream of SSE events for `filter`, resuming after `last`.
+    /// The stream of SSE events for `filter`, resuming after `last`; with
+    /// `scope`, only events of the flows it sees.
     pub fn stream(
         &self,
         filter: Filter,
         last: Option<u64>,
+        scope: Option<Arc<Scope>>,
     ) -> impl Stream<Item = Result<Event, Infallible>> + use<> {
         let live = BroadcastStream::new(self.inner.tx.subscribe());
         let replay = self.replay(last);
@@ -166,7 +174,53 @@ impl Hub {
             std::future::ready(out)
         });
         let shutdown = self.inner.shutdown.clone().cancelled_owned();
-        head.chain(tail).map(|e| Ok(e.to_sse())).take_until(shutdown)
+        let seen = head.chain(tail).filter(move |e| {
+            let (scope, e) = (scope.clone(), e.clone());
+            async move {
+                match (&scope, &e.event) {
+                    (Some(scope), Some(event)) => scope.sees(&event.flow).await,
+                    _ => true,
+                }
+            }
+        });
+        seen.map(|e| Ok(e.to_sse())).take_until(shutdown)
+    }
+}
+
+/// Which flows a scoped viewer's stream may carry.
+pub struct Scope {
+    engine: madeira_engine::EngineHandle,
+    caller: madeira_server::Caller,
+    judged: Mutex<HashMap<String, (bool, Instant)>>,
+}
+
+impl Scope {
+    pub fn new(engine: madeira_engine::EngineHandle, caller: madeira_server::Caller) -> Self {
+        Self { engine, caller, judged: Mutex::new(HashMap::new()) }
+    }
+
+    /// Whether the caller sees `flow` (a flow that cannot be read is not seen).
+    pub async fn sees(&self, flow: &str) -> bool {
+        let cached = {
+            let judged = self.judged.lock().unwrap_or_else(|p| p.into_inner());
+            judged.get(flow).filter(|(_, at)| at.elapsed() < REJUDGE).map(|(sees, _)| *sees)
+        };
+        if let Some(sees) = cached {
+            return sees;
+        }
+        let sees = match madeira_server::visible_flow(&self.engine, &self.caller, flow).await {
+            Ok(sees) => sees,
+            Err(e) => {
+                tracing::debug!(flow = %flow, error = %e, "cannot judge a flow's scope; its events are left out");
+                false
+            }
+        };
+        let mut judged = self.judged.lock().unwrap_or_else(|p| p.into_inner());
+        if judged.len() > 10_000 {
+            judged.clear();
+        }
+        judged.insert(flow.to_string(), (sees, Instant::now()));
+        sees
     }
 }
 
@@ -184,11 +238,11 @@ pub struct Filter {
     pub after: Option<u64>,
 }
 
-/// `GET /events?run=ID` or `?flow=NAME` (or neither: everything), resumable with
-/// `Last-Event-ID`.
+/// `GET /events?run=ID` or `?flow=NAME` (or neither: everything the viewer
+/// sees), resumable with `Last-Event-ID`.
 pub async fn stream(
     State(console): State<Console>,
-    _ctx: Ctx,
+    ctx: Ctx,
     headers: HeaderMap,
     Query(filter): Query<Filter>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ConsoleError> {
@@ -200,7 +254,24 @@ pub async fn stream(
         ),
         None => filter.after,
     };
-    Ok(Sse::new(console.hub.stream(filter, last)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+    let caller = ctx.user.caller();
+    let scope = match caller.is_scoped() {
+        false => None,
+        true => {
+            let scope = Scope::new(console.app.engine.clone(), caller);
+            if let Some(run) = &filter.run {
+                crate::pages::load_run(&console, &ctx.user, run).await?;
+            }
+            if let Some(flow) = &filter.flow
+                && !scope.sees(flow).await
+            {
+                return Err(ConsoleError::NotFound(format!("flow {flow} not found")));
+            }
+            Some(Arc::new(scope))
+        }
+    };
+    let events = console.hub.stream(filter, last, scope);
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
 }
 
 #[cfg(test)]

@@ -105,35 +105,62 @@ impl Console {
 /// Largest form body a console POST may carry.
 const MAX_FORM_BYTES: usize = 64 * 1024;
 
+/// What a console route may show of flows and runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Nothing of any flow or run (sign-in, sign-out, language, static assets).
+    Public,
+    /// The signed-in token's scope applies, as in the API: another team's flow or
+    /// run answers 404, and lists and live streams leave it out.
+    Scoped,
+}
+
+type Handlers = axum::routing::MethodRouter<Console>;
+
+/// Every console route with its access; `router` serves exactly these.
+fn table() -> Vec<(&'static str, Access, Handlers)> {
+    use Access::{Public, Scoped};
+    vec![
+        ("/", Scoped, get(pages::overview::page)),
+        ("/signin", Public, get(session::signin_page).post(session::signin)),
+        ("/signout", Public, post(session::signout)),
+        ("/lang", Public, get(session::set_lang)),
+        ("/assets/{name}", Public, get(assets::serve)),
+        ("/events", Scoped, get(events::stream)),
+        ("/approvals", Scoped, get(pages::approvals::page)),
+        ("/approvals/bulk", Scoped, post(actions::bulk_confirm)),
+        ("/flows", Scoped, get(pages::flows::list)),
+        ("/flows/{name}", Scoped, get(pages::flows::show)),
+        ("/flows/{name}/run", Scoped, post(actions::run_now)),
+        ("/flows/{name}/pause", Scoped, post(actions::pause)),
+        ("/flows/{name}/resume", Scoped, post(actions::resume)),
+        ("/runs", Scoped, get(pages::runs::search)),
+        ("/runs/bulk", Scoped, post(actions::bulk_runs)),
+        ("/runs/{id}", Scoped, get(pages::run::page)),
+        ("/runs/{id}/live", Scoped, get(pages::run::live)),
+        ("/runs/{id}/cancel", Scoped, post(actions::cancel)),
+        ("/runs/{id}/nodes/{node}", Scoped, get(pages::run::panel)),
+        ("/runs/{id}/nodes/{node}/log", Scoped, get(logs::serve)),
+        ("/runs/{id}/nodes/{node}/log/follow", Scoped, get(logs::follow)),
+        ("/runs/{id}/nodes/{node}/{action}", Scoped, post(actions::node_action)),
+        ("/audit", Scoped, get(pages::audit::page)),
+        ("/audit.csv", Scoped, get(pages::audit::csv)),
+        ("/alerts", Scoped, get(pages::misc::alerts)),
+        ("/sidecars", Scoped, get(pages::misc::sidecars)),
+    ]
+}
+
+/// The console's routes (paths as the router declares them) and their access:
+/// the route check probes every `Scoped` one with another team's names.
+pub fn routes() -> Vec<(&'static str, Access)> {
+    table().into_iter().map(|(path, access, _)| (path, access)).collect()
+}
+
 /// The console's routes; merge them with `madeira_server::router`.
 pub fn router(console: Console) -> Router {
-    Router::new()
-        .route("/", get(pages::overview::page))
-        .route("/signin", get(session::signin_page).post(session::signin))
-        .route("/signout", post(session::signout))
-        .route("/lang", get(session::set_lang))
-        .route("/assets/{name}", get(assets::serve))
-        .route("/events", get(events::stream))
-        .route("/approvals", get(pages::approvals::page))
-        .route("/approvals/bulk", post(actions::bulk_confirm))
-        .route("/flows", get(pages::flows::list))
-        .route("/flows/{name}", get(pages::flows::show))
-        .route("/flows/{name}/run", post(actions::run_now))
-        .route("/flows/{name}/pause", post(actions::pause))
-        .route("/flows/{name}/resume", post(actions::resume))
-        .route("/runs", get(pages::runs::search))
-        .route("/runs/bulk", post(actions::bulk_runs))
-        .route("/runs/{id}", get(pages::run::page))
-        .route("/runs/{id}/live", get(pages::run::live))
-        .route("/runs/{id}/cancel", post(actions::cancel))
-        .route("/runs/{id}/nodes/{node}", get(pages::run::panel))
-        .route("/runs/{id}/nodes/{node}/log", get(logs::serve))
-        .route("/runs/{id}/nodes/{node}/log/follow", get(logs::follow))
-        .route("/runs/{id}/nodes/{node}/{action}", post(actions::node_action))
-        .route("/audit", get(pages::audit::page))
-        .route("/audit.csv", get(pages::audit::csv))
-        .route("/alerts", get(pages::misc::alerts))
-        .route("/sidecars", get(pages::misc::sidecars))
+    table()
+        .into_iter()
+        .fold(Router::new(), |router, (path, _, handlers)| router.route(path, handlers))
         .fallback(error::not_found)
         .layer(axum::middleware::from_fn(page::security_headers))
         .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))

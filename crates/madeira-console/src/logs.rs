@@ -102,13 +102,12 @@ fn one() -> u32 {
 
 pub async fn serve(
     State(console): State<Console>,
-    _ctx: Ctx,
+    ctx: Ctx,
     Path((run, node)): Path<(String, String)>,
     Query(q): Query<LogQuery>,
 ) -> Result<Response, ConsoleError> {
-    let store = console.app.engine.store();
-    let stored =
-        store.load_run(&run).await?.ok_or_else(|| ConsoleError::NotFound(format!("run {run} not found")))?;
+    // Another team's run is "not found", as in the API.
+    let stored = crate::pages::load_run(&console, &ctx.user, &run).await?.stored;
     if !stored.nodes.iter().any(|n| n.node == node) {
         return Err(ConsoleError::NotFound(format!("run {run}: node {node} not found")));
     }
@@ -144,11 +143,12 @@ pub struct FollowQuery {
 /// `GET /runs/{id}/nodes/{node}/log/follow`: attempt N's output as SSE.
 pub async fn follow(
     State(console): State<Console>,
-    _ctx: Ctx,
+    ctx: Ctx,
     Path((run, node)): Path<(String, String)>,
     Query(q): Query<FollowQuery>,
     headers: axum::http::HeaderMap,
 ) -> Result<Response, ConsoleError> {
+    crate::pages::load_run(&console, &ctx.user, &run).await?;
     let offset = madeira_server::resume_offset(&headers, q.offset)?;
     let req = madeira_server::FollowRequest { run_id: run, node, attempt: Some(q.attempt), offset };
     Ok(madeira_server::follow_node(&console.app.engine, req, console.app.shutdown.clone()).await?)

@@ -437,3 +437,111 @@ async fn a_scoped_token_sees_only_its_team_and_another_teams_run_is_not_found() 
     let runs = send(&app, get("/runs", Some(&admin))).await;
     assert!(runs.body.contains(&theirs), "admin stays global");
 }
+
+/// The body of a reply that should be finite: `None` when it is still streaming
+/// after 3 s (an open live stream).
+async fn finite(app: &App, request: Request<Body>) -> (StatusCode, Option<String>) {
+    let response = app.router.clone().oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let read = axum::body::to_bytes(response.into_body(), 4 << 20);
+    match tokio::time::timeout(Duration::from_secs(3), read).await {
+        Ok(bytes) => (status, Some(String::from_utf8_lossy(&bytes.expect("body")).into_owned())),
+        Err(_) => (status, None),
+    }
+}
+
+#[tokio::test]
+async fn every_console_route_applies_the_tokens_scope() {
+    use madeira_console::Access;
+    let app = app(true).await;
+    let ledger = "flow: ledger\nlabels: {team: finance}\nnodes:\n  check: {manual: {prompt: ok?}}\n";
+    app.engine.apply_flow("ledger.yaml", ledger).await.expect("ledger flow");
+    // `pay` has no team label: another team's, to a token scoped to finance.
+    let theirs = start_waiting_run(&app).await;
+    let (cookie, csrf) = sign_in(&app, "fina").await;
+
+    let routes = madeira_console::routes();
+    let public: Vec<&str> = routes.iter().filter(|(_, a)| *a == Access::Public).map(|(p, _)| *p).collect();
+    assert_eq!(
+        public,
+        ["/signin", "/signout", "/lang", "/assets/{name}"],
+        "a route that shows flows or runs must be Scoped (and pass this probe)"
+    );
+    let mut probed = 0;
+    for (path, _) in routes.iter().filter(|(_, a)| *a == Access::Scoped) {
+        let mut uri = path
+            .replace("{id}", &theirs)
+            .replace("{name}", "pay")
+            .replace("{node}", "approve")
+            .replace("{action}", "confirm");
+        if *path == "/events" {
+            uri.push_str(&format!("?run={theirs}"));
+        }
+        let uris = match path.ends_with("/log") {
+            true => vec![uri.clone(), format!("{uri}?download=1")],
+            false => vec![uri.clone()],
+        };
+        for uri in uris {
+            let form = format!(
+                "csrf={csrf}&reason=probe&runs={theirs}&action=cancel&back=%2F&items={theirs}%2Fapprove"
+            );
+            for request in [get(&uri, Some(&cookie)), post(&uri, Some(&cookie), &form)] {
+                let method = request.method().clone();
+                let (status, body) = finite(&app, request).await;
+                if status == StatusCode::METHOD_NOT_ALLOWED {
+                    continue;
+                }
+                probed += 1;
+                let Some(body) = body else {
+                    panic!("{method} {uri} streams to another team ({status})");
+                };
+                if method == "POST" {
+                    // A POST may name the run it refused; what it did is checked below.
+                    continue;
+                }
+                if path.contains('{') || uri.contains('?') {
+                    assert_eq!(
+                        status,
+                        StatusCode::NOT_FOUND,
+                        "GET {uri} names another team's run or flow: {body}"
+                    );
+                    continue;
+                }
+                assert!(status.is_success(), "{method} {uri}: {status} {body}");
+                assert!(!body.contains(&theirs), "{method} {uri} shows another team's run: {body}");
+                assert!(
+                    !body.contains(">pay<") && !body.contains("/flows/pay"),
+                    "{method} {uri} names flow pay"
+                );
+            }
+        }
+    }
+    assert!(probed >= 23, "every scoped route was probed: {probed}");
+    let run = app.engine.store().load_run(&theirs).await.expect("load").expect("run");
+    assert_eq!(run.run.state.as_str(), "RUNNING", "nothing another team's token posted took effect");
+    let approve = run.nodes.iter().find(|n| n.node == "approve").expect("approve node");
+    assert_eq!(approve.state.as_str(), "MANUAL_CONFIRM");
+    let flow = app.engine.store().get_flow("pay").await.expect("flow").expect("pay");
+    assert!(!flow.paused, "another team's flow was not paused");
+
+    // The unfiltered stream carries the team's own flows only.
+    let live = app.router.clone().oneshot(get("/events", Some(&cookie))).await.expect("infallible");
+    assert_eq!(live.status(), StatusCode::OK);
+    let other = start_waiting_run(&app).await;
+    let mine = app
+        .engine
+        .trigger(TriggerRequest {
+            flow: "ledger".into(),
+            params: serde_json::json!({}),
+            idempotency_key: None,
+            trigger: "manual".into(),
+            actor: "test".into(),
+            version: None,
+        })
+        .await
+        .expect("trigger")
+        .run_id;
+    // The ledger run's start and its node waiting for confirmation.
+    let events = read_events(live.into_body(), 2).await;
+    assert!(events.iter().all(|(_, b)| b.contains(&mine) && !b.contains(&other)), "{events:?}");
+}

@@ -145,7 +145,7 @@ impl Fleet {
             let tx = self.state().sidecars.get(&u.sidecar).and_then(|s| s.tx.clone());
             debug!(sidecar = %u.sidecar, report = %u.report_id, "result committed; acknowledged");
             if let Some(tx) = tx {
-                let ack = ControlMsg::Ack(Ack { report_id: u.report_id });
+                let ack = ControlMsg::Ack(Ack { report_id: u.report_id, refused: String::new() });
                 if tx.send(Ok(madeira_proto::ControlMessage { msg: Some(ack) })).await.is_err() {
                     warn!(sidecar = %u.sidecar, "sidecar gone before its result was acknowledged; it delivers it again");
                 }

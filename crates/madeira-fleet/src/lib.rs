@@ -13,6 +13,7 @@ mod executor;
 mod fencing;
 mod kept_shards;
 mod metrics;
+mod observe;
 mod presence;
 mod provenance;
 mod registry;
@@ -60,6 +61,9 @@ pub struct FleetOptions {
     pub tokens: Option<Vec<GroupToken>>,
     /// Other replicas share the store: tell them which sidecars are here.
     pub shared_store: bool,
+    /// Most distinct observe flows `madeira exec` reports of one sidecar group
+    /// may create or record into, whatever its sidecars' hellos say (default 100).
+    pub observe_max_flows: usize,
 }
 
 impl Default for FleetOptions {
@@ -69,6 +73,7 @@ impl Default for FleetOptions {
             heartbeat: Duration::from_secs(5),
             tokens: None,
             shared_store: false,
+            observe_max_flows: observe::DEFAULT_MAX_FLOWS,
         }
     }
 }
@@ -77,7 +82,7 @@ impl FleetOptions {
     /// Heartbeats a few times per `lost_after`.
     pub fn with_lost_after(lost_after: Duration) -> Self {
         let heartbeat = (lost_after / 6).clamp(Duration::from_millis(100), Duration::from_secs(5));
-        Self { lost_after, heartbeat, tokens: None, shared_store: false }
+        Self { lost_after, heartbeat, ..Self::default() }
     }
 }
 
@@ -95,6 +100,8 @@ pub(crate) struct Inner {
     pub engine: OnceLock<EngineHandle>,
     pub listener: OnceLock<Arc<dyn FleetListener>>,
     pub metrics: FleetMetrics,
+    /// Observe flows per sidecar group (`observe.rs`).
+    pub observed: observe::ObservedFlows,
     /// Fired when the server stops: every sidecar stream ends.
     pub shutdown: CancellationToken,
     /// Set on shutdown once the engine commits nothing more: reports are no longer
@@ -129,6 +136,7 @@ impl Fleet {
             engine: OnceLock::new(),
             listener: OnceLock::new(),
             metrics,
+            observed: observe::ObservedFlows::default(),
             shutdown: CancellationToken::new(),
             intake_closed: std::sync::atomic::AtomicBool::new(false),
         };

@@ -49,6 +49,10 @@ pub(crate) struct Sidecar {
     pub attached_at: Instant,
     /// Results of moved attempts it delivered, refused (fencing).
     pub stale_refused: u64,
+    /// Flows its `madeira exec` reports may name (its hello's `observe`).
+    pub observe: Vec<String>,
+    /// Its hello's `observe_max_flows` (0: not said).
+    pub observe_max_flows: u32,
 }
 
 impl Sidecar {

@@ -222,6 +222,8 @@ pub(crate) fn register(
             peer,
             attached_at: Instant::now(),
             stale_refused: 0,
+            observe: hello.observe,
+            observe_max_flows: hello.observe_max_flows,
         },
     );
     let mut stale: Vec<String> = state.moved.remove(&hello.name).unwrap_or_default().into_iter().collect();
@@ -256,18 +258,22 @@ async fn handle(fleet: &Fleet, name: &str, conn: u64, m: SidecarMessage, tx: &Ou
                 crate::provenance::Verdict::Unsure => false,
             };
             if taken {
-                let _ = tx.send(msg(ControlMsg::Ack(Ack { report_id: id }))).await;
+                let _ = tx.send(msg(ControlMsg::Ack(Ack { report_id: id, refused: String::new() }))).await;
             }
         }
         Some(SidecarMsg::Refused(refused)) => {
             let id = refused.report_id.clone();
             take_refusal(fleet, name, refused);
-            let _ = tx.send(msg(ControlMsg::Ack(Ack { report_id: id }))).await;
+            let _ = tx.send(msg(ControlMsg::Ack(Ack { report_id: id, refused: String::new() }))).await;
         }
         Some(SidecarMsg::Exec(report)) => {
             let id = report.report_id.clone();
-            if take_exec(fleet, name, report).await {
-                let _ = tx.send(msg(ControlMsg::Ack(Ack { report_id: id }))).await;
+            let answer = match crate::observe::check(fleet, name, &report).await {
+                Ok(()) => take_exec(fleet, name, report).await,
+                Err(refused) => Some(refused),
+            };
+            if let Some(refused) = answer {
+                let _ = tx.send(msg(ControlMsg::Ack(Ack { report_id: id, refused }))).await;
             }
         }
         Some(SidecarMsg::Log(chunk)) => live_output(fleet, name, chunk),
@@ -388,18 +394,19 @@ fn take_refusal(fleet: &Fleet, name: &str, refused: Refused) {
     }
 }
 
-/// Records an exec report through the engine; true once it is durable.
-async fn take_exec(fleet: &Fleet, name: &str, report: ExecReport) -> bool {
-    let Some(engine) = fleet.inner.engine.get().cloned() else {
-        return false;
-    };
+/// Records an exec report through the engine: `Some("")` once it is durable,
+/// `Some(why)` when it can never be recorded (acknowledged as refused, so it is
+/// not redelivered forever), `None` to leave it unacknowledged (delivered again).
+async fn take_exec(fleet: &Fleet, name: &str, report: ExecReport) -> Option<String> {
+    let engine = fleet.inner.engine.get().cloned()?;
     let group = fleet.state().sidecars.get(name).map(|s| s.group.clone()).unwrap_or_default();
     let observed = ObservedReport {
         exec_id: report.exec_id,
         flow: report.flow,
         job: report.job,
         group,
-        host: report.host,
+        // Who reported it, as authenticated, never the host it claims.
+        host: name.to_string(),
         finished: report.finished,
         started_at_ms: report.started_at_ms,
         finished_at_ms: report.finished_at_ms,
@@ -410,12 +417,14 @@ async fn take_exec(fleet: &Fleet, name: &str, report: ExecReport) -> bool {
     match engine.observe_exec(observed).await {
         Ok(run_id) => {
             debug!(sidecar = %name, run_id = %run_id, "exec report recorded");
-            true
+            Some(String::new())
         }
         Err(e) => {
             warn!(sidecar = %name, error = %e, "exec report not recorded; dropped");
-            // A report that can never be recorded is acknowledged so it is not redelivered forever.
-            !matches!(e, madeira_engine::EngineError::ShuttingDown | madeira_engine::EngineError::Store(_))
+            match e {
+                madeira_engine::EngineError::ShuttingDown | madeira_engine::EngineError::Store(_) => None,
+                e => Some(e.to_string()),
+            }
         }
     }
 }

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 pub use auth::{AuthConfig, Caller, Role, TokenEntry};
 pub use error::ApiError;
 pub use routes::follow::{FollowRequest, follow_node, resume_offset};
-pub use scope::visible_flow_names;
+pub use scope::{visible_flow, visible_flow_names};
 pub use serve::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS, ServeOptions};
 pub use views::render_prompt;
 

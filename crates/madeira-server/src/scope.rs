@@ -30,6 +30,23 @@ pub async fn visible_flow_names(
     Ok(Some(names))
 }
 
+/// Whether `caller` sees flow `flow` (by its latest version's labels; a deleted
+/// flow's kept history by its last version's); false when there is no such flow.
+pub async fn visible_flow(engine: &EngineHandle, caller: &Caller, flow: &str) -> Result<bool, EngineError> {
+    if !caller.is_scoped() {
+        return Ok(true);
+    }
+    let def = match engine.flow(flow, None).await {
+        Ok(def) => def,
+        Err(EngineError::FlowNotFound(_)) => match engine.store().flow_versions(flow).await?.last() {
+            Some(last) => engine.flow(flow, Some(last.version)).await?,
+            None => return Ok(false),
+        },
+        Err(e) => return Err(e),
+    };
+    Ok(caller.sees(&def.labels))
+}
+
 impl AppState {
     /// The flows `caller` sees; `None`: all of them.
     pub(crate) async fn visible_flows(&self, caller: &Caller) -> Result<Option<HashSet<String>>, ApiError> {

@@ -5,8 +5,11 @@
 //! group) may report. A report may only name a flow the `observe:` list allows
 //! (names, or prefixes ending in `*`; default: the flows named after the declared
 //! jobs), and at most `observe_max_flows` distinct flows per sidecar process.
+//! Both go to the control plane in the hello, which enforces them too; a flow
+//! it refused a report for is refused here from then on, with its reason (so
+//! `madeira exec` prints it).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 /// Default cap on distinct observe flows one sidecar reports to.
@@ -25,6 +28,14 @@ impl ObserveRule {
         match text.strip_suffix('*') {
             Some(prefix) => ObserveRule::Prefix(prefix.to_string()),
             None => ObserveRule::Exact(text.to_string()),
+        }
+    }
+
+    /// As written in `observe:` (and sent in the hello).
+    pub fn text(&self) -> String {
+        match self {
+            ObserveRule::Exact(name) => name.clone(),
+            ObserveRule::Prefix(prefix) => format!("{prefix}*"),
         }
     }
 
@@ -67,13 +78,50 @@ pub(crate) struct ExecAccess {
     policy: ExecPolicy,
     own_uid: u32,
     flows: Mutex<HashSet<String>>,
+    /// Exec report id → its flow, to name the flow of a refusal.
+    sent: Mutex<HashMap<String, String>>,
+    /// Flows the control plane refused reports to, with its reason.
+    refused: Mutex<HashMap<String, String>>,
 }
+
+/// Report ids remembered for naming a refusal's flow.
+const SENT_MAX: usize = 10_000;
 
 impl ExecAccess {
     pub fn new(policy: ExecPolicy) -> Self {
         // SAFETY: geteuid(2) has no preconditions and touches no memory.
         let own_uid = unsafe { libc::geteuid() };
-        Self { policy, own_uid, flows: Mutex::new(HashSet::new()) }
+        Self {
+            policy,
+            own_uid,
+            flows: Mutex::new(HashSet::new()),
+            sent: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The `observe:` list and `observe_max_flows`, for the hello.
+    pub fn declared(&self) -> (Vec<String>, u32) {
+        let rules = self.policy.observe.iter().map(ObserveRule::text).collect();
+        (rules, u32::try_from(self.policy.max_flows).unwrap_or(u32::MAX))
+    }
+
+    /// A report to `flow` went out under `report_id`.
+    pub fn sent(&self, report_id: &str, flow: &str) {
+        let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
+        if sent.len() >= SENT_MAX {
+            sent.clear();
+        }
+        sent.insert(report_id.to_string(), flow.to_string());
+    }
+
+    /// The control plane refused report `report_id`: its flow is refused here too.
+    pub fn refused_by_control_plane(&self, report_id: &str, reason: &str) {
+        let flow = self.sent.lock().unwrap_or_else(|p| p.into_inner()).remove(report_id);
+        tracing::warn!(report = %report_id, flow = ?flow, "the control plane refused an exec report: {reason}");
+        if let Some(flow) = flow {
+            self.refused.lock().unwrap_or_else(|p| p.into_inner()).insert(flow, reason.to_string());
+        }
     }
 
     pub fn socket_gid(&self) -> Option<u32> {
@@ -100,6 +148,9 @@ impl ExecAccess {
 
     /// Whether a report may name `flow` (already normalized); counts it toward the cap.
     pub fn report_allowed(&self, flow: &str) -> Result<(), String> {
+        if let Some(reason) = self.refused.lock().unwrap_or_else(|p| p.into_inner()).get(flow) {
+            return Err(format!("the control plane refused reports to `{flow}`: {reason}"));
+        }
         if !self.policy.observe.iter().any(|r| r.matches(flow)) {
             return Err(format!(
                 "flow `{flow}` is not in this sidecar's `observe:` list; add it (or a prefix ending in `*`) \
@@ -168,6 +219,18 @@ fn resolve(name: &str, file: &str, what: &str) -> Result<u32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flow_the_control_plane_refused_is_refused_here_with_its_reason() {
+        let access = access(Vec::new(), Vec::new(), &["cron-*"], 10);
+        assert_eq!(access.declared(), (vec!["cron-*".to_string()], 10));
+        assert!(access.report_allowed("cron-a").is_ok());
+        access.sent("e1-start", "cron-a");
+        access.refused_by_control_plane("e1-start", "group `g` already reports to 3 observe flows");
+        let err = access.report_allowed("cron-a").expect_err("refused from now on");
+        assert!(err.contains("the control plane refused") && err.contains("already reports to 3"), "{err}");
+        assert!(access.report_allowed("cron-b").is_ok(), "other flows are still judged on their own");
+    }
 
     fn access(uids: Vec<u32>, gids: Vec<u32>, observe: &[&str], max_flows: usize) -> ExecAccess {
         let observe = observe.iter().map(|r| ObserveRule::parse(r)).collect();

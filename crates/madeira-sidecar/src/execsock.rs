@@ -124,6 +124,7 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>) -> std::io::Result<
                 let report = msg.into_report(&shared.identity.name);
                 match shared.exec.report_allowed(&report.flow) {
                     Ok(()) => {
+                        shared.exec.sent(&report.report_id, &report.flow);
                         shared.report_exec(report).await;
                         write.write_all(b"ok\n").await?;
                     }

@@ -135,6 +135,7 @@ async fn connect_once(
     let mut client = LinkClient::new(channel);
     let (tx, rx) = mpsc::channel::<SidecarMessage>(1024);
     let pending = shared.spool.pending();
+    let (observe, observe_max_flows) = shared.exec.declared();
     let hello = Hello {
         name: shared.identity.name.clone(),
         group: shared.identity.group.clone(),
@@ -147,6 +148,8 @@ async fn connect_once(
         running: shared.running_list(),
         spooled: u32::try_from(pending.len()).unwrap_or(u32::MAX),
         instance: shared.instance.clone(),
+        observe,
+        observe_max_flows,
     };
     let _ = tx.send(SidecarMessage { msg: Some(SidecarMsg::Hello(hello)) }).await;
     let mut request = tonic::Request::new(ReceiverStream::new(rx));
@@ -209,7 +212,12 @@ async fn serve(
         match msg.msg {
             Some(ControlMsg::Assign(a)) => shared.assign(a).await,
             Some(ControlMsg::Cancel(c)) => shared.cancel(&c.assignment_id, &c.reason),
-            Some(ControlMsg::Ack(ack)) => shared.acked(&ack.report_id),
+            Some(ControlMsg::Ack(ack)) => {
+                if !ack.refused.is_empty() {
+                    shared.exec.refused_by_control_plane(&ack.report_id, &ack.refused);
+                }
+                shared.acked(&ack.report_id)
+            }
             Some(ControlMsg::Reject(r)) => return Err(LinkError::Rejected(r.reason)),
             Some(ControlMsg::Welcome(_)) | None => {}
         }

@@ -44,6 +44,10 @@ pub struct ServerConfig {
     pub alerts: madeira_alert::AlertsConfig,
     /// A sidecar silent this long is lost and its attempts move (default 30s).
     pub sidecar_lost_after: Option<String>,
+    /// Most distinct observe flows the `madeira exec` reports of one sidecar
+    /// group may create or record into (default 100); a sidecar's own
+    /// `observe_max_flows` may only lower it.
+    pub observe_max_flows: Option<usize>,
     /// On SIGTERM, how long in-process (http, builtin) attempts may still finish
     /// (default 30s); sidecar attempts are never cancelled by a shutdown.
     pub shutdown_grace: Option<String>,

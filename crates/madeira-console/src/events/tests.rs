@@ -59,7 +59,7 @@ async fn ids_increase_and_a_stream_resumes_after_last_event_id() {
     let all = ids(&hub);
     assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "consecutive ids: {all:?}");
     // A page that saw the second event gets the third and fourth, then live ones.
-    let mut stream = Box::pin(hub.stream(Filter::default(), Some(all[1])));
+    let mut stream = Box::pin(hub.stream(Filter::default(), Some(all[1]), None));
     let replayed = take(&mut stream, 2).await;
     assert!(replayed[0].contains(&all[2].to_string()) && replayed[0].contains("n2"), "{replayed:?}");
     assert!(replayed[1].contains("n3") && replayed[1].contains("FAILED"), "{replayed:?}");
@@ -72,7 +72,8 @@ async fn ids_increase_and_a_stream_resumes_after_last_event_id() {
 async fn a_run_filter_keeps_other_runs_out() {
     let (tx, rx) = broadcast::channel(64);
     let hub = Hub::start(rx, CancellationToken::new());
-    let mut stream = Box::pin(hub.stream(Filter { run: Some("mine".into()), ..Default::default() }, None));
+    let mut stream =
+        Box::pin(hub.stream(Filter { run: Some("mine".into()), ..Default::default() }, None, None));
     tx.send(event("other", "a", "RUNNING")).expect("send");
     tx.send(event("mine", "b", "RUNNING")).expect("send");
     let got = take(&mut stream, 1).await;
@@ -86,7 +87,7 @@ async fn an_id_from_before_the_ring_or_another_process_resets() {
     let hub = Hub::start(rx, CancellationToken::new());
     tx.send(event("r", "a", "RUNNING")).expect("send");
     numbered(&hub, 1).await;
-    let mut stream = Box::pin(hub.stream(Filter::default(), Some(5)));
+    let mut stream = Box::pin(hub.stream(Filter::default(), Some(5), None));
     let got = take(&mut stream, 1).await;
     assert!(got[0].contains("reset"), "an old id cannot be resumed: {got:?}");
     // The newest id itself resumes with nothing to replay.
@@ -99,7 +100,7 @@ async fn streams_end_at_shutdown() {
     let (_tx, rx) = broadcast::channel::<Arc<RunEvent>>(4);
     let shutdown = CancellationToken::new();
     let hub = Hub::start(rx, shutdown.clone());
-    let mut stream = Box::pin(hub.stream(Filter::default(), None));
+    let mut stream = Box::pin(hub.stream(Filter::default(), None, None));
     assert_eq!(hub.subscribers(), 1);
     shutdown.cancel();
     let end = tokio::time::timeout(Duration::from_secs(5), stream.next()).await.expect("ends in time");

@@ -76,7 +76,17 @@ pub async fn alerts(
 
 pub async fn sidecars(State(console): State<Console>, ctx: Ctx) -> Result<Response, ConsoleError> {
     let lang = ctx.lang;
-    let waiting = console.app.engine.waiting().list();
+    let mut waiting = console.app.engine.waiting().list();
+    if let Some(visible) = super::visible(&console, &ctx.user).await? {
+        let mut kept = Vec::with_capacity(waiting.len());
+        for w in waiting {
+            let flow = console.app.engine.store().load_run(&w.0).await?.map(|s| s.run.flow);
+            if flow.is_some_and(|f| visible.contains(&f)) {
+                kept.push(w);
+            }
+        }
+        waiting = kept;
+    }
     let body = html! {
         h1 { (t(lang, "Sidecars")) }
         @match console.app.fleet.as_ref().map(|f| f.sidecars()) {

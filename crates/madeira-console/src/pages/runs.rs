@@ -166,11 +166,13 @@ pub async fn search(
     let search = Search::from_pairs(&pairs)?;
     let started = std::time::Instant::now();
     let (mut runs, next) = find(&console, &search, PAGE).await?;
+    let mut flows = console.app.engine.store().list_flows().await?;
     if let Some(visible) = super::visible(&console, &ctx.user).await? {
         runs.retain(|r| visible.contains(&r.flow));
+        // The filter names only flows the viewer sees, as `GET /api/v1/flows` does.
+        flows.retain(|f| visible.contains(&f.name));
     }
     let took = started.elapsed();
-    let flows = console.app.engine.store().list_flows().await?;
     let fmt_local = |ms: Option<i64>| {
         ms.and_then(chrono::DateTime::from_timestamp_millis)
             .map(|t| t.format("%Y-%m-%dT%H:%M").to_string())

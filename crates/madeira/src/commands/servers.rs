@@ -61,6 +61,9 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
             options: FleetOptions {
                 tokens: Some(tokens),
                 shared_store: crate::app::is_shared_store(&store_url),
+                observe_max_flows: config
+                    .observe_max_flows
+                    .unwrap_or(FleetOptions::default().observe_max_flows),
                 ..FleetOptions::with_lost_after(config.sidecar_lost_after(&file)?)
             },
             tls: grpc_tls,
@@ -170,7 +173,10 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
     let _lock = crate::datalock::lock_store(&data.join("madeira.db"), &what, ", or give another --data")?;
     let fleet = FleetSetup {
         grpc,
-        options: FleetOptions::with_lost_after(config.sidecar_lost_after(&file)?),
+        options: FleetOptions {
+            observe_max_flows: config.observe_max_flows.unwrap_or(FleetOptions::default().observe_max_flows),
+            ..FleetOptions::with_lost_after(config.sidecar_lost_after(&file)?)
+        },
         tls: None,
         local: Some(LocalSidecar {
             jobs,
