@@ -221,6 +221,7 @@ impl Aggregator {
             alert.fixed += (before - alert.runs.len()) as u64;
             alert.updated_at = now;
             if alert.runs.is_empty() {
+                alert.resolved_by_run = Some(run_id.to_string());
                 self.close(&id, now, out);
             } else {
                 out.touched.push(id);
@@ -240,6 +241,7 @@ impl Aggregator {
         for id in ids {
             if let Some(alert) = self.alerts.get_mut(&id) {
                 alert.recovered_by = Some(run_id.to_string());
+                alert.resolved_by_run = Some(run_id.to_string());
             }
             self.close(&id, now, out);
         }
@@ -374,6 +376,7 @@ impl Aggregator {
             fallback_note: n.fallback_note,
             resolution: None,
             recovered_by: None,
+            resolved_by_run: None,
             announced_at: None,
             announced_count: None,
             added: 0,

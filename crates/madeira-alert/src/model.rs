@@ -101,6 +101,10 @@ pub struct Alert {
     /// again): that run's id, named by the `resolved` message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovered_by: Option<String>,
+    /// The run whose success resolved it (a rerun, a mark-success, a later run):
+    /// a `resolved` payload links it when no failed run is left on the alert.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_by_run: Option<String>,
     /// When it was last announced (the first `firing` message, an update or a
     /// reminder). Kept in the store so a new alert leader neither repeats nor
     /// forgets the next update (`None` before it fired).
@@ -141,6 +145,12 @@ impl Alert {
     /// The most recent failed run still outstanding.
     pub fn latest_run(&self) -> Option<&str> {
         self.runs.last().map(String::as_str)
+    }
+
+    /// The run a message links: the newest failed run still on it, else the run
+    /// whose success resolved it.
+    pub fn link_run(&self) -> Option<&str> {
+        self.latest_run().or(self.resolved_by_run.as_deref())
     }
 }
 

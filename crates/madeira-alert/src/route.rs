@@ -99,6 +99,7 @@ mod tests {
             fallback_note: None,
             resolution: None,
             recovered_by: None,
+            resolved_by_run: None,
             announced_at: None,
             announced_count: None,
             added: 0,

@@ -50,7 +50,7 @@ fn item(alert: &Alert, out: &Outgoing<'_>) -> Json {
     }
     let description = fit(&firing(alert, out.base).plain(), DESCRIPTION_MAX);
     let mut annotations = json!({"summary": alert.summary, "description": description});
-    if let Some(run) = alert.latest_run() {
+    if let Some(run) = alert.link_run() {
         annotations["run_id"] = json!(run);
     }
     let mut item =
@@ -58,7 +58,7 @@ fn item(alert: &Alert, out: &Outgoing<'_>) -> Json {
     if alert.status == AlertStatus::Resolved {
         item["endsAt"] = json!(rfc3339(alert.resolved_at.unwrap_or(out.now_ms)));
     }
-    if let Some(url) = alert.latest_run().and_then(|r| run_link(out.base, r)) {
+    if let Some(url) = alert.link_run().and_then(|r| run_link(out.base, r)) {
         item["generatorURL"] = json!(url);
     }
     item

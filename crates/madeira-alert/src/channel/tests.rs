@@ -42,6 +42,7 @@ fn alert() -> Arc<Alert> {
         fallback_note: None,
         resolution: None,
         recovered_by: None,
+        resolved_by_run: None,
         announced_at: None,
         announced_count: None,
         added: 0,
@@ -163,6 +164,21 @@ fn webhook_signature_header_covers_the_exact_body() {
     assert_eq!(b["kind"], "firing");
     assert_eq!(b["alerts"][0]["causes"][0]["skipped"], json!(["verify", "export"]));
     assert_eq!(b["alerts"][0]["run_url"], "http://m:7070/runs/r1");
+}
+
+/// A resolved alert has no failed run left on it: its payload links the run
+/// whose success resolved it instead of `"run_url": null`.
+#[test]
+fn a_resolved_payload_links_the_run_that_resolved_it() {
+    let mut resolved = (*alert()).clone();
+    resolved.status = AlertStatus::Resolved;
+    resolved.runs.clear();
+    resolved.resolved_by_run = Some("r9".into());
+    let content = Content::Resolved(Arc::new(resolved));
+    let none = Mentions::default();
+    let req =
+        build(&spec(ChannelKind::Webhook, "http://r/hook", None), &outgoing(&content, &none)).expect("build");
+    assert_eq!(body(&req)["alerts"][0]["run_url"], "http://m:7070/runs/r9");
 }
 
 #[test]
