@@ -28,12 +28,21 @@ const PRESENCE_FRESH_MS: i64 = 10_000;
     )
 )]
 pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    state.auth.authorize(&headers, Role::Viewer)?;
+    let caller = state.auth.caller(&headers, Role::Viewer)?;
     let sidecars = state.fleet.as_ref().map(|f| f.sidecars()).unwrap_or_default();
-    let waiting: Vec<Value> = state
-        .engine
-        .waiting()
-        .list()
+    let mut listed = state.engine.waiting().list();
+    // A scoped caller sees only its team's waiting runs, as in every other list.
+    if let Some(visible) = state.visible_flows(&caller).await? {
+        let mut kept = Vec::with_capacity(listed.len());
+        for w in listed {
+            let run = state.engine.store().load_run(&w.0).await.map_err(madeira_engine::EngineError::from)?;
+            if run.is_some_and(|r| visible.contains(&r.run.flow)) {
+                kept.push(w);
+            }
+        }
+        listed = kept;
+    }
+    let waiting: Vec<Value> = listed
         .into_iter()
         .map(|(run_id, node, reason)| json!({"run_id": run_id, "node": node, "reason": reason}))
         .collect();
