@@ -7,11 +7,9 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use madeira_server::{AuthConfig, Role, TokenEntry};
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
 async fn send(
     router: &axum::Router,
@@ -20,17 +18,7 @@ async fn send(
     uri: &str,
     body: &str,
 ) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("authorization", format!("Bearer {token}"))
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .expect("request");
-    let response = router.clone().oneshot(request).await.expect("infallible");
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 22).await.expect("body");
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    support::send_as(router, Some(token), method, uri, body).await
 }
 
 fn token(name: &str, role: Role, team: Option<&str>) -> TokenEntry {

@@ -9,23 +9,10 @@ mod support;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
-use support::app;
+use support::{app, send};
 use tower::ServiceExt;
 
 const METHODS: [&str; 5] = ["GET", "POST", "PUT", "DELETE", "PATCH"];
-
-async fn send(router: &axum::Router, method: &str, uri: &str, body: &str) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .expect("request");
-    let response = router.clone().oneshot(request).await.expect("infallible");
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 22).await.expect("body");
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-}
 
 fn spec() -> Value {
     serde_json::to_value(madeira_server::openapi()).expect("spec serializes")

@@ -6,26 +6,11 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use serde_json::{Value, json};
-use support::app;
-use tower::ServiceExt;
+use axum::http::StatusCode;
+use serde_json::json;
+use support::{app, send};
 
 const FLOW: &str = "flow: gated\nnodes:\n  gate:\n    manual: {prompt: ok?}\n";
-
-async fn send(router: &axum::Router, method: &str, uri: &str, body: &str) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .expect("request");
-    let response = router.clone().oneshot(request).await.expect("infallible");
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.expect("body");
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-}
 
 #[tokio::test]
 async fn actions_without_a_reason_answer_400_naming_the_field_and_do_nothing() {

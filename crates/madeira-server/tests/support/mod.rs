@@ -37,3 +37,36 @@ pub async fn app_with_auth(flows: &[(&str, &str)], auth: AuthConfig) -> App {
     let router = madeira_server::router(AppState::new(handle, auth));
     App { router, _dir: dir, _cancel: cancel }
 }
+
+/// Sends one JSON request to `router`; answers its status and JSON body (`Null`
+/// when the body is not JSON).
+#[allow(dead_code)] // not every test binary sends anonymously
+pub async fn send(
+    router: &axum::Router,
+    method: &str,
+    uri: &str,
+    body: &str,
+) -> (axum::http::StatusCode, serde_json::Value) {
+    send_as(router, None, method, uri, body).await
+}
+
+/// As `send`, with a bearer `token` when one is given.
+pub async fn send_as(
+    router: &axum::Router,
+    token: Option<&str>,
+    method: &str,
+    uri: &str,
+    body: &str,
+) -> (axum::http::StatusCode, serde_json::Value) {
+    use tower::ServiceExt;
+    let mut request =
+        axum::http::Request::builder().method(method).uri(uri).header("content-type", "application/json");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let request = request.body(axum::body::Body::from(body.to_string())).expect("request");
+    let response = router.clone().oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 22).await.expect("body");
+    (status, serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null))
+}
