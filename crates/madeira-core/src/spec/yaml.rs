@@ -7,15 +7,49 @@ use super::outline::Outline;
 use super::raw::RawFlow;
 use super::report::{At, Report, did_you_mean, line_of_location, one_of};
 
+/// Most unknown keys reported from one file before the rest are left unsaid.
+const MAX_UNKNOWN_KEYS: usize = 32;
+
 /// Parses `source` into the raw flow; on failure, reports why and returns `None`.
+/// Every unknown key written as a block key (`key: …` on its own line) is
+/// reported, not only the first: each is blanked out, lines kept, and the file
+/// read again.
 pub(crate) fn load(source: &str, report: &mut Report) -> Option<RawFlow> {
-    match serde_saphyr::from_str_with_options::<RawFlow>(source, options()) {
-        Ok(raw) => Some(raw),
-        Err(e) => {
-            report_error(source, &e, report);
-            None
+    let mut text = source.to_string();
+    let mut unknown = 0;
+    loop {
+        let error = match serde_saphyr::from_str_with_options::<RawFlow>(&text, options()) {
+            Ok(raw) if unknown == 0 => return Some(raw),
+            Ok(_) => return None,
+            Err(e) => e,
+        };
+        report_error(&text, &error, report);
+        let Error::SerdeUnknownField { field, .. } = innermost(&error) else { return None };
+        let line = innermost(&error).location().as_ref().and_then(line_of_location);
+        unknown += 1;
+        match line.and_then(|l| without_block_key(&text, l, field)) {
+            Some(rest) if unknown < MAX_UNKNOWN_KEYS => text = rest,
+            _ => return None,
         }
     }
+}
+
+/// `text` with the block key `field` at 1-based `line` and the lines nested under
+/// it blanked (line numbers kept); `None` when that line is not such a key.
+fn without_block_key(text: &str, line: usize, field: &str) -> Option<String> {
+    let lines: Vec<&str> = text.split('\n').collect();
+    let at = line.checked_sub(1)?;
+    let key_line = lines.get(at)?;
+    let indent = key_line.len() - key_line.trim_start().len();
+    let rest = key_line.trim_start().strip_prefix(field)?;
+    if !rest.trim_start().starts_with(':') {
+        return None;
+    }
+    let nested = |l: &str| l.trim().is_empty() || l.len() - l.trim_start().len() > indent;
+    let end = at + 1 + lines[at + 1..].iter().take_while(|l| nested(l)).count();
+    let kept: Vec<&str> =
+        lines.iter().enumerate().map(|(i, l)| if (at..end).contains(&i) { "" } else { *l }).collect();
+    Some(kept.join("\n"))
 }
 
 /// YAML 1.2 booleans only (`true`/`false`): a node called `y` or `no` stays a name.

@@ -416,6 +416,20 @@ fn unknown_fields_suggest_the_right_one() {
     );
 }
 
+/// Every unknown block key of a file is reported, each at its own line, and the
+/// file's other errors after them.
+#[test]
+fn every_unknown_key_of_a_file_is_reported() {
+    assert_errors(
+        "flow: f\ntrigers: []\nnodes:\n  a:\n    nedds: []\n    run: {builtin: noop}\n  b:\n    runn:\n      builtin: noop\n    run: {builtin: noop}\n",
+        &[
+            "flow.yaml:2: unknown field `trigers`; did you mean `triggers`?",
+            "flow.yaml:5: node a: unknown field `nedds`; did you mean `needs`?",
+            "flow.yaml:8: node b: unknown field `runn`; did you mean `run`?",
+        ],
+    );
+}
+
 #[test]
 fn malformed_yaml_has_a_line() {
     assert_like("flow: f\nnodes:\n  a: {run: [}\n", "flow.yaml:3: ", "");
