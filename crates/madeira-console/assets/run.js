@@ -13,14 +13,21 @@ function setClass(el, state) {
   el.setAttribute('class', [...keep, `st-${state}`].join(' '));
 }
 
+// Each state's badge text in the page's language (`terms::state_labels_json`).
+const LABELS = JSON.parse(document.body.dataset.stateLabels || '{}');
+
+/** A state badge as `page::badge` draws it: text in the page's language, SPEC name in data-state. */
 function badge(state) {
   const span = document.createElement('span');
   span.className = `badge st-${state}`;
+  span.dataset.state = state;
+  const shown = LABELS[state] || state;
+  if (shown !== state) span.title = state;
   const icon = document.createElement('span');
   icon.className = 'icon';
   icon.setAttribute('aria-hidden', 'true');
   icon.textContent = ICONS[state] || '○';
-  span.append(icon, ` ${state}`);
+  span.append(icon, ` ${shown}`);
   return span;
 }
 

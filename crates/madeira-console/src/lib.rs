@@ -25,6 +25,7 @@ mod page;
 mod pages;
 mod session;
 mod sessions;
+mod terms;
 mod time;
 
 use std::sync::Arc;

@@ -13,6 +13,7 @@ use maud::html;
 use crate::i18n::t;
 use crate::page::{self, Nav, Shell, url_encode};
 use crate::session::Ctx;
+use crate::terms::{Term, term_markup};
 use crate::time::{rfc3339, stamp};
 use crate::{Console, ConsoleError};
 use madeira_core::timebound::parse_time;
@@ -89,7 +90,7 @@ pub async fn page(
             tbody { @for a in &rows { tr {
                 td { (stamp(lang, Some(a.at), now)) }
                 td { strong { (a.actor) } }
-                td { (a.action) }
+                td { (term_markup(lang, Term::Action, &a.action)) }
                 td { @if let Some(r) = &a.run_id { a href=(super::run_href(r)) { code { (super::run::short(r)) } } } }
                 td { @if let Some(n) = &a.node { code { (n) } } }
                 td { (a.reason.as_deref().unwrap_or("")) }

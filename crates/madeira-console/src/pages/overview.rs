@@ -12,6 +12,7 @@ use super::flows::runs_table;
 use crate::i18n::t;
 use crate::page::{self, Nav, Shell, badge};
 use crate::session::Ctx;
+use crate::terms::{Term, term_markup};
 use crate::time::stamp;
 use crate::{Console, ConsoleError};
 use madeira_core::timebound::id_bound;
@@ -101,7 +102,7 @@ pub async fn page(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
                     Some(v) => {
                         @let list = v["alerts"].as_array().cloned().unwrap_or_default();
                         @if list.is_empty() { p.muted { (t(lang, "none")) } }
-                        ul { @for a in &list { li { span.tag { (a["severity"].as_str().unwrap_or("")) } " " (a["summary"].as_str().unwrap_or("")) } } }
+                        ul { @for a in &list { li { span.tag { (term_markup(lang, Term::Severity, a["severity"].as_str().unwrap_or(""))) } " " (a["summary"].as_str().unwrap_or("")) } } }
                     }
                     None => p.muted { (t(lang, "Alerting is not running here.")) },
                 } }

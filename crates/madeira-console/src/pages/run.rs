@@ -22,6 +22,7 @@ use crate::dag;
 use crate::i18n::{Lang, state_gloss, t};
 use crate::page::{self, ActionDialog, Nav, Shell, badge};
 use crate::session::Ctx;
+use crate::terms::{Term, state_label, term_markup};
 use crate::time::{duration_ms, stamp};
 use crate::{Console, ConsoleError};
 
@@ -198,9 +199,9 @@ async fn fragments(
     let head = html! {
         div #run-live data-state=(r.state.as_str()) data-event=(ctx.after) data-states=(serde_json::Value::Object(states).to_string()) {
             section.run-head {
-                div.kv { span.k { (t(lang, "State")) } span #run-state.v { (badge(lang, r.state.as_str())) " " span.muted { (state_gloss(lang, r.state.as_str())) } } }
+                div.kv { span.k { (t(lang, "State")) } span #run-state.v { (badge(lang, r.state.as_str())) " " span.muted { (if lang == Lang::En { state_gloss(lang, r.state.as_str()) } else { r.state.as_str() }) } } }
                 div.kv { span.k { (t(lang, "Version")) } span.v { "v" (r.version) } }
-                div.kv { span.k { (t(lang, "Trigger")) } span.v { (r.trigger) } }
+                div.kv { span.k { (t(lang, "Trigger")) } span.v { (term_markup(lang, Term::Trigger, &r.trigger)) } }
                 div.kv { span.k { (t(lang, "Actor")) } span #run-actor.v { (actor) } }
                 div.kv { span.k { (t(lang, "Created")) } span.v { (stamp(lang, Some(r.created_at), now)) } }
                 div.kv { span.k { (t(lang, "Duration")) } span.v { (duration_ms(lang, end - span_start)) } }
@@ -238,7 +239,7 @@ async fn fragments(
                 @else {
                     ul.audit {
                         @for a in &audit {
-                            li { (stamp(lang, Some(a.at), now)) " · " strong { (a.actor) } " · " (a.action)
+                            li { (stamp(lang, Some(a.at), now)) " · " strong { (a.actor) } " · " (term_markup(lang, Term::Action, &a.action))
                                 @if let Some(n) = &a.node { " · " code { (n) } }
                                 @if let Some(reason) = &a.reason { " — " q { (reason) } } }
                         }
@@ -248,7 +249,7 @@ async fn fragments(
                     summary { (transitions.len()) " " (t(lang, "transitions")) }
                     ol {
                         @for tr in transitions.iter().rev().take(500) {
-                            li { (stamp(lang, Some(tr.at), now)) " " code { (tr.node.as_deref().unwrap_or("run")) } " " (tr.edge.from_name()) " → " (tr.edge.to_name()) " (" (tr.edge.cause_name()) ", " (tr.actor) ")" }
+                            li { (stamp(lang, Some(tr.at), now)) " " code { (tr.node.as_deref().unwrap_or("run")) } " " (state_label(lang, tr.edge.from_name())) " → " (state_label(lang, tr.edge.to_name())) " (" (tr.edge.cause_name()) ", " (tr.actor) ")" }
                         }
                     }
                 }
