@@ -107,6 +107,7 @@ impl<'a> Shell<'a> {
                     meta name="color-scheme" content="light dark";
                     meta name="htmx-config" content=(HTMX_CONFIG);
                     title { (self.title) " · Madeira" }
+                    link rel="icon" type="image/svg+xml" href=(self.assets.url("favicon.svg"));
                     link rel="stylesheet" href=(self.assets.url("style.css"));
                     script src=(self.assets.url("htmx.min.js")) integrity=(HTMX_SRI) crossorigin="anonymous" data-htmx-version=(HTMX_VERSION) defer {}
                     script type="module" src=(self.assets.url("app.js")) {}

@@ -1,6 +1,7 @@
 //! What the pages show, in process over a real SQLite store and engine in dev
 //! mode (no sign-in): the zh-CN vocabulary (state badges, triggers, audit
-//! actions, filters, the action toast) with the raw values kept in attributes.
+//! actions, filters, the action toast) with the raw values kept in attributes;
+//! the icon; the audit CSV's byte order mark.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,14 +53,17 @@ async fn app() -> App {
 
 struct Reply {
     status: StatusCode,
+    headers: axum::http::HeaderMap,
+    bytes: Vec<u8>,
     body: String,
 }
 
 async fn send(app: &App, request: Request<Body>) -> Reply {
     let response = app.router.clone().oneshot(request).await.expect("infallible");
     let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 4 << 20).await.expect("body");
-    Reply { status, body: String::from_utf8_lossy(&bytes).into_owned() }
+    let headers = response.headers().clone();
+    let bytes = axum::body::to_bytes(response.into_body(), 4 << 20).await.expect("body").to_vec();
+    Reply { status, headers, body: String::from_utf8_lossy(&bytes).into_owned(), bytes }
 }
 
 /// A GET in `lang` (an `Accept-Language` value).
@@ -182,4 +186,31 @@ async fn zh_cn_pages_translate_states_triggers_actions_and_filters() {
     );
     let en_audit = get(&app, "/audit", "en").await.body;
     assert!(en_audit.contains("<td>mark_success</td>"), "English shows the action name");
+}
+
+#[tokio::test]
+async fn the_icon_is_linked_and_favicon_ico_answers_it() {
+    let app = app().await;
+    let page = get(&app, "/", "en").await.body;
+    let href = between(&page, r#"<link rel="icon" type="image/svg+xml" href=""#, "\"");
+    assert!(href.starts_with("/assets/favicon.") && href.ends_with(".svg"), "{href}");
+    let linked = get(&app, &href, "en").await;
+    assert_eq!(linked.headers[header::CONTENT_TYPE], "image/svg+xml");
+    let ico = get(&app, "/favicon.ico", "en").await;
+    assert_eq!(ico.headers[header::CONTENT_TYPE], "image/svg+xml");
+    assert!(ico.body.starts_with("<svg") && ico.bytes == linked.bytes, "the same icon");
+}
+
+#[tokio::test]
+async fn the_audit_csv_starts_with_a_utf8_byte_order_mark() {
+    let app = app().await;
+    let failed = run_until(&app, "FAILED").await;
+    let done = post(&app, &format!("/runs/{failed}/nodes/load/mark-success"), ZH, "reason=手工导入").await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+    let csv = get(&app, "/audit.csv", "en").await;
+    assert_eq!(csv.headers[header::CONTENT_TYPE], "text/csv; charset=utf-8");
+    assert_eq!(&csv.bytes[..3], b"\xEF\xBB\xBF", "BOM first");
+    let text = std::str::from_utf8(&csv.bytes[3..]).expect("utf-8");
+    assert!(text.starts_with("at,actor,action,"), "{text}");
+    assert!(text.contains("\"mark_success\"") && text.contains("\"手工导入\""), "{text}");
 }

@@ -1,6 +1,7 @@
 //! `/audit`: who did what, filtered by run, actor and time; `/audit.csv` exports
 //! the same filter as CSV (RFC 4180 quoting; cells that a spreadsheet would run
-//! as a formula are prefixed with `'`).
+//! as a formula are prefixed with `'`; a UTF-8 byte order mark first, so that
+//! Excel reads the file as UTF-8 rather than the system's code page).
 
 use std::collections::HashMap;
 
@@ -113,7 +114,7 @@ pub async fn csv(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ConsoleError> {
     let rows = entries(&console, &ctx.user, &q, CSV_LIMIT).await?;
-    let mut out = String::from("at,actor,action,run_id,node,reason,details\r\n");
+    let mut out = String::from("\u{feff}at,actor,action,run_id,node,reason,details\r\n");
     for a in &rows {
         let details = a.details.as_ref().map(|d| d.to_string()).unwrap_or_default();
         let cells = [
