@@ -239,6 +239,7 @@ const ZH: &[(&str, &str)] = &[
     ("node", "节点"),
     ("run", "运行"),
     ("refused", "被拒绝"),
+    ("Failed node", "失败节点"),
 ];
 
 #[cfg(test)]

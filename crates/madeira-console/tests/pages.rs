@@ -214,3 +214,20 @@ async fn the_audit_csv_starts_with_a_utf8_byte_order_mark() {
     assert!(text.starts_with("at,actor,action,"), "{text}");
     assert!(text.contains("\"mark_success\"") && text.contains("\"手工导入\""), "{text}");
 }
+
+#[tokio::test]
+async fn recently_failed_names_the_node_that_failed_the_run_and_its_error() {
+    let app = app().await;
+    let failed = run_until(&app, "FAILED").await;
+    let overview = get(&app, "/", "en").await.body;
+    let section = between(&overview, "Recently failed", "</section>");
+    assert!(section.contains("<th>Failed node</th>"), "{section}");
+    assert!(
+        section.contains(&format!(r#"<a href="/runs/{failed}?node=load"><code>load</code></a>"#)),
+        "names the failed node, not the skipped one: {section}"
+    );
+    assert!(!section.contains("<code>report</code>"), "report was only skipped: {section}");
+    assert!(section.contains("<td class=\"error\"><div>disk full</div></td>"), "{section}");
+    let zh = get(&app, "/", ZH).await.body;
+    assert!(between(&zh, "最近失败", "</section>").contains("<th>失败节点</th>"));
+}
