@@ -240,6 +240,7 @@ const ZH: &[(&str, &str)] = &[
     ("run", "运行"),
     ("refused", "被拒绝"),
     ("Failed node", "失败节点"),
+    ("RETRYABLE: no retry left", "RETRYABLE：已无重试次数"),
 ];
 
 #[cfg(test)]

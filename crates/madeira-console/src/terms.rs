@@ -1,6 +1,6 @@
 //! The console's data vocabulary in the reader's language: node and run states,
-//! alert statuses and severities, delivery statuses, run triggers and audit
-//! actions. These values come from the store as fixed English words; a page
+//! attempt outcomes, alert statuses and severities, delivery statuses, run
+//! triggers and audit actions. These values come from the store as fixed English words; a page
 //! shows the translation and keeps the raw value in `data-value` and `title`
 //! (scripts, tests and a reader searching the docs find it there). An unknown
 //! value, or any value in English, is shown as it is.
@@ -12,12 +12,21 @@ use crate::i18n::{Lang, state_gloss};
 /// Which vocabulary a value belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Term {
+    Outcome,
     AlertStatus,
     Severity,
     Delivery,
     Trigger,
     Action,
 }
+
+const OUTCOME: &[(&str, &str)] = &[
+    ("SUCCESS", "成功"),
+    ("FAILED", "失败"),
+    ("RUNNING", "运行中"),
+    ("RETRYABLE", "失败（可重试）"),
+    ("ABORTED", "已中止"),
+];
 
 const ALERT_STATUS: &[(&str, &str)] = &[("pending", "待发送"), ("firing", "告警中"), ("resolved", "已恢复")];
 
@@ -60,6 +69,7 @@ const ACTION: &[(&str, &str)] = &[
 
 fn table(kind: Term) -> &'static [(&'static str, &'static str)] {
     match kind {
+        Term::Outcome => OUTCOME,
         Term::AlertStatus => ALERT_STATUS,
         Term::Severity => SEVERITY,
         Term::Delivery => DELIVERY,
@@ -142,7 +152,9 @@ mod tests {
 
     #[test]
     fn no_value_is_listed_twice() {
-        for kind in [Term::AlertStatus, Term::Severity, Term::Delivery, Term::Trigger, Term::Action] {
+        for kind in
+            [Term::Outcome, Term::AlertStatus, Term::Severity, Term::Delivery, Term::Trigger, Term::Action]
+        {
             let mut seen = std::collections::HashSet::new();
             for (en, _) in table(kind) {
                 assert!(seen.insert(en), "{kind:?}: duplicate {en}");

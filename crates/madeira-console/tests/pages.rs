@@ -231,3 +231,29 @@ async fn recently_failed_names_the_node_that_failed_the_run_and_its_error() {
     let zh = get(&app, "/", ZH).await.body;
     assert!(between(&zh, "最近失败", "</section>").contains("<th>失败节点</th>"));
 }
+
+#[tokio::test]
+async fn a_failed_nodes_last_attempt_reads_failed_not_retryable() {
+    let app = app().await;
+    let failed = run_until(&app, "FAILED").await;
+    let panel = get(&app, &format!("/runs/{failed}/nodes/load"), "en").await.body;
+    let attempts = between(&panel, "<table class=\"attempts\">", "</table>");
+    let outcomes: Vec<String> = attempts
+        .split("data-outcome=\"")
+        .skip(1)
+        .map(|s| s[..s.find('"').expect("quote")].to_string())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["RETRYABLE", "FAILED"],
+        "the first was retried, the second ended the node: {attempts}"
+    );
+    assert!(
+        attempts.contains(r#"data-outcome="FAILED" title="RETRYABLE: no retry left">FAILED</td>"#),
+        "{attempts}"
+    );
+    let zh = get(&app, &format!("/runs/{failed}/nodes/load"), ZH).await.body;
+    let attempts = between(&zh, "<table class=\"attempts\">", "</table>");
+    assert!(attempts.contains(r#"title="FAILED">失败</span>"#), "{attempts}");
+    assert!(attempts.contains(r#"title="RETRYABLE">失败（可重试）</span>"#), "{attempts}");
+}

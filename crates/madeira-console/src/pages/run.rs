@@ -306,6 +306,24 @@ fn node_row(
     }
 }
 
+/// How attempt `a` of a node now in `state` ended, as the panel shows it: its
+/// recorded outcome, except that a `RETRYABLE` failure that turned out to be the
+/// node's last attempt (no retry left: the node is FAILED) shows `FAILED`, with
+/// the recorded outcome in the second value (the cell's title).
+fn attempt_outcome<'a>(
+    a: &'a madeira_store::AttemptRecord,
+    state: &str,
+    last: Option<u32>,
+) -> (&'a str, Option<&'static str>) {
+    match a.outcome.as_deref() {
+        None => ("RUNNING", None),
+        Some("RETRYABLE") if state == "FAILED" && Some(a.attempt) == last => {
+            ("FAILED", Some("RETRYABLE: no retry left"))
+        }
+        Some(outcome) => (outcome, None),
+    }
+}
+
 /// `GET /runs/{id}/nodes/{node}`: the side panel (a fragment).
 pub async fn panel(
     State(console): State<Console>,
@@ -380,6 +398,7 @@ async fn panel_markup(
     tabs.sort_unstable();
     tabs.dedup();
     let running_attempt = attempts.iter().filter(|a| a.finished_at.is_none()).map(|a| a.attempt).max();
+    let last_attempt = attempts.iter().map(|a| a.attempt).max();
     let host_kind = match &run.def.nodes[idx].action {
         _ if run.def.observe => "madeira exec",
         NodeAction::Run(madeira_core::ExecutorDef::Sidecar(_)) => t(lang, "Sidecar"),
@@ -476,7 +495,8 @@ async fn panel_markup(
                         td.host title=(host_kind) { (a.host.as_deref().unwrap_or("-")) }
                         td { (stamp(lang, Some(a.started_at), now)) }
                         td { (duration_ms(lang, a.finished_at.unwrap_or(now) - a.started_at)) }
-                        td { (a.outcome.as_deref().unwrap_or("RUNNING")) }
+                        @let (outcome, why) = attempt_outcome(a, state, last_attempt);
+                        td.outcome data-outcome=(outcome) title=[why.map(|w| t(lang, w))] { (term_markup(lang, Term::Outcome, outcome)) }
                         td.error { (a.error.as_deref().unwrap_or("")) }
                     } } }
                 } }
