@@ -241,6 +241,8 @@ const ZH: &[(&str, &str)] = &[
     ("refused", "被拒绝"),
     ("Failed node", "失败节点"),
     ("RETRYABLE: no retry left", "RETRYABLE：已无重试次数"),
+    ("marked by", "标记者"),
+    ("skipped by", "跳过者"),
 ];
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! What the pages show, in process over a real SQLite store and engine in dev
 //! mode (no sign-in): the zh-CN vocabulary (state badges, triggers, audit
 //! actions, filters, the action toast) with the raw values kept in attributes;
-//! the icon; the audit CSV's byte order mark.
+//! the icon; the audit CSV's byte order mark; the failed node named on the
+//! overview; attempt outcomes; a node marked a success showing who, not a time.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use madeira_console::{Console, ConsoleOptions};
-use madeira_engine::{EngineHandle, EngineOptions, Executors, TriggerRequest};
+use madeira_engine::{ActionRequest, EngineHandle, EngineOptions, Executors, NodeActionKind, TriggerRequest};
 use madeira_server::{AppState, AuthConfig};
 use madeira_store::sqlite::SqliteStore;
 use tokio_util::sync::CancellationToken;
@@ -135,6 +136,22 @@ async fn wait_run(
     .unwrap_or_else(|_| panic!("run {run} never reached {state}"));
 }
 
+/// Marks `load` of the failed `run` a success as `otto`; waits for the run's end.
+async fn mark_load_success(app: &App, run: &str) {
+    let mut events = app.engine.subscribe();
+    app.engine
+        .act(ActionRequest {
+            run_id: run.into(),
+            node: Some("load".into()),
+            kind: Some(NodeActionKind::MarkSuccess),
+            actor: "otto".into(),
+            reason: Some("loaded by hand".into()),
+        })
+        .await
+        .expect("mark-success");
+    wait_run(&mut events, run, "SUCCESS").await;
+}
+
 const ZH: &str = "zh-CN,zh;q=0.9";
 
 #[tokio::test]
@@ -256,4 +273,27 @@ async fn a_failed_nodes_last_attempt_reads_failed_not_retryable() {
     let attempts = between(&zh, "<table class=\"attempts\">", "</table>");
     assert!(attempts.contains(r#"title="FAILED">失败</span>"#), "{attempts}");
     assert!(attempts.contains(r#"title="RETRYABLE">失败（可重试）</span>"#), "{attempts}");
+}
+
+#[tokio::test]
+async fn a_node_marked_a_success_names_who_instead_of_a_duration() {
+    let app = app().await;
+    let run = run_until(&app, "FAILED").await;
+    mark_load_success(&app, &run).await;
+    let page = get(&app, &format!("/runs/{run}"), "en").await.body;
+    let row = |node: &str| between(&page, &format!("<tr id=\"r-{node}\""), "</tr>");
+    let load = row("load");
+    assert!(load.contains("data-state=\"SUCCESS\""), "{load}");
+    assert!(
+        load.contains(
+            r#"<td class="by-hand" data-action="mark_success" title="mark_success">marked by otto</td>"#
+        ),
+        "{load}"
+    );
+    assert!(!load.contains(" ms</td>") && !load.contains(" s</td>"), "no duration: {load}");
+    let prep = row("prep");
+    assert!(!prep.contains("by-hand") && prep.contains(" ms</td>"), "prep ran to completion: {prep}");
+    let zh = get(&app, &format!("/runs/{run}"), ZH).await.body;
+    let load = between(&zh, "<tr id=\"r-load\"", "</tr>");
+    assert!(load.contains(r#"title="标记成功">标记者 otto</td>"#), "{load}");
 }
