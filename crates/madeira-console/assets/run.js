@@ -47,7 +47,9 @@ function setNodeState(node, state, id) {
     const icon = g.querySelector('.icon');
     if (icon) icon.textContent = ICONS[state] || '○';
     const text = g.querySelector('.state');
-    if (text && !text.textContent.startsWith(state)) text.textContent = state;
+    // As `dag::node_svg` writes it: the SPEC name, and in Chinese its gloss.
+    const gloss = LABELS[state] && LABELS[state] !== state ? ` · ${LABELS[state]}` : '';
+    if (text && !text.textContent.startsWith(state)) text.textContent = `${state}${gloss}`;
     g.setAttribute('aria-label', `${node}: ${state}`);
   }
   const cell = document.querySelector(`#r-${node} .state-cell`);
