@@ -361,7 +361,21 @@ test('zh-CN and en both render; the choice is kept in a cookie', async () => {
   const runs = await api(DEV, 'GET', '/runs?flow=daily-settlement&limit=1');
   await page.goto(`${DEV}/runs/${runs.runs[0].run_id}`);
   assert.match(await page.textContent('.nodes-section h2'), /节点/);
+  // State badges read in Chinese; the SPEC name stays in data-state.
+  const badges = await page.$$eval('#nodes-table .badge', (els) => els.map((e) => [e.dataset.state, e.textContent.trim()]));
+  assert.ok(badges.length > 0, 'the nodes table has badges');
+  for (const [state, text] of badges) {
+    assert.match(state, /^[A-Z_]+$/, 'data-state holds the SPEC name');
+    assert.ok(!text.includes(state) && /[\u4e00-\u9fff]/.test(text), `badge ${state} reads "${text}"`);
+  }
   await page.screenshot({ path: `${SHOTS}/run-zh-CN.png`, fullPage: true });
+  await page.goto(`${DEV}/`);
+  assert.match(await page.textContent('main'), /最近失败/);
+  assert.ok(!/\b(SUCCESS|FAILED|RUNNING|CANCELLED|QUEUED)\b/.test(await page.textContent('.cards-row')), 'overview counts in Chinese');
+  await page.screenshot({ path: `${SHOTS}/overview-zh-CN.png`, fullPage: true });
+  const icon = await fetch(`${DEV}/favicon.ico`);
+  assert.equal(icon.status, 200, '/favicon.ico answers');
+  assert.equal(icon.headers.get('content-type'), 'image/svg+xml');
   await page.click('a.lang');
   await page.waitForFunction(() => document.documentElement.lang === 'en');
   assert.match(await page.textContent('nav.main-nav'), /Overview.*Approvals.*Flows/s);

@@ -13,14 +13,21 @@ function setClass(el, state) {
   el.setAttribute('class', [...keep, `st-${state}`].join(' '));
 }
 
+// Each state's badge text in the page's language (`terms::state_labels_json`).
+const LABELS = JSON.parse(document.body.dataset.stateLabels || '{}');
+
+/** A state badge as `page::badge` draws it: text in the page's language, SPEC name in data-state. */
 function badge(state) {
   const span = document.createElement('span');
   span.className = `badge st-${state}`;
+  span.dataset.state = state;
+  const shown = LABELS[state] || state;
+  if (shown !== state) span.title = state;
   const icon = document.createElement('span');
   icon.className = 'icon';
   icon.setAttribute('aria-hidden', 'true');
   icon.textContent = ICONS[state] || '○';
-  span.append(icon, ` ${state}`);
+  span.append(icon, ` ${shown}`);
   return span;
 }
 
@@ -40,7 +47,9 @@ function setNodeState(node, state, id) {
     const icon = g.querySelector('.icon');
     if (icon) icon.textContent = ICONS[state] || '○';
     const text = g.querySelector('.state');
-    if (text && !text.textContent.startsWith(state)) text.textContent = state;
+    // As `dag::node_svg` writes it: the SPEC name, and in Chinese its gloss.
+    const gloss = LABELS[state] && LABELS[state] !== state ? ` · ${LABELS[state]}` : '';
+    if (text && !text.textContent.startsWith(state)) text.textContent = `${state}${gloss}`;
     g.setAttribute('aria-label', `${node}: ${state}`);
   }
   const cell = document.querySelector(`#r-${node} .state-cell`);

@@ -15,9 +15,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::is_htmx;
-use crate::i18n::t;
+use crate::i18n::{Lang, t};
 use crate::page::flash;
 use crate::session::Ctx;
+use crate::terms::{Term, term};
 use crate::{Console, ConsoleError};
 
 const MAX_REASON: usize = 2000;
@@ -57,14 +58,29 @@ impl Fields {
     }
 }
 
+/// What a finished action says in `lang`: the action (`terms`), the node and
+/// the run it touched, then "Done." (`confirm · node pay · run 0193…: Done.`).
+fn done_message(lang: Lang, action: &str, node: Option<&str>, run: Option<&str>) -> String {
+    let mut out = term(lang, Term::Action, action).to_string();
+    if let Some(node) = node {
+        out.push_str(&format!(" · {} {node}", t(lang, "node")));
+    }
+    if let Some(run) = run {
+        out.push_str(&format!(" · {} {run}", t(lang, "run")));
+    }
+    let colon = if lang == Lang::En { ": " } else { "：" };
+    format!("{out}{colon}{}", t(lang, "Done."))
+}
+
 /// How a bulk action went: done, or 409 naming each refusal.
 fn bulk_outcome(ctx: &Ctx, action: &str, done: usize, refused: &[String]) -> Result<String, ConsoleError> {
+    let action = format!("{} ×{done}", term(ctx.lang, Term::Action, action));
     if refused.is_empty() {
-        Ok(format!("{action} ×{done}: {}", t(ctx.lang, "Done.")))
+        Ok(done_message(ctx.lang, &action, None, None))
     } else {
         Err(ConsoleError::Api {
             status: StatusCode::CONFLICT,
-            message: format!("{action} ×{done}; refused: {}", refused.join("; ")),
+            message: format!("{action}; {}: {}", t(ctx.lang, "refused"), refused.join("; ")),
         })
     }
 }
@@ -127,7 +143,7 @@ pub async fn node_action(
         };
         console.app.engine.act(request).await?;
         tracing::info!(actor = %ctx.user.name, run_id = %id, node = %node, action = kind.name(), "console action");
-        Ok(format!("{} {node}: {} — {}", kind.name(), t(ctx.lang, "Done."), id))
+        Ok(done_message(ctx.lang, kind.name(), Some(&node), Some(&id)))
     }
     .await;
     answer(&headers, outcome, &back)
@@ -154,7 +170,7 @@ pub async fn cancel(
         };
         console.app.engine.act(request).await?;
         tracing::info!(actor = %ctx.user.name, run_id = %id, action = "cancel", "console action");
-        Ok(format!("cancel: {}", t(ctx.lang, "Done.")))
+        Ok(done_message(ctx.lang, "cancel", None, Some(&id)))
     }
     .await;
     answer(&headers, outcome, &back)
@@ -240,7 +256,7 @@ pub async fn bulk_runs(
             };
             let nodes = match action {
                 "cancel" => vec![None],
-                _ => root_failed(&loaded).into_iter().map(Some).collect(),
+                _ => crate::pages::root_failed(&loaded).into_iter().map(Some).collect(),
             };
             if nodes.is_empty() {
                 failed.push(format!("{run}: {}", t(ctx.lang, "no FAILED node to rerun")));
@@ -264,28 +280,6 @@ pub async fn bulk_runs(
     }
     .await;
     answer(&headers, outcome, &back)
-}
-
-/// The FAILED nodes of `run` with no FAILED node upstream of them.
-fn root_failed(run: &crate::pages::LoadedRun) -> Vec<String> {
-    let def = &run.def;
-    let failed: Vec<bool> = def
-        .nodes
-        .iter()
-        .map(|n| {
-            run.stored.nodes.iter().any(|r| r.node == n.id && r.state == madeira_core::NodeState::Failed)
-        })
-        .collect();
-    // `covered[v]`: some FAILED node is upstream of v.
-    let mut covered = vec![false; def.nodes.len()];
-    for &u in &def.topo {
-        if failed[u] || covered[u] {
-            for &(w, _) in &def.downstream[u] {
-                covered[w] = true;
-            }
-        }
-    }
-    (0..def.nodes.len()).filter(|&v| failed[v] && !covered[v]).map(|v| def.nodes[v].id.clone()).collect()
 }
 
 /// `POST /flows/{name}/run`: `params` is a JSON object (or empty).
@@ -354,7 +348,7 @@ async fn set_paused(
         }
         console.app.engine.set_paused(flow, paused, &ctx.user.name, reason).await?;
         tracing::info!(actor = %ctx.user.name, flow = %flow, paused, "console pause/resume");
-        Ok(format!("{}: {}", if paused { "pause" } else { "resume" }, t(ctx.lang, "Done.")))
+        Ok(done_message(ctx.lang, if paused { "pause" } else { "resume" }, None, None))
     }
     .await;
     answer(headers, outcome, &format!("/flows/{flow}"))
@@ -391,5 +385,13 @@ mod tests {
         assert_eq!(fields.get("reason"), Some("a b"));
         assert_eq!(fields.all("sel").collect::<Vec<_>>(), ["r1", "r2:n"]);
         assert_eq!(fields.get("action"), None);
+    }
+
+    #[test]
+    fn the_done_message_is_in_one_language() {
+        let zh = done_message(Lang::ZhCn, "confirm", Some("confirm"), Some("0193-run"));
+        assert_eq!(zh, "确认 · 节点 confirm · 运行 0193-run：已完成。");
+        let en = done_message(Lang::En, "mark_success", Some("pay"), None);
+        assert_eq!(en, "mark_success · node pay: Done.");
     }
 }

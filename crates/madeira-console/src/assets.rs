@@ -2,6 +2,8 @@
 //! (`app.3f9c1e2a7b.js`) with `Cache-Control: public, max-age=31536000,
 //! immutable`. htmx is vendored from the npm package `htmx.org` (version and SRI
 //! below); the rest is hand-written. Nothing here is built at `cargo build` time.
+//! The icon is `favicon.svg`: pages link it, and `/favicon.ico` (asked for by
+//! browsers and tools that never read the page) answers the same SVG.
 
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
@@ -34,6 +36,7 @@ const FILES: &[(&str, &[u8], &str)] = &[
     ("app.js", include_bytes!("../assets/app.js"), "text/javascript; charset=utf-8"),
     ("run.js", include_bytes!("../assets/run.js"), "text/javascript; charset=utf-8"),
     ("style.css", include_bytes!("../assets/style.css"), "text/css; charset=utf-8"),
+    ("favicon.svg", include_bytes!("../assets/favicon.svg"), "image/svg+xml"),
 ];
 
 impl Assets {
@@ -63,6 +66,18 @@ impl Assets {
 impl Default for Assets {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// `GET /favicon.ico`: the console's icon (an SVG; browsers read the type).
+pub async fn favicon(State(console): State<Console>) -> Response {
+    match console.assets.list.iter().find(|a| a.name == "favicon.svg") {
+        Some(icon) => (
+            [(header::CONTENT_TYPE, icon.content_type), (header::CACHE_CONTROL, "public, max-age=86400")],
+            icon.body,
+        )
+            .into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! English and Simplified Chinese. Pages are written with their English text;
-//! `t` looks the Chinese up in one table. State names (SUCCESS, MANUAL_CONFIRM …)
-//! are SPEC terms and stay as they are, with a translated gloss beside them.
+//! `t` looks the Chinese up in one table. Values from the store (states, alert
+//! severities, triggers, audit actions) are translated by `terms`, which keeps
+//! the raw value beside the text.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lang {
@@ -232,6 +233,16 @@ const ZH: &[(&str, &str)] = &[
     ("Ran on", "运行于"),
     ("control plane", "控制面"),
     ("token name, scheduler, message:…", "令牌名、scheduler、message:…"),
+    ("all", "全部"),
+    ("Name", "名称"),
+    ("default", "默认"),
+    ("node", "节点"),
+    ("run", "运行"),
+    ("refused", "被拒绝"),
+    ("Failed node", "失败节点"),
+    ("RETRYABLE: no retry left", "RETRYABLE：已无重试次数"),
+    ("marked by", "标记者"),
+    ("skipped by", "跳过者"),
 ];
 
 #[cfg(test)]

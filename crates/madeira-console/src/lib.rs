@@ -25,6 +25,7 @@ mod page;
 mod pages;
 mod session;
 mod sessions;
+mod terms;
 mod time;
 
 use std::sync::Arc;
@@ -126,6 +127,7 @@ fn table() -> Vec<(&'static str, Access, Handlers)> {
         ("/signout", Public, post(session::signout)),
         ("/lang", Public, get(session::set_lang)),
         ("/assets/{name}", Public, get(assets::serve)),
+        ("/favicon.ico", Public, get(assets::favicon)),
         ("/events", Scoped, get(events::stream)),
         ("/approvals", Scoped, get(pages::approvals::page)),
         ("/approvals/bulk", Scoped, post(actions::bulk_confirm)),

@@ -11,6 +11,7 @@ use maud::{DOCTYPE, Markup, html};
 use crate::assets::{Assets, HTMX_SRI, HTMX_VERSION};
 use crate::i18n::{Lang, state_gloss, t};
 use crate::session::Ctx;
+use crate::terms::{state_label, state_labels_json};
 
 /// Which navigation entry is current.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,12 +107,13 @@ impl<'a> Shell<'a> {
                     meta name="color-scheme" content="light dark";
                     meta name="htmx-config" content=(HTMX_CONFIG);
                     title { (self.title) " · Madeira" }
+                    link rel="icon" type="image/svg+xml" href=(self.assets.url("favicon.svg"));
                     link rel="stylesheet" href=(self.assets.url("style.css"));
                     script src=(self.assets.url("htmx.min.js")) integrity=(HTMX_SRI) crossorigin="anonymous" data-htmx-version=(HTMX_VERSION) defer {}
                     script type="module" src=(self.assets.url("app.js")) {}
                     @for m in &self.modules { script type="module" src=(self.assets.url(m)) {} }
                 }
-                body hx-headers=(hx_headers) data-lang=(lang.code()) data-now=(madeira_engine::now_ms()) {
+                body hx-headers=(hx_headers) data-lang=(lang.code()) data-state-labels=(state_labels_json(lang)) data-now=(madeira_engine::now_ms()) {
                     header.top {
                         a.brand href="/" { "Madeira" }
                         @if let Some(ctx) = self.ctx { (nav(ctx, self.nav)) }
@@ -203,11 +205,15 @@ pub fn url_encode(s: &str) -> String {
     out
 }
 
-/// A state as colour, icon and text (never colour alone).
+/// A state as colour, icon and text (never colour alone). The text is the state
+/// in `lang` (`SUCCESS`, `成功`); `data-state` always holds the SPEC name, and
+/// the title the other form (the gloss in English, the SPEC name in Chinese).
 pub fn badge(lang: Lang, state: &str) -> Markup {
+    let shown = state_label(lang, state);
+    let title = if shown == state { state_gloss(lang, state) } else { state };
     html! {
-        span class=(format!("badge st-{state}")) title=(state_gloss(lang, state)) {
-            span.icon aria-hidden="true" { (icon(state)) } " " (state)
+        span class=(format!("badge st-{state}")) data-state=(state) title=(title) {
+            span.icon aria-hidden="true" { (icon(state)) } " " (shown)
         }
     }
 }

@@ -464,7 +464,7 @@ async fn every_console_route_applies_the_tokens_scope() {
     let public: Vec<&str> = routes.iter().filter(|(_, a)| *a == Access::Public).map(|(p, _)| *p).collect();
     assert_eq!(
         public,
-        ["/signin", "/signout", "/lang", "/assets/{name}"],
+        ["/signin", "/signout", "/lang", "/assets/{name}", "/favicon.ico"],
         "a route that shows flows or runs must be Scoped (and pass this probe)"
     );
     let mut probed = 0;

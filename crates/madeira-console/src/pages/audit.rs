@@ -1,6 +1,7 @@
 //! `/audit`: who did what, filtered by run, actor and time; `/audit.csv` exports
 //! the same filter as CSV (RFC 4180 quoting; cells that a spreadsheet would run
-//! as a formula are prefixed with `'`).
+//! as a formula are prefixed with `'`; a UTF-8 byte order mark first, so that
+//! Excel reads the file as UTF-8 rather than the system's code page).
 
 use std::collections::HashMap;
 
@@ -13,6 +14,7 @@ use maud::html;
 use crate::i18n::t;
 use crate::page::{self, Nav, Shell, url_encode};
 use crate::session::Ctx;
+use crate::terms::{Term, term_markup};
 use crate::time::{rfc3339, stamp};
 use crate::{Console, ConsoleError};
 use madeira_core::timebound::parse_time;
@@ -89,7 +91,7 @@ pub async fn page(
             tbody { @for a in &rows { tr {
                 td { (stamp(lang, Some(a.at), now)) }
                 td { strong { (a.actor) } }
-                td { (a.action) }
+                td { (term_markup(lang, Term::Action, &a.action)) }
                 td { @if let Some(r) = &a.run_id { a href=(super::run_href(r)) { code { (super::run::short(r)) } } } }
                 td { @if let Some(n) = &a.node { code { (n) } } }
                 td { (a.reason.as_deref().unwrap_or("")) }
@@ -112,7 +114,7 @@ pub async fn csv(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ConsoleError> {
     let rows = entries(&console, &ctx.user, &q, CSV_LIMIT).await?;
-    let mut out = String::from("at,actor,action,run_id,node,reason,details\r\n");
+    let mut out = String::from("\u{feff}at,actor,action,run_id,node,reason,details\r\n");
     for a in &rows {
         let details = a.details.as_ref().map(|d| d.to_string()).unwrap_or_default();
         let cells = [

@@ -15,6 +15,7 @@ use crate::dag;
 use crate::i18n::{Lang, t};
 use crate::page::{self, Nav, Shell, badge};
 use crate::session::Ctx;
+use crate::terms::{Term, term, term_markup};
 use crate::time::stamp;
 use crate::{Console, ConsoleError};
 
@@ -28,13 +29,13 @@ fn triggers(lang: Lang, def: &FlowDef, now: i64) -> Markup {
                 @match tr {
                     TriggerDef::Cron(c) => {
                         @let next = madeira_core::schedule::next_after(c, chrono::Utc::now()).map(|t| t.timestamp_millis());
-                        li { "cron " code { (c.expr) } " " span.muted { (c.timezone) } " → " (stamp(lang, next, now)) }
+                        li { (term(lang, Term::Trigger, "cron")) " " code { (c.expr) } " " span.muted { (c.timezone) } " → " (stamp(lang, next, now)) }
                     }
-                    TriggerDef::Event { event, .. } => li { "event " code { (event) } },
-                    TriggerDef::Message(m) => li { "message " code { (m.source) } },
+                    TriggerDef::Event { event, .. } => li { (term(lang, Term::Trigger, "event")) " " code { (event) } },
+                    TriggerDef::Message(m) => li { (term(lang, Term::Trigger, "message")) " " code { (m.source) } },
                 }
             }
-            @if def.triggers.is_empty() { li.muted { "manual" } }
+            @if def.triggers.is_empty() { li.muted { (term(lang, Term::Trigger, "manual")) } }
         }
     }
 }
@@ -159,7 +160,7 @@ pub async fn show(
                 @if let Some(routing) = &def.routing {
                     div.kv.wide { span.k { (t(lang, "Routing")) } span.v { ul {
                         @for rule in &routing.rules { li { code { (rule.when.source()) } " → v" (rule.version) } }
-                        li { "default → v" (routing.default) }
+                        li { (t(lang, "default")) " → v" (routing.default) }
                     } } }
                 }
             }
@@ -223,7 +224,7 @@ pub fn selectable_runs_table(lang: Lang, runs: &[RunRow], now: i64, select: Opti
                     td { a href=(run_href(&r.id)) { code { (short(&r.id)) } } }
                     td { a href=(flow_href(&r.flow)) { (r.flow) } " v" (r.version) }
                     td { (badge(lang, r.state.as_str())) }
-                    td { (r.trigger) }
+                    td { (term_markup(lang, Term::Trigger, &r.trigger)) }
                     td.opt.actor { (r.actor) }
                     td { (stamp(lang, Some(r.created_at), now)) }
                     td { @if let (Some(s), Some(f)) = (r.started_at, r.finished_at) { (crate::time::duration_ms(lang, f - s)) } @else { "-" } }

@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::i18n::t;
 use crate::page::{self, Nav, Shell};
 use crate::session::Ctx;
+use crate::terms::{Term, term_markup};
 use crate::{Console, ConsoleError};
 
 fn text(v: &Value) -> String {
@@ -49,7 +50,7 @@ pub async fn alerts(
     }
     let body = html! {
         h1 { (t(lang, "Alerts")) }
-        nav.filters { a href="/alerts" { "all" } " · " a href="/alerts?status=firing" { (t(lang, "Firing")) } " · " a href="/alerts?status=resolved" { (t(lang, "Resolved")) } }
+        nav.filters { a href="/alerts" { (t(lang, "all")) } " · " a href="/alerts?status=firing" { (t(lang, "Firing")) } " · " a href="/alerts?status=resolved" { (t(lang, "Resolved")) } }
         @match &list {
             None => p.muted { (t(lang, "Alerting is not running here.")) },
             Some(v) => {
@@ -58,14 +59,14 @@ pub async fn alerts(
                 div.table-wrap { table.alerts {
                     thead { tr { th { (t(lang, "State")) } th { (t(lang, "Severity")) } th { (t(lang, "Summary")) } th { (t(lang, "Flow")) } th { (t(lang, "Runs")) } th { (t(lang, "Deliveries")) } } }
                     tbody { @for a in &alerts { tr {
-                        td { span class=(format!("tag al-{}", text(&a["status"]))) { (text(&a["status"])) } }
-                        td { (text(&a["severity"])) }
+                        td { span class=(format!("tag al-{}", text(&a["status"]))) data-status=(text(&a["status"])) { (term_markup(lang, Term::AlertStatus, &text(&a["status"]))) } }
+                        td { (term_markup(lang, Term::Severity, &text(&a["severity"]))) }
                         td { strong { (text(&a["alertname"])) } " " (text(&a["summary"])) @if !text(&a["node"]).is_empty() { " · " code { (text(&a["node"])) } } }
                         td { (text(&a["flow"])) }
                         td { @for r in a["runs"].as_array().cloned().unwrap_or_default().iter().take(5) {
                             @let id = text(r); a href=(super::run_href(&id)) { code { (super::run::short(&id)) } } " " } }
                         td { @for d in a["deliveries"].as_array().cloned().unwrap_or_default() {
-                            span.tag title=(text(&d["last_error"])) { (text(&d["channel"])) ": " (text(&d["status"])) } " " } }
+                            span.tag title=(text(&d["last_error"])) { (text(&d["channel"])) ": " (term_markup(lang, Term::Delivery, &text(&d["status"]))) } " " } }
                     } } }
                 } }
             }
@@ -94,7 +95,7 @@ pub async fn sidecars(State(console): State<Console>, ctx: Ctx) -> Result<Respon
             Some(list) => {
                 @if list.is_empty() { p.muted { (t(lang, "none")) } }
                 div.table-wrap { table.sidecars {
-                    thead { tr { th { "Name" } th { (t(lang, "Group")) } th { (t(lang, "State")) } th { (t(lang, "Jobs")) } th { (t(lang, "running")) } th { (t(lang, "Heartbeat")) } th { (t(lang, "Version")) } } }
+                    thead { tr { th { (t(lang, "Name")) } th { (t(lang, "Group")) } th { (t(lang, "State")) } th { (t(lang, "Jobs")) } th { (t(lang, "running")) } th { (t(lang, "Heartbeat")) } th { (t(lang, "Version")) } } }
                     tbody { @for s in &list { tr {
                         td { strong { (s.name) } }
                         td { (s.group) }

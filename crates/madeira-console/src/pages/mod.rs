@@ -63,3 +63,26 @@ pub fn flow_href(name: &str) -> String {
 pub fn run_terminal(state: &str) -> bool {
     matches!(state, "SUCCESS" | "FAILED" | "CANCELLED")
 }
+
+/// The FAILED nodes of `run` with no FAILED node upstream of them: the root
+/// causes that bulk rerun-failed reruns and the overview names.
+pub fn root_failed(run: &LoadedRun) -> Vec<String> {
+    let def = &run.def;
+    let failed: Vec<bool> = def
+        .nodes
+        .iter()
+        .map(|n| {
+            run.stored.nodes.iter().any(|r| r.node == n.id && r.state == madeira_core::NodeState::Failed)
+        })
+        .collect();
+    // `covered[v]`: some FAILED node is upstream of v.
+    let mut covered = vec![false; def.nodes.len()];
+    for &u in &def.topo {
+        if failed[u] || covered[u] {
+            for &(w, _) in &def.downstream[u] {
+                covered[w] = true;
+            }
+        }
+    }
+    (0..def.nodes.len()).filter(|&v| failed[v] && !covered[v]).map(|v| def.nodes[v].id.clone()).collect()
+}

@@ -1,17 +1,19 @@
 //! `/`: the overview. Runs by state over the last 24 h, what runs now, what
-//! failed, what waits for a person, sidecars online and lost, open alerts and the
-//! next cron fires.
+//! failed (each run with the node that failed it and that node's error), what
+//! waits for a person, sidecars online and lost, open alerts and the next cron
+//! fires.
 
 use axum::extract::State;
 use axum::response::Response;
 use madeira_core::TriggerDef;
-use madeira_store::{AlertQuery, RunQuery};
-use maud::html;
+use madeira_store::{AlertQuery, RunQuery, RunRow};
+use maud::{Markup, html};
 
 use super::flows::runs_table;
-use crate::i18n::t;
+use crate::i18n::{Lang, t};
 use crate::page::{self, Nav, Shell, badge};
 use crate::session::Ctx;
+use crate::terms::{Term, term_markup};
 use crate::time::stamp;
 use crate::{Console, ConsoleError};
 use madeira_core::timebound::id_bound;
@@ -41,6 +43,10 @@ pub async fn page(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
         store.list_runs(&RunQuery { state: Some("FAILED".into()), limit: 5, ..Default::default() }).await?;
     running.retain(|r| in_scope(&r.flow));
     failed.retain(|r| in_scope(&r.flow));
+    let mut failed_at = Vec::with_capacity(failed.len());
+    for r in &failed {
+        failed_at.push(failed_nodes(&console, &ctx.user, r).await);
+    }
     let (waiting, _) = super::approvals::pending(&console, &ctx.user).await?;
     let sidecars = console.app.fleet.as_ref().map(|f| f.sidecars());
     let alerts = match &console.app.alerts {
@@ -101,7 +107,7 @@ pub async fn page(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
                     Some(v) => {
                         @let list = v["alerts"].as_array().cloned().unwrap_or_default();
                         @if list.is_empty() { p.muted { (t(lang, "none")) } }
-                        ul { @for a in &list { li { span.tag { (a["severity"].as_str().unwrap_or("")) } " " (a["summary"].as_str().unwrap_or("")) } } }
+                        ul { @for a in &list { li { span.tag { (term_markup(lang, Term::Severity, a["severity"].as_str().unwrap_or(""))) } " " (a["summary"].as_str().unwrap_or("")) } } }
                     }
                     None => p.muted { (t(lang, "Alerting is not running here.")) },
                 } }
@@ -110,9 +116,57 @@ pub async fn page(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
                 ul { @for (at, flow, expr) in &fires { li { a href=(super::flow_href(flow)) { (flow) } " " code { (expr) } " " (stamp(lang, Some(*at), now)) } } } }
         }
         section { h2 { (t(lang, "Running now")) } (runs_table(lang, &running, now)) }
-        section { h2 { (t(lang, "Recently failed")) } (runs_table(lang, &failed, now)) }
+        section { h2 { (t(lang, "Recently failed")) } (failed_table(lang, &failed, &failed_at, now)) }
     };
     Ok(page::html_response(
         Shell::new(&ctx, t(lang, "Overview"), &console.assets, Nav::Overview).render(body),
     ))
+}
+
+/// Longest error shown per failed node (the run page has all of it).
+const ERROR_CHARS: usize = 120;
+
+/// The nodes that failed run `r` on their own (`root_failed`), each with its
+/// error; empty when the run cannot be read (its flow deleted meanwhile).
+async fn failed_nodes(console: &Console, user: &crate::session::User, r: &RunRow) -> Vec<(String, String)> {
+    let Ok(run) = super::load_run(console, user, &r.id).await else { return Vec::new() };
+    super::root_failed(&run)
+        .into_iter()
+        .map(|node| {
+            let error = run
+                .stored
+                .nodes
+                .iter()
+                .find(|n| n.node == node)
+                .and_then(|n| n.reason.clone())
+                .unwrap_or_default();
+            let error = match error.char_indices().nth(ERROR_CHARS) {
+                Some((cut, _)) => format!("{}…", &error[..cut]),
+                None => error,
+            };
+            (node, error)
+        })
+        .collect()
+}
+
+/// Recently failed runs, each naming the node that failed it and its error.
+fn failed_table(lang: Lang, runs: &[RunRow], nodes: &[Vec<(String, String)>], now: i64) -> Markup {
+    html! {
+        @if runs.is_empty() { p.muted { (t(lang, "No runs match.")) } }
+        @else {
+            div.table-wrap { table.runs.failed-runs {
+                thead { tr { th { (t(lang, "Run")) } th { (t(lang, "Flow")) } th { (t(lang, "Failed node")) } th { (t(lang, "Error")) } th { (t(lang, "Finished")) } } }
+                tbody { @for (r, failed) in runs.iter().zip(nodes) { tr data-run=(r.id) {
+                    td { a href=(super::run_href(&r.id)) { code { (super::run::short(&r.id)) } } }
+                    td { a href=(super::flow_href(&r.flow)) { (r.flow) } " v" (r.version) }
+                    td.failed-node { @for (i, (node, _)) in failed.iter().enumerate() {
+                        @if i > 0 { ", " }
+                        a href=(format!("/runs/{}?node={}", r.id, page::url_encode(node))) { code { (node) } } }
+                        @if failed.is_empty() { "-" } }
+                    td.error { @for (node, error) in failed { @if !error.is_empty() { div { @if failed.len() > 1 { code { (node) } ": " } (error) } } } }
+                    td { (stamp(lang, r.finished_at, now)) }
+                } } }
+            } }
+        }
+    }
 }

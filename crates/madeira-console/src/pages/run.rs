@@ -22,6 +22,7 @@ use crate::dag;
 use crate::i18n::{Lang, state_gloss, t};
 use crate::page::{self, ActionDialog, Nav, Shell, badge};
 use crate::session::Ctx;
+use crate::terms::{Term, state_label, term, term_markup};
 use crate::time::{duration_ms, stamp};
 use crate::{Console, ConsoleError};
 
@@ -176,6 +177,7 @@ async fn fragments(
         .or_else(|| transitions.first().map(|t| t.actor.clone()))
         .unwrap_or_else(|| "-".into());
     let hosts = latest_hosts(run);
+    let ended_by_hand = ended_by_hand(run, &transitions);
     let states: serde_json::Map<String, serde_json::Value> =
         run.stored.nodes.iter().map(|n| (n.node.clone(), json!(n.state.as_str()))).collect();
     let end = r.finished_at.unwrap_or(now);
@@ -198,9 +200,9 @@ async fn fragments(
     let head = html! {
         div #run-live data-state=(r.state.as_str()) data-event=(ctx.after) data-states=(serde_json::Value::Object(states).to_string()) {
             section.run-head {
-                div.kv { span.k { (t(lang, "State")) } span #run-state.v { (badge(lang, r.state.as_str())) " " span.muted { (state_gloss(lang, r.state.as_str())) } } }
+                div.kv { span.k { (t(lang, "State")) } span #run-state.v { (badge(lang, r.state.as_str())) " " span.muted { (if lang == Lang::En { state_gloss(lang, r.state.as_str()) } else { r.state.as_str() }) } } }
                 div.kv { span.k { (t(lang, "Version")) } span.v { "v" (r.version) } }
-                div.kv { span.k { (t(lang, "Trigger")) } span.v { (r.trigger) } }
+                div.kv { span.k { (t(lang, "Trigger")) } span.v { (term_markup(lang, Term::Trigger, &r.trigger)) } }
                 div.kv { span.k { (t(lang, "Actor")) } span #run-actor.v { (actor) } }
                 div.kv { span.k { (t(lang, "Created")) } span.v { (stamp(lang, Some(r.created_at), now)) } }
                 div.kv { span.k { (t(lang, "Duration")) } span.v { (duration_ms(lang, end - span_start)) } }
@@ -227,7 +229,7 @@ async fn fragments(
                     table #nodes-table.nodes {
                         thead { tr { th { (t(lang, "Node")) } th { (t(lang, "State")) } th.num { (t(lang, "Attempts")) } th.opt { (t(lang, "Host")) } th.opt { (t(lang, "Started")) } th { (t(lang, "Duration")) } th.gantt-h { (t(lang, "Timeline")) } } }
                         tbody {
-                            @for n in &rows { (node_row(lang, &r.id, n, hosts.get(n.node.as_str()).copied(), span_start, end, now)) }
+                            @for n in &rows { (node_row(lang, &r.id, n, hosts.get(n.node.as_str()).copied(), ended_by_hand.get(n.node.as_str()), (span_start, end), now)) }
                         }
                     }
                 }
@@ -238,7 +240,7 @@ async fn fragments(
                 @else {
                     ul.audit {
                         @for a in &audit {
-                            li { (stamp(lang, Some(a.at), now)) " · " strong { (a.actor) } " · " (a.action)
+                            li { (stamp(lang, Some(a.at), now)) " · " strong { (a.actor) } " · " (term_markup(lang, Term::Action, &a.action))
                                 @if let Some(n) = &a.node { " · " code { (n) } }
                                 @if let Some(reason) = &a.reason { " — " q { (reason) } } }
                         }
@@ -248,7 +250,7 @@ async fn fragments(
                     summary { (transitions.len()) " " (t(lang, "transitions")) }
                     ol {
                         @for tr in transitions.iter().rev().take(500) {
-                            li { (stamp(lang, Some(tr.at), now)) " " code { (tr.node.as_deref().unwrap_or("run")) } " " (tr.edge.from_name()) " → " (tr.edge.to_name()) " (" (tr.edge.cause_name()) ", " (tr.actor) ")" }
+                            li { (stamp(lang, Some(tr.at), now)) " " code { (tr.node.as_deref().unwrap_or("run")) } " " (state_label(lang, tr.edge.from_name())) " → " (state_label(lang, tr.edge.to_name())) " (" (tr.edge.cause_name()) ", " (tr.actor) ")" }
                         }
                     }
                 }
@@ -270,21 +272,59 @@ fn latest_hosts(run: &LoadedRun) -> HashMap<&str, &str> {
     hosts
 }
 
+/// A node an operator ended (mark-success or skip) after it had started: it
+/// never ran to completion, so it has no duration to show.
+struct ByHand<'a> {
+    /// What they did (an audit action name: `mark_success`, `skip`).
+    action: &'static str,
+    actor: &'a str,
+    /// When its last attempt ended (the timeline bar stops there).
+    ran_until: Option<i64>,
+}
+
+/// The nodes whose last transition was an operator's mark-success or skip.
+fn ended_by_hand<'a>(
+    run: &'a LoadedRun,
+    transitions: &'a [madeira_store::TransitionRecord],
+) -> HashMap<&'a str, ByHand<'a>> {
+    let mut ended = HashMap::new();
+    // Transitions come in commit order: a node's last one decides.
+    for tr in transitions {
+        let Some(node) = tr.node.as_deref() else { continue };
+        match tr.edge.cause_name() {
+            action @ ("mark_success" | "skip") => {
+                let ran_until =
+                    run.stored.attempts.iter().filter(|a| a.node == node).filter_map(|a| a.finished_at).max();
+                ended.insert(node, ByHand { action, actor: tr.actor.as_str(), ran_until });
+            }
+            _ => {
+                ended.remove(node);
+            }
+        }
+    }
+    ended
+}
+
 fn node_row(
     lang: Lang,
     run_id: &str,
     n: &NodeRow,
     host: Option<&str>,
-    span_start: i64,
-    span_end: i64,
+    by_hand: Option<&ByHand<'_>>,
+    (span_start, span_end): (i64, i64),
     now: i64,
 ) -> Markup {
     let state = n.state.as_str();
     let duration = n.started_at.map(|s| n.finished_at.unwrap_or(now) - s);
     let total = (span_end - span_start).max(1) as f64;
-    let bar = n.started_at.map(|s| {
+    // A node ended by hand: the bar covers what ran (its attempts), not the wait.
+    let bar_end = match by_hand {
+        Some(h) => h.ran_until,
+        None => Some(n.finished_at.unwrap_or(now)),
+    };
+    let bar = n.started_at.zip(bar_end).map(|(s, e)| {
         let x = ((s - span_start).max(0) as f64 / total * 100.0).clamp(0.0, 99.0);
-        let w = ((n.finished_at.unwrap_or(now) - s).max(0) as f64 / total * 100.0).clamp(0.8, 100.0 - x);
+        let w = ((e - s).max(0) as f64 / total * 100.0).clamp(0.8, 100.0 - x);
         (x, w)
     });
     html! {
@@ -295,13 +335,36 @@ fn node_row(
             td.num { (n.attempt) }
             td.opt.host { (host.unwrap_or("-")) }
             td.opt { (stamp(lang, n.started_at, now)) }
-            td { @if let Some(d) = duration { (duration_ms(lang, d)) } @else { "-" } }
+            @if let Some(h) = by_hand {
+                td.by-hand data-action=(h.action) title=(term(lang, Term::Action, h.action)) {
+                    (t(lang, if h.action == "skip" { "skipped by" } else { "marked by" })) " " (h.actor) }
+            } @else {
+                td { @if let Some(d) = duration { (duration_ms(lang, d)) } @else { "-" } }
+            }
             td.gantt {
                 svg.gantt viewBox="0 0 100 10" preserveAspectRatio="none" aria-hidden="true" {
                     @if let Some((x, w)) = bar { rect class=(format!("bar st-{state}")) x=(format!("{x:.2}")) y="1" width=(format!("{w:.2}")) height="8" {} }
                 }
             }
         }
+    }
+}
+
+/// How attempt `a` of a node now in `state` ended, as the panel shows it: its
+/// recorded outcome, except that a `RETRYABLE` failure that turned out to be the
+/// node's last attempt (no retry left: the node is FAILED) shows `FAILED`, with
+/// the recorded outcome in the second value (the cell's title).
+fn attempt_outcome<'a>(
+    a: &'a madeira_store::AttemptRecord,
+    state: &str,
+    last: Option<u32>,
+) -> (&'a str, Option<&'static str>) {
+    match a.outcome.as_deref() {
+        None => ("RUNNING", None),
+        Some("RETRYABLE") if state == "FAILED" && Some(a.attempt) == last => {
+            ("FAILED", Some("RETRYABLE: no retry left"))
+        }
+        Some(outcome) => (outcome, None),
     }
 }
 
@@ -379,6 +442,7 @@ async fn panel_markup(
     tabs.sort_unstable();
     tabs.dedup();
     let running_attempt = attempts.iter().filter(|a| a.finished_at.is_none()).map(|a| a.attempt).max();
+    let last_attempt = attempts.iter().map(|a| a.attempt).max();
     let host_kind = match &run.def.nodes[idx].action {
         _ if run.def.observe => "madeira exec",
         NodeAction::Run(madeira_core::ExecutorDef::Sidecar(_)) => t(lang, "Sidecar"),
@@ -475,7 +539,8 @@ async fn panel_markup(
                         td.host title=(host_kind) { (a.host.as_deref().unwrap_or("-")) }
                         td { (stamp(lang, Some(a.started_at), now)) }
                         td { (duration_ms(lang, a.finished_at.unwrap_or(now) - a.started_at)) }
-                        td { (a.outcome.as_deref().unwrap_or("RUNNING")) }
+                        @let (outcome, why) = attempt_outcome(a, state, last_attempt);
+                        td.outcome data-outcome=(outcome) title=[why.map(|w| t(lang, w))] { (term_markup(lang, Term::Outcome, outcome)) }
                         td.error { (a.error.as_deref().unwrap_or("")) }
                     } } }
                 } }

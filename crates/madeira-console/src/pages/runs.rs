@@ -11,6 +11,7 @@ use super::flows::selectable_runs_table;
 use crate::i18n::t;
 use crate::page::{self, Nav, Shell, url_encode};
 use crate::session::Ctx;
+use crate::terms::state_label;
 use crate::{Console, ConsoleError};
 use madeira_core::timebound::{id_bound, parse_time};
 use madeira_server::Role;
@@ -186,7 +187,7 @@ pub async fn search(
                 select name="flow" { option value="" { "—" }
                     @for f in &flows { option value=(f.name) selected[search.flow.as_deref() == Some(f.name.as_str())] { (f.name) } } } }
             fieldset.states { legend { (t(lang, "States")) }
-                @for st in STATES { label.check { input type="checkbox" name="state" value=(st) checked[search.states.iter().any(|s| s == st)]; " " (st) } } }
+                @for st in STATES { label.check { input type="checkbox" name="state" value=(st) checked[search.states.iter().any(|s| s == st)]; " " span title=(st) { (state_label(lang, st)) } } } }
             label { (t(lang, "From")) " (UTC)" input type="datetime-local" name="since" value=(fmt_local(search.since)); }
             label { (t(lang, "Until")) " (UTC)" input type="datetime-local" name="until" value=(fmt_local(search.until)); }
             label { (t(lang, "Trigger")) input type="text" name="trigger" value=(search.trigger.clone().unwrap_or_default()) placeholder="manual, cron, event"; }
