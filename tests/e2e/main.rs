@@ -1,6 +1,7 @@
 //! End-to-end tests: each starts the real `madeira` binary (`madeira dev` on a fresh
 //! data directory) and drives it over HTTP and the CLI.
 
+mod alert_incidents;
 mod alert_updates;
 mod alerts;
 mod api;

@@ -3,12 +3,19 @@
 //! `group_wait` before it fires; a firing alert that grew is announced again at
 //! most every `group_interval` (an update), and a critical one that did not is
 //! reminded every `repeat_interval`; a run that later succeeds is taken off the
-//! alerts that counted it, and an alert with no failed run left resolves. Time is
-//! passed in; the alert task persists what changed and sends what must be sent.
+//! alerts that counted it, and an alert with no failed run left resolves. A run
+//! is on one failure alert at a time: when it fails again with another root cause
+//! (after a rerun or mark-success) its alert is updated, not paged anew (`moved`).
+//! Time is passed in; the alert task persists what changed and sends what must be sent.
 
 use std::collections::{BTreeSet, HashMap};
 
 use crate::model::{Alert, AlertStatus, Cause, Failure, Raise, Severity};
+
+mod moved;
+
+/// The alert name of a failed run.
+const RUN_FAILED: &str = "MadeiraRunFailed";
 
 /// What one or more events changed.
 #[derive(Debug, Default)]
@@ -139,6 +146,7 @@ impl Aggregator {
     /// A run ended FAILED.
     pub fn failure(&mut self, f: Failure, now: i64, out: &mut Changes) {
         let key = failure_key(&f);
+        let Some(f) = self.moved(f, &key, now, out) else { return };
         if let Some(id) = self.by_key.get(&key).cloned()
             && let Some(alert) = self.alerts.get_mut(&id)
         {
@@ -157,7 +165,7 @@ impl Aggregator {
         let node = f.causes.iter().map(|c| c.node.as_str()).collect::<Vec<_>>().join(", ");
         let alert = self.new_alert(NewAlert {
             key,
-            alertname: "MadeiraRunFailed",
+            alertname: RUN_FAILED,
             severity: Severity::Critical,
             summary: format!("flow {} failed: root cause {}", f.flow, describe_causes(&f.causes)),
             flow: Some(f.flow),
@@ -222,6 +230,7 @@ impl Aggregator {
             alert.updated_at = now;
             if alert.runs.is_empty() {
                 alert.resolved_by_run = Some(run_id.to_string());
+                alert.moved = None;
                 self.close(&id, now, out);
             } else {
                 out.touched.push(id);
@@ -235,12 +244,13 @@ impl Aggregator {
         let ids: Vec<String> = self
             .alerts
             .values()
-            .filter(|a| a.alertname == "MadeiraRunFailed" && a.flow.as_deref() == Some(flow))
+            .filter(|a| a.alertname == RUN_FAILED && a.flow.as_deref() == Some(flow))
             .map(|a| a.id.clone())
             .collect();
         for id in ids {
             if let Some(alert) = self.alerts.get_mut(&id) {
                 alert.recovered_by = Some(run_id.to_string());
+                alert.moved = None;
                 alert.resolved_by_run = Some(run_id.to_string());
             }
             self.close(&id, now, out);
@@ -315,6 +325,7 @@ impl Aggregator {
                 alert.announced_at = Some(now);
                 alert.announced_count = Some(alert.count);
                 alert.updated_at = now;
+                alert.moved = None;
                 out.touched.push(id.clone());
                 if alert.added > 0 {
                     out.update.push(id.clone());
@@ -377,6 +388,7 @@ impl Aggregator {
             resolution: None,
             recovered_by: None,
             resolved_by_run: None,
+            moved: None,
             announced_at: None,
             announced_count: None,
             added: 0,

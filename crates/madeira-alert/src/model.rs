@@ -105,6 +105,13 @@ pub struct Alert {
     /// a `resolved` payload links it when no failed run is left on the alert.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_by_run: Option<String>,
+    /// What a run's later failure changed (after a rerun or mark-success of that
+    /// run, its root cause moved or is new): said by the next message — the
+    /// `update` of the alert that followed the run, the `firing` of the alert the
+    /// run moved to, or the `resolved` of the alert it left. Cleared by the next
+    /// update or reminder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved: Option<String>,
     /// When it was last announced (the first `firing` message, an update or a
     /// reminder). Kept in the store so a new alert leader neither repeats nor
     /// forgets the next update (`None` before it fired).

@@ -119,7 +119,13 @@ pub fn run_link(base: Option<&str>, run_id: &str) -> Option<String> {
 
 pub fn render(content: &Content, base: Option<&str>) -> Message {
     match content {
-        Content::Firing(alert) => firing(alert, base),
+        Content::Firing(alert) => {
+            let mut message = firing(alert, base);
+            if let Some(moved) = &alert.moved {
+                message.lines.insert(0, Line::Field("Moved", moved.clone()));
+            }
+            message
+        }
         Content::Update(alert) => again(alert, base, "update"),
         Content::Reminder(alert) => again(alert, base, "reminder"),
         Content::Resolved(alert) => resolved(alert),
@@ -195,7 +201,9 @@ fn again(alert: &Alert, base: Option<&str>, what: &str) -> Message {
     let noun = if alert.causes.is_empty() { "event" } else { "failed run" };
     let plural = |n: u64| if n == 1 { "" } else { "s" };
     let since = crate::view::rfc3339(alert.created_at);
-    let line = if what == "update" {
+    let line = if let (true, Some(moved)) = (what == "update", &alert.moved) {
+        moved.clone()
+    } else if what == "update" {
         format!(
             "{} {noun}{} now, {} new since the last message (firing since {since})",
             alert.count,
@@ -215,6 +223,10 @@ fn resolved(alert: &Alert) -> Message {
     if let Some(resolution) = &alert.resolution {
         lines.push(Line::Field("Fallback", resolution.clone()));
         return Message { title: title(alert, "fallback ran"), lines };
+    }
+    if let Some(moved) = &alert.moved {
+        lines.push(Line::Field("Resolved", moved.clone()));
+        return Message { title: title(alert, "resolved"), lines };
     }
     if let Some(run) = &alert.recovered_by {
         lines.push(Line::Field("Resolved", format!("a later run of the flow succeeded ({run})")));

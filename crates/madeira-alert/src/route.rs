@@ -100,6 +100,7 @@ mod tests {
             resolution: None,
             recovered_by: None,
             resolved_by_run: None,
+            moved: None,
             announced_at: None,
             announced_count: None,
             added: 0,

@@ -43,6 +43,7 @@ fn alert() -> Arc<Alert> {
         resolution: None,
         recovered_by: None,
         resolved_by_run: None,
+        moved: None,
         announced_at: None,
         announced_count: None,
         added: 0,

@@ -57,6 +57,7 @@ pub(crate) fn alert_json(a: &Alert, base: Option<&str>) -> Json {
         "count": a.count,
         "added": a.added,
         "fixed": a.fixed,
+        "moved": a.moved,
         "run_url": a.link_run().and_then(|r| run_link(base, r)),
         "created_at": crate::view::rfc3339(a.created_at),
         "resolved_at": a.resolved_at.map(crate::view::rfc3339),

@@ -3,6 +3,7 @@
 
 mod delivery;
 mod durability;
+mod incidents;
 mod ratelimit;
 mod support;
 mod updates;

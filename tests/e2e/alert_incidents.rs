@@ -1,0 +1,91 @@
+//! A failed run is one incident (issue 33 item 8), end to end against a real
+//! local webhook receiver: a run fails at `pull` (the alert names `book` as
+//! skipped because of it); `mark-success pull` lets the run go on, and `book`
+//! fails — the same alert gets one `update` saying the root cause moved, not a
+//! second critical page; `mark-success book` ends the run SUCCESS and sends
+//! exactly one `resolved`, for that one alert.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::Dev;
+use crate::webhook::Webhook;
+
+const FLOW: &str = "flow: halves
+defaults:
+  retry: {attempts: 1}
+nodes:
+  pull: {run: {builtin: fail, message: 'ledger down'}}
+  book: {needs: [pull], run: {builtin: fail, message: 'balance mismatch'}}
+";
+
+/// Waits up to `secs` for the webhook to hold `n` bodies.
+async fn bodies(hook: &Webhook, n: usize, secs: u64) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let now = hook.bodies();
+        if now.len() >= n {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "{} of {n} messages in {secs}s: {now:?}", now.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn kinds(bodies: &[Value]) -> Vec<&str> {
+    bodies.iter().map(|b| b["kind"].as_str().unwrap_or_default()).collect()
+}
+
+async fn mark_success(dev: &Dev, run_id: &str, node: &str) {
+    let path = format!("/runs/{run_id}/nodes/{node}/mark-success");
+    let (status, body) = dev.post(&path, json!({"reason": "fixed by hand"}), &[]).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixing_half_an_incident_updates_its_alert_and_the_fix_resolves_it_once() {
+    let hook = Webhook::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("madeira.yaml");
+    std::fs::write(&config, hook.config("300ms")).expect("write config");
+    let config = config.to_string_lossy().to_string();
+    let dev = Dev::start_with(&dir.path().join("data"), &["--config", &config]);
+    dev.put_flow(FLOW).await;
+    let run_id = dev.trigger("halves", json!({})).await;
+    assert_eq!(dev.finished(&run_id).await["status"], "FAILED");
+    let fired = bodies(&hook, 1, 20).await;
+    assert_eq!(kinds(&fired), ["firing"]);
+    let id = fired[0]["alerts"][0]["id"].clone();
+    assert_eq!(fired[0]["alerts"][0]["causes"][0]["skipped"], json!(["book"]), "{}", fired[0]);
+
+    mark_success(&dev, &run_id, "pull").await;
+    let run = dev
+        .wait_run(&run_id, 20, |r| r["status"] == "FAILED" && r["nodes"]["book"]["status"] == "FAILED")
+        .await;
+    assert_eq!(run["nodes"]["pull"]["status"], "SUCCESS", "{run}");
+    bodies(&hook, 2, 20).await;
+    // Past group_wait: a second alert would have fired by now.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all = hook.bodies();
+    assert_eq!(kinds(&all), ["firing", "update"], "no second page: {all:?}");
+    let update = &all[1];
+    assert_eq!(update["alerts"][0]["id"], id, "the same alert");
+    assert_eq!(update["alerts"][0]["causes"][0]["node"], "book", "{update}");
+    let text = update["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains(&format!(
+            "**Update:** root cause moved in run {run_id}: node `pull` no longer fails; node `book` (skipped before because of `pull`) failed\n"
+        )),
+        "{text}"
+    );
+
+    mark_success(&dev, &run_id, "book").await;
+    assert_eq!(dev.finished(&run_id).await["status"], "SUCCESS");
+    bodies(&hook, 3, 20).await;
+    // Long enough for a second resolved (a second alert's) to arrive too.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all = hook.bodies();
+    assert_eq!(kinds(&all), ["firing", "update", "resolved"], "exactly one resolved: {all:?}");
+    assert_eq!(all[2]["alerts"][0]["id"], id);
+}
