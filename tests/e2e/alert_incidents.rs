@@ -5,12 +5,12 @@
 //! second critical page; `mark-success book` ends the run SUCCESS and sends
 //! exactly one `resolved`, for that one alert.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::support::Dev;
-use crate::webhook::Webhook;
+use crate::webhook::{Webhook, kinds};
 
 const FLOW: &str = "flow: halves
 defaults:
@@ -19,23 +19,6 @@ nodes:
   pull: {run: {builtin: fail, message: 'ledger down'}}
   book: {needs: [pull], run: {builtin: fail, message: 'balance mismatch'}}
 ";
-
-/// Waits up to `secs` for the webhook to hold `n` bodies.
-async fn bodies(hook: &Webhook, n: usize, secs: u64) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let now = hook.bodies();
-        if now.len() >= n {
-            return now;
-        }
-        assert!(Instant::now() < deadline, "{} of {n} messages in {secs}s: {now:?}", now.len());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn kinds(bodies: &[Value]) -> Vec<&str> {
-    bodies.iter().map(|b| b["kind"].as_str().unwrap_or_default()).collect()
-}
 
 async fn mark_success(dev: &Dev, run_id: &str, node: &str) {
     let path = format!("/runs/{run_id}/nodes/{node}/mark-success");
@@ -54,7 +37,7 @@ async fn fixing_half_an_incident_updates_its_alert_and_the_fix_resolves_it_once(
     dev.put_flow(FLOW).await;
     let run_id = dev.trigger("halves", json!({})).await;
     assert_eq!(dev.finished(&run_id).await["status"], "FAILED");
-    let fired = bodies(&hook, 1, 20).await;
+    let fired = hook.bodies_within(1, 20).await;
     assert_eq!(kinds(&fired), ["firing"]);
     let id = fired[0]["alerts"][0]["id"].clone();
     assert_eq!(fired[0]["alerts"][0]["causes"][0]["skipped"], json!(["book"]), "{}", fired[0]);
@@ -64,7 +47,7 @@ async fn fixing_half_an_incident_updates_its_alert_and_the_fix_resolves_it_once(
         .wait_run(&run_id, 20, |r| r["status"] == "FAILED" && r["nodes"]["book"]["status"] == "FAILED")
         .await;
     assert_eq!(run["nodes"]["pull"]["status"], "SUCCESS", "{run}");
-    bodies(&hook, 2, 20).await;
+    hook.bodies_within(2, 20).await;
     // Past group_wait: a second alert would have fired by now.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let all = hook.bodies();
@@ -82,7 +65,7 @@ async fn fixing_half_an_incident_updates_its_alert_and_the_fix_resolves_it_once(
 
     mark_success(&dev, &run_id, "book").await;
     assert_eq!(dev.finished(&run_id).await["status"], "SUCCESS");
-    bodies(&hook, 3, 20).await;
+    hook.bodies_within(3, 20).await;
     // Long enough for a second resolved (a second alert's) to arrive too.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let all = hook.bodies();

@@ -7,10 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::support::Dev;
-use crate::webhook::Webhook;
+use crate::webhook::{Webhook, kinds};
 
 const FLOW: &str = "flow: grow
 defaults:
@@ -19,23 +19,6 @@ nodes:
   pull: {run: {builtin: fail, message: 'ledger down'}}
   book: {needs: [pull], run: {builtin: noop}}
 ";
-
-/// Waits up to `secs` for the webhook to hold `n` bodies.
-async fn bodies(hook: &Webhook, n: usize, secs: u64) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let now = hook.bodies();
-        if now.len() >= n {
-            return now;
-        }
-        assert!(Instant::now() < deadline, "{} of {n} messages in {secs}s: {now:?}", now.len());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn kinds(bodies: &[Value]) -> Vec<&str> {
-    bodies.iter().map(|b| b["kind"].as_str().unwrap_or_default()).collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_growing_alert_sends_one_update_with_the_new_count_then_a_reminder() {
@@ -52,7 +35,7 @@ async fn a_growing_alert_sends_one_update_with_the_new_count_then_a_reminder() {
     dev.put_flow(FLOW).await;
     let first = dev.trigger("grow", json!({})).await;
     dev.finished(&first).await;
-    let fired = bodies(&hook, 1, 20).await;
+    let fired = hook.bodies_within(1, 20).await;
     let fired_at = Instant::now();
     assert_eq!(kinds(&fired), ["firing"]);
     let mut runs = vec![first];
@@ -61,7 +44,7 @@ async fn a_growing_alert_sends_one_update_with_the_new_count_then_a_reminder() {
         dev.finished(&run).await;
         runs.push(run);
     }
-    let all = bodies(&hook, 2, 20).await;
+    let all = hook.bodies_within(2, 20).await;
     assert!(fired_at.elapsed() >= Duration::from_secs(3), "not before group_interval: {all:?}");
     assert_eq!(kinds(&all), ["firing", "update"], "one update for three failures");
     let update = &all[1];
@@ -97,7 +80,7 @@ async fn a_growing_alert_sends_one_update_with_the_new_count_then_a_reminder() {
 
     // Nothing new: the next message is the reminder, repeat_interval after the update.
     let updated_at = Instant::now();
-    let all = bodies(&hook, 3, 20).await;
+    let all = hook.bodies_within(3, 20).await;
     assert!(updated_at.elapsed() >= Duration::from_secs(4), "not before repeat_interval");
     assert_eq!(kinds(&all), ["firing", "update", "reminder"]);
     assert_eq!(all[2]["title"], "[critical · reminder] MadeiraRunFailed · flow grow");

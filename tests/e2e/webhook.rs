@@ -68,6 +68,19 @@ impl Webhook {
         self.inner.bodies.lock().expect("bodies").clone()
     }
 
+    /// Waits up to `secs` for `n` bodies; answers every body received by then.
+    pub async fn bodies_within(&self, n: usize, secs: u64) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let now = self.bodies();
+            if now.len() >= n {
+                return now;
+            }
+            assert!(Instant::now() < deadline, "{} of {n} messages in {secs}s: {now:?}", now.len());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The alerts carried by messages of `kind` (`firing`, `resolved`) that `pick` keeps.
     pub fn alerts(&self, kind: &str, pick: impl Fn(&Value) -> bool) -> Vec<Value> {
         self.bodies()
@@ -95,4 +108,9 @@ impl Webhook {
 /// Distinct alert ids among `alerts` (a delivery may be sent again; an alert is one).
 pub fn distinct(alerts: &[Value]) -> usize {
     alerts.iter().filter_map(|a| a["id"].as_str()).collect::<std::collections::BTreeSet<_>>().len()
+}
+
+/// Each body's `kind` (`firing`, `update`, `resolved`, …), in order.
+pub fn kinds(bodies: &[Value]) -> Vec<&str> {
+    bodies.iter().map(|b| b["kind"].as_str().unwrap_or_default()).collect()
 }
