@@ -4,74 +4,30 @@
 //! and their cookie, the SSE stream resuming after `Last-Event-ID`, and a token
 //! scoped to a team seeing only that team's flows and runs.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use futures::StreamExt;
-use madeira_console::{Console, ConsoleOptions};
-use madeira_engine::{EngineHandle, EngineOptions, Executors, TriggerRequest};
-use madeira_server::{AppState, AuthConfig, Role, TokenEntry};
-use madeira_store::sqlite::SqliteStore;
-use tokio_util::sync::CancellationToken;
+use madeira_server::{Role, TokenEntry};
 use tower::ServiceExt;
 
+mod support;
+use support::{App, between, send, trigger};
+
 const FLOW: &str = "flow: pay\nnodes:\n  compute: {run: {builtin: noop, outputs: {total: 5}}}\n  approve:\n    needs: [compute]\n    manual: {prompt: \"Pay {{ nodes.compute.outputs.total }}?\"}\n  pay: {needs: [approve], run: {builtin: noop}}\n";
-
-struct App {
-    router: axum::Router,
-    engine: EngineHandle,
-    cancel: CancellationToken,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for App {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-    }
-}
 
 fn token(name: &str, role: Role) -> TokenEntry {
     TokenEntry { name: name.into(), role, token: format!("{name}-secret-token"), scope: None }
 }
 
 async fn app(auth: bool) -> App {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
-    let (engine, handle) = madeira_engine::build(
-        store,
-        Executors::new(Default::default()),
-        Vec::new(),
-        EngineOptions::default(),
-    );
-    let cancel = CancellationToken::new();
-    tokio::spawn(engine.run(cancel.clone()));
-    handle.apply_flow("pay.yaml", FLOW).await.expect("flow");
     let tokens = auth.then(|| {
         let mut fina = token("fina", Role::Operator);
         fina.scope = Some([("team".to_string(), "finance".to_string())].into());
         vec![token("vera", Role::Viewer), token("otto", Role::Operator), token("ada", Role::Admin), fina]
     });
-    let state = AppState::new(handle.clone(), AuthConfig { tokens });
-    let console =
-        Console::new(state.clone(), ConsoleOptions { shutdown: cancel.clone(), ..Default::default() });
-    let router = madeira_server::router(state).merge(madeira_console::router(console));
-    App { router, engine: handle, cancel, _dir: dir }
-}
-
-struct Reply {
-    status: StatusCode,
-    headers: axum::http::HeaderMap,
-    body: String,
-}
-
-async fn send(app: &App, request: Request<Body>) -> Reply {
-    let response = app.router.clone().oneshot(request).await.expect("infallible");
-    let status = response.status();
-    let headers = response.headers().clone();
-    let bytes = axum::body::to_bytes(response.into_body(), 4 << 20).await.expect("body");
-    Reply { status, headers, body: String::from_utf8_lossy(&bytes).into_owned() }
+    support::app("pay.yaml", FLOW, tokens).await
 }
 
 fn get(uri: &str, cookie: Option<&str>) -> Request<Body> {
@@ -120,27 +76,9 @@ async fn signin_form(app: &App) -> (String, String) {
     (cookie, between(&page.body, "name=\"csrf\" value=\"", "\""))
 }
 
-fn between(text: &str, start: &str, end: &str) -> String {
-    let from = text.find(start).unwrap_or_else(|| panic!("no `{start}` in {text}")) + start.len();
-    let to = text[from..].find(end).expect("end") + from;
-    text[from..to].to_string()
-}
-
 async fn start_waiting_run(app: &App) -> String {
     let mut events = app.engine.subscribe();
-    let run = app
-        .engine
-        .trigger(TriggerRequest {
-            flow: "pay".into(),
-            params: serde_json::json!({}),
-            idempotency_key: None,
-            trigger: "manual".into(),
-            actor: "test".into(),
-            version: None,
-        })
-        .await
-        .expect("trigger")
-        .run_id;
+    let run = trigger(app, "pay").await;
     tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             let e = events.recv().await.expect("event");
@@ -371,19 +309,7 @@ async fn a_large_flow_opens_on_a_focused_view_with_every_node_listed() {
         }
     }
     app.engine.apply_flow("wide.yaml", &yaml).await.expect("flow");
-    let run = app
-        .engine
-        .trigger(TriggerRequest {
-            flow: "wide".into(),
-            params: serde_json::json!({}),
-            idempotency_key: None,
-            trigger: "manual".into(),
-            actor: "t".into(),
-            version: None,
-        })
-        .await
-        .expect("trigger")
-        .run_id;
+    let run = trigger(&app, "wide").await;
     let page = send(&app, get(&format!("/runs/{run}"), None)).await;
     assert_eq!(page.status, StatusCode::OK);
     let drawn = page.body.matches("<g class=\"node ").count();
@@ -528,19 +454,7 @@ async fn every_console_route_applies_the_tokens_scope() {
     let live = app.router.clone().oneshot(get("/events", Some(&cookie))).await.expect("infallible");
     assert_eq!(live.status(), StatusCode::OK);
     let other = start_waiting_run(&app).await;
-    let mine = app
-        .engine
-        .trigger(TriggerRequest {
-            flow: "ledger".into(),
-            params: serde_json::json!({}),
-            idempotency_key: None,
-            trigger: "manual".into(),
-            actor: "test".into(),
-            version: None,
-        })
-        .await
-        .expect("trigger")
-        .run_id;
+    let mine = trigger(&app, "ledger").await;
     // The ledger run's start and its node waiting for confirmation.
     let events = read_events(live.into_body(), 2).await;
     assert!(events.iter().all(|(_, b)| b.contains(&mine) && !b.contains(&other)), "{events:?}");

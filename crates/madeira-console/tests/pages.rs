@@ -9,62 +9,17 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use madeira_console::{Console, ConsoleOptions};
-use madeira_engine::{ActionRequest, EngineHandle, EngineOptions, Executors, NodeActionKind, TriggerRequest};
-use madeira_server::{AppState, AuthConfig};
-use madeira_store::sqlite::SqliteStore;
-use tokio_util::sync::CancellationToken;
-use tower::ServiceExt;
+use madeira_engine::{ActionRequest, NodeActionKind};
+
+mod support;
+use support::{App, Reply, between, send, trigger};
 
 /// `load` fails both of its attempts (the second with no retry left); `report`
 /// is skipped because of it.
 const FLOW: &str = "flow: nightly\nnodes:\n  prep: {run: {builtin: noop}}\n  load:\n    needs: [prep]\n    run: {builtin: fail, message: disk full}\n    retry: {attempts: 2, backoff: 10ms, jitter: 0s}\n  report: {needs: [load], run: {builtin: noop}}\n";
 
-struct App {
-    router: axum::Router,
-    engine: EngineHandle,
-    cancel: CancellationToken,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for App {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-    }
-}
-
 async fn app() -> App {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
-    let (engine, handle) = madeira_engine::build(
-        store,
-        Executors::new(Default::default()),
-        Vec::new(),
-        EngineOptions::default(),
-    );
-    let cancel = CancellationToken::new();
-    tokio::spawn(engine.run(cancel.clone()));
-    handle.apply_flow("nightly.yaml", FLOW).await.expect("flow");
-    let state = AppState::new(handle.clone(), AuthConfig { tokens: None });
-    let console =
-        Console::new(state.clone(), ConsoleOptions { shutdown: cancel.clone(), ..Default::default() });
-    let router = madeira_server::router(state).merge(madeira_console::router(console));
-    App { router, engine: handle, cancel, _dir: dir }
-}
-
-struct Reply {
-    status: StatusCode,
-    headers: axum::http::HeaderMap,
-    bytes: Vec<u8>,
-    body: String,
-}
-
-async fn send(app: &App, request: Request<Body>) -> Reply {
-    let response = app.router.clone().oneshot(request).await.expect("infallible");
-    let status = response.status();
-    let headers = response.headers().clone();
-    let bytes = axum::body::to_bytes(response.into_body(), 4 << 20).await.expect("body").to_vec();
-    Reply { status, headers, body: String::from_utf8_lossy(&bytes).into_owned(), bytes }
+    support::app("nightly.yaml", FLOW, None).await
 }
 
 /// A GET in `lang` (an `Accept-Language` value).
@@ -93,28 +48,10 @@ async fn post(app: &App, uri: &str, lang: &str, form: &str) -> Reply {
     send(app, request).await
 }
 
-fn between(text: &str, start: &str, end: &str) -> String {
-    let from = text.find(start).unwrap_or_else(|| panic!("no `{start}` in {text}")) + start.len();
-    let to = text[from..].find(end).expect("end") + from;
-    text[from..to].to_string()
-}
-
 /// Starts a run of `nightly` and waits until the run reaches `state`.
 async fn run_until(app: &App, state: &str) -> String {
     let mut events = app.engine.subscribe();
-    let run = app
-        .engine
-        .trigger(TriggerRequest {
-            flow: "nightly".into(),
-            params: serde_json::json!({}),
-            idempotency_key: None,
-            trigger: "manual".into(),
-            actor: "test".into(),
-            version: None,
-        })
-        .await
-        .expect("trigger")
-        .run_id;
+    let run = trigger(app, "nightly").await;
     wait_run(&mut events, &run, state).await;
     run
 }
