@@ -240,27 +240,14 @@ impl Scheduler {
     /// Fires every entry due at `now_ms`, each scheduling its trigger's next tick.
     fn fire_due_until(&mut self, now_ms: i64) {
         let mut touched = Vec::new();
-        while let Some(Reverse(entry)) = self.heap.peek().cloned() {
-            if entry.fire_at_ms > now_ms {
-                break;
-            }
-            self.heap.pop();
-            if self.generations.get(&entry.flow) != Some(&entry.generation) {
-                continue;
-            }
+        while let Some(entry) = self.pop_due(now_ms) {
+            let Some(trigger) = self.live_trigger(&entry) else { continue };
             let Some(tick) = DateTime::from_timestamp_millis(entry.tick_ms) else { continue };
             self.fire(&entry.flow, tick, entry.fire_at_ms, false);
-            let trigger = self.triggers.get(&entry.flow).and_then(|t| t.get(entry.trigger)).cloned();
-            if let Some(trigger) = trigger {
-                self.schedule_after(&entry.flow, entry.trigger, &trigger, tick, entry.generation);
-            }
+            self.schedule_after(&entry.flow, entry.trigger, &trigger, tick, entry.generation);
             touched.push(entry.flow);
         }
-        touched.sort();
-        touched.dedup();
-        for flow in touched {
-            self.report_next(&flow);
-        }
+        self.report_touched(touched);
     }
 
     /// Starts the run for `tick` without waiting for it (the engine batches run
@@ -342,20 +329,12 @@ impl Scheduler {
         let entries = std::mem::take(&mut self.heap).into_vec();
         let mut touched = Vec::new();
         for Reverse(entry) in entries {
-            if self.generations.get(&entry.flow) != Some(&entry.generation) {
-                continue;
-            }
-            let trigger = self.triggers.get(&entry.flow).and_then(|t| t.get(entry.trigger)).cloned();
-            if let Some(trigger) = trigger {
+            if let Some(trigger) = self.live_trigger(&entry) {
                 self.schedule_after(&entry.flow, entry.trigger, &trigger, now, entry.generation);
                 touched.push(entry.flow);
             }
         }
-        touched.sort();
-        touched.dedup();
-        for flow in touched {
-            self.report_next(&flow);
-        }
+        self.report_touched(touched);
     }
 
     /// Every entry due at `now_ms` was skipped over by a jump of the clock: its
@@ -364,19 +343,9 @@ impl Scheduler {
     fn catch_up_jump(&mut self, now_ms: i64) {
         let Some(now) = DateTime::from_timestamp_millis(now_ms) else { return };
         let mut touched = Vec::new();
-        while let Some(Reverse(entry)) = self.heap.peek().cloned() {
-            if entry.fire_at_ms > now_ms {
-                break;
-            }
-            self.heap.pop();
-            if self.generations.get(&entry.flow) != Some(&entry.generation) {
-                continue;
-            }
-            let trigger = self.triggers.get(&entry.flow).and_then(|t| t.get(entry.trigger)).cloned();
-            let (Some(trigger), Some(before)) = (trigger, DateTime::from_timestamp_millis(entry.tick_ms - 1))
-            else {
-                continue;
-            };
+        while let Some(entry) = self.pop_due(now_ms) {
+            let Some(trigger) = self.live_trigger(&entry) else { continue };
+            let Some(before) = DateTime::from_timestamp_millis(entry.tick_ms - 1) else { continue };
             let ticks = missed_ticks(&trigger, Some(before), now);
             info!(flow = %entry.flow, policy = ?trigger.misfire, fired = ticks.len(), "cron ticks skipped over by a clock jump");
             for tick in ticks {
@@ -385,6 +354,25 @@ impl Scheduler {
             self.schedule_after(&entry.flow, entry.trigger, &trigger, now, entry.generation);
             touched.push(entry.flow);
         }
+        self.report_touched(touched);
+    }
+
+    /// The earliest entry, taken off the heap when it is due at `now_ms`.
+    fn pop_due(&mut self, now_ms: i64) -> Option<Entry> {
+        let due = self.heap.peek().is_some_and(|Reverse(e)| e.fire_at_ms <= now_ms);
+        due.then(|| self.heap.pop()).flatten().map(|Reverse(e)| e)
+    }
+
+    /// The entry's trigger while the flow's schedule is the one it was made for.
+    fn live_trigger(&self, entry: &Entry) -> Option<CronTriggerDef> {
+        if self.generations.get(&entry.flow) != Some(&entry.generation) {
+            return None;
+        }
+        self.triggers.get(&entry.flow).and_then(|t| t.get(entry.trigger)).cloned()
+    }
+
+    /// Reports the next run of each flow whose schedule changed (once per flow).
+    fn report_touched(&self, mut touched: Vec<String>) {
         touched.sort();
         touched.dedup();
         for flow in touched {
