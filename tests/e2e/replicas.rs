@@ -4,47 +4,21 @@
 //! and only attempts that were in flight on the killed replica run a second time
 //! (with the same idempotency key).
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::http::HeaderMap;
-use axum::routing::post;
 use madeira_store::testing::{MySqlTestDb, PgTestDb};
 use serde_json::{Value, json};
 
 use crate::forwarding::{Redis, free_port};
-use crate::support::{Dev, client};
+use crate::support::{Arrivals, Dev, client, witness_receiver};
 
 const ADMIN: &str = "replica-admin-token-0123456789";
 /// How long the receiver takes to answer each node's request.
 const NODE_TIME: Duration = Duration::from_millis(150);
 
-/// Arrival instants of each Idempotency-Key.
-type Arrivals = Arc<Mutex<HashMap<String, Vec<Instant>>>>;
-
 async fn receiver() -> (String, Arrivals) {
-    let seen: Arrivals = Arc::default();
-    let log = seen.clone();
-    let app = Router::new().route(
-        "/work",
-        post(move |headers: HeaderMap| {
-            let log = log.clone();
-            async move {
-                let key =
-                    headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-                log.lock().expect("lock").entry(key).or_default().push(Instant::now());
-                tokio::time::sleep(NODE_TIME).await;
-                axum::Json(json!({"done": true}))
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/work"), seen)
+    witness_receiver(|_| NODE_TIME).await
 }
 
 fn config(dir: &Path, store: &str, redis_port: u16) -> std::path::PathBuf {

@@ -15,24 +15,19 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::http::HeaderMap;
-use axum::routing::post;
 use madeira_store::testing::PgTestDb;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::support::Dev;
+use crate::support::{Arrivals, Dev, witness_receiver};
 
 const ADMIN: &str = "split-brain-admin-token-0123456789";
 
-/// When each execution of each idempotency key began.
-type Witness = Arc<Mutex<HashMap<String, Vec<Instant>>>>;
+type Witness = Arrivals;
 
 /// How long the job of `key` lasts: `job`, or with `spread`, 200 ms to 6 s by key
 /// (so that attempts in flight at a fault end while the replica has new work).
@@ -50,26 +45,7 @@ async fn witness(job: Duration) -> (String, Witness) {
 }
 
 async fn witness_with(job: Duration, spread: bool) -> (String, Witness) {
-    let seen: Witness = Arc::default();
-    let log = seen.clone();
-    let app = Router::new().route(
-        "/work",
-        post(move |headers: HeaderMap| {
-            let log = log.clone();
-            async move {
-                let key =
-                    headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-                let took = job_time(&key, job, spread);
-                log.lock().expect("lock").entry(key).or_default().push(Instant::now());
-                tokio::time::sleep(took).await;
-                axum::Json(json!({"done": true}))
-            }
-        }),
-    );
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/work"), seen)
+    witness_receiver(move |key| job_time(key, job, spread)).await
 }
 
 /// A TCP proxy to `upstream` that can stop passing bytes (both ways, and new

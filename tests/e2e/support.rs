@@ -321,3 +321,34 @@ impl Drop for Tmpfs {
         let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
+
+/// When each execution of each idempotency key began, as an HTTP job saw it.
+pub type Arrivals = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<Instant>>>>;
+
+/// An HTTP job at the answered URL that records each request's `Idempotency-Key`
+/// as it arrives (the witness of how often a job ran), then answers after
+/// `job_time(key)`.
+pub async fn witness_receiver(
+    job_time: impl Fn(&str) -> Duration + Clone + Send + Sync + 'static,
+) -> (String, Arrivals) {
+    let seen: Arrivals = Default::default();
+    let log = seen.clone();
+    let app = axum::Router::new().route(
+        "/work",
+        axum::routing::post(move |headers: axum::http::HeaderMap| {
+            let (log, job_time) = (log.clone(), job_time.clone());
+            async move {
+                let key =
+                    headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+                let took = job_time(&key);
+                log.lock().expect("lock").entry(key).or_default().push(Instant::now());
+                tokio::time::sleep(took).await;
+                axum::Json(serde_json::json!({"done": true}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/work"), seen)
+}
