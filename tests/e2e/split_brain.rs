@@ -12,6 +12,10 @@
 //!   the finished runs back (their owner stays).
 //! - A replica whose clock is an hour ahead (libfaketime; skipped without it)
 //!   never takes a live holder's runs.
+//! - A replica cut off while its sidecar runs attempts: the replica that takes
+//!   the runs over (with a sidecar of the same group of its own) does not place
+//!   them again; the cut-off replica relays their results through the store
+//!   after the heal, and every job ran exactly once.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -342,5 +346,111 @@ async fn a_replica_an_hour_ahead_takes_no_live_run() {
     let owners: Vec<Option<String>> = futures::future::join_all(runs.iter().map(|r| owner(&db, r))).await;
     assert!(owners.iter().all(|o| o.as_deref() == Some("cp-b")), "owners: {owners:?}");
     assert_eq!(owner(&db, &ahead).await.as_deref(), Some("cp-a"), "the skewed replica's run was taken");
+    drop((a, b));
+}
+
+const BILLING: &str = "split-brain-billing-token-0123456789";
+
+/// A config with a sidecar link (`grpc`) for group `billing`.
+fn config_with_link(dir: &Path, name: &str, store: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.yaml"));
+    let text = format!(
+        "http: 127.0.0.1:0\ngrpc: 127.0.0.1:0\nstore: {store}\nlease: 1s\nauth:\n  tokens:\n    \
+         - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n  sidecar_tokens:\n    \
+         - {{group: billing, token_env: MADEIRA_T_BILLING}}\n"
+    );
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+/// A sidecar `name` of group `billing` on `grpc` whose job `stamp` appends its
+/// idempotency key to `ledger`, then lasts 3 s.
+fn stamping_sidecar(dir: &Path, name: &str, grpc: &str, ledger: &Path) -> crate::sidecar::SidecarProc {
+    let config = dir.join(format!("{name}.yaml"));
+    std::fs::write(
+        &config,
+        format!(
+            "name: {name}\ngroup: billing\ncontrol_plane: http://{grpc}\ntoken_env: MADEIRA_T_BILLING\n\
+             spool_dir: {}\njobs:\n  stamp:\n    command: [\"/bin/sh\", \"-c\", \"echo $MADEIRA_IDEMPOTENCY_KEY >> {}; sleep 3\"]\n",
+            dir.join(format!("spool-{name}")).display(),
+            ledger.display()
+        ),
+    )
+    .expect("write sidecar config");
+    crate::sidecar::SidecarProc::spawn_with_env(config, &[("MADEIRA_T_BILLING", BILLING)])
+}
+
+fn ledger_lines(ledger: &Path) -> Vec<String> {
+    std::fs::read_to_string(ledger).unwrap_or_default().lines().map(str::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sidecar_attempt_on_a_cut_off_replica_is_relayed_not_placed_again() {
+    let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    let upstream = db.url.split('@').nth(1).and_then(|r| r.split('/').next()).expect("host:port").to_string();
+    let proxy = Proxy::start(upstream.clone()).await;
+    let cut_url = db.url.replacen(&upstream, &format!("127.0.0.1:{}", proxy.port), 1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [("MADEIRA_T_BILLING", BILLING)];
+    let serve = |config: PathBuf, id: &str| {
+        let all = [("MADEIRA_REPLICA_ID", id), ("MADEIRA_T_ADMIN", ADMIN), env[0]];
+        Dev::serve_with(&config, &all, true, crate::support::client(Some(ADMIN)))
+    };
+    let a = serve(config_with_link(dir.path(), "a", &cut_url), "cp-a");
+    let b = serve(config_with_link(dir.path(), "b", &db.url), "cp-b");
+    let ledger = dir.path().join("ledger.txt");
+    // One sidecar per replica, same group: B could place A's attempts on its own.
+    let _sa = stamping_sidecar(dir.path(), "sa", &a.grpc, &ledger);
+    let _sb = stamping_sidecar(dir.path(), "sb", &b.grpc, &ledger);
+    a.put_flow("flow: settle\nnodes:\n  pay: {run: {sidecar: {group: billing, job: stamp}}}\n").await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for dev in [&a, &b] {
+        loop {
+            let (_, fleet) = dev.get("/sidecars").await;
+            let live = fleet["sidecars"].as_array().map_or(0, |s| s.len());
+            if live >= 1 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "sidecars did not connect: {fleet}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    // Six runs on A, their jobs in flight on A's sidecar, then A cut off for 4
+    // leases: B takes the runs over while their jobs finish and report to A.
+    let mut runs = Vec::new();
+    for i in 0..6 {
+        runs.push(a.trigger("settle", json!({"i": i})).await);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ledger_lines(&ledger).len() < runs.len() {
+        assert!(Instant::now() < deadline, "the jobs did not start: {:?}", ledger_lines(&ledger));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.cut();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let owners: Vec<Option<String>> = futures::future::join_all(runs.iter().map(|r| owner(&db, r))).await;
+        if owners.iter().all(|o| o.as_deref() == Some("cp-b")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "B did not take the runs over: {owners:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Cut on past the jobs' end (3 s): their results reach A, which cannot commit.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    proxy.heal();
+
+    for run_id in &runs {
+        let run = b.wait_run(run_id, 90, |r| r["status"] != "RUNNING" && r["status"] != "QUEUED").await;
+        assert_eq!(run["status"], "SUCCESS", "{run}");
+    }
+    let lines = ledger_lines(&ledger);
+    let mut unique = lines.clone();
+    unique.sort();
+    unique.dedup();
+    eprintln!("relay: {} runs, {} executions", runs.len(), lines.len());
+    assert_eq!(lines.len(), runs.len(), "a job ran twice: {lines:?}");
+    assert_eq!(unique.len(), runs.len(), "every run's job ran once: {lines:?}");
     drop((a, b));
 }

@@ -126,6 +126,42 @@ impl Fleet {
                     u.result.run_id == run_id && u.result.node == node && u.result.attempt == attempt
                 });
                 self.send_acks(done).await;
+            } else {
+                self.relay_waiting(&run_id, &node, attempt).await;
+            }
+        }
+    }
+
+    /// Relays (`relay`) the results of an attempt whose end has waited past
+    /// `RELAY_AFTER` for a commit (this replica lost its run, or cannot write),
+    /// acknowledging each once it is durable in the store.
+    async fn relay_waiting(&self, run_id: &str, node: &str, attempt: u32) {
+        let waiting: Vec<((String, u32), Unacked)> = {
+            let state = self.state();
+            state
+                .unacked
+                .iter()
+                .filter(|(_, u)| {
+                    u.result.run_id == run_id
+                        && u.result.node == node
+                        && u.result.attempt == attempt
+                        && u.since.elapsed() >= crate::relay::RELAY_AFTER
+                })
+                .map(|(k, u)| {
+                    let copy = Unacked {
+                        report_id: u.report_id.clone(),
+                        sidecar: u.sidecar.clone(),
+                        result: u.result.clone(),
+                        since: u.since,
+                    };
+                    (k.clone(), copy)
+                })
+                .collect()
+        };
+        for (key, u) in waiting {
+            if self.relay(&u).await {
+                let taken = self.state().unacked.remove(&key);
+                self.send_acks(taken.into_iter().collect()).await;
             }
         }
     }

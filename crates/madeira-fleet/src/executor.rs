@@ -177,14 +177,25 @@ fn live_names(fleet: &Fleet, def: &SidecarDef) -> Vec<String> {
     names
 }
 
-/// An attempt in flight when the control plane stopped may still run on (or have
-/// finished on) a sidecar that has not reconnected yet: wait up to
-/// `sidecar_lost_after` for it to claim the attempt (an orphan in its hello, or a
-/// spooled result) before placing it anew, so it does not run twice. False when
-/// cancelled.
-async fn wait_for_claim(fleet: &Fleet, key: &(String, u32), cancel: &CancellationToken) -> bool {
-    let deadline = std::time::Instant::now() + fleet.inner.options.lost_after;
+/// What a resumed attempt found while it waited.
+enum Resume {
+    /// Claimed by a sidecar here, or nobody may still run it: go on.
+    Go,
+    /// Another replica relayed its result through the store.
+    Relayed(Box<Reported>),
+    Aborted,
+}
+
+/// An attempt in flight when its run was resumed (a restart, or a run taken over
+/// from another replica) may still run on (or have finished on) a sidecar: wait
+/// for it to claim the attempt (an orphan in its hello, or a spooled result), or
+/// for the replica it reported to to relay its result (`relay`), until it can no
+/// longer be alive (`Fleet::resume_deadline`), before placing it anew, so it
+/// does not run twice.
+async fn wait_for_claim(fleet: &Fleet, job: &Job, key: &(String, u32), cancel: &CancellationToken) -> Resume {
+    let deadline = fleet.resume_deadline(job).await;
     let mut changed = fleet.inner.changed.subscribe();
+    let mut next_look = std::time::Instant::now();
     loop {
         {
             let state = fleet.state();
@@ -192,17 +203,24 @@ async fn wait_for_claim(fleet: &Fleet, key: &(String, u32), cancel: &Cancellatio
                 || state.orphans.contains_key(key)
                 || state.unacked.contains_key(key)
             {
-                return true;
+                return Resume::Go;
             }
+        }
+        if std::time::Instant::now() >= next_look {
+            if let Some(r) = fleet.relayed(job, key.1).await {
+                return Resume::Relayed(Box::new(r));
+            }
+            next_look = std::time::Instant::now() + crate::relay::RELAY_POLL;
         }
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
-            info!(key = %key.0, shard = key.1, "no sidecar claimed the resumed attempt; placing it anew");
-            return true;
+            info!(key = %key.0, shard = key.1, "no sidecar claimed the resumed attempt and no result was relayed; placing it anew");
+            return Resume::Go;
         }
+        let nap = left.min(next_look.saturating_duration_since(std::time::Instant::now()));
         tokio::select! {
-            _ = tokio::time::timeout(left, changed.changed()) => {}
-            _ = cancel.cancelled() => return false,
+            _ = tokio::time::timeout(nap, changed.changed()) => {}
+            _ = cancel.cancelled() => return Resume::Aborted,
         }
     }
 }
@@ -227,8 +245,12 @@ async fn run_shard(
 ) -> ShardEnd {
     let shard = fan.shard;
     let key = (shard_key(&job.idempotency_key, shard, fan.sharded), shard);
-    if job.resumed && !wait_for_claim(fleet, &key, &cancel).await {
-        return ShardEnd::Failed { error: "aborted".into(), retryable: false };
+    if job.resumed {
+        match wait_for_claim(fleet, job, &key, &cancel).await {
+            Resume::Go => {}
+            Resume::Relayed(r) => return ShardEnd::Done(r),
+            Resume::Aborted => return ShardEnd::Failed { error: "aborted".into(), retryable: false },
+        }
     }
     if let Some((result, _)) = fleet.state().inbox.remove(&key) {
         info!(run_id = %job.run_id, node = %job.node, shard, "using the result a sidecar delivered after a restart");

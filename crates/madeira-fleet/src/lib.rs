@@ -17,6 +17,7 @@ mod observe;
 mod presence;
 mod provenance;
 mod registry;
+mod relay;
 pub mod routing;
 mod service;
 
