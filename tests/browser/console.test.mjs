@@ -394,6 +394,16 @@ test('phone 390×844: run page and approvals do not scroll sideways; the confirm
   await page.goto(`${DEV}/runs/${run}?node=confirm`);
   await page.waitForSelector('#panel .panel-body');
   await noHorizontalScroll(page);
+  // The graph is drawn top to bottom on a phone, at a readable scale, not the
+  // wide drawing shrunk to a third.
+  assert.equal(await page.locator('#dag').isVisible(), false, 'the wide drawing is hidden on a phone');
+  assert.ok(await page.locator('#v-dag').isVisible(), 'the top-to-bottom drawing is shown');
+  const scale = await page.evaluate(() => {
+    const svg = document.getElementById('v-dag');
+    return svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+  });
+  assert.ok(scale >= 0.55, `the phone's graph is drawn at ${scale.toFixed(2)} of its size`);
+  assert.ok(await page.locator('#v-n-confirm.st-MANUAL_CONFIRM').isVisible(), 'its boxes carry states');
   await page.screenshot({ path: `${SHOTS}/run-phone.png` });
   await page.goto(`${DEV}/approvals`);
   await noHorizontalScroll(page);
@@ -407,6 +417,23 @@ test('phone 390×844: run page and approvals do not scroll sideways; the confirm
   await dialog.locator('textarea[name=reason]').fill('checked on the phone');
   await dialog.locator('button[type=submit]').tap();
   await waitNode(DEV, run, 'confirm', 'SUCCESS');
+  await ctx.close();
+});
+
+test('phone 390×844: the audit trail reads as cards, time on one line and the reason shown', async () => {
+  const ctx = await context({ viewport: PHONE, isMobile: true, hasTouch: true, deviceScaleFactor: 2 });
+  const page = await ctx.newPage();
+  await page.goto(`${DEV}/audit`);
+  const row = page.locator('table.audit-table tbody tr').first();
+  await row.waitFor();
+  await noHorizontalScroll(page);
+  const time = await row.locator('td.time').boundingBox();
+  const lineHeight = await row.locator('td.time').evaluate((td) => parseFloat(getComputedStyle(td).lineHeight) || 20);
+  assert.ok(time.height <= lineHeight * 1.6, `the time wraps: ${time.height}px for a ${lineHeight}px line`);
+  // The confirmation the phone test above made, with its reason.
+  const reasoned = page.locator('table.audit-table td.reason', { hasText: 'checked on the phone' }).first();
+  assert.ok(await reasoned.isVisible(), 'the reason is shown');
+  await page.screenshot({ path: `${SHOTS}/audit-phone.png` });
   await ctx.close();
 });
 

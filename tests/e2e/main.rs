@@ -2,6 +2,7 @@
 //! data directory) and drives it over HTTP and the CLI.
 
 mod alert_incidents;
+mod alert_marks;
 mod alert_updates;
 mod alerts;
 mod api;

@@ -364,14 +364,14 @@ fn config_with_link(dir: &Path, name: &str, store: &str) -> PathBuf {
 }
 
 /// A sidecar `name` of group `billing` on `grpc` whose job `stamp` appends its
-/// idempotency key to `ledger`, then lasts 3 s.
+/// idempotency key to `ledger`, then lasts 8 s (in flight through the cut).
 fn stamping_sidecar(dir: &Path, name: &str, grpc: &str, ledger: &Path) -> crate::sidecar::SidecarProc {
     let config = dir.join(format!("{name}.yaml"));
     std::fs::write(
         &config,
         format!(
             "name: {name}\ngroup: billing\ncontrol_plane: http://{grpc}\ntoken_env: MADEIRA_T_BILLING\n\
-             spool_dir: {}\njobs:\n  stamp:\n    command: [\"/bin/sh\", \"-c\", \"echo $MADEIRA_IDEMPOTENCY_KEY >> {}; sleep 3\"]\n",
+             spool_dir: {}\njobs:\n  stamp:\n    command: [\"/bin/sh\", \"-c\", \"echo $MADEIRA_IDEMPOTENCY_KEY >> {}; sleep 8\"]\n",
             dir.join(format!("spool-{name}")).display(),
             ledger.display()
         ),
@@ -427,6 +427,7 @@ async fn a_sidecar_attempt_on_a_cut_off_replica_is_relayed_not_placed_again() {
         assert!(Instant::now() < deadline, "the jobs did not start: {:?}", ledger_lines(&ledger));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let cut_at = Instant::now();
     proxy.cut();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -437,8 +438,9 @@ async fn a_sidecar_attempt_on_a_cut_off_replica_is_relayed_not_placed_again() {
         assert!(Instant::now() < deadline, "B did not take the runs over: {owners:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Cut on past the jobs' end (3 s): their results reach A, which cannot commit.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Cut on past the jobs' end (8 s from their start): their results reach A,
+    // which cannot commit. A real outage's length is the point of the sleep.
+    tokio::time::sleep_until((cut_at + Duration::from_secs(9)).into()).await;
     proxy.heal();
 
     for run_id in &runs {

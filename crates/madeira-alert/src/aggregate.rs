@@ -12,7 +12,10 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::model::{Alert, AlertStatus, Cause, Failure, Raise, Severity};
 
+mod marks;
 mod moved;
+
+pub use marks::MarkKind;
 
 /// The alert name of a failed run.
 const RUN_FAILED: &str = "MadeiraRunFailed";
@@ -110,11 +113,14 @@ impl Aggregator {
             return None;
         }
         let last = alert.announced_at.unwrap_or(alert.notify_at);
+        // A silence holds every announcement until it ends (`marks`).
+        let not_before = alert.silenced.as_ref().and_then(|s| s.until).unwrap_or(i64::MIN);
         if alert.count > alert.announced_count.unwrap_or(alert.count) && self.group_interval_ms > 0 {
-            return Some(last.saturating_add(self.group_interval_ms));
+            return Some(last.saturating_add(self.group_interval_ms).max(not_before));
         }
-        (alert.severity == Severity::Critical && self.repeat_interval_ms > 0)
-            .then(|| last.saturating_add(self.repeat_interval_ms))
+        // An acknowledged alert is not reminded of (`marks`).
+        (alert.severity == Severity::Critical && self.repeat_interval_ms > 0 && alert.acknowledged.is_none())
+            .then(|| last.saturating_add(self.repeat_interval_ms).max(not_before))
     }
 
     /// Puts the alert's next announcement in the schedule (or takes it out).
@@ -391,6 +397,8 @@ impl Aggregator {
             moved: None,
             announced_at: None,
             announced_count: None,
+            acknowledged: None,
+            silenced: None,
             added: 0,
         }
     }

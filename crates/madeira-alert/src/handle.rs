@@ -10,8 +10,9 @@ use madeira_store::{AlertQuery, AlertStore};
 use serde_json::{Value as Json, json};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::aggregate::MarkKind;
 use crate::channel::ChannelKind;
-use crate::model::Raise;
+use crate::model::{Mark, Raise};
 use crate::observer::AlertObserver;
 use crate::task::{Event, Input};
 use crate::worker::TestOutcome;
@@ -76,6 +77,25 @@ impl AlertHandle {
             })
             .collect();
         Ok(json!({"alerts": alerts, "channels": self.channels()}))
+    }
+
+    /// The flow of the open (pending or firing) alert `id`; `NotFound` when there
+    /// is no such alert, `NotOpen` when it is resolved.
+    pub async fn open_alert_flow(&self, id: &str) -> Result<Option<String>, AlertError> {
+        match self.store.alert_status(id).await? {
+            None => Err(AlertError::NotFound(id.to_string())),
+            Some((status, flow)) if matches!(status.as_str(), "pending" | "firing") => Ok(flow),
+            Some(_) => Err(AlertError::NotOpen(id.to_string())),
+        }
+    }
+
+    /// Acknowledges or silences the open alert `id` (the caller checked it with
+    /// `open_alert_flow` and audited it); applied by the aggregating replica,
+    /// through the inbox in a cluster. Answers once the alert task took it.
+    pub async fn mark(&self, id: &str, kind: MarkKind, mark: Mark) -> Result<(), AlertError> {
+        let event = Event::Mark { id: id.to_string(), what: kind, mark };
+        self.tx.send(Input::Event(event)).map_err(|_| AlertError::ShuttingDown)?;
+        self.settled().await
     }
 
     /// Sends a test message on `channel` now and reports how the receiver answered.

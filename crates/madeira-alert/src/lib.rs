@@ -37,13 +37,13 @@ use std::sync::Arc;
 use madeira_store::AlertStore;
 use tokio::sync::mpsc;
 
-pub use aggregate::{Aggregator, Changes, Intervals, error_class};
+pub use aggregate::{Aggregator, Changes, Intervals, MarkKind, error_class};
 pub use channel::ChannelKind;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{AlertConfigError, AlertsConfig, ChannelConfig, ChannelSpec, Route, RouteConfig, Settings};
 pub use handle::AlertHandle;
 pub use metrics::AlertMetrics;
-pub use model::{Alert, AlertStatus, Cause, Failure, Raise, Severity};
+pub use model::{Alert, AlertStatus, Cause, Failure, Mark, Raise, Severity};
 pub use observer::{AlertObserver, confirm_key, failure_of, missed_key, slow_key, stall_key};
 pub use probe::{NodeProbe, StoreProbe};
 pub use secret::Secret;
@@ -64,6 +64,12 @@ pub enum AlertError {
     Http(String),
     #[error("the alert task is shutting down")]
     ShuttingDown,
+    #[error("alert {0} not found")]
+    NotFound(String),
+    #[error(
+        "alert {0} is not open (unknown, or resolved already): only a pending or firing alert can be acknowledged or silenced"
+    )]
+    NotOpen(String),
 }
 
 /// Builds the alert task and its handle. Run the task with `AlertTask::run`.

@@ -125,6 +125,24 @@ pub struct Alert {
     /// (what an update message reports as new; 0 for a first message or a reminder).
     #[serde(default)]
     pub added: u64,
+    /// Someone took it on: no more reminders (updates when it grows still go out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acknowledged: Option<Mark>,
+    /// Muted until `Mark::until`: no update or reminder before then (its
+    /// resolution is still sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silenced: Option<Mark>,
+}
+
+/// An operator's acknowledgement or silence of an alert: who, when, why, and
+/// (a silence) until when. Audited where it is asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    pub by: String,
+    pub at: i64,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<i64>,
 }
 
 impl Alert {

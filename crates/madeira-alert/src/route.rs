@@ -103,6 +103,8 @@ mod tests {
             moved: None,
             announced_at: None,
             announced_count: None,
+            acknowledged: None,
+            silenced: None,
             added: 0,
         }
     }

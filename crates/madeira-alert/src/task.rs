@@ -49,6 +49,12 @@ pub(crate) enum Event {
         key: String,
         run_id: String,
     },
+    /// An operator acknowledged or silenced the open alert `id`.
+    Mark {
+        id: String,
+        what: crate::aggregate::MarkKind,
+        mark: crate::model::Mark,
+    },
 }
 
 pub(crate) enum Input {
@@ -175,6 +181,11 @@ impl AlertTask {
             Event::Raise(r) => self.agg.raise(r, now, out),
             Event::Resolve { key, cause } => self.agg.resolve_key(&key, cause.as_deref(), now, out),
             Event::Leave { key, run_id } => self.agg.leave(&key, &run_id, now, out),
+            Event::Mark { id, what, mark } => {
+                if let Err(e) = self.agg.mark(&id, what, mark, out) {
+                    tracing::warn!(error = %e, "an operator's mark of an alert not applied");
+                }
+            }
         }
     }
 

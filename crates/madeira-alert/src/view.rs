@@ -26,6 +26,19 @@ fn delivery_json(d: &DeliveryRow) -> Json {
     })
 }
 
+/// An operator's mark (`model::Mark`) with its instants as RFC 3339; null when none.
+fn mark_json(m: &Json) -> Json {
+    if !m.is_object() {
+        return Json::Null;
+    }
+    json!({
+        "by": m["by"],
+        "at": m["at"].as_i64().map(rfc3339),
+        "reason": m["reason"],
+        "until": m["until"].as_i64().map(rfc3339),
+    })
+}
+
 /// One alert row and its deliveries as JSON.
 pub fn alert_json(row: &AlertRow, deliveries: &[&DeliveryRow]) -> Json {
     let d = &row.details;
@@ -46,6 +59,8 @@ pub fn alert_json(row: &AlertRow, deliveries: &[&DeliveryRow]) -> Json {
         "created_at": rfc3339(row.created_at),
         "notify_at": rfc3339(row.notify_at),
         "resolved_at": row.resolved_at.map(rfc3339),
+        "acknowledged": mark_json(&d["acknowledged"]),
+        "silenced": mark_json(&d["silenced"]),
         "deliveries": deliveries.iter().map(|d| delivery_json(d)).collect::<Vec<_>>(),
     })
 }

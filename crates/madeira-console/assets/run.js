@@ -6,6 +6,11 @@
 const ICONS = { SUCCESS: '✓', FAILED: '✗', RUNNING: '▶', RETRYING: '↻', SKIPPED: '⤼', MANUAL_CONFIRM: '‖', CANCELLED: '⊘', QUEUED: '…' };
 const TERMINAL = ['SUCCESS', 'FAILED', 'CANCELLED'];
 const page = document.querySelector('.run-page[data-run]');
+
+/** A node's boxes: in the graph drawn across (`n-`) and its phone copy drawn down (`v-n-`). */
+function nodeBoxes(node) {
+  return [document.getElementById(`n-${node}`), document.getElementById(`v-n-${node}`)].filter(Boolean);
+}
 const M = window.Madeira;
 
 function setClass(el, state) {
@@ -41,8 +46,7 @@ function setNodeState(node, state, id) {
     if ((seen.get(node) || 0) > id) return;
     seen.set(node, id);
   }
-  const g = document.getElementById(`n-${node}`);
-  if (g) {
+  for (const g of nodeBoxes(node)) {
     setClass(g, state);
     const icon = g.querySelector('.icon');
     if (icon) icon.textContent = ICONS[state] || '○';
@@ -84,8 +88,7 @@ function openPanel(node, push) {
   window.htmx.ajax('GET', `/runs/${page.dataset.run}/nodes/${node}`, { target: '#panel', swap: 'innerHTML' });
   if (push) history.replaceState(null, '', `/runs/${page.dataset.run}?node=${node}`);
   for (const g of document.querySelectorAll('.dag .node.selected')) g.classList.remove('selected');
-  const g = document.getElementById(`n-${node}`);
-  if (g) g.classList.add('selected');
+  for (const g of nodeBoxes(node)) g.classList.add('selected');
 }
 
 let pending = false;
@@ -181,7 +184,7 @@ document.addEventListener('click', (ev) => {
   }
   const node = ev.target.closest('.dag .node[data-node], a.node-link[data-node]');
   // A node outside a large run's focused view: follow the link (the page refocuses).
-  if (node && page && document.getElementById(`n-${node.dataset.node}`)) {
+  if (node && page && nodeBoxes(node.dataset.node).length) {
     ev.preventDefault();
     openPanel(node.dataset.node, true);
   }
@@ -211,7 +214,7 @@ if (page) {
   applyIsland();
   startLog();
   const selected = panelNode();
-  if (selected) { const g = document.getElementById(`n-${selected}`); if (g) g.classList.add('selected'); }
+  if (selected) for (const g of nodeBoxes(selected)) g.classList.add('selected');
   const rows = document.querySelectorAll('#nodes-table tbody tr').length;
   const later = M.debounce(refreshLive, rows > 300 ? 3000 : 700);
   const refreshPanel = M.debounce(() => { const n = panelNode(); if (n && !M.busy()) openPanel(n, false); }, 400);

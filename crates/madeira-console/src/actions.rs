@@ -1,6 +1,7 @@
 //! The console's POSTs: node actions (confirm, reject, rerun, rerun with
 //! downstream, mark-success, skip), cancel, bulk confirm, bulk cancel and bulk
-//! rerun-failed from the runs search, run now, pause and resume. Each checks the CSRF token and the role first, then calls the same
+//! rerun-failed from the runs search, run now, pause and resume, and an
+//! alert's acknowledgement or silence. Each checks the CSRF token and the role first, then calls the same
 //! `EngineHandle` method the REST API calls, with the signed-in token's name as
 //! the actor (the engine audits it with the reason). htmx requests get a flash
 //! fragment (and `HX-Trigger: madeira-refresh`), plain form posts a redirect.
@@ -35,6 +36,9 @@ pub struct ActionForm {
     downstream: Option<String>,
     #[serde(default)]
     params: Option<String>,
+    /// A silence's length (`2h`).
+    #[serde(default, rename = "for")]
+    duration: Option<String>,
 }
 
 /// A bulk form's fields (`sel` repeats).
@@ -352,6 +356,32 @@ async fn set_paused(
     }
     .await;
     answer(headers, outcome, &format!("/flows/{flow}"))
+}
+
+/// Acknowledges (`acknowledge`) or silences (`silence`, with `for`) an open
+/// alert, as `POST /api/v1/alerts/{id}/…` does (`madeira_server::mark_alert`).
+pub async fn alert_mark(
+    State(console): State<Console>,
+    ctx: Ctx,
+    headers: HeaderMap,
+    Path((id, action)): Path<(String, String)>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let outcome = async {
+        ctx.check_post(&headers, form.csrf.as_deref(), Role::Operator)?;
+        let kind = match action.as_str() {
+            "acknowledge" => madeira_alert::MarkKind::Acknowledge,
+            "silence" => madeira_alert::MarkKind::Silence,
+            other => return Err(ConsoleError::NotFound(format!("unknown alert action `{other}`"))),
+        };
+        let reason = required_reason(&ctx, form.reason.as_deref())?;
+        let duration = form.duration.as_deref().filter(|d| !d.is_empty());
+        madeira_server::mark_alert(&console.app, &ctx.user.caller(), &id, kind, Some(reason), duration)
+            .await?;
+        Ok(done_message(ctx.lang, &format!("alert_{action}"), None, None))
+    }
+    .await;
+    answer(&headers, outcome, "/alerts")
 }
 
 pub async fn pause(

@@ -13,7 +13,7 @@ use maud::{Markup, PreEscaped, html};
 
 use crate::Console;
 use crate::i18n::{Lang, t};
-use crate::layout::{Graph, Layout, NODE_H, NODE_W, layout};
+use crate::layout::{Graph, Layout, NODE_H, NODE_W, Orient, layout_oriented};
 use crate::page::icon;
 
 thread_local! {
@@ -85,13 +85,14 @@ fn cached_layout(
     def: &FlowDef,
     version: u32,
     scope: &Scope,
+    orient: Orient,
 ) -> (Vec<usize>, Vec<(usize, usize)>, std::sync::Arc<Layout>) {
     let (nodes, graph, flow_edges) = subgraph(def, scope);
     let key = match scope {
-        Scope::All => format!("{}:{version}", def.name),
-        Scope::Focus { node, depth } => format!("{}:{version}:{node}:{depth}", def.name),
+        Scope::All => format!("{}:{version}:{orient:?}", def.name),
+        Scope::Focus { node, depth } => format!("{}:{version}:{node}:{depth}:{orient:?}", def.name),
     };
-    let (laid, took) = console.layouts.get_timed(&key, || layout(&graph));
+    let (laid, took) = console.layouts.get_timed(&key, || layout_oriented(&graph, orient));
     if let Some(took) = took {
         tracing::info!(flow = %def.name, version, nodes = graph.n, took_ms = took.as_secs_f64() * 1000.0, "dag layout computed");
         LAYOUT_MS.with(|c| c.set(Some(took.as_secs_f64() * 1000.0)));
@@ -120,7 +121,13 @@ fn truncate(s: &str, max: usize) -> String {
     }
 }
 
+/// Most nodes drawn a second time, top to bottom, for narrow screens; a larger
+/// view keeps its one drawing at full size and scrolls.
+const DOWN_MAX_NODES: usize = 60;
+
 /// The SVG of `def` for `scope`; `states` (node → state) colours a run's boxes.
+/// Drawn `Across` its ids are `dag`, `n-<node>`, `e-<from>-<to>`; `Down` (the
+/// phone's copy) prefixes them with `v-`.
 pub fn svg(
     console: &Console,
     lang: Lang,
@@ -128,25 +135,33 @@ pub fn svg(
     version: u32,
     scope: &Scope,
     states: Option<&HashMap<String, String>>,
+    orient: Orient,
 ) -> Markup {
-    let (nodes, flow_edges, laid) = cached_layout(console, def, version, scope);
+    let (nodes, flow_edges, laid) = cached_layout(console, def, version, scope, orient);
+    let prefix = match orient {
+        Orient::Across => "",
+        Orient::Down => "v-",
+    };
     let mut out = String::with_capacity(nodes.len() * 600 + flow_edges.len() * 200);
     let _ = write!(
         out,
-        r#"<svg class="dag{fit}" id="dag" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w:.0} {h:.0}" width="{w:.0}" height="{h:.0}" role="img" aria-label="{label}">"#,
+        r#"<svg class="dag{fit}" id="{prefix}dag" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w:.0} {h:.0}" width="{w:.0}" height="{h:.0}" role="img" aria-label="{label}">"#,
         w = laid.width,
         h = laid.height,
         label = html_escape(&format!("{} {}", t(lang, "Flow"), def.name)),
         // Small graphs shrink to the box; large ones keep their size and scroll.
         fit = if nodes.len() <= 60 { " fit" } else { "" },
     );
-    out.push_str(r#"<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="arrowhead"/></marker></defs><g class="edges">"#);
+    let _ = write!(
+        out,
+        r#"<defs><marker id="{prefix}arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="arrowhead"/></marker></defs><g class="edges">"#
+    );
     for (i, &(from, to)) in flow_edges.iter().enumerate() {
         let Some(route) = laid.routes.get(i).filter(|r| r.len() >= 2) else { continue };
         let kind = edge_kind(def, from, to);
         let _ = write!(
             out,
-            r#"<path id="e-{}-{}" class="edge {kind}" d="{}" marker-end="url(#arrow)"/>"#,
+            r#"<path id="{prefix}e-{}-{}" class="edge {kind}" d="{}" marker-end="url(#{prefix}arrow)"/>"#,
             def.nodes[from].id,
             def.nodes[to].id,
             path_d(route)
@@ -154,7 +169,7 @@ pub fn svg(
     }
     out.push_str(r#"</g><g class="nodes">"#);
     for (&v, i) in nodes.iter().zip(0..) {
-        node_svg(&mut out, lang, def, v, laid.x[i], laid.y[i], states);
+        node_svg(&mut out, lang, def, v, (laid.x[i], laid.y[i]), states, prefix);
     }
     out.push_str("</g></svg>");
     PreEscaped(out)
@@ -187,9 +202,9 @@ fn node_svg(
     lang: Lang,
     def: &FlowDef,
     v: usize,
-    x: f64,
-    y: f64,
+    (x, y): (f64, f64),
     states: Option<&HashMap<String, String>>,
+    prefix: &str,
 ) {
     let node = &def.nodes[v];
     let state = states.and_then(|s| s.get(&node.id)).map(String::as_str);
@@ -209,7 +224,7 @@ fn node_svg(
     }
     let _ = write!(
         out,
-        r#"<g class="{class}{manual}" id="n-{id}" data-node="{id}" tabindex="0" role="button" aria-label="{title}"><title>{title}</title><rect x="{x:.1}" y="{y:.1}" width="{NODE_W}" height="{NODE_H}" rx="7"/><text class="icon" x="{ix:.1}" y="{ty:.1}">{icon}</text><text class="label" x="{lx:.1}" y="{ty:.1}">{label}</text><text class="state" x="{lx:.1}" y="{sy:.1}">{second}</text>"#,
+        r#"<g class="{class}{manual}" id="{prefix}n-{id}" data-node="{id}" tabindex="0" role="button" aria-label="{title}"><title>{title}</title><rect x="{x:.1}" y="{y:.1}" width="{NODE_W}" height="{NODE_H}" rx="7"/><text class="icon" x="{ix:.1}" y="{ty:.1}">{icon}</text><text class="label" x="{lx:.1}" y="{ty:.1}">{label}</text><text class="state" x="{lx:.1}" y="{sy:.1}">{second}</text>"#,
         manual = if node.is_manual() { " manual" } else { "" },
         id = node.id,
         title = html_escape(&title),
@@ -267,7 +282,21 @@ pub fn section(
                     a href=(format!("{base}?focus=all")) { (t(lang, "Show all")) } }
             }
         }
-        div.dag-wrap { (svg(console, lang, def, version, scope, states)) }
+        @let across = svg(console, lang, def, version, scope, states, Orient::Across);
+        @if subgraph_len(def, scope) <= DOWN_MAX_NODES {
+            div.dag-wrap.dag-across { (across) }
+            div.dag-wrap.dag-down { (svg(console, lang, def, version, scope, states, Orient::Down)) }
+        } @else {
+            div.dag-wrap { (across) }
+        }
+    }
+}
+
+/// How many nodes `scope` draws.
+fn subgraph_len(def: &FlowDef, scope: &Scope) -> usize {
+    match scope {
+        Scope::All => def.nodes.len(),
+        Scope::Focus { node, depth } => neighbourhood(def, *node, *depth).len(),
     }
 }
 

@@ -13,6 +13,9 @@ pub const NODE_W: f64 = 172.0;
 pub const NODE_H: f64 = 44.0;
 /// Horizontal distance between two layers' left edges.
 const LAYER_GAP: f64 = NODE_W + 64.0;
+/// Between layers drawn top to bottom (`Orient::Down`): room for an arrow and a
+/// `when` line.
+const LAYER_GAP_DOWN: f64 = NODE_H + 44.0;
 /// Vertical gap between two boxes of a layer, and for a dummy point.
 const NODE_GAP: f64 = 18.0;
 const DUMMY_SPAN: f64 = 14.0;
@@ -41,6 +44,32 @@ pub struct Layout {
     pub layers: usize,
 }
 
+/// Which way the layers go: left to right (wide screens) or top to bottom
+/// (phones, where a wide graph would be shrunk past reading).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Orient {
+    Across,
+    Down,
+}
+
+impl Orient {
+    /// A box's extent within its layer.
+    fn breadth(self) -> f64 {
+        match self {
+            Orient::Across => NODE_H,
+            Orient::Down => NODE_W,
+        }
+    }
+
+    /// From one layer's start to the next's.
+    fn layer_gap(self) -> f64 {
+        match self {
+            Orient::Across => LAYER_GAP,
+            Orient::Down => LAYER_GAP_DOWN,
+        }
+    }
+}
+
 /// A vertex of the layered graph: a real node or a dummy point of a long edge.
 #[derive(Debug, Clone, Copy)]
 struct Vertex {
@@ -51,6 +80,11 @@ struct Vertex {
 /// Lays out `graph`. Edges must go forward in some topological order (a DAG);
 /// an edge closing a cycle is ignored rather than looping.
 pub fn layout(graph: &Graph) -> Layout {
+    layout_oriented(graph, Orient::Across)
+}
+
+/// Lays out `graph` with its layers going `orient`.
+pub fn layout_oriented(graph: &Graph, orient: Orient) -> Layout {
     let layer = longest_path_layers(graph);
     let layers = layer.iter().copied().max().map_or(0, |m| m + 1);
     let mut vertices: Vec<Vertex> = layer.iter().map(|&l| Vertex { layer: l, real: true }).collect();
@@ -93,37 +127,54 @@ pub fn layout(graph: &Graph) -> Layout {
             reindex_layer(&order[l], &mut pos);
         }
     }
-    let ys = assign_y(&vertices, &order, &up, &down);
-    let min_top = ys.iter().zip(&vertices).map(|(y, v)| y - span(*v) / 2.0).fold(f64::INFINITY, f64::min);
+    let breadth = orient.breadth();
+    let ys = assign_y(&vertices, &order, &up, &down, breadth);
+    let min_top =
+        ys.iter().zip(&vertices).map(|(y, v)| y - span(*v, breadth) / 2.0).fold(f64::INFINITY, f64::min);
     let shift = if min_top.is_finite() { MARGIN - min_top } else { 0.0 };
     let center = |v: usize| ys[v] + shift;
+    let gap = orient.layer_gap();
+    // Each box: its layer's start along the flow, its centre across it.
     let mut x = Vec::with_capacity(graph.n);
     let mut y = Vec::with_capacity(graph.n);
     for (v, &l) in layer.iter().enumerate() {
-        x.push(MARGIN + l as f64 * LAYER_GAP);
-        y.push(center(v) - NODE_H / 2.0);
+        let along = MARGIN + l as f64 * gap;
+        match orient {
+            Orient::Across => (x.push(along), y.push(center(v) - NODE_H / 2.0)),
+            Orient::Down => (x.push(center(v) - NODE_W / 2.0), y.push(along)),
+        };
     }
+    let depth = match orient {
+        Orient::Across => NODE_W,
+        Orient::Down => NODE_H,
+    };
     let routes = chains
         .iter()
         .map(|chain| {
             let mut points = Vec::with_capacity(chain.len());
             for (i, &v) in chain.iter().enumerate() {
-                let left = MARGIN + vertices[v].layer as f64 * LAYER_GAP;
-                let px = if i == 0 {
-                    left + NODE_W
+                let start = MARGIN + vertices[v].layer as f64 * gap;
+                let along = if i == 0 {
+                    start + depth
                 } else if i + 1 == chain.len() {
-                    left
+                    start
                 } else {
-                    left + NODE_W / 2.0
+                    start + depth / 2.0
                 };
-                points.push((px, center(v)));
+                points.push(match orient {
+                    Orient::Across => (along, center(v)),
+                    Orient::Down => (center(v), along),
+                });
             }
             points
         })
         .collect();
-    let height = (0..vertices.len()).map(|v| center(v) + NODE_H / 2.0).fold(0.0, f64::max) + MARGIN;
-    let width =
-        if layers == 0 { 2.0 * MARGIN } else { 2.0 * MARGIN + (layers - 1) as f64 * LAYER_GAP + NODE_W };
+    let across = (0..vertices.len()).map(|v| center(v) + breadth / 2.0).fold(0.0, f64::max) + MARGIN;
+    let along = if layers == 0 { 2.0 * MARGIN } else { 2.0 * MARGIN + (layers - 1) as f64 * gap + depth };
+    let (width, height) = match orient {
+        Orient::Across => (along, across),
+        Orient::Down => (across, along),
+    };
     Layout { layer, x, y, routes, width, height, layers }
 }
 
@@ -181,19 +232,26 @@ fn sort_by_barycenter(layer: &mut [usize], neighbours: &[Vec<usize>], pos: &[usi
     }
 }
 
-fn span(vertex: Vertex) -> f64 {
-    if vertex.real { NODE_H } else { DUMMY_SPAN }
+/// A vertex's extent within its layer: a box's `breadth`, or a long edge's bend.
+fn span(vertex: Vertex, breadth: f64) -> f64 {
+    if vertex.real { breadth } else { DUMMY_SPAN }
 }
 
 /// Vertical centres: stacked in order, then a few passes pull each layer towards
 /// its neighbours' mean centre, keeping order and gaps.
-fn assign_y(vertices: &[Vertex], order: &[Vec<usize>], up: &[Vec<usize>], down: &[Vec<usize>]) -> Vec<f64> {
+fn assign_y(
+    vertices: &[Vertex],
+    order: &[Vec<usize>],
+    up: &[Vec<usize>],
+    down: &[Vec<usize>],
+    breadth: f64,
+) -> Vec<f64> {
     let mut y = vec![0.0; vertices.len()];
     for layer in order {
         let mut at = 0.0;
         for &v in layer {
-            y[v] = at + span(vertices[v]) / 2.0;
-            at += span(vertices[v]) + NODE_GAP;
+            y[v] = at + span(vertices[v], breadth) / 2.0;
+            at += span(vertices[v], breadth) + NODE_GAP;
         }
     }
     for pass in 0..SWEEPS {
@@ -205,13 +263,13 @@ fn assign_y(vertices: &[Vertex], order: &[Vec<usize>], up: &[Vec<usize>], down: 
         };
         for l in layers {
             let neighbours = if downwards { up } else { down };
-            place_layer(&order[l], vertices, neighbours, &mut y);
+            place_layer(&order[l], vertices, neighbours, &mut y, breadth);
         }
     }
     y
 }
 
-fn place_layer(layer: &[usize], vertices: &[Vertex], neighbours: &[Vec<usize>], y: &mut [f64]) {
+fn place_layer(layer: &[usize], vertices: &[Vertex], neighbours: &[Vec<usize>], y: &mut [f64], breadth: f64) {
     if layer.is_empty() {
         return;
     }
@@ -222,7 +280,7 @@ fn place_layer(layer: &[usize], vertices: &[Vertex], neighbours: &[Vec<usize>], 
             if ns.is_empty() { y[v] } else { ns.iter().map(|&u| y[u]).sum::<f64>() / ns.len() as f64 }
         })
         .collect();
-    let gap = |a: usize, b: usize| (span(vertices[a]) + span(vertices[b])) / 2.0 + NODE_GAP;
+    let gap = |a: usize, b: usize| (span(vertices[a], breadth) + span(vertices[b], breadth)) / 2.0 + NODE_GAP;
     // Forward: no box above its wish unless pushed down by the one before it.
     let mut placed = desired.clone();
     for i in 1..layer.len() {

@@ -134,6 +134,7 @@ fn table() -> Vec<(&'static str, Access, Handlers)> {
         ("/flows", Scoped, get(pages::flows::list)),
         ("/flows/{name}", Scoped, get(pages::flows::show)),
         ("/flows/{name}/run", Scoped, post(actions::run_now)),
+        ("/alerts/{id}/{action}", Scoped, post(actions::alert_mark)),
         ("/flows/{name}/pause", Scoped, post(actions::pause)),
         ("/flows/{name}/resume", Scoped, post(actions::resume)),
         ("/runs", Scoped, get(pages::runs::search)),

@@ -243,6 +243,8 @@ pub struct ActionDialog<'a> {
     pub danger: bool,
     /// Why it is not offered (then it is not drawn).
     pub denied: Option<String>,
+    /// More fields, above the reason (a silence's length).
+    pub extra: Option<Markup>,
 }
 
 impl ActionDialog<'_> {
@@ -260,6 +262,7 @@ impl ActionDialog<'_> {
                     @if let Some(p) = &self.preview { p.preview { (p) } }
                     input type="hidden" name="csrf" value=(ctx.user.csrf);
                     @for (k, v) in &self.hidden { input type="hidden" name=(k) value=(v); }
+                    @if let Some(extra) = &self.extra { (extra) }
                     label { (t(lang, "Reason (required)"))
                         textarea name="reason" required minlength="1" maxlength="2000" rows="3" {}
                     }

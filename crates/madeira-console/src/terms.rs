@@ -55,6 +55,8 @@ const ACTION: &[(&str, &str)] = &[
     ("skip", "跳过"),
     ("cancel", "取消运行"),
     ("pause", "暂停"),
+    ("alert_acknowledge", "认领告警"),
+    ("alert_silence", "静默告警"),
     ("resume", "恢复"),
     ("adopt", "接管"),
     ("confirm_overdue", "确认超时"),

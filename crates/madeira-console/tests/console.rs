@@ -312,7 +312,10 @@ async fn a_large_flow_opens_on_a_focused_view_with_every_node_listed() {
     let run = trigger(&app, "wide").await;
     let page = send(&app, get(&format!("/runs/{run}"), None)).await;
     assert_eq!(page.status, StatusCode::OK);
-    let drawn = page.body.matches("<g class=\"node ").count();
+    // Boxes of the graph drawn across (`id="n-…"`); a small view also has its
+    // phone copy drawn down (`id="v-n-…"`), one box per node too.
+    let drawn = page.body.matches(" id=\"n-").count();
+    assert_eq!(page.body.matches(" id=\"v-n-").count(), drawn, "the phone's copy draws the same nodes");
     assert!(drawn > 1 && drawn < 50, "a focused view draws the neighbourhood only: {drawn}");
     assert!(page.body.contains("focus-note"));
     assert_eq!(page.body.matches("<tr id=\"r-n").count(), 200, "a large run's table shows 200 rows at once");
@@ -323,10 +326,11 @@ async fn a_large_flow_opens_on_a_focused_view_with_every_node_listed() {
     let timing = page.headers["server-timing"].to_str().expect("ascii").to_string();
     assert!(timing.starts_with("app;dur="), "{timing}");
     let all = send(&app, get(&format!("/runs/{run}?focus=all"), None)).await;
-    assert_eq!(all.body.matches("<g class=\"node ").count(), 400);
+    assert_eq!(all.body.matches(" id=\"n-").count(), 400);
+    assert_eq!(all.body.matches(" id=\"v-n-").count(), 0, "no phone copy of 400 nodes: that one scrolls");
     let focused = send(&app, get(&format!("/runs/{run}?focus=n13&depth=1"), None)).await;
     // n13: its upstream n4 and its downstream n40, n41, n42.
-    assert_eq!(focused.body.matches("<g class=\"node ").count(), 5, "n13 ± 1 level");
+    assert_eq!(focused.body.matches(" id=\"n-").count(), 5, "n13 ± 1 level");
     let flow = send(&app, get("/flows/wide?focus=all", None)).await;
     assert!(flow.headers["server-timing"].to_str().expect("ascii").contains("app;dur="));
 }

@@ -186,6 +186,14 @@ impl EngineHandle {
         &self.store
     }
 
+    /// Records an operator's action that changes no run (an alert acknowledged
+    /// or silenced): committed before the caller answers.
+    pub async fn audit(&self, record: madeira_store::AuditRecord) -> Result<(), EngineError> {
+        let batch = madeira_store::Batch { audit: vec![record], ..Default::default() };
+        self.store.commit(&batch).await?;
+        Ok(())
+    }
+
     /// This replica's name (`replica_id`), as it appears in run leases.
     pub fn replica_id(&self) -> &str {
         &self.holder.owner

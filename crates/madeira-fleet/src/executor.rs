@@ -192,8 +192,14 @@ enum Resume {
 /// for the replica it reported to to relay its result (`relay`), until it can no
 /// longer be alive (`Fleet::resume_deadline`), before placing it anew, so it
 /// does not run twice.
-async fn wait_for_claim(fleet: &Fleet, job: &Job, key: &(String, u32), cancel: &CancellationToken) -> Resume {
-    let deadline = fleet.resume_deadline(job).await;
+async fn wait_for_claim(
+    fleet: &Fleet,
+    job: &Job,
+    group: &str,
+    key: &(String, u32),
+    cancel: &CancellationToken,
+) -> Resume {
+    let mut watch = fleet.resume_watch(job).await;
     let mut changed = fleet.inner.changed.subscribe();
     let mut next_look = std::time::Instant::now();
     loop {
@@ -206,18 +212,18 @@ async fn wait_for_claim(fleet: &Fleet, job: &Job, key: &(String, u32), cancel: &
                 return Resume::Go;
             }
         }
+        // The store is asked once a `RELAY_POLL`, not at every change of the fleet.
         if std::time::Instant::now() >= next_look {
             if let Some(r) = fleet.relayed(job, key.1).await {
                 return Resume::Relayed(Box::new(r));
             }
-            next_look = std::time::Instant::now() + crate::relay::RELAY_POLL;
+            if fleet.may_place_anew(&mut watch, group).await {
+                info!(key = %key.0, shard = key.1, "no sidecar claimed the resumed attempt and no result was relayed; placing it anew");
+                return Resume::Go;
+            }
+            next_look = (std::time::Instant::now() + crate::relay::RELAY_POLL).min(watch.next_decision());
         }
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            info!(key = %key.0, shard = key.1, "no sidecar claimed the resumed attempt and no result was relayed; placing it anew");
-            return Resume::Go;
-        }
-        let nap = left.min(next_look.saturating_duration_since(std::time::Instant::now()));
+        let nap = next_look.saturating_duration_since(std::time::Instant::now());
         tokio::select! {
             _ = tokio::time::timeout(nap, changed.changed()) => {}
             _ = cancel.cancelled() => return Resume::Aborted,
@@ -246,7 +252,7 @@ async fn run_shard(
     let shard = fan.shard;
     let key = (shard_key(&job.idempotency_key, shard, fan.sharded), shard);
     if job.resumed {
-        match wait_for_claim(fleet, job, &key, &cancel).await {
+        match wait_for_claim(fleet, job, &def.group, &key, &cancel).await {
             Resume::Go => {}
             Resume::Relayed(r) => return ShardEnd::Done(r),
             Resume::Aborted => return ShardEnd::Failed { error: "aborted".into(), retryable: false },

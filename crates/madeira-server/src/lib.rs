@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use auth::{AuthConfig, Caller, Role, TokenEntry};
 pub use error::ApiError;
+pub use routes::alerts::mark_alert;
 pub use routes::follow::{FollowRequest, follow_node, resume_offset};
 pub use scope::{visible_flow, visible_flow_names};
 pub use serve::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS, ServeOptions};

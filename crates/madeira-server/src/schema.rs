@@ -362,6 +362,17 @@ pub struct AlertTestAnswer {
     pub error: Option<String>,
 }
 
+/// `POST /alerts/{id}/acknowledge|silence`.
+#[derive(Serialize, ToSchema)]
+pub struct AlertMarkAnswer {
+    pub alert: String,
+    /// `alert_acknowledge` or `alert_silence`, as audited.
+    pub action: String,
+    pub by: String,
+    /// A silence's end (RFC 3339); null for an acknowledgement or a lifted silence.
+    pub until: Option<String>,
+}
+
 /// `GET /datasources`: the SQL datasources of the server config and their pools
 /// (never their URLs).
 #[derive(Serialize, ToSchema)]

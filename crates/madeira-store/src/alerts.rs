@@ -106,6 +106,9 @@ pub trait AlertStore: Send + Sync + 'static {
     async fn open_alerts(&self) -> Result<OpenAlerts>;
     /// Newest first.
     async fn list_alerts(&self, query: &AlertQuery) -> Result<Vec<AlertRow>>;
+    /// The status of alert `id` (`pending`, `firing`, `resolved`) and its flow,
+    /// `None` if unknown.
+    async fn alert_status(&self, id: &str) -> Result<Option<(String, Option<String>)>>;
     /// Deliveries of these alerts, and the digests that carried them, oldest first.
     async fn deliveries_of(&self, alert_ids: &[String]) -> Result<Vec<DeliveryRow>>;
     /// Deletes resolved alerts resolved before `before_ms`, with their deliveries,

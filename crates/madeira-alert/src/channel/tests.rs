@@ -46,6 +46,8 @@ fn alert() -> Arc<Alert> {
         moved: None,
         announced_at: None,
         announced_count: None,
+        acknowledged: None,
+        silenced: None,
         added: 0,
     })
 }

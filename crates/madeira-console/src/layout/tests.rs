@@ -55,6 +55,34 @@ proptest! {
     }
 }
 
+proptest! {
+    #[test]
+    fn top_to_bottom_boxes_never_overlap_and_edges_run_downwards(graph in dag()) {
+        let l = layout_oriented(&graph, Orient::Down);
+        assert_no_overlap(&graph, &l);
+        for (i, &(from, to)) in graph.edges.iter().enumerate() {
+            let route = &l.routes[i];
+            prop_assert_eq!(route.len(), l.layer[to] - l.layer[from] + 1, "one point per layer crossed");
+            prop_assert!(route.windows(2).all(|w| w[0].1 < w[1].1), "routes run top to bottom");
+            prop_assert_eq!(route[0].1, l.y[from] + NODE_H);
+            prop_assert_eq!(route[route.len() - 1].1, l.y[to]);
+        }
+        for v in 0..graph.n {
+            prop_assert!(l.x[v] >= 0.0 && l.y[v] >= 0.0);
+            prop_assert!(l.x[v] + NODE_W <= l.width && l.y[v] + NODE_H <= l.height, "node {} inside the canvas", v);
+        }
+    }
+}
+
+#[test]
+fn a_chain_drawn_down_is_one_box_wide() {
+    // What a phone shows: a 10-node chain is as wide as one box, not ten.
+    let g = Graph { n: 10, edges: (0..9).map(|i| (i, i + 1)).collect() };
+    let l = layout_oriented(&g, Orient::Down);
+    assert!(l.width <= NODE_W + 40.0, "width {}", l.width);
+    assert!(l.height > 9.0 * NODE_H, "height {}", l.height);
+}
+
 #[test]
 fn longest_path_puts_a_node_after_its_deepest_upstream() {
     // a -> b -> c, a -> c: c sits in layer 2, not 1.

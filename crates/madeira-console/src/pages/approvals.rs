@@ -164,6 +164,7 @@ fn card(ctx: &Ctx, p: &Pending, group: Option<usize>, now: i64) -> Markup {
         preview: Some(p.prompt.clone()),
         danger,
         denied: denied.clone(),
+        extra: None,
     };
     html! {
         article.approval data-run=(p.run_id) data-node=(p.node) data-tz=(p.tz) {

@@ -89,12 +89,12 @@ pub async fn page(
         div.table-wrap { table.audit-table {
             thead { tr { th { (t(lang, "Time")) } th { (t(lang, "Actor")) } th { (t(lang, "Action")) } th { (t(lang, "Run")) } th { (t(lang, "Node")) } th { (t(lang, "Reason")) } } }
             tbody { @for a in &rows { tr {
-                td { (stamp(lang, Some(a.at), now)) }
-                td { strong { (a.actor) } }
-                td { (term_markup(lang, Term::Action, &a.action)) }
-                td { @if let Some(r) = &a.run_id { a href=(super::run_href(r)) { code { (super::run::short(r)) } } } }
-                td { @if let Some(n) = &a.node { code { (n) } } }
-                td { (a.reason.as_deref().unwrap_or("")) }
+                td.time data-label=(t(lang, "Time")) { (stamp(lang, Some(a.at), now)) }
+                td data-label=(t(lang, "Actor")) { strong { (a.actor) } }
+                td data-label=(t(lang, "Action")) { (term_markup(lang, Term::Action, &a.action)) }
+                td data-label=(t(lang, "Run")) { @if let Some(r) = &a.run_id { a href=(super::run_href(r)) { code { (super::run::short(r)) } } } }
+                td data-label=(t(lang, "Node")) { @if let Some(n) = &a.node { code { (n) } } }
+                td.reason data-label=(t(lang, "Reason")) { (a.reason.as_deref().unwrap_or("")) }
             } } }
         } }
         @if rows.is_empty() { p.muted { (t(lang, "none")) } }

@@ -24,6 +24,43 @@ fn text(v: &Value) -> String {
     }
 }
 
+/// An alert's acknowledgement and silence (who, why, until), and for an open
+/// alert the buttons that set them.
+fn marks(ctx: &Ctx, a: &Value) -> maud::Markup {
+    let lang = ctx.lang;
+    let id = text(&a["id"]);
+    let open = matches!(text(&a["status"]).as_str(), "pending" | "firing");
+    let dialog = |action: &str, label: &'static str, extra: Option<maud::Markup>| page::ActionDialog {
+        id: format!("dlg-{action}-{id}"),
+        label: t(lang, label),
+        action: format!("/alerts/{id}/{action}"),
+        hidden: vec![],
+        preview: Some(text(&a["summary"])),
+        danger: false,
+        denied: ctx.denied(madeira_server::Role::Operator),
+        extra,
+    };
+    let lengths = html! {
+        label { (t(lang, "Silence for"))
+            select name="for" { @for d in ["30m", "1h", "2h", "4h", "8h", "1d"] { option value=(d) selected[d == "2h"] { (d) } } }
+        }
+    };
+    html! {
+        @let ack = &a["acknowledged"];
+        @if ack.is_object() {
+            div.mark.acked { (t(lang, "Acknowledged by")) " " strong { (text(&ack["by"])) } ": " (text(&ack["reason"])) }
+        }
+        @let silence = &a["silenced"];
+        @if silence.is_object() {
+            div.mark.silenced { (t(lang, "Silenced until")) " " (text(&silence["until"])) " · " strong { (text(&silence["by"])) } ": " (text(&silence["reason"])) }
+        }
+        @if open {
+            @if !ack.is_object() { (dialog("acknowledge", "Acknowledge", None).render(ctx)) }
+            (dialog("silence", "Silence", Some(lengths)).render(ctx))
+        }
+    }
+}
+
 pub async fn alerts(
     State(console): State<Console>,
     ctx: Ctx,
@@ -57,7 +94,7 @@ pub async fn alerts(
                 @let alerts = v["alerts"].as_array().cloned().unwrap_or_default();
                 @if alerts.is_empty() { p.muted { (t(lang, "none")) } }
                 div.table-wrap { table.alerts {
-                    thead { tr { th { (t(lang, "State")) } th { (t(lang, "Severity")) } th { (t(lang, "Summary")) } th { (t(lang, "Flow")) } th { (t(lang, "Runs")) } th { (t(lang, "Deliveries")) } } }
+                    thead { tr { th { (t(lang, "State")) } th { (t(lang, "Severity")) } th { (t(lang, "Summary")) } th { (t(lang, "Flow")) } th { (t(lang, "Runs")) } th { (t(lang, "Deliveries")) } th { (t(lang, "Actions")) } } }
                     tbody { @for a in &alerts { tr {
                         td { span class=(format!("tag al-{}", text(&a["status"]))) data-status=(text(&a["status"])) { (term_markup(lang, Term::AlertStatus, &text(&a["status"]))) } }
                         td { (term_markup(lang, Term::Severity, &text(&a["severity"]))) }
@@ -67,6 +104,7 @@ pub async fn alerts(
                             @let id = text(r); a href=(super::run_href(&id)) { code { (super::run::short(&id)) } } " " } }
                         td { @for d in a["deliveries"].as_array().cloned().unwrap_or_default() {
                             span.tag title=(text(&d["last_error"])) { (text(&d["channel"])) ": " (term_markup(lang, Term::Delivery, &text(&d["status"]))) } " " } }
+                        td.alert-actions { (marks(&ctx, a)) }
                     } } }
                 } }
             }

@@ -196,6 +196,7 @@ async fn fragments(
         )),
         danger: true,
         denied: ctx.denied(Role::Operator),
+        extra: None,
     };
     let head = html! {
         div #run-live data-state=(r.state.as_str()) data-event=(ctx.after) data-states=(serde_json::Value::Object(states).to_string()) {
@@ -478,6 +479,7 @@ async fn panel_markup(
         preview: preview_names.map(|n| preview(lang, &n)),
         danger,
         denied: denied.clone(),
+        extra: None,
     };
     let mut actions = Vec::new();
     if state == "MANUAL_CONFIRM" {
@@ -533,16 +535,22 @@ async fn panel_markup(
             @if !attempts.is_empty() {
                 h3 { (t(lang, "Attempts")) }
                 div.table-wrap { table.attempts {
-                    thead { tr { th { "#" } th { (t(lang, "Ran on")) } th { (t(lang, "Started")) } th { (t(lang, "Duration")) } th { (t(lang, "State")) } th { (t(lang, "Error")) } } }
-                    tbody { @for a in &attempts { tr {
-                        td.num { (a.attempt) }
-                        td.host title=(host_kind) { (a.host.as_deref().unwrap_or("-")) }
-                        td { (stamp(lang, Some(a.started_at), now)) }
-                        td { (duration_ms(lang, a.finished_at.unwrap_or(now) - a.started_at)) }
-                        @let (outcome, why) = attempt_outcome(a, state, last_attempt);
-                        td.outcome data-outcome=(outcome) title=[why.map(|w| t(lang, w))] { (term_markup(lang, Term::Outcome, outcome)) }
-                        td.error { (a.error.as_deref().unwrap_or("")) }
-                    } } }
+                    thead { tr { th { "#" } th { (t(lang, "Ran on")) } th { (t(lang, "Started")) } th { (t(lang, "Duration")) } th { (t(lang, "State")) } } }
+                    // An attempt's error on a row of its own, the table's full width: a
+                    // sixth column was clipped in the side panel.
+                    tbody { @for a in &attempts {
+                        tr {
+                            td.num { (a.attempt) }
+                            td.host title=(host_kind) { (a.host.as_deref().unwrap_or("-")) }
+                            td { (stamp(lang, Some(a.started_at), now)) }
+                            td { (duration_ms(lang, a.finished_at.unwrap_or(now) - a.started_at)) }
+                            @let (outcome, why) = attempt_outcome(a, state, last_attempt);
+                            td.outcome data-outcome=(outcome) title=[why.map(|w| t(lang, w))] { (term_markup(lang, Term::Outcome, outcome)) }
+                        }
+                        @if let Some(error) = a.error.as_deref().filter(|e| !e.is_empty()) {
+                            tr.attempt-error { td.error colspan="5" { span.muted { (t(lang, "Error")) ": " } (error) } }
+                        }
+                    } }
                 } }
             }
             @if !tabs.is_empty() {

@@ -1,6 +1,6 @@
 //! Route table and the request helpers shared by handlers.
 
-mod alerts;
+pub(crate) mod alerts;
 mod audit;
 mod datasources;
 mod flows;
@@ -96,6 +96,8 @@ pub(crate) fn api_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
         ("/audit", get(audit::list)),
         ("/alerts", get(alerts::list)),
         ("/alerts/test", post(alerts::test)),
+        ("/alerts/{id}/acknowledge", post(alerts::acknowledge)),
+        ("/alerts/{id}/silence", post(alerts::silence)),
         ("/sidecars", get(sidecars::list)),
         ("/datasources", get(datasources::list)),
         ("/sources", get(sources::list)),

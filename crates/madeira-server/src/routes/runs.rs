@@ -356,7 +356,7 @@ pub async fn node_action(
 
 /// The reason every operator action must carry (SPEC §3: audited with actor and
 /// reason), trimmed: a missing or blank one is a 400 naming the field.
-fn required_reason(reason: Option<String>, action: &str) -> Result<String, ApiError> {
+pub(crate) fn required_reason(reason: Option<String>, action: &str) -> Result<String, ApiError> {
     let trimmed = reason.as_deref().map(str::trim).unwrap_or_default();
     if trimmed.is_empty() {
         let what = if reason.is_some() { "blank" } else { "missing" };

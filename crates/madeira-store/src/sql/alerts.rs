@@ -131,6 +131,13 @@ pub(super) async fn list(pool: &Pool, query: &AlertQuery) -> Result<Vec<AlertRow
     q.build().fetch_all(pool).await?.iter().map(alert_row).collect()
 }
 
+pub(super) async fn status(pool: &Pool, id: &str) -> Result<Option<(String, Option<String>)>> {
+    Ok(sqlx::query_as(&sql("SELECT status, flow FROM alerts WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?)
+}
+
 pub(super) async fn deliveries_of(pool: &Pool, alert_ids: &[String]) -> Result<Vec<DeliveryRow>> {
     if alert_ids.is_empty() {
         return Ok(Vec::new());

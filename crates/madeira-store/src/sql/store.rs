@@ -120,6 +120,7 @@ forward!(AlertStore {
     write fn write_alerts(batch: &AlertBatch) -> () = alerts::write;
     write fn open_alerts() -> OpenAlerts = alerts::open;
     read fn list_alerts(query: &AlertQuery) -> Vec<AlertRow> = alerts::list;
+    read fn alert_status(id: &str) -> Option<(String, Option<String>)> = alerts::status;
     read fn deliveries_of(alert_ids: &[String]) -> Vec<DeliveryRow> = alerts::deliveries_of;
     write fn prune_alerts(before_ms: i64) -> u64 = alerts::prune;
     write fn push_alert_events(bodies: &[Json], now_ms: i64) -> () = inbox::push;
