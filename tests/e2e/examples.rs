@@ -60,7 +60,9 @@ fn every_relative_link_in_the_readme_and_docs_points_to_a_file() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut pages = vec![root.join("README.md")];
     let docs = std::fs::read_dir(root.join("docs")).expect("docs/");
-    pages.extend(docs.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "md")));
+    pages.extend(
+        docs.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "md")),
+    );
     let mut broken = Vec::new();
     let mut checked = 0;
     for page in &pages {
