@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::Dev;
+use crate::support::{Dev, hold_for};
 use crate::webhook::{Webhook, kinds};
 
 const FLOW: &str = "flow: halves
@@ -49,9 +49,11 @@ async fn fixing_half_an_incident_updates_its_alert_and_the_fix_resolves_it_once(
     assert_eq!(run["nodes"]["pull"]["status"], "SUCCESS", "{run}");
     hook.bodies_within(2, 20).await;
     // Past group_wait: a second alert would have fired by now.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    hold_for(Duration::from_secs(2), "no second page", async || {
+        kinds(&hook.bodies()) == ["firing", "update"]
+    })
+    .await;
     let all = hook.bodies();
-    assert_eq!(kinds(&all), ["firing", "update"], "no second page: {all:?}");
     let update = &all[1];
     assert_eq!(update["alerts"][0]["id"], id, "the same alert");
     assert_eq!(update["alerts"][0]["causes"][0]["node"], "book", "{update}");
@@ -67,8 +69,10 @@ async fn fixing_half_an_incident_updates_its_alert_and_the_fix_resolves_it_once(
     assert_eq!(dev.finished(&run_id).await["status"], "SUCCESS");
     hook.bodies_within(3, 20).await;
     // Long enough for a second resolved (a second alert's) to arrive too.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    hold_for(Duration::from_secs(2), "exactly one resolved", async || {
+        kinds(&hook.bodies()) == ["firing", "update", "resolved"]
+    })
+    .await;
     let all = hook.bodies();
-    assert_eq!(kinds(&all), ["firing", "update", "resolved"], "exactly one resolved: {all:?}");
     assert_eq!(all[2]["alerts"][0]["id"], id);
 }

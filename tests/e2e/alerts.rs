@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -15,7 +15,7 @@ use axum::extract::State;
 use axum::http::Uri;
 use serde_json::{Value, json};
 
-use crate::support::{BIN, Dev};
+use crate::support::{BIN, Dev, wait_until};
 
 const WECOM_KEY: &str = "wecom-key-5f0c9a1e77d2";
 const DING_TOKEN: &str = "ding-token-3b8e51c0aa94";
@@ -97,20 +97,16 @@ async fn one_wecom_message_per_failed_run_and_no_secret_anywhere() {
     assert_eq!(run["nodes"]["pull_ledger"]["attempts"], 3);
 
     // Wait until the API says the WeCom delivery was sent and DingTalk was tried.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let alerts = loop {
+    let alerts = wait_until(Duration::from_secs(20), "the alert delivered", async || {
         let (status, body) = dev.get("/alerts").await;
         assert_eq!(status, 200, "{body}");
         let deliveries = body["alerts"][0]["deliveries"].as_array().cloned().unwrap_or_default();
         let sent = deliveries.iter().any(|d| d["channel"] == "fin-wecom" && d["status"] == "sent");
         let tried =
             deliveries.iter().any(|d| d["channel"] == "ops-ding" && d["attempts"].as_u64() >= Some(1));
-        if sent && tried {
-            break body;
-        }
-        assert!(Instant::now() < deadline, "alert not delivered in time: {body}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        if sent && tried { Ok(body) } else { Err(body.to_string()) }
+    })
+    .await;
     assert_eq!(alerts["alerts"].as_array().map(Vec::len), Some(1), "one alert for one failed run");
     let hits = hits.lock().expect("hits").clone();
     assert_eq!(hits.len(), 1, "exactly one WeCom message: {hits:?}");
@@ -160,15 +156,12 @@ async fn one_wecom_message_per_failed_run_and_no_secret_anywhere() {
 
 /// Polls the receiver until it holds `n` messages, or panics after `secs`.
 async fn hits_of(hits: &Hits, n: usize, secs: u64) -> Vec<(String, Value)> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
+    let what = format!("{n} message(s)");
+    wait_until(Duration::from_secs(secs), &what, async || {
         let now = hits.lock().expect("hits").clone();
-        if now.len() >= n {
-            return now;
-        }
-        assert!(Instant::now() < deadline, "{} message(s) of {n} in {secs}s: {now:?}", now.len());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        if now.len() >= n { Ok(now) } else { Err(format!("{now:?}")) }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

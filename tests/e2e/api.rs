@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{Dev, status_of};
+use crate::support::{Dev, audit_entries, status_of};
 
 #[tokio::test]
 async fn same_idempotency_key_returns_the_same_run_with_200() {
@@ -98,18 +98,7 @@ nodes:
     assert_eq!(run["status"], "SUCCESS");
 
     let (_, audit) = dev.get(&format!("/audit?run_id={run_id}")).await;
-    let actions: Vec<(&str, &str, &str)> = audit["entries"]
-        .as_array()
-        .expect("entries")
-        .iter()
-        .map(|e| {
-            (
-                e["action"].as_str().unwrap_or(""),
-                e["actor"].as_str().unwrap_or(""),
-                e["reason"].as_str().unwrap_or(""),
-            )
-        })
-        .collect();
+    let actions = audit_entries(&audit);
     assert_eq!(actions, [("confirm", "local", "numbers ok"), ("mark_success", "local", "fixed by hand")]);
 }
 

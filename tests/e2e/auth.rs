@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::support::{BIN, Dev, client};
+use crate::support::{BIN, Dev, audit_entries, client};
 
 const VIEWER: &str = "viewer-token-0123456789abcdef";
 const OPERATOR: &str = "operator-token-0123456789abcdef";
@@ -114,18 +114,7 @@ async fn tokens_roles_and_audit_by_token_name() {
 
     let (code, audit) = status(viewer.get(server.url(&format!("/audit?run_id={run_id}")))).await;
     assert_eq!(code, 200);
-    let entries: Vec<(&str, &str, &str)> = audit["entries"]
-        .as_array()
-        .expect("entries")
-        .iter()
-        .map(|e| {
-            (
-                e["action"].as_str().unwrap_or(""),
-                e["actor"].as_str().unwrap_or(""),
-                e["reason"].as_str().unwrap_or(""),
-            )
-        })
-        .collect();
+    let entries = audit_entries(&audit);
     assert_eq!(entries, [("confirm", "sre", "checked")], "the audit log names the token, never its secret");
     let (_, transitions) = status(viewer.get(server.url(&format!("/runs/{run_id}/transitions")))).await;
     let text = transitions.to_string();

@@ -5,11 +5,11 @@
 //! counting runs and outcomes.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::Dev;
+use crate::support::{Dev, wait_until};
 
 /// `var`'s URL, or `default`; `None` (skip) when nothing listens there, except
 /// under `CI=true` where a missing broker fails the test.
@@ -107,18 +107,12 @@ pub fn count(outcomes: &Value, outcome: &str) -> u64 {
 
 /// Waits until `cond` holds for `flow`'s outcome counts, or panics after `secs`.
 pub async fn wait_outcomes(dev: &Dev, flow: &str, secs: u64, cond: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
+    let what = format!("the outcomes of flow {flow} to reach the condition");
+    wait_until(Duration::from_secs(secs), &what, async || {
         let o = outcomes(dev, flow).await;
-        if cond(&o) {
-            return o;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "flow {flow}: outcomes did not reach the condition in {secs}s: {o}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        if cond(&o) { Ok(o) } else { Err(o.to_string()) }
+    })
+    .await
 }
 
 /// Runs of `flow` (every state), through the paginated list.

@@ -4,9 +4,9 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::support::BIN;
+use crate::support::{BIN, try_wait_blocking};
 
 /// Runs the CLI with `args`, killing it (and failing) if it is not done in 10 s.
 fn run(args: &[&str], extra: &[&Path]) -> Output {
@@ -18,13 +18,9 @@ fn run(args: &[&str], extra: &[&Path]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn the CLI");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("madeira {args:?} {extra:?} still runs after 10 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if try_wait_blocking(Duration::from_secs(10), || child.try_wait().expect("wait")).is_none() {
+        let _ = child.kill();
+        panic!("madeira {args:?} {extra:?} still runs after 10 s");
     }
     child.wait_with_output().expect("output")
 }

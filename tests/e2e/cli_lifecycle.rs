@@ -2,11 +2,11 @@
 //! validates every file before applying any; runs filter by creation time
 //! (`since`/`until`, an id range over UUIDv7 run ids).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::Dev;
+use crate::support::{Dev, hold_for, wait_until};
 
 fn text(out: &std::process::Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
@@ -65,11 +65,10 @@ async fn runs_filter_by_since_and_until_in_api_and_cli() {
     dev.put_flow("flow: timed\nnodes:\n  a: {run: {builtin: noop}}\n").await;
     let early = dev.trigger("timed", json!({})).await;
     let cut = id_ms(&early) + 1;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while chrono::Utc::now().timestamp_millis() <= cut + 1 {
-        assert!(Instant::now() < deadline, "the clock did not move");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    wait_until(Duration::from_secs(5), "the clock to move past the cut", async || {
+        chrono::Utc::now().timestamp_millis() > cut + 1
+    })
+    .await;
     let late = dev.trigger("timed", json!({})).await;
     assert!(id_ms(&late) >= cut);
     let ids = |v: &Value| -> Vec<String> {
@@ -191,16 +190,17 @@ async fn flows_delete_purge_removes_runs_and_a_deleted_cron_flow_stops_firing() 
         "flow: ticking\ntriggers:\n  - cron: \"* * * * * *\"\nnodes:\n  a: {run: {builtin: noop}}\n",
     )
     .await;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while dev.get("/runs?flow=ticking").await.1["runs"].as_array().is_none_or(Vec::is_empty) {
-        assert!(Instant::now() < deadline, "the cron flow never fired");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(Duration::from_secs(15), "the cron flow to fire", async || {
+        dev.get("/runs?flow=ticking").await.1["runs"].as_array().is_some_and(|r| !r.is_empty())
+    })
+    .await;
     let out = dev.cli(&["flows", "delete", "ticking", "--cancel"]);
     assert!(out.status.success(), "{}", text(&out));
     let count =
         || async { dev.get("/runs?flow=ticking&limit=1000").await.1["runs"].as_array().map_or(0, Vec::len) };
     let settled = count().await;
-    tokio::time::sleep(Duration::from_millis(2500)).await; // a window in which nothing may fire
-    assert_eq!(count().await, settled, "a deleted cron flow kept firing");
+    hold_for(Duration::from_millis(2500), "a deleted cron flow not firing", async || {
+        count().await == settled
+    })
+    .await;
 }

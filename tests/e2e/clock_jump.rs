@@ -7,11 +7,11 @@
 //! installed (`apt-get install faketime`).
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::Dev;
+use crate::support::{Dev, wait_until};
 
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 const FLOWS: [(&str, &str, usize); 3] =
@@ -29,18 +29,6 @@ async fn runs(dev: &Dev, flow: &str) -> Vec<Value> {
 
 fn by_trigger(runs: &[Value], trigger: &str) -> Vec<Value> {
     runs.iter().filter(|r| r["trigger"] == trigger).cloned().collect()
-}
-
-async fn wait_until<F: std::future::Future<Output = bool>>(
-    what: &str,
-    secs: u64,
-    mut done: impl FnMut() -> F,
-) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !done().await {
-        assert!(Instant::now() < deadline, "{what} within {secs} s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test]
@@ -66,7 +54,7 @@ async fn a_forward_wall_clock_jump_fires_skipped_ticks_by_misfire_policy() {
         ))
         .await;
     }
-    wait_until("the scheduler to load the flows", 20, || async {
+    wait_until(Duration::from_secs(20), "the scheduler to load the flows", async || {
         let text = metrics(&dev).await;
         FLOWS
             .iter()
@@ -78,7 +66,7 @@ async fn a_forward_wall_clock_jump_fires_skipped_ticks_by_misfire_policy() {
     std::fs::write(&offset, "+2h\n").expect("jump");
     let after = before + chrono::Duration::hours(2);
     // Before the fix: 120 `cron` runs per flow at once, no catch-up run.
-    wait_until("the jump's runs", 30, || async {
+    wait_until(Duration::from_secs(30), "the jump's runs", async || {
         let (all, once) = (runs(&dev, "jump-all").await, runs(&dev, "jump-once").await);
         let enough = |runs: &[Value], catchup| {
             by_trigger(runs, "cron_catchup").len() >= catchup || by_trigger(runs, "cron").len() > 2
@@ -107,7 +95,7 @@ async fn a_forward_wall_clock_jump_fires_skipped_ticks_by_misfire_policy() {
             assert!(!skipped_over, "{name}: tick {at} was skipped over by the jump, fired as cron");
         }
     }
-    wait_until("the jump to be counted", 20, || async {
+    wait_until(Duration::from_secs(20), "the jump to be counted", async || {
         metrics(&dev).await.lines().any(|l| l == "madeira_cron_clock_jumps_total 1")
     })
     .await;

@@ -7,14 +7,14 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use madeira_store::testing::{MySqlTestDb, PgTestDb};
 use serde_json::json;
 
 use crate::forwarding::{Redis, free_port};
-use crate::support::Dev;
+use crate::support::{Dev, wait_until};
 
 pub(crate) const ADMIN: &str = "cluster-admin-token-0123456789";
 
@@ -50,15 +50,12 @@ async fn ticks(dev: &Dev, flow: &str) -> (Vec<DateTime<Utc>>, usize) {
 }
 
 async fn wait_ticks(dev: &Dev, flow: &str, n: usize) -> (Vec<DateTime<Utc>>, usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let what = format!("{n} cron runs of {flow}");
+    wait_until(Duration::from_secs(30), &what, async || {
         let seen = ticks(dev, flow).await;
-        if seen.0.len() >= n {
-            return seen;
-        }
-        assert!(Instant::now() < deadline, "{flow}: only {} cron runs after 30 s", seen.0.len());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if seen.0.len() >= n { Ok(seen) } else { Err(format!("{} cron runs", seen.0.len())) }
+    })
+    .await
 }
 
 fn assert_once_each_second(ticks: &[DateTime<Utc>], runs: usize) {
@@ -108,8 +105,7 @@ async fn cron_ticks_once_on_three_replicas(store_url: &str) {
     // Every run of those ticks finishes, including any r1 created just before it
     // died (taken over once its lease ran out).
     let last = after.last().copied();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    wait_until(Duration::from_secs(30), "every run up to the last tick finished", async || {
         let (_, list) = r2.get("/runs?flow=heartbeat&limit=1000").await;
         let mut open = Vec::new();
         for run in list["runs"].as_array().into_iter().flatten() {
@@ -119,12 +115,9 @@ async fn cron_ticks_once_on_three_replicas(store_url: &str) {
                 open.push(detail);
             }
         }
-        if open.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "runs left unfinished: {open:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if open.is_empty() { Ok(()) } else { Err(format!("{open:?}")) }
+    })
+    .await;
     drop((r2, r3));
 }
 

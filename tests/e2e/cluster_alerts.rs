@@ -3,8 +3,9 @@
 //! is killed with kill -9; a delivery pending on a killed alert leader is sent by
 //! the next one.
 
+use crate::support::wait_until;
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use madeira_store::testing::{MySqlTestDb, PgTestDb};
 use serde_json::{Value, json};
@@ -103,14 +104,10 @@ async fn a_delivery_pending_on_a_killed_alert_leader_is_sent_by_the_next() {
     let mut replicas = vec![("r1", replica(&config, "r1")), ("r2", replica(&config, "r2"))];
     replicas[0].1.put_flow(&failing("ledger")).await;
 
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let leader = loop {
-        if let Some(leader) = alert_leader(&db.url) {
-            break leader;
-        }
-        assert!(Instant::now() < deadline, "no replica took the alerts lease");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let leader = wait_until(Duration::from_secs(20), "a replica to take the alerts lease", async || {
+        alert_leader(&db.url)
+    })
+    .await;
     let run = replicas[1].1.trigger("ledger", json!({})).await;
     assert_eq!(replicas[1].1.finished(&run).await["status"], "FAILED");
     crate::sidecar::wait_for("the leader's first refused delivery", 20, || hook.refused() >= 1).await;

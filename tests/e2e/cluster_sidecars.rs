@@ -2,14 +2,14 @@
 //! by one replica reaches a sidecar connected to another, and every replica's fleet
 //! view shows what the others have.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use madeira_store::testing::PgTestDb;
 use serde_json::json;
 
 use crate::cluster::ADMIN;
 use crate::forwarding::{Redis, free_port};
-use crate::support::Dev;
+use crate::support::{Dev, wait_until};
 
 const BILLING: &str = "cluster-billing-token-0123456789";
 
@@ -57,21 +57,16 @@ async fn runs_reach_a_sidecar_connected_to_another_replica() {
         crate::sidecar::SidecarProc::spawn_with_env(sidecar_config, &[("MADEIRA_T_BILLING", BILLING)]);
 
     // r1 has no sidecar of its own, but its fleet view shows r2's.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    wait_until(Duration::from_secs(20), "r2's sidecar in r1's view", async || {
         let (code, view) = r1.get("/sidecars").await;
         assert_eq!(code, 200, "{view}");
         let here = view["sidecars"].as_array().map_or(0, Vec::len);
         assert_eq!((view["replica"].as_str(), here), (Some("r1"), 0), "{view}");
         let seen_at = view["replicas"][0]["seen_at"].clone();
-        if view["replicas"]
-            == json!([{"replica": "r2", "group": "billing", "jobs": ["stamp"], "seen_at": seen_at}])
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "r2's sidecar never showed in r1's view: {view}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        let want = json!([{"replica": "r2", "group": "billing", "jobs": ["stamp"], "seen_at": seen_at}]);
+        if view["replicas"] == want { Ok(()) } else { Err(view.to_string()) }
+    })
+    .await;
 
     r1.put_flow(
         "flow: stamped\nnodes:\n  prepare: {run: {builtin: noop}}\n  \

@@ -5,6 +5,7 @@
 //! exactly one `update` (count 3, 2 new) `group_interval` after the first message
 //! — no second `firing` (once it was recorded as sent), no repeated update.
 
+use crate::support::{hold_for, wait_until};
 use std::time::{Duration, Instant};
 
 use madeira_store::testing::PgTestDb;
@@ -33,14 +34,10 @@ async fn the_next_alert_leader_sends_the_update_once_and_never_the_first_message
         .1
         .put_flow("flow: ledger\nnodes:\n  pay: {run: {builtin: fail, message: bank refused}}\n")
         .await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let leader = loop {
-        if let Some(leader) = alert_leader(&db.url) {
-            break leader;
-        }
-        assert!(Instant::now() < deadline, "no replica took the alerts lease");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let leader = wait_until(Duration::from_secs(20), "a replica to take the alerts lease", async || {
+        alert_leader(&db.url)
+    })
+    .await;
     let first = replicas[0].1.trigger("ledger", json!({})).await;
     assert_eq!(replicas[0].1.finished(&first).await["status"], "FAILED");
     let fired = hook.wait_alerts("firing", |a| a["flow"] == "ledger").await;
@@ -48,18 +45,14 @@ async fn the_next_alert_leader_sends_the_update_once_and_never_the_first_message
     let id = fired[0]["id"].clone();
     // Kill the leader only once the store records the message as sent: a delivery
     // in flight at the kill may be sent again by the next leader (at-least-once).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    wait_until(Duration::from_secs(20), "the firing delivery recorded as sent", async || {
         let (_, list) = replicas[0].1.get("/alerts?flow=ledger").await;
         let sent = list["alerts"][0]["deliveries"]
             .as_array()
             .is_some_and(|d| d.iter().any(|d| d["kind"] == "firing" && d["status"] == "sent"));
-        if sent {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the firing delivery is never recorded as sent: {list}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        if sent { Ok(()) } else { Err(list.to_string()) }
+    })
+    .await;
 
     let index = replicas.iter().position(|(name, _)| *name == leader).expect("leader is a replica");
     let (_, mut dead) = replicas.remove(index);
@@ -78,8 +71,10 @@ async fn the_next_alert_leader_sends_the_update_once_and_never_the_first_message
     assert_eq!(update[0]["runs"], Value::Array(runs));
     assert_eq!(alert_leader(&db.url).as_deref(), Some(*survivor_name));
     // Watch for more than another group_interval: nothing new, nothing repeated.
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(kinds(&hook), ["firing", "update"], "{:?}", hook.bodies());
+    hold_for(Duration::from_secs(10), "only the firing message and one update", async || {
+        kinds(&hook) == ["firing", "update"]
+    })
+    .await;
     drop(replicas);
     drop(db);
 }

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::cluster::{config, replica};
 use crate::sidecar::{SidecarProc, wait_sidecars};
-use crate::support::Dev;
+use crate::support::{Dev, wait_until};
 
 const JOBS: &str = "jobs:\n  hello:\n    command: [\"/bin/sh\", \"-c\", \"echo hi\"]\n";
 
@@ -45,18 +45,14 @@ async fn attempts_name_their_host_and_runs_their_actor() {
     assert!(html.contains("title=\"Sidecar\">sc-east</td>"), "the panel's attempts name where they ran");
 
     // Cron runs are the scheduler's: the actor filter tells them apart.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
+    let list = wait_until(std::time::Duration::from_secs(20), "a cron run", async || {
         let (code, list) = dev.get("/runs?actor=scheduler").await;
         assert_eq!(code, 200, "{list}");
-        let runs = list["runs"].as_array().cloned().unwrap_or_default();
-        if !runs.is_empty() {
-            assert!(runs.iter().all(|r| r["flow"] == "ticks" && r["actor"] == "scheduler"), "{list}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "no cron run: {list}");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+        if list["runs"].as_array().is_some_and(|r| !r.is_empty()) { Ok(list) } else { Err(list.to_string()) }
+    })
+    .await;
+    let runs = list["runs"].as_array().cloned().unwrap_or_default();
+    assert!(runs.iter().all(|r| r["flow"] == "ticks" && r["actor"] == "scheduler"), "{list}");
     let (_, mine) = dev.get("/runs?actor=local").await;
     let ids: Vec<&str> =
         mine["runs"].as_array().into_iter().flatten().filter_map(|r| r["run_id"].as_str()).collect();

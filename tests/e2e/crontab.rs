@@ -3,9 +3,9 @@
 //! report through the sidecar, and every line it could not translate reported.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::support::{BIN, Dev};
+use crate::support::{BIN, Dev, wait_until};
 
 const WEB: &str = "# web jobs\nSHELL=/bin/sh\nMAILTO=root\n*/10 * * * * www-data /usr/bin/php /var/www/cron.php\n0 4 * * 0 root /usr/sbin/logrotate /etc/logrotate.conf\n61 * * * * root /opt/bad-minute.sh\n";
 const BILLING: &str = "API_TOKEN=abcdef0123456789\n30 1 * * * billing printf 'settled \\%s' \"$API_TOKEN\" > /dev/null%stdin text\n#15 2 * * * billing /opt/old.sh\n";
@@ -74,15 +74,11 @@ async fn imports_a_cron_d_directory_with_nothing_dropped_silently() {
     child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("write stdin");
     let done = child.wait_with_output().expect("wait");
     assert!(done.status.success(), "{done:?}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    wait_until(Duration::from_secs(30), "the wrapped run recorded", async || {
         let (_, runs) = dev.get("/runs?flow=printf-settled").await;
-        if runs["runs"][0]["status"] == "SUCCESS" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "wrapped run not recorded: {runs}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+        if runs["runs"][0]["status"] == "SUCCESS" { Ok(()) } else { Err(runs.to_string()) }
+    })
+    .await;
 }
 
 /// Cron's reading of a command: `\%` is `%`, the first `%` starts stdin, later ones are newlines.

@@ -52,3 +52,48 @@ async fn the_examples_validate_and_load_into_dev_as_the_readme_shows() {
     assert_eq!(loaded.len(), flows.len(), "every examples/*.yaml is a flow dev applies: {body}");
     assert!(loaded.contains(&"daily-settlement") && loaded.contains(&"stock-sync"), "{body}");
 }
+
+/// Every relative link in README.md and docs/*.md names a file or folder that
+/// exists (anchors are not checked; `http(s)://` links are left alone).
+#[test]
+fn every_relative_link_in_the_readme_and_docs_points_to_a_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut pages = vec![root.join("README.md")];
+    let docs = std::fs::read_dir(root.join("docs")).expect("docs/");
+    pages.extend(
+        docs.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "md")),
+    );
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("a page");
+        for (line_no, line) in text.lines().enumerate() {
+            for target in link_targets(line) {
+                if target.contains("://") || target.starts_with('#') || target.starts_with("mailto:") {
+                    continue;
+                }
+                let file = target.split('#').next().unwrap_or_default();
+                checked += 1;
+                if !page.parent().unwrap_or(&root).join(file).exists() {
+                    broken.push(format!("{}:{}: ({target})", page.display(), line_no + 1));
+                }
+            }
+        }
+    }
+    assert!(checked > 10, "only {checked} relative links found: is the link syntax still `[text](target)`?");
+    assert!(broken.is_empty(), "links to missing files (fix the path or the file):\n{}", broken.join("\n"));
+}
+
+/// The targets of the `[text](target)` links on one line.
+fn link_targets(line: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = line;
+    while let Some(at) = rest.find("](") {
+        rest = &rest[at + 2..];
+        if let Some(end) = rest.find(')') {
+            out.push(rest[..end].trim());
+            rest = &rest[end + 1..];
+        }
+    }
+    out
+}

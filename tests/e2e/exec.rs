@@ -6,11 +6,11 @@
 //! do, and mark-success is taken.
 
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{BIN, Dev};
+use crate::support::{BIN, Dev, wait_until};
 
 const SCRIPT: &str = r#"printf 'bin\000ary\377\n'; printf 'to stderr\n' >&2; printf 'no newline'; exit 42"#;
 
@@ -45,18 +45,14 @@ async fn exec_preserves_exit_code_and_output_byte_for_byte_and_reports_the_run()
     let ok = wrapped(&socket, "nightly-report", &["/bin/echo", "fine"]);
     assert_eq!((ok.status.code(), ok.stdout.as_slice()), (Some(0), &b"fine\n"[..]));
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let runs = loop {
+    let runs = wait_until(Duration::from_secs(10), "the wrapped runs recorded", async || {
         let (_, body) = dev.get("/runs?flow=nightly-report").await;
-        if body["runs"]
+        let done = body["runs"]
             .as_array()
-            .is_some_and(|r| r.len() == 2 && r.iter().all(|r| r["finished_at"] != Value::Null))
-        {
-            break body;
-        }
-        assert!(Instant::now() < deadline, "wrapped runs not recorded: {body}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    };
+            .is_some_and(|r| r.len() == 2 && r.iter().all(|r| r["finished_at"] != Value::Null));
+        if done { Ok(body) } else { Err(body.to_string()) }
+    })
+    .await;
     let statuses: Vec<&str> =
         runs["runs"].as_array().into_iter().flatten().filter_map(|r| r["status"].as_str()).collect();
     assert_eq!(statuses, ["SUCCESS", "FAILED"], "newest first: {runs}");
@@ -78,16 +74,14 @@ async fn an_observed_node_refuses_a_rerun_and_takes_mark_success() {
     let socket = data.join("sidecar.sock");
     let out = wrapped(&socket, "backup-db", &["/bin/sh", "-c", "echo hi; exit 3"]);
     assert_eq!(out.status.code(), Some(3));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let run_id = loop {
+    let run_id = wait_until(Duration::from_secs(10), "the exec run recorded FAILED", async || {
         let (_, body) = dev.get("/runs?flow=backup-db").await;
-        if let Some(run) = body["runs"].as_array().and_then(|r| r.first()).filter(|r| r["status"] == "FAILED")
-        {
-            break run["run_id"].as_str().expect("run id").to_string();
+        match body["runs"].as_array().and_then(|r| r.first()).filter(|r| r["status"] == "FAILED") {
+            Some(run) => Ok(run["run_id"].as_str().expect("run id").to_string()),
+            None => Err(body.to_string()),
         }
-        assert!(Instant::now() < deadline, "exec run not recorded FAILED: {body}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    };
+    })
+    .await;
     let why = json!({"reason": "try again"});
     for body in [why.clone(), json!({"reason": "try again", "downstream": true})] {
         let (status, refused) = dev.post(&format!("/runs/{run_id}/nodes/backup_db/rerun"), body, &[]).await;
@@ -145,17 +139,12 @@ async fn a_missed_cron_instant_of_an_observed_flow_is_audited() {
         "flow: watched\nobserve: true\ntriggers:\n  - cron: \"*/2 * * * * *\"\n    grace: 1s\nnodes:\n  watched: {run: {sidecar: {group: cron, job: watched}}}\n",
     )
     .await;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
+    let audit = wait_until(Duration::from_secs(15), "a missed run audited", async || {
         let (_, audit) = dev.get("/audit?limit=20").await;
-        let missed = audit.to_string().contains("missed_run");
-        if missed {
-            assert!(audit.to_string().contains("did not start within its grace"), "{audit}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "no missed run audited: {audit}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if audit.to_string().contains("missed_run") { Ok(audit) } else { Err(audit.to_string()) }
+    })
+    .await;
+    assert!(audit.to_string().contains("did not start within its grace"), "{audit}");
 }
 
 #[tokio::test]
@@ -204,11 +193,9 @@ async fn missed_runs_raise_one_warning_that_the_next_successful_run_resolves() {
 async fn missed_run_detection_starts_at_the_flows_first_apply() {
     let dir = tempfile::tempdir().expect("tempdir");
     let dev = Dev::start_with(&dir.path().join("data"), &[]);
-    // Let the checker run for a while before the flow exists: ticks of that time are not misses.
-    let up = Instant::now();
-    while up.elapsed() < Duration::from_secs(4) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Let the checker run for a while before the flow exists: ticks of that time are not misses
+    // (a window of time, not a wait for a condition).
+    tokio::time::sleep(Duration::from_secs(4)).await;
     dev.put_flow(
         "flow: late-import\nobserve: true\ntriggers:\n  - cron: \"* * * * * *\"\n    grace: 1s\nnodes:\n  late_import: {run: {sidecar: {group: cron, job: late-import}}}\n",
     )
@@ -217,8 +204,7 @@ async fn missed_run_detection_starts_at_the_flows_first_apply() {
     let applied =
         chrono::DateTime::parse_from_rfc3339(versions["versions"][0]["created_at"].as_str().expect("time"))
             .expect("rfc3339");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let misses = loop {
+    let misses = wait_until(Duration::from_secs(15), "missed runs after the apply", async || {
         let (_, audit) = dev.get("/audit?limit=100").await;
         let misses: Vec<serde_json::Value> = audit["entries"]
             .as_array()
@@ -227,12 +213,9 @@ async fn missed_run_detection_starts_at_the_flows_first_apply() {
             .filter(|e| e["action"] == "missed_run" && e["details"]["flow"] == "late-import")
             .cloned()
             .collect();
-        if misses.len() >= 2 {
-            break misses;
-        }
-        assert!(Instant::now() < deadline, "no missed runs after the apply: {audit}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        if misses.len() >= 2 { Ok(misses) } else { Err(audit.to_string()) }
+    })
+    .await;
     for miss in &misses {
         let at = chrono::DateTime::parse_from_rfc3339(miss["details"]["scheduled_at"].as_str().expect("at"))
             .expect("rfc3339");

@@ -3,23 +3,20 @@
 //! tick as for a manual trigger; a cron tick that cannot create its run raises
 //! an alert and is audited.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::Dev;
+use crate::support::{Dev, wait_until};
 
 /// Polls `GET path` until `found` picks something out of the answer, or panics after `secs`.
 async fn poll<T>(dev: &Dev, path: &str, secs: u64, found: impl Fn(&Value) -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
+    let what = format!("the condition on {path}");
+    wait_until(Duration::from_secs(secs), &what, async || {
         let (_, body) = dev.get(path).await;
-        if let Some(t) = found(&body) {
-            return t;
-        }
-        assert!(Instant::now() < deadline, "{path}: condition not met in {secs}s: {body}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        found(&body).ok_or_else(|| body.to_string())
+    })
+    .await
 }
 
 #[tokio::test]

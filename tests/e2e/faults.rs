@@ -8,13 +8,13 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::join_all;
 use madeira_store::testing::{MySqlTestDb, PgTestDb};
 use serde_json::{Value, json};
 
-use crate::support::{Dev, Tmpfs};
+use crate::support::{Dev, Tmpfs, wait_until};
 
 /// POSTs a trigger; `(status, body, Retry-After)`.
 async fn trigger(dev: &Dev, flow: &str, params: Value) -> (u16, Value, Option<String>) {
@@ -35,11 +35,8 @@ async fn readyz(dev: &Dev) -> u16 {
 }
 
 async fn wait_readyz(dev: &Dev, want: u16, secs: u64) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while readyz(dev).await != want {
-        assert!(Instant::now() < deadline, "/readyz did not answer {want} within {secs}s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("/readyz to answer {want}");
+    wait_until(Duration::from_secs(secs), &what, async || readyz(dev).await == want).await
 }
 
 const FLOW: &str =
@@ -256,6 +253,7 @@ where
         let mut killed = 0u64;
         while !flag.load(std::sync::atomic::Ordering::Relaxed) {
             killed += kill(db_name.clone()).await;
+            // The fault's own rhythm: connections are killed every 400 ms under load.
             tokio::time::sleep(Duration::from_millis(400)).await;
         }
         killed

@@ -14,7 +14,7 @@ use serde_json::json;
 use sqlx::Connection;
 
 use crate::sidecar::{SidecarProc, wait_for, wait_sidecars};
-use crate::support::{Dev, client, status_of};
+use crate::support::{Dev, client, status_of, wait_until};
 
 const ADMIN: &str = "acks-admin-token-0123456789";
 const BILLING: &str = "acks-billing-token-0123456789";
@@ -87,11 +87,10 @@ async fn a_result_is_acknowledged_only_after_its_commit_and_the_job_runs_once() 
     wait_for("the job to run", 20, || lines(&ran) == 1).await;
     // The first commit is refused and the run resumed from the store; each
     // resumption's commit (its recovery leaves RUNNING too) is refused as well.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    while refusals(&mut conn).await < 3 {
-        assert!(tokio::time::Instant::now() < deadline, "the engine did not retry the refused commit");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    wait_until(std::time::Duration::from_secs(30), "the engine to retry the refused commit", async || {
+        refusals(&mut conn).await >= 3
+    })
+    .await;
     assert_eq!(spooled(&spool), 1, "the result stays in the sidecar's spool while its commit is refused");
     assert_eq!(lines(&ran), 1, "the retried commits used the kept result; the job did not run again");
     let (_, run) = dev.get(&format!("/runs/{run_id}")).await;

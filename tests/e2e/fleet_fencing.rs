@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::sidecar::{SidecarProc, wait_for, wait_sidecars};
-use crate::support::{Dev, status_of};
+use crate::support::{Dev, status_of, wait_until};
 
 fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_string).collect()
@@ -71,15 +71,11 @@ async fn a_frozen_sidecar_is_fenced_on_return_and_gets_work_again() {
     assert_eq!(run["nodes"]["n"]["data_version"], 1, "exactly one result applied: {run}");
     assert_eq!(lines(&dir.path().join("ran")), [survivor], "only the survivor's copy ran to its end");
     let name = format!("f-{victim}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let back = loop {
+    let back = wait_until(std::time::Duration::from_secs(10), "the stale result refused", async || {
         let s = sidecar(&dev, &name).await;
-        if s["stale_results_refused"] == 1 {
-            break s;
-        }
-        assert!(std::time::Instant::now() < deadline, "the stale result was not refused: {s}");
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    };
+        if s["stale_results_refused"] == 1 { Ok(s) } else { Err(s.to_string()) }
+    })
+    .await;
     assert_eq!((&back["connected"], &back["ready"]), (&json!(true), &json!(true)), "re-registered: {back}");
 
     dev.put_flow("flow: again\nnodes:\n  q: {run: {sidecar: {group: billing, job: quick, shards: all}}}\n")

@@ -6,7 +6,7 @@
 //! and no alert is raised.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use madeira_store::testing::PgTestDb;
 use serde_json::json;
@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::fleet_shutdown::free_grpc;
 use crate::forwarding::{Redis, free_port};
 use crate::sidecar::{SidecarProc, wait_sidecars};
-use crate::support::{Dev, client, sigterm_and_wait};
+use crate::support::{Dev, client, sigterm_and_wait, wait_until};
 
 const ADMIN: &str = "rolling-admin-token-0123456789";
 const BILLING: &str = "rolling-billing-token-0123456789";
@@ -100,20 +100,17 @@ async fn restarting_two_replicas_one_after_the_other_fails_no_attempt_and_raises
         run_ids.push(target.trigger("roll", json!({"i": i})).await);
     }
 
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
+    let what = format!("{RUNS} runs to succeed");
+    wait_until(Duration::from_secs(120), &what, async || {
         let (code, body) = r2.get("/runs?flow=roll&limit=1000").await;
         assert_eq!(code, 200, "{body}");
         let runs = body["runs"].as_array().cloned().unwrap_or_default();
         let failed: Vec<_> = runs.iter().filter(|r| r["status"] == "FAILED").collect();
         assert!(failed.is_empty(), "no run fails: {failed:?}");
         let done = runs.iter().filter(|r| r["status"] == "SUCCESS").count();
-        if done == RUNS {
-            break;
-        }
-        assert!(Instant::now() < deadline, "only {done} of {RUNS} runs succeeded in time");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        if done == RUNS { Ok(()) } else { Err(format!("{done} succeeded")) }
+    })
+    .await;
     for run_id in &run_ids {
         let (_, run) = r1.get(&format!("/runs/{run_id}")).await;
         for node in ["a", "b"] {

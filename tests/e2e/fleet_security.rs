@@ -6,13 +6,13 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::fleet_shutdown::free_grpc;
 use crate::sidecar::{SidecarProc, wait_for, wait_sidecars};
-use crate::support::{BIN, Dev};
+use crate::support::{BIN, Dev, wait_until};
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
@@ -40,11 +40,8 @@ async fn runs_of(dev: &Dev, flow: &str) -> Vec<Value> {
 }
 
 async fn wait_runs(dev: &Dev, flow: &str, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while runs_of(dev, flow).await.len() < n {
-        assert!(Instant::now() < deadline, "{n} run(s) of {flow} never recorded");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let what = format!("{n} run(s) of {flow} recorded");
+    wait_until(Duration::from_secs(15), &what, async || runs_of(dev, flow).await.len() >= n).await
 }
 
 #[tokio::test]

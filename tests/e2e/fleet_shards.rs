@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::fleet_shutdown::free_grpc;
 use crate::sidecar::{SidecarProc, wait_for, wait_sidecars};
-use crate::support::{Dev, status_of};
+use crate::support::{Dev, status_of, wait_until};
 
 fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_string).collect()
@@ -103,15 +103,11 @@ async fn a_retry_after_a_control_plane_kill_9_runs_only_the_shard_that_failed() 
     let run_id = dev.trigger("parts", json!({})).await;
     let reports = dir.path().join("s-retry-spool").join("reports");
     let spooled = || madeira_sidecar::spool::pending_on_disk(&reports);
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
+    wait_until(std::time::Duration::from_secs(20), "the first attempt to end RETRYING", async || {
         let (_, run) = dev.get(&format!("/runs/{run_id}")).await;
-        if status_of(&run, "p") == "RETRYING" && spooled() == 0 {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the first attempt did not end RETRYING: {run}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        if status_of(&run, "p") == "RETRYING" && spooled() == 0 { Ok(()) } else { Err(run.to_string()) }
+    })
+    .await;
     let mut ran = lines(&ledger);
     ran.sort();
     assert_eq!(ran, ["0 1", "1 1", "2 1", "3 1"], "the first attempt ran every shard once");

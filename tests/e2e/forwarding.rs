@@ -15,7 +15,7 @@ use futures::future::join_all;
 use madeira_store::testing::{PgTestDb, services_required};
 use serde_json::json;
 
-use crate::support::Dev;
+use crate::support::{Dev, wait_blocking};
 
 const ADMIN: &str = "forward-admin-token-0123456789";
 
@@ -31,11 +31,10 @@ impl Redis {
             .spawn();
         match child {
             Ok(child) => {
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                    assert!(Instant::now() < deadline, "redis-server did not listen on {port}");
-                    std::thread::sleep(Duration::from_millis(20));
-                }
+                let what = format!("redis-server to listen on {port}");
+                wait_blocking(Duration::from_secs(10), &what, || {
+                    std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+                });
                 Some(Redis(child))
             }
             Err(e) if !services_required() => {
@@ -64,6 +63,7 @@ async fn receiver() -> String {
         .route(
             "/hold",
             post(|| async {
+                // The job's own duration: it keeps an attempt in flight on the holder.
                 tokio::time::sleep(Duration::from_secs(4)).await;
                 axum::Json(json!({}))
             }),

@@ -5,13 +5,13 @@
 //! run until `resume`.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
 use crate::brokers::{dev_with_source, flow_yaml, fresh, redis_url, runs_of, source_config};
 use crate::messages_redis::{connection, publish};
-use crate::support::{BIN, Dev};
+use crate::support::{BIN, Dev, wait_until};
 
 #[tokio::test]
 async fn a_wrong_method_answers_405_naming_the_allowed_methods() {
@@ -114,19 +114,17 @@ async fn a_message_published_right_after_pause_starts_no_run_until_resume() {
     for i in 0..6 {
         let body = json!({"id": format!("after-pause-{i}")}).to_string().into_bytes();
         publish(&mut conn, &stream, &[(format!("after-pause-{i}"), body)]).await;
+        // Spreading the messages over time is the point (see above), not a wait.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The consumer notices the pause and stops; by then nothing more has run.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    wait_until(Duration::from_secs(10), "the consumer to stop", async || {
         let (_, sources) = dev.get("/sources").await;
         let consumers = sources["sources"][0]["consumers"].as_array().cloned().unwrap_or_default();
-        if consumers.iter().any(|c| c["flow"] == flow.as_str() && c["state"] == "paused") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the consumer never stopped: {sources}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        let paused = consumers.iter().any(|c| c["flow"] == flow.as_str() && c["state"] == "paused");
+        if paused { Ok(()) } else { Err(sources.to_string()) }
+    })
+    .await;
     assert_eq!(runs_of(&dev, &flow).await.len(), 1, "no run while paused");
     let (status, flow_view) = dev.get(&format!("/flows/{flow}")).await;
     assert_eq!((status, &flow_view["paused"]), (200, &json!(true)), "{flow_view}");
@@ -139,14 +137,11 @@ async fn a_message_published_right_after_pause_starts_no_run_until_resume() {
 }
 
 async fn wait_runs(dev: &Dev, flow: &str, n: usize, secs: u64) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
+    let what = format!("{n} runs of {flow}");
+    let runs = wait_until(Duration::from_secs(secs), &what, async || {
         let runs = runs_of(dev, flow).await.len();
-        if runs >= n {
-            assert_eq!(runs, n, "{flow}: one run per message");
-            return;
-        }
-        assert!(Instant::now() < deadline, "{flow}: {runs} of {n} runs after {secs}s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if runs >= n { Ok(runs) } else { Err(format!("{runs} runs")) }
+    })
+    .await;
+    assert_eq!(runs, n, "{flow}: one run per message");
 }

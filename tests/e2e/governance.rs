@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::{BIN, Dev, status_of};
+use crate::support::{BIN, Dev, status_of, wait_until};
 
 const GATE: &str = "flow: gate
 nodes:
@@ -23,25 +23,22 @@ async fn watch_permits(dev: &Dev, runs: &[String], node: &str, max: u64) -> usiz
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut intervals = Vec::new();
     for id in runs {
-        loop {
+        let what = format!("run {id} to finish");
+        let run = wait_until(deadline.saturating_duration_since(Instant::now()), &what, async || {
             let (_, run) = dev.get(&format!("/runs/{id}")).await;
             if let Some(t) = run["nodes"][node].get("throttle") {
                 assert!(t["permits_in_use"].as_u64().unwrap_or(0) <= max, "{t}");
             }
-            if run["status"] == "SUCCESS" {
-                for a in run["nodes"][node]["attempt_history"].as_array().into_iter().flatten() {
-                    let ms = |v: &serde_json::Value| {
-                        chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap_or(""))
-                            .map(|t| t.timestamp_millis())
-                    };
-                    if let (Ok(start), Ok(end)) = (ms(&a["started_at"]), ms(&a["finished_at"])) {
-                        intervals.push((start, end));
-                    }
-                }
-                break;
+            if run["status"] == "SUCCESS" { Ok(run) } else { Err(run.to_string()) }
+        })
+        .await;
+        for a in run["nodes"][node]["attempt_history"].as_array().into_iter().flatten() {
+            let ms = |v: &serde_json::Value| {
+                chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap_or("")).map(|t| t.timestamp_millis())
+            };
+            if let (Ok(start), Ok(end)) = (ms(&a["started_at"]), ms(&a["finished_at"])) {
+                intervals.push((start, end));
             }
-            assert!(Instant::now() < deadline, "run {id} did not finish: {run}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
     // Sweep: at equal instants a finish comes before a start (the permit is handed over).

@@ -16,7 +16,7 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use crate::brokers::{
     amqp_url, bodies, count, dev_with_source, flow_yaml, fresh, message_runs, wait_outcomes,
 };
-use crate::support::sigterm_and_wait;
+use crate::support::{sigterm_and_wait, wait_until};
 
 pub async fn channel(url: &str) -> (Connection, Channel) {
     let conn = Connection::connect(url, ConnectionProperties::default()).await.expect("connect to RabbitMQ");
@@ -89,15 +89,12 @@ async fn rabbitmq_kill_9_mid_stream_still_makes_one_run_per_key() {
     dev.kill9();
     assert!(count(&before, "run") < 900, "killed mid-stream: {before}");
     let mut dev = dev_with_source(dir.path(), "rabbitmq", &url);
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while message_runs(&dev, &flow).await < 900 || ready(&ch, &queue).await > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "runs after restart: {}",
-            message_runs(&dev, &flow).await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(Duration::from_secs(120), "900 runs and an empty queue after the restart", async || {
+        let runs = message_runs(&dev, &flow).await;
+        let waiting = ready(&ch, &queue).await;
+        if runs >= 900 && waiting == 0 { Ok(()) } else { Err(format!("{runs} runs, {waiting} ready")) }
+    })
+    .await;
     // Whatever the killed consumer had in hand came back: the keys turned it into duplicates.
     wait_outcomes(&dev, &flow, 30, |o| {
         count(o, "run") + count(o, "duplicate") + count(&before, "run") >= 900
@@ -197,16 +194,13 @@ async fn rabbitmq_paused_flow_leaves_messages_in_the_queue_until_resume_or_drops
         assert_eq!(status, 200, "{body}");
     }
     // The queue-policy consumer shows `paused` (stopped); publishing now leaves the messages ready.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    wait_until(Duration::from_secs(30), "the consumer paused", async || {
         let (_, body) = dev.get("/sources").await;
         let consumers = body["sources"][0]["consumers"].as_array().cloned().unwrap_or_default();
-        if consumers.iter().any(|c| c["flow"] == kept.as_str() && c["state"] == "paused") {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "never paused: {body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        let paused = consumers.iter().any(|c| c["flow"] == kept.as_str() && c["state"] == "paused");
+        if paused { Ok(()) } else { Err(body.to_string()) }
+    })
+    .await;
     publish(&ch, &kept_q, &bodies(10, 0)).await;
     publish(&ch, &dropped_q, &bodies(5, 0)).await;
     let o = wait_outcomes(&dev, &dropped, 30, |o| count(o, "filtered") == 5).await;

@@ -12,7 +12,7 @@ use async_nats::jetstream;
 use crate::brokers::{
     bodies, count, dev_with_source, flow_yaml, fresh, message_runs, nats_url, wait_outcomes,
 };
-use crate::support::sigterm_and_wait;
+use crate::support::{sigterm_and_wait, wait_blocking, wait_until};
 
 /// A fresh stream `name` capturing `name.>` (its dead letters, `name.dead`, too).
 pub async fn stream(url: &str, name: &str) -> jetstream::Context {
@@ -114,11 +114,10 @@ impl OwnNats {
                 return None;
             }
         };
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not listen on {port}");
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        let what = format!("nats-server to listen on {port}");
+        wait_blocking(std::time::Duration::from_secs(10), &what, || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+        });
         Some(OwnNats(child))
     }
 }
@@ -150,15 +149,11 @@ async fn nats_jetstream_broker_restarted_mid_stream_resumes_by_itself() {
     publish(&js, &format!("{name}.pay"), &bodies(100, 0)).await;
     wait_outcomes(&dev, &flow, 60, |o| count(o, "run") == 100).await;
     drop(broker);
-    let deadline = Instant::now() + std::time::Duration::from_secs(60);
-    loop {
+    wait_until(std::time::Duration::from_secs(60), "the consumer to notice the outage", async || {
         let (_, body) = dev.get("/sources").await;
-        if body["sources"][0]["consumers"][0]["state"] == "down" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the consumer never noticed the outage: {body}");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+        if body["sources"][0]["consumers"][0]["state"] == "down" { Ok(()) } else { Err(body.to_string()) }
+    })
+    .await;
     let _broker = OwnNats::start(port, store.path()).expect("restart nats-server");
     let client = async_nats::connect(url.as_str()).await.expect("reconnect");
     let js = jetstream::new(client);

@@ -13,7 +13,7 @@ use crate::brokers::{
     bodies, count, dev_with_source, flow_yaml, fresh, message_runs, redis_url, wait_outcomes,
 };
 use crate::forwarding::{Redis, free_port};
-use crate::support::{Dev, sigterm_and_wait};
+use crate::support::{Dev, sigterm_and_wait, wait_until};
 
 pub async fn connection(url: &str) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(url).expect("redis url");
@@ -84,16 +84,12 @@ async fn redis_streams_broker_restarted_mid_stream_resumes_by_itself() {
     publish(&mut conn, &stream, &bodies(100, 0)).await;
     wait_outcomes(&dev, &flow, 60, |o| count(o, "run") == 100).await;
     drop(broker);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let error = wait_until(Duration::from_secs(30), "the consumer to notice the outage", async || {
         let (state, error) = consumer_state(&dev).await;
-        if state == "down" {
-            assert!(!error.is_empty(), "a down consumer names its last error");
-            break;
-        }
-        assert!(Instant::now() < deadline, "the consumer never noticed the outage: {state}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if state == "down" { Ok(error) } else { Err(state) }
+    })
+    .await;
+    assert!(!error.is_empty(), "a down consumer names its last error");
     let (status, _) = dev.get("/flows").await;
     assert_eq!(status, 200, "the API keeps answering during the outage");
     let ready = dev.http.get(format!("{}/readyz", dev.base)).send().await.expect("readyz").status();
@@ -124,11 +120,12 @@ async fn redis_streams_kill_9_mid_stream_takes_back_pending_entries_one_run_per_
     dev.kill9();
     assert!(count(&before, "run") < 900, "killed mid-stream: {before}");
     let mut dev = dev_with_source(dir.path(), "redis_streams", &url);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while message_runs(&dev, &flow).await < 900 || pending(&mut conn, &stream, "g").await > 0 {
-        assert!(Instant::now() < deadline, "runs after restart: {}", message_runs(&dev, &flow).await);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(Duration::from_secs(120), "900 runs and nothing pending after the restart", async || {
+        let runs = message_runs(&dev, &flow).await;
+        let left = pending(&mut conn, &stream, "g").await;
+        if runs >= 900 && left == 0 { Ok(()) } else { Err(format!("{runs} runs, {left} pending")) }
+    })
+    .await;
     sigterm_and_wait(&mut dev.child, 30).await;
     let dev = dev_with_source(dir.path(), "redis_streams", &url);
     assert_eq!(message_runs(&dev, &flow).await, 900, "exactly one run per key");

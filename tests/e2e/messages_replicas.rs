@@ -3,13 +3,13 @@
 //! exactly 900 runs between them, and nothing is left unacked.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use madeira_store::testing::PgTestDb;
 
 use crate::brokers::{amqp_url, bodies, count, flow_yaml, fresh, message_runs, outcomes};
 use crate::messages::{channel, publish, ready};
-use crate::support::{Dev, sigterm_and_wait};
+use crate::support::{Dev, sigterm_and_wait, wait_until};
 
 const ADMIN: &str = "messages-replica-admin-token-0123";
 
@@ -38,25 +38,20 @@ async fn two_replicas_on_postgres_consuming_one_queue_make_one_run_per_key() {
     let (flow, queue) = (fresh("rmq-replicas"), fresh("madeira.test.q"));
     r1.put_flow(&flow_yaml(&flow, &format!("queue: {queue}"), "", "")).await;
     // Both replicas consume before anything is published (each re-reads flows every second).
-    let deadline = Instant::now() + Duration::from_secs(30);
     for r in [&r1, &r2] {
-        while outcomes(r, &flow).await.is_null() {
-            assert!(Instant::now() < deadline, "a replica never started consuming");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_until(Duration::from_secs(30), "a replica to start consuming", async || {
+            !outcomes(r, &flow).await.is_null()
+        })
+        .await;
     }
     let (_conn, ch) = channel(&url).await;
     publish(&ch, &queue, &bodies(900, 100)).await;
-    let deadline = Instant::now() + Duration::from_secs(180);
-    let (o1, o2) = loop {
+    let (o1, o2) = wait_until(Duration::from_secs(180), "1000 messages consumed", async || {
         let (o1, o2) = (outcomes(&r1, &flow).await, outcomes(&r2, &flow).await);
         let seen = ["run", "duplicate"].iter().map(|k| count(&o1, k) + count(&o2, k)).sum::<u64>();
-        if seen >= 1000 {
-            break (o1, o2);
-        }
-        assert!(Instant::now() < deadline, "consumed {seen} of 1000: r1 {o1} r2 {o2}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        if seen >= 1000 { Ok((o1, o2)) } else { Err(format!("{seen}: r1 {o1} r2 {o2}")) }
+    })
+    .await;
     assert_eq!(count(&o1, "run") + count(&o2, "run"), 900, "r1 {o1} r2 {o2}");
     assert!(count(&o1, "run") > 0 && count(&o2, "run") > 0, "both replicas competed: r1 {o1} r2 {o2}");
     assert_eq!(message_runs(&r1, &flow).await, 900, "one run per key in the shared store");

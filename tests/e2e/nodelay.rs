@@ -7,12 +7,12 @@
 //! peer's delayed ACK: ~45 ms per sidecar node instead of ~3.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
 use crate::sidecar::SidecarProc;
-use crate::support::Dev;
+use crate::support::{Dev, wait_blocking};
 
 /// TCP_NODELAY of every established TCP socket of process `pid` whose local or
 /// remote port is `port`, as `(local port, remote port, nodelay)`.
@@ -72,18 +72,11 @@ pub fn link_sockets(pid: u32, port: u16) -> Vec<(u16, u16, bool)> {
 
 /// Waits until `pid` has at least `n` established sockets on `port`, then returns them.
 pub fn wait_link_sockets(pid: u32, port: u16, n: usize) -> Vec<(u16, u16, bool)> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let what = format!("pid {pid}: {n} link sockets on :{port}");
+    wait_blocking(Duration::from_secs(20), &what, || {
         let sockets = link_sockets(pid, port);
-        if sockets.len() >= n {
-            return sockets;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pid {pid}: {n} link sockets on :{port} expected, found {sockets:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        (sockets.len() >= n).then_some(sockets)
+    })
 }
 
 pub fn port_of(addr: &str) -> u16 {

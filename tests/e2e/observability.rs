@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::support::Dev;
+use crate::support::{Dev, wait_until};
 
 /// Metric families that other components register on the same registry (sidecar,
 /// alerting) and that this build does not have yet. Each merge that brings one in
@@ -257,15 +257,11 @@ async fn gauges_are_right_after_a_restart() {
     assert!(before.contains(active) && before.contains(pending), "{before}");
     dev.kill9();
     let dev = Dev::start_in(dir.path());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
+    wait_until(std::time::Duration::from_secs(20), "the gauges rebuilt after the restart", async || {
         let after = scrape(&dev).await;
-        if after.contains(active) && after.contains(pending) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "gauges not rebuilt after restart:\n{after}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        if after.contains(active) && after.contains(pending) { Ok(()) } else { Err(after) }
+    })
+    .await;
     let (status, _) =
         dev.post(&format!("/runs/{run_id}/nodes/ok/confirm"), json!({"reason": "ok"}), &[]).await;
     assert_eq!(status, 200);

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::http::HeaderMap;
@@ -20,7 +20,7 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::json;
 
-use crate::support::Dev;
+use crate::support::{Dev, wait_until};
 
 #[derive(Default, Clone)]
 struct Collector {
@@ -129,8 +129,8 @@ nodes:
     assert_eq!(attempts["flaky"], 2, "{run}");
     let expected_spans = 1 + attempts.values().sum::<u64>() as usize;
 
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let spans = loop {
+    let what = format!("{expected_spans} spans");
+    let spans = wait_until(Duration::from_secs(30), &what, async || {
         let spans: Vec<Span> = collector
             .spans
             .lock()
@@ -139,12 +139,9 @@ nodes:
             .filter(|s| attr(s, "madeira.run_id").as_deref() == Some(run_id.as_str()))
             .cloned()
             .collect();
-        if spans.len() >= expected_spans {
-            break spans;
-        }
-        assert!(Instant::now() < deadline, "only {} of {expected_spans} spans arrived", spans.len());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        if spans.len() >= expected_spans { Ok(spans) } else { Err(format!("{} spans", spans.len())) }
+    })
+    .await;
     assert_eq!(spans.len(), expected_spans, "one run span and one per attempt");
     assert!(collector.services.lock().expect("lock").iter().all(|s| s == "madeira-e2e"));
 

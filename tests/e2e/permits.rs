@@ -28,6 +28,7 @@ async fn receiver() -> (String, Arc<AtomicUsize>) {
             async move {
                 let current = now.fetch_add(1, Ordering::SeqCst) + 1;
                 max.fetch_max(current, Ordering::SeqCst);
+                // The job's own duration: attempts must overlap for the permit count to mean anything.
                 tokio::time::sleep(Duration::from_millis(150)).await;
                 now.fetch_sub(1, Ordering::SeqCst);
                 axum::Json(json!({}))

@@ -2,12 +2,12 @@
 //! and answers a query about it through its HTTP API. Required under `CI=true`.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::observability::{scrape_after_a_run, tool};
-use crate::support::Dev;
+use crate::support::{Dev, wait_until};
 
 struct Prometheus(Child);
 
@@ -55,19 +55,14 @@ async fn prometheus_scrapes_madeira_and_reads_a_metric_back() {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn prometheus");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let ready = loop {
+        let ready = wait_until(Duration::from_secs(30), "prometheus to be ready", async || {
             if let Ok(Some(_)) = child.try_wait() {
-                break false;
+                return Some(false);
             }
-            if let Ok(r) = http.get(format!("http://127.0.0.1:{port}/-/ready")).send().await
-                && r.status().is_success()
-            {
-                break true;
-            }
-            assert!(Instant::now() < deadline, "prometheus not ready in 30 s");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+            let answer = http.get(format!("http://127.0.0.1:{port}/-/ready")).send().await;
+            answer.is_ok_and(|r| r.status().is_success()).then_some(true)
+        })
+        .await;
         if ready {
             break (port, Prometheus(child));
         }
@@ -75,8 +70,8 @@ async fn prometheus_scrapes_madeira_and_reads_a_metric_back() {
         assert!(attempt < 3, "prometheus exited three times at start");
     };
     let query = "madeira_runs_total{flow=\"obs\",status=\"SUCCESS\"}";
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let what = format!("Prometheus to have {query}");
+    let resp = wait_until(Duration::from_secs(60), &what, async || {
         let resp: Value = http
             .post(format!("http://127.0.0.1:{port}/api/v1/query"))
             .header("content-type", "application/x-www-form-urlencoded")
@@ -95,15 +90,13 @@ async fn prometheus_scrapes_madeira_and_reads_a_metric_back() {
             .json()
             .await
             .expect("json");
-        let result = &resp["data"]["result"];
-        if let Some(first) = result.as_array().and_then(|r| r.first()) {
-            assert_eq!(first["metric"]["job"], "madeira", "{resp}");
-            assert_eq!(first["value"][1], "1", "{resp}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "Prometheus never had {query}: {resp}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        let has = resp["data"]["result"].as_array().is_some_and(|r| !r.is_empty());
+        if has { Ok(resp) } else { Err(resp.to_string()) }
+    })
+    .await;
+    let first = &resp["data"]["result"][0];
+    assert_eq!(first["metric"]["job"], "madeira", "{resp}");
+    assert_eq!(first["value"][1], "1", "{resp}");
     // The rules loaded and evaluate over the real series.
     let rules: Value = http
         .get(format!("http://127.0.0.1:{port}/api/v1/rules"))

@@ -13,7 +13,7 @@ use axum::http::HeaderMap;
 use axum::routing::post;
 use serde_json::{Value, json};
 
-use crate::support::{Dev, status_of};
+use crate::support::{Dev, status_of, wait_for};
 
 /// An HTTP receiver that records each request's Idempotency-Key; the first
 /// request never gets an answer in time (the server is killed meanwhile).
@@ -33,6 +33,7 @@ async fn receiver() -> (String, Arc<Mutex<Vec<String>>>) {
                     seen.len() == 1
                 };
                 if first {
+                    // The receiver hangs on the first attempt (the server is killed meanwhile).
                     tokio::time::sleep(Duration::from_secs(60)).await;
                 }
                 axum::Json(json!({"settled": true}))
@@ -60,11 +61,7 @@ nodes:
     .await;
     let run_id = dev.trigger("crashy", json!({})).await;
     dev.wait_run(&run_id, 20, |r| status_of(r, "settle") == "RUNNING").await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while seen.lock().expect("lock").is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the first attempt never reached the receiver");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for("the first attempt to reach the receiver", 20, || !seen.lock().expect("lock").is_empty()).await;
     dev.kill9();
 
     let dev = Dev::start_in(dir.path());
@@ -126,6 +123,7 @@ async fn a_burst_killed_mid_commit_keeps_every_acknowledged_run_and_each_is_whol
     let deadline = Instant::now() + Duration::from_secs(60);
     while answered.lock().expect("lock").len() < 150 {
         assert!(Instant::now() < deadline, "150 of 600 triggers not answered in 60 s");
+        // Polled every 2 ms, not 25: the kill must land close to the 150th answer.
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     dev.kill9();

@@ -11,7 +11,7 @@ use madeira_store::testing::{MySqlTestDb, PgTestDb};
 use serde_json::{Value, json};
 
 use crate::forwarding::{Redis, free_port};
-use crate::support::{Arrivals, Dev, client, witness_receiver};
+use crate::support::{Arrivals, Dev, client, wait_until, witness_receiver};
 
 const ADMIN: &str = "replica-admin-token-0123456789";
 /// How long the receiver takes to answer each node's request.
@@ -102,15 +102,11 @@ nodes:
     }
     let killed_at = killed_at.expect("killed");
 
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
+    wait_until(Duration::from_secs(90), "200 runs to succeed", async || {
         let done = count(&r2, "shared", "SUCCESS").await;
-        if done == 200 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "only {done} of 200 runs succeeded in time");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if done == 200 { Ok(()) } else { Err(format!("{done} succeeded")) }
+    })
+    .await;
 
     let arrivals = arrivals.lock().expect("lock").clone();
     assert_eq!(arrivals.len(), 600, "every node of every run ran");

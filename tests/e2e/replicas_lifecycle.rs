@@ -4,13 +4,13 @@
 //! "cron run not created" noise from a replica that had it scheduled; an event
 //! kept for a paused flow through one replica starts when another resumes it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use madeira_store::testing::{MySqlTestDb, PgTestDb};
 use serde_json::{Value, json};
 
 use crate::cluster::{config, replica};
-use crate::support::Dev;
+use crate::support::{Dev, hold_for, wait_until};
 
 async fn runs(dev: &Dev, flow: &str) -> usize {
     dev.get(&format!("/runs?flow={flow}&limit=1000")).await.1["runs"].as_array().map_or(0, Vec::len)
@@ -38,16 +38,18 @@ async fn deleted_and_kept_across_replicas(store_url: &str) {
     let r2 = replica(&config, "r2");
     r1.put_flow("flow: beat\ntriggers:\n  - cron: \"* * * * * *\"\n    misfire: skip\nnodes:\n  a: {run: {builtin: noop}}\n")
         .await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while runs(&r2, "beat").await < 3 {
-        assert!(Instant::now() < deadline, "the cron flow never fired");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(Duration::from_secs(20), "the cron flow to fire 3 times", async || {
+        runs(&r2, "beat").await >= 3
+    })
+    .await;
     let resp = r1.http.delete(r1.url("/flows/beat?cancel=true")).send().await.expect("delete");
     assert_eq!(resp.status().as_u16(), 200);
     let settled = runs(&r2, "beat").await;
-    tokio::time::sleep(Duration::from_millis(4500)).await; // two sync periods in which nothing may fire
-    assert_eq!(runs(&r2, "beat").await, settled, "a replica kept firing a deleted flow");
+    // Two sync periods in which nothing may fire.
+    hold_for(Duration::from_millis(4500), "no replica firing the deleted flow", async || {
+        runs(&r2, "beat").await == settled
+    })
+    .await;
     let (_, audit) = r2.get("/audit?limit=200").await;
     let noise: Vec<&Value> = audit["entries"]
         .as_array()

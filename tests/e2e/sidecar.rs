@@ -11,16 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{Dev, status_of};
-
-/// Polls `cond` every 20 ms until it holds or `secs` pass.
-pub async fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out after {secs}s waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use crate::support::wait_for;
+use crate::support::{Dev, status_of, wait_until};
 
 pub fn running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -113,8 +105,8 @@ async fn sidecars(dev: &Dev) -> Value {
 }
 
 pub async fn wait_sidecars(dev: &Dev, group: &str, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let what = format!("{n} sidecar(s) of {group}");
+    wait_until(Duration::from_secs(20), &what, async || {
         let body = sidecars(dev).await;
         let live = body["sidecars"]
             .as_array()
@@ -122,12 +114,9 @@ pub async fn wait_sidecars(dev: &Dev, group: &str, n: usize) {
             .flatten()
             .filter(|s| s["group"] == group && s["ready"] == true)
             .count();
-        if live >= n {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{n} sidecar(s) of {group} never came: {body}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        if live >= n { Ok(()) } else { Err(body.to_string()) }
+    })
+    .await
 }
 
 const PIPE_JOBS: &str = r#"jobs:

@@ -27,7 +27,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::support::{Arrivals, Dev, witness_receiver};
+use crate::support::{Arrivals, Dev, hold_for, wait_for, wait_until, witness_receiver};
 
 const ADMIN: &str = "split-brain-admin-token-0123456789";
 
@@ -132,15 +132,15 @@ fn flow(url: &str) -> String {
 /// Triggers a run, trying again while the replica answers that its store is out
 /// of reach (right after the heal its connections may still be recovering).
 async fn trigger_soon(dev: &Dev, params: serde_json::Value) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    wait_until(Duration::from_secs(30), "a trigger answered 201", async || {
         let (status, body) = dev.post("/flows/settle/runs", json!({"params": params}), &[]).await;
         if status == 201 {
-            return body["run_id"].as_str().expect("run_id").to_string();
+            Ok(body["run_id"].as_str().expect("run_id").to_string())
+        } else {
+            Err(format!("{status} {body}"))
         }
-        assert!(Instant::now() < deadline, "trigger: {status} {body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 /// Waits until every run in `runs` finished SUCCESS (seen through `dev`).
@@ -257,11 +257,7 @@ async fn a_thawed_lease_holder_neither_reruns_nor_retakes_what_it_lost() {
     for i in 0..12 {
         held.push(a.trigger("settle", json!({"i": i})).await);
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while witness.lock().expect("lock").len() < held.len() {
-        assert!(Instant::now() < deadline, "the jobs did not start");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for("the jobs to start", 20, || witness.lock().expect("lock").len() >= held.len()).await;
     let frozen_at = Instant::now();
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(a.child.id() as i32, libc::SIGSTOP) };
@@ -276,12 +272,10 @@ async fn a_thawed_lease_holder_neither_reruns_nor_retakes_what_it_lost() {
     // A works again (a run on it finishes), and has had time to act on what it lost.
     let fresh = a.trigger("settle", json!({"after": true})).await;
     all_succeed(&a, std::slice::from_ref(&fresh)).await;
-    let settled = Instant::now() + Duration::from_secs(4);
-    while Instant::now() < settled {
-        let twice = repeated(&witness);
-        assert!(twice.values().all(|t| t.len() <= 2), "a job ran a third time: {twice:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    hold_for(Duration::from_secs(4), "no job running a third time", async || {
+        repeated(&witness).values().all(|t| t.len() <= 2)
+    })
+    .await;
     let twice = repeated(&witness);
     eprintln!(
         "freeze: {} runs, {} in flight at the freeze, {} ran twice",

@@ -12,7 +12,7 @@ use madeira_sql::Kind;
 use madeira_sql::testing::TestDb;
 use serde_json::{Value, json};
 
-use crate::support::{Dev, sigterm_and_wait, start_logged, status_of};
+use crate::support::{Dev, sigterm_and_wait, start_logged, status_of, wait_until};
 
 /// The env variable the test servers read their datasource URL from.
 pub(crate) const URL_ENV: &str = "MADEIRA_E2E_SQL_URL";
@@ -215,16 +215,13 @@ nodes:
     .await;
     let run_id = dev.trigger("sql-stubborn", json!({})).await;
     let mut peak = 0;
-    let deadline = Instant::now() + Duration::from_secs(40);
-    let run = loop {
+    let run = wait_until(Duration::from_secs(40), "the run to finish", async || {
         peak = peak.max(db.active_statements(&needle).await.expect("activity"));
         let (_, run) = dev.get(&format!("/runs/{run_id}")).await;
-        if matches!(run["status"].as_str(), Some("SUCCESS" | "FAILED" | "CANCELLED")) {
-            break run;
-        }
-        assert!(Instant::now() < deadline, "run did not finish: {run}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        let done = matches!(run["status"].as_str(), Some("SUCCESS" | "FAILED" | "CANCELLED"));
+        if done { Ok(run) } else { Err(run.to_string()) }
+    })
+    .await;
     assert_eq!(status_of(&run, "stubborn"), "FAILED", "{run}");
     assert_eq!(run["nodes"]["stubborn"]["attempts"], 2, "{run}");
     assert_eq!(peak, 1, "never two attempts' statements in the database at once");
@@ -300,18 +297,14 @@ async fn pool_limit_holds(kind: Kind) {
     dev.put_flow(&format!("flow: sql-pool\nnodes:\n{nodes}")).await;
     let run_id = dev.trigger("sql-pool", json!({})).await;
     let (mut peak, mut in_use_peak) = (0, 0);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let run = loop {
+    let run = wait_until(Duration::from_secs(30), "the run to finish", async || {
         peak = peak.max(db.active_statements(&format!("{sleep}(1.2)")).await.expect("activity"));
         let (_, listed) = dev.get("/datasources").await;
         in_use_peak = in_use_peak.max(listed["datasources"][0]["in_use"].as_i64().unwrap_or(0));
         let (_, run) = dev.get(&format!("/runs/{run_id}")).await;
-        if run["status"] == "SUCCESS" || run["status"] == "FAILED" {
-            break run;
-        }
-        assert!(Instant::now() < deadline, "run did not finish: {run}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        if run["status"] == "SUCCESS" || run["status"] == "FAILED" { Ok(run) } else { Err(run.to_string()) }
+    })
+    .await;
     assert_eq!(run["status"], "SUCCESS", "{run}");
     assert_eq!(peak, 2, "at most max_connections statements in the database, and the pool used fully");
     assert!(in_use_peak <= 2, "in_use {in_use_peak}");
@@ -420,24 +413,21 @@ async fn cancelling_a_run_cancels_its_statement(kind: Kind) {
     ))
     .await;
     let run_id = dev.trigger("sql-cancel", json!({})).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while db.active_statements(&sleep).await.expect("activity") == 0 {
-        assert!(Instant::now() < deadline, "the statement never started");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(Duration::from_secs(20), "the statement to start", async || {
+        db.active_statements(&sleep).await.expect("activity") > 0
+    })
+    .await;
     let (status, body) =
         dev.post(&format!("/runs/{run_id}/cancel"), json!({"reason": "too slow"}), &[]).await;
     assert!(status < 300, "{status} {body}");
     let cancelled = Instant::now();
     let run = dev.finished(&run_id).await;
     assert_eq!(run["status"], "CANCELLED", "{run}");
-    while db.active_statements(&sleep).await.expect("activity") > 0 {
-        assert!(
-            cancelled.elapsed() < Duration::from_secs(3 + 2),
-            "the statement outlived the cancel and grace"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let left = Duration::from_secs(3 + 2).saturating_sub(cancelled.elapsed());
+    wait_until(left, "the statement to leave the database within the cancel and grace", async || {
+        db.active_statements(&sleep).await.expect("activity") == 0
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -466,11 +456,10 @@ async fn pg_shutdown_waits_for_a_cancelled_statement_to_leave_the_database() {
     ))
     .await;
     dev.trigger("sql-stop", json!({})).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while db.active_statements("pg_sleep(0.1)").await.expect("activity") == 0 {
-        assert!(Instant::now() < deadline, "the statement never started");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(Duration::from_secs(20), "the statement to start", async || {
+        db.active_statements("pg_sleep(0.1)").await.expect("activity") > 0
+    })
+    .await;
     let stopping = Instant::now();
     let status = sigterm_and_wait(&mut dev.child, 40).await;
     let took = stopping.elapsed();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::sidecar::SidecarProc;
-use crate::support::Dev;
+use crate::support::{Dev, wait_until};
 use crate::webhook::Webhook;
 
 /// `madeira dev --config` with one webhook channel (group_wait 200ms).
@@ -29,11 +29,12 @@ async fn sample(dev: &Dev, series: &str) -> Option<f64> {
 }
 
 async fn wait_sample(dev: &Dev, series: &str, want: f64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while sample(dev, series).await != Some(want) {
-        assert!(Instant::now() < deadline, "{series} never became {want}: {:?}", sample(dev, series).await);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("{series} to become {want}");
+    wait_until(Duration::from_secs(20), &what, async || {
+        let seen = sample(dev, series).await;
+        if seen == Some(want) { Ok(()) } else { Err(format!("{seen:?}")) }
+    })
+    .await
 }
 
 fn only(alerts: &[Value]) -> &Value {

@@ -3,21 +3,17 @@
 //! the first one's exec socket keeps working.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::support::{BIN, Dev, bin};
+use crate::support::{BIN, Dev, bin, try_wait_blocking, wait_until};
 
 /// Waits (at most 30 s) for `child` to exit; a child still running then is killed
 /// and the test fails (it was not refused).
 fn exit_of(mut child: Child, what: &str) -> (Option<i32>, String) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} still runs after 30 s: it was not refused");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if try_wait_blocking(Duration::from_secs(30), || child.try_wait().expect("try_wait")).is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{what} still runs after 30 s: it was not refused");
     }
     let out = child.wait_with_output().expect("output");
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -74,14 +70,10 @@ async fn a_second_process_on_the_same_store_is_refused_naming_the_holder() {
         .expect("madeira exec");
     assert_eq!((out.status.code(), out.stdout.as_slice()), (Some(0), &b"fine\n"[..]));
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    wait_until(Duration::from_secs(10), "the exec'd run recorded", async || {
         let (_, body) = dev.get("/runs?flow=after-refusal").await;
         let runs = body["runs"].as_array().cloned().unwrap_or_default();
-        if runs.len() == 1 && runs[0]["status"] == "SUCCESS" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the exec'd run was not recorded: {body}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+        if runs.len() == 1 && runs[0]["status"] == "SUCCESS" { Ok(()) } else { Err(body.to_string()) }
+    })
+    .await;
 }

@@ -29,6 +29,115 @@ pub fn slim_bin() -> std::path::PathBuf {
     }
 }
 
+/// How often `wait_until` asks again.
+const POLL: Duration = Duration::from_millis(25);
+
+/// What a `wait_until` condition answers: `true`, `Some(value)` or `Ok(value)`
+/// once reached; `Err(state)` says what it saw instead (in the timeout's message).
+pub trait Reached {
+    type Value;
+    fn reached(self) -> Result<Self::Value, Option<String>>;
+}
+
+impl Reached for bool {
+    type Value = ();
+    fn reached(self) -> Result<(), Option<String>> {
+        if self { Ok(()) } else { Err(None) }
+    }
+}
+
+impl<T> Reached for Option<T> {
+    type Value = T;
+    fn reached(self) -> Result<T, Option<String>> {
+        self.ok_or(None)
+    }
+}
+
+impl<T> Reached for Result<T, String> {
+    type Value = T;
+    fn reached(self) -> Result<T, Option<String>> {
+        self.map_err(Some)
+    }
+}
+
+/// Asks `condition` every 25 ms until it is reached (`true`, `Some(value)` or
+/// `Ok(value)`: the value is returned), and fails the test naming `what` (and the
+/// last `Err` the condition gave) once `within` has passed. The one deadline loop
+/// of the e2e tests: use it instead of writing another.
+pub async fn wait_until<R: Reached>(
+    within: Duration,
+    what: &str,
+    condition: impl AsyncFnMut() -> R,
+) -> R::Value {
+    match try_wait_until(within, condition).await {
+        Ok(value) => value,
+        Err(Some(last)) => panic!("timed out after {within:?} waiting for {what}; last seen: {last}"),
+        Err(None) => panic!("timed out after {within:?} waiting for {what}"),
+    }
+}
+
+/// As `wait_until`, but answering `Err(last state)` once `within` has passed
+/// (for a caller to whom the timeout is an answer).
+pub async fn try_wait_until<R: Reached>(
+    within: Duration,
+    mut condition: impl AsyncFnMut() -> R,
+) -> Result<R::Value, Option<String>> {
+    let deadline = Instant::now() + within;
+    loop {
+        let last = match condition().await.reached() {
+            Ok(value) => return Ok(value),
+            Err(last) => last,
+        };
+        if Instant::now() >= deadline {
+            return Err(last);
+        }
+        // Polling a condition under a deadline, not sleeping and hoping.
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Asks `condition` every 25 ms for the whole of `window` and fails the test
+/// naming `what` the first time it does not hold: a window in which something
+/// must not happen (no second alert, no run of a deleted flow), watched rather
+/// than slept through.
+pub async fn hold_for(window: Duration, what: &str, mut condition: impl AsyncFnMut() -> bool) {
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        assert!(condition().await, "{what} stopped holding within the {window:?} window");
+        // Watching a window for what must not happen, not waiting for a condition.
+        tokio::time::sleep(POLL).await;
+    }
+    assert!(condition().await, "{what} stopped holding at the end of the {window:?} window");
+}
+
+/// `wait_until` for sync code (a helper called outside the runtime, or a
+/// process started in a constructor): blocks the thread between asks.
+pub fn wait_blocking<T>(within: Duration, what: &str, condition: impl FnMut() -> Option<T>) -> T {
+    try_wait_blocking(within, condition)
+        .unwrap_or_else(|| panic!("timed out after {within:?} waiting for {what}"))
+}
+
+/// As `wait_blocking`, but `None` once `within` has passed.
+pub fn try_wait_blocking<T>(within: Duration, mut condition: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = condition() {
+            return Some(value);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        // Polling a condition under a deadline from sync code, not sleeping and hoping.
+        std::thread::sleep(POLL);
+    }
+}
+
+/// `wait_until` for a condition that needs no `await` (a process's state, a
+/// shared log), `secs` seconds at most.
+pub async fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
+    wait_until(Duration::from_secs(secs), what, async || cond()).await
+}
+
 pub struct Dev {
     pub child: Child,
     pub base: String,
@@ -173,15 +282,12 @@ impl Dev {
 
     /// Polls the run until `done` holds for it, or panics after `secs`.
     pub async fn wait_run(&self, run_id: &str, secs: u64, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
+        let what = format!("run {run_id} to reach the condition");
+        wait_until(Duration::from_secs(secs), &what, async || {
             let (status, run) = self.get(&format!("/runs/{run_id}")).await;
-            if status == 200 && done(&run) {
-                return run;
-            }
-            assert!(Instant::now() < deadline, "run {run_id} did not reach the condition in {secs}s: {run}");
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+            if status == 200 && done(&run) { Ok(run) } else { Err(run.to_string()) }
+        })
+        .await
     }
 
     pub async fn finished(&self, run_id: &str) -> Value {
@@ -218,6 +324,15 @@ impl Drop for Dev {
     }
 }
 
+/// The `(action, actor, reason)` of each entry of a `GET /audit` answer.
+pub fn audit_entries(audit: &Value) -> Vec<(&str, &str, &str)> {
+    fn field<'a>(e: &'a Value, key: &str) -> &'a str {
+        e[key].as_str().unwrap_or("")
+    }
+    let entries = audit["entries"].as_array().into_iter().flatten();
+    entries.map(|e| (field(e, "action"), field(e, "actor"), field(e, "reason"))).collect()
+}
+
 pub fn status_of<'a>(run: &'a Value, node: &str) -> &'a str {
     run["nodes"][node]["status"].as_str().unwrap_or("?")
 }
@@ -231,14 +346,9 @@ pub async fn sigterm_and_wait(child: &mut Child, secs: u64) -> std::process::Exi
 
 /// Waits (at most `secs`) for `child` to exit.
 pub async fn wait_exit(child: &mut Child, secs: u64) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(status) = child.try_wait().expect("wait for the child") {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "pid {} did not exit within {secs}s", child.id());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let pid = child.id();
+    let what = format!("pid {pid} to exit");
+    wait_until(Duration::from_secs(secs), &what, async || child.try_wait().expect("wait for the child")).await
 }
 
 /// `madeira dev --config FILE --log-level debug` with `env`, keeping every stderr
@@ -342,6 +452,7 @@ pub async fn witness_receiver(
                     headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
                 let took = job_time(&key);
                 log.lock().expect("lock").entry(key).or_default().push(Instant::now());
+                // The job's own duration (`job_time`), not a wait.
                 tokio::time::sleep(took).await;
                 axum::Json(serde_json::json!({"done": true}))
             }

@@ -2,12 +2,12 @@
 //! policies across a restart, event dedup (also concurrent), trigger rate limits.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use crate::support::Dev;
+use crate::support::{Dev, hold_for, wait_until};
 
 /// Scheduled instants of every cron run of `flow`, sorted.
 async fn ticks(dev: &Dev, flow: &str) -> Vec<DateTime<Utc>> {
@@ -24,15 +24,12 @@ async fn ticks(dev: &Dev, flow: &str) -> Vec<DateTime<Utc>> {
 }
 
 async fn wait_ticks(dev: &Dev, flow: &str, n: usize, secs: u64) -> Vec<DateTime<Utc>> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
+    let what = format!("{n} cron runs of {flow}");
+    wait_until(Duration::from_secs(secs), &what, async || {
         let t = ticks(dev, flow).await;
-        if t.len() >= n {
-            return t;
-        }
-        assert!(Instant::now() < deadline, "{flow}: only {} cron runs after {secs}s", t.len());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if t.len() >= n { Ok(t) } else { Err(format!("{} cron runs", t.len())) }
+    })
+    .await
 }
 
 fn every_second(flow: &str, misfire: &str) -> String {
@@ -158,6 +155,8 @@ async fn paused_flows_do_not_fire_and_show_next_run() {
     let (_, flow) = dev.get("/flows/paused").await;
     assert_eq!(flow["paused"], true);
     let settled = ticks(&dev, "paused").await.len();
-    tokio::time::sleep(Duration::from_millis(2500)).await; // a window in which nothing may fire
-    assert!(ticks(&dev, "paused").await.len() <= settled + 1, "a paused flow kept firing");
+    hold_for(Duration::from_millis(2500), "a paused flow not firing", async || {
+        ticks(&dev, "paused").await.len() <= settled + 1
+    })
+    .await;
 }

@@ -2,9 +2,10 @@
 //! can answer 503 while "down" (counting what it refused), and writes the
 //! `alerts:` config section that points a `webhook` channel at it.
 
+use crate::support::wait_until;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
@@ -70,15 +71,12 @@ impl Webhook {
 
     /// Waits up to `secs` for `n` bodies; answers every body received by then.
     pub async fn bodies_within(&self, n: usize, secs: u64) -> Vec<Value> {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
+        let what = format!("{n} messages");
+        wait_until(Duration::from_secs(secs), &what, async || {
             let now = self.bodies();
-            if now.len() >= n {
-                return now;
-            }
-            assert!(Instant::now() < deadline, "{} of {n} messages in {secs}s: {now:?}", now.len());
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            if now.len() >= n { Ok(now) } else { Err(format!("{now:?}")) }
+        })
+        .await
     }
 
     /// The alerts carried by messages of `kind` (`firing`, `resolved`) that `pick` keeps.
@@ -93,15 +91,12 @@ impl Webhook {
 
     /// Waits up to 30 s for at least one such alert and returns them all.
     pub async fn wait_alerts(&self, kind: &str, pick: impl Fn(&Value) -> bool) -> Vec<Value> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        let what = format!("a {kind} alert");
+        wait_until(Duration::from_secs(30), &what, async || {
             let found = self.alerts(kind, &pick);
-            if !found.is_empty() {
-                return found;
-            }
-            assert!(Instant::now() < deadline, "no {kind} alert within 30 s: {:?}", self.bodies());
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            if found.is_empty() { Err(format!("{:?}", self.bodies())) } else { Ok(found) }
+        })
+        .await
     }
 }
 

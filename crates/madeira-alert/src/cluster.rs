@@ -8,36 +8,18 @@
 
 use std::time::Duration;
 
-use serde_json::Value as Json;
 use tracing::{error, info, warn};
 
 use crate::aggregate::{Aggregator, Changes};
-use crate::task::{AlertTask, Event, Input};
+use crate::task::{AlertTask, Cluster, Event, Input, POLL_MS, ROLE};
 use crate::worker::WorkerMsg;
 
-/// The name of the cluster-wide role in the store's `leaders` table.
-pub(crate) const ROLE: &str = "alerts";
-/// How often the leader reads the inbox and followers flush what they could not push.
-pub(crate) const POLL_MS: i64 = 250;
 /// How often a follower asks for the lease (it only gets it once the leader's ran out).
 const CAMPAIGN_MS: i64 = 1000;
 /// Most inbox events aggregated into one store write.
 const INBOX_BATCH: u32 = 1024;
 /// Most events kept while the store cannot take them (the oldest go first, logged).
 const OUTBOX_MAX: usize = 100_000;
-
-/// This replica's part in the cluster.
-pub(crate) struct Cluster {
-    pub replica: String,
-    pub lease_ms: i64,
-    pub leading: bool,
-    /// When to renew (leader) or ask again (follower).
-    pub campaign_at: i64,
-    /// Until when the last successful renewal holds.
-    pub lease_until: i64,
-    /// Events not yet in the store's inbox (the store was unreachable).
-    pub outbox: Vec<Json>,
-}
 
 impl AlertTask {
     /// Shares aggregation with the other replicas of the store: `replica` is this

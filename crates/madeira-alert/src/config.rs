@@ -4,16 +4,50 @@
 //! channel and the field, never a secret's value.
 
 use std::collections::{BTreeMap, HashSet};
+use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use madeira_core::RetryPolicy;
 use madeira_core::spec::parse_duration;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use crate::channel::ChannelKind;
 use crate::model::Severity;
 use crate::secret::{Scrubber, Secret};
+
+/// A channel's `type:`: the receiver a message is shaped for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChannelKind {
+    Wecom,
+    Dingtalk,
+    Feishu,
+    Webhook,
+    Alertmanager,
+}
+
+impl ChannelKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChannelKind::Wecom => "wecom",
+            ChannelKind::Dingtalk => "dingtalk",
+            ChannelKind::Feishu => "feishu",
+            ChannelKind::Webhook => "webhook",
+            ChannelKind::Alertmanager => "alertmanager",
+        }
+    }
+
+    /// Whether one post carries any number of alerts (no digest text needed).
+    pub fn batches(self) -> bool {
+        self == ChannelKind::Alertmanager
+    }
+}
+
+impl fmt::Display for ChannelKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

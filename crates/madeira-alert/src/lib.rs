@@ -45,9 +45,10 @@ pub use handle::AlertHandle;
 pub use metrics::AlertMetrics;
 pub use model::{Alert, AlertStatus, Cause, Failure, Mark, Raise, Severity};
 pub use observer::{AlertObserver, confirm_key, failure_of, missed_key, slow_key, stall_key};
-pub use probe::{NodeProbe, StoreProbe};
+pub use probe::StoreProbe;
 pub use secret::Secret;
 pub use task::AlertTask;
+pub use task::NodeProbe;
 pub use worker::TestOutcome;
 
 #[derive(Debug, thiserror::Error)]

@@ -13,20 +13,10 @@ use madeira_store::{RunStore, StoreError};
 use tracing::warn;
 
 use crate::aggregate::Changes;
-use crate::task::AlertTask;
+use crate::task::{AlertTask, NodeProbe};
 
-/// How often open stall and slow alerts are checked against the run store.
-pub(crate) const PROBE_MS: i64 = 30_000;
 /// Most runs looked up per check (the rest wait for the next one).
 const PROBE_MAX: usize = 200;
-
-/// Where a node of a run stands, for the safety net.
-#[async_trait]
-pub trait NodeProbe: Send + Sync + 'static {
-    /// The node's state while its run is unfinished; `None` when the run ended or
-    /// is unknown.
-    async fn node_state(&self, run_id: &str, node: &str) -> Result<Option<NodeState>, StoreError>;
-}
 
 /// `NodeProbe` over the run store.
 pub struct StoreProbe(pub Arc<dyn RunStore>);

@@ -7,20 +7,28 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use madeira_store::{AlertBatch, DeliveryRow, Fence};
+use async_trait::async_trait;
+use madeira_core::NodeState;
+use madeira_store::{AlertBatch, DeliveryRow, Fence, StoreError};
 use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, error, info, info_span};
 
 use crate::aggregate::{Aggregator, Changes};
-use crate::cluster::{self, Cluster};
 use crate::model::{Alert, AlertStatus, Failure, Raise};
 use crate::route::Router;
 use crate::worker::{Item, Queued, Shared, TestOutcome, Worker, WorkerMsg};
 
 /// Most events applied before one store write.
+/// The name of the cluster-wide role in the store's `leaders` table.
+pub(crate) const ROLE: &str = "alerts";
+/// How often the leader reads the inbox and followers flush what they could not push.
+pub(crate) const POLL_MS: i64 = 250;
+/// How often open stall and slow alerts are checked against the run store.
+pub(crate) const PROBE_MS: i64 = 30_000;
 const BATCH_MAX: usize = 4096;
 const PRUNE_EVERY_MS: i64 = 3600 * 1000;
 
@@ -63,6 +71,27 @@ pub(crate) enum Input {
     Settle(oneshot::Sender<()>),
 }
 
+/// This replica's part in the cluster.
+pub(crate) struct Cluster {
+    pub replica: String,
+    pub lease_ms: i64,
+    pub leading: bool,
+    /// When to renew (leader) or ask again (follower).
+    pub campaign_at: i64,
+    /// Until when the last successful renewal holds.
+    pub lease_until: i64,
+    /// Events not yet in the store's inbox (the store was unreachable).
+    pub outbox: Vec<Json>,
+}
+
+/// Where a node of a run stands, for the safety net.
+#[async_trait]
+pub trait NodeProbe: Send + Sync + 'static {
+    /// The node's state while its run is unfinished; `None` when the run ended or
+    /// is unknown.
+    async fn node_state(&self, run_id: &str, node: &str) -> Result<Option<NodeState>, StoreError>;
+}
+
 pub struct AlertTask {
     pub(crate) shared: Arc<Shared>,
     pub(crate) rx: mpsc::UnboundedReceiver<Input>,
@@ -75,7 +104,7 @@ pub struct AlertTask {
     /// Set when replicas share the store (`AlertTask::clustered`).
     pub(crate) cluster: Option<Cluster>,
     /// Checks open stall and slow alerts against the run store (`with_probe`).
-    pub(crate) probe: Option<Arc<dyn crate::probe::NodeProbe>>,
+    pub(crate) probe: Option<Arc<dyn NodeProbe>>,
 }
 
 impl AlertTask {
@@ -93,11 +122,11 @@ impl AlertTask {
         let clock = self.shared.clock.clone();
         let mut prune_at = clock.now_ms();
         let mut tick_at = clock.now_ms();
-        let mut probe_at = clock.now_ms() + crate::probe::PROBE_MS;
+        let mut probe_at = clock.now_ms() + PROBE_MS;
         loop {
             if self.cluster.is_some() && clock.now_ms() >= tick_at {
                 self.cluster_tick().await;
-                tick_at = clock.now_ms() + cluster::POLL_MS;
+                tick_at = clock.now_ms() + POLL_MS;
             }
             let now = clock.now_ms();
             let mut wake = i64::MAX;
@@ -108,7 +137,7 @@ impl AlertTask {
                 }
                 if now >= probe_at {
                     self.probe_watched().await;
-                    probe_at = now + crate::probe::PROBE_MS;
+                    probe_at = now + PROBE_MS;
                 }
                 wake = self.agg.next_due().map_or(prune_at, |due| due.min(prune_at));
                 if self.probe.is_some() {
@@ -158,7 +187,7 @@ impl AlertTask {
                 Input::Settle(reply) => settle.push(reply),
             }
         }
-        // In a cluster the events wait for the next tick (`cluster::POLL_MS`): one
+        // In a cluster the events wait for the next tick (`POLL_MS`): one
         // insert per tick instead of one per finished run.
         if self.cluster.is_none() {
             self.agg.flush_due(now, &mut out);
@@ -229,7 +258,7 @@ impl AlertTask {
         let now = self.shared.clock.now_ms();
         let mut batch = AlertBatch { consumed, ..AlertBatch::default() };
         if let Some(c) = &self.cluster {
-            batch.fence = Some(Fence { role: cluster::ROLE.into(), holder: c.replica.clone() });
+            batch.fence = Some(Fence { role: ROLE.into(), holder: c.replica.clone() });
         }
         let mut seen = HashSet::new();
         for id in &out.touched {

@@ -27,6 +27,7 @@ mod session;
 mod sessions;
 mod terms;
 mod time;
+mod viewer;
 
 use std::sync::Arc;
 use std::time::Duration;

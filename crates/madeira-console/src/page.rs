@@ -10,8 +10,8 @@ use maud::{DOCTYPE, Markup, html};
 
 use crate::assets::{Assets, HTMX_SRI, HTMX_VERSION};
 use crate::i18n::{Lang, state_gloss, t};
-use crate::session::Ctx;
 use crate::terms::{state_label, state_labels_json};
+use crate::viewer::Ctx;
 
 /// Which navigation entry is current.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

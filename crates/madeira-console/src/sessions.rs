@@ -15,7 +15,7 @@ use madeira_store::{SessionRecord, SessionStore};
 use sha2::{Digest, Sha256};
 
 use crate::ConsoleError;
-use crate::session::User;
+use crate::viewer::User;
 
 /// Most live sessions; beyond it the ones expiring soonest are dropped.
 pub const MAX_SESSIONS: u32 = 10_000;

@@ -49,7 +49,7 @@ pub(crate) async fn reattach(
     conn: u64,
     tx: &Outbound,
 ) {
-    let stale = match crate::service::register(fleet, hello.clone(), peer, tx.clone()) {
+    let stale = match crate::attach::register(fleet, hello.clone(), peer, tx.clone()) {
         Ok((_, stale)) => stale,
         Err(reason) => {
             warn!(sidecar = %hello.name, "{reason}");

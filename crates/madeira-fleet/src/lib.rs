@@ -9,6 +9,7 @@
 //! `attach_engine` lets it wake nodes waiting for a sidecar and record exec reports.
 
 mod acks;
+mod attach;
 mod executor;
 mod fencing;
 mod kept_shards;

@@ -22,33 +22,9 @@ use async_trait::async_trait;
 use madeira_core::{MessageTriggerDef, OnPaused};
 use serde_json::{Value as Json, json};
 
+pub use crate::metrics::Outcome;
 use crate::source::Delivery;
 use crate::status::Statuses;
-
-/// What became of a message (the `outcome` label of `madeira_trigger_messages_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Run,
-    Duplicate,
-    Filtered,
-    Refused,
-    DeadLetter,
-    /// Left for redelivery without counting (store unavailable); not a metric outcome.
-    Released,
-}
-
-impl Outcome {
-    pub fn name(self) -> &'static str {
-        match self {
-            Outcome::Run => "run",
-            Outcome::Duplicate => "duplicate",
-            Outcome::Filtered => "filtered",
-            Outcome::Refused => "refused",
-            Outcome::DeadLetter => "dead_letter",
-            Outcome::Released => "released",
-        }
-    }
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRequest {

@@ -8,7 +8,30 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::handle::Outcome;
+/// What became of a message (the `outcome` label of `madeira_trigger_messages_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Run,
+    Duplicate,
+    Filtered,
+    Refused,
+    DeadLetter,
+    /// Left for redelivery without counting (store unavailable); not a metric outcome.
+    Released,
+}
+
+impl Outcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Run => "run",
+            Outcome::Duplicate => "duplicate",
+            Outcome::Filtered => "filtered",
+            Outcome::Refused => "refused",
+            Outcome::DeadLetter => "dead_letter",
+            Outcome::Released => "released",
+        }
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabels {

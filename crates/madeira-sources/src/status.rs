@@ -7,8 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::handle::Outcome;
-use crate::metrics::SourceMetrics;
+use crate::metrics::{Outcome, SourceMetrics};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -411,6 +411,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the code under test reads the real environment; this test alone uses the variable"
+    )]
     fn datasources_read_their_url_from_env_and_never_echo_it() {
         let var = "MADEIRA_CONFIG_TEST_DS_URL";
         let c = config(&format!("datasources:\n  - {{name: finance, url_env: {var}, max_connections: 3}}\n"));

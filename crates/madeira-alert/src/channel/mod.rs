@@ -7,46 +7,11 @@ mod alertmanager;
 mod robots;
 mod webhook;
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
+pub use crate::config::ChannelKind;
 use crate::config::ChannelSpec;
 use crate::render::{Content, Mentions};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ChannelKind {
-    Wecom,
-    Dingtalk,
-    Feishu,
-    Webhook,
-    Alertmanager,
-}
-
-impl ChannelKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ChannelKind::Wecom => "wecom",
-            ChannelKind::Dingtalk => "dingtalk",
-            ChannelKind::Feishu => "feishu",
-            ChannelKind::Webhook => "webhook",
-            ChannelKind::Alertmanager => "alertmanager",
-        }
-    }
-
-    /// Whether one post carries any number of alerts (no digest text needed).
-    pub fn batches(self) -> bool {
-        self == ChannelKind::Alertmanager
-    }
-}
-
-impl fmt::Display for ChannelKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// One message to shape.
 pub struct Outgoing<'a> {

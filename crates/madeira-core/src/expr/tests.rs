@@ -1,3 +1,9 @@
+//! Tests of CEL conditions: values, errors and the evaluation budget (timed).
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "these tests time the evaluation budget with the real clock; the code under test takes none"
+)]
 use std::time::{Duration, Instant};
 
 use serde_json::json;

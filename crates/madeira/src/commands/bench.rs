@@ -16,20 +16,18 @@
 
 use std::collections::HashSet;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use futures::future::try_join_all;
-use madeira_engine::{EngineHandle, EngineOptions, RunEvent, TriggerRequest};
+use madeira_engine::{EngineHandle, EngineOptions};
 use madeira_server::AuthConfig;
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::mpsc;
 
 use crate::app::{ControlPlane, PlaneOptions, redact, sqlite_url_in};
 use madeira_telemetry::{TelemetryOptions, TraceOptions};
 
+use super::bench_engines::{Engines, reset_peak_rss, rss_kb, trigger, wait_all};
 use super::{bench_sidecar, bench_storage};
 use crate::cli::{BenchArgs, Output, TelemetryMode};
 use crate::sidecars::{FleetSetup, LocalSidecar};
@@ -136,49 +134,6 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
 /// overwrite the restarted WAL in place, as in a store in service, instead of
 /// growing a new file.
 const CHAIN_WARMUPS: usize = 2;
-
-/// The replicas' engines.
-pub(super) struct Engines(pub(super) Vec<EngineHandle>);
-
-impl Engines {
-    /// The engine that takes the `i`-th trigger.
-    fn pick(&self, i: usize) -> &EngineHandle {
-        &self.0[i % self.0.len()]
-    }
-
-    /// Every replica's run events, merged (a lag is reported as an error).
-    pub(super) fn subscribe(&self) -> mpsc::UnboundedReceiver<Result<Arc<RunEvent>, String>> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        for engine in &self.0 {
-            let mut events = engine.subscribe();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                loop {
-                    let item = match events.recv().await {
-                        Ok(e) => Ok(e),
-                        Err(RecvError::Lagged(n)) => Err(format!("event stream lagged by {n}")),
-                        Err(RecvError::Closed) => return,
-                    };
-                    if tx.send(item).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-        rx
-    }
-
-    /// Counters summed and latencies pooled over every replica.
-    fn stats(&self) -> madeira_engine::StatsSnapshot {
-        let mut total = madeira_engine::StatsSnapshot::default();
-        for s in self.0.iter().map(|e| e.stats().snapshot(true)) {
-            total.transitions += s.transitions;
-            total.commits += s.commits;
-            total.dispatch_latency_us.extend(s.dispatch_latency_us);
-        }
-        total
-    }
-}
 
 /// `--replicas` control planes on the bench store (a temporary SQLite file unless
 /// `--store` is given), with `telemetry`; `set` tells two sets apart.
@@ -308,44 +263,6 @@ nodes:
   notify: {needs: [{node: receivables, kind: weak}], run: {builtin: noop}}
   export: {needs: [receivables, refund_check], run: {builtin: noop}}
 ";
-
-pub(super) async fn trigger(engine: &EngineHandle, flow: &str) -> Result<String> {
-    let req = TriggerRequest {
-        flow: flow.into(),
-        params: json!({}),
-        idempotency_key: None,
-        trigger: "bench".into(),
-        actor: "bench".into(),
-        version: None,
-    };
-    Ok(engine.trigger(req).await?.run_id)
-}
-
-/// Waits until every run in `ids` has finished; errors past the deadline.
-pub(super) async fn wait_all(
-    events: &mut mpsc::UnboundedReceiver<Result<Arc<RunEvent>, String>>,
-    mut ids: HashSet<String>,
-) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while !ids.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, events.recv()).await {
-            Ok(Some(Ok(e)))
-                if e.node.is_none() && matches!(e.to.as_str(), "SUCCESS" | "FAILED" | "CANCELLED") =>
-            {
-                if e.to != "SUCCESS" && ids.contains(&e.run_id) {
-                    bail!("run {} ended {}", e.run_id, e.to);
-                }
-                ids.remove(&e.run_id);
-            }
-            Ok(Some(Ok(_))) => {}
-            Ok(Some(Err(lag))) => bail!("{lag}; cannot count completions"),
-            Ok(None) => bail!("engines stopped"),
-            Err(_) => bail!("{} run(s) unfinished after 300 s", ids.len()),
-        }
-    }
-    Ok(())
-}
 
 /// One run of `flow`, measured after `warmups` unmeasured runs of it (caches
 /// warm; after enough of them the WAL has restarted, see `CHAIN_WARMUPS`).
@@ -569,22 +486,4 @@ fn print_result(r: &Value) {
     if let Some(n) = r["warmup_runs"].as_u64().filter(|n| *n > 0) {
         println!("            (measured after {n} unmeasured warm-up run(s) of the same flow)");
     }
-}
-
-/// A field of /proc/self/status in kB (0 where unavailable).
-pub(super) fn rss_kb(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// Resets VmHWM so each scenario reports its own peak (Linux `clear_refs` 5).
-pub(super) fn reset_peak_rss() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }

@@ -31,7 +31,7 @@ pub async fn run(events: usize) -> Result<Value> {
     let running = tokio::spawn(task.run(cancel.clone()));
     let templates = templates()?;
     let observer = handle.observer();
-    super::bench::reset_peak_rss();
+    super::bench_engines::reset_peak_rss();
     let started = Instant::now();
     for i in 0..events {
         let mut snap = templates[(i % 50) * 4 + (i / 50) % 4].clone();
@@ -43,7 +43,7 @@ pub async fn run(events: usize) -> Result<Value> {
     clock.advance(Duration::from_secs(31));
     handle.settled().await?;
     let fired = started.elapsed();
-    let peak = super::bench::rss_kb("VmHWM") as f64 / 1024.0;
+    let peak = super::bench_engines::rss_kb("VmHWM") as f64 / 1024.0;
     let firing = AlertQuery { status: Some("firing".into()), flow: None, limit: 100_000 };
     let alerts = store.list_alerts(&firing).await?.len();
     cancel.cancel();

@@ -13,7 +13,7 @@ use madeira_engine::EngineHandle;
 use madeira_fleet::Fleet;
 use serde_json::{Value, json};
 
-use super::bench::{trigger, wait_all};
+use super::bench_engines::{Engines, trigger, wait_all};
 
 /// The in-process sidecar's jobs in the bench.
 pub const JOBS: &str = "jobs:\n  true:\n    command: [\"/bin/true\"]\n";
@@ -39,7 +39,7 @@ pub async fn chain(engine: &EngineHandle) -> Result<Value> {
     engine.apply_flow("bench-sidecar-chain", &chain_flow(CHAIN)).await?;
     // One warm-up run (first spawn, page cache), then the measured one.
     for round in 0..2 {
-        let mut events = super::bench::Engines(vec![engine.clone()]).subscribe();
+        let mut events = Engines(vec![engine.clone()]).subscribe();
         let started = Instant::now();
         let run_id = trigger(engine, "bench-sidecar-chain").await?;
         wait_all(&mut events, HashSet::from([run_id])).await?;
@@ -134,7 +134,7 @@ async fn measure(engine: &EngineHandle, fleet: &Fleet, pid: u32, release: &Path)
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = rss_kb(pid, "VmRSS");
     engine.apply_flow("bench-sidecar-parallel", &parallel_flow()).await?;
-    let mut events = super::bench::Engines(vec![engine.clone()]).subscribe();
+    let mut events = Engines(vec![engine.clone()]).subscribe();
     let run_id = trigger(engine, "bench-sidecar-parallel").await?;
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut peak = idle;

@@ -1,5 +1,5 @@
 //! Client commands: apply, flows, run, runs, show, node actions, cancel, logs, audit
-//! (flow deletion, promote and demote in `lifecycle`).
+//! (flow deletion, promote and demote are in `lifecycle`, dispatched by `commands`).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -20,12 +20,6 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Flows { command: Some(FlowsCommand::History { name, diff, server }), .. } => {
             history(&name, diff, &server).await
         }
-        Command::Flows {
-            command: Some(FlowsCommand::Delete { name, cancel, purge, reason, server }),
-            ..
-        } => super::lifecycle::delete(&name, cancel, purge, reason, &server).await,
-        Command::Promote(args) => super::lifecycle::promote(args).await,
-        Command::Demote(args) => super::lifecycle::demote(args).await,
         Command::Run(args) => trigger(args).await,
         Command::Pause { flow, reason, server } => pause(&flow, "pause", reason, &server).await,
         Command::Resume { flow, reason, server } => pause(&flow, "resume", reason, &server).await,

@@ -3,6 +3,7 @@
 mod alerts;
 mod bench;
 mod bench_alerts;
+mod bench_engines;
 mod bench_sidecar;
 mod bench_storage;
 mod client_cmds;
@@ -20,7 +21,7 @@ use anyhow::Result;
 
 use madeira_telemetry::TelemetryOptions;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, FlowsCommand};
 
 /// Runs the command; servers start with `telemetry`.
 pub async fn run(cli: Cli, telemetry: TelemetryOptions) -> Result<ExitCode> {
@@ -35,6 +36,12 @@ pub async fn run(cli: Cli, telemetry: TelemetryOptions) -> Result<ExitCode> {
         Command::Sidecar { config } => sidecar::run(&config).await,
         Command::Exec(args) => exec::run(args).await,
         Command::Crontab { command } => crate::crontab::run(command),
+        Command::Flows {
+            command: Some(FlowsCommand::Delete { name, cancel, purge, reason, server }),
+            ..
+        } => lifecycle::delete(&name, cancel, purge, reason, &server).await,
+        Command::Promote(args) => lifecycle::promote(args).await,
+        Command::Demote(args) => lifecycle::demote(args).await,
         other => client_cmds::run(other).await,
     }
 }
