@@ -397,17 +397,11 @@ async fn a_sidecar_attempt_on_a_cut_off_replica_is_relayed_not_placed_again() {
     let _sa = stamping_sidecar(dir.path(), "sa", &a.grpc, &ledger);
     let _sb = stamping_sidecar(dir.path(), "sb", &b.grpc, &ledger);
     a.put_flow("flow: settle\nnodes:\n  pay: {run: {sidecar: {group: billing, job: stamp}}}\n").await;
-    let deadline = Instant::now() + Duration::from_secs(20);
     for dev in [&a, &b] {
-        loop {
-            let (_, fleet) = dev.get("/sidecars").await;
-            let live = fleet["sidecars"].as_array().map_or(0, |s| s.len());
-            if live >= 1 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "sidecars did not connect: {fleet}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_until(Duration::from_secs(20), "each replica's sidecar", async || {
+            dev.get("/sidecars").await.1["sidecars"].as_array().is_some_and(|s| !s.is_empty())
+        })
+        .await;
     }
 
     // Six runs on A, their jobs in flight on A's sidecar, then A cut off for 4
@@ -416,22 +410,14 @@ async fn a_sidecar_attempt_on_a_cut_off_replica_is_relayed_not_placed_again() {
     for i in 0..6 {
         runs.push(a.trigger("settle", json!({"i": i})).await);
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while ledger_lines(&ledger).len() < runs.len() {
-        assert!(Instant::now() < deadline, "the jobs did not start: {:?}", ledger_lines(&ledger));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(Duration::from_secs(20), "the jobs to start", async || ledger_lines(&ledger).len() >= runs.len()).await;
     let cut_at = Instant::now();
     proxy.cut();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    wait_until(Duration::from_secs(20), "B to take the runs over", async || {
         let owners: Vec<Option<String>> = futures::future::join_all(runs.iter().map(|r| owner(&db, r))).await;
-        if owners.iter().all(|o| o.as_deref() == Some("cp-b")) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "B did not take the runs over: {owners:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if owners.iter().all(|o| o.as_deref() == Some("cp-b")) { Ok(()) } else { Err(format!("{owners:?}")) }
+    })
+    .await;
     // Cut on past the jobs' end (8 s from their start): their results reach A,
     // which cannot commit. A real outage's length is the point of the sleep.
     tokio::time::sleep_until((cut_at + Duration::from_secs(9)).into()).await;
