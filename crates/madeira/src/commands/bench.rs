@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 use crate::app::{ControlPlane, PlaneOptions, redact, sqlite_url_in};
 use madeira_telemetry::{TelemetryOptions, TraceOptions};
 
-use super::{bench_sidecar, bench_storage};
+use super::{bench_history, bench_sidecar, bench_storage};
 use crate::cli::{BenchArgs, Output, TelemetryMode};
 use crate::sidecars::{FleetSetup, LocalSidecar};
 
@@ -87,6 +87,12 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
                 result
             }
             "steady" => steady(&engines, args.runs, args.rate).await?,
+            "history" => {
+                let store_url = args.store.as_deref().context("the history scenario needs --store (PostgreSQL or MariaDB)")?;
+                let api = planes[0].http_addr.context("the history scenario's API did not start")?;
+                let history = bench_history::HistoryArgs { store_url, api, runs: args.runs, days: args.days, rate: args.rate };
+                bench_history::run(&engines, history).await?
+            }
             "cron" => cron(engines.pick(0), args.flows).await?,
             "throttle" => throttle(&engines, 1000).await?,
             "alerts" => super::bench_alerts::run(10_000).await?,
@@ -103,10 +109,12 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
             }
             other => bail!(
                 "unknown scenario `{other}`: use idle, chain, fanout, settlement, steady, throttle, cron, \
-                 alerts, sidecar-chain or sidecar-rss"
+                 alerts, history, sidecar-chain or sidecar-rss"
             ),
         };
-        if args.output == Output::Text && result["scenario"] == "alerts" {
+        if args.output == Output::Text && result["scenario"] == "history" {
+            bench_history::print(&result);
+        } else if args.output == Output::Text && result["scenario"] == "alerts" {
             super::bench_alerts::print(&result);
         } else if args.output == Output::Text && !bench_sidecar::print(&result) {
             print_result(&result);
@@ -142,7 +150,7 @@ pub(super) struct Engines(pub(super) Vec<EngineHandle>);
 
 impl Engines {
     /// The engine that takes the `i`-th trigger.
-    fn pick(&self, i: usize) -> &EngineHandle {
+    pub(super) fn pick(&self, i: usize) -> &EngineHandle {
         &self.0[i % self.0.len()]
     }
 
@@ -222,7 +230,9 @@ async fn start_planes(
                 store_url: store_url.clone(),
                 engine,
                 auth: AuthConfig::default(),
-                http: None,
+                // The history scenario times the API and the console of the first replica.
+                http: (set == "a" && i == 0 && args.scenarios.iter().any(|s| s == "history"))
+                    .then(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
                 http_tls: None,
                 alerts: Default::default(),
                 sources: Vec::new(),
@@ -297,7 +307,7 @@ fn fanout_flow(n: usize) -> String {
     yaml
 }
 
-const SETTLEMENT_DAG: &str = "flow: bench-settlement
+pub(super) const SETTLEMENT_DAG: &str = "flow: bench-settlement
 nodes:
   pull_payments: {run: {builtin: noop, outputs: {n: 1}}}
   pull_refunds: {run: {builtin: noop, outputs: {refund_count: 2}}}
