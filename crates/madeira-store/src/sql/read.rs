@@ -139,6 +139,19 @@ pub(super) async fn list_runs(pool: &Pool, query: &RunQuery) -> Result<Vec<RunRo
     q.build().fetch_all(pool).await?.iter().map(run_row).collect()
 }
 
+/// Counts at most `cap` rows: an index range scan on `runs_state_id` that stops at the cap.
+pub(super) async fn count_runs(pool: &Pool, state: &str, since_id: &str, cap: u32) -> Result<u32> {
+    let (n,): (i64,) = sqlx::query_as(&sql(
+        "SELECT COUNT(*) FROM (SELECT 1 AS one FROM runs WHERE state = $1 AND id >= $2 LIMIT $3) AS capped",
+    ))
+    .bind(state)
+    .bind(since_id)
+    .bind(i64::from(cap))
+    .fetch_one(pool)
+    .await?;
+    Ok(u32::try_from(n).unwrap_or(cap))
+}
+
 pub(super) async fn transitions(pool: &Pool, run_id: &str) -> Result<Vec<TransitionRecord>> {
     let rows =
         sqlx::query(&sql("SELECT run_id, node, from_state, to_state, cause, actor, attempt, reason, at \

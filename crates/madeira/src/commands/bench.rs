@@ -154,7 +154,11 @@ impl Engines {
         &self.0[i % self.0.len()]
     }
 
-    /// Every replica's run events, merged (a lag is reported as an error).
+    /// Every replica's run-level ends (SUCCESS, FAILED, CANCELLED), merged (a lag
+    /// is reported as an error). Only the ends are forwarded: a scenario that
+    /// triggers for a while before it reads (`steady`) would otherwise keep every
+    /// node event of every run in this unbounded channel, ~30 per settlement run,
+    /// and report the harness's growth as the engine's peak RSS.
     pub(super) fn subscribe(&self) -> mpsc::UnboundedReceiver<Result<Arc<RunEvent>, String>> {
         let (tx, rx) = mpsc::unbounded_channel();
         for engine in &self.0 {
@@ -163,7 +167,8 @@ impl Engines {
             tokio::spawn(async move {
                 loop {
                     let item = match events.recv().await {
-                        Ok(e) => Ok(e),
+                        Ok(e) if is_run_end(&e) => Ok(e),
+                        Ok(_) => continue,
                         Err(RecvError::Lagged(n)) => Err(format!("event stream lagged by {n}")),
                         Err(RecvError::Closed) => return,
                     };
@@ -186,6 +191,11 @@ impl Engines {
         }
         total
     }
+}
+
+/// A run-level change to a final state.
+fn is_run_end(e: &RunEvent) -> bool {
+    e.node.is_none() && matches!(e.to.as_str(), "SUCCESS" | "FAILED" | "CANCELLED")
 }
 
 /// `--replicas` control planes on the bench store (a temporary SQLite file unless
@@ -530,6 +540,7 @@ fn report(
         "dispatch_p50_us": pct(0.50),
         "dispatch_p99_us": pct(0.99),
         "peak_rss_mb": rss_kb("VmHWM") as f64 / 1024.0,
+        "rss_after_mb": rss_kb("VmRSS") as f64 / 1024.0,
     })
 }
 
@@ -563,7 +574,7 @@ fn print_result(r: &Value) {
         return;
     }
     println!(
-        "{:<11} {} run(s), {} nodes: {:.1} ms wall, {:.0} µs/node, {} transitions ({:.0}/s) in {} commits, dispatch p50 {} µs p99 {} µs, peak RSS {:.1} MB",
+        "{:<11} {} run(s), {} nodes: {:.1} ms wall, {:.0} µs/node, {} transitions ({:.0}/s) in {} commits, dispatch p50 {} µs p99 {} µs, peak RSS {:.1} MB ({:.1} MB after)",
         r["scenario"].as_str().unwrap_or(""),
         r["runs"],
         r["nodes"],
@@ -575,6 +586,7 @@ fn print_result(r: &Value) {
         r["dispatch_p50_us"],
         r["dispatch_p99_us"],
         r["peak_rss_mb"].as_f64().unwrap_or(0.0),
+        r["rss_after_mb"].as_f64().unwrap_or(0.0),
     );
     if let Some(n) = r["warmup_runs"].as_u64().filter(|n| *n > 0) {
         println!("            (measured after {n} unmeasured warm-up run(s) of the same flow)");

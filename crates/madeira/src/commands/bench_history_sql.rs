@@ -7,8 +7,11 @@
 //! statements are shared and differ only in identifier quoting.
 
 use anyhow::{Context, Result, bail};
-use sqlx::mysql::MySqlPool;
-use sqlx::postgres::PgPool;
+use std::str::FromStr;
+
+use sqlx::ConnectOptions;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
+use sqlx::postgres::{PgConnectOptions, PgPool};
 
 /// A connection pool on the bench store, PostgreSQL or MariaDB/MySQL.
 pub(super) enum Db {
@@ -19,7 +22,10 @@ pub(super) enum Db {
 impl Db {
     pub(super) async fn connect(url: &str) -> Result<Db> {
         if url.starts_with("postgres") {
-            Ok(Db::Pg(PgPool::connect(url).await.with_context(|| "connecting to the PostgreSQL bench store")?))
+            // Bulk statements take seconds: no slow-statement warning for each.
+            let options = PgConnectOptions::from_str(url)?.disable_statement_logging();
+            let pool = PgPool::connect_with(options).await.context("connecting to the PostgreSQL bench store")?;
+            Ok(Db::Pg(pool))
         } else if url.starts_with("mysql") || url.starts_with("mariadb") {
             let pool = sqlx::mysql::MySqlPoolOptions::new()
                 .after_connect(|conn, _| {
@@ -28,7 +34,7 @@ impl Db {
                         Ok(())
                     })
                 })
-                .connect(url)
+                .connect_with(MySqlConnectOptions::from_str(url)?.disable_statement_logging())
                 .await
                 .with_context(|| "connecting to the MariaDB bench store")?;
             Ok(Db::My(pool))
