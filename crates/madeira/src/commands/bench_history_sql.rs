@@ -117,16 +117,18 @@ pub(super) struct Template {
 pub(super) async fn prepare(db: &Db, templates: &[Template]) -> Result<()> {
     let unlogged = if db.is_pg() { "UNLOGGED " } else { "" };
     let text = if db.is_pg() { "TEXT" } else { "VARCHAR(255)" };
+    // The store's own collation, so joins with its tables compare as they do.
+    let table = if db.is_pg() { "" } else { " DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_unicode_ci" };
     db.exec("DROP TABLE IF EXISTS hist_gen").await?;
     db.exec("DROP TABLE IF EXISTS hist_tpl").await?;
     db.exec(&format!(
         "CREATE {unlogged}TABLE hist_tpl (lo BIGINT NOT NULL, hi BIGINT NOT NULL, tpl {text} NOT NULL, \
-         created BIGINT NOT NULL, flow {text} NOT NULL, trig {text} NOT NULL, actor {text} NOT NULL, cron INT NOT NULL)"
+         created BIGINT NOT NULL, flow {text} NOT NULL, trig {text} NOT NULL, actor {text} NOT NULL, cron INT NOT NULL){table}"
     ))
     .await?;
     db.exec(&format!(
         "CREATE {unlogged}TABLE hist_gen (id {text} NOT NULL PRIMARY KEY, tpl {text} NOT NULL, flow {text} NOT NULL, \
-         delta BIGINT NOT NULL, ikey {text} NOT NULL, trig {text} NOT NULL, actor {text} NOT NULL)"
+         delta BIGINT NOT NULL, ikey {text} NOT NULL, trig {text} NOT NULL, actor {text} NOT NULL){table}"
     ))
     .await?;
     for t in templates {
@@ -178,7 +180,7 @@ pub(super) async fn fill_day(db: &Db, day: u32, day_start_ms: i64, n: u64) -> Re
                t.tpl, t.flow, s.created - t.created, \
                CASE WHEN t.cron = 1 THEN CONCAT('cron:', t.flow, ':', DATE_FORMAT(FROM_UNIXTIME(s.created DIV 1000), '%Y-%m-%dT%H:%i:%s'), '.', LPAD(s.created % 1000, 3, '0'), 'Z') \
                     ELSE CONCAT('hist-{day}-', s.seq) END, t.trig, t.actor \
-             FROM (SELECT seq, {day_start_ms} + (seq - 1) * {step} AS created, \
+             FROM (SELECT seq, {day_start_ms} + (CAST(seq AS SIGNED) - 1) * {step} AS created, \
                      LPAD(LOWER(HEX({day_start_ms} + (seq - 1) * {step})), 12, '0') AS h, MD5(CONCAT('{day}:', seq)) AS m \
                    FROM seq_1_to_{n}) s \
              JOIN hist_tpl t ON s.seq % 1000 BETWEEN t.lo AND t.hi"
