@@ -121,12 +121,11 @@ pub(super) async fn unfinished_runs(pool: &Pool) -> Result<Vec<String>> {
 }
 
 pub(super) async fn list_runs(pool: &Pool, query: &RunQuery) -> Result<Vec<RunRow>> {
-    let mut q: QueryBuilder<Db> =
-        QueryBuilder::new(format!(
-            "SELECT {} FROM runs{} WHERE 1 = 1",
-            run_columns(),
-            D::runs_list_hint(query.flow.is_some(), query.state.is_some())
-        ));
+    let mut q: QueryBuilder<Db> = QueryBuilder::new(format!(
+        "SELECT {} FROM runs{} WHERE 1 = 1",
+        run_columns(),
+        D::runs_list_hint(query.flow.is_some(), query.state.is_some())
+    ));
     if let Some(flow) = &query.flow {
         q.push(" AND flow = ").push_bind(flow);
     }

@@ -88,9 +88,18 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
             }
             "steady" => steady(&engines, args.runs, args.rate).await?,
             "history" => {
-                let store_url = args.store.as_deref().context("the history scenario needs --store (PostgreSQL or MariaDB)")?;
+                let store_url = args
+                    .store
+                    .as_deref()
+                    .context("the history scenario needs --store (PostgreSQL or MariaDB)")?;
                 let api = planes[0].http_addr.context("the history scenario's API did not start")?;
-                let history = bench_history::HistoryArgs { store_url, api, runs: args.runs, days: args.days, rate: args.rate };
+                let history = bench_history::HistoryArgs {
+                    store_url,
+                    api,
+                    runs: args.runs,
+                    days: args.days,
+                    rate: args.rate,
+                };
                 bench_history::run(&engines, history).await?
             }
             "cron" => cron(engines.pick(0), args.flows).await?,

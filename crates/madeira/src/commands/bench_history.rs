@@ -141,7 +141,11 @@ async fn fill(db: &Db, templates: &[Template], runs: usize, days: u32) -> Result
             hsql::alerts_day(db, alert, day, day_start).await?;
         }
         tracing::info!(day, written, "history day written");
-        eprintln!("history: day {}/{days} written ({written} runs, {:.0} s)", day + 1, started.elapsed().as_secs_f64());
+        eprintln!(
+            "history: day {}/{days} written ({written} runs, {:.0} s)",
+            day + 1,
+            started.elapsed().as_secs_f64()
+        );
     }
     let load_s = started.elapsed().as_secs_f64();
     hsql::analyze(db).await?;
@@ -163,7 +167,11 @@ async fn fill(db: &Db, templates: &[Template], runs: usize, days: u32) -> Result
 }
 
 /// Settlement runs started at `rate` per second until `stop`; counts starts and failures.
-fn live_load(engines: &Engines, rate: u32, stop: Arc<AtomicBool>) -> (tokio::task::JoinHandle<()>, Arc<AtomicU64>) {
+fn live_load(
+    engines: &Engines,
+    rate: u32,
+    stop: Arc<AtomicBool>,
+) -> (tokio::task::JoinHandle<()>, Arc<AtomicU64>) {
     let started = Arc::new(AtomicU64::new(0));
     let engines: Vec<EngineHandle> = engines.0.clone();
     let count = started.clone();
@@ -190,7 +198,9 @@ fn live_load(engines: &Engines, rate: u32, stop: Arc<AtomicBool>) -> (tokio::tas
 
 fn percentiles(mut v: Vec<f64>) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
-    let pick = |p: f64| v.get(((v.len() as f64 * p) as usize).min(v.len().saturating_sub(1))).copied().unwrap_or(0.0);
+    let pick = |p: f64| {
+        v.get(((v.len() as f64 * p) as usize).min(v.len().saturating_sub(1))).copied().unwrap_or(0.0)
+    };
     (pick(0.50), pick(0.99))
 }
 
@@ -241,7 +251,9 @@ async fn routes(db: &Db, args: &HistoryArgs<'_>, hist_start: i64) -> Result<Valu
     let mut ids = Vec::new();
     for k in 0..20 {
         let bound = madeira_core::timebound::id_bound(hist_start + span * k / 20 + DAY_MS / 3);
-        ids.extend(db.texts(&format!("SELECT id FROM runs WHERE id < '{bound}' ORDER BY id DESC LIMIT 1")).await?);
+        ids.extend(
+            db.texts(&format!("SELECT id FROM runs WHERE id < '{bound}' ORDER BY id DESC LIMIT 1")).await?,
+        );
     }
     let failed = db
         .texts(&format!(
@@ -262,11 +274,17 @@ async fn routes(db: &Db, args: &HistoryArgs<'_>, hist_start: i64) -> Result<Valu
         ("api runs flow", Box::new(|_| "/api/v1/runs?flow=bench-settlement&limit=50".into())),
         ("api runs rare flow", Box::new(|i| format!("/api/v1/runs?flow=hist-etl-{}&limit=50", i % 10))),
         ("api runs status=FAILED", Box::new(|_| "/api/v1/runs?status=FAILED&limit=50".into())),
-        ("api runs flow+status", Box::new(|_| "/api/v1/runs?flow=bench-settlement&status=FAILED&limit=50".into())),
-        ("api runs since/until", Box::new(move |i| {
-            let d = (i % 5) as i64 + 2;
-            format!("/api/v1/runs?flow=bench-settlement&since={}&until={}&limit=50", day(d), day(d + 1))
-        })),
+        (
+            "api runs flow+status",
+            Box::new(|_| "/api/v1/runs?flow=bench-settlement&status=FAILED&limit=50".into()),
+        ),
+        (
+            "api runs since/until",
+            Box::new(move |i| {
+                let d = (i % 5) as i64 + 2;
+                format!("/api/v1/runs?flow=bench-settlement&since={}&until={}&limit=50", day(d), day(d + 1))
+            }),
+        ),
         ("api runs deep cursor", Box::new(move |_| format!("/api/v1/runs?cursor={mid}&limit=50"))),
         ("api run detail", Box::new(move |i| format!("/api/v1/runs/{}", id(i)))),
         ("api run transitions", Box::new(move |i| format!("/api/v1/runs/{}/transitions", id(i)))),
@@ -326,7 +344,9 @@ async fn cron_lookups(engine: &EngineHandle) -> Result<Value> {
     }
     let (k50, k99) = percentiles(keys);
     let (l50, l99) = percentiles(lists);
-    Ok(json!({"last_cron_key_p50_ms": k50, "last_cron_key_p99_ms": k99, "flow_runs_p50_ms": l50, "flow_runs_p99_ms": l99}))
+    Ok(
+        json!({"last_cron_key_p50_ms": k50, "last_cron_key_p99_ms": k99, "flow_runs_p50_ms": l50, "flow_runs_p99_ms": l99}),
+    )
 }
 
 /// Retention's own loop (batches of 200, 20 ms apart) over the oldest day.
@@ -384,7 +404,11 @@ pub(super) fn print(r: &Value) {
     );
     if let Some(routes) = r["routes"].as_object() {
         for (name, v) in routes {
-            println!("            {name:<26} p50 {:>7.2} ms  p99 {:>7.2} ms", f(&v["p50_ms"]), f(&v["p99_ms"]));
+            println!(
+                "            {name:<26} p50 {:>7.2} ms  p99 {:>7.2} ms",
+                f(&v["p50_ms"]),
+                f(&v["p99_ms"])
+            );
         }
     }
     let c = &r["cron"];

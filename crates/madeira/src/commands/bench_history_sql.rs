@@ -24,7 +24,8 @@ impl Db {
         if url.starts_with("postgres") {
             // Bulk statements take seconds: no slow-statement warning for each.
             let options = PgConnectOptions::from_str(url)?.disable_statement_logging();
-            let pool = PgPool::connect_with(options).await.context("connecting to the PostgreSQL bench store")?;
+            let pool =
+                PgPool::connect_with(options).await.context("connecting to the PostgreSQL bench store")?;
             Ok(Db::Pg(pool))
         } else if url.starts_with("mysql") || url.starts_with("mariadb") {
             let pool = sqlx::mysql::MySqlPoolOptions::new()
@@ -39,7 +40,9 @@ impl Db {
                 .with_context(|| "connecting to the MariaDB bench store")?;
             Ok(Db::My(pool))
         } else {
-            bail!("the history scenario needs `--store postgres://…` or `--store mysql://…` (got a SQLite or unknown URL)")
+            bail!(
+                "the history scenario needs `--store postgres://…` or `--store mysql://…` (got a SQLite or unknown URL)"
+            )
         }
     }
 
@@ -80,7 +83,10 @@ impl Db {
             Db::Pg(p) => sqlx::query_as(sql).fetch_all(p).await,
             Db::My(p) => sqlx::query_as(sql).fetch_all(p).await,
         };
-        Ok(v.with_context(|| format!("history SQL failed: {}", first_line(sql)))?.into_iter().map(|r| r.0).collect())
+        Ok(v.with_context(|| format!("history SQL failed: {}", first_line(sql)))?
+            .into_iter()
+            .map(|r| r.0)
+            .collect())
     }
 
     /// `name` quoted as an identifier (`trigger`, `key` and `reads` are reserved on MySQL).
