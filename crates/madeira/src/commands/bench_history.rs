@@ -243,6 +243,9 @@ async fn measure(engines: &Engines, db: &Db, args: &HistoryArgs<'_>, filled: Val
     }))
 }
 
+/// A route's name and its path for the i-th request.
+type Route<'a> = (&'static str, Box<dyn Fn(usize) -> String + 'a>);
+
 /// Times each route `SAMPLES` times; ids of runs spread over the history.
 async fn routes(db: &Db, args: &HistoryArgs<'_>, hist_start: i64) -> Result<Value> {
     let base = format!("http://{}", args.api);
@@ -269,7 +272,7 @@ async fn routes(db: &Db, args: &HistoryArgs<'_>, hist_start: i64) -> Result<Valu
             .unwrap_or_default()
     };
     let mid = madeira_core::timebound::id_bound(hist_start + span / 2);
-    let list: Vec<(&str, Box<dyn Fn(usize) -> String>)> = vec![
+    let list: Vec<Route<'_>> = vec![
         ("api runs", Box::new(|_| "/api/v1/runs?limit=50".into())),
         ("api runs flow", Box::new(|_| "/api/v1/runs?flow=bench-settlement&limit=50".into())),
         ("api runs rare flow", Box::new(|i| format!("/api/v1/runs?flow=hist-etl-{}&limit=50", i % 10))),
