@@ -234,3 +234,15 @@ async fn a_node_marked_a_success_names_who_instead_of_a_duration() {
     let load = between(&zh, "<tr id=\"r-load\"", "</tr>");
     assert!(load.contains(r#"title="标记成功">标记者 otto</td>"#), "{load}");
 }
+
+#[tokio::test]
+async fn the_overview_counts_the_last_days_runs_by_state() {
+    let app = app().await;
+    run_until(&app, "FAILED").await;
+    run_until(&app, "FAILED").await;
+    let page = get(&app, "/", "en").await.body;
+    let failed = between(&page, "/runs?state=FAILED&amp;since=", "</a>");
+    assert!(failed.contains(r#"<span class="num">2</span>"#), "two failed runs counted: {failed}");
+    let cancelled = between(&page, "/runs?state=CANCELLED&amp;since=", "</a>");
+    assert!(cancelled.contains(r#"<span class="num">0</span>"#), "none cancelled: {cancelled}");
+}

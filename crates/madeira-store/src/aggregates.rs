@@ -66,6 +66,9 @@ pub trait RunStore: Send + Sync + 'static {
     /// recovered, admitted QUEUED ones started, waiting ones promoted).
     async fn unfinished_runs(&self) -> Result<Vec<String>>;
     async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRow>>;
+    /// How many runs in `state` have an id of at least `since_id`, counting no
+    /// further than `cap` (the console's counts: bounded work whatever the history).
+    async fn count_runs(&self, state: &str, since_id: &str, cap: u32) -> Result<u32>;
     async fn transitions(&self, run_id: &str) -> Result<Vec<TransitionRecord>>;
     /// The log of each of the node's attempts, by attempt: the stored tail, or empty
     /// content for a finished attempt that has none (an attempt that printed

@@ -86,6 +86,13 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         Cow::Borrowed(column)
     }
 
+    /// An index hint after `FROM runs` for a runs list filtered by flow and/or
+    /// state, newest first (none: the planner's choice serves; MySQL's may
+    /// intersect two indexes and sort the whole flow, `docs/scale.md`).
+    fn runs_list_hint(_flow: bool, _state: bool) -> &'static str {
+        ""
+    }
+
     /// Runs the INSERT `q` (one row into a table whose key `id` the database
     /// numbers) and answers the new row's `id`.
     async fn insert_id(pool: &Pool<Self::DB>, q: QueryBuilder<'_, Self::DB>) -> Result<i64>;

@@ -521,8 +521,9 @@ pub enum CronCommand {
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Which scenarios to run (also: `throttle`, `cron`, `steady`, and `alerts`, 10,000
-    /// failure events through alert aggregation).
+    /// Which scenarios to run (also: `throttle`, `cron`, `steady`, `alerts`, 10,000
+    /// failure events through alert aggregation, and `history`, `--runs` runs of
+    /// history over `--days` written into `--store` then timed under live load).
     #[arg(
         long,
         value_delimiter = ',',
@@ -553,6 +554,9 @@ pub struct BenchArgs {
     /// Control-plane replicas (engines) sharing the store, triggered in turn.
     #[arg(long, default_value_t = 1)]
     pub replicas: usize,
+    /// Days the history scenario's `--runs` are spread over (ending an hour ago).
+    #[arg(long, default_value_t = 30)]
+    pub days: u32,
     /// Cron flows in the cron scenario (all firing at the same instant).
     #[arg(long, default_value_t = 10_000)]
     pub flows: usize,

@@ -58,6 +58,16 @@ impl Dialect for MySqlDialect {
         Cow::Owned(format!("CAST({column} AS CHAR) AS {column}"))
     }
 
+    fn runs_list_hint(flow: bool, state: bool) -> &'static str {
+        // Measured at 100k runs: `flow = ? AND state = 'SUCCESS' ORDER BY id DESC
+        // LIMIT 51` took 454 ms as an index-merge intersection and a filesort.
+        match (flow, state) {
+            (true, true) => " FORCE INDEX (runs_flow_state)",
+            (true, false) => " FORCE INDEX (runs_flow_id)",
+            _ => "",
+        }
+    }
+
     fn upsert(_keys: &str, columns: &[&str]) -> String {
         // MySQL replaces the row on whichever unique key the INSERT repeats; every
         // table the store upserts has one unique key. `VALUES(c)` (not a row alias)

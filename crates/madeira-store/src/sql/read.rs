@@ -121,8 +121,11 @@ pub(super) async fn unfinished_runs(pool: &Pool) -> Result<Vec<String>> {
 }
 
 pub(super) async fn list_runs(pool: &Pool, query: &RunQuery) -> Result<Vec<RunRow>> {
-    let mut q: QueryBuilder<Db> =
-        QueryBuilder::new(format!("SELECT {} FROM runs WHERE 1 = 1", run_columns()));
+    let mut q: QueryBuilder<Db> = QueryBuilder::new(format!(
+        "SELECT {} FROM runs{} WHERE 1 = 1",
+        run_columns(),
+        D::runs_list_hint(query.flow.is_some(), query.state.is_some())
+    ));
     if let Some(flow) = &query.flow {
         q.push(" AND flow = ").push_bind(flow);
     }
@@ -137,6 +140,19 @@ pub(super) async fn list_runs(pool: &Pool, query: &RunQuery) -> Result<Vec<RunRo
     }
     q.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(query.limit.max(1)));
     q.build().fetch_all(pool).await?.iter().map(run_row).collect()
+}
+
+/// Counts at most `cap` rows: an index range scan on `runs_state_id` that stops at the cap.
+pub(super) async fn count_runs(pool: &Pool, state: &str, since_id: &str, cap: u32) -> Result<u32> {
+    let (n,): (i64,) = sqlx::query_as(&sql(
+        "SELECT COUNT(*) FROM (SELECT 1 AS one FROM runs WHERE state = $1 AND id >= $2 LIMIT $3) AS capped",
+    ))
+    .bind(state)
+    .bind(since_id)
+    .bind(i64::from(cap))
+    .fetch_one(pool)
+    .await?;
+    Ok(u32::try_from(n).unwrap_or(cap))
 }
 
 pub(super) async fn transitions(pool: &Pool, run_id: &str) -> Result<Vec<TransitionRecord>> {

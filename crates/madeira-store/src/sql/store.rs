@@ -66,6 +66,7 @@ forward!(RunStore {
     read fn load_run(run_id: &str) -> Option<StoredRun> = read::load_run;
     write fn unfinished_runs() -> Vec<String> = read::unfinished_runs;
     read fn list_runs(query: &RunQuery) -> Vec<RunRow> = read::list_runs;
+    read fn count_runs(state: &str, since_id: &str, cap: u32) -> u32 = read::count_runs;
     read fn transitions(run_id: &str) -> Vec<TransitionRecord> = read::transitions;
     read fn logs(run_id: &str, node: &str) -> Vec<LogRecord> = read::logs;
     write fn put_shard_result(result: &ShardResult) -> () = shards::put;

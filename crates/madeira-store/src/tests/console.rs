@@ -19,6 +19,17 @@ pub(crate) async fn runs_keep_their_actor_and_are_found_by_it(s: &dyn Store) {
     assert!(s.list_runs(&query).await.expect("nobody").is_empty());
 }
 
+pub(crate) async fn run_counts_by_state_stop_at_their_cap(s: &dyn Store) {
+    for id in ["r1", "r2", "r3", "r4", "r5"] {
+        s.create_run(&new_run(id, None, 0, Overlap::Queue)).await.expect(id);
+    }
+    let state = s.load_run("r1").await.expect("load").expect("exists").run.state.as_str();
+    assert_eq!(s.count_runs(state, "r2", 100).await.expect("from r2"), 4, "r2..r5");
+    assert_eq!(s.count_runs(state, "r2", 3).await.expect("capped"), 3, "stops at the cap");
+    assert_eq!(s.count_runs(state, "r6", 100).await.expect("none newer"), 0);
+    assert_eq!(s.count_runs("CANCELLED", "r0", 100).await.expect("other state"), 0);
+}
+
 pub(crate) async fn attempts_keep_the_host_they_ran_on(s: &dyn Store) {
     s.create_run(&new_run("r1", None, 0, Overlap::Queue)).await.expect("create");
     let start = |node: &str, host: Option<&str>| AttemptRecord {

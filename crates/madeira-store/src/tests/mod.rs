@@ -100,6 +100,7 @@ mod bodies {
 
 on_every_backend!(
     runs_keep_their_actor_and_are_found_by_it,
+    run_counts_by_state_stop_at_their_cap,
     attempts_keep_the_host_they_ran_on,
     sessions_expire_end_at_sign_out_and_stay_bounded,
     claims_follow_owner_and_expiry,

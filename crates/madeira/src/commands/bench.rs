@@ -28,7 +28,7 @@ use crate::app::{ControlPlane, PlaneOptions, redact, sqlite_url_in};
 use madeira_telemetry::{TelemetryOptions, TraceOptions};
 
 use super::bench_engines::{Engines, reset_peak_rss, rss_kb, trigger, wait_all};
-use super::{bench_sidecar, bench_storage};
+use super::{bench_history, bench_sidecar, bench_storage};
 use crate::cli::{BenchArgs, Output, TelemetryMode};
 use crate::sidecars::{FleetSetup, LocalSidecar};
 
@@ -85,6 +85,21 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
                 result
             }
             "steady" => steady(&engines, args.runs, args.rate).await?,
+            "history" => {
+                let store_url = args
+                    .store
+                    .as_deref()
+                    .context("the history scenario needs --store (PostgreSQL or MariaDB)")?;
+                let api = planes[0].http_addr.context("the history scenario's API did not start")?;
+                let history = bench_history::HistoryArgs {
+                    store_url,
+                    api,
+                    runs: args.runs,
+                    days: args.days,
+                    rate: args.rate,
+                };
+                bench_history::run(&engines, history).await?
+            }
             "cron" => cron(engines.pick(0), args.flows).await?,
             "throttle" => throttle(&engines, 1000).await?,
             "alerts" => super::bench_alerts::run(10_000).await?,
@@ -101,10 +116,12 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
             }
             other => bail!(
                 "unknown scenario `{other}`: use idle, chain, fanout, settlement, steady, throttle, cron, \
-                 alerts, sidecar-chain or sidecar-rss"
+                 alerts, history, sidecar-chain or sidecar-rss"
             ),
         };
-        if args.output == Output::Text && result["scenario"] == "alerts" {
+        if args.output == Output::Text && result["scenario"] == "history" {
+            bench_history::print(&result);
+        } else if args.output == Output::Text && result["scenario"] == "alerts" {
             super::bench_alerts::print(&result);
         } else if args.output == Output::Text && !bench_sidecar::print(&result) {
             print_result(&result);
@@ -177,7 +194,9 @@ async fn start_planes(
                 store_url: store_url.clone(),
                 engine,
                 auth: AuthConfig::default(),
-                http: None,
+                // The history scenario times the API and the console of the first replica.
+                http: (set == "a" && i == 0 && args.scenarios.iter().any(|s| s == "history"))
+                    .then(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
                 http_tls: None,
                 alerts: Default::default(),
                 sources: Vec::new(),
@@ -252,7 +271,7 @@ fn fanout_flow(n: usize) -> String {
     yaml
 }
 
-const SETTLEMENT_DAG: &str = "flow: bench-settlement
+pub(super) const SETTLEMENT_DAG: &str = "flow: bench-settlement
 nodes:
   pull_payments: {run: {builtin: noop, outputs: {n: 1}}}
   pull_refunds: {run: {builtin: noop, outputs: {refund_count: 2}}}
@@ -437,6 +456,7 @@ fn report(
         "dispatch_p50_us": pct(0.50),
         "dispatch_p99_us": pct(0.99),
         "peak_rss_mb": rss_kb("VmHWM") as f64 / 1024.0,
+        "rss_after_mb": rss_kb("VmRSS") as f64 / 1024.0,
     })
 }
 
@@ -470,7 +490,7 @@ fn print_result(r: &Value) {
         return;
     }
     println!(
-        "{:<11} {} run(s), {} nodes: {:.1} ms wall, {:.0} µs/node, {} transitions ({:.0}/s) in {} commits, dispatch p50 {} µs p99 {} µs, peak RSS {:.1} MB",
+        "{:<11} {} run(s), {} nodes: {:.1} ms wall, {:.0} µs/node, {} transitions ({:.0}/s) in {} commits, dispatch p50 {} µs p99 {} µs, peak RSS {:.1} MB ({:.1} MB after)",
         r["scenario"].as_str().unwrap_or(""),
         r["runs"],
         r["nodes"],
@@ -482,6 +502,7 @@ fn print_result(r: &Value) {
         r["dispatch_p50_us"],
         r["dispatch_p99_us"],
         r["peak_rss_mb"].as_f64().unwrap_or(0.0),
+        r["rss_after_mb"].as_f64().unwrap_or(0.0),
     );
     if let Some(n) = r["warmup_runs"].as_u64().filter(|n| *n > 0) {
         println!("            (measured after {n} unmeasured warm-up run(s) of the same flow)");

@@ -22,7 +22,11 @@ impl Engines {
         &self.0[i % self.0.len()]
     }
 
-    /// Every replica's run events, merged (a lag is reported as an error).
+    /// Every replica's run-level ends (SUCCESS, FAILED, CANCELLED), merged (a lag
+    /// is reported as an error). Only the ends are forwarded: a scenario that
+    /// triggers for a while before it reads (`steady`) would otherwise keep every
+    /// node event of every run in this unbounded channel, ~30 per settlement run,
+    /// and report the harness's growth as the engine's peak RSS.
     pub(super) fn subscribe(&self) -> mpsc::UnboundedReceiver<Result<Arc<RunEvent>, String>> {
         let (tx, rx) = mpsc::unbounded_channel();
         for engine in &self.0 {
@@ -31,7 +35,8 @@ impl Engines {
             tokio::spawn(async move {
                 loop {
                     let item = match events.recv().await {
-                        Ok(e) => Ok(e),
+                        Ok(e) if is_run_end(&e) => Ok(e),
+                        Ok(_) => continue,
                         Err(RecvError::Lagged(n)) => Err(format!("event stream lagged by {n}")),
                         Err(RecvError::Closed) => return,
                     };
@@ -54,6 +59,11 @@ impl Engines {
         }
         total
     }
+}
+
+/// A run-level change to a final state.
+fn is_run_end(e: &RunEvent) -> bool {
+    e.node.is_none() && matches!(e.to.as_str(), "SUCCESS" | "FAILED" | "CANCELLED")
 }
 
 pub(super) async fn trigger(engine: &EngineHandle, flow: &str) -> Result<String> {

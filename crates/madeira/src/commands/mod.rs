@@ -4,6 +4,8 @@ mod alerts;
 mod bench;
 mod bench_alerts;
 mod bench_engines;
+mod bench_history;
+mod bench_history_sql;
 mod bench_sidecar;
 mod bench_storage;
 mod client_cmds;
