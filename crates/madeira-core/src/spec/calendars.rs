@@ -1,0 +1,36 @@
+//! Calendar names a flow uses, checked on apply against the server's calendars
+//! (the flow file alone cannot know them): each cron trigger's `calendar:`.
+//! An unknown name is a `FILE:LINE` error with a suggestion.
+
+use madeira_calendar::Calendars;
+
+use crate::model::{FlowDef, TriggerDef};
+
+use super::report::did_you_mean;
+use super::{SpecError, SpecErrors};
+
+/// Every calendar name `def` uses that `calendars` does not know, as errors.
+pub fn check_calendars(file: &str, def: &FlowDef, calendars: &Calendars) -> Result<(), SpecErrors> {
+    let known: Vec<&str> = calendars.names().collect();
+    let errors: Vec<SpecError> = def
+        .triggers
+        .iter()
+        .filter_map(|t| match t {
+            TriggerDef::Cron(c) => c.calendar.as_ref(),
+            TriggerDef::Event { .. } | TriggerDef::Message(_) => None,
+        })
+        .filter(|c| calendars.get(&c.name).is_none())
+        .map(|c| SpecError {
+            file: file.to_string(),
+            line: c.line,
+            node: None,
+            message: format!(
+                "unknown calendar `{}`{}; the server has: {}",
+                c.name,
+                did_you_mean(&c.name, known.iter().copied()),
+                known.join(", ")
+            ),
+        })
+        .collect();
+    if errors.is_empty() { Ok(()) } else { Err(SpecErrors(errors)) }
+}
