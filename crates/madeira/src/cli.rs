@@ -327,6 +327,10 @@ pub struct DevArgs {
     /// Server config (alerts, http executor policy, retention).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Start the cron scheduler's clock at this instant (RFC 3339), running at
+    /// the real pace: try a schedule on a given date (e.g. a holiday) now.
+    #[arg(long, env = "MADEIRA_DEV_CLOCK_START", hide = true)]
+    pub clock_start: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -513,6 +517,17 @@ pub enum CronCommand {
         /// How many fire times to print.
         #[arg(long, default_value_t = 5)]
         count: usize,
+        /// Fire only on this calendar's business days (`weekdays`, `cn-workdays`, or
+        /// one defined in `--config`).
+        #[arg(long)]
+        calendar: Option<String>,
+        /// With `--calendar`: `skip` a day off, or move its tick to the `next` or
+        /// `previous` business day.
+        #[arg(long, default_value = "skip", requires = "calendar")]
+        calendar_mode: String,
+        /// Server config whose `calendars:` (and flows directory's calendar files) to use.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// `text` for people, `json` (one document on stdout) for scripts.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
