@@ -251,6 +251,13 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Business-day calendars: every one with its data range, or `show NAME --year`.
+    Calendars {
+        #[command(subcommand)]
+        command: Option<CalendarsCommand>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// The SQL datasources: kind, pool size, statements running, waiting (no URLs).
     Datasources {
         #[command(flatten)]
@@ -500,6 +507,19 @@ pub enum CrontabCommand {
         /// `text` for people, `json` (one document on stdout) for scripts.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CalendarsCommand {
+    /// One year of a calendar as a month grid: days off and make-up workdays marked.
+    Show {
+        name: String,
+        /// The year to show (default: this year).
+        #[arg(long)]
+        year: Option<i32>,
+        #[command(flatten)]
+        server: ServerArgs,
     },
 }
 

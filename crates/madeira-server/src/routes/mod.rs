@@ -2,6 +2,7 @@
 
 mod alerts;
 mod audit;
+mod calendars;
 mod datasources;
 mod flows;
 pub(crate) mod follow;
@@ -98,6 +99,8 @@ pub(crate) fn api_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
         ("/alerts/test", post(alerts::test)),
         ("/sidecars", get(sidecars::list)),
         ("/datasources", get(datasources::list)),
+        ("/calendars", get(calendars::list)),
+        ("/calendars/{name}", get(calendars::show)),
         ("/sources", get(sources::list)),
     ]
 }

@@ -5,6 +5,7 @@ mod bench;
 mod bench_alerts;
 mod bench_sidecar;
 mod bench_storage;
+mod calendars;
 mod client_cmds;
 mod demo;
 mod exec;
@@ -35,6 +36,7 @@ pub async fn run(cli: Cli, telemetry: TelemetryOptions) -> Result<ExitCode> {
         Command::Sidecar { config } => sidecar::run(&config).await,
         Command::Exec(args) => exec::run(args).await,
         Command::Crontab { command } => crate::crontab::run(command),
+        Command::Calendars { command, server } => calendars::run(command, server).await,
         other => client_cmds::run(other).await,
     }
 }
