@@ -227,6 +227,8 @@ pub fn build(
     // slow viewer lags; the ring is allocated up front, so its slots hold `Arc`s
     // (tens of bytes each, not the event's ~200).
     let (events, _) = broadcast::channel(16_384);
+    // CEL's `cal.*` functions read the server's calendars.
+    madeira_core::expr::set_calendars(Arc::new(options.calendars.clone()));
     let flows = FlowCache::with_sources(options.message_sources.clone(), options.datasources.clone())
         .with_calendars(options.calendars.clone());
     let stats = Arc::new(EngineStats::default());

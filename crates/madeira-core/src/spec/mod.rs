@@ -24,6 +24,7 @@ mod tests;
 
 pub use calendars::check_calendars;
 pub use message::{DEFAULT_MAX_DELIVERIES, DEFAULT_MAX_IN_FLIGHT, SOURCE_TYPES, check_sources};
+pub(crate) use report::closest as closest_name;
 pub use sql::check_datasources;
 pub use trigger::{parse_cron, parse_timezone};
 
