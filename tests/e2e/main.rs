@@ -8,6 +8,7 @@ mod alerts;
 mod api;
 mod auth;
 mod brokers;
+mod calendars;
 mod cli;
 mod cli_files;
 mod cli_lifecycle;

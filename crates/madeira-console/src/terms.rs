@@ -66,6 +66,7 @@ const ACTION: &[(&str, &str)] = &[
     ("demote", "转为仅观察"),
     ("routing_fallback", "路由兜底"),
     ("cron_run_not_created", "定时运行未创建"),
+    ("cron_tick_skipped", "非工作日，定时未触发"),
     ("missed_run", "错过运行"),
 ];
 

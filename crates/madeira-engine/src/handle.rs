@@ -182,6 +182,11 @@ impl EngineHandle {
         self.live_logs.subscribe(&(run_id.to_string(), node.to_string(), attempt))
     }
 
+    /// The server's calendars (cron triggers' `calendar:`, CEL date functions).
+    pub fn calendars(&self) -> Arc<madeira_calendar::Calendars> {
+        self.flows.calendars()
+    }
+
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }

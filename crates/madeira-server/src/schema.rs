@@ -221,7 +221,7 @@ pub struct FlowDetail {
     pub labels: std::collections::BTreeMap<String, String>,
     pub paused: bool,
     pub observe: bool,
-    /// `{cron, timezone, next_run}` or `{event}` per trigger.
+    /// `{cron, timezone, next_run, calendar, calendar_mode, skipped_days}` or `{event}` per trigger.
     pub triggers: Vec<Value>,
     pub nodes: Vec<String>,
     pub updated_at: String,
@@ -379,6 +379,40 @@ pub struct AlertMarkAnswer {
 pub struct DatasourcesView {
     /// `{name, kind, max_connections, read_only, in_use, waiting, open, idle}` per datasource.
     pub datasources: Vec<Value>,
+}
+
+/// One calendar: `GET /calendars` item.
+#[derive(Serialize, ToSchema)]
+pub struct CalendarSummary {
+    pub name: String,
+    pub description: Option<String>,
+    /// The calendar it is built on (`null` for `weekdays` and `all_days`).
+    pub base: Option<String>,
+    /// First and last day it has data for (`YYYY-MM-DD`; `null`: unbounded).
+    pub first_known_day: Option<String>,
+    pub last_known_day: Option<String>,
+}
+
+/// `GET /calendars`.
+#[derive(Serialize, ToSchema)]
+pub struct CalendarList {
+    pub calendars: Vec<CalendarSummary>,
+}
+
+/// `GET /calendars/{name}?year=`: one year of a calendar.
+#[derive(Serialize, ToSchema)]
+pub struct CalendarYear {
+    pub name: String,
+    pub description: Option<String>,
+    pub base: Option<String>,
+    pub first_known_day: Option<String>,
+    pub last_known_day: Option<String>,
+    pub year: i32,
+    /// Monday-to-Friday days that are not business days (holidays), `YYYY-MM-DD`.
+    pub off_days: Vec<String>,
+    /// Saturdays and Sundays that are business days (make-up workdays), `YYYY-MM-DD`.
+    pub make_up_days: Vec<String>,
+    pub business_days: u32,
 }
 
 /// `GET /sources`: the message sources of the server config and their consumers

@@ -193,7 +193,7 @@ fn lookup(path: &str, stored: &StoredRun) -> Option<String> {
 }
 
 /// `GET /flows/{name}`.
-pub fn flow_detail(record: &FlowRecord, flow: &FlowDef) -> Json {
+pub fn flow_detail(record: &FlowRecord, flow: &FlowDef, calendars: &madeira_calendar::Calendars) -> Json {
     let triggers: Vec<Json> = flow
         .triggers
         .iter()
@@ -201,7 +201,11 @@ pub fn flow_detail(record: &FlowRecord, flow: &FlowDef) -> Json {
             TriggerDef::Cron(c) => json!({
                 "cron": c.expr,
                 "timezone": c.timezone,
-                "next_run": time(madeira_core::schedule::next_after(c, chrono::Utc::now()).map(|t| t.timestamp_millis())),
+                "next_run": time(
+                    madeira_core::schedule::next_fire(c, calendars, chrono::Utc::now()).map(|t| t.timestamp_millis())
+                ),
+                "calendar": c.calendar.as_ref().map(|k| k.name.clone()),
+                "calendar_mode": c.calendar.as_ref().map(|k| k.mode.as_str()),
             }),
             TriggerDef::Event { event, on_paused, max_queued } => {
                 json!({"event": event, "on_paused": on_paused.as_str(), "max_queued": max_queued})

@@ -66,6 +66,8 @@ pub struct PlaneOptions {
     pub datasources: Vec<madeira_sql::DatasourceConfig>,
     /// Message brokers that flows' `message:` triggers consume.
     pub sources: Vec<madeira_sources::SourceConfig>,
+    /// The scheduler's wall clock (`None`: the system's; `dev --clock-start` moves it).
+    pub scheduler_clock: Option<madeira_engine::WallClock>,
 }
 
 /// Opens the store named by `url` (`sqlite://…`, `postgres://…`/`postgresql://…` or
@@ -198,6 +200,7 @@ impl ControlPlane {
         };
         executors.sql = sql.clone().map(|s| s as Arc<dyn madeira_engine::Executor>);
         let redis_url = options.engine.redis.clone();
+        crate::calendars::register_metrics(&options.engine.calendars, telemetry.registry_mut());
         let engine_options = EngineOptions { tracing: telemetry.tracing(), datasources, ..options.engine };
         let (engine, handle) = madeira_engine::build(store, executors, observers.clone(), engine_options);
         let cancel = CancellationToken::new();
@@ -205,7 +208,10 @@ impl ControlPlane {
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(engine.run_until(drain.clone(), cancel.clone())));
         tasks.push(tokio::spawn(alert_task.run(cancel.clone())));
-        let scheduler = madeira_engine::Scheduler::new(handle.clone(), observers);
+        let mut scheduler = madeira_engine::Scheduler::new(handle.clone(), observers);
+        if let Some(wall) = options.scheduler_clock.clone() {
+            scheduler = scheduler.with_wall_clock(wall);
+        }
         tasks.push(tokio::spawn(scheduler.run(drain.clone())));
         // Events kept for paused flows: started on resume, and what a crash or
         // another replica's resume left, within seconds.
@@ -275,17 +281,23 @@ impl ControlPlane {
         Ok(Self { engine: handle, http_addr, cancel, drain, shutdown_grace, telemetry, tasks, fleet })
     }
 
-    /// Applies every `*.yaml`/`*.yml` file in `dir`; the first invalid one aborts.
+    /// Applies every `*.yaml`/`*.yml` flow file in `dir` (calendar files, read at
+    /// start by `calendars::load`, are left out); the first invalid one aborts.
     pub async fn apply_dir(&self, dir: &Path) -> Result<usize> {
         let files = crate::files::yaml_files(dir).context("reading the flows directory")?;
+        let mut applied = 0;
         for file in &files {
             let source = crate::files::read_text(file, crate::files::Confine::Within(dir))?;
+            if crate::calendars::is_calendar_file(&source) {
+                continue;
+            }
+            applied += 1;
             self.engine
                 .apply_flow(&file.display().to_string(), &source)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
-        Ok(files.len())
+        Ok(applied)
     }
 
     /// Shuts down gracefully (see the module doc) and waits for every part.

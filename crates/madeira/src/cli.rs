@@ -251,6 +251,13 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Business-day calendars: every one with its data range, or `show NAME --year`.
+    Calendars {
+        #[command(subcommand)]
+        command: Option<CalendarsCommand>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// The SQL datasources: kind, pool size, statements running, waiting (no URLs).
     Datasources {
         #[command(flatten)]
@@ -327,6 +334,10 @@ pub struct DevArgs {
     /// Server config (alerts, http executor policy, retention).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Start the cron scheduler's clock at this instant (RFC 3339), running at
+    /// the real pace: try a schedule on a given date (e.g. a holiday) now.
+    #[arg(long, env = "MADEIRA_DEV_CLOCK_START", hide = true)]
+    pub clock_start: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -500,6 +511,19 @@ pub enum CrontabCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum CalendarsCommand {
+    /// One year of a calendar as a month grid: days off and make-up workdays marked.
+    Show {
+        name: String,
+        /// The year to show (default: this year).
+        #[arg(long)]
+        year: Option<i32>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum CronCommand {
     /// Print the next fire instants of a cron expression.
     Next {
@@ -513,6 +537,17 @@ pub enum CronCommand {
         /// How many fire times to print.
         #[arg(long, default_value_t = 5)]
         count: usize,
+        /// Fire only on this calendar's business days (`weekdays`, `cn-workdays`, or
+        /// one defined in `--config`).
+        #[arg(long)]
+        calendar: Option<String>,
+        /// With `--calendar`: `skip` a day off, or move its tick to the `next` or
+        /// `previous` business day.
+        #[arg(long, default_value = "skip", requires = "calendar")]
+        calendar_mode: String,
+        /// Server config whose `calendars:` (and flows directory's calendar files) to use.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// `text` for people, `json` (one document on stdout) for scripts.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,

@@ -63,6 +63,10 @@ pub struct ServerConfig {
     /// SQL datasources for `run: {sql: …}` nodes (SPEC §4.2).
     #[serde(default)]
     pub datasources: Vec<DatasourceSpec>,
+    /// Business-day calendars cron triggers and CEL date functions may name, added
+    /// to the built-in ones (`docs/business-dates.md`).
+    #[serde(default)]
+    pub calendars: Vec<madeira_calendar::CalendarDef>,
 }
 
 /// One `datasources:` entry; the URL comes from env or a file, never the config text.

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 mod app;
+mod calendars;
 mod cli;
 mod client;
 mod commands;

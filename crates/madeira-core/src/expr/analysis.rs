@@ -59,6 +59,15 @@ fn walk(expr: &IdedExpr, scope: &mut Vec<String>, depth: usize, out: &mut Outlin
             if let Some(node) = selected(expr, scope, "nodes") {
                 push_unique(&mut out.nodes, &node);
             }
+            // `date.f(…)` / `cal.f(…)` name a function (`expr::dates`), not a variable.
+            if let Expr::Call(call) = &expr.expr
+                && matches!(call.target.as_deref().map(|t| &t.expr), Some(Expr::Ident(ns)) if ns == "date" || ns == "cal")
+            {
+                for arg in &call.args {
+                    walk(arg, scope, depth + 1, out);
+                }
+                return;
+            }
             for_each_child(expr, &mut |child| walk(child, scope, depth + 1, out));
         }
     }

@@ -7,6 +7,7 @@
 
 mod analysis;
 mod budget;
+mod dates;
 mod json;
 mod message;
 mod payload;
@@ -20,6 +21,7 @@ use cel::common::ast::IdedExpr;
 use serde_json::Value as Json;
 
 pub use budget::{COST_LIMIT, DATA_COST, STEP_COST};
+pub use dates::set_calendars;
 pub use payload::{MESSAGE_VARIABLES, MessageExpr};
 
 /// Longest accepted expression source, in bytes.
@@ -38,6 +40,7 @@ pub(crate) struct Program {
     source: String,
     expr: Arc<IdedExpr>,
     outline: Arc<analysis::Outline>,
+    dates: Arc<dates::DateUse>,
 }
 
 impl Program {
@@ -59,8 +62,9 @@ impl Program {
         if outline.depth > MAX_DEPTH {
             return Err(too_deep(outline.depth));
         }
+        let dates = Arc::new(dates::check(program.expression())?);
         let expr = budget::instrument(program.expression().clone());
-        Ok(Self { source: source.to_string(), expr: Arc::new(expr), outline: Arc::new(outline) })
+        Ok(Self { source: source.to_string(), expr: Arc::new(expr), outline: Arc::new(outline), dates })
     }
 
     /// Evaluates with `params` and `nodes` bound, within the budget. Only the
@@ -87,6 +91,9 @@ impl Program {
             ctx.add_variable_from_value("params", json::to_cel(params));
             ctx.add_variable_from_value("nodes", json::to_cel(nodes));
             budget::install(&mut ctx, &meter);
+            if self.dates.used {
+                dates::install(&mut ctx);
+            }
             cel::Value::resolve(&self.expr, &ctx)
         } else {
             Ok(cel::Value::Null)
@@ -118,6 +125,9 @@ impl Program {
                 ctx.add_variable_from_value(*name, json::to_cel(value));
             }
             budget::install(&mut ctx, &meter);
+            if self.dates.used {
+                dates::install(&mut ctx);
+            }
             cel::Value::resolve(&self.expr, &ctx)
         } else {
             Ok(cel::Value::Null)
@@ -131,6 +141,11 @@ impl Program {
             )));
         }
         result.map_err(|e| ExprError(format!("`{}`: {e}", self.source)))
+    }
+
+    /// Calendar names the expression gives as literals (`cal.add(d, 1, "cn-workdays")`).
+    pub(crate) fn calendar_names(&self) -> &[String] {
+        &self.dates.calendars
     }
 
     /// Top-level variables the expression reads.
@@ -174,6 +189,11 @@ impl Condition {
     /// comprehension's own variables are not among them.
     pub fn variables(&self) -> Vec<String> {
         self.program.outline.free.clone()
+    }
+
+    /// Calendar names the expression gives as string literals to `cal.*` functions.
+    pub fn calendar_names(&self) -> &[String] {
+        self.program.calendar_names()
     }
 
     /// Node names the expression selects as `nodes.NAME` or `nodes['NAME']`.

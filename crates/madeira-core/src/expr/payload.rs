@@ -25,6 +25,11 @@ impl fmt::Debug for MessageExpr {
 }
 
 impl MessageExpr {
+    /// Calendar names the expression gives as literals to `cal.*` functions.
+    pub fn calendar_names(&self) -> &[String] {
+        self.program.calendar_names()
+    }
+
     /// Parses `source`; reading anything but `payload`, `headers` or `message` is an error.
     pub fn compile(source: &str) -> Result<Self, ExprError> {
         let program = Program::compile(source)?;

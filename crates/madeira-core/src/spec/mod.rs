@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::model::{FlowDef, RateLimitDef};
 
+mod calendars;
 mod convert;
 mod executor;
 mod graph;
@@ -21,7 +22,9 @@ mod yaml;
 #[cfg(test)]
 mod tests;
 
+pub use calendars::check_calendars;
 pub use message::{DEFAULT_MAX_DELIVERIES, DEFAULT_MAX_IN_FLIGHT, SOURCE_TYPES, check_sources};
+pub(crate) use report::closest as closest_name;
 pub use sql::check_datasources;
 pub use trigger::{parse_cron, parse_timezone};
 

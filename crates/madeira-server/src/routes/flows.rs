@@ -72,7 +72,8 @@ pub async fn get(
         store.get_flow(&name).await?.ok_or_else(|| ApiError::not_found(format!("flow {name} not found")))?;
     state.check_flow(&caller, &name).await?;
     let def = state.engine.flow(&name, Some(record.latest_version)).await?;
-    let mut detail = views::flow_detail(&record, &def);
+    let mut detail = views::flow_detail(&record, &def, &state.engine.calendars());
+    skipped_days(&state, &name, &mut detail).await?;
     let queued = state.engine.queued_event_counts().await?;
     detail["queued_events"] = json!(queued.get(&name).copied().unwrap_or(0));
     Ok(Json(detail))
@@ -100,7 +101,7 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<J
         if !caller.sees(&def.labels) {
             continue;
         }
-        let mut detail = views::flow_detail(&record, &def);
+        let mut detail = views::flow_detail(&record, &def, &state.engine.calendars());
         detail["queued_events"] = json!(queued.get(&record.name).copied().unwrap_or(0));
         flows.push(detail);
     }
@@ -172,4 +173,29 @@ pub async fn version(
     Ok(Json(
         json!({"flow": name, "version": v.version, "source": v.source, "created_at": views::time(Some(v.created_at))}),
     ))
+}
+
+/// Adds to each calendar trigger of `detail` the latest days its calendar
+/// skipped (audit `cron_tick_skipped`, newest first, at most 10).
+async fn skipped_days(state: &AppState, flow: &str, detail: &mut Value) -> Result<(), ApiError> {
+    let Some(triggers) = detail["triggers"].as_array_mut() else { return Ok(()) };
+    if !triggers.iter().any(|t| t["calendar"].is_string()) {
+        return Ok(());
+    }
+    let query =
+        madeira_store::AuditQuery { actor: Some("scheduler".into()), limit: 1000, ..Default::default() };
+    let audit = state.engine.store().audit(&query).await?;
+    let skipped: Vec<Value> = audit
+        .iter()
+        .filter(|a| a.action == "cron_tick_skipped")
+        .filter_map(|a| a.details.as_ref())
+        .filter(|d| d["flow"] == flow)
+        .take(10)
+        .map(|d| json!({"day": d["day"], "calendar": d["calendar"], "scheduled_at": d["scheduled_at"]}))
+        .collect();
+    for trigger in triggers.iter_mut().filter(|t| t["calendar"].is_string()) {
+        let mine: Vec<&Value> = skipped.iter().filter(|s| s["calendar"] == trigger["calendar"]).collect();
+        trigger["skipped_days"] = json!(mine);
+    }
+    Ok(())
 }

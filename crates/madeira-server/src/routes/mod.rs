@@ -2,6 +2,7 @@
 
 pub(crate) mod alerts;
 mod audit;
+mod calendars;
 mod datasources;
 mod flows;
 pub(crate) mod follow;
@@ -100,6 +101,8 @@ pub(crate) fn api_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
         ("/alerts/{id}/silence", post(alerts::silence)),
         ("/sidecars", get(sidecars::list)),
         ("/datasources", get(datasources::list)),
+        ("/calendars", get(calendars::list)),
+        ("/calendars/{name}", get(calendars::show)),
         ("/sources", get(sources::list)),
     ]
 }

@@ -200,6 +200,7 @@ async fn start_planes(
                 http_tls: None,
                 alerts: Default::default(),
                 sources: Vec::new(),
+                scheduler_clock: None,
             })
             .await?,
         );

@@ -64,6 +64,7 @@ pub async fn run(args: crate::cli::DemoArgs) -> Result<ExitCode> {
         alerts: Default::default(),
         fleet: Some(fleet),
         sources: Vec::new(),
+        scheduler_clock: None,
     })
     .await?;
     if let Some(mut local) = plane.fleet.as_ref().and_then(|f| f.local.clone())

@@ -8,6 +8,7 @@ mod bench_history;
 mod bench_history_sql;
 mod bench_sidecar;
 mod bench_storage;
+mod calendars;
 mod client_cmds;
 mod demo;
 mod exec;
@@ -44,6 +45,7 @@ pub async fn run(cli: Cli, telemetry: TelemetryOptions) -> Result<ExitCode> {
         } => lifecycle::delete(&name, cancel, purge, reason, &server).await,
         Command::Promote(args) => lifecycle::promote(args).await,
         Command::Demote(args) => lifecycle::demote(args).await,
+        Command::Calendars { command, server } => calendars::run(command, server).await,
         other => client_cmds::run(other).await,
     }
 }

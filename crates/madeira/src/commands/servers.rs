@@ -39,6 +39,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         shared_store: crate::app::is_shared_store(&store_url),
         live_log_bytes: config.live_log_bytes.unwrap_or(madeira_engine::livelog::DEFAULT_MAX_BYTES),
         message_sources: crate::sources::names(&sources),
+        calendars: crate::calendars::load(&config.calendars, &file, config.flows.as_deref())?,
         ..Default::default()
     };
     // The sidecar endpoint runs when the config asks for it (`grpc:`) or names
@@ -96,6 +97,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         alerts,
         fleet,
         sources,
+        scheduler_clock: None,
     })
     .await?;
     if let Some(dir) = &config.flows {
@@ -162,9 +164,11 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         replica_id: "dev".to_string(),
         live_log_bytes: config.live_log_bytes.unwrap_or(madeira_engine::livelog::DEFAULT_MAX_BYTES),
         message_sources: crate::sources::names(&sources),
+        calendars: crate::calendars::load(&config.calendars, &file, args.flows.as_deref())?,
         ..Default::default()
     };
     let alerts = config.alerts(&file)?;
+    let scheduler_clock = args.clock_start.as_deref().map(clock_from).transpose()?;
     let store_url = sqlite_url_in(&args.data)?;
     let data = args.data.canonicalize().unwrap_or_else(|_| args.data.clone());
     // One dev per data directory: a second would run a second scheduler on the same
@@ -197,6 +201,7 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         alerts,
         fleet: Some(fleet),
         sources,
+        scheduler_clock,
     })
     .await?;
     if let Some(dir) = &args.flows {
@@ -217,4 +222,14 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         );
     }
     stop_on_signal(plane).await
+}
+
+/// `--clock-start`: the scheduler's wall clock starts at this instant and runs at
+/// the real clock's pace (to see a cron flow on a given date without waiting).
+fn clock_from(text: &str) -> Result<madeira_engine::WallClock> {
+    let start = chrono::DateTime::parse_from_rfc3339(text)
+        .with_context(|| format!("--clock-start `{text}`: use RFC 3339, e.g. 2026-02-13T17:04:50Z"))?;
+    let offset = start.timestamp_millis() - chrono::Utc::now().timestamp_millis();
+    tracing::warn!(clock_start = %start, "the scheduler runs on a moved clock (--clock-start)");
+    Ok(std::sync::Arc::new(move || chrono::Utc::now().timestamp_millis() + offset))
 }
