@@ -16,6 +16,7 @@ mod raw;
 mod report;
 mod sql;
 mod trigger;
+mod xxl;
 mod yaml;
 
 #[cfg(test)]

@@ -139,8 +139,24 @@ pub(crate) struct RawExecutor {
     pub http: Option<Span<RawHttp>>,
     pub sidecar: Option<Span<RawSidecar>>,
     pub sql: Option<Span<RawSql>>,
+    pub xxl: Option<Span<RawXxl>>,
     /// `manual.fallback` only: `skip` or `success`, how the node ends once it succeeded.
     pub then: Option<Span<String>>,
+}
+
+/// `xxl: {app, handler, params, route, block, timeout, grace}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawXxl {
+    pub app: Option<Span<String>>,
+    pub handler: Option<Span<String>>,
+    pub params: Option<String>,
+    pub route: Option<Span<String>>,
+    pub block: Option<Span<String>>,
+    pub timeout: Option<Span<String>>,
+    pub grace: Option<Span<String>>,
+    /// XXL-JOB's GLUE mode: only `BEAN` is accepted (the control plane ships no code).
+    pub glue_type: Option<Span<String>>,
 }
 
 /// `sql: {datasource, statement | script, params, outputs, max_rows, grace}`.
