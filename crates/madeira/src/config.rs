@@ -63,6 +63,8 @@ pub struct ServerConfig {
     /// SQL datasources for `run: {sql: …}` nodes (SPEC §4.2).
     #[serde(default)]
     pub datasources: Vec<DatasourceSpec>,
+    /// XXL-JOB executors: admin prefix and per-app tokens (SPEC §14).
+    pub xxl_job: Option<crate::xxl::XxlJobSection>,
 }
 
 /// One `datasources:` entry; the URL comes from env or a file, never the config text.

@@ -18,6 +18,7 @@ mod logging;
 mod sidecars;
 mod sources;
 mod tls;
+mod xxl;
 
 fn main() -> ExitCode {
     cap_malloc_arenas();

@@ -96,6 +96,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         alerts,
         fleet,
         sources,
+        xxl: crate::xxl::options(config.xxl_job.as_ref(), &file)?,
     })
     .await?;
     if let Some(dir) = &config.flows {
@@ -197,6 +198,7 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         alerts,
         fleet: Some(fleet),
         sources,
+        xxl: crate::xxl::options(config.xxl_job.as_ref(), &file)?,
     })
     .await?;
     if let Some(dir) = &args.flows {
