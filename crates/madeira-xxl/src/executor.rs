@@ -60,6 +60,8 @@ impl XxlExecutor {
 
 /// How one shard ended.
 struct ShardEnd {
+    /// The executor's log of the shard (every placement), as read from `/log`.
+    log: String,
     address: Option<String>,
     log_id: Option<i64>,
     result: Result<Option<String>, (String, bool)>,
@@ -135,14 +137,14 @@ fn finish(job: &Job, def: &XxlDef, ends: Vec<ShardEnd>) -> AttemptResult {
     let log: String = ends
         .iter()
         .enumerate()
-        .map(|(i, e)| match (&e.address, &e.result) {
-            (Some(a), Ok(_)) => {
-                format!("[madeira] shard {i}: {a} logId {} succeeded\n", e.log_id.unwrap_or(0))
-            }
-            (a, Err((why, _))) => {
-                format!("[madeira] shard {i}: {} failed: {why}\n", a.as_deref().unwrap_or("-"))
-            }
-            (None, Ok(_)) => String::new(),
+        .map(|(i, e)| {
+            let head = if sharded { format!("--- shard {i}/{} ---\n", ends.len()) } else { String::new() };
+            let tail = match (&e.address, &e.result) {
+                (Some(a), Ok(_)) => format!("[madeira] {a} logId {} succeeded\n", e.log_id.unwrap_or(0)),
+                (a, Err((why, _))) => format!("[madeira] {} failed: {why}\n", a.as_deref().unwrap_or("-")),
+                (None, Ok(_)) => String::new(),
+            };
+            format!("{head}{}{tail}", e.log)
         })
         .collect();
     let failures: Vec<(usize, &String, bool)> = ends
@@ -193,11 +195,12 @@ async fn run_shard(
     let mut tried: HashSet<String> = HashSet::new();
     let mut placement = 0u32;
     let mut last_error = String::new();
+    let mut log = String::new();
     loop {
         let address = match &shard.pin {
             Some(a) if tried.contains(a) => {
                 let end =
-                    ShardEnd { address: Some(a.clone()), log_id: None, result: Err((last_error, true)) };
+                    ShardEnd { log, address: Some(a.clone()), log_id: None, result: Err((last_error, true)) };
                 return (end, placement);
             }
             Some(a) => a.clone(),
@@ -205,7 +208,10 @@ async fn run_shard(
                 Ok(a) => a,
                 Err(why) => {
                     let why = if last_error.is_empty() { why } else { format!("{last_error}; {why}") };
-                    return (ShardEnd { address: None, log_id: None, result: Err((why, true)) }, placement);
+                    return (
+                        ShardEnd { log, address: None, log_id: None, result: Err((why, true)) },
+                        placement,
+                    );
                 }
             },
         };
@@ -233,12 +239,18 @@ async fn run_shard(
                 if matches!(e, CallError::Unreachable(_)) {
                     continue;
                 }
-                let end =
-                    ShardEnd { address: Some(address), log_id: Some(lid), result: Err((last_error, true)) };
+                let end = ShardEnd {
+                    log,
+                    address: Some(address),
+                    log_id: Some(lid),
+                    result: Err((last_error, true)),
+                };
                 return (end, placement);
             }
         }
-        let followed = follow(xxl, job, def, &address, lid, jid, rx, deadline, &cancel).await;
+        let mut reader = LogReader { from_line: 1, date: madeira_engine::now_ms(), text: String::new() };
+        let followed = follow(xxl, job, def, &address, lid, jid, rx, deadline, &cancel, &mut reader).await;
+        log.push_str(&reader.text);
         let result = match followed {
             Followed::Callback(cb) if cb.code() == SUCCESS => Ok(cb.message().map(str::to_string)),
             Followed::Callback(cb) => Err((
@@ -277,7 +289,7 @@ async fn run_shard(
                 Err((format!("{what}; {kill}; {after}"), timed_out))
             }
         };
-        return (ShardEnd { address: Some(address), log_id: Some(lid), result }, placement);
+        return (ShardEnd { log, address: Some(address), log_id: Some(lid), result }, placement);
     }
 }
 
@@ -377,7 +389,12 @@ fn append_live(xxl: &Xxl, job: &Job, text: &str) {
 struct LogReader {
     from_line: i32,
     date: i64,
+    /// What was read, the last `KEPT_LOG` bytes (the attempt's stored log).
+    text: String,
 }
+
+/// Bytes of an executor's log kept in the attempt's stored log.
+const KEPT_LOG: usize = 64 * 1024;
 
 impl LogReader {
     async fn read(&mut self, xxl: &Xxl, job: &Job, app: &str, address: &str, lid: i64) {
@@ -387,6 +404,14 @@ impl LogReader {
         {
             append_live(xxl, job, &text);
             self.from_line = r.to_line_num + 1;
+            self.text.push_str(&text);
+            if self.text.len() > KEPT_LOG {
+                let mut cut = self.text.len() - KEPT_LOG;
+                while !self.text.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                self.text.drain(..cut);
+            }
         }
     }
 }
@@ -402,13 +427,13 @@ async fn follow(
     mut rx: oneshot::Receiver<HandleCallbackParam>,
     deadline: Instant,
     cancel: &CancellationToken,
+    reader: &mut LogReader,
 ) -> Followed {
     let opts = &xxl.inner.options;
     let mut beat = tokio::time::interval(opts.beat_every);
     let mut logs = tokio::time::interval(opts.log_every);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     logs.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut reader = LogReader { from_line: 1, date: madeira_engine::now_ms() };
     let mut failed_beats = 0u32;
     let timed_out = loop {
         tokio::select! {
