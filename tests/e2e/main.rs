@@ -65,3 +65,4 @@ mod support;
 mod tls;
 mod triggers;
 mod webhook;
+mod xxl;
