@@ -66,3 +66,4 @@ mod tls;
 mod triggers;
 mod webhook;
 mod xxl;
+mod xxl_import;

@@ -19,6 +19,7 @@ mod sidecars;
 mod sources;
 mod tls;
 mod xxl;
+mod xxlimport;
 
 fn main() -> ExitCode {
     cap_malloc_arenas();

@@ -35,6 +35,9 @@ pub async fn run(cli: Cli, telemetry: TelemetryOptions) -> Result<ExitCode> {
         Command::Sidecar { config } => sidecar::run(&config).await,
         Command::Exec(args) => exec::run(args).await,
         Command::Crontab { command } => crate::crontab::run(command),
+        Command::Import { command: crate::cli::ImportCommand::XxlJob { from, app, out, timezone } } => {
+            crate::xxlimport::run(crate::xxlimport::ImportArgs { from, app, out, timezone }).await
+        }
         other => client_cmds::run(other).await,
     }
 }
