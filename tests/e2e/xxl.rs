@@ -212,6 +212,12 @@ async fn pyxxl_runs_a_node_streams_its_log_is_retried_and_killed_on_timeout() {
     let sidecars = dev.cli(&["sidecars"]);
     let listed = String::from_utf8_lossy(&sidecars.stdout);
     assert!(listed.contains(&ex.address) && listed.contains("xxl"), "{listed}");
+    let page =
+        reqwest::get(format!("{}/sidecars", dev.base)).await.expect("console").text().await.expect("html");
+    assert!(
+        page.contains("XXL-JOB executors") && page.contains(&ex.address),
+        "the console's fleet page lists it"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
