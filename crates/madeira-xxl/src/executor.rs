@@ -196,6 +196,23 @@ async fn run_shard(
     let mut placement = 0u32;
     let mut last_error = String::new();
     let mut log = String::new();
+    if job.resumed {
+        // The attempt was RUNNING when this control plane stopped: its executor may
+        // still finish it (xxl-job-core retries failed callbacks from its spool).
+        // Wait up to `grace` for the callback of its first placement before placing it anew.
+        let lid = log_id(&job.run_id, &job.node, job.attempt, shard.index, 0);
+        if let Some(cb) = claim(xxl, job, def, lid, &cancel).await {
+            let result = match cb.code() {
+                SUCCESS => Ok(cb.message().map(str::to_string)),
+                code => Err((
+                    format!("executor reported handleCode {code}: {}", cb.message().unwrap_or("")),
+                    true,
+                )),
+            };
+            return (ShardEnd { log, address: None, log_id: Some(lid), result }, 1);
+        }
+        placement = 1;
+    }
     loop {
         let address = match &shard.pin {
             Some(a) if tried.contains(a) => {
@@ -291,6 +308,34 @@ async fn run_shard(
         };
         return (ShardEnd { log, address: Some(address), log_id: Some(lid), result }, placement);
     }
+}
+
+/// Waits up to the node's `grace` for a callback of `lid` (a resumed attempt's).
+async fn claim(
+    xxl: &Xxl,
+    job: &Job,
+    def: &XxlDef,
+    lid: i64,
+    cancel: &CancellationToken,
+) -> Option<HandleCallbackParam> {
+    let (tx, rx) = oneshot::channel();
+    let pending = Pending {
+        app: def.app.clone(),
+        run_id: job.run_id.clone(),
+        node: job.node.clone(),
+        attempt: job.attempt,
+        tx,
+    };
+    lock(&xxl.inner.pending).insert(lid, pending);
+    info!(run_id = %job.run_id, node = %job.node, attempt = job.attempt, log_id = lid, "resumed xxl attempt: waiting for its callback before placing it anew");
+    let got = tokio::select! {
+        cb = tokio::time::timeout(def.grace, rx) => cb.ok().and_then(Result::ok),
+        () = cancel.cancelled() => None,
+    };
+    if got.is_none() {
+        forget(xxl, lid);
+    }
+    got
 }
 
 fn forget(xxl: &Xxl, lid: i64) {
@@ -505,5 +550,54 @@ mod tests {
             "day=2026-12-05 n=3 run=r1#2 ${other} ${"
         );
         assert_eq!(params("plain", &job), "plain");
+    }
+
+    #[tokio::test]
+    async fn a_resumed_attempt_takes_its_callback_before_placing_anew() {
+        let apps = vec![crate::AppToken { app: "orders".into(), token: "orders-token-0123456".into() }];
+        let mut reg = prometheus_client::registry::Registry::default();
+        let xxl = Xxl::new(crate::XxlOptions::new(None, apps), &mut reg).unwrap();
+        let def = XxlDef {
+            app: "orders".into(),
+            handler: "h".into(),
+            params: String::new(),
+            route: XxlRoute::First,
+            block: madeira_core::XxlBlock::Serial,
+            timeout: None,
+            grace: std::time::Duration::from_secs(10),
+        };
+        let job = Job {
+            run_id: "r".into(),
+            flow: "f".into(),
+            node: "n".into(),
+            attempt: 1,
+            idempotency_key: "k".into(),
+            executor: ExecutorDef::Xxl(def.clone()),
+            no_retry_exit_codes: vec![],
+            input: json!({}),
+            timeout: std::time::Duration::from_secs(60),
+            traceparent: None,
+            resumed: true,
+        };
+        let shard = Shard { index: 0, total: 1, pin: None };
+        let deadline = Instant::now() + job.timeout;
+        let run = run_shard(&xxl, &job, &def, shard, deadline, CancellationToken::new());
+        let lid = log_id("r", "n", 1, 0, 0);
+        let deliver = async {
+            while !lock(&xxl.inner.pending).contains_key(&lid) {
+                tokio::task::yield_now().await;
+            }
+            let cb = HandleCallbackParam {
+                log_id: lid,
+                log_date_tim: None,
+                handle_code: Some(200),
+                handle_msg: Some("done before the restart".into()),
+                execute_result: None,
+            };
+            xxl.deliver("orders", cb);
+        };
+        let ((end, placements), ()) = tokio::join!(run, deliver);
+        assert_eq!(end.result, Ok(Some("done before the restart".to_string())));
+        assert_eq!((end.log_id, placements), (Some(lid), 1), "not placed again");
     }
 }
