@@ -125,7 +125,7 @@ pub(crate) struct RawNode {
     pub warn_after: Option<Span<String>>,
 }
 
-/// One executor: exactly one of `builtin`, `http`, `sidecar`; the other fields
+/// One executor: exactly one of `builtin`, `http`, `sidecar`, `sql`, `xxl`; the other fields
 /// belong to `builtin`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
