@@ -225,9 +225,12 @@ async fn pyxxl_sharding_broadcast_and_failover_after_kill_9() {
     let Some(py) = python() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let dev = start_dev(dir.path());
-    let mut a = Executor::start(&py, &dev, dir.path(), "ex-a", TOKEN);
-    let mut b = Executor::start(&py, &dev, dir.path(), "ex-b", TOKEN);
+    let a = Executor::start(&py, &dev, dir.path(), "ex-a", TOKEN);
+    let b = Executor::start(&py, &dev, dir.path(), "ex-b", TOKEN);
     wait_registered(&dev, &[&a.address, &b.address]).await;
+    // Executors are ordered by address (ports are random): `low` sorts first.
+    let ((mut low, low_name), (high, high_name)) =
+        if a.address < b.address { ((a, "ex-a"), (b, "ex-b")) } else { ((b, "ex-b"), (a, "ex-a")) };
 
     dev.put_flow(
         "flow: xxl-shards\nnodes:\n  fan:\n    run: {xxl: {app: order-service, handler: shard, route: sharding_broadcast}}\n",
@@ -239,7 +242,8 @@ async fn pyxxl_sharding_broadcast_and_failover_after_kill_9() {
     let shards = done["nodes"]["fan"]["outputs"]["shards"].as_array().cloned().unwrap_or_default();
     let msgs: Vec<&str> = shards.iter().filter_map(|s| s["handle_msg"].as_str()).collect();
     assert_eq!(msgs.len(), 2, "{done}");
-    assert!(msgs.contains(&"shard 0/2 on ex-a") && msgs.contains(&"shard 1/2 on ex-b"), "{msgs:?}");
+    let (zero, one) = (format!("shard 0/2 on {low_name}"), format!("shard 1/2 on {high_name}"));
+    assert!(msgs.contains(&zero.as_str()) && msgs.contains(&one.as_str()), "{msgs:?}");
 
     // Failover: the executor running the job is killed -9; the attempt moves to the other.
     dev.put_flow(
@@ -248,16 +252,18 @@ async fn pyxxl_sharding_broadcast_and_failover_after_kill_9() {
     )
     .await;
     let run = dev.trigger("xxl-failover", json!({})).await;
-    let (first, second) = (dir.path().join("ex-a.started"), dir.path().join("ex-b.started"));
+    let first = dir.path().join(format!("{low_name}.started"));
+    let second = dir.path().join(format!("{high_name}.started"));
     wait_file(&first, 30).await;
     assert!(!second.exists(), "failover picks the first live executor");
-    a.kill9();
+    low.kill9();
     let done = dev.wait_run(&run, 60, |r| r["status"] == "SUCCESS" || r["status"] == "FAILED").await;
     assert_eq!(done["status"], "SUCCESS", "{done}");
     let outputs = &done["nodes"]["settle"]["outputs"];
-    assert_eq!(outputs["handle_msg"], "slow done on ex-b", "{outputs}");
+    assert_eq!(outputs["handle_msg"], format!("slow done on {high_name}"), "{outputs}");
+    assert_eq!(outputs["executor"], high.address.as_str());
     assert_eq!(done["nodes"]["settle"]["attempts"].as_u64(), Some(1), "moved within the attempt: {done}");
     let beats = wire(dir.path(), "/beat");
-    assert!(beats.iter().any(|r| r["executor"] == "ex-b"), "failover probed ex-b with /beat");
-    b.kill9();
+    assert!(beats.iter().any(|r| r["executor"] == high_name), "failover probed {high_name} with /beat");
+    drop(high);
 }
