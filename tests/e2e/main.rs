@@ -67,3 +67,5 @@ mod support;
 mod tls;
 mod triggers;
 mod webhook;
+mod xxl;
+mod xxl_import;

@@ -108,6 +108,7 @@ pub fn node_kind(def: &FlowDef, v: usize) -> String {
         NodeAction::Run(madeira_core::ExecutorDef::Http(_)) => "http".into(),
         NodeAction::Run(madeira_core::ExecutorDef::Sql(s)) => format!("sql {}", s.datasource),
         NodeAction::Run(madeira_core::ExecutorDef::Builtin(_)) => "builtin".into(),
+        NodeAction::Run(madeira_core::ExecutorDef::Xxl(x)) => format!("xxl {}", x.handler),
     }
 }
 

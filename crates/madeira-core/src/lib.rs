@@ -21,7 +21,7 @@ pub mod timebound;
 
 pub use model::{
     ConcurrencyDef, DepKind, ExecutorDef, FallbackThen, FlowDef, ManualDef, MessageTriggerDef, Need,
-    NodeAction, NodeDef, OnOverlap, OnPaused, TriggerDef,
+    NodeAction, NodeDef, OnOverlap, OnPaused, TriggerDef, XxlBlock, XxlDef, XxlRoute,
 };
 pub use plan::{Action, Command, NodeChange, NodeRt, Plan, PlanCtx, Refusal, RunChange, RunSnapshot};
 pub use retry::RetryPolicy;

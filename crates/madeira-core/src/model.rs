@@ -260,6 +260,91 @@ pub enum ExecutorDef {
     Http(HttpDef),
     Sidecar(SidecarDef),
     Sql(SqlDef),
+    /// `run: {xxl: …}`: a handler of an XXL-JOB executor registered with this control plane.
+    Xxl(XxlDef),
+}
+
+/// `run: {xxl: {app, handler, params, route, block, timeout, grace}}` (SPEC §14).
+#[derive(Debug, Clone, PartialEq)]
+pub struct XxlDef {
+    /// The executor app (`xxl.job.executor.appname`), one of the server config's `xxl_job.apps`.
+    pub app: String,
+    /// The `@XxlJob` handler name (`executorHandler`).
+    pub handler: String,
+    /// `executorParams`: a template; `${run_id}`, `${node}`, `${attempt}`, `${flow}`,
+    /// `${traceparent}` and `${params.NAME}` are replaced, anything else is sent as is.
+    pub params: String,
+    pub route: XxlRoute,
+    pub block: XxlBlock,
+    /// `executorTimeout` sent to the executor (`None`: the node's timeout).
+    pub timeout: Option<Duration>,
+    /// How long after `/kill` the node waits for the executor's callback.
+    pub grace: Duration,
+}
+
+impl XxlDef {
+    /// Default `grace` after `/kill`.
+    pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
+}
+
+/// XXL-JOB's `ExecutorRouteStrategyEnum`, by Madeira's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XxlRoute {
+    First,
+    Last,
+    Round,
+    Random,
+    ConsistentHash,
+    LeastFrequentlyUsed,
+    LeastRecentlyUsed,
+    Failover,
+    Busyover,
+    ShardingBroadcast,
+}
+
+impl XxlRoute {
+    /// Every route, with its flow-file name and XXL-JOB's enum name.
+    pub const ALL: [(XxlRoute, &'static str, &'static str); 10] = [
+        (XxlRoute::First, "first", "FIRST"),
+        (XxlRoute::Last, "last", "LAST"),
+        (XxlRoute::Round, "round", "ROUND"),
+        (XxlRoute::Random, "random", "RANDOM"),
+        (XxlRoute::ConsistentHash, "consistent_hash", "CONSISTENT_HASH"),
+        (XxlRoute::LeastFrequentlyUsed, "least_frequently_used", "LEAST_FREQUENTLY_USED"),
+        (XxlRoute::LeastRecentlyUsed, "least_recently_used", "LEAST_RECENTLY_USED"),
+        (XxlRoute::Failover, "failover", "FAILOVER"),
+        (XxlRoute::Busyover, "busyover", "BUSYOVER"),
+        (XxlRoute::ShardingBroadcast, "sharding_broadcast", "SHARDING_BROADCAST"),
+    ];
+
+    /// The flow-file name (`first`, `sharding_broadcast`, …).
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|(r, _, _)| *r == self).map_or("first", |(_, n, _)| n)
+    }
+}
+
+/// XXL-JOB's `ExecutorBlockStrategyEnum`: what the executor does with a trigger
+/// while the job still runs there (passed through as `executorBlockStrategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XxlBlock {
+    #[default]
+    Serial,
+    DiscardLater,
+    CoverEarly,
+}
+
+impl XxlBlock {
+    /// Every strategy, with its flow-file name and XXL-JOB's enum name.
+    pub const ALL: [(XxlBlock, &'static str, &'static str); 3] = [
+        (XxlBlock::Serial, "serial", "SERIAL_EXECUTION"),
+        (XxlBlock::DiscardLater, "discard_later", "DISCARD_LATER"),
+        (XxlBlock::CoverEarly, "cover_early", "COVER_EARLY"),
+    ];
+
+    /// XXL-JOB's name (`SERIAL_EXECUTION`, …).
+    pub fn wire(self) -> &'static str {
+        Self::ALL.iter().find(|(b, _, _)| *b == self).map_or("SERIAL_EXECUTION", |(_, _, w)| w)
+    }
 }
 
 /// `run: {sql: …}`: statements against a datasource of the server config.

@@ -68,6 +68,8 @@ pub struct AppState {
     pub datasources: Option<Arc<madeira_sql::SqlExecutor>>,
     /// The message sources' states (`GET /sources`), when any are configured.
     pub sources: Option<SourcesView>,
+    /// The XXL-JOB executors registered here (`GET /sidecars`' `xxl`), when `xxl_job` is configured.
+    pub xxl: Option<SourcesView>,
 }
 
 /// Renders the message sources' states as JSON (no URLs, no credentials).
@@ -88,6 +90,7 @@ impl AppState {
             shutdown: CancellationToken::new(),
             datasources: None,
             sources: None,
+            xxl: None,
         }
     }
 
@@ -100,6 +103,12 @@ impl AppState {
     /// Serves `GET /sources` from `view`.
     pub fn with_sources(mut self, view: SourcesView) -> Self {
         self.sources = Some(view);
+        self
+    }
+
+    /// Lists XXL-JOB executors (kind `xxl`) beside the sidecars from `view`.
+    pub fn with_xxl(mut self, view: SourcesView) -> Self {
+        self.xxl = Some(view);
         self
     }
 

@@ -433,4 +433,7 @@ pub struct SidecarsView {
     pub replicas: Vec<Value>,
     /// `{run_id, node, reason}` per node waiting for an executor.
     pub waiting: Vec<Value>,
+    /// `{kind: xxl, name (address), group (app), live, connected_at_ms, last_seen_ms}`
+    /// per XXL-JOB executor registered here.
+    pub xxl: Vec<Value>,
 }

@@ -68,6 +68,8 @@ pub struct PlaneOptions {
     pub sources: Vec<madeira_sources::SourceConfig>,
     /// The scheduler's wall clock (`None`: the system's; `dev --clock-start` moves it).
     pub scheduler_clock: Option<madeira_engine::WallClock>,
+    /// XXL-JOB executors' admin side (`xxl_job:` of the server config).
+    pub xxl: Option<madeira_xxl::XxlOptions>,
 }
 
 /// Opens the store named by `url` (`sqlite://…`, `postgres://…`/`postgresql://…` or
@@ -199,10 +201,19 @@ impl ControlPlane {
             Some(Arc::new(sql))
         };
         executors.sql = sql.clone().map(|s| s as Arc<dyn madeira_engine::Executor>);
+        let xxl = match options.xxl {
+            Some(opts) => Some(madeira_xxl::Xxl::new(opts, telemetry.registry_mut())?),
+            None => None,
+        };
+        executors.xxl = xxl.as_ref().map(madeira_xxl::Xxl::executor);
         let redis_url = options.engine.redis.clone();
         crate::calendars::register_metrics(&options.engine.calendars, telemetry.registry_mut());
         let engine_options = EngineOptions { tracing: telemetry.tracing(), datasources, ..options.engine };
         let (engine, handle) = madeira_engine::build(store, executors, observers.clone(), engine_options);
+        if let Some(xxl) = &xxl {
+            xxl.attach_engine(handle.clone());
+            tracing::info!(prefix = xxl.prefix(), apps = ?xxl.apps(), "XXL-JOB admin endpoints on");
+        }
         let cancel = CancellationToken::new();
         let drain = CancellationToken::new();
         let mut tasks = Vec::new();
@@ -248,6 +259,9 @@ impl ControlPlane {
             if let Some(parts) = &fleet {
                 state = state.with_fleet(parts.fleet.clone());
             }
+            if let Some(xxl) = xxl.clone() {
+                state = state.with_xxl(Arc::new(move || xxl.view()));
+            }
             if let Some(control) = options.telemetry.log_control.clone() {
                 state = state.with_log_control(control);
             }
@@ -263,7 +277,10 @@ impl ControlPlane {
                     ..Default::default()
                 },
             );
-            let app = madeira_server::router(state).merge(madeira_console::router(console));
+            let mut app = madeira_server::router(state).merge(madeira_console::router(console));
+            if let Some(xxl) = &xxl {
+                app = app.merge(xxl.router());
+            }
             tasks.push(tokio::spawn(async move {
                 let served = match tls {
                     Some(config) => {

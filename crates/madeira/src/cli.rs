@@ -241,6 +241,11 @@ pub enum Command {
     },
     /// Run a command exactly as given and report it through the local sidecar.
     Exec(ExecArgs),
+    /// Import jobs from other schedulers as flows (`xxl-job`).
+    Import {
+        #[command(subcommand)]
+        command: ImportCommand,
+    },
     /// Crontab helpers.
     Crontab {
         #[command(subcommand)]
@@ -469,6 +474,26 @@ pub struct ExecArgs {
     /// The command and its arguments, run without a shell.
     #[arg(last = true, required = true)]
     pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// XXL-JOB's jobs (xxl_job_group, xxl_job_info) as observe-mode flows, one per job chain.
+    #[command(name = "xxl-job")]
+    XxlJob {
+        /// XXL-JOB's database, mysql://user:pass@host:3306/xxl_job.
+        #[arg(long)]
+        from: String,
+        /// Only this executor app (`xxl_job_group.app_name`).
+        #[arg(long)]
+        app: Option<String>,
+        /// Write one FLOW.yaml per flow into this directory instead of printing.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Timezone of the cron triggers (XXL-JOB uses its admin's JVM timezone).
+        #[arg(long, default_value = "Asia/Shanghai")]
+        timezone: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -67,6 +67,8 @@ pub struct ServerConfig {
     /// to the built-in ones (`docs/business-dates.md`).
     #[serde(default)]
     pub calendars: Vec<madeira_calendar::CalendarDef>,
+    /// XXL-JOB executors: admin prefix and per-app tokens (SPEC §14).
+    pub xxl_job: Option<crate::xxl::XxlJobSection>,
 }
 
 /// One `datasources:` entry; the URL comes from env or a file, never the config text.

@@ -19,6 +19,8 @@ mod logging;
 mod sidecars;
 mod sources;
 mod tls;
+mod xxl;
+mod xxlimport;
 
 fn main() -> ExitCode {
     cap_malloc_arenas();

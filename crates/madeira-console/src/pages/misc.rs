@@ -146,6 +146,22 @@ pub async fn sidecars(State(console): State<Console>, ctx: Ctx) -> Result<Respon
                 } }
             }
         }
+        @if let Some(view) = console.app.xxl.as_ref() {
+            h2 { "XXL-JOB executors" }
+            @let executors = view();
+            @let list = executors.as_array().cloned().unwrap_or_default();
+            @if list.is_empty() { p.muted { (t(lang, "none")) } }
+            div.table-wrap { table.sidecars {
+                thead { tr { th { (t(lang, "Name")) } th { (t(lang, "Group")) } th { (t(lang, "State")) } th { "Kind" } th { (t(lang, "Heartbeat")) } } }
+                tbody { @for x in &list { tr {
+                    td { strong { (x["name"].as_str().unwrap_or("")) } }
+                    td { (x["group"].as_str().unwrap_or("")) }
+                    td { @if x["live"] == true { span.tag.active { (t(lang, "Connected")) } } @else { span.tag.paused { (t(lang, "Lost")) } } }
+                    td { code { "xxl" } }
+                    td { (format!("{:.1} s", (madeira_engine::now_ms() - x["last_seen_ms"].as_i64().unwrap_or(0)) as f64 / 1000.0)) }
+                } } }
+            } }
+        }
         h2 { (t(lang, "Nodes waiting for a sidecar")) }
         @if waiting.is_empty() { p.muted { (t(lang, "none")) } }
         ul { @for (run, node, reason) in &waiting { li { a href=(super::run_href(run)) { code { (super::run::short(run)) } } " " code { (node) } " — " (reason) } } }

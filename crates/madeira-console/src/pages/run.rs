@@ -447,6 +447,7 @@ async fn panel_markup(
     let host_kind = match &run.def.nodes[idx].action {
         _ if run.def.observe => "madeira exec",
         NodeAction::Run(madeira_core::ExecutorDef::Sidecar(_)) => t(lang, "Sidecar"),
+        NodeAction::Run(madeira_core::ExecutorDef::Xxl(_)) => "XXL-JOB executor",
         _ => t(lang, "control plane"),
     };
     let waiting = console.app.engine.waiting().reason(&r.id, node);

@@ -1,6 +1,6 @@
 //! Executors, the shape shared by `run` and `manual.fallback`: exactly one of
 //! `builtin` (noop, sleep, fail), `http` (URL and method checked), `sidecar` or
-//! `sql` (checked in `sql`).
+//! `sql` (checked in `sql`) or `xxl` (checked in `xxl`).
 
 use crate::keyexpr::KeyExpr;
 use crate::model::{BuiltinDef, BuiltinKind, ExecutorDef, HttpDef, SidecarDef, SidecarRoute};
@@ -24,6 +24,7 @@ pub(crate) fn executor(
         raw.http.as_ref().map(|_| "http"),
         raw.sidecar.as_ref().map(|_| "sidecar"),
         raw.sql.as_ref().map(|_| "sql"),
+        raw.xxl.as_ref().map(|_| "xxl"),
     ]
     .into_iter()
     .flatten()
@@ -36,7 +37,9 @@ pub(crate) fn executor(
         let has = if kinds.is_empty() { "none".to_string() } else { one_of(&kinds).replace(" or ", " and ") };
         report.push(
             at,
-            format!("`{field}` needs exactly one of `builtin`, `http`, `sidecar` or `sql` (has {has})"),
+            format!(
+                "`{field}` needs exactly one of `builtin`, `http`, `sidecar`, `sql` or `xxl` (has {has})"
+            ),
         );
         return None;
     }
@@ -58,6 +61,9 @@ pub(crate) fn executor(
     }
     if let Some(s) = &raw.sql {
         return super::sql::sql(report, at.at(s), &s.value).map(ExecutorDef::Sql);
+    }
+    if let Some(x) = &raw.xxl {
+        return super::xxl::xxl(report, at.at(x), &x.value).map(ExecutorDef::Xxl);
     }
     match (&raw.http, &raw.sidecar) {
         (Some(h), _) => http(report, at.at(h), &h.value).map(ExecutorDef::Http),

@@ -17,6 +17,7 @@ mod raw;
 mod report;
 mod sql;
 mod trigger;
+mod xxl;
 mod yaml;
 
 #[cfg(test)]

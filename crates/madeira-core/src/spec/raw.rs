@@ -127,7 +127,7 @@ pub(crate) struct RawNode {
     pub warn_after: Option<Span<String>>,
 }
 
-/// One executor: exactly one of `builtin`, `http`, `sidecar`; the other fields
+/// One executor: exactly one of `builtin`, `http`, `sidecar`, `sql`, `xxl`; the other fields
 /// belong to `builtin`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -141,8 +141,24 @@ pub(crate) struct RawExecutor {
     pub http: Option<Span<RawHttp>>,
     pub sidecar: Option<Span<RawSidecar>>,
     pub sql: Option<Span<RawSql>>,
+    pub xxl: Option<Span<RawXxl>>,
     /// `manual.fallback` only: `skip` or `success`, how the node ends once it succeeded.
     pub then: Option<Span<String>>,
+}
+
+/// `xxl: {app, handler, params, route, block, timeout, grace}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawXxl {
+    pub app: Option<Span<String>>,
+    pub handler: Option<Span<String>>,
+    pub params: Option<String>,
+    pub route: Option<Span<String>>,
+    pub block: Option<Span<String>>,
+    pub timeout: Option<Span<String>>,
+    pub grace: Option<Span<String>>,
+    /// XXL-JOB's GLUE mode: only `BEAN` is accepted (the control plane ships no code).
+    pub glue_type: Option<Span<String>>,
 }
 
 /// `sql: {datasource, statement | script, params, outputs, max_rows, grace}`.

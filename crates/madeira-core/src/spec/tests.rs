@@ -11,6 +11,7 @@ use crate::model::{
 mod errors;
 mod props;
 mod sql;
+mod xxl;
 
 /// The SPEC §2 example, verbatim.
 pub(super) const SETTLEMENT: &str = r#"flow: daily-settlement            # [a-z0-9-], unique

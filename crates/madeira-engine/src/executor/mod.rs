@@ -83,11 +83,13 @@ pub struct Executors {
     pub sidecar: Option<Arc<dyn Executor>>,
     /// SQL nodes against the configured datasources; `None`: none configured.
     pub sql: Option<Arc<dyn Executor>>,
+    /// Handlers of XXL-JOB executors (`run: {xxl: …}`); `None`: no `xxl_job` config.
+    pub xxl: Option<Arc<dyn Executor>>,
 }
 
 impl Executors {
     pub fn new(http: HttpPolicy) -> Self {
-        Self { http: HttpExecutor::new(http), sidecar: None, sql: None }
+        Self { http: HttpExecutor::new(http), sidecar: None, sql: None, xxl: None }
     }
 
     /// True when an attempt of `def` runs inside this process (http, builtin), false
@@ -98,8 +100,9 @@ impl Executors {
 
     /// Why a node running `def` must wait in INIT before it is dispatched.
     pub fn waiting_reason(&self, def: &ExecutorDef) -> Option<String> {
-        match (def, &self.sidecar) {
-            (ExecutorDef::Sidecar(_), Some(sidecar)) => sidecar.waiting_reason(def),
+        match (def, &self.sidecar, &self.xxl) {
+            (ExecutorDef::Sidecar(_), Some(sidecar), _) => sidecar.waiting_reason(def),
+            (ExecutorDef::Xxl(_), _, Some(xxl)) => xxl.waiting_reason(def),
             _ => None,
         }
     }
@@ -126,12 +129,28 @@ impl Executors {
                 ),
             };
         }
+        // XXL-JOB attempts end by the executor's callback: a timeout sends `/kill`
+        // and waits up to `grace` for it (cooperative, like a sidecar's).
+        if let ExecutorDef::Xxl(def) = &job.executor {
+            return match &self.xxl {
+                Some(xxl) => xxl.execute(job, cancel).await,
+                None => AttemptResult::failure(
+                    format!(
+                        "no `xxl_job` in the server config: node needs app `{}`; add `xxl_job: {{apps: [{{app: {}, \
+                         token_env: …}}]}}`",
+                        def.app, def.app
+                    ),
+                    false,
+                ),
+            };
+        }
         let timeout = job.timeout;
         let work = async {
             match &job.executor {
                 ExecutorDef::Builtin(def) => builtin::run(def, job.attempt, &cancel).await,
                 ExecutorDef::Http(_) => self.http.execute(job.clone(), cancel.clone()).await,
                 ExecutorDef::Sql(_) => AttemptResult::failure("sql node outside the sql executor", false),
+                ExecutorDef::Xxl(_) => AttemptResult::failure("xxl node outside the xxl executor", false),
                 ExecutorDef::Sidecar(def) => match &self.sidecar {
                     Some(sidecar) => sidecar.execute(job.clone(), cancel.clone()).await,
                     None => AttemptResult::failure(

@@ -1,7 +1,8 @@
 //! `GET /sidecars`: the fleet view (name, group, version, declared jobs, attempts
 //! running, last heartbeat age) of the sidecars connected to this replica, what
 //! every replica of a shared store reports having (`replicas`), plus the nodes
-//! waiting in INIT for a sidecar here.
+//! waiting in INIT for a sidecar here, and the XXL-JOB executors registered
+//! here (`xxl`, kind `xxl`).
 
 use axum::Json;
 use axum::extract::State;
@@ -64,6 +65,7 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<J
         "sidecars": sidecars,
         "replicas": replicas,
         "waiting": waiting,
+        "xxl": state.xxl.as_ref().map_or(Value::Array(Vec::new()), |view| view()),
     })))
 }
 

@@ -188,6 +188,7 @@ async fn start_planes(
             ControlPlane::start(PlaneOptions {
                 shutdown_grace: std::time::Duration::from_secs(30),
                 datasources: Vec::new(),
+                xxl: None,
                 fleet,
                 observers: Vec::new(),
                 telemetry: telemetry.clone(),

@@ -54,6 +54,7 @@ pub async fn run(args: crate::cli::DemoArgs) -> Result<ExitCode> {
     let plane = ControlPlane::start(PlaneOptions {
         shutdown_grace: std::time::Duration::from_secs(30),
         datasources: Vec::new(),
+        xxl: None,
         observers: Vec::new(),
         telemetry: telemetry.clone(),
         store_url: sqlite_url_in(dir.path())?,

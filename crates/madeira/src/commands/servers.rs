@@ -98,6 +98,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
         fleet,
         sources,
         scheduler_clock: None,
+        xxl: crate::xxl::options(config.xxl_job.as_ref(), &file)?,
     })
     .await?;
     if let Some(dir) = &config.flows {
@@ -202,6 +203,7 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
         fleet: Some(fleet),
         sources,
         scheduler_clock,
+        xxl: crate::xxl::options(config.xxl_job.as_ref(), &file)?,
     })
     .await?;
     if let Some(dir) = &args.flows {

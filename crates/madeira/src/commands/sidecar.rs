@@ -39,6 +39,19 @@ pub fn fleet_text(body: &Value) -> String {
             jobs.join(", "),
         ));
     }
+    for x in body["xxl"].as_array().into_iter().flatten() {
+        let age = (madeira_engine::now_ms() - x["last_seen_ms"].as_i64().unwrap_or(0)) as f64 / 1000.0;
+        let state = if x["live"] == true { "" } else { " (dead)" };
+        out.push_str(&format!(
+            "{:<24} {:<12} {:<9} {:>7} {:>9.1}s  {}{state}\n",
+            x["name"].as_str().unwrap_or(""),
+            x["group"].as_str().unwrap_or(""),
+            "xxl",
+            "-",
+            age,
+            "(XXL-JOB executor)",
+        ));
+    }
     let waiting = body["waiting"].as_array().map_or(0, Vec::len);
     if waiting > 0 {
         out.push_str(&format!("\n{waiting} node(s) waiting in INIT for a sidecar:\n"));

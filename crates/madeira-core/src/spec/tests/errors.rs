@@ -247,7 +247,7 @@ fn manual_and_run_exclusive() {
     );
     assert_like(
         "flow: f\nnodes:\n  a: {run: {builtin: noop, sidecar: {group: g, job: j}}}\n",
-        "flow.yaml:3: node a: `run` needs exactly one of `builtin`, `http`, `sidecar` or `sql`",
+        "flow.yaml:3: node a: `run` needs exactly one of `builtin`, `http`, `sidecar`, `sql` or `xxl`",
         "(has `builtin` and `sidecar`)",
     );
 }
