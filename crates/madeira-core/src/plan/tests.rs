@@ -64,6 +64,8 @@ pub(crate) fn flow(nodes: Vec<TestNode<'_>>) -> Arc<FlowDef> {
         nodes: defs,
         downstream,
         topo: (0..n).collect(),
+        after: vec![],
+        after_policy: Default::default(),
     })
 }
 

@@ -28,6 +28,13 @@ pub(crate) fn flow(raw: &RawFlow, report: &mut Report) -> Option<FlowDef> {
     let routing = raw.routing.as_ref().and_then(|r| routing(report, r));
     let defaults = raw.defaults.as_ref().map(|d| defaults(report, d)).unwrap_or_default();
     let Graph { nodes, downstream, topo } = nodes(raw, &defaults, report);
+    let own = raw.flow.as_ref().map(|f| f.value.as_str());
+    let after = raw.after.as_deref().map(|a| super::after::after(report, own, a)).unwrap_or_default();
+    let after_policy = raw
+        .after_policy
+        .as_ref()
+        .map(|p| super::after::policy(report, p, !after.is_empty()))
+        .unwrap_or_default();
     Some(FlowDef {
         name: name?,
         description: raw.description.clone(),
@@ -40,6 +47,8 @@ pub(crate) fn flow(raw: &RawFlow, report: &mut Report) -> Option<FlowDef> {
         nodes,
         downstream,
         topo,
+        after,
+        after_policy,
     })
 }
 
