@@ -205,7 +205,7 @@ impl Scheduler {
             .iter()
             .filter_map(|t| match t {
                 TriggerDef::Cron(c) => Some(c.clone()),
-                TriggerDef::Event { .. } | TriggerDef::Message(_) => None,
+                TriggerDef::Event { .. } | TriggerDef::Message(_) | TriggerDef::FlowSucceeded { .. } => None,
             })
             .collect())
     }

@@ -213,6 +213,7 @@ pub fn flow_detail(record: &FlowRecord, flow: &FlowDef) -> Json {
                 "key": m.key.as_ref().map(|k| k.source()),
                 "when": m.when.as_ref().map(|w| w.source()),
             }}),
+            TriggerDef::FlowSucceeded { flow, .. } => json!({"flow_succeeded": flow}),
         })
         .collect();
     json!({

@@ -33,6 +33,7 @@ fn triggers(lang: Lang, def: &FlowDef, now: i64) -> Markup {
                     }
                     TriggerDef::Event { event, .. } => li { (term(lang, Term::Trigger, "event")) " " code { (event) } },
                     TriggerDef::Message(m) => li { (term(lang, Term::Trigger, "message")) " " code { (m.source) } },
+                    TriggerDef::FlowSucceeded { flow, .. } => li { (term(lang, Term::Trigger, "after")) " " code { (flow) } },
                 }
             }
             @if def.triggers.is_empty() { li.muted { (term(lang, Term::Trigger, "manual")) } }
