@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::model::{FlowDef, RateLimitDef};
 
+mod bizdate;
 mod convert;
 mod executor;
 mod graph;
