@@ -21,6 +21,8 @@ pub struct FlowDef {
     pub routing: Option<RoutingDef>,
     /// Observe-only flow (wrapped crontab line): never dispatched, only recorded.
     pub observe: bool,
+    /// Business dates and deadlines (`timezone`, `biz_date`, `deadline`).
+    pub business: crate::bizdate::BusinessDef,
     pub nodes: Vec<NodeDef>,
     /// Downstream edges per node: `(downstream index, kind)`.
     pub downstream: Vec<Vec<(usize, DepKind)>>,
@@ -188,11 +190,14 @@ pub enum Misfire {
 pub struct ConcurrencyDef {
     pub max_active_runs: u32,
     pub on_overlap: OnOverlap,
+    /// The run for business date D starts only once the run for the previous
+    /// business date is SUCCESS (`crate::bizdate::previous_date`).
+    pub depends_on_past: bool,
 }
 
 impl Default for ConcurrencyDef {
     fn default() -> Self {
-        Self { max_active_runs: 0, on_overlap: OnOverlap::Queue }
+        Self { max_active_runs: 0, on_overlap: OnOverlap::Queue, depends_on_past: false }
     }
 }
 

@@ -292,6 +292,8 @@ mod tests {
                 started_at: Some(0),
                 finished_at: None,
                 trace_context: None,
+                biz_date: Some("2026-12-04".into()),
+                wait_reason: None,
             },
             nodes: vec![node(0, "a", NodeState::Success, 2), node(1, "b", NodeState::Running, 1)],
             // Interleaved, as no query promises an order to the view.

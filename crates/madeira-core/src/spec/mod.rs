@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::model::{FlowDef, RateLimitDef};
 
 mod after;
+mod bizdate;
 mod convert;
 mod executor;
 mod graph;

@@ -26,6 +26,9 @@ pub(crate) struct RawFlow {
     pub rate_limit: Option<Span<String>>,
     pub routing: Option<Span<RawRouting>>,
     pub observe: Option<bool>,
+    pub timezone: Option<Span<String>>,
+    pub biz_date: Option<Span<super::bizdate::RawBizDate>>,
+    pub deadline: Option<Span<super::bizdate::RawDeadline>>,
     pub defaults: Option<Span<RawDefaults>>,
     pub nodes: Option<Span<RawNodes>>,
     pub after: Option<Vec<Span<RawAfter>>>,
@@ -103,6 +106,7 @@ pub(crate) struct RawMessageTrigger {
 pub(crate) struct RawConcurrency {
     pub max_active_runs: Option<Span<i64>>,
     pub on_overlap: Option<Span<String>>,
+    pub depends_on_past: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

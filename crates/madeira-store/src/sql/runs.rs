@@ -67,6 +67,8 @@ struct Admitted<'a> {
     ids: Option<&'a TransitionIds>,
     /// Whether each flow is paused, read once under its lock.
     paused: HashMap<String, bool>,
+    /// The scheduled run of each (flow, business date) the batch has seen.
+    scheduled: HashMap<(String, String), Existing>,
 }
 
 impl<'a> Admitted<'a> {
@@ -94,12 +96,13 @@ impl<'a> Admitted<'a> {
                 Val::text(&run.actor),
                 Val::opt_text(held.map(|l| l.owner.as_str())),
                 Val::Int(held.map(|l| l.until_ms)),
+                Val::opt_text(run.biz_date.as_deref()),
             ]
         });
         s.rows(tx, runs.collect(), |q, chunk| {
             q.push(
                 "INSERT INTO runs (id, flow, version, state, params, idempotency_key, \"trigger\", \
-                 created_at, admitted_at, trace_context, actor, owner, lease_until) ",
+                 created_at, admitted_at, trace_context, actor, owner, lease_until, biz_date) ",
             );
             q.push_values(chunk, push_row);
         })
@@ -205,6 +208,9 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, batch: &mut Admitted<'_>) -> Resul
     {
         return Ok(Facts { existing: Some(existing.clone()), ..Facts::default() });
     }
+    if let Some(existing) = scheduled_for_biz_date(tx, run, batch).await? {
+        return Ok(Facts { existing: Some(existing), ..Facts::default() });
+    }
     let mut claims = Vec::with_capacity(run.throttles.len());
     for claim in &run.throttles {
         let key = (run.flow.clone(), claim.node.clone());
@@ -244,6 +250,30 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, batch: &mut Admitted<'_>) -> Resul
     Ok(Facts { existing: None, claims, active, queued: queued.is_some() })
 }
 
+/// The scheduled run (`cron`, `cron_catchup`) the flow already has for the
+/// run's business date, when the run is one of those (`NewRun::one_per_biz_date`).
+async fn scheduled_for_biz_date(
+    tx: &mut Tx<'_>,
+    run: &NewRun,
+    batch: &mut Admitted<'_>,
+) -> Result<Option<Existing>> {
+    let Some(date) = run.biz_date.as_ref().filter(|_| run.one_per_biz_date) else { return Ok(None) };
+    let key = (run.flow.clone(), date.clone());
+    if let Some(existing) = batch.scheduled.get(&key) {
+        return Ok(Some(existing.clone()));
+    }
+    batch.write(tx).await?;
+    let row: Option<(String, i64)> = sqlx::query_as(&sql(
+        "SELECT id, version FROM runs WHERE flow = $1 AND biz_date = $2 \
+         AND \"trigger\" IN ('cron', 'cron_catchup') ORDER BY id LIMIT 1",
+    ))
+    .bind(&run.flow)
+    .bind(date)
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(row.map(|(run_id, version)| Existing { run_id, version: version as u32 }))
+}
+
 /// Whether `flow` is paused (a flow not found is not).
 async fn flow_paused(tx: &mut Tx<'_>, flow: &str, batch: &mut Admitted<'_>) -> Result<bool> {
     if let Some(paused) = batch.paused.get(flow) {
@@ -276,6 +306,10 @@ async fn create_in<'a>(tx: &mut Tx<'_>, run: &'a NewRun, batch: &mut Admitted<'a
     if let Some(key) = &run.idempotency_key {
         let existing = Existing { run_id: run.id.clone(), version: run.version };
         batch.keys.insert((run.flow.clone(), key.clone()), existing);
+    }
+    if let Some(date) = run.biz_date.as_ref().filter(|_| run.one_per_biz_date) {
+        let existing = Existing { run_id: run.id.clone(), version: run.version };
+        batch.scheduled.insert((run.flow.clone(), date.clone()), existing);
     }
     batch.runs.push((run, created, start));
     for claim in &run.throttles {

@@ -4,6 +4,7 @@
 //! test body lives once in `suite.rs`.
 
 mod alerts;
+mod bizdates;
 mod console;
 mod failures;
 mod frozen;
@@ -85,6 +86,7 @@ macro_rules! on_every_backend {
 }
 
 mod bodies {
+    pub(super) use super::bizdates::*;
     pub(super) use super::console::*;
     pub(super) use super::failures::a_commit_abandoned_midway_is_all_or_nothing_and_the_next_one_commits;
     pub(super) use super::lease::*;
@@ -99,6 +101,8 @@ mod bodies {
 }
 
 on_every_backend!(
+    runs_keep_their_business_date_and_are_found_by_it,
+    scheduled_runs_are_one_per_business_date,
     runs_keep_their_actor_and_are_found_by_it,
     attempts_keep_the_host_they_ran_on,
     sessions_expire_end_at_sign_out_and_stay_bounded,
