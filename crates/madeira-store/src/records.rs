@@ -65,6 +65,29 @@ pub struct NewRun {
     /// `cron_catchup`): a scheduled run for a `biz_date` one already has answers
     /// `CreateOutcome::Existing` with it (`cron:<flow>:<biz_date>` semantics).
     pub one_per_biz_date: bool,
+    /// What the flow's `after:` entries resolved to for `biz_date`: while one is
+    /// not SUCCESS the run is held (QUEUED, not admitted, `wait_reason` set).
+    pub after: Vec<AfterWait>,
+}
+
+/// One upstream a run waits for: the run of `flow` for business date `date`
+/// (`YYYY-MM-DD`), or only its node `node`, SUCCESS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AfterWait {
+    pub flow: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub date: String,
+}
+
+impl AfterWait {
+    /// `payments-pull 2026-12-04` or `fx-rates.publish 2026-12-03`.
+    pub fn label(&self) -> String {
+        match &self.node {
+            Some(n) => format!("{}.{} {}", self.flow, n, self.date),
+            None => format!("{} {}", self.flow, self.date),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

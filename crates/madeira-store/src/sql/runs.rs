@@ -9,7 +9,7 @@ use sqlx::QueryBuilder;
 use std::collections::HashMap;
 
 use super::{CHUNK, D, Db, Pool, ROW_BY_ROW_FROM, Script, Tx, push_list, push_row, sql, upsert};
-use crate::admission::{ACTIVE, ClaimCache, WAITING, refused, to_write};
+use crate::admission::{ACTIVE, ClaimCache, NODE_MET, RUN_MET, WAITING, refused, to_write};
 use crate::dialect::{Dialect, LockSpace, TransitionIds, Val};
 use crate::{CreateOutcome, Edge, NewRun, Result, StoreError};
 
@@ -69,6 +69,8 @@ struct Admitted<'a> {
     paused: HashMap<String, bool>,
     /// The scheduled run of each (flow, business date) the batch has seen.
     scheduled: HashMap<(String, String), Existing>,
+    /// Runs held by an unmet `after`, with the reason shown on them.
+    held: HashMap<String, String>,
 }
 
 impl<'a> Admitted<'a> {
@@ -143,9 +145,59 @@ impl<'a> Admitted<'a> {
         super::insert_transitions(tx, &mut s, self.ids, transitions.collect()).await?;
         s.send(tx).await?;
         self.lease_by_database_clock(tx).await?;
+        self.write_waits(tx).await?;
         self.runs.clear();
         Ok(())
     }
+
+    /// The `after` waits of the pending runs, and the reason of the held ones.
+    async fn write_waits(&mut self, tx: &mut Tx<'_>) -> Result<()> {
+        for (run, _, _) in &self.runs {
+            for (seq, wait) in run.after.iter().enumerate() {
+                sqlx::query(&sql(
+                    "INSERT INTO run_waits (run_id, seq, upstream_flow, upstream_node, upstream_date) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                ))
+                .bind(&run.id)
+                .bind(seq as i64)
+                .bind(&wait.flow)
+                .bind(wait.node.as_deref())
+                .bind(&wait.date)
+                .execute(&mut **tx)
+                .await?;
+            }
+            if let Some(reason) = self.held.remove(&run.id) {
+                sqlx::query(&sql("UPDATE runs SET wait_reason = $1 WHERE id = $2"))
+                    .bind(reason)
+                    .bind(&run.id)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The first of `run`'s `after` waits that is not met, read in the creating
+/// transaction (`None`: every upstream is SUCCESS, or there is none).
+async fn unmet_wait<'r>(tx: &mut Tx<'_>, run: &'r NewRun) -> Result<Option<&'r crate::AfterWait>> {
+    for wait in &run.after {
+        let met: Option<(String,)> = match &wait.node {
+            None => sqlx::query_as(&sql(RUN_MET)).bind(&wait.flow).bind(&wait.date).fetch_optional(&mut **tx).await?,
+            Some(node) => {
+                sqlx::query_as(&sql(NODE_MET))
+                    .bind(&wait.flow)
+                    .bind(&wait.date)
+                    .bind(node)
+                    .fetch_optional(&mut **tx)
+                    .await?
+            }
+        };
+        if met.is_none() {
+            return Ok(Some(wait));
+        }
+    }
+    Ok(None)
 }
 
 impl Admitted<'_> {
@@ -299,10 +351,16 @@ async fn create_in<'a>(tx: &mut Tx<'_>, run: &'a NewRun, batch: &mut Admitted<'a
         return Ok(CreateOutcome::Paused);
     }
     let decision = admit(&facts, &run.policy()).map_err(refused)?;
-    let (created, start, cancel_previous) = match to_write(decision) {
+    let (created, mut start, cancel_previous) = match to_write(decision) {
         Ok(write) => write,
         Err(answer) => return Ok(answer),
     };
+    if let Some(wait) = unmet_wait(tx, run).await? {
+        // Held: not admitted, so it counts toward no `max_active_runs`; admission
+        // promotes it once every wait is met (`WAITING`).
+        start = false;
+        batch.held.insert(run.id.clone(), format!("waiting for {}", wait.label()));
+    }
     if let Some(key) = &run.idempotency_key {
         let existing = Existing { run_id: run.id.clone(), version: run.version };
         batch.keys.insert((run.flow.clone(), key.clone()), existing);
@@ -347,7 +405,7 @@ pub(super) async fn promote_queued(
     let Some(run_id) = promote(&facts, max_active_runs) else {
         return Ok(None);
     };
-    sqlx::query(&sql("UPDATE runs SET admitted_at = $1 WHERE id = $2"))
+    sqlx::query(&sql("UPDATE runs SET admitted_at = $1, wait_reason = NULL WHERE id = $2"))
         .bind(now_ms)
         .bind(&run_id)
         .execute(&mut *tx)
@@ -370,7 +428,9 @@ pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64
     .await?;
     let mut deleted = 0;
     if !ids.is_empty() {
-        for table in ["nodes", "transitions", "node_outputs", "attempts", "logs", "shard_results", "runs"] {
+        for table in
+            ["nodes", "transitions", "node_outputs", "attempts", "logs", "shard_results", "run_waits", "runs"]
+        {
             let column = if table == "runs" { "id" } else { "run_id" };
             let mut q: QueryBuilder<Db> =
                 QueryBuilder::new(format!("DELETE FROM {table} WHERE {column} IN "));

@@ -6,6 +6,7 @@
 mod alerts;
 mod bizdates;
 mod console;
+mod estate;
 mod failures;
 mod frozen;
 mod lease;
@@ -88,6 +89,7 @@ macro_rules! on_every_backend {
 mod bodies {
     pub(super) use super::bizdates::*;
     pub(super) use super::console::*;
+    pub(super) use super::estate::*;
     pub(super) use super::failures::a_commit_abandoned_midway_is_all_or_nothing_and_the_next_one_commits;
     pub(super) use super::lease::*;
     pub(super) use super::lifecycle::*;
@@ -101,6 +103,8 @@ mod bodies {
 }
 
 on_every_backend!(
+    a_run_is_held_until_its_upstream_succeeds,
+    a_node_wait_is_met_by_that_node_alone,
     runs_keep_their_business_date_and_are_found_by_it,
     scheduled_runs_are_one_per_business_date,
     runs_keep_their_actor_and_are_found_by_it,
