@@ -717,6 +717,9 @@ impl Engine {
         let mut input = serde_json::Map::new();
         input.insert("params".into(), snap.params.clone());
         input.insert("nodes".into(), snap.nodes_json(upstream));
+        if let Some(date) = &snap.biz_date {
+            input.insert("biz_date".into(), serde_json::Value::from(date.as_str()));
+        }
         let input = serde_json::Value::Object(input);
         let started_at = snap.nodes[node].started_at_ms.unwrap_or(0);
         let context = self.traces.get(run_id).map(|t| t.context.attempt(&def.id, attempt, started_at));

@@ -62,6 +62,12 @@ pub struct TriggerRequest {
     pub actor: String,
     /// Run this version instead of the routed/latest one.
     pub version: Option<u32>,
+    /// The run's business date, given by the caller (`--biz-date`, the API's
+    /// `biz_date`, a message trigger's `biz_date:` expression).
+    pub biz_date: Option<chrono::NaiveDate>,
+    /// The instant a business date not given follows from (a cron tick; now
+    /// when `None`), by the flow's `biz_date` rule.
+    pub at_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -293,6 +299,8 @@ impl EngineHandle {
             None => crate::fallbacks::route(&latest, &req.params, self.latest_version(&req.flow).await?),
         };
         let def = self.flows.get(self.store.as_ref(), &req.flow, version).await?;
+        let biz_date = crate::bizdates::biz_date_of(&def, req.biz_date, req.at_ms.unwrap_or_else(now_ms))?;
+        let one_per_biz_date = def.business.declared && req.trigger.starts_with("cron");
         let run = NewRun {
             id: uuid::Uuid::now_v7().to_string(),
             flow: req.flow.clone(),
@@ -318,6 +326,8 @@ impl EngineHandle {
             now_ms: now_ms(),
             trace_context: Some(crate::TraceContext::new_root().traceparent()),
             lease: None,
+            biz_date: Some(biz_date),
+            one_per_biz_date,
         };
         let (reply, answer) = oneshot::channel();
         let request = CreateRequest { run, flow: def, reply };

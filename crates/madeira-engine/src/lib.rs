@@ -15,6 +15,7 @@
 //! takes writes). Recovery on start resumes every unfinished run: RUNNING ones
 //! are recovered, admitted QUEUED ones started, waiting ones promoted.
 
+mod bizdates;
 mod clock;
 mod creator;
 mod engine_loop;
@@ -184,6 +185,9 @@ pub enum EngineError {
     /// Text the store cannot keep (NUL), refused before anything is written.
     #[error("{0}")]
     BadText(String),
+    /// A business date that cannot be given or derived (bad text, out of range).
+    #[error("{0}")]
+    BadBizDate(String),
     /// A caller's `Idempotency-Key` that may not be used (reserved namespace, length).
     #[error("Idempotency-Key `{key}` {problem}")]
     BadIdempotencyKey { key: String, problem: String },

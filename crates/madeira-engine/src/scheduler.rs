@@ -265,6 +265,8 @@ impl Scheduler {
             trigger: if catchup { "cron_catchup" } else { "cron" }.into(),
             actor: "scheduler".into(),
             version: None,
+            biz_date: None,
+            at_ms: Some(tick.timestamp_millis()),
         };
         let (flow_name, tick_ms) = (flow.to_string(), tick.timestamp_millis());
         tokio::spawn(async move {

@@ -315,14 +315,13 @@ async fn scheduled_for_biz_date(
         return Ok(Some(existing.clone()));
     }
     batch.write(tx).await?;
-    let row: Option<(String, i64)> = sqlx::query_as(&sql(
-        "SELECT id, version FROM runs WHERE flow = $1 AND biz_date = $2 \
-         AND \"trigger\" IN ('cron', 'cron_catchup') ORDER BY id LIMIT 1",
-    ))
-    .bind(&run.flow)
-    .bind(date)
-    .fetch_optional(&mut **tx)
-    .await?;
+    let row: Option<(String, i64)> =
+        sqlx::query_as(&sql("SELECT id, version FROM runs WHERE flow = $1 AND biz_date = $2 \
+         AND \"trigger\" IN ('cron', 'cron_catchup') ORDER BY id LIMIT 1"))
+        .bind(&run.flow)
+        .bind(date)
+        .fetch_optional(&mut **tx)
+        .await?;
     Ok(row.map(|(run_id, version)| Existing { run_id, version: version as u32 }))
 }
 
