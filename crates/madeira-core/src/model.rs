@@ -177,6 +177,18 @@ pub struct CronTriggerDef {
     pub grace: Option<Duration>,
     /// How far back `run_all` catches up after downtime.
     pub catchup_window: Duration,
+    /// `calendar:` — ticks only on that calendar's business days.
+    pub calendar: Option<TriggerCalendar>,
+}
+
+/// A cron trigger's `calendar:` and `calendar_mode:`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriggerCalendar {
+    /// A calendar name, checked against the server's calendars on apply.
+    pub name: String,
+    pub mode: madeira_calendar::CalendarMode,
+    /// Line of `calendar:` in the flow file (for errors found at apply time).
+    pub line: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

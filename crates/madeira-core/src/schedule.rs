@@ -124,6 +124,12 @@ pub fn tick_of_key(key: &str) -> Option<DateTime<Utc>> {
     chrono::DateTime::parse_from_rfc3339(&rest[idx + 1..]).ok().map(|t| t.with_timezone(&Utc))
 }
 
+mod calendar;
+
+pub use calendar::{Planned, next_fire, on_calendar, plan_after, plan_many};
+
+#[cfg(test)]
+mod calendar_tests;
 #[cfg(test)]
 mod cronie;
 #[cfg(test)]

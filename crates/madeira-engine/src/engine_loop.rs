@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, warn};
 
+mod after;
 mod drain;
 mod fence;
 mod hosts;
@@ -556,6 +557,7 @@ impl Engine {
 
     async fn after_commit(&mut self, work: Work) {
         self.notify_observers(&work);
+        let successes = self.successes(&work.events);
         for (flow, node) in work.permit_wanted.iter().chain(&work.permits_freed) {
             self.pending.push_back(Envelope::PermitPoll { flow: flow.clone(), node: *node });
         }
@@ -619,6 +621,9 @@ impl Engine {
         finished_flows.dedup();
         for (flow, _) in finished_flows {
             self.promote(&flow).await;
+        }
+        if !successes.is_empty() {
+            self.wake_after(successes).await;
         }
     }
 

@@ -2,7 +2,9 @@
 //! could not be evaluated (the run goes to `default`; an audit row
 //! `routing_fallback` on the run is its warning, shown by `GET /runs/{id}`), and
 //! a cron tick that could not create a run (an audit row `cron_run_not_created`
-//! and an alert through the observers, on a shared store in the same commit).
+//! and an alert through the observers, on a shared store in the same commit; also
+//! a tick whose calendar has no data for its day), and a tick skipped by its
+//! calendar (an audit row `cron_tick_skipped`, not an error).
 
 use std::sync::Arc;
 
@@ -11,7 +13,6 @@ use madeira_store::{AuditRecord, Batch, RunStore};
 use serde_json::{Value as Json, json};
 use tracing::{error, warn};
 
-use crate::EngineError;
 use crate::clock::now_ms;
 use crate::observer::{AlertSource, EngineObserver};
 
@@ -74,14 +75,13 @@ pub(crate) async fn cron_not_created(
     observers: &[Arc<dyn EngineObserver>],
     flow: &str,
     scheduled_at_ms: i64,
-    e: &EngineError,
+    reason: &str,
 ) {
-    let reason = e.to_string();
     let at =
         chrono::DateTime::from_timestamp_millis(scheduled_at_ms).map(|d| d.to_rfc3339()).unwrap_or_default();
     error!(flow = %flow, scheduled_at = %at, error = %reason, "cron run not created");
-    observers.iter().for_each(|o| o.cron_not_created(flow, scheduled_at_ms, &reason));
-    let source = AlertSource::CronNotCreated { flow, scheduled_at_ms, error: &reason };
+    observers.iter().for_each(|o| o.cron_not_created(flow, scheduled_at_ms, reason));
+    let source = AlertSource::CronNotCreated { flow, scheduled_at_ms, error: reason };
     let alert_events = observers.iter().flat_map(|o| o.alert_events(source)).collect();
     let audit = AuditRecord {
         at: now_ms(),
@@ -94,5 +94,41 @@ pub(crate) async fn cron_not_created(
     };
     if let Err(e) = store.commit(&Batch { audit: vec![audit], alert_events, ..Default::default() }).await {
         warn!(error = %e, "cannot audit a cron tick that made no run");
+    }
+}
+
+/// The audit action of a cron tick skipped by its trigger's calendar.
+pub const CRON_TICK_SKIPPED: &str = "cron_tick_skipped";
+
+/// A cron tick on a day that is not a business day of its trigger's calendar.
+pub(crate) struct CalendarSkip {
+    pub flow: String,
+    pub scheduled_at_ms: i64,
+    pub day: String,
+    pub calendar: String,
+}
+
+/// Records a day skipped by the calendar (audit `cron_tick_skipped` with the
+/// flow, shown in its audit trail): not an error, no alert.
+pub(crate) async fn calendar_skipped(store: &dyn RunStore, skip: CalendarSkip) {
+    let at = chrono::DateTime::from_timestamp_millis(skip.scheduled_at_ms)
+        .map(|d| d.to_rfc3339())
+        .unwrap_or_default();
+    let audit = AuditRecord {
+        at: now_ms(),
+        actor: "scheduler".into(),
+        action: CRON_TICK_SKIPPED.into(),
+        run_id: None,
+        node: None,
+        reason: Some(format!(
+            "{} is not a business day of calendar `{}`: the tick at {at} made no run",
+            skip.day, skip.calendar
+        )),
+        details: Some(json!({
+            "flow": skip.flow, "scheduled_at": at, "day": skip.day, "calendar": skip.calendar,
+        })),
+    };
+    if let Err(e) = store.commit(&Batch { audit: vec![audit], ..Default::default() }).await {
+        warn!(error = %e, flow = %skip.flow, "cannot audit a cron tick skipped by its calendar");
     }
 }

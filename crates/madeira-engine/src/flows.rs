@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use madeira_calendar::Calendars;
 use madeira_core::FlowDef;
 use madeira_core::spec::{SpecError, SpecErrors, parse_flow};
 use madeira_store::FlowStore;
@@ -14,7 +15,7 @@ use crate::{EngineError, clock::now_ms};
 type ByVersion = HashMap<(String, u32), Arc<FlowDef>>;
 
 /// Parsed flow versions, shared by the engine loop and its handles.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct FlowCache {
     inner: Arc<Mutex<ByVersion>>,
     /// The server's message sources `(name, type)`: a flow's message triggers
@@ -23,6 +24,9 @@ pub struct FlowCache {
     /// The server's SQL datasources: a flow's SQL nodes must name one of them
     /// (checked on apply only).
     datasources: Arc<Vec<String>>,
+    /// The server's calendars: cron triggers (and CEL calls) must name one of them
+    /// (checked on apply); the scheduler reads them.
+    calendars: Arc<Calendars>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,11 +37,34 @@ pub struct ApplyOutcome {
     pub created: bool,
 }
 
+impl Default for FlowCache {
+    fn default() -> Self {
+        FlowCache::with_sources(Vec::new(), Vec::new())
+    }
+}
+
 impl FlowCache {
     /// A cache whose `apply` checks message triggers against `sources` and SQL
     /// nodes against `datasources`.
     pub fn with_sources(sources: Vec<(String, String)>, datasources: Vec<String>) -> Self {
-        Self { inner: Arc::default(), sources: Arc::new(sources), datasources: Arc::new(datasources) }
+        let calendars = Arc::new(Calendars::builtin());
+        Self {
+            inner: Arc::default(),
+            sources: Arc::new(sources),
+            datasources: Arc::new(datasources),
+            calendars,
+        }
+    }
+
+    /// The same cache checking flows against (and scheduling on) `calendars`.
+    pub fn with_calendars(mut self, calendars: Calendars) -> Self {
+        self.calendars = Arc::new(calendars);
+        self
+    }
+
+    /// The server's calendars.
+    pub fn calendars(&self) -> Arc<Calendars> {
+        self.calendars.clone()
     }
 
     /// The parsed flow `name` at `version`, loading and parsing it on first use.
@@ -81,6 +108,9 @@ impl FlowCache {
         let def = parse_flow(file, source)?;
         madeira_core::spec::check_sources(file, &def, &self.sources)?;
         madeira_core::spec::check_datasources(file, &def, &self.datasources)?;
+        madeira_core::spec::check_calendars(file, &def, &self.calendars)?;
+        let estate = crate::estate::load(store, self).await?;
+        crate::estate::check_applied(estate, file, &def)?;
         let hash = content_hash(file, source)?;
         let put = store.put_flow(&def.name, source, &hash, now_ms()).await?;
         self.lock().insert((def.name.clone(), put.version), Arc::new(def.clone()));

@@ -188,6 +188,11 @@ impl EngineHandle {
         self.live_logs.subscribe(&(run_id.to_string(), node.to_string(), attempt))
     }
 
+    /// The server's calendars (cron triggers' `calendar:`, CEL date functions).
+    pub fn calendars(&self) -> Arc<madeira_calendar::Calendars> {
+        self.flows.calendars()
+    }
+
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
@@ -275,6 +280,41 @@ impl EngineHandle {
         self.flows.get(self.store.as_ref(), name, version).await
     }
 
+    /// Starts, for `biz_date`, every flow whose `flow_succeeded` trigger names
+    /// `upstream` (once per date: key `after:<upstream>:<biz_date>`).
+    pub async fn fire_flow_succeeded(&self, upstream: &str, biz_date: &str) {
+        let date = match madeira_core::estate::parse_date(biz_date) {
+            Ok(d) => d,
+            Err(e) => {
+                return tracing::warn!(upstream, biz_date, error = %e, "flow_succeeded: bad business date");
+            }
+        };
+        let flows = match crate::estate::triggered_by(self.store.as_ref(), &self.flows, upstream).await {
+            Ok(flows) => flows,
+            Err(e) => return tracing::error!(upstream, error = %e, "flow_succeeded: cannot list flows"),
+        };
+        for def in flows {
+            let req = TriggerRequest {
+                flow: def.name.clone(),
+                params: serde_json::json!({}),
+                idempotency_key: Some(crate::estate::trigger_key(upstream, biz_date)),
+                trigger: "after".into(),
+                actor: format!("flow_succeeded:{upstream}"),
+                version: None,
+                biz_date: Some(date),
+                at_ms: None,
+            };
+            match self.trigger(req).await {
+                Ok(out) => {
+                    tracing::info!(upstream, biz_date, flow = %def.name, run_id = %out.run_id, created = out.created, "flow_succeeded: run started")
+                }
+                Err(e) => {
+                    tracing::warn!(upstream, biz_date, flow = %def.name, error = %e, "flow_succeeded: run not started")
+                }
+            }
+        }
+    }
+
     /// Creates a run, or returns the one its idempotency key already made. A
     /// manual trigger's key is the caller's: it may not take a namespace Madeira
     /// makes keys in, and reused with other params it is refused.
@@ -301,6 +341,7 @@ impl EngineHandle {
         let def = self.flows.get(self.store.as_ref(), &req.flow, version).await?;
         let biz_date = crate::bizdates::biz_date_of(&def, req.biz_date, req.at_ms.unwrap_or_else(now_ms))?;
         let one_per_biz_date = def.business.declared && req.trigger.starts_with("cron");
+        let after = crate::estate::waits(&def, &biz_date, &self.flows.calendars())?;
         let run = NewRun {
             id: uuid::Uuid::now_v7().to_string(),
             flow: req.flow.clone(),
@@ -328,6 +369,7 @@ impl EngineHandle {
             lease: None,
             biz_date: Some(biz_date),
             one_per_biz_date,
+            after,
         };
         let (reply, answer) = oneshot::channel();
         let request = CreateRequest { run, flow: def, reply };

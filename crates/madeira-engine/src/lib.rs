@@ -20,6 +20,7 @@ mod clock;
 mod creator;
 mod engine_loop;
 mod envelope;
+pub mod estate;
 pub mod events;
 pub mod executor;
 pub mod fallbacks;
@@ -104,6 +105,9 @@ pub struct EngineOptions {
     pub message_sources: Vec<(String, String)>,
     /// The server's SQL datasources, which flows' SQL nodes may name (checked on apply).
     pub datasources: Vec<String>,
+    /// The server's calendars (built-in ones plus the config's and calendar files'),
+    /// which cron triggers and CEL date functions may name (checked on apply).
+    pub calendars: madeira_calendar::Calendars,
 }
 
 impl Default for EngineOptions {
@@ -123,6 +127,7 @@ impl Default for EngineOptions {
             live_log_bytes: livelog::DEFAULT_MAX_BYTES,
             message_sources: Vec::new(),
             datasources: Vec::new(),
+            calendars: madeira_calendar::Calendars::builtin(),
         }
     }
 }
@@ -227,7 +232,8 @@ pub fn build(
     // slow viewer lags; the ring is allocated up front, so its slots hold `Arc`s
     // (tens of bytes each, not the event's ~200).
     let (events, _) = broadcast::channel(16_384);
-    let flows = FlowCache::with_sources(options.message_sources.clone(), options.datasources.clone());
+    let flows = FlowCache::with_sources(options.message_sources.clone(), options.datasources.clone())
+        .with_calendars(options.calendars.clone());
     let stats = Arc::new(EngineStats::default());
     let health = Arc::new(health::StoreHealth::new(observers.clone()));
     let throttle_view = ThrottleView::default();

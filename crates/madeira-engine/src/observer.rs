@@ -94,6 +94,8 @@ pub trait EngineObserver: Send + Sync {
     fn observed_missed(&self, flow: &str, scheduled_at_ms: i64, what: &str) {}
     /// A cron tick of `flow` at `scheduled_at_ms` could not create its run.
     fn cron_not_created(&self, flow: &str, scheduled_at_ms: i64, error: &str) {}
+    /// A cron tick of `flow` fell on a day that is not a business day of `calendar`.
+    fn cron_calendar_skipped(&self, flow: &str, calendar: &str) {}
     /// A node waited in INIT for its executor past its `stall_after`, or stopped
     /// waiting after that (checked about every second; see `NodeWatch`).
     fn node_stalled(&self, watch: &NodeWatch<'_>) {}

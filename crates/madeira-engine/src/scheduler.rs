@@ -10,7 +10,11 @@
 //! counted, `EngineObserver::cron_clock_jump`): `skip` fires none of them,
 //! `run_once` the latest, `run_all` those within `catchup_window`, as catch-up
 //! runs. After a jump back, every trigger is rescheduled from the new time (a
-//! tick that fires again makes no second run: its key).
+//! tick that fires again makes no second run: its key). A trigger with a
+//! `calendar:` is planned on it (`madeira_core::schedule::plan_after`): a day off
+//! is skipped (audited `cron_tick_skipped`, once per day) or the tick moved to the
+//! next/previous business day; a day the calendar has no data for makes no run and
+//! an alert (`cron_run_not_created`), never a guessed run.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -20,7 +24,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use madeira_core::TriggerDef;
 use madeira_core::model::CronTriggerDef;
-use madeira_core::schedule::{cron_key, jitter_offset, missed_ticks, next_after, tick_of_key};
+use madeira_core::schedule::{
+    Planned, cron_key, jitter_offset, missed_ticks, next_fire, on_calendar, plan_after, tick_of_key,
+};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
@@ -47,10 +53,29 @@ mod tests;
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Entry {
     fire_at_ms: i64,
+    /// The run's scheduled instant (a tick moved by its calendar: where it moved).
     tick_ms: i64,
     flow: String,
     trigger: usize,
     generation: u64,
+    /// The instant the trigger's next tick is planned after.
+    resume_ms: i64,
+    what: What,
+}
+
+/// What an entry does when due (`Planned` of `madeira_core::schedule`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum What {
+    Fire,
+    /// A day that is not a business day of the trigger's calendar: recorded, no run.
+    Skipped {
+        day: String,
+        calendar: String,
+    },
+    /// The calendar cannot answer for the day: alerted, no run.
+    Blocked {
+        error: String,
+    },
 }
 
 pub struct Scheduler {
@@ -180,7 +205,7 @@ impl Scheduler {
             }
         };
         for (i, trigger) in triggers.iter().enumerate() {
-            for tick in missed_ticks(trigger, last, now) {
+            for tick in self.on_calendar(flow, trigger, missed_ticks(trigger, last, now), now) {
                 info!(flow = %flow, tick = %tick, "firing missed tick (misfire policy)");
                 self.fire(flow, tick, tick.timestamp_millis(), true);
             }
@@ -210,6 +235,24 @@ impl Scheduler {
             .collect())
     }
 
+    /// Missed `ticks` on the trigger's calendar (moved, or dropped on days off);
+    /// ticks on days the calendar cannot answer for are alerted, not fired.
+    fn on_calendar(
+        &self,
+        flow: &str,
+        trigger: &CronTriggerDef,
+        ticks: Vec<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Vec<DateTime<Utc>> {
+        let calendars = self.engine.calendars();
+        let (fire, blocked) = on_calendar(trigger, &calendars, ticks, now);
+        for (tick, error) in blocked {
+            self.blocked(flow, tick.timestamp_millis(), error);
+        }
+        fire
+    }
+
+    /// Plans the trigger's next tick after `after` on its calendar and queues it.
     fn schedule_after(
         &mut self,
         flow: &str,
@@ -218,17 +261,61 @@ impl Scheduler {
         after: DateTime<Utc>,
         generation: u64,
     ) {
-        let Some(tick) = next_after(trigger, after) else { return };
-        let offset = jitter_offset(flow, index, tick, trigger.jitter);
-        let fire_at_ms = tick.timestamp_millis() + offset.as_millis() as i64;
+        let calendars = self.engine.calendars();
+        let Some(planned) = plan_after(trigger, &calendars, after) else { return };
+        let (due, resume_ms) = (planned.due(), planned.resume().timestamp_millis());
+        let (fire_at_ms, what) = match planned {
+            Planned::Fire { .. } => {
+                let offset = jitter_offset(flow, index, due, trigger.jitter);
+                (due.timestamp_millis() + offset.as_millis() as i64, What::Fire)
+            }
+            Planned::Skipped { day, calendar, .. } => {
+                (due.timestamp_millis(), What::Skipped { day: day.to_string(), calendar })
+            }
+            Planned::Blocked { error, .. } => (due.timestamp_millis(), What::Blocked { error }),
+        };
         let entry = Entry {
             fire_at_ms,
-            tick_ms: tick.timestamp_millis(),
+            tick_ms: due.timestamp_millis(),
             flow: flow.to_string(),
             trigger: index,
             generation,
+            resume_ms,
+            what,
         };
         self.heap.push(Reverse(entry));
+    }
+
+    /// Acts on a due entry: fires its run, or records the day it skips or the
+    /// calendar error that blocks it.
+    fn act(&self, entry: &Entry, tick: DateTime<Utc>) {
+        match &entry.what {
+            What::Fire => self.fire(&entry.flow, tick, entry.fire_at_ms, false),
+            What::Skipped { day, calendar } => {
+                info!(flow = %entry.flow, day = %day, calendar = %calendar, "cron tick skipped: not a business day");
+                self.observers.iter().for_each(|o| o.cron_calendar_skipped(&entry.flow, calendar));
+                let store = self.engine.store().clone();
+                let skip = crate::fallbacks::CalendarSkip {
+                    flow: entry.flow.clone(),
+                    scheduled_at_ms: entry.tick_ms,
+                    day: day.clone(),
+                    calendar: calendar.clone(),
+                };
+                tokio::spawn(async move { crate::fallbacks::calendar_skipped(store.as_ref(), skip).await });
+            }
+            What::Blocked { error } => self.blocked(&entry.flow, entry.tick_ms, error.clone()),
+        }
+    }
+
+    /// A tick the calendar cannot answer for: no run; audited and alerted as a
+    /// cron tick that made no run.
+    fn blocked(&self, flow: &str, tick_ms: i64, error: String) {
+        warn!(flow = %flow, error = %error, "cron tick not fired: the calendar has no answer for its day");
+        let (store, observers, flow) =
+            (self.engine.store().clone(), self.observers.clone(), flow.to_string());
+        tokio::spawn(async move {
+            crate::fallbacks::cron_not_created(store.as_ref(), &observers, &flow, tick_ms, &error).await
+        });
     }
 
     fn fire_due(&mut self) {
@@ -242,9 +329,14 @@ impl Scheduler {
         let mut touched = Vec::new();
         while let Some(entry) = self.pop_due(now_ms) {
             let Some(trigger) = self.live_trigger(&entry) else { continue };
-            let Some(tick) = DateTime::from_timestamp_millis(entry.tick_ms) else { continue };
-            self.fire(&entry.flow, tick, entry.fire_at_ms, false);
-            self.schedule_after(&entry.flow, entry.trigger, &trigger, tick, entry.generation);
+            let (Some(tick), Some(resume)) = (
+                DateTime::from_timestamp_millis(entry.tick_ms),
+                DateTime::from_timestamp_millis(entry.resume_ms),
+            ) else {
+                continue;
+            };
+            self.act(&entry, tick);
+            self.schedule_after(&entry.flow, entry.trigger, &trigger, resume, entry.generation);
             touched.push(entry.flow);
         }
         self.report_touched(touched);
@@ -283,14 +375,9 @@ impl Scheduler {
                     info!(flow = %flow_name, "cron tick of a deleted flow: no run")
                 }
                 Err(e) => {
-                    crate::fallbacks::cron_not_created(
-                        engine.store().as_ref(),
-                        &observers,
-                        &flow_name,
-                        tick_ms,
-                        &e,
-                    )
-                    .await
+                    let reason = e.to_string();
+                    let store = engine.store().as_ref();
+                    crate::fallbacks::cron_not_created(store, &observers, &flow_name, tick_ms, &reason).await
                 }
             }
         });
@@ -348,7 +435,8 @@ impl Scheduler {
         while let Some(entry) = self.pop_due(now_ms) {
             let Some(trigger) = self.live_trigger(&entry) else { continue };
             let Some(before) = DateTime::from_timestamp_millis(entry.tick_ms - 1) else { continue };
-            let ticks = missed_ticks(&trigger, Some(before), now);
+            let ticks =
+                self.on_calendar(&entry.flow, &trigger, missed_ticks(&trigger, Some(before), now), now);
             info!(flow = %entry.flow, policy = ?trigger.misfire, fired = ticks.len(), "cron ticks skipped over by a clock jump");
             for tick in ticks {
                 self.fire(&entry.flow, tick, tick.timestamp_millis(), true);
@@ -384,8 +472,9 @@ impl Scheduler {
 
     fn report_next(&self, flow: &str) {
         let now = self.now();
+        let calendars = self.engine.calendars();
         let next = self.triggers.get(flow).into_iter().flatten().enumerate().filter_map(|(i, t)| {
-            let tick = next_after(t, now)?;
+            let tick = next_fire(t, &calendars, now)?;
             Some(tick.timestamp_millis() + jitter_offset(flow, i, tick, t.jitter).as_millis() as i64)
         });
         let at = next.min().map(|ms| ms as f64 / 1000.0);

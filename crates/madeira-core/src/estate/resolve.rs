@@ -85,3 +85,19 @@ pub fn requirements(
         })
         .collect()
 }
+
+/// Business days of the server's calendars; no calendar: calendar days.
+impl BusinessDays for madeira_calendar::Calendars {
+    fn shift(&self, calendar: Option<&str>, date: NaiveDate, offset: i32) -> Result<NaiveDate, DateError> {
+        let Some(name) = calendar else { return plain_shift(date, offset) };
+        let cal = self.get(name).ok_or_else(|| DateError::UnknownCalendar { calendar: name.to_string() })?;
+        if offset == 0 {
+            return Ok(date);
+        }
+        cal.add_business_days(date, offset).map_err(|e| DateError::OutOfData {
+            calendar: name.to_string(),
+            date,
+            detail: e.to_string(),
+        })
+    }
+}

@@ -19,6 +19,7 @@ fn fires(expr: &str, tz: &str, from: &str, n: usize) -> Vec<String> {
 
 fn trigger(expr: &str, misfire: Misfire) -> CronTriggerDef {
     CronTriggerDef {
+        calendar: None,
         expr: expr.into(),
         timezone: "UTC".into(),
         misfire,

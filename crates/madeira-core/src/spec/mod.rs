@@ -8,6 +8,7 @@ use crate::model::{FlowDef, RateLimitDef};
 
 mod after;
 mod bizdate;
+mod calendars;
 mod convert;
 mod executor;
 mod graph;
@@ -24,6 +25,7 @@ mod yaml;
 mod tests;
 
 pub use after::{MAX_AFTER, MAX_AFTER_OFFSET};
+pub use calendars::check_calendars;
 pub use message::{DEFAULT_MAX_DELIVERIES, DEFAULT_MAX_IN_FLIGHT, SOURCE_TYPES, check_sources};
 pub use sql::check_datasources;
 pub use trigger::{parse_cron, parse_timezone};

@@ -64,7 +64,7 @@ pub(crate) struct RawAfterPolicy {
 /// `nodes:` in file order; a node written as `x:` with no body is `None`.
 pub(crate) type RawNodes = Ordered<Span<String>, Span<Option<RawNode>>>;
 
-/// `{cron, timezone, misfire, jitter, grace, catchup_window}` or `{event, on_paused, max_queued}`.
+/// `{cron, timezone, misfire, jitter, grace, catchup_window, calendar, calendar_mode}` or `{event, on_paused, max_queued}`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawTrigger {
@@ -74,6 +74,8 @@ pub(crate) struct RawTrigger {
     pub jitter: Option<Span<String>>,
     pub grace: Option<Span<String>>,
     pub catchup_window: Option<Span<String>>,
+    pub calendar: Option<Span<String>>,
+    pub calendar_mode: Option<Span<String>>,
     pub event: Option<Span<String>>,
     pub on_paused: Option<Span<String>>,
     pub max_queued: Option<Span<i64>>,

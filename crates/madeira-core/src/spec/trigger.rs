@@ -1,5 +1,5 @@
 //! Triggers: cron (expression, IANA timezone, misfire policy, jitter, grace, catch-up
-//! window), event, or message (`spec::message`). Cron expressions are checked with croner, timezones with chrono-tz.
+//! window, business-day calendar), event, or message (`spec::message`). Cron expressions are checked with croner, timezones with chrono-tz.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -9,10 +9,12 @@ use chrono_tz::{TZ_VARIANTS, Tz};
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
 
-use crate::model::{CronTriggerDef, Misfire, OnPaused, TriggerDef};
+use madeira_calendar::CalendarMode;
+
+use crate::model::{CronTriggerDef, Misfire, OnPaused, TriggerCalendar, TriggerDef};
 
 use super::raw::{RawTrigger, Span};
-use super::report::{At, Report, did_you_mean, one_of};
+use super::report::{At, Report, did_you_mean, line_of, one_of};
 
 /// Events kept per event trigger of a paused flow when `max_queued` is not given.
 pub const DEFAULT_MAX_QUEUED: u32 = 1000;
@@ -190,6 +192,8 @@ fn event_trigger(
         t.jitter.as_ref().map(|_| "jitter"),
         t.grace.as_ref().map(|_| "grace"),
         t.catchup_window.as_ref().map(|_| "catchup_window"),
+        t.calendar.as_ref().map(|_| "calendar"),
+        t.calendar_mode.as_ref().map(|_| "calendar_mode"),
     ]
     .into_iter()
     .flatten()
@@ -258,6 +262,7 @@ fn cron_trigger(
     let jitter = duration("jitter", &t.jitter);
     let grace = duration("grace", &t.grace);
     let catchup = duration("catchup_window", &t.catchup_window);
+    let calendar = trigger_calendar(report, at, t);
     Some(CronTriggerDef {
         expr: expr_ok.then(|| cron.value.trim().to_string())?,
         timezone: timezone?,
@@ -265,7 +270,40 @@ fn cron_trigger(
         jitter: jitter?.unwrap_or(Duration::ZERO),
         grace: grace?,
         catchup_window: catchup?.unwrap_or(DEFAULT_CATCHUP_WINDOW),
+        calendar: calendar?,
     })
+}
+
+const CALENDAR_MODES: &[&str] = &["skip", "next", "previous"];
+
+/// `calendar:` and `calendar_mode:` (the name is checked against the server's
+/// calendars on apply, `check_calendars`). `Some(None)`: no calendar.
+fn trigger_calendar(report: &mut Report, at: At<'_>, t: &RawTrigger) -> Option<Option<TriggerCalendar>> {
+    let mode = match t.calendar_mode.as_ref().map(|m| (m, m.value.trim())) {
+        None | Some((_, "skip")) => Some(CalendarMode::Skip),
+        Some((_, "next")) => Some(CalendarMode::Next),
+        Some((_, "previous")) => Some(CalendarMode::Previous),
+        Some((span, other)) => {
+            let hint = did_you_mean(other, CALENDAR_MODES.iter().copied());
+            let names = one_of(CALENDAR_MODES);
+            report.push(at.at(span), format!("unknown `calendar_mode` `{other}`{hint}; use {names}"));
+            None
+        }
+    };
+    let Some(calendar) = &t.calendar else {
+        if let Some(span) = &t.calendar_mode {
+            report.push(at.at(span), "`calendar_mode` needs a `calendar` (e.g. `calendar: cn-workdays`)");
+            return None;
+        }
+        return Some(None);
+    };
+    let name = calendar.value.trim();
+    if name.is_empty() {
+        report
+            .push(at.at(calendar), "`calendar` is empty; name a calendar, e.g. `cn-workdays` or `weekdays`");
+        return None;
+    }
+    Some(Some(TriggerCalendar { name: name.to_string(), mode: mode?, line: line_of(calendar) }))
 }
 
 fn misfire(report: &mut Report, at: At<'_>, raw: &Span<String>) -> Option<Misfire> {

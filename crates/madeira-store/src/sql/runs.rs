@@ -183,7 +183,13 @@ impl<'a> Admitted<'a> {
 async fn unmet_wait<'r>(tx: &mut Tx<'_>, run: &'r NewRun) -> Result<Option<&'r crate::AfterWait>> {
     for wait in &run.after {
         let met: Option<(String,)> = match &wait.node {
-            None => sqlx::query_as(&sql(RUN_MET)).bind(&wait.flow).bind(&wait.date).fetch_optional(&mut **tx).await?,
+            None => {
+                sqlx::query_as(&sql(RUN_MET))
+                    .bind(&wait.flow)
+                    .bind(&wait.date)
+                    .fetch_optional(&mut **tx)
+                    .await?
+            }
             Some(node) => {
                 sqlx::query_as(&sql(NODE_MET))
                     .bind(&wait.flow)

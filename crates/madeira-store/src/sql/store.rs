@@ -12,11 +12,12 @@ use super::{
 };
 use crate::dialect::{Dialect, SqlStore};
 use crate::{
-    AfterWait, AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore, Batch, Claim,
-    CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowStore, FlowVersion,
-    HealthStore, InboxEvent, Lease, LeaseStore, LogRecord, NewRun, OpenAlerts, PermitKey, PermitStore,
-    PresenceStore, PutFlow, QueueOutcome, QueuedEvent, Result, RetentionStore, RunCommand, RunQuery, RunRow,
-    RunStore, SessionRecord, SessionStore, ShardResult, SidecarPresence, StoredRun, TransitionRecord,
+    AfterWait, AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore, Batch,
+    Claim, CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowStore,
+    FlowVersion, HealthStore, InboxEvent, Lease, LeaseStore, LogRecord, NewRun, OpenAlerts, PermitKey,
+    PermitStore, PresenceStore, PutFlow, QueueOutcome, QueuedEvent, Result, RetentionStore, RunCommand,
+    RunQuery, RunRow, RunStore, SessionRecord, SessionStore, ShardResult, SidecarPresence, StoredRun,
+    TransitionRecord,
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its

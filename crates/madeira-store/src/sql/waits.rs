@@ -8,15 +8,14 @@ use crate::{AfterWait, Result};
 /// Flows with a QUEUED, not admitted run waiting for `flow` on `date` (whole run or
 /// one of its nodes), in name order.
 pub(super) async fn after_dependents(pool: &Pool, flow: &str, date: &str) -> Result<Vec<String>> {
-    let rows: Vec<(String,)> = sqlx::query_as(&sql(
-        "SELECT DISTINCT r.flow FROM run_waits w JOIN runs r ON r.id = w.run_id \
+    let rows: Vec<(String,)> =
+        sqlx::query_as(&sql("SELECT DISTINCT r.flow FROM run_waits w JOIN runs r ON r.id = w.run_id \
          WHERE w.upstream_flow = $1 AND w.upstream_date = $2 AND r.state = 'QUEUED' \
-         AND r.admitted_at IS NULL ORDER BY r.flow",
-    ))
-    .bind(flow)
-    .bind(date)
-    .fetch_all(pool)
-    .await?;
+         AND r.admitted_at IS NULL ORDER BY r.flow"))
+        .bind(flow)
+        .bind(date)
+        .fetch_all(pool)
+        .await?;
     Ok(rows.into_iter().map(|(f,)| f).collect())
 }
 

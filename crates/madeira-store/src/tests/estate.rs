@@ -11,12 +11,7 @@ use crate::*;
 const DAY: &str = "2026-12-04";
 
 fn run_of(flow: &str, id: &str, after: Vec<AfterWait>, max: u32) -> NewRun {
-    NewRun {
-        flow: flow.into(),
-        biz_date: Some(DAY.into()),
-        after,
-        ..new_run(id, None, max, Overlap::Queue)
-    }
+    NewRun { flow: flow.into(), biz_date: Some(DAY.into()), after, ..new_run(id, None, max, Overlap::Queue) }
 }
 
 fn wait(flow: &str, node: Option<&str>) -> AfterWait {
