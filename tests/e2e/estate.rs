@@ -1,0 +1,111 @@
+//! The estate on the real binary: three flows A → B → C for one business date.
+//! A fails: B and C are held, each saying whom it waits for; a rerun of A's node
+//! makes A SUCCESS and B, then C, start from that commit (no polling). The wake
+//! latency (A's SUCCESS → B RUNNING, both stamped by the engine) is measured
+//! over many dates and printed as p50/p99. Cycles and unknown upstreams are
+//! refused at apply with the file and line.
+
+use chrono::DateTime;
+use serde_json::{Value, json};
+
+use crate::support::Dev;
+
+const A: &str = "flow: est-a\nnodes:\n  pull:\n    retry: {attempts: 1}\n    run: {builtin: fail, message: upstream down, times: 1}\n";
+const B: &str =
+    "flow: est-b\nafter:\n  - {flow: est-a, date: same}\nnodes:\n  load: {run: {builtin: noop}}\n";
+const C: &str = "flow: est-c\nafter:\n  - {flow: est-b}\nnodes:\n  settle: {run: {builtin: noop}}\n";
+
+async fn start(dev: &Dev, flow: &str, date: &str) -> String {
+    let (status, body) = dev.post(&format!("/flows/{flow}/runs"), json!({"biz_date": date}), &[]).await;
+    assert_eq!(status, 201, "{body}");
+    body["run_id"].as_str().expect("run_id").to_string()
+}
+
+fn ms(run: &Value, field: &str) -> i64 {
+    let text = run[field].as_str().unwrap_or_else(|| panic!("{field} missing: {run}"));
+    DateTime::parse_from_rfc3339(text).expect("timestamp").timestamp_millis()
+}
+
+#[tokio::test]
+async fn a_failed_upstream_holds_its_dependents_and_its_rerun_wakes_them_in_order() {
+    let (_dir, dev) = Dev::start();
+    for yaml in [A, B, C] {
+        dev.put_flow(yaml).await;
+    }
+    let day = "2026-12-04";
+    let a = start(&dev, "est-a", day).await;
+    let b = start(&dev, "est-b", day).await;
+    let c = start(&dev, "est-c", day).await;
+    let failed = dev.finished(&a).await;
+    assert_eq!(failed["status"], "FAILED", "{failed}");
+    for (run, upstream) in [(&b, "est-a"), (&c, "est-b")] {
+        let held = dev.wait_run(run, 10, |r| r["waiting_reason"].is_string()).await;
+        assert_eq!(held["status"], "QUEUED", "{held}");
+        assert_eq!(held["waiting_reason"], format!("waiting for {upstream} {day}"), "{held}");
+    }
+    let (status, body) =
+        dev.post(&format!("/runs/{a}/nodes/pull/rerun"), json!({"reason": "payments API back"}), &[]).await;
+    assert!(status < 300, "rerun: {status} {body}");
+    let a_done = dev.wait_run(&a, 30, |r| r["status"] == "SUCCESS").await;
+    let b_done = dev.finished(&b).await;
+    let c_done = dev.finished(&c).await;
+    assert_eq!(b_done["status"], "SUCCESS", "{b_done}");
+    assert_eq!(c_done["status"], "SUCCESS", "{c_done}");
+    assert!(ms(&b_done, "started_at") >= ms(&a_done, "finished_at"), "B started before A succeeded");
+    assert!(ms(&c_done, "started_at") >= ms(&b_done, "finished_at"), "C started before B succeeded");
+    assert_eq!(b_done["waiting_reason"], Value::Null, "{b_done}");
+}
+
+#[tokio::test]
+async fn wake_latency_from_upstream_success_to_downstream_running() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow("flow: lat-a\nnodes:\n  pull: {run: {builtin: sleep, for: 50ms}}\n").await;
+    dev.put_flow("flow: lat-b\nafter:\n  - {flow: lat-a}\nnodes:\n  load: {run: {builtin: noop}}\n").await;
+    let mut latencies = Vec::new();
+    for i in 1..=30 {
+        let day = format!("2026-11-{i:02}");
+        // The downstream first, so it is held when the upstream succeeds.
+        let b = start(&dev, "lat-b", &day).await;
+        dev.wait_run(&b, 10, |r| r["waiting_reason"].is_string()).await;
+        let a = start(&dev, "lat-a", &day).await;
+        let a_done = dev.finished(&a).await;
+        let b_done = dev.finished(&b).await;
+        assert_eq!(
+            (a_done["status"].as_str(), b_done["status"].as_str()),
+            (Some("SUCCESS"), Some("SUCCESS"))
+        );
+        let latency = ms(&b_done, "started_at") - ms(&a_done, "finished_at");
+        assert!(latency >= 0, "B started {latency} ms before A succeeded");
+        latencies.push(latency);
+    }
+    latencies.sort_unstable();
+    let p = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q).round() as usize];
+    eprintln!(
+        "estate wake latency over {} dates (SQLite): p50 {} ms, p99 {} ms, max {} ms",
+        latencies.len(),
+        p(0.5),
+        p(0.99),
+        latencies[latencies.len() - 1]
+    );
+    assert!(p(0.99) < 1000, "wake p99 {} ms", p(0.99));
+}
+
+#[tokio::test]
+async fn apply_refuses_cycles_and_unknown_upstreams_naming_file_and_line() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow("flow: cy-a\nnodes:\n  n: {run: {builtin: noop}}\n").await;
+    dev.put_flow("flow: cy-b\nafter:\n  - {flow: cy-a}\nnodes:\n  n: {run: {builtin: noop}}\n").await;
+    let cyclic = "flow: cy-a\nafter:\n  - {flow: cy-b}\nnodes:\n  n: {run: {builtin: noop}}\n";
+    let resp = reqwest::Client::new().put(dev.url("/flows/cy-a")).body(cyclic).send().await.expect("put");
+    assert_eq!(resp.status().as_u16(), 400);
+    let body: Value = resp.json().await.expect("json");
+    let text = body.to_string();
+    assert!(text.contains("cycle across flows"), "{text}");
+    assert!(text.contains("cy-a (cy-a.yaml:3 waits for cy-b)"), "{text}");
+    assert!(text.contains("cy-b (cy-b.yaml:3 waits for cy-a)"), "{text}");
+    let unknown = "flow: cy-c\nafter:\n  - {flow: cy-z}\nnodes:\n  n: {run: {builtin: noop}}\n";
+    let resp = reqwest::Client::new().put(dev.url("/flows/cy-c")).body(unknown).send().await.expect("put");
+    assert_eq!(resp.status().as_u16(), 400);
+    let text = resp.text().await.expect("text");
+    assert!(text.contains("cy-c.yaml:3: `after` names flow `cy-z`, which does not exist"), "{text}");
+}
