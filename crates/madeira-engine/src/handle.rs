@@ -280,6 +280,15 @@ impl EngineHandle {
         self.flows.get(self.store.as_ref(), name, version).await
     }
 
+    /// The estate map for business date `date` (`YYYY-MM-DD`).
+    pub async fn estate_map(&self, date: &str) -> Result<Vec<crate::estate_map::MapFlow>, EngineError> {
+        self.store_estate_map(date).await
+    }
+
+    async fn store_estate_map(&self, date: &str) -> Result<Vec<crate::estate_map::MapFlow>, EngineError> {
+        crate::estate_map::build(self.store.as_ref(), &self.flows, date).await
+    }
+
     /// Starts, for `biz_date`, every flow whose `flow_succeeded` trigger names
     /// `upstream` (once per date: key `after:<upstream>:<biz_date>`).
     pub async fn fire_flow_succeeded(&self, upstream: &str, biz_date: &str) {

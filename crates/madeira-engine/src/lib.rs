@@ -21,6 +21,7 @@ mod creator;
 mod engine_loop;
 mod envelope;
 pub mod estate;
+pub mod estate_map;
 pub mod events;
 pub mod executor;
 pub mod fallbacks;

@@ -379,6 +379,16 @@ pub struct DatasourcesView {
     pub datasources: Vec<Value>,
 }
 
+/// `GET /estate`: the estate map for one business date.
+#[derive(Serialize, ToSchema)]
+pub struct EstateView {
+    /// The business date, `YYYY-MM-DD`.
+    pub date: String,
+    /// `{flow, after: [flow], state: done|running|held|queued|failed|cancelled|none, run_id?,
+    /// waiting_for?, root_cause?: {flow, node?}}` per flow, upstream flows first.
+    pub flows: Vec<Value>,
+}
+
 /// `GET /sources`: the message sources of the server config and their consumers
 /// (never a URL or a credential).
 #[derive(Serialize, ToSchema)]

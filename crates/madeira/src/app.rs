@@ -288,7 +288,9 @@ impl ControlPlane {
         let names: Vec<Option<String>> =
             sources.iter().map(|(f, s)| madeira_core::spec::parse_flow(f, s).ok().map(|d| d.name)).collect();
         let estate = madeira_core::estate::Estate::new(sources.iter().filter_map(|(f, s)| {
-            madeira_core::spec::parse_flow(f, s).ok().map(|d| madeira_core::estate::EstateFlow::from_def(f, &d))
+            madeira_core::spec::parse_flow(f, s)
+                .ok()
+                .map(|d| madeira_core::estate::EstateFlow::from_def(f, &d))
         }));
         let order = estate.topo();
         let mut indexed: Vec<usize> = (0..sources.len()).collect();

@@ -3,6 +3,7 @@
 mod alerts;
 mod audit;
 mod datasources;
+mod estate;
 mod flows;
 pub(crate) mod follow;
 mod health;
@@ -99,6 +100,7 @@ pub(crate) fn api_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
         ("/sidecars", get(sidecars::list)),
         ("/datasources", get(datasources::list)),
         ("/sources", get(sources::list)),
+        ("/estate", get(estate::map)),
     ]
 }
 

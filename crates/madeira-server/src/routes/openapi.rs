@@ -7,7 +7,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{alerts, audit, datasources, flows, lifecycle, runs, sidecars, sources, triggers};
+use super::{alerts, audit, datasources, estate, flows, lifecycle, runs, sidecars, sources, triggers};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -21,7 +21,7 @@ use super::{alerts, audit, datasources, flows, lifecycle, runs, sidecars, source
         lifecycle::delete, lifecycle::promote, lifecycle::demote,
         triggers::pause, triggers::event,
         runs::trigger, runs::list, runs::show, runs::cancel, runs::transitions, runs::logs, runs::node_action,
-        audit::list, alerts::list, alerts::test, sidecars::list, datasources::list, sources::list, document,
+        audit::list, alerts::list, alerts::test, sidecars::list, datasources::list, sources::list, estate::map, document,
     ),
     // Path parameters' enums are not collected from `paths`: listed here.
     components(schemas(crate::schema::FlowAction, crate::schema::NodeAction)),

@@ -85,6 +85,14 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Sources { server } => {
             print(&server, Client::new(&server)?.get("/sources").await?, crate::sources::sources_text)
         }
+        Command::Estate { date, server } => {
+            let query = date.map(|d| format!("?date={d}")).unwrap_or_default();
+            print(
+                &server,
+                Client::new(&server)?.get(&format!("/estate{query}")).await?,
+                super::estate::tree_text,
+            )
+        }
         _ => bail!("not a client command"),
     }
 }

@@ -7,6 +7,7 @@ mod bench_sidecar;
 mod bench_storage;
 mod client_cmds;
 mod demo;
+mod estate;
 mod exec;
 mod follow_logs;
 mod lifecycle;
