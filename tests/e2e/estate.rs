@@ -109,3 +109,29 @@ async fn apply_refuses_cycles_and_unknown_upstreams_naming_file_and_line() {
     let text = resp.text().await.expect("text");
     assert!(text.contains("cy-c.yaml:3: `after` names flow `cy-z`, which does not exist"), "{text}");
 }
+
+#[tokio::test]
+async fn flow_succeeded_starts_the_downstream_once_for_the_same_business_date() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow("flow: fs-up\nnodes:\n  n: {run: {builtin: noop}}\n").await;
+    dev.put_flow("flow: fs-down\ntriggers:\n  - flow_succeeded: fs-up\nnodes:\n  n: {run: {builtin: noop}}\n").await;
+    let day = "2026-12-03";
+    for _ in 0..2 {
+        let up = start(&dev, "fs-up", day).await;
+        assert_eq!(dev.finished(&up).await["status"], "SUCCESS");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let runs = loop {
+        let (status, body) = dev.get(&format!("/runs?flow=fs-down&biz_date={day}")).await;
+        assert_eq!(status, 200, "{body}");
+        let runs = body["runs"].as_array().cloned().unwrap_or_default();
+        if runs.iter().any(|r| r["status"] == "SUCCESS") {
+            break runs;
+        }
+        assert!(std::time::Instant::now() < deadline, "fs-down never ran: {body}");
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    };
+    assert_eq!(runs.len(), 1, "two upstream successes for one date make one downstream run: {runs:?}");
+    assert_eq!(runs[0]["trigger"], "after", "{runs:?}");
+    assert_eq!(runs[0]["biz_date"], day, "{runs:?}");
+}
