@@ -114,7 +114,10 @@ async fn apply_refuses_cycles_and_unknown_upstreams_naming_file_and_line() {
 async fn flow_succeeded_starts_the_downstream_once_for_the_same_business_date() {
     let (_dir, dev) = Dev::start();
     dev.put_flow("flow: fs-up\nnodes:\n  n: {run: {builtin: noop}}\n").await;
-    dev.put_flow("flow: fs-down\ntriggers:\n  - flow_succeeded: fs-up\nnodes:\n  n: {run: {builtin: noop}}\n").await;
+    dev.put_flow(
+        "flow: fs-down\ntriggers:\n  - flow_succeeded: fs-up\nnodes:\n  n: {run: {builtin: noop}}\n",
+    )
+    .await;
     let day = "2026-12-03";
     for _ in 0..2 {
         let up = start(&dev, "fs-up", day).await;
