@@ -108,6 +108,18 @@ async fn apply_refuses_cycles_and_unknown_upstreams_naming_file_and_line() {
     assert_eq!(resp.status().as_u16(), 400);
     let text = resp.text().await.expect("text");
     assert!(text.contains("cy-c.yaml:3: `after` names flow `cy-z`, which does not exist"), "{text}");
+    // Deleting a flow others wait for is allowed, and the audit entry names them.
+    let url = dev.url("/flows/cy-a?reason=retired");
+    let resp = reqwest::Client::new().delete(url).send().await.expect("delete");
+    assert!(resp.status().is_success(), "{}", resp.text().await.unwrap_or_default());
+    let (_, audit) = dev.get("/audit?limit=10").await;
+    let entry = audit["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["action"] == "delete_flow")
+        .unwrap_or_else(|| panic!("no delete_flow entry: {audit}"));
+    assert_eq!(entry["details"]["dependents"], json!(["cy-b"]), "{entry}");
 }
 
 #[tokio::test]
