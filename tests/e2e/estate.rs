@@ -198,3 +198,42 @@ async fn held_runs_are_released_across_replicas_on_postgres() {
     );
     assert!(latencies.iter().all(|l| *l >= 0), "{latencies:?}");
 }
+
+/// kill -9 of the replica that created (and so would have started) the held run:
+/// the wait lives in the store, so the other replica starts it once its upstream
+/// succeeds; it starts exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_run_survives_kill_9_of_its_creator_and_starts_once() {
+    let Some(db) = madeira_store::testing::PgTestDb::create().await.expect("PostgreSQL test database") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("madeira.yaml");
+    let text = format!(
+        "http: 127.0.0.1:0\nstore: {}\nlease: 2s\nauth:\n  tokens:\n    - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n",
+        db.url
+    );
+    std::fs::write(&config, text).expect("write config");
+    const TOKEN: &str = "estate-replica-admin-token-0123456";
+    let env = |id: &'static str| [("MADEIRA_REPLICA_ID", id), ("MADEIRA_T_ADMIN", TOKEN)];
+    let r1 = Dev::serve(&config, &env("r1"), Some(TOKEN));
+    let mut r2 = Dev::serve(&config, &env("r2"), Some(TOKEN));
+    r1.put_flow("flow: k9-a\nnodes:\n  pull: {run: {builtin: noop}}\n").await;
+    r1.put_flow("flow: k9-b\nafter:\n  - {flow: k9-a}\nnodes:\n  load: {run: {builtin: noop}}\n").await;
+    let day = "2026-09-30";
+    let b = start(&r2, "k9-b", day).await;
+    r2.wait_run(&b, 10, |r| r["waiting_reason"].is_string()).await;
+    r2.kill9();
+    let a = start(&r1, "k9-a", day).await;
+    assert_eq!(r1.finished(&a).await["status"], "SUCCESS");
+    assert_eq!(r1.finished(&b).await["status"], "SUCCESS");
+    let (status, body) = r1.get(&format!("/runs/{b}/transitions")).await;
+    assert_eq!(status, 200, "{body}");
+    let run_starts = body["transitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["node"].is_null() && t["to"] == "RUNNING")
+        .count();
+    assert_eq!(run_starts, 1, "the held run started exactly once: {body}");
+}
