@@ -282,10 +282,6 @@ impl EngineHandle {
 
     /// The estate map for business date `date` (`YYYY-MM-DD`).
     pub async fn estate_map(&self, date: &str) -> Result<Vec<crate::estate_map::MapFlow>, EngineError> {
-        self.store_estate_map(date).await
-    }
-
-    async fn store_estate_map(&self, date: &str) -> Result<Vec<crate::estate_map::MapFlow>, EngineError> {
         crate::estate_map::build(self.store.as_ref(), &self.flows, date).await
     }
 
