@@ -20,6 +20,7 @@ mod cluster_updates;
 mod console;
 mod console_state;
 mod crontab;
+mod estate;
 mod examples;
 mod exec;
 mod fallbacks;

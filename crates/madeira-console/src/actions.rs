@@ -317,6 +317,8 @@ pub async fn run_now(
             trigger: "manual".into(),
             actor: ctx.user.name.clone(),
             version: None,
+            biz_date: None,
+            at_ms: None,
         };
         let outcome = console.app.engine.trigger(request).await?;
         tracing::info!(actor = %ctx.user.name, flow = %flow, run_id = %outcome.run_id, "console run now");

@@ -187,6 +187,8 @@ const ZH: &[(&str, &str)] = &[
     ("Audit trail", "审计记录"),
     ("Actions", "操作"),
     ("Actor", "操作者"),
+    ("Business date", "业务日期"),
+    ("Waiting because", "等待原因"),
     ("Action", "动作"),
     ("Time", "时间"),
     ("Details", "详情"),

@@ -43,6 +43,8 @@ const TRIGGER: &[(&str, &str)] = &[
     ("exec", "外部执行"),
     ("api", "API"),
     ("bench", "压测"),
+    ("after", "上游完成"),
+    ("backfill", "补数"),
 ];
 
 const ACTION: &[(&str, &str)] = &[

@@ -79,7 +79,12 @@ impl ValueExpr {
     /// The value as JSON: bytes become lists of numbers, other non-JSON values
     /// (functions, timestamps) their debug text.
     pub fn eval(&self, params: &Json, nodes: &Json) -> Result<Json, ExprError> {
-        self.program.eval(params, nodes).map(|v| to_json(&v))
+        self.eval_dated(params, nodes, None)
+    }
+
+    /// `eval` with the run's business date bound as `biz_date`.
+    pub fn eval_dated(&self, params: &Json, nodes: &Json, biz_date: Option<&str>) -> Result<Json, ExprError> {
+        self.program.eval_dated(params, nodes, biz_date).map(|v| to_json(&v))
     }
 }
 

@@ -5,7 +5,7 @@
 //! the real event.
 
 /// Prefixes of the keys Madeira makes; a caller's key may start with none of them.
-pub const RESERVED_PREFIXES: &[&str] = &["cron:", "event:", "message:", "exec:"];
+pub const RESERVED_PREFIXES: &[&str] = &["cron:", "event:", "message:", "exec:", "after:", "backfill:"];
 
 /// The reserved prefix `key` starts with, if any (case-insensitive).
 pub fn reserved_prefix(key: &str) -> Option<&'static str> {

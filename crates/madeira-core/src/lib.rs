@@ -4,6 +4,8 @@
 //! function of its inputs, so it is property-tested in isolation.
 
 pub mod admit;
+pub mod bizdate;
+pub mod estate;
 pub mod expr;
 pub mod keyexpr;
 pub mod keys;

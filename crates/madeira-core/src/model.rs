@@ -21,11 +21,17 @@ pub struct FlowDef {
     pub routing: Option<RoutingDef>,
     /// Observe-only flow (wrapped crontab line): never dispatched, only recorded.
     pub observe: bool,
+    /// Business dates and deadlines (`timezone`, `biz_date`, `deadline`).
+    pub business: crate::bizdate::BusinessDef,
     pub nodes: Vec<NodeDef>,
     /// Downstream edges per node: `(downstream index, kind)`.
     pub downstream: Vec<Vec<(usize, DepKind)>>,
     /// A topological order of node indexes.
     pub topo: Vec<usize>,
+    /// Runs of other flows this flow's run waits for, by business date (`after:`).
+    pub after: Vec<AfterDef>,
+    /// How long a run waits for its `after` and what it does then.
+    pub after_policy: AfterPolicy,
 }
 
 impl FlowDef {
@@ -49,6 +55,60 @@ pub enum TriggerDef {
     },
     /// Consume a broker (SPEC §6.1); one message makes at most one run.
     Message(Box<MessageTriggerDef>),
+    /// `flow_succeeded: F`: a run of `flow` ending SUCCESS starts this flow for
+    /// the same business date.
+    FlowSucceeded {
+        flow: String,
+        /// Line of `flow_succeeded:` in the flow file (for estate errors).
+        line: Option<usize>,
+    },
+}
+
+/// One `after:` entry: the run of `flow` (or one of its nodes) for a business date
+/// relative to this run's must be SUCCESS before this run starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AfterDef {
+    pub flow: String,
+    /// A node of `flow` whose SUCCESS is enough; `None`: the whole run.
+    pub node: Option<String>,
+    /// `date: same` is 0; `date: -N` is N (business) days earlier.
+    pub offset: i32,
+    /// The calendar counting `offset` in business days; `None`: calendar days.
+    pub calendar: Option<String>,
+    /// Line of the entry in the flow file.
+    pub line: Option<usize>,
+}
+
+/// `after_policy: {wait, then}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AfterPolicy {
+    /// How long a held run waits; `None`: until its upstream succeeds.
+    pub wait: Option<Duration>,
+    pub then: AfterThen,
+}
+
+/// What a held run does once `after_policy.wait` is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AfterThen {
+    /// The run ends FAILED (reason `after_timeout`).
+    #[default]
+    Fail,
+    /// The run ends SKIPPED.
+    Skip,
+    /// The run starts anyway, marked `after_unmet`.
+    Run,
+}
+
+impl AfterThen {
+    pub const NAMES: &'static [&'static str] = &["fail", "skip", "run"];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AfterThen::Fail => "fail",
+            AfterThen::Skip => "skip",
+            AfterThen::Run => "run",
+        }
+    }
 }
 
 /// A message trigger: which configured source to consume, what, and how each
@@ -142,11 +202,14 @@ pub enum Misfire {
 pub struct ConcurrencyDef {
     pub max_active_runs: u32,
     pub on_overlap: OnOverlap,
+    /// The run for business date D starts only once the run for the previous
+    /// business date is SUCCESS (`crate::bizdate::previous_date`).
+    pub depends_on_past: bool,
 }
 
 impl Default for ConcurrencyDef {
     fn default() -> Self {
-        Self { max_active_runs: 0, on_overlap: OnOverlap::Queue }
+        Self { max_active_runs: 0, on_overlap: OnOverlap::Queue, depends_on_past: false }
     }
 }
 

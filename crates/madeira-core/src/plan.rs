@@ -70,13 +70,15 @@ pub struct RunSnapshot {
     pub state: RunState,
     pub params: Json,
     pub nodes: Vec<NodeRt>,
+    /// The run's business date (`YYYY-MM-DD`), bound as `biz_date` in conditions.
+    pub biz_date: Option<String>,
 }
 
 impl RunSnapshot {
     /// A fresh run: QUEUED, every node INIT.
     pub fn new(run_id: String, flow: Arc<FlowDef>, params: Json) -> Self {
         let nodes = vec![NodeRt::default(); flow.nodes.len()];
-        Self { run_id, flow, state: RunState::Queued, params, nodes }
+        Self { run_id, flow, state: RunState::Queued, params, nodes, biz_date: None }
     }
 
     /// The idempotency key handed to every attempt of `node` until it next succeeds:

@@ -101,7 +101,8 @@ pub(crate) async fn run(
                     if let CreateOutcome::Created { run_id, start: true, .. } = &outcome {
                         let fresh = Some({
                             let trace = crate::trace::RunTrace::from_new(&request.run);
-                            let snap = RunSnapshot::new(run_id.clone(), request.flow, request.run.params);
+                            let mut snap = RunSnapshot::new(run_id.clone(), request.flow, request.run.params);
+                            snap.biz_date = request.run.biz_date;
                             Box::new((snap, trace))
                         });
                         let start = Envelope::Start { run_id: run_id.clone(), fresh };

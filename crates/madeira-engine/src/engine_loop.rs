@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, warn};
 
+mod after;
 mod drain;
 mod fence;
 mod hosts;
@@ -556,6 +557,7 @@ impl Engine {
 
     async fn after_commit(&mut self, work: Work) {
         self.notify_observers(&work);
+        let successes = self.successes(&work.events);
         for (flow, node) in work.permit_wanted.iter().chain(&work.permits_freed) {
             self.pending.push_back(Envelope::PermitPoll { flow: flow.clone(), node: *node });
         }
@@ -619,6 +621,9 @@ impl Engine {
         finished_flows.dedup();
         for (flow, _) in finished_flows {
             self.promote(&flow).await;
+        }
+        if !successes.is_empty() {
+            self.wake_after(successes).await;
         }
     }
 
@@ -717,6 +722,9 @@ impl Engine {
         let mut input = serde_json::Map::new();
         input.insert("params".into(), snap.params.clone());
         input.insert("nodes".into(), snap.nodes_json(upstream));
+        if let Some(date) = &snap.biz_date {
+            input.insert("biz_date".into(), serde_json::Value::from(date.as_str()));
+        }
         let input = serde_json::Value::Object(input);
         let started_at = snap.nodes[node].started_at_ms.unwrap_or(0);
         let context = self.traces.get(run_id).map(|t| t.context.attempt(&def.id, attempt, started_at));

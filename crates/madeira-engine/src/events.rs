@@ -305,6 +305,8 @@ fn event_request(flow: &str, kind: &str, id: &str, payload: Json, actor: &str) -
         trigger: "event".into(),
         actor: actor.to_string(),
         version: None,
+        biz_date: None,
+        at_ms: None,
     }
 }
 

@@ -109,6 +109,8 @@ impl FlowCache {
         madeira_core::spec::check_sources(file, &def, &self.sources)?;
         madeira_core::spec::check_datasources(file, &def, &self.datasources)?;
         madeira_core::spec::check_calendars(file, &def, &self.calendars)?;
+        let estate = crate::estate::load(store, self).await?;
+        crate::estate::check_applied(estate, file, &def)?;
         let hash = content_hash(file, source)?;
         let put = store.put_flow(&def.name, source, &hash, now_ms()).await?;
         self.lock().insert((def.name.clone(), put.version), Arc::new(def.clone()));

@@ -62,6 +62,12 @@ pub struct TriggerRequest {
     pub actor: String,
     /// Run this version instead of the routed/latest one.
     pub version: Option<u32>,
+    /// The run's business date, given by the caller (`--biz-date`, the API's
+    /// `biz_date`, a message trigger's `biz_date:` expression).
+    pub biz_date: Option<chrono::NaiveDate>,
+    /// The instant a business date not given follows from (a cron tick; now
+    /// when `None`), by the flow's `biz_date` rule.
+    pub at_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -282,6 +288,46 @@ impl EngineHandle {
         self.flows.get(self.store.as_ref(), name, version).await
     }
 
+    /// The estate map for business date `date` (`YYYY-MM-DD`).
+    pub async fn estate_map(&self, date: &str) -> Result<Vec<crate::estate_map::MapFlow>, EngineError> {
+        crate::estate_map::build(self.store.as_ref(), &self.flows, date).await
+    }
+
+    /// Starts, for `biz_date`, every flow whose `flow_succeeded` trigger names
+    /// `upstream` (once per date: key `after:<upstream>:<biz_date>`).
+    pub async fn fire_flow_succeeded(&self, upstream: &str, biz_date: &str) {
+        let date = match madeira_core::estate::parse_date(biz_date) {
+            Ok(d) => d,
+            Err(e) => {
+                return tracing::warn!(upstream, biz_date, error = %e, "flow_succeeded: bad business date");
+            }
+        };
+        let flows = match crate::estate::triggered_by(self.store.as_ref(), &self.flows, upstream).await {
+            Ok(flows) => flows,
+            Err(e) => return tracing::error!(upstream, error = %e, "flow_succeeded: cannot list flows"),
+        };
+        for def in flows {
+            let req = TriggerRequest {
+                flow: def.name.clone(),
+                params: serde_json::json!({}),
+                idempotency_key: Some(crate::estate::trigger_key(upstream, biz_date)),
+                trigger: "after".into(),
+                actor: format!("flow_succeeded:{upstream}"),
+                version: None,
+                biz_date: Some(date),
+                at_ms: None,
+            };
+            match self.trigger(req).await {
+                Ok(out) => {
+                    tracing::info!(upstream, biz_date, flow = %def.name, run_id = %out.run_id, created = out.created, "flow_succeeded: run started")
+                }
+                Err(e) => {
+                    tracing::warn!(upstream, biz_date, flow = %def.name, error = %e, "flow_succeeded: run not started")
+                }
+            }
+        }
+    }
+
     /// Creates a run, or returns the one its idempotency key already made. A
     /// manual trigger's key is the caller's: it may not take a namespace Madeira
     /// makes keys in, and reused with other params it is refused.
@@ -306,6 +352,9 @@ impl EngineHandle {
             None => crate::fallbacks::route(&latest, &req.params, self.latest_version(&req.flow).await?),
         };
         let def = self.flows.get(self.store.as_ref(), &req.flow, version).await?;
+        let biz_date = crate::bizdates::biz_date_of(&def, req.biz_date, req.at_ms.unwrap_or_else(now_ms))?;
+        let one_per_biz_date = def.business.declared && req.trigger.starts_with("cron");
+        let after = crate::estate::waits(&def, &biz_date, &self.flows.calendars())?;
         let run = NewRun {
             id: uuid::Uuid::now_v7().to_string(),
             flow: req.flow.clone(),
@@ -331,6 +380,9 @@ impl EngineHandle {
             now_ms: now_ms(),
             trace_context: Some(crate::TraceContext::new_root().traceparent()),
             lease: None,
+            biz_date: Some(biz_date),
+            one_per_biz_date,
+            after,
         };
         let (reply, answer) = oneshot::channel();
         let request = CreateRequest { run, flow: def, reply };

@@ -15,10 +15,13 @@
 //! takes writes). Recovery on start resumes every unfinished run: RUNNING ones
 //! are recovered, admitted QUEUED ones started, waiting ones promoted.
 
+mod bizdates;
 mod clock;
 mod creator;
 mod engine_loop;
 mod envelope;
+pub mod estate;
+pub mod estate_map;
 pub mod events;
 pub mod executor;
 pub mod fallbacks;
@@ -188,6 +191,9 @@ pub enum EngineError {
     /// Text the store cannot keep (NUL), refused before anything is written.
     #[error("{0}")]
     BadText(String),
+    /// A business date that cannot be given or derived (bad text, out of range).
+    #[error("{0}")]
+    BadBizDate(String),
     /// A caller's `Idempotency-Key` that may not be used (reserved namespace, length).
     #[error("Idempotency-Key `{key}` {problem}")]
     BadIdempotencyKey { key: String, problem: String },

@@ -71,6 +71,12 @@ impl EngineHandle {
             madeira_core::text::check_text("reason", reason).map_err(EngineError::BadText)?;
         }
         let mut cancelled = Vec::new();
+        // Flows still waiting for this one (`after`, `flow_succeeded`): a warning
+        // in the log and the audit entry; their next apply refuses the dangling name.
+        let dependents: Vec<String> = crate::estate::load(self.store.as_ref(), &self.flows)
+            .await
+            .map(|e| e.dependents_of(&req.flow).into_iter().map(str::to_string).collect())
+            .unwrap_or_default();
         for _ in 0..DELETE_ROUNDS {
             let audit = AuditRecord {
                 at: now_ms(),
@@ -79,12 +85,17 @@ impl EngineHandle {
                 run_id: None,
                 node: None,
                 reason: req.reason.clone(),
-                details: Some(json!({"flow": req.flow, "purge": req.purge, "cancelled": cancelled})),
+                details: Some(
+                    json!({"flow": req.flow, "purge": req.purge, "cancelled": cancelled, "dependents": dependents}),
+                ),
             };
             let delete = DeleteFlow { flow: req.flow.clone(), purge: req.purge, audit, now_ms: now_ms() };
             match self.store.delete_flow(&delete).await? {
                 DeleteOutcome::Deleted { runs, events_dropped } => {
                     let _ = self.flow_changes.send(req.flow.clone());
+                    if !dependents.is_empty() {
+                        tracing::warn!(flow = %req.flow, dependents = ?dependents, "deleted flow is still named by other flows' `after`/`flow_succeeded`; their runs will wait for it");
+                    }
                     return Ok(DeleteReport {
                         flow: req.flow,
                         purged: req.purge,

@@ -116,6 +116,9 @@ impl EngineHandle {
             actor: format!("exec@{}", report.host),
             now_ms: if report.started_at_ms > 0 { report.started_at_ms } else { now_ms() },
             lease: None,
+            biz_date: None,
+            one_per_biz_date: false,
+            after: Vec::new(),
         };
         let run_id = match self.create(run, def.clone()).await? {
             CreateOutcome::Created { run_id, .. } => run_id,

@@ -230,7 +230,7 @@ impl Scheduler {
             .iter()
             .filter_map(|t| match t {
                 TriggerDef::Cron(c) => Some(c.clone()),
-                TriggerDef::Event { .. } | TriggerDef::Message(_) => None,
+                TriggerDef::Event { .. } | TriggerDef::Message(_) | TriggerDef::FlowSucceeded { .. } => None,
             })
             .collect())
     }
@@ -357,6 +357,8 @@ impl Scheduler {
             trigger: if catchup { "cron_catchup" } else { "cron" }.into(),
             actor: "scheduler".into(),
             version: None,
+            biz_date: None,
+            at_ms: Some(tick.timestamp_millis()),
         };
         let (flow_name, tick_ms) = (flow.to_string(), tick.timestamp_millis());
         tokio::spawn(async move {

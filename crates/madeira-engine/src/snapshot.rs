@@ -34,7 +34,7 @@ pub(crate) fn from_stored(stored: StoredRun, flow: Arc<FlowDef>) -> Result<RunSn
             finished_at_ms: row.finished_at,
         };
     }
-    Ok(RunSnapshot { run_id, flow, state, params: stored.run.params, nodes })
+    Ok(RunSnapshot { run_id, flow, state, params: stored.run.params, nodes, biz_date: stored.run.biz_date })
 }
 
 /// The row to write for node `idx` of `snap`.

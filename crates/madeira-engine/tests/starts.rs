@@ -65,6 +65,9 @@ async fn a_run_admitted_but_never_started_is_started_by_recovery() {
         now_ms: madeira_engine::now_ms(),
         trace_context: None,
         lease: None,
+        biz_date: None,
+        one_per_biz_date: false,
+        after: Vec::new(),
     };
     let created = store.create_run(&run).await.expect("create");
     assert!(matches!(created, CreateOutcome::Created { start: true, .. }), "{created:?}");

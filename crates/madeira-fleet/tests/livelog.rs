@@ -60,6 +60,8 @@ async fn a_running_jobs_output_is_readable_from_an_offset_while_it_runs() {
         trigger: "manual".into(),
         actor: "test".into(),
         version: None,
+        biz_date: None,
+        at_ms: None,
     };
     let run_id = handle.trigger(request).await.expect("trigger").run_id;
     let deadline = Instant::now() + Duration::from_secs(10);

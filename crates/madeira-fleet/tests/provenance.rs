@@ -126,6 +126,8 @@ async fn a_forged_result_for_another_groups_node_is_refused_and_the_node_really_
         trigger: "manual".into(),
         actor: "test".into(),
         version: None,
+        biz_date: None,
+        at_ms: None,
     };
     let run_id = handle.trigger(request).await.expect("trigger").run_id;
     let ControlMsg::Assign(assigned) = next(&mut inbound).await else { panic!("node a assigned to ga") };

@@ -102,6 +102,7 @@ impl From<EngineError> for ApiError {
             EngineError::Paused(_) => Self::new(StatusCode::CONFLICT, "refused", message),
             EngineError::ShuttingDown => Self::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", message),
             EngineError::BadText(_) => Self::new(StatusCode::BAD_REQUEST, "bad_text", message),
+            EngineError::BadBizDate(_) => Self::new(StatusCode::BAD_REQUEST, "bad_biz_date", message),
             EngineError::HolderSilent { owner } => {
                 Self::new(StatusCode::GATEWAY_TIMEOUT, "holder_silent", message)
                     .with_details(json!({"replica": owner}))

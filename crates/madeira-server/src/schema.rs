@@ -122,6 +122,11 @@ pub struct RunSummary {
     /// Who started the run: the token's name (API, console, CLI, events),
     /// `scheduler` (cron), `message:<source>`, `exec@<host>`, `demo`.
     pub actor: String,
+    /// The business date, `YYYY-MM-DD` in the flow's timezone (null for runs
+    /// older than business dates).
+    pub biz_date: Option<String>,
+    /// Why a QUEUED run is not started yet (`concurrency.depends_on_past`).
+    pub waiting_reason: Option<String>,
     /// RFC 3339, UTC, milliseconds.
     pub created_at: String,
     pub finished_at: Option<String>,
@@ -146,6 +151,10 @@ pub struct RunDetail {
     /// Who started the run (as in `RunSummary`).
     pub actor: String,
     pub idempotency_key: Option<String>,
+    /// The business date, `YYYY-MM-DD` (as in `RunSummary`).
+    pub biz_date: Option<String>,
+    /// Why a QUEUED run is not started yet (as in `RunSummary`).
+    pub waiting_reason: Option<String>,
     pub created_at: String,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
@@ -413,6 +422,16 @@ pub struct CalendarYear {
     /// Saturdays and Sundays that are business days (make-up workdays), `YYYY-MM-DD`.
     pub make_up_days: Vec<String>,
     pub business_days: u32,
+}
+
+/// `GET /estate`: the estate map for one business date.
+#[derive(Serialize, ToSchema)]
+pub struct EstateView {
+    /// The business date, `YYYY-MM-DD`.
+    pub date: String,
+    /// `{flow, after: [flow], state: done|running|held|queued|failed|cancelled|none, run_id?,
+    /// waiting_for?, root_cause?: {flow, node?}}` per flow, upstream flows first.
+    pub flows: Vec<Value>,
 }
 
 /// `GET /sources`: the message sources of the server config and their consumers

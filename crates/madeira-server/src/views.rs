@@ -23,6 +23,8 @@ pub fn run_summary(run: &RunRow) -> Json {
         "status": run.state.as_str(),
         "trigger": run.trigger,
         "actor": run.actor,
+        "biz_date": run.biz_date,
+        "waiting_reason": run.wait_reason,
         "created_at": time(Some(run.created_at)),
         "finished_at": time(run.finished_at),
     })
@@ -41,6 +43,8 @@ pub struct RunDetail<'a> {
     trigger: &'a str,
     actor: &'a str,
     idempotency_key: Option<&'a str>,
+    biz_date: Option<&'a str>,
+    waiting_reason: Option<&'a str>,
     created_at: Time,
     started_at: Time,
     finished_at: Time,
@@ -160,6 +164,8 @@ pub fn run_detail<'a>(stored: &'a StoredRun, flow: &'a FlowDef) -> RunDetail<'a>
         trigger: &run.trigger,
         actor: &run.actor,
         idempotency_key: run.idempotency_key.as_deref(),
+        biz_date: run.biz_date.as_deref(),
+        waiting_reason: run.wait_reason.as_deref(),
         created_at: Time(Some(run.created_at)),
         started_at: Time(run.started_at),
         finished_at: Time(run.finished_at),
@@ -217,6 +223,7 @@ pub fn flow_detail(record: &FlowRecord, flow: &FlowDef, calendars: &madeira_cale
                 "key": m.key.as_ref().map(|k| k.source()),
                 "when": m.when.as_ref().map(|w| w.source()),
             }}),
+            TriggerDef::FlowSucceeded { flow, .. } => json!({"flow_succeeded": flow}),
         })
         .collect();
     json!({
@@ -295,6 +302,8 @@ mod tests {
                 started_at: Some(0),
                 finished_at: None,
                 trace_context: None,
+                biz_date: Some("2026-12-04".into()),
+                wait_reason: None,
             },
             nodes: vec![node(0, "a", NodeState::Success, 2), node(1, "b", NodeState::Running, 1)],
             // Interleaved, as no query promises an order to the view.

@@ -15,6 +15,7 @@ const ROOTS: &[&str] = &[
     "idempotency_key",
     "shard_index",
     "shard_total",
+    "biz_date",
 ];
 
 #[derive(Debug, Clone, PartialEq)]

@@ -1,5 +1,5 @@
 //! Bind values of one attempt: each `params` CEL expression evaluated over the
-//! job's `params` and `nodes`, plus `run_id` and `idempotency_key`. Values are
+//! job's `params` and `nodes` (and `biz_date`), plus `run_id`, `idempotency_key` and `biz_date`. Values are
 //! only ever bound as parameters, never spliced into the SQL text.
 
 use std::collections::BTreeMap;
@@ -16,9 +16,11 @@ pub(crate) fn evaluate(def: &SqlDef, job: &Job) -> Result<BTreeMap<String, Json>
     let null = Json::Null;
     let params = job.input.get("params").unwrap_or(&null);
     let nodes = job.input.get("nodes").unwrap_or(&null);
+    let biz_date = job.input.get("biz_date").unwrap_or(&null);
     let mut out = BTreeMap::new();
     for (name, expr) in &def.params {
-        let value = expr.eval(params, nodes).map_err(|e| format!("params.{name}: {e}"))?;
+        let value =
+            expr.eval_dated(params, nodes, biz_date.as_str()).map_err(|e| format!("params.{name}: {e}"))?;
         let size = serde_json::to_string(&value).map(|s| s.len()).unwrap_or(0);
         if size > MAX_BIND_BYTES {
             return Err(format!("params.{name} is {size} bytes; at most {MAX_BIND_BYTES} are bound"));
@@ -27,6 +29,7 @@ pub(crate) fn evaluate(def: &SqlDef, job: &Job) -> Result<BTreeMap<String, Json>
     }
     out.insert("run_id".into(), Json::String(job.run_id.clone()));
     out.insert("idempotency_key".into(), Json::String(job.idempotency_key.clone()));
+    out.insert("biz_date".into(), biz_date.clone());
     Ok(out)
 }
 

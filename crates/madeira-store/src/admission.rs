@@ -39,8 +39,21 @@ pub(crate) fn refused(e: RunRefusal) -> StoreError {
 /// A run counts against `max_active_runs` (`admit::Facts::active`): RUNNING, or
 /// QUEUED and admitted to start (`admitted_at` set) but not started yet.
 pub(crate) const ACTIVE: &str = "(state = 'RUNNING' OR (state = 'QUEUED' AND admitted_at IS NOT NULL))";
-/// A QUEUED run waiting for room (`admit::Facts::queued`).
-pub(crate) const WAITING: &str = "state = 'QUEUED' AND admitted_at IS NULL";
+/// A QUEUED run waiting for room (`admit::Facts::queued`): not held by `after`.
+pub(crate) const WAITING: &str = concat!(
+    "state = 'QUEUED' AND admitted_at IS NULL AND NOT EXISTS (SELECT 1 FROM run_waits w ",
+    "WHERE w.run_id = runs.id AND NOT EXISTS (SELECT 1 FROM runs u WHERE u.flow = w.upstream_flow ",
+    "AND u.biz_date = w.upstream_date AND ((w.upstream_node IS NULL AND u.state = 'SUCCESS') ",
+    "OR (w.upstream_node IS NOT NULL AND EXISTS (SELECT 1 FROM nodes n WHERE n.run_id = u.id ",
+    "AND n.node = w.upstream_node AND n.state = 'SUCCESS')))))"
+);
+
+/// Whether the run of flow `$1` for business date `$2` is SUCCESS.
+pub(crate) const RUN_MET: &str =
+    "SELECT u.id FROM runs u WHERE u.flow = $1 AND u.biz_date = $2 AND u.state = 'SUCCESS' LIMIT 1";
+/// Whether node `$3` of a run of flow `$1` for business date `$2` is SUCCESS.
+pub(crate) const NODE_MET: &str = "SELECT u.id FROM runs u JOIN nodes n ON n.run_id = u.id \
+     WHERE u.flow = $1 AND u.biz_date = $2 AND n.node = $3 AND n.state = 'SUCCESS' LIMIT 1";
 
 /// What `Create` writes: the creation edge, whether the run may start at once,
 /// the runs to cancel; or the answer for a decision that writes nothing.

@@ -56,6 +56,11 @@ pub trait RunStore: Send + Sync + 'static {
     /// Admits the oldest waiting QUEUED run of `flow` to start if `max_active_runs`
     /// leaves room; returns it (the engine then starts it with `Command::Start`).
     async fn promote_queued(&self, flow: &str, max_active_runs: u32, now_ms: i64) -> Result<Option<String>>;
+    /// Flows with runs held by `after` waiting for `flow` on business date `date`:
+    /// once that run (or node) is SUCCESS, promoting them starts the held runs.
+    async fn after_dependents(&self, flow: &str, date: &str) -> Result<Vec<String>>;
+    /// What a run's `after:` resolved to (empty for a run without `after`).
+    async fn run_waits(&self, run_id: &str) -> Result<Vec<AfterWait>>;
     /// Writes a batch of state changes and their records in one transaction.
     async fn commit(&self, batch: &Batch) -> Result<()>;
     /// The idempotency key of the latest cron run of `flow` (`cron:<flow>:<instant>`),

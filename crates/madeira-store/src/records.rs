@@ -59,6 +59,35 @@ pub struct NewRun {
     /// The replica creating the run: a run admitted RUNNING is written held by this
     /// lease in its creation transaction, so it needs no claim of its own.
     pub lease: Option<crate::Lease>,
+    /// The run's business date, `YYYY-MM-DD` in the flow's timezone.
+    pub biz_date: Option<String>,
+    /// One run per business date among the flow's scheduled runs (`cron`,
+    /// `cron_catchup`): a scheduled run for a `biz_date` one already has answers
+    /// `CreateOutcome::Existing` with it (`cron:<flow>:<biz_date>` semantics).
+    pub one_per_biz_date: bool,
+    /// What the flow's `after:` entries resolved to for `biz_date`: while one is
+    /// not SUCCESS the run is held (QUEUED, not admitted, `wait_reason` set).
+    pub after: Vec<AfterWait>,
+}
+
+/// One upstream a run waits for: the run of `flow` for business date `date`
+/// (`YYYY-MM-DD`), or only its node `node`, SUCCESS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AfterWait {
+    pub flow: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub date: String,
+}
+
+impl AfterWait {
+    /// `payments-pull 2026-12-04` or `fx-rates.publish 2026-12-03`.
+    pub fn label(&self) -> String {
+        match &self.node {
+            Some(n) => format!("{}.{} {}", self.flow, n, self.date),
+            None => format!("{} {}", self.flow, self.date),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,6 +151,11 @@ pub struct RunRow {
     /// W3C `traceparent` of the run's span (`None` for runs older than tracing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_context: Option<String>,
+    /// The business date, `YYYY-MM-DD` (`None` for runs older than business dates).
+    pub biz_date: Option<String>,
+    /// Why a QUEUED run is not admitted yet (`concurrency.depends_on_past`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_reason: Option<String>,
 }
 
 /// A run state as its name (`"RUNNING"`), as every API answer shows it.
@@ -311,6 +345,8 @@ pub struct RunQuery {
     pub state: Option<String>,
     /// Only runs this actor started (`RunRow::actor`).
     pub actor: Option<String>,
+    /// Only runs of this business date (`YYYY-MM-DD`).
+    pub biz_date: Option<String>,
     /// Only runs with an id smaller than this (the previous page's last id).
     pub before: Option<String>,
     pub limit: u32,

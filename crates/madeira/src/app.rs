@@ -302,19 +302,31 @@ impl ControlPlane {
     /// start by `calendars::load`, are left out); the first invalid one aborts.
     pub async fn apply_dir(&self, dir: &Path) -> Result<usize> {
         let files = crate::files::yaml_files(dir).context("reading the flows directory")?;
-        let mut applied = 0;
+        let mut sources = Vec::with_capacity(files.len());
         for file in &files {
             let source = crate::files::read_text(file, crate::files::Confine::Within(dir))?;
             if crate::calendars::is_calendar_file(&source) {
                 continue;
             }
-            applied += 1;
-            self.engine
-                .apply_flow(&file.display().to_string(), &source)
-                .await
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            sources.push((file.display().to_string(), source));
         }
-        Ok(applied)
+        // Upstream flows (`after`, `flow_succeeded`) first; a file that does not
+        // parse keeps its place and fails on apply with its own errors.
+        let names: Vec<Option<String>> =
+            sources.iter().map(|(f, s)| madeira_core::spec::parse_flow(f, s).ok().map(|d| d.name)).collect();
+        let estate = madeira_core::estate::Estate::new(sources.iter().filter_map(|(f, s)| {
+            madeira_core::spec::parse_flow(f, s)
+                .ok()
+                .map(|d| madeira_core::estate::EstateFlow::from_def(f, &d))
+        }));
+        let order = estate.topo();
+        let mut indexed: Vec<usize> = (0..sources.len()).collect();
+        indexed.sort_by_key(|&i| names[i].as_ref().and_then(|n| order.iter().position(|o| o == n)));
+        for i in indexed {
+            let (file, source) = &sources[i];
+            self.engine.apply_flow(file, source).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        Ok(sources.len())
     }
 
     /// Shuts down gracefully (see the module doc) and waits for every part.

@@ -273,6 +273,15 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// The estate for a business date: every flow as a tree under its upstreams,
+    /// with its state (done, running, held and by whom, failed, none).
+    Estate {
+        /// The business date, YYYY-MM-DD (default: today, UTC).
+        #[arg(long)]
+        date: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// The audit log of operator actions.
     Audit {
         /// Only actions on this run.

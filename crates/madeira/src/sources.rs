@@ -79,6 +79,8 @@ impl Runs for EngineRuns {
             trigger: "message".into(),
             actor,
             version: None,
+            biz_date: None,
+            at_ms: None,
         };
         match engine.trigger(trigger).await {
             Ok(o) if o.created => Ok(Made::Created(o.run_id)),

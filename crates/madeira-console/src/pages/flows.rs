@@ -33,6 +33,7 @@ fn triggers(lang: Lang, def: &FlowDef, now: i64) -> Markup {
                     }
                     TriggerDef::Event { event, .. } => li { (term(lang, Term::Trigger, "event")) " " code { (event) } },
                     TriggerDef::Message(m) => li { (term(lang, Term::Trigger, "message")) " " code { (m.source) } },
+                    TriggerDef::FlowSucceeded { flow, .. } => li { (term(lang, Term::Trigger, "after")) " " code { (flow) } },
                 }
             }
             @if def.triggers.is_empty() { li.muted { (term(lang, Term::Trigger, "manual")) } }
@@ -218,12 +219,13 @@ pub fn selectable_runs_table(lang: Lang, runs: &[RunRow], now: i64, select: Opti
             div.table-wrap { table.runs {
                 thead { tr {
                     @if select.is_some() { th.sel { input type="checkbox" data-select-all="sel" aria-label=(t(lang, "Select all")); } }
-                    th { (t(lang, "Run")) } th { (t(lang, "Flow")) } th { (t(lang, "State")) } th { (t(lang, "Trigger")) } th.opt { (t(lang, "Actor")) } th { (t(lang, "Created")) } th { (t(lang, "Duration")) } } }
+                    th { (t(lang, "Run")) } th { (t(lang, "Flow")) } th { (t(lang, "State")) } th { (t(lang, "Business date")) } th { (t(lang, "Trigger")) } th.opt { (t(lang, "Actor")) } th { (t(lang, "Created")) } th { (t(lang, "Duration")) } } }
                 tbody { @for r in runs { tr data-run=(r.id) {
                     @if let Some(form) = select { td.sel { input type="checkbox" name="sel" value=(r.id) form=(form) data-state=(r.state) aria-label=(t(lang, "Select")); } }
                     td { a href=(run_href(&r.id)) { code { (short(&r.id)) } } }
                     td { a href=(flow_href(&r.flow)) { (r.flow) } " v" (r.version) }
                     td { (badge(lang, r.state.as_str())) }
+                    td.biz-date { (r.biz_date.as_deref().unwrap_or("-")) }
                     td { (term_markup(lang, Term::Trigger, &r.trigger)) }
                     td.opt.actor { (r.actor) }
                     td { (stamp(lang, Some(r.created_at), now)) }

@@ -203,6 +203,8 @@ async fn fragments(
             section.run-head {
                 div.kv { span.k { (t(lang, "State")) } span #run-state.v { (badge(lang, r.state.as_str())) " " span.muted { (if lang == Lang::En { state_gloss(lang, r.state.as_str()) } else { r.state.as_str() }) } } }
                 div.kv { span.k { (t(lang, "Version")) } span.v { "v" (r.version) } }
+                @if let Some(d) = &r.biz_date { div.kv { span.k { (t(lang, "Business date")) } span #run-biz-date.v { (d) } } }
+                @if let Some(why) = &r.wait_reason { div.kv.wide { span.k { (t(lang, "Waiting because")) } span #run-wait-reason.v { (why) } } }
                 div.kv { span.k { (t(lang, "Trigger")) } span.v { (term_markup(lang, Term::Trigger, &r.trigger)) } }
                 div.kv { span.k { (t(lang, "Actor")) } span #run-actor.v { (actor) } }
                 div.kv { span.k { (t(lang, "Created")) } span.v { (stamp(lang, Some(r.created_at), now)) } }

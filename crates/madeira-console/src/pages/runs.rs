@@ -29,6 +29,8 @@ pub struct Search {
     pub trigger: Option<String>,
     /// Who started the run (`runs.actor`), matched whole in the store.
     pub actor: Option<String>,
+    /// Only runs of this business date (`YYYY-MM-DD`).
+    pub biz_date: Option<String>,
     pub cursor: Option<String>,
 }
 
@@ -60,6 +62,10 @@ impl Search {
                 }
                 "trigger" => s.trigger = Some(v.trim().to_string()),
                 "actor" => s.actor = Some(v.trim().to_string()),
+                "biz_date" => {
+                    let d = madeira_core::bizdate::parse_date(v.trim()).map_err(ConsoleError::BadRequest)?;
+                    s.biz_date = Some(madeira_core::bizdate::format_date(d));
+                }
                 "cursor" => s.cursor = Some(v.trim().to_string()),
                 _ => {}
             }
@@ -87,6 +93,9 @@ impl Search {
         }
         if let Some(a) = &self.actor {
             parts.push(format!("actor={}", url_encode(a)));
+        }
+        if let Some(d) = &self.biz_date {
+            parts.push(format!("biz_date={d}"));
         }
         parts.join("&")
     }
@@ -138,6 +147,7 @@ pub async fn find(
             flow,
             state,
             actor: search.actor.clone(),
+            biz_date: search.biz_date.clone(),
             before: before.clone(),
             limit: (limit + 1) as u32,
         };
@@ -191,6 +201,7 @@ pub async fn search(
             label { (t(lang, "From")) " (UTC)" input type="datetime-local" name="since" value=(fmt_local(search.since)); }
             label { (t(lang, "Until")) " (UTC)" input type="datetime-local" name="until" value=(fmt_local(search.until)); }
             label { (t(lang, "Trigger")) input type="text" name="trigger" value=(search.trigger.clone().unwrap_or_default()) placeholder="manual, cron, event"; }
+            label { (t(lang, "Business date")) input type="date" name="biz_date" value=(search.biz_date.clone().unwrap_or_default()); }
             label { (t(lang, "Actor")) input type="text" name="actor" value=(search.actor.clone().unwrap_or_default()) placeholder=(t(lang, "token name, scheduler, message:…")); }
             button.primary type="submit" { (t(lang, "Search")) }
         }
@@ -243,9 +254,11 @@ mod tests {
             ("state", "RUNNING"),
             ("trigger", ""),
             ("actor", "ops bot"),
+            ("biz_date", "2026-10-08"),
         ]))
         .expect("valid");
         assert_eq!(s.states, vec!["FAILED", "RUNNING"]);
-        assert_eq!(s.query_string(), "flow=f&state=FAILED&state=RUNNING&actor=ops%20bot");
+        assert_eq!(s.query_string(), "flow=f&state=FAILED&state=RUNNING&actor=ops%20bot&biz_date=2026-10-08");
+        assert!(Search::from_pairs(&pairs(&[("biz_date", "2026-13-01")])).is_err());
     }
 }

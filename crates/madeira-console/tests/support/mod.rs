@@ -75,6 +75,8 @@ pub async fn trigger(app: &App, flow: &str) -> String {
             trigger: "manual".into(),
             actor: "test".into(),
             version: None,
+            biz_date: None,
+            at_ms: None,
         })
         .await
         .expect("trigger")

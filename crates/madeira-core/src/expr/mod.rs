@@ -71,6 +71,17 @@ impl Program {
     /// fields of `params` the expression selects are converted for CEL, so a
     /// condition reading `params.tenant` costs the same beside a 1 MB payload.
     pub(crate) fn eval(&self, params: &Json, nodes: &Json) -> Result<cel::Value, ExprError> {
+        self.eval_dated(params, nodes, None)
+    }
+
+    /// `eval` with the run's business date bound as `biz_date` (a `YYYY-MM-DD`
+    /// string; null for a run without one).
+    pub(crate) fn eval_dated(
+        &self,
+        params: &Json,
+        nodes: &Json,
+        biz_date: Option<&str>,
+    ) -> Result<cel::Value, ExprError> {
         let pruned = match params {
             Json::Object(all) if !self.outline.params_whole => {
                 let fields = &self.outline.params_fields;
@@ -90,6 +101,8 @@ impl Program {
             let mut ctx = cel::Context::with_env(stdlib());
             ctx.add_variable_from_value("params", json::to_cel(params));
             ctx.add_variable_from_value("nodes", json::to_cel(nodes));
+            let date = biz_date.map_or(cel::Value::Null, |d| cel::Value::String(Arc::new(d.to_string())));
+            ctx.add_variable_from_value("biz_date", date);
             budget::install(&mut ctx, &meter);
             if self.dates.used {
                 dates::install(&mut ctx);
@@ -203,7 +216,12 @@ impl Condition {
 
     /// Evaluates to a boolean with `params` and `nodes` bound, within the budget.
     pub fn eval(&self, params: &Json, nodes: &Json) -> Result<bool, ExprError> {
-        match self.program.eval(params, nodes)? {
+        self.eval_dated(params, nodes, None)
+    }
+
+    /// `eval` with the run's business date bound as `biz_date`.
+    pub fn eval_dated(&self, params: &Json, nodes: &Json, biz_date: Option<&str>) -> Result<bool, ExprError> {
+        match self.program.eval_dated(params, nodes, biz_date)? {
             cel::Value::Bool(b) => Ok(b),
             other => {
                 let got: String = format!("{other:?}").chars().take(120).collect();

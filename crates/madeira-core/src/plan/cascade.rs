@@ -370,7 +370,7 @@ impl Planner<'_> {
             let referenced: Vec<usize> =
                 when.referenced_nodes().iter().filter_map(|name| self.snap.flow.node_index(name)).collect();
             let nodes = self.snap.nodes_json(referenced);
-            match when.eval(&self.snap.params, &nodes) {
+            match when.eval_dated(&self.snap.params, &nodes, self.snap.biz_date.as_deref()) {
                 Ok(true) => {}
                 Ok(false) => return Readiness::Skip(Cause::ConditionFalse),
                 Err(e) => return Readiness::ConditionError(format!("condition error: {e}")),

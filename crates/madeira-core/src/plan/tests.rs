@@ -61,9 +61,12 @@ pub(crate) fn flow(nodes: Vec<TestNode<'_>>) -> Arc<FlowDef> {
         rate_limit: None,
         routing: None,
         observe: false,
+        business: Default::default(),
         nodes: defs,
         downstream,
         topo: (0..n).collect(),
+        after: vec![],
+        after_policy: Default::default(),
     })
 }
 

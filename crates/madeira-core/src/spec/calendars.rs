@@ -44,7 +44,12 @@ pub fn check_calendars(file: &str, def: &FlowDef, calendars: &Calendars) -> Resu
                     }
                 }
             }
-            TriggerDef::Event { .. } => {}
+            TriggerDef::Event { .. } | TriggerDef::FlowSucceeded { .. } => {}
+        }
+    }
+    for after in &def.after {
+        if let Some(name) = after.calendar.as_deref() {
+            unknown(name, after.line, None, "after: ");
         }
     }
     for node in &def.nodes {

@@ -22,12 +22,21 @@ const MAX_NAME: usize = 63;
 /// report then holds the reasons).
 pub(crate) fn flow(raw: &RawFlow, report: &mut Report) -> Option<FlowDef> {
     let name = flow_name(raw.flow.as_ref(), report);
-    let triggers = raw.triggers.iter().flatten().filter_map(|t| trigger::trigger(report, t)).collect();
+    let triggers: Vec<crate::model::TriggerDef> =
+        raw.triggers.iter().flatten().filter_map(|t| trigger::trigger(report, t)).collect();
     let concurrency = raw.concurrency.as_ref().map(|c| concurrency(report, c)).unwrap_or_default();
     let rate_limit = raw.rate_limit.as_ref().and_then(|r| rate_limit(report, r));
     let routing = raw.routing.as_ref().and_then(|r| routing(report, r));
     let defaults = raw.defaults.as_ref().map(|d| defaults(report, d)).unwrap_or_default();
+    let business = super::bizdate::business(raw, &triggers, report);
     let Graph { nodes, downstream, topo } = nodes(raw, &defaults, report);
+    let own = raw.flow.as_ref().map(|f| f.value.as_str());
+    let after = raw.after.as_deref().map(|a| super::after::after(report, own, a)).unwrap_or_default();
+    let after_policy = raw
+        .after_policy
+        .as_ref()
+        .map(|p| super::after::policy(report, p, !after.is_empty()))
+        .unwrap_or_default();
     Some(FlowDef {
         name: name?,
         description: raw.description.clone(),
@@ -37,9 +46,12 @@ pub(crate) fn flow(raw: &RawFlow, report: &mut Report) -> Option<FlowDef> {
         rate_limit,
         routing,
         observe: raw.observe.unwrap_or(false),
+        business,
         nodes,
         downstream,
         topo,
+        after,
+        after_policy,
     })
 }
 
@@ -95,7 +107,8 @@ fn check_node_id(id: &str, at: At<'_>, report: &mut Report) {
 
 fn concurrency(report: &mut Report, raw: &Span<RawConcurrency>) -> ConcurrencyDef {
     let at = At::top(line_of(raw));
-    let mut def = ConcurrencyDef::default();
+    let mut def =
+        ConcurrencyDef { depends_on_past: raw.value.depends_on_past.unwrap_or(false), ..Default::default() };
     if let Some(n) =
         raw.value.max_active_runs.as_ref().and_then(|m| report.limit(at, "max_active_runs", m, 0))
     {

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use crate::model::{FlowDef, RateLimitDef};
 
+mod after;
+mod bizdate;
 mod calendars;
 mod convert;
 mod executor;
@@ -23,6 +25,7 @@ mod yaml;
 #[cfg(test)]
 mod tests;
 
+pub use after::{MAX_AFTER, MAX_AFTER_OFFSET};
 pub use calendars::check_calendars;
 pub use message::{DEFAULT_MAX_DELIVERIES, DEFAULT_MAX_IN_FLIGHT, SOURCE_TYPES, check_sources};
 pub(crate) use report::closest as closest_name;
@@ -81,4 +84,9 @@ pub fn parse_rate_limit(text: &str) -> Result<RateLimitDef, String> {
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim())
         .map_err(|e| format!("bad duration `{text}`: {e}; write it like `30s`, `5m` or `1h30m`"))
+}
+
+/// `"; did you mean `x`?"` when `word` is a plausible typo of a candidate, else `""`.
+pub fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    report::did_you_mean(word, candidates)
 }

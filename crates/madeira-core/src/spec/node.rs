@@ -97,13 +97,18 @@ fn condition(report: &mut Report, at: At<'_>, when: &Span<String>) -> Option<Con
             return None;
         }
     };
-    let unknown: Vec<String> =
-        cond.variables().into_iter().filter(|v| v != "params" && v != "nodes").collect();
+    let unknown: Vec<String> = cond
+        .variables()
+        .into_iter()
+        .filter(|v| !["params", "nodes", "biz_date"].contains(&v.as_str()))
+        .collect();
     for var in &unknown {
-        let hint = did_you_mean(var, ["params", "nodes"]);
+        let hint = did_you_mean(var, ["params", "nodes", "biz_date"]);
         report.push(
             at,
-            format!("`when` reads `{var}`{hint}; a condition can only read `params` and `nodes.<id>`"),
+            format!(
+                "`when` reads `{var}`{hint}; a condition can only read `params`, `nodes.<id>` and `biz_date`"
+            ),
         );
     }
     unknown.is_empty().then_some(cond)

@@ -26,8 +26,39 @@ pub(crate) struct RawFlow {
     pub rate_limit: Option<Span<String>>,
     pub routing: Option<Span<RawRouting>>,
     pub observe: Option<bool>,
+    pub timezone: Option<Span<String>>,
+    pub biz_date: Option<Span<super::bizdate::RawBizDate>>,
+    pub deadline: Option<Span<super::bizdate::RawDeadline>>,
     pub defaults: Option<Span<RawDefaults>>,
     pub nodes: Option<Span<RawNodes>>,
+    pub after: Option<Vec<Span<RawAfter>>>,
+    pub after_policy: Option<Span<RawAfterPolicy>>,
+}
+
+/// `after:` entry: `{flow, node, date: same | -N, calendar}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAfter {
+    pub flow: Option<Span<String>>,
+    pub node: Option<Span<String>>,
+    pub date: Option<Span<RawDate>>,
+    pub calendar: Option<Span<String>>,
+}
+
+/// `date: same` or a whole number of days (`-1`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawDate {
+    Offset(i64),
+    Word(String),
+}
+
+/// `after_policy: {wait: 4h, then: fail|skip|run}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAfterPolicy {
+    pub wait: Option<Span<String>>,
+    pub then: Option<Span<String>>,
 }
 
 /// `nodes:` in file order; a node written as `x:` with no body is `None`.
@@ -49,6 +80,7 @@ pub(crate) struct RawTrigger {
     pub on_paused: Option<Span<String>>,
     pub max_queued: Option<Span<i64>>,
     pub message: Option<Span<RawMessageTrigger>>,
+    pub flow_succeeded: Option<Span<String>>,
 }
 
 /// `message: {source, queue, …, key, params, when, max_in_flight, max_deliveries, on_paused}`.
@@ -76,6 +108,7 @@ pub(crate) struct RawMessageTrigger {
 pub(crate) struct RawConcurrency {
     pub max_active_runs: Option<Span<i64>>,
     pub on_overlap: Option<Span<String>>,
+    pub depends_on_past: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -8,6 +8,7 @@ use crate::model::{
     BuiltinKind, DepKind, ExecutorDef, Misfire, NodeAction, OnOverlap, RateLimitDef, TriggerDef,
 };
 
+mod bizdates;
 mod errors;
 mod props;
 mod sql;

@@ -132,6 +132,9 @@ pub fn parse_timezone(name: &str) -> Result<Tz, String> {
 pub(crate) fn trigger(report: &mut Report, raw: &Span<RawTrigger>) -> Option<TriggerDef> {
     let at = At::top(None).at(raw);
     let t = &raw.value;
+    if let Some(flow) = &t.flow_succeeded {
+        return super::after::flow_succeeded(report, at, t, flow);
+    }
     if t.event.is_none() {
         let event_only: Vec<&str> =
             [t.on_paused.as_ref().map(|_| "on_paused"), t.max_queued.as_ref().map(|_| "max_queued")]
@@ -169,7 +172,7 @@ pub(crate) fn trigger(report: &mut Report, raw: &Span<RawTrigger>) -> Option<Tri
             None
         }
         (None, None) => {
-            report.push(at, "a trigger needs `cron` (e.g. `cron: \"5 1 * * *\"`), `event` (e.g. `event: payment.batch_closed`) or `message` (e.g. `message: {source: payments, queue: pay.succeeded}`)");
+            report.push(at, "a trigger needs `cron` (e.g. `cron: \"5 1 * * *\"`), `event` (e.g. `event: payment.batch_closed`), `message` (e.g. `message: {source: payments, queue: pay.succeeded}`) or `flow_succeeded` (e.g. `flow_succeeded: payments-pull`)");
             None
         }
         (None, Some(event)) => event_trigger(report, at, t, event),

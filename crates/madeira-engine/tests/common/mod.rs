@@ -24,6 +24,8 @@ pub fn manual(flow: &str) -> TriggerRequest {
         trigger: "manual".into(),
         actor: "sre".into(),
         version: None,
+        biz_date: None,
+        at_ms: None,
     }
 }
 

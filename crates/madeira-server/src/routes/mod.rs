@@ -4,6 +4,7 @@ pub(crate) mod alerts;
 mod audit;
 mod calendars;
 mod datasources;
+mod estate;
 mod flows;
 pub(crate) mod follow;
 mod health;
@@ -104,6 +105,7 @@ pub(crate) fn api_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
         ("/calendars", get(calendars::list)),
         ("/calendars/{name}", get(calendars::show)),
         ("/sources", get(sources::list)),
+        ("/estate", get(estate::map)),
     ]
 }
 

@@ -7,7 +7,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{alerts, audit, calendars, datasources, flows, lifecycle, runs, sidecars, sources, triggers};
+use super::{alerts, audit, calendars, datasources, estate, flows, lifecycle, runs, sidecars, sources, triggers};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -22,7 +22,7 @@ use super::{alerts, audit, calendars, datasources, flows, lifecycle, runs, sidec
         triggers::pause, triggers::event,
         runs::trigger, runs::list, runs::show, runs::cancel, runs::transitions, runs::logs, runs::node_action,
         audit::list, alerts::list, alerts::test, alerts::acknowledge, alerts::silence, sidecars::list, datasources::list, sources::list,
-        calendars::list, calendars::show, document,
+        calendars::list, calendars::show, estate::map, document,
     ),
     // Path parameters' enums are not collected from `paths`: listed here.
     components(schemas(crate::schema::FlowAction, crate::schema::NodeAction)),

@@ -28,6 +28,7 @@ fn template_vars(attempt: &Attempt) -> Json {
         "idempotency_key": attempt.idempotency_key,
         "shard_index": index,
         "shard_total": total,
+        "biz_date": attempt.input.get("biz_date").cloned().unwrap_or(Json::Null),
     })
 }
 
@@ -93,6 +94,9 @@ pub(super) fn prepare(
         .env("MADEIRA_IDEMPOTENCY_KEY", &attempt.idempotency_key)
         .env("MADEIRA_INPUT_FILE", &input)
         .env("MADEIRA_OUTPUT_FILE", &output);
+    if let Some(date) = attempt.input.get("biz_date").and_then(Json::as_str) {
+        cmd.env("MADEIRA_BIZ_DATE", date);
+    }
     if total > 0 {
         cmd.env("MADEIRA_SHARD_INDEX", index.to_string()).env("MADEIRA_SHARD_TOTAL", total.to_string());
     }

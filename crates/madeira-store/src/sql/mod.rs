@@ -17,6 +17,7 @@ mod runs;
 mod sessions;
 mod shards;
 mod store;
+mod waits;
 
 use sqlx::QueryBuilder;
 use sqlx::query_builder::Separated;

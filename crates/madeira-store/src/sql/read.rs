@@ -15,7 +15,7 @@ use crate::{
 fn run_columns() -> String {
     format!(
         "id, flow, version, state, params, {}, \"trigger\", actor, created_at, admitted_at, started_at, \
-         finished_at, trace_context",
+         finished_at, trace_context, biz_date, wait_reason",
         D::bytes_as_text("idempotency_key")
     )
 }
@@ -41,6 +41,8 @@ fn run_row(row: &Row) -> Result<RunRow> {
         started_at: row.try_get("started_at")?,
         finished_at: row.try_get("finished_at")?,
         trace_context: row.try_get("trace_context")?,
+        biz_date: row.try_get("biz_date")?,
+        wait_reason: row.try_get("wait_reason")?,
     })
 }
 
@@ -134,6 +136,9 @@ pub(super) async fn list_runs(pool: &Pool, query: &RunQuery) -> Result<Vec<RunRo
     }
     if let Some(actor) = &query.actor {
         q.push(" AND actor = ").push_bind(actor);
+    }
+    if let Some(biz_date) = &query.biz_date {
+        q.push(" AND biz_date = ").push_bind(biz_date);
     }
     if let Some(before) = &query.before {
         q.push(" AND id < ").push_bind(before);

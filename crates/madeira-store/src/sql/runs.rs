@@ -9,7 +9,7 @@ use sqlx::QueryBuilder;
 use std::collections::HashMap;
 
 use super::{CHUNK, D, Db, Pool, ROW_BY_ROW_FROM, Script, Tx, push_list, push_row, sql, upsert};
-use crate::admission::{ACTIVE, ClaimCache, WAITING, refused, to_write};
+use crate::admission::{ACTIVE, ClaimCache, NODE_MET, RUN_MET, WAITING, refused, to_write};
 use crate::dialect::{Dialect, LockSpace, TransitionIds, Val};
 use crate::{CreateOutcome, Edge, NewRun, Result, StoreError};
 
@@ -67,6 +67,10 @@ struct Admitted<'a> {
     ids: Option<&'a TransitionIds>,
     /// Whether each flow is paused, read once under its lock.
     paused: HashMap<String, bool>,
+    /// The scheduled run of each (flow, business date) the batch has seen.
+    scheduled: HashMap<(String, String), Existing>,
+    /// Runs held by an unmet `after`, with the reason shown on them.
+    held: HashMap<String, String>,
 }
 
 impl<'a> Admitted<'a> {
@@ -94,12 +98,13 @@ impl<'a> Admitted<'a> {
                 Val::text(&run.actor),
                 Val::opt_text(held.map(|l| l.owner.as_str())),
                 Val::Int(held.map(|l| l.until_ms)),
+                Val::opt_text(run.biz_date.as_deref()),
             ]
         });
         s.rows(tx, runs.collect(), |q, chunk| {
             q.push(
                 "INSERT INTO runs (id, flow, version, state, params, idempotency_key, \"trigger\", \
-                 created_at, admitted_at, trace_context, actor, owner, lease_until) ",
+                 created_at, admitted_at, trace_context, actor, owner, lease_until, biz_date) ",
             );
             q.push_values(chunk, push_row);
         })
@@ -140,9 +145,65 @@ impl<'a> Admitted<'a> {
         super::insert_transitions(tx, &mut s, self.ids, transitions.collect()).await?;
         s.send(tx).await?;
         self.lease_by_database_clock(tx).await?;
+        self.write_waits(tx).await?;
         self.runs.clear();
         Ok(())
     }
+
+    /// The `after` waits of the pending runs, and the reason of the held ones.
+    async fn write_waits(&mut self, tx: &mut Tx<'_>) -> Result<()> {
+        for (run, _, _) in &self.runs {
+            for (seq, wait) in run.after.iter().enumerate() {
+                sqlx::query(&sql(
+                    "INSERT INTO run_waits (run_id, seq, upstream_flow, upstream_node, upstream_date) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                ))
+                .bind(&run.id)
+                .bind(seq as i64)
+                .bind(&wait.flow)
+                .bind(wait.node.as_deref())
+                .bind(&wait.date)
+                .execute(&mut **tx)
+                .await?;
+            }
+            if let Some(reason) = self.held.remove(&run.id) {
+                sqlx::query(&sql("UPDATE runs SET wait_reason = $1 WHERE id = $2"))
+                    .bind(reason)
+                    .bind(&run.id)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The first of `run`'s `after` waits that is not met, read in the creating
+/// transaction (`None`: every upstream is SUCCESS, or there is none).
+async fn unmet_wait<'r>(tx: &mut Tx<'_>, run: &'r NewRun) -> Result<Option<&'r crate::AfterWait>> {
+    for wait in &run.after {
+        let met: Option<(String,)> = match &wait.node {
+            None => {
+                sqlx::query_as(&sql(RUN_MET))
+                    .bind(&wait.flow)
+                    .bind(&wait.date)
+                    .fetch_optional(&mut **tx)
+                    .await?
+            }
+            Some(node) => {
+                sqlx::query_as(&sql(NODE_MET))
+                    .bind(&wait.flow)
+                    .bind(&wait.date)
+                    .bind(node)
+                    .fetch_optional(&mut **tx)
+                    .await?
+            }
+        };
+        if met.is_none() {
+            return Ok(Some(wait));
+        }
+    }
+    Ok(None)
 }
 
 impl Admitted<'_> {
@@ -205,6 +266,9 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, batch: &mut Admitted<'_>) -> Resul
     {
         return Ok(Facts { existing: Some(existing.clone()), ..Facts::default() });
     }
+    if let Some(existing) = scheduled_for_biz_date(tx, run, batch).await? {
+        return Ok(Facts { existing: Some(existing), ..Facts::default() });
+    }
     let mut claims = Vec::with_capacity(run.throttles.len());
     for claim in &run.throttles {
         let key = (run.flow.clone(), claim.node.clone());
@@ -244,6 +308,29 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, batch: &mut Admitted<'_>) -> Resul
     Ok(Facts { existing: None, claims, active, queued: queued.is_some() })
 }
 
+/// The scheduled run (`cron`, `cron_catchup`) the flow already has for the
+/// run's business date, when the run is one of those (`NewRun::one_per_biz_date`).
+async fn scheduled_for_biz_date(
+    tx: &mut Tx<'_>,
+    run: &NewRun,
+    batch: &mut Admitted<'_>,
+) -> Result<Option<Existing>> {
+    let Some(date) = run.biz_date.as_ref().filter(|_| run.one_per_biz_date) else { return Ok(None) };
+    let key = (run.flow.clone(), date.clone());
+    if let Some(existing) = batch.scheduled.get(&key) {
+        return Ok(Some(existing.clone()));
+    }
+    batch.write(tx).await?;
+    let row: Option<(String, i64)> =
+        sqlx::query_as(&sql("SELECT id, version FROM runs WHERE flow = $1 AND biz_date = $2 \
+         AND \"trigger\" IN ('cron', 'cron_catchup') ORDER BY id LIMIT 1"))
+        .bind(&run.flow)
+        .bind(date)
+        .fetch_optional(&mut **tx)
+        .await?;
+    Ok(row.map(|(run_id, version)| Existing { run_id, version: version as u32 }))
+}
+
 /// Whether `flow` is paused (a flow not found is not).
 async fn flow_paused(tx: &mut Tx<'_>, flow: &str, batch: &mut Admitted<'_>) -> Result<bool> {
     if let Some(paused) = batch.paused.get(flow) {
@@ -269,13 +356,23 @@ async fn create_in<'a>(tx: &mut Tx<'_>, run: &'a NewRun, batch: &mut Admitted<'a
         return Ok(CreateOutcome::Paused);
     }
     let decision = admit(&facts, &run.policy()).map_err(refused)?;
-    let (created, start, cancel_previous) = match to_write(decision) {
+    let (created, mut start, cancel_previous) = match to_write(decision) {
         Ok(write) => write,
         Err(answer) => return Ok(answer),
     };
+    if let Some(wait) = unmet_wait(tx, run).await? {
+        // Held: not admitted, so it counts toward no `max_active_runs`; admission
+        // promotes it once every wait is met (`WAITING`).
+        start = false;
+        batch.held.insert(run.id.clone(), format!("waiting for {}", wait.label()));
+    }
     if let Some(key) = &run.idempotency_key {
         let existing = Existing { run_id: run.id.clone(), version: run.version };
         batch.keys.insert((run.flow.clone(), key.clone()), existing);
+    }
+    if let Some(date) = run.biz_date.as_ref().filter(|_| run.one_per_biz_date) {
+        let existing = Existing { run_id: run.id.clone(), version: run.version };
+        batch.scheduled.insert((run.flow.clone(), date.clone()), existing);
     }
     batch.runs.push((run, created, start));
     for claim in &run.throttles {
@@ -313,7 +410,7 @@ pub(super) async fn promote_queued(
     let Some(run_id) = promote(&facts, max_active_runs) else {
         return Ok(None);
     };
-    sqlx::query(&sql("UPDATE runs SET admitted_at = $1 WHERE id = $2"))
+    sqlx::query(&sql("UPDATE runs SET admitted_at = $1, wait_reason = NULL WHERE id = $2"))
         .bind(now_ms)
         .bind(&run_id)
         .execute(&mut *tx)
@@ -336,7 +433,9 @@ pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64
     .await?;
     let mut deleted = 0;
     if !ids.is_empty() {
-        for table in ["nodes", "transitions", "node_outputs", "attempts", "logs", "shard_results", "runs"] {
+        for table in
+            ["nodes", "transitions", "node_outputs", "attempts", "logs", "shard_results", "run_waits", "runs"]
+        {
             let column = if table == "runs" { "id" } else { "run_id" };
             let mut q: QueryBuilder<Db> =
                 QueryBuilder::new(format!("DELETE FROM {table} WHERE {column} IN "));

@@ -8,15 +8,16 @@ use serde_json::Value as Json;
 
 use super::{
     D, alerts, commands, commit, flows, inbox, lease, lifecycle, permits, presence, read, runs, sessions,
-    shards,
+    shards, waits,
 };
 use crate::dialect::{Dialect, SqlStore};
 use crate::{
-    AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore, Batch, Claim,
-    CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowStore, FlowVersion,
-    HealthStore, InboxEvent, Lease, LeaseStore, LogRecord, NewRun, OpenAlerts, PermitKey, PermitStore,
-    PresenceStore, PutFlow, QueueOutcome, QueuedEvent, Result, RetentionStore, RunCommand, RunQuery, RunRow,
-    RunStore, SessionRecord, SessionStore, ShardResult, SidecarPresence, StoredRun, TransitionRecord,
+    AfterWait, AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore, Batch,
+    Claim, CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowStore,
+    FlowVersion, HealthStore, InboxEvent, Lease, LeaseStore, LogRecord, NewRun, OpenAlerts, PermitKey,
+    PermitStore, PresenceStore, PutFlow, QueueOutcome, QueuedEvent, Result, RetentionStore, RunCommand,
+    RunQuery, RunRow, RunStore, SessionRecord, SessionStore, ShardResult, SidecarPresence, StoredRun,
+    TransitionRecord,
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
@@ -60,6 +61,8 @@ forward!(FlowStore {
 forward!(RunStore {
     write_ids fn create_run(run: &NewRun) -> CreateOutcome = runs::create_run;
     write_ids fn create_runs(new: &[NewRun]) -> Vec<CreateOutcome> = runs::create_runs;
+    write fn after_dependents(flow: &str, date: &str) -> Vec<String> = waits::after_dependents;
+    read fn run_waits(run_id: &str) -> Vec<AfterWait> = waits::run_waits;
     write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
     write_dialect fn commit(batch: &Batch) -> () = commit::commit;
     read fn last_cron_key(flow: &str) -> Option<String> = read::last_cron_key;

@@ -4,7 +4,9 @@
 //! test body lives once in `suite.rs`.
 
 mod alerts;
+mod bizdates;
 mod console;
+mod estate;
 mod failures;
 mod frozen;
 mod lease;
@@ -85,7 +87,9 @@ macro_rules! on_every_backend {
 }
 
 mod bodies {
+    pub(super) use super::bizdates::*;
     pub(super) use super::console::*;
+    pub(super) use super::estate::*;
     pub(super) use super::failures::a_commit_abandoned_midway_is_all_or_nothing_and_the_next_one_commits;
     pub(super) use super::lease::*;
     pub(super) use super::lifecycle::*;
@@ -99,6 +103,10 @@ mod bodies {
 }
 
 on_every_backend!(
+    a_run_is_held_until_its_upstream_succeeds,
+    a_node_wait_is_met_by_that_node_alone,
+    runs_keep_their_business_date_and_are_found_by_it,
+    scheduled_runs_are_one_per_business_date,
     runs_keep_their_actor_and_are_found_by_it,
     run_counts_by_state_stop_at_their_cap,
     attempts_keep_the_host_they_ran_on,

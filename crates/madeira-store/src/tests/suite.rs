@@ -21,6 +21,9 @@ pub(crate) fn new_run(id: &str, key: Option<&str>, max: u32, overlap: Overlap) -
         now_ms: 10,
         trace_context: Some(format!("00-{:0>32}-00f067aa0ba902b7-01", id.len())),
         lease: None,
+        biz_date: None,
+        one_per_biz_date: false,
+        after: Vec::new(),
     }
 }
 

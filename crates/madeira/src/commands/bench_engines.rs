@@ -74,6 +74,8 @@ pub(super) async fn trigger(engine: &EngineHandle, flow: &str) -> Result<String>
         trigger: "bench".into(),
         actor: "bench".into(),
         version: None,
+        biz_date: None,
+        at_ms: None,
     };
     Ok(engine.trigger(req).await?.run_id)
 }

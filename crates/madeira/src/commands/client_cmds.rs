@@ -79,6 +79,14 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Sources { server } => {
             print(&server, Client::new(&server)?.get("/sources").await?, crate::sources::sources_text)
         }
+        Command::Estate { date, server } => {
+            let query = date.map(|d| format!("?date={d}")).unwrap_or_default();
+            print(
+                &server,
+                Client::new(&server)?.get(&format!("/estate{query}")).await?,
+                super::estate::tree_text,
+            )
+        }
         _ => bail!("not a client command"),
     }
 }
@@ -96,6 +104,7 @@ pub(super) fn print(server: &ServerArgs, body: Value, text: impl Fn(&Value) -> S
 /// `file:line: message`.
 async fn apply(paths: &[std::path::PathBuf], server: &ServerArgs) -> Result<ExitCode> {
     let mut flows: Vec<(String, String, String)> = Vec::new();
+    let mut estate = madeira_core::estate::Estate::default();
     let mut problems = Vec::new();
     for path in paths {
         let files = if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
@@ -122,15 +131,22 @@ async fn apply(paths: &[std::path::PathBuf], server: &ServerArgs) -> Result<Exit
                     Some((_, _, first)) => {
                         problems.push(format!("{shown}:1: flow `{}` is also defined in {first}", def.name))
                     }
-                    None => flows.push((def.name, source, shown)),
+                    None => {
+                        estate.insert(madeira_core::estate::EstateFlow::from_def(&shown, &def));
+                        flows.push((def.name, source, shown));
+                    }
                 },
                 Err(e) => problems.push(e.to_string()),
             }
         }
     }
+    problems.extend(estate.cycle().map(|c| madeira_core::estate::EstateError::Cycle(c).to_string()));
     if !problems.is_empty() {
         bail!("nothing applied; fix these first:\n{}", problems.join("\n"));
     }
+    // Upstream flows first, so an `after` names a flow the server already has.
+    let order = estate.topo();
+    flows.sort_by_key(|(name, _, _)| order.iter().position(|n| n == name));
     let client = Client::new(server)?;
     let mut results = Vec::new();
     for (name, source, shown) in flows {

@@ -178,6 +178,8 @@ async fn watch_run(engine: &EngineHandle, flow: &str, auto_confirm: bool) -> Res
             trigger: "manual".into(),
             actor: "demo".into(),
             version: None,
+            biz_date: None,
+            at_ms: None,
         })
         .await?;
     say!("▶ run {} of {flow} v{}", run.run_id, run.version);

@@ -11,6 +11,7 @@ mod bench_storage;
 mod calendars;
 mod client_cmds;
 mod demo;
+mod estate;
 mod exec;
 mod follow_logs;
 mod lifecycle;

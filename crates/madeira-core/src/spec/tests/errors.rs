@@ -202,7 +202,7 @@ nodes:
     );
     assert_eq!(
         got[1],
-        "flow.yaml:6: node bad_var: `when` reads `foo`; a condition can only read `params` and `nodes.<id>`"
+        "flow.yaml:6: node bad_var: `when` reads `foo`; a condition can only read `params`, `nodes.<id>` and `biz_date`"
     );
     assert_eq!(
         got[2],

@@ -1,0 +1,282 @@
+//! Tests of the estate: parsing of `after`/`after_policy`/`flow_succeeded` with
+//! their errors, cycle detection printed with files and lines, date resolution, and
+//! property tests of cycle detection and backfill ordering over random estates.
+
+use chrono::NaiveDate;
+use proptest::prelude::*;
+
+use super::*;
+use crate::model::{AfterDef, AfterThen};
+use crate::spec::parse_flow;
+
+fn flow_yaml(name: &str, extra: &str) -> String {
+    format!("flow: {name}\n{extra}nodes:\n  publish: {{run: {{builtin: noop}}}}\n")
+}
+
+fn parsed(file: &str, source: &str) -> EstateFlow {
+    match parse_flow(file, source) {
+        Ok(def) => EstateFlow::from_def(file, &def),
+        Err(e) => panic!("expected a valid flow, got:\n{e}"),
+    }
+}
+
+fn errors(source: &str) -> Vec<String> {
+    match parse_flow("f.yaml", source) {
+        Ok(_) => panic!("expected errors"),
+        Err(e) => e.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn day(s: &str) -> NaiveDate {
+    parse_date(s).expect("date")
+}
+
+#[test]
+fn after_and_policy_are_parsed_with_lines() {
+    let src = flow_yaml(
+        "warehouse",
+        "after:\n  - {flow: payments-pull, date: same}\n  - {flow: fx-rates, node: publish, date: -1, calendar: cn-workdays}\nafter_policy: {wait: 4h, then: skip}\ntriggers:\n  - flow_succeeded: payments-pull\n",
+    );
+    let def = parse_flow("w.yaml", &src).expect("valid");
+    assert_eq!(
+        def.after,
+        vec![
+            AfterDef { flow: "payments-pull".into(), node: None, offset: 0, calendar: None, line: Some(3) },
+            AfterDef {
+                flow: "fx-rates".into(),
+                node: Some("publish".into()),
+                offset: -1,
+                calendar: Some("cn-workdays".into()),
+                line: Some(4)
+            },
+        ]
+    );
+    assert_eq!(def.after_policy.wait, Some(std::time::Duration::from_secs(4 * 3600)));
+    assert_eq!(def.after_policy.then, AfterThen::Skip);
+    assert!(
+        matches!(&def.triggers[..], [crate::TriggerDef::FlowSucceeded { flow, line: Some(7) }] if flow == "payments-pull")
+    );
+}
+
+#[test]
+fn bad_after_entries_name_their_line_and_fix() {
+    let src = flow_yaml(
+        "w",
+        "after:\n  - {node: x}\n  - {flow: a, date: +2}\n  - {flow: a, date: yesterday}\n  - {flow: w}\nafter_policy: {wait: 4h, then: retry}\n",
+    );
+    let errs = errors(&src);
+    assert!(errs.iter().any(|e| e.starts_with("f.yaml:3: an `after` entry needs `flow`")), "{errs:?}");
+    assert!(errs.iter().any(|e| e.starts_with("f.yaml:4: `after.date` 2 is in the future")), "{errs:?}");
+    assert!(errs.iter().any(|e| e.starts_with("f.yaml:5: bad `after.date` `yesterday`")), "{errs:?}");
+    assert!(errs.iter().any(|e| e.starts_with("f.yaml:6: flow `w` cannot wait for itself")), "{errs:?}");
+    assert!(errs.iter().any(|e| e.contains("unknown `after_policy.then` `retry`")), "{errs:?}");
+}
+
+#[test]
+fn flow_succeeded_takes_no_other_field() {
+    let errs = errors(&flow_yaml("w", "triggers:\n  - {flow_succeeded: a, cron: \"5 1 * * *\"}\n"));
+    assert!(
+        errs.iter().any(|e| e.contains("`flow_succeeded` trigger takes no other field (`cron`)")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn a_cycle_is_printed_with_files_and_lines() {
+    let a = parsed("a.yaml", &flow_yaml("a", "after:\n  - {flow: c}\n"));
+    let b = parsed("b.yaml", &flow_yaml("b", "after:\n  - {flow: a}\n"));
+    let c = parsed("c.yaml", &flow_yaml("c", "triggers:\n  - flow_succeeded: b\n"));
+    let estate = Estate::new([a, b, c]);
+    let errs = estate.check_flow("b");
+    let [EstateError::Cycle(steps)] = &errs[..] else { panic!("expected one cycle, got {errs:?}") };
+    assert_eq!(steps.len(), 3);
+    let text = errs[0].to_string();
+    assert!(
+        text.contains("b (b.yaml:3 waits for a) → a (a.yaml:3 waits for c) → c (c.yaml:3 waits for b) → b"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_earlier_date_breaks_a_cycle() {
+    let a = parsed("a.yaml", &flow_yaml("a", "after:\n  - {flow: b, date: -1}\n"));
+    let b = parsed("b.yaml", &flow_yaml("b", "after:\n  - {flow: a}\n"));
+    assert!(Estate::new([a, b]).check().is_empty());
+}
+
+#[test]
+fn unknown_flows_and_nodes_are_named_with_a_suggestion() {
+    let a = parsed("a.yaml", &flow_yaml("payments-pull", ""));
+    let b = parsed(
+        "b.yaml",
+        &flow_yaml("b", "after:\n  - {flow: payment-pull}\n  - {flow: payments-pull, node: publsh}\n"),
+    );
+    let errs: Vec<String> = Estate::new([a, b]).check_flow("b").iter().map(ToString::to_string).collect();
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(errs[0].starts_with("b.yaml:3: flow b: `after` names flow `payment-pull`, which does not exist; did you mean `payments-pull`?"), "{errs:?}");
+    assert!(
+        errs[1].contains(
+            "node `publsh` of flow `payments-pull`, which has no such node; did you mean `publish`?"
+        ),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn requirements_shift_by_offset_and_refuse_unknown_calendars() {
+    let b =
+        parsed("b.yaml", &flow_yaml("b", "after:\n  - {flow: a}\n  - {flow: x, node: publish, date: -3}\n"));
+    let reqs = requirements(&b, day("2026-03-02"), &CalendarDays).expect("resolved");
+    assert_eq!(reqs[0], Requirement { flow: "a".into(), node: None, date: day("2026-03-02") });
+    assert_eq!(
+        reqs[1],
+        Requirement { flow: "x".into(), node: Some("publish".into()), date: day("2026-02-27") }
+    );
+    let c = parsed("c.yaml", &flow_yaml("c", "after:\n  - {flow: a, date: -1, calendar: cn-workdays}\n"));
+    assert_eq!(
+        requirements(&c, day("2026-03-02"), &CalendarDays),
+        Err(DateError::UnknownCalendar { calendar: "cn-workdays".into() })
+    );
+}
+
+/// Weekends off: a business-day calendar for tests.
+struct Weekdays;
+
+impl BusinessDays for Weekdays {
+    fn shift(&self, calendar: Option<&str>, date: NaiveDate, offset: i32) -> Result<NaiveDate, DateError> {
+        use chrono::Datelike;
+        if calendar.is_none() {
+            return plain_shift(date, offset);
+        }
+        let mut d = date;
+        for _ in 0..offset.unsigned_abs() {
+            d = d.pred_opt().ok_or(DateError::OutOfRange { date, offset })?;
+            while d.weekday().number_from_monday() > 5 {
+                d = d.pred_opt().ok_or(DateError::OutOfRange { date, offset })?;
+            }
+        }
+        Ok(d)
+    }
+}
+
+#[test]
+fn business_day_offsets_skip_the_weekend() {
+    let b = parsed("b.yaml", &flow_yaml("b", "after:\n  - {flow: a, date: -1, calendar: weekdays}\n"));
+    let reqs = requirements(&b, day("2026-03-02"), &Weekdays).expect("resolved");
+    assert_eq!(reqs[0].date, day("2026-02-27"), "Monday's previous business day is Friday");
+}
+
+#[test]
+fn backfill_with_dependents_orders_each_date_upstream_first() {
+    let a = parsed("a.yaml", &flow_yaml("a", ""));
+    let b = parsed("b.yaml", &flow_yaml("b", "after:\n  - {flow: a}\n"));
+    let c = parsed("c.yaml", &flow_yaml("c", "triggers:\n  - flow_succeeded: b\n"));
+    let other = parsed("o.yaml", &flow_yaml("other", ""));
+    let estate = Estate::new([c, b, a, other]);
+    let dates = [day("2026-03-03"), day("2026-03-02")];
+    let plan = backfill_order(&estate, "a", &dates, true, BackfillOrder::Desc, &CalendarDays).expect("plan");
+    let got: Vec<String> = plan.steps.iter().map(|s| format!("{} {}", s.flow, s.date)).collect();
+    assert_eq!(
+        got,
+        ["a 2026-03-03", "b 2026-03-03", "c 2026-03-03", "a 2026-03-02", "b 2026-03-02", "c 2026-03-02"]
+    );
+    assert_eq!(plan.waits[1], vec![0]);
+    let alone = backfill_order(&estate, "b", &dates, false, BackfillOrder::Asc, &CalendarDays).expect("plan");
+    assert_eq!(alone.steps.len(), 2);
+    assert!(alone.waits.iter().all(Vec::is_empty), "a is not part of this backfill");
+}
+
+/// A random estate: flow `i` may wait for flows `< i` (any offset) and, for
+/// `cyclic`, for any flow at the same date.
+fn estate_strategy() -> impl Strategy<Value = Estate> {
+    (2usize..7)
+        .prop_flat_map(|n| {
+            proptest::collection::vec((0..n, 0..n, -2i32..=0, any::<bool>()), 0..12).prop_map(move |e| (n, e))
+        })
+        .prop_map(|(n, edges)| {
+            let mut flows: Vec<EstateFlow> = (0..n)
+                .map(|i| EstateFlow {
+                    name: format!("f{i}"),
+                    file: format!("f{i}.yaml"),
+                    after: vec![],
+                    triggered_by: vec![],
+                    nodes: vec!["n".into()],
+                })
+                .collect();
+            for (k, (from, to, offset, trigger)) in edges.into_iter().enumerate() {
+                if from == to {
+                    continue;
+                }
+                let line = Some(k + 1);
+                if trigger {
+                    flows[from].triggered_by.push((format!("f{to}"), line));
+                } else {
+                    let a = AfterDef { flow: format!("f{to}"), node: None, offset, calendar: None, line };
+                    flows[from].after.push(a);
+                }
+            }
+            Estate::new(flows)
+        })
+}
+
+proptest! {
+    /// A reported cycle is made of real same-date edges and closes on itself; no
+    /// reported cycle means the estate's same-date order puts every upstream first.
+    #[test]
+    fn cycles_are_real_and_their_absence_means_an_order(estate in estate_strategy()) {
+        match estate.cycle() {
+            Some(steps) => {
+                prop_assert!(!steps.is_empty());
+                for (i, s) in steps.iter().enumerate() {
+                    let next = &steps[(i + 1) % steps.len()];
+                    prop_assert_eq!(&s.upstream, &next.flow);
+                    let f = estate.get(&s.flow).expect("flow");
+                    let same = f.after.iter().any(|a| a.flow == s.upstream && a.offset == 0 && a.line == s.line)
+                        || f.triggered_by.iter().any(|(u, l)| *u == s.upstream && *l == s.line);
+                    prop_assert!(same, "step {s} is not a same-date edge");
+                }
+            }
+            None => {
+                let topo = estate.topo();
+                let pos = |n: &str| topo.iter().position(|t| t == n).expect("in topo");
+                for f in estate.flows() {
+                    for a in f.after.iter().filter(|a| a.offset == 0) {
+                        prop_assert!(pos(&a.flow) < pos(&f.name));
+                    }
+                    for (u, _) in &f.triggered_by {
+                        prop_assert!(pos(u) < pos(&f.name));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Without a cycle a backfill runs every (flow, date) exactly once and never
+    /// before an upstream pair of the backfill it waits for.
+    #[test]
+    fn backfill_runs_each_pair_once_upstream_first(
+        estate in estate_strategy(),
+        first in 0u32..40,
+        count in 1usize..6,
+        desc in any::<bool>(),
+    ) {
+        prop_assume!(estate.cycle().is_none());
+        let start = day("2026-01-01") + chrono::Days::new(u64::from(first));
+        let dates: Vec<NaiveDate> = (0..count).map(|i| start + chrono::Days::new(i as u64)).collect();
+        let order = if desc { BackfillOrder::Desc } else { BackfillOrder::Asc };
+        let plan = backfill_order(&estate, "f0", &dates, true, order, &CalendarDays).expect("plan");
+        let flows = estate.with_dependents("f0");
+        prop_assert_eq!(plan.steps.len(), flows.len() * count);
+        let unique: std::collections::BTreeSet<_> = plan.steps.iter().collect();
+        prop_assert_eq!(unique.len(), plan.steps.len());
+        for (i, step) in plan.steps.iter().enumerate() {
+            let f = estate.get(&step.flow).expect("flow");
+            for r in requirements(f, step.date, &CalendarDays).expect("dates") {
+                if let Some(j) = plan.steps.iter().position(|s| s.flow == r.flow && s.date == r.date) {
+                    prop_assert!(j < i, "{} {} before its upstream {}", step.flow, step.date, r);
+                    prop_assert!(plan.waits[i].contains(&j));
+                }
+            }
+        }
+    }
+}

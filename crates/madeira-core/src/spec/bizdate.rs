@@ -1,0 +1,125 @@
+//! `timezone:`, `biz_date:` and `deadline:` of a flow file (issue #35), checked
+//! into a `BusinessDef`. `calendar:` is read so a flow naming one gets a clear
+//! error rather than an unknown field; business-day calendars are refused until
+//! the calendar registry is available, so no offset is counted on a guess.
+
+use chrono::NaiveTime;
+use chrono_tz::Tz;
+use serde::Deserialize;
+
+use crate::bizdate::{BizDateRule, BusinessDef, DeadlineDef};
+use crate::model::TriggerDef;
+
+use super::raw::{RawFlow, Span};
+use super::report::{At, Report, line_of};
+use super::trigger::parse_timezone;
+
+/// Calendars every build knows: offsets in calendar days.
+const CALENDAR_DAYS: &str = "all_days";
+
+/// `biz_date: {offset, calendar}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBizDate {
+    pub offset: Option<Span<i64>>,
+    pub calendar: Option<Span<String>>,
+}
+
+/// `deadline: {by, timezone, calendar, days, warn_before}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDeadline {
+    pub by: Option<Span<String>>,
+    pub timezone: Option<Span<String>>,
+    pub calendar: Option<Span<String>>,
+    pub days: Option<Span<i64>>,
+    pub warn_before: Option<Span<String>>,
+}
+
+pub(crate) fn business(raw: &RawFlow, triggers: &[TriggerDef], report: &mut Report) -> BusinessDef {
+    let cron_tz = triggers.iter().find_map(|t| match t {
+        TriggerDef::Cron(c) => c.timezone.parse::<Tz>().ok(),
+        _ => None,
+    });
+    let timezone = match &raw.timezone {
+        Some(tz) => timezone(report, At::top(line_of(tz)), &tz.value).unwrap_or(Tz::UTC),
+        None => cron_tz.unwrap_or(Tz::UTC),
+    };
+    let rule = raw.biz_date.as_ref().map(|b| rule(report, b)).unwrap_or_default();
+    let deadline = raw.deadline.as_ref().and_then(|d| deadline(report, d, timezone));
+    BusinessDef { timezone, rule, declared: raw.biz_date.is_some(), deadline }
+}
+
+fn timezone(report: &mut Report, at: At<'_>, name: &str) -> Option<Tz> {
+    parse_timezone(name).map_err(|e| report.push(at, e)).ok()
+}
+
+fn calendar(report: &mut Report, at: At<'_>, raw: &Span<String>) {
+    if raw.value != CALENDAR_DAYS {
+        report.push(
+            at.at(raw),
+            format!(
+                "calendar `{}` is not available: this build counts calendar days only; \
+                 remove `calendar:` or write `calendar: {CALENDAR_DAYS}`",
+                raw.value
+            ),
+        );
+    }
+}
+
+fn rule(report: &mut Report, raw: &Span<RawBizDate>) -> BizDateRule {
+    let at = At::top(line_of(raw));
+    if let Some(c) = &raw.value.calendar {
+        calendar(report, at, c);
+    }
+    let mut rule = BizDateRule::default();
+    if let Some(offset) = &raw.value.offset {
+        match i32::try_from(offset.value).ok().filter(|o| o.abs() <= 366) {
+            Some(o) => rule.offset = o,
+            None => report.push(
+                at.at(offset),
+                format!("`biz_date.offset` must be between -366 and 366 days, got {}", offset.value),
+            ),
+        }
+    }
+    rule
+}
+
+fn deadline(report: &mut Report, raw: &Span<RawDeadline>, flow_tz: Tz) -> Option<DeadlineDef> {
+    let at = At::top(line_of(raw));
+    let d = &raw.value;
+    if let Some(c) = &d.calendar {
+        calendar(report, at, c);
+    }
+    let by = match &d.by {
+        Some(by) => NaiveTime::parse_from_str(by.value.trim(), "%H:%M")
+            .map_err(|_| {
+                report.push(
+                    at.at(by),
+                    format!("`deadline.by` `{}` is not a time; write it as HH:MM, e.g. `06:00`", by.value),
+                )
+            })
+            .ok(),
+        None => {
+            report.push(
+                at,
+                "`deadline` needs `by`, the local time the run must be SUCCESS by, e.g. `by: \"06:00\"`",
+            );
+            None
+        }
+    };
+    let timezone = match &d.timezone {
+        Some(tz) => timezone(report, at.at(tz), &tz.value),
+        None => Some(flow_tz),
+    };
+    let days = match &d.days {
+        Some(n) if n.value > 31 => {
+            report.push(at.at(n), format!("`deadline.days` must be 0 to 31, got {}", n.value));
+            None
+        }
+        Some(n) => report.limit(at, "deadline.days", n, 0),
+        None => Some(1),
+    };
+    let warn_before = d.warn_before.as_ref().and_then(|w| report.duration(at, "deadline.warn_before", w));
+    Some(DeadlineDef { by: by?, timezone: timezone?, days: days?, warn_before })
+}

@@ -1,0 +1,58 @@
+//! Wakes after a commit: a run (or node) that ended SUCCESS releases the runs held
+//! by `after` on it for its business date. The commit that wrote the SUCCESS is
+//! what made those runs admissible (`madeira_store`'s `WAITING`); this promotes
+//! their flows at once, so they start without any polling. A run that ended
+//! SUCCESS also starts the flows whose `flow_succeeded` trigger names its flow,
+//! for the same business date. A wake lost to a crash is made up by the reconcile
+//! sweep, which promotes every flow with waiting runs.
+
+use tracing::{Instrument, error, info_span};
+
+use super::Engine;
+use crate::RunEvent;
+
+/// One upstream success: `(flow, biz_date, whole run)`.
+pub(super) type Success = (String, String, bool);
+
+impl Engine {
+    /// The successes among a commit's events: node SUCCESS of runs held here, and
+    /// run SUCCESS (the run's business date read from its snapshot, still here).
+    pub(super) fn successes(&self, events: &[RunEvent]) -> Vec<Success> {
+        let mut out: Vec<Success> = events
+            .iter()
+            .filter(|e| e.to == "SUCCESS")
+            .filter_map(|e| {
+                let date = self.runs.get(&e.run_id)?.biz_date.clone()?;
+                Some((e.flow.clone(), date, e.node.is_none()))
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Promotes the flows held on each success, and fires `flow_succeeded` triggers.
+    pub(super) async fn wake_after(&mut self, successes: Vec<Success>) {
+        let mut flows = Vec::new();
+        for (flow, date, whole) in &successes {
+            match self.p.store.after_dependents(flow, date).await {
+                Ok(held) => flows.extend(held),
+                Err(e) => {
+                    error!(flow = %flow, biz_date = %date, error = %e, "cannot read runs held on this run; the reconcile sweep releases them")
+                }
+            }
+            if *whole {
+                let handle = self.p.handle.clone();
+                let (flow, date) = (flow.clone(), date.clone());
+                let span = info_span!("flow_succeeded", upstream = %flow, biz_date = %date);
+                self.tasks
+                    .spawn(async move { handle.fire_flow_succeeded(&flow, &date).await }.instrument(span));
+            }
+        }
+        flows.sort();
+        flows.dedup();
+        for flow in flows {
+            self.promote(&flow).await;
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! The estate as the engine uses it: cross-flow checks when a flow is applied
+//! (unknown upstream flows and nodes, cycles, printed with files and lines), the
+//! `after` waits of a new run for its business date, and what a run ending
+//! SUCCESS wakes: the flows whose held runs it releases (promoted at once, no
+//! polling) and the flows its `flow_succeeded` triggers start for the same date.
+
+use std::sync::Arc;
+
+use madeira_core::FlowDef;
+use madeira_core::estate::{Estate, EstateError, EstateFlow, parse_date, requirements};
+use madeira_core::spec::{SpecError, SpecErrors};
+use madeira_store::{AfterWait, FlowStore};
+
+use crate::EngineError;
+use crate::flows::FlowCache;
+
+/// The estate of the latest version of every stored flow.
+pub async fn load(store: &dyn FlowStore, flows: &FlowCache) -> Result<Estate, EngineError> {
+    let mut estate = Estate::default();
+    for record in store.list_flows().await? {
+        match flows.get(store, &record.name, record.latest_version).await {
+            Ok(def) => estate.insert(EstateFlow::from_def(&format!("{}.yaml", record.name), &def)),
+            Err(e) => tracing::warn!(flow = %record.name, error = %e, "estate: flow left out"),
+        }
+    }
+    Ok(estate)
+}
+
+/// The estate problems `def` (being applied from `file`) takes part in, as the
+/// flow's spec errors.
+pub fn check_applied(mut estate: Estate, file: &str, def: &FlowDef) -> Result<(), SpecErrors> {
+    estate.insert(EstateFlow::from_def(file, def));
+    let errors: Vec<SpecError> =
+        estate.check_flow(&def.name).into_iter().map(|e| spec_error(file, e)).collect();
+    if errors.is_empty() { Ok(()) } else { Err(SpecErrors(errors)) }
+}
+
+fn spec_error(file: &str, e: EstateError) -> SpecError {
+    let message = e.to_string();
+    match e {
+        EstateError::UnknownFlow { line, .. } | EstateError::UnknownNode { line, .. } => {
+            // The message starts with `file:line: flow NAME: `; keep what follows.
+            let text = message.splitn(3, ": ").nth(2).unwrap_or(&message).to_string();
+            SpecError { file: file.to_string(), line, node: None, message: text }
+        }
+        EstateError::Cycle(steps) => {
+            let line = steps.first().and_then(|s| s.line);
+            SpecError { file: file.to_string(), line, node: None, message }
+        }
+    }
+}
+
+/// What a run of `def` for `biz_date` waits for (its `after:` entries resolved
+/// with the server's calendars).
+pub fn waits(
+    def: &FlowDef,
+    biz_date: &str,
+    calendars: &madeira_calendar::Calendars,
+) -> Result<Vec<AfterWait>, EngineError> {
+    if def.after.is_empty() {
+        return Ok(Vec::new());
+    }
+    let bad = |e: madeira_core::estate::DateError| {
+        EngineError::BadBizDate(format!("flow {}: after: {e}", def.name))
+    };
+    let date = parse_date(biz_date).map_err(bad)?;
+    let flow = EstateFlow::from_def(&def.name, def);
+    let reqs = requirements(&flow, date, calendars).map_err(bad)?;
+    Ok(reqs
+        .into_iter()
+        .map(|r| AfterWait { flow: r.flow, node: r.node, date: r.date.format("%Y-%m-%d").to_string() })
+        .collect())
+}
+
+/// Flows whose `flow_succeeded` trigger names `upstream`.
+pub async fn triggered_by(
+    store: &dyn FlowStore,
+    flows: &FlowCache,
+    upstream: &str,
+) -> Result<Vec<Arc<FlowDef>>, EngineError> {
+    let mut out = Vec::new();
+    for record in store.list_flows().await? {
+        if record.paused {
+            continue;
+        }
+        let Ok(def) = flows.get(store, &record.name, record.latest_version).await else { continue };
+        let fires = def
+            .triggers
+            .iter()
+            .any(|t| matches!(t, madeira_core::TriggerDef::FlowSucceeded { flow, .. } if flow == upstream));
+        if fires {
+            out.push(def);
+        }
+    }
+    Ok(out)
+}
+
+/// The idempotency key of the run a `flow_succeeded` trigger makes.
+pub fn trigger_key(upstream: &str, biz_date: &str) -> String {
+    format!("after:{upstream}:{biz_date}")
+}

@@ -1,0 +1,118 @@
+//! The estate map for one business date: every flow with its `after` edges and
+//! the state of its newest run for that date (done, running, held and by whom,
+//! failed, queued, none), and for a held flow the root of the trouble: the first
+//! failed upstream flow (and its failed node) up its chain of waits.
+
+use std::collections::BTreeMap;
+
+use madeira_store::{RunQuery, Store};
+use serde::Serialize;
+
+use crate::EngineError;
+use crate::flows::FlowCache;
+
+/// One flow of the map.
+#[derive(Debug, Clone, Serialize)]
+pub struct MapFlow {
+    pub flow: String,
+    /// Upstream flows (`after` and `flow_succeeded`).
+    pub after: Vec<String>,
+    /// `done`, `running`, `held`, `queued`, `failed`, `cancelled` or `none`.
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// A held run's reason (`waiting for payments-pull 2026-12-04`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+    /// For a held flow: the failed upstream `{flow, node}` that holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub root_cause: Option<RootCause>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct RootCause {
+    pub flow: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// The map of every flow for `date`, upstream flows first.
+pub async fn build(store: &dyn Store, flows: &FlowCache, date: &str) -> Result<Vec<MapFlow>, EngineError> {
+    let estate = crate::estate::load(store, flows).await?;
+    let mut map: BTreeMap<String, MapFlow> = BTreeMap::new();
+    let mut failed_node: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for name in estate.topo() {
+        let Some(f) = estate.get(&name) else { continue };
+        let query = RunQuery {
+            flow: Some(name.clone()),
+            biz_date: Some(date.to_string()),
+            limit: 1,
+            ..RunQuery::default()
+        };
+        let newest = store.list_runs(&query).await?.into_iter().next();
+        let mut after: Vec<String> = f.after.iter().map(|a| a.flow.clone()).collect();
+        after.extend(f.triggered_by.iter().map(|(u, _)| u.clone()));
+        after.sort();
+        after.dedup();
+        let (state, run_id, waiting_for) = match &newest {
+            None => ("none", None, None),
+            Some(r) => {
+                let state = match r.state.as_str() {
+                    "SUCCESS" => "done",
+                    "RUNNING" => "running",
+                    "FAILED" => "failed",
+                    "CANCELLED" => "cancelled",
+                    _ if r.wait_reason.as_deref().is_some_and(|w| w.starts_with("waiting for")) => "held",
+                    _ => "queued",
+                };
+                (state, Some(r.id.clone()), r.wait_reason.clone().filter(|_| state == "held"))
+            }
+        };
+        if state == "failed"
+            && let Some(id) = &run_id
+        {
+            let stored = store.load_run(id).await?;
+            let node = stored
+                .and_then(|s| s.nodes.into_iter().find(|n| n.state.as_str() == "FAILED").map(|n| n.node));
+            failed_node.insert(name.clone(), node);
+        }
+        map.insert(name.clone(), MapFlow { flow: name, after, state, run_id, waiting_for, root_cause: None });
+    }
+    let names: Vec<String> = estate.topo();
+    for name in &names {
+        if map.get(name).is_some_and(|m| m.state == "held") {
+            let root = root_of(name, &map, &failed_node, 0);
+            if let Some(m) = map.get_mut(name) {
+                m.root_cause = root;
+            }
+        }
+    }
+    Ok(names.into_iter().filter_map(|n| map.remove(&n)).collect())
+}
+
+/// The first failed flow up `name`'s waits (depth-bounded: the estate has no cycles).
+fn root_of(
+    name: &str,
+    map: &BTreeMap<String, MapFlow>,
+    failed: &BTreeMap<String, Option<String>>,
+    depth: usize,
+) -> Option<RootCause> {
+    if depth > 64 {
+        return None;
+    }
+    let flow = map.get(name)?;
+    for up in &flow.after {
+        match map.get(up).map(|m| m.state) {
+            Some("failed") => {
+                return Some(RootCause { flow: up.clone(), node: failed.get(up).cloned().flatten() });
+            }
+            Some("held") => {
+                if let Some(root) = root_of(up, map, failed, depth + 1) {
+                    return Some(root);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}

@@ -1,0 +1,31 @@
+//! Cross-flow waits (`after:`): which flows have runs held by the run of a flow
+//! for a business date (the engine promotes them once that run is SUCCESS), and
+//! what one run waits for (shown on the run and the estate map).
+
+use super::{Pool, sql};
+use crate::{AfterWait, Result};
+
+/// Flows with a QUEUED, not admitted run waiting for `flow` on `date` (whole run or
+/// one of its nodes), in name order.
+pub(super) async fn after_dependents(pool: &Pool, flow: &str, date: &str) -> Result<Vec<String>> {
+    let rows: Vec<(String,)> =
+        sqlx::query_as(&sql("SELECT DISTINCT r.flow FROM run_waits w JOIN runs r ON r.id = w.run_id \
+         WHERE w.upstream_flow = $1 AND w.upstream_date = $2 AND r.state = 'QUEUED' \
+         AND r.admitted_at IS NULL ORDER BY r.flow"))
+        .bind(flow)
+        .bind(date)
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.into_iter().map(|(f,)| f).collect())
+}
+
+/// What `run_id` waits for, in its flow's `after:` order.
+pub(super) async fn run_waits(pool: &Pool, run_id: &str) -> Result<Vec<AfterWait>> {
+    let rows: Vec<(String, Option<String>, String)> = sqlx::query_as(&sql(
+        "SELECT upstream_flow, upstream_node, upstream_date FROM run_waits WHERE run_id = $1 ORDER BY seq",
+    ))
+    .bind(run_id)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|(flow, node, date)| AfterWait { flow, node, date }).collect())
+}

@@ -1,0 +1,45 @@
+//! Business dates on runs: kept, listed by, and one scheduled run per date.
+
+use crate::tests::suite::new_run;
+use crate::*;
+
+fn dated(id: &str, date: &str, trigger: &str) -> NewRun {
+    NewRun {
+        biz_date: Some(date.into()),
+        trigger: trigger.into(),
+        one_per_biz_date: trigger.starts_with("cron"),
+        ..new_run(id, None, 0, Overlap::Queue)
+    }
+}
+
+pub(crate) async fn runs_keep_their_business_date_and_are_found_by_it(s: &dyn Store) {
+    s.create_run(&dated("r1", "2026-09-30", "manual")).await.expect("create");
+    s.create_run(&dated("r2", "2026-10-08", "manual")).await.expect("create");
+    s.create_run(&new_run("r3", None, 0, Overlap::Queue)).await.expect("create");
+    let stored = s.load_run("r1").await.expect("load").expect("r1");
+    assert_eq!(stored.run.biz_date.as_deref(), Some("2026-09-30"));
+    assert_eq!(stored.run.wait_reason, None);
+    let undated = s.load_run("r3").await.expect("load").expect("r3");
+    assert_eq!(undated.run.biz_date, None);
+    let query = RunQuery { biz_date: Some("2026-10-08".into()), limit: 10, ..RunQuery::default() };
+    let found: Vec<String> = s.list_runs(&query).await.expect("list").into_iter().map(|r| r.id).collect();
+    assert_eq!(found, ["r2"]);
+}
+
+pub(crate) async fn scheduled_runs_are_one_per_business_date(s: &dyn Store) {
+    let first = s.create_run(&dated("c1", "2026-10-08", "cron")).await.expect("create");
+    assert!(matches!(first, CreateOutcome::Created { .. }), "{first:?}");
+    // A catch-up tick for the same business date is the same run.
+    let again = s.create_run(&dated("c2", "2026-10-08", "cron_catchup")).await.expect("create");
+    assert_eq!(again, CreateOutcome::Existing { run_id: "c1".into(), version: 1 });
+    // Two in one batch: the second finds the first.
+    let batch = [dated("c3", "2026-10-09", "cron"), dated("c4", "2026-10-09", "cron")];
+    let outcomes = s.create_runs(&batch).await.expect("batch");
+    assert!(matches!(outcomes[0], CreateOutcome::Created { .. }), "{outcomes:?}");
+    assert_eq!(outcomes[1], CreateOutcome::Existing { run_id: "c3".into(), version: 1 });
+    // An operator's rerun of that date is a new run.
+    let rerun = s.create_run(&dated("m1", "2026-10-08", "manual")).await.expect("create");
+    assert!(matches!(rerun, CreateOutcome::Created { .. }), "{rerun:?}");
+    let query = RunQuery { biz_date: Some("2026-10-08".into()), limit: 10, ..RunQuery::default() };
+    assert_eq!(s.list_runs(&query).await.expect("list").len(), 2);
+}

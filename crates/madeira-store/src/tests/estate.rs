@@ -1,0 +1,69 @@
+//! Cross-flow waits (`after`): a run whose upstream for its business date is not
+//! SUCCESS is held (not admitted, counted toward no `max_active_runs`, its reason
+//! shown) and becomes promotable in the very commit that makes the upstream run
+//! (or node) SUCCESS; an upstream that FAILED keeps it held.
+
+use madeira_core::{NodeState, RunState};
+
+use crate::tests::suite::new_run;
+use crate::*;
+
+const DAY: &str = "2026-12-04";
+
+fn run_of(flow: &str, id: &str, after: Vec<AfterWait>, max: u32) -> NewRun {
+    NewRun { flow: flow.into(), biz_date: Some(DAY.into()), after, ..new_run(id, None, max, Overlap::Queue) }
+}
+
+fn wait(flow: &str, node: Option<&str>) -> AfterWait {
+    AfterWait { flow: flow.into(), node: node.map(str::to_string), date: DAY.into() }
+}
+
+async fn finish(s: &dyn Store, run_id: &str, state: RunState) {
+    let run = RunWrite { run_id: run_id.into(), state, started_at: Some(20), finished_at: Some(30) };
+    s.commit(&Batch { runs: vec![run], ..Batch::default() }).await.expect("commit");
+}
+
+async fn reason(s: &dyn Store, run_id: &str) -> Option<String> {
+    s.load_run(run_id).await.expect("load").expect("run").run.wait_reason
+}
+
+pub(crate) async fn a_run_is_held_until_its_upstream_succeeds(s: &dyn Store) {
+    s.create_run(&run_of("a", "a1", vec![], 0)).await.expect("a1");
+    let held = s.create_run(&run_of("b", "b1", vec![wait("a", None)], 1)).await.expect("b1");
+    assert!(matches!(held, CreateOutcome::Created { start: false, .. }), "{held:?}");
+    assert_eq!(reason(s, "b1").await.as_deref(), Some("waiting for a 2026-12-04"));
+    assert_eq!(s.run_waits("b1").await.expect("waits"), vec![wait("a", None)]);
+    // Held runs count toward no max_active_runs: another run of b starts at once.
+    let free = s.create_run(&run_of("b", "b2", vec![], 1)).await.expect("b2");
+    assert!(matches!(free, CreateOutcome::Created { start: true, .. }), "{free:?}");
+    finish(s, "b2", RunState::Success).await;
+    assert_eq!(s.promote_queued("b", 1, 40).await.expect("promote"), None, "a1 is not SUCCESS yet");
+    assert_eq!(s.after_dependents("a", DAY).await.expect("deps"), ["b"]);
+    finish(s, "a1", RunState::Failed).await;
+    assert_eq!(s.promote_queued("b", 1, 40).await.expect("promote"), None, "a FAILED keeps b held");
+    // A rerun of a1 ends SUCCESS: that commit releases b1.
+    finish(s, "a1", RunState::Success).await;
+    assert_eq!(s.promote_queued("b", 1, 50).await.expect("promote"), Some("b1".into()));
+    assert_eq!(reason(s, "b1").await, None);
+    assert!(s.after_dependents("a", DAY).await.expect("deps").is_empty());
+    // Created once its upstream is SUCCESS, a run is not held at all.
+    let late = s.create_run(&run_of("c", "c1", vec![wait("a", None)], 0)).await.expect("c1");
+    assert!(matches!(late, CreateOutcome::Created { start: true, .. }), "{late:?}");
+    assert_eq!(reason(s, "c1").await, None);
+}
+
+pub(crate) async fn a_node_wait_is_met_by_that_node_alone(s: &dyn Store) {
+    s.create_run(&run_of("fx", "fx1", vec![], 0)).await.expect("fx1");
+    let held = s.create_run(&run_of("w", "w1", vec![wait("fx", Some("b"))], 0)).await.expect("w1");
+    assert!(matches!(held, CreateOutcome::Created { start: false, .. }), "{held:?}");
+    assert_eq!(reason(s, "w1").await.as_deref(), Some("waiting for fx.b 2026-12-04"));
+    let stored = s.load_run("fx1").await.expect("load").expect("fx1");
+    let mut a = stored.nodes[0].clone();
+    a.state = NodeState::Success;
+    s.commit(&Batch { nodes: vec![a], ..Batch::default() }).await.expect("commit a");
+    assert_eq!(s.promote_queued("w", 0, 40).await.expect("promote"), None, "node a is not node b");
+    let mut b = stored.nodes[1].clone();
+    b.state = NodeState::Success;
+    s.commit(&Batch { nodes: vec![b], ..Batch::default() }).await.expect("commit b");
+    assert_eq!(s.promote_queued("w", 0, 50).await.expect("promote"), Some("w1".into()));
+}
