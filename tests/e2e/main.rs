@@ -6,6 +6,7 @@ mod alert_updates;
 mod alerts;
 mod api;
 mod auth;
+mod bizdates;
 mod brokers;
 mod cli;
 mod cli_files;

@@ -11,7 +11,7 @@
 
 use madeira_core::rootcause::root_causes;
 use madeira_core::{RunSnapshot, RunState};
-use madeira_engine::{AlertSource, EngineObserver, NodeWatch, RunEvent};
+use madeira_engine::{AlertSource, BusinessAlert, EngineObserver, NodeWatch, RunEvent};
 use tokio::sync::mpsc;
 
 use crate::model::{Cause, Failure, Raise, Severity};
@@ -67,6 +67,22 @@ impl AlertObserver {
             summary: format!("flow {flow}: the run scheduled at {at} {what}"),
             description: None,
             run_id: None,
+            fallback_note: None,
+        })
+    }
+
+    fn business_event(alert: &BusinessAlert<'_>) -> Event {
+        let labels = [("biz_date".to_string(), alert.biz_date.to_string())].into_iter().collect();
+        Event::Raise(Raise {
+            key: alert.key.to_string(),
+            alertname: alert.alertname.to_string(),
+            severity: if alert.critical { Severity::Critical } else { Severity::Warning },
+            flow: Some(alert.flow.to_string()),
+            node: None,
+            labels,
+            summary: alert.summary.to_string(),
+            description: None,
+            run_id: alert.run_id.map(str::to_string),
             fallback_note: None,
         })
     }
@@ -232,6 +248,12 @@ impl EngineObserver for AlertObserver {
         }
     }
 
+    fn business_alert(&self, alert: &BusinessAlert<'_>) {
+        if !self.through_commit {
+            let _ = self.tx.send(Input::Event(Self::business_event(alert)));
+        }
+    }
+
     fn confirm_overdue(&self, snap: &RunSnapshot, node: &str) {
         if !self.through_commit {
             let _ = self.tx.send(Input::Event(Self::overdue_event(snap, node)));
@@ -276,6 +298,7 @@ impl EngineObserver for AlertObserver {
             AlertSource::CronNotCreated { flow, scheduled_at_ms, error } => {
                 vec![Self::cron_event(flow, scheduled_at_ms, error)]
             }
+            AlertSource::Business(alert) => vec![Self::business_event(&alert)],
         };
         events
             .iter()

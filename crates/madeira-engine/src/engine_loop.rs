@@ -83,6 +83,8 @@ pub struct Engine {
     watch: watch::Watch,
     /// Placements waiting for the next commit (`hosts.rs`).
     hosts: hosts::DeferredHosts,
+    /// `depends_on_past` runs held by a FAILED previous date already alerted.
+    past_alerted: std::collections::HashSet<String>,
 }
 
 impl Engine {
@@ -93,6 +95,7 @@ impl Engine {
             holder,
             p,
             runs: HashMap::new(),
+            past_alerted: Default::default(),
             traces: HashMap::new(),
             throttle: Throttle::default(),
             timers: Timers::default(),
@@ -606,7 +609,8 @@ impl Engine {
                             trace::run_span(&self.p.observers, t, &snap, now_ms());
                         }
                         self.p.observers.iter().for_each(|o| o.run_finished(&snap));
-                        if snap.flow.concurrency.max_active_runs > 0 {
+                        if snap.flow.concurrency.max_active_runs > 0 || snap.flow.concurrency.depends_on_past
+                        {
                             finished_flows
                                 .push((snap.flow.name.clone(), snap.flow.concurrency.max_active_runs));
                         }

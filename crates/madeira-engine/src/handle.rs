@@ -301,6 +301,10 @@ impl EngineHandle {
         let def = self.flows.get(self.store.as_ref(), &req.flow, version).await?;
         let biz_date = crate::bizdates::biz_date_of(&def, req.biz_date, req.at_ms.unwrap_or_else(now_ms))?;
         let one_per_biz_date = def.business.declared && req.trigger.starts_with("cron");
+        let wait_reason = match def.concurrency.depends_on_past {
+            true => crate::bizdates::past_wait(self.store.as_ref(), &req.flow, &biz_date).await?,
+            false => None,
+        };
         let run = NewRun {
             id: uuid::Uuid::now_v7().to_string(),
             flow: req.flow.clone(),
@@ -328,6 +332,7 @@ impl EngineHandle {
             lease: None,
             biz_date: Some(biz_date),
             one_per_biz_date,
+            wait_reason,
         };
         let (reply, answer) = oneshot::channel();
         let request = CreateRequest { run, flow: def, reply };

@@ -61,7 +61,7 @@ pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, Tr
 pub use lifecycle::{DeleteReport, DeleteRequest, PromoteReport, PromoteRequest};
 pub use livelog::{LiveLogs, LogSlice};
 pub use observed::ObservedReport;
-pub use observer::{AlertSource, AttemptOutcome, EngineObserver, NodeWatch};
+pub use observer::{AlertSource, AttemptOutcome, BusinessAlert, EngineObserver, NodeWatch};
 pub use scheduler::{Scheduler, WallClock};
 pub use stats::{EngineStats, StatsSnapshot};
 pub use throttle::{ThrottleState, ThrottleView};

@@ -118,6 +118,7 @@ impl EngineHandle {
             lease: None,
             biz_date: None,
             one_per_biz_date: false,
+            wait_reason: None,
         };
         let run_id = match self.create(run, def.clone()).await? {
             CreateOutcome::Created { run_id, .. } => run_id,

@@ -39,8 +39,9 @@ pub(crate) fn refused(e: RunRefusal) -> StoreError {
 /// A run counts against `max_active_runs` (`admit::Facts::active`): RUNNING, or
 /// QUEUED and admitted to start (`admitted_at` set) but not started yet.
 pub(crate) const ACTIVE: &str = "(state = 'RUNNING' OR (state = 'QUEUED' AND admitted_at IS NOT NULL))";
-/// A QUEUED run waiting for room (`admit::Facts::queued`).
-pub(crate) const WAITING: &str = "state = 'QUEUED' AND admitted_at IS NULL";
+/// A QUEUED run waiting for room (`admit::Facts::queued`); one held for a
+/// reason of its own (`wait_reason`, `depends_on_past`) is not promoted.
+pub(crate) const WAITING: &str = "state = 'QUEUED' AND admitted_at IS NULL AND wait_reason IS NULL";
 
 /// What `Create` writes: the creation edge, whether the run may start at once,
 /// the runs to cancel; or the answer for a decision that writes nothing.

@@ -56,6 +56,16 @@ pub trait RunStore: Send + Sync + 'static {
     /// Admits the oldest waiting QUEUED run of `flow` to start if `max_active_runs`
     /// leaves room; returns it (the engine then starts it with `Command::Start`).
     async fn promote_queued(&self, flow: &str, max_active_runs: u32, now_ms: i64) -> Result<Option<String>>;
+    /// Changes why the QUEUED run `run_id` waits (`RunRow::wait_reason`); `None`
+    /// releases it: admitted to start at `admit_ms` when given (the flow has no
+    /// `max_active_runs`), else left to `promote_queued`. False when the run is
+    /// no longer a waiting QUEUED run (another replica released it first).
+    async fn set_wait_reason(
+        &self,
+        run_id: &str,
+        reason: Option<&str>,
+        admit_ms: Option<i64>,
+    ) -> Result<bool>;
     /// Writes a batch of state changes and their records in one transaction.
     async fn commit(&self, batch: &Batch) -> Result<()>;
     /// The idempotency key of the latest cron run of `flow` (`cron:<flow>:<instant>`),

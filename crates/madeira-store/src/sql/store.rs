@@ -61,6 +61,7 @@ forward!(RunStore {
     write_ids fn create_run(run: &NewRun) -> CreateOutcome = runs::create_run;
     write_ids fn create_runs(new: &[NewRun]) -> Vec<CreateOutcome> = runs::create_runs;
     write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
+    write fn set_wait_reason(run_id: &str, reason: Option<&str>, admit_ms: Option<i64>) -> bool = runs::set_wait_reason;
     write_dialect fn commit(batch: &Batch) -> () = commit::commit;
     read fn last_cron_key(flow: &str) -> Option<String> = read::last_cron_key;
     read fn load_run(run_id: &str) -> Option<StoredRun> = read::load_run;

@@ -23,6 +23,7 @@ pub(crate) fn new_run(id: &str, key: Option<&str>, max: u32, overlap: Overlap) -
         lease: None,
         biz_date: None,
         one_per_biz_date: false,
+        wait_reason: None,
     }
 }
 
