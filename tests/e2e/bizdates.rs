@@ -133,3 +133,70 @@ async fn biz_date_reaches_a_sidecar_job_a_sql_bind_and_an_http_body() {
     let rows = db.strings("SELECT d FROM seen ORDER BY d").await.expect("rows");
     assert!(rows.contains(&"2026-09-30".to_string()), "{rows:?}");
 }
+
+/// Triggers `flow` for business date `date` with `params`; the run id.
+async fn trigger_on(dev: &Dev, flow: &str, date: &str, params: Value) -> String {
+    let (status, made) =
+        dev.post(&format!("/flows/{flow}/runs"), json!({"params": params, "biz_date": date}), &[]).await;
+    assert_eq!(status, 201, "{made}");
+    made["run_id"].as_str().expect("run_id").to_string()
+}
+
+#[tokio::test]
+async fn depends_on_past_holds_a_date_until_the_previous_one_succeeds() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow(
+        "flow: ledger\nconcurrency: {depends_on_past: true}\nnodes:\n  \
+         book: {run: {builtin: fail, message: 'ledger down'}, when: 'params.broken == true'}\n  \
+         close: {run: {builtin: noop}}\n",
+    )
+    .await;
+    // The flow's first date has no past: it starts (and fails).
+    let first = trigger_on(&dev, "ledger", "2026-10-05", json!({"broken": true})).await;
+    let run = dev.finished(&first).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    assert!(run["waiting_reason"].is_null(), "{run}");
+
+    // 10-06 waits on the FAILED 10-05, says so, and it is alerted.
+    let held = trigger_on(&dev, "ledger", "2026-10-06", json!({"broken": false})).await;
+    let run = dev
+        .wait_run(&held, 20, |r| r["waiting_reason"].as_str().is_some_and(|w| w.contains("is FAILED")))
+        .await;
+    assert_eq!(run["status"], "QUEUED", "{run}");
+    assert!(run["waiting_reason"].as_str().unwrap_or_default().contains(&first), "names the run: {run}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let alert = loop {
+        let (_, body) = dev.get("/alerts").await;
+        let found = body["alerts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["alertname"] == "MadeiraPastFailed")
+            .cloned();
+        if let Some(alert) = found {
+            break alert;
+        }
+        assert!(std::time::Instant::now() < deadline, "no MadeiraPastFailed alert: {body}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(alert["severity"], "critical", "{alert}");
+    assert!(alert["summary"].as_str().unwrap_or_default().contains("2026-10-06"), "{alert}");
+    let (_, listed) = dev.get("/runs?biz_date=2026-10-06").await;
+    assert_eq!(listed["runs"][0]["waiting_reason"], run["waiting_reason"], "{listed}");
+    let shown = dev.cli(&["show", &held]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.contains("business date 2026-10-06") && text.contains("waiting: depends_on_past"), "{text}");
+
+    // The operator reruns 10-05; its success releases 10-06.
+    let rerun = trigger_on(&dev, "ledger", "2026-10-05", json!({"broken": false})).await;
+    assert_eq!(dev.finished(&rerun).await["status"], "SUCCESS");
+    let run = dev.finished(&held).await;
+    assert_eq!(run["status"], "SUCCESS", "{run}");
+    assert!(run["waiting_reason"].is_null(), "{run}");
+
+    // A date whose previous date has no run at all waits for one.
+    let gap = trigger_on(&dev, "ledger", "2026-10-08", json!({})).await;
+    let (_, run) = dev.get(&format!("/runs/{gap}")).await;
+    assert_eq!(run["status"], "QUEUED", "{run}");
+    assert!(run["waiting_reason"].as_str().unwrap_or_default().contains("no run for 2026-10-07"), "{run}");
+}

@@ -19,6 +19,7 @@ mod cluster_updates;
 mod console;
 mod console_state;
 mod crontab;
+mod deadlines;
 mod examples;
 mod exec;
 mod fallbacks;

@@ -52,7 +52,29 @@ pub(crate) async fn past_wait(
     };
     let runs: Vec<(String, String)> =
         store.list_runs(&query).await?.into_iter().map(|r| (r.id, r.state.as_str().to_string())).collect();
+    if runs.is_empty() && is_first_date(store, flow, biz_date).await? {
+        return Ok(None);
+    }
     Ok(madeira_core::bizdate::past_wait(previous, &runs))
+}
+
+/// Whether no recent run of `flow` (its latest `FIRST_DATE_SCAN`) has a business
+/// date before `biz_date`: the flow's first date has no past to wait for.
+async fn is_first_date(store: &dyn Store, flow: &str, biz_date: &str) -> Result<bool, EngineError> {
+    let query = RunQuery { flow: Some(flow.to_string()), limit: FIRST_DATE_SCAN, ..RunQuery::default() };
+    let runs = store.list_runs(&query).await?;
+    Ok(!runs.iter().any(|r| r.biz_date.as_deref().is_some_and(|d| d < biz_date)))
+}
+
+/// How many of a flow's latest runs `is_first_date` looks at.
+const FIRST_DATE_SCAN: u32 = 500;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dates_compare_as_text_in_date_order() {
+        assert!("2026-09-30" < "2026-10-01" && "2025-12-31" < "2026-01-01");
+    }
 }
 
 /// Releases the QUEUED runs of `flow` held by `depends_on_past` whose previous

@@ -18,6 +18,7 @@
 mod bizdates;
 mod clock;
 mod creator;
+mod deadlines;
 mod engine_loop;
 mod envelope;
 pub mod events;
@@ -52,6 +53,7 @@ use madeira_store::Store;
 use tokio::sync::{broadcast, mpsc};
 
 pub use clock::now_ms;
+pub use deadlines::DeadlineWatcher;
 pub use engine_loop::Engine;
 pub use events::{DrainReport, EventDrainer, EventOutcome, Listener, QueuedAnswer};
 pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};

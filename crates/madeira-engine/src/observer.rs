@@ -101,6 +101,8 @@ pub trait EngineObserver: Send + Sync {
     /// The next scheduled fire instant of a flow (Unix seconds), or `None` when paused
     /// or unscheduled.
     fn next_run(&self, flow: &str, at_unix_seconds: Option<f64>) {}
+    /// The flow's next deadline (`deadline:`), `None` when it has none.
+    fn next_deadline(&self, flow: &str, at_unix_seconds: Option<f64>) {}
     /// A run span (run reached a final state) or an attempt span ended; only when
     /// `EngineOptions::tracing` is on.
     fn span_ended(&self, span: &SpanEnded<'_>) {}

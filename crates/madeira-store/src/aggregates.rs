@@ -56,6 +56,9 @@ pub trait RunStore: Send + Sync + 'static {
     /// Admits the oldest waiting QUEUED run of `flow` to start if `max_active_runs`
     /// leaves room; returns it (the engine then starts it with `Command::Start`).
     async fn promote_queued(&self, flow: &str, max_active_runs: u32, now_ms: i64) -> Result<Option<String>>;
+    /// Records that `flow`'s deadline for `biz_date` was missed: true only the
+    /// first time, on any replica (the caller then raises the alert).
+    async fn record_deadline_miss(&self, flow: &str, biz_date: &str, now_ms: i64) -> Result<bool>;
     /// Changes why the QUEUED run `run_id` waits (`RunRow::wait_reason`); `None`
     /// releases it: admitted to start at `admit_ms` when given (the flow has no
     /// `max_active_runs`), else left to `promote_queued`. False when the run is

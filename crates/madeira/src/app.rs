@@ -205,6 +205,8 @@ impl ControlPlane {
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(engine.run_until(drain.clone(), cancel.clone())));
         tasks.push(tokio::spawn(alert_task.run(cancel.clone())));
+        let deadlines = madeira_engine::DeadlineWatcher::new(handle.clone(), observers.clone());
+        tasks.push(tokio::spawn(deadlines.run(drain.clone())));
         let scheduler = madeira_engine::Scheduler::new(handle.clone(), observers);
         tasks.push(tokio::spawn(scheduler.run(drain.clone())));
         // Events kept for paused flows: started on resume, and what a crash or

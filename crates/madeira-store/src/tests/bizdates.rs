@@ -72,3 +72,10 @@ pub(crate) async fn a_run_held_for_a_reason_waits_until_released_once(s: &dyn St
     assert!(s.set_wait_reason("h2", None, None).await.expect("release"));
     assert_eq!(s.promote_queued("f", 5, 50).await.expect("promote").as_deref(), Some("h2"));
 }
+
+pub(crate) async fn a_deadline_miss_is_recorded_once(s: &dyn Store) {
+    assert!(s.record_deadline_miss("f", "2026-10-08", 10).await.expect("first"));
+    assert!(!s.record_deadline_miss("f", "2026-10-08", 20).await.expect("again"), "once per flow and date");
+    assert!(s.record_deadline_miss("f", "2026-10-09", 30).await.expect("next date"));
+    assert!(s.record_deadline_miss("g", "2026-10-08", 40).await.expect("other flow"));
+}

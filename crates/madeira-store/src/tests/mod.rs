@@ -104,6 +104,7 @@ on_every_backend!(
     runs_keep_their_business_date_and_are_found_by_it,
     scheduled_runs_are_one_per_business_date,
     a_run_held_for_a_reason_waits_until_released_once,
+    a_deadline_miss_is_recorded_once,
     runs_keep_their_actor_and_are_found_by_it,
     attempts_keep_the_host_they_ran_on,
     sessions_expire_end_at_sign_out_and_stay_bounded,
