@@ -128,8 +128,12 @@ async fn biz_date_reaches_a_sidecar_job_a_sql_bind_and_an_http_body() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.contains(&run_id) && text.contains("2026-10-07"), "{text}");
     // A rerun of a date from the CLI.
-    let out = dev.cli(&["run", "settle-dated", "--biz-date", "2026-09-30", "--wait"]);
+    // (Without --wait: the HTTP job's receiver runs on this test's runtime.)
+    let out = dev.cli(&["run", "settle-dated", "--biz-date", "2026-09-30"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, listed) = dev.get("/runs?biz_date=2026-09-30").await;
+    let rerun = listed["runs"][0]["run_id"].as_str().expect("the CLI's run").to_string();
+    assert_eq!(dev.finished(&rerun).await["status"], "SUCCESS");
     let rows = db.strings("SELECT d FROM seen ORDER BY d").await.expect("rows");
     assert!(rows.contains(&"2026-09-30".to_string()), "{rows:?}");
 }

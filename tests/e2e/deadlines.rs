@@ -41,10 +41,22 @@ async fn a_run_held_at_a_manual_node_past_its_deadline_raises_one_alert_naming_i
     assert_eq!(status, 201, "{made}");
     let run_id = made["run_id"].as_str().expect("run_id").to_string();
     dev.wait_run(&run_id, 20, |r| status_of(r, "approve") == "MANUAL_CONFIRM").await;
-    let metrics = dev.http.get(format!("{}/metrics", dev.base)).send().await.expect("metrics");
-    let text = metrics.text().await.expect("text");
-    let line = format!("madeira_flow_deadline_seconds{{flow=\"sign-off\"}} {}", due.timestamp());
-    assert!(text.lines().any(|l| l == line), "no `{line}` in /metrics");
+    // The watcher looks once a second: the next deadline is on /metrics within a few.
+    let wanted = due.timestamp() as f64;
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = dev.http.get(format!("{}/metrics", dev.base)).send().await.expect("metrics");
+        let text = metrics.text().await.expect("text");
+        let value = text
+            .lines()
+            .find_map(|l| l.strip_prefix("madeira_flow_deadline_seconds{flow=\"sign-off\"} "))
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        if value == Some(wanted) {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "deadline metric {value:?}, wanted {wanted}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let fired = hook.bodies_within(1, 30).await;
     let alerts = deadline_alerts(&fired);

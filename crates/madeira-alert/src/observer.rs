@@ -219,7 +219,13 @@ pub fn failure_of(snap: &RunSnapshot) -> Failure {
     Failure {
         run_id: snap.run_id.clone(),
         flow: snap.flow.name.clone(),
-        labels: snap.flow.labels.clone(),
+        labels: {
+            let mut labels = snap.flow.labels.clone();
+            if let Some(date) = &snap.biz_date {
+                labels.insert("biz_date".into(), date.clone());
+            }
+            labels
+        },
         causes: root_causes(snap)
             .into_iter()
             .map(|c| Cause { node: c.node, error: c.error, attempts: c.attempts, skipped: c.skipped })

@@ -375,6 +375,7 @@ impl Engine {
             }
             Envelope::PermitPoll { flow, node } => self.poll_permits(&flow, node, work).await,
             Envelope::CheckHeld => self.check_held().await,
+            Envelope::Promote { flow } => self.promote(&flow).await,
         }
     }
 

@@ -334,6 +334,7 @@ impl EngineHandle {
             one_per_biz_date,
             wait_reason,
         };
+        let held = run.wait_reason.is_some();
         let (reply, answer) = oneshot::channel();
         let request = CreateRequest { run, flow: def, reply };
         self.create.send(request).await.map_err(|_| EngineError::ShuttingDown)?;
@@ -352,6 +353,9 @@ impl EngineHandle {
             }
             CreateOutcome::Paused => Err(EngineError::Paused(req.flow)),
             CreateOutcome::Created { run_id, cancel_previous, .. } => {
+                if held {
+                    self.send(Envelope::Promote { flow: req.flow.clone() }).await?;
+                }
                 if let Some(warning) = routing_warning {
                     crate::fallbacks::record_routing_fallback(
                         self.store.as_ref(),
