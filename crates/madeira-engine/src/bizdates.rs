@@ -69,14 +69,6 @@ async fn is_first_date(store: &dyn Store, flow: &str, biz_date: &str) -> Result<
 /// How many of a flow's latest runs `is_first_date` looks at.
 const FIRST_DATE_SCAN: u32 = 500;
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn dates_compare_as_text_in_date_order() {
-        assert!("2026-09-30" < "2026-10-01" && "2025-12-31" < "2026-01-01");
-    }
-}
-
 /// Releases the QUEUED runs of `flow` held by `depends_on_past` whose previous
 /// date has now succeeded: admitted at once when the flow has no
 /// `max_active_runs` (returned, to start), else left to promotion. A run still
@@ -165,5 +157,13 @@ pub(crate) async fn past_failed(
     let alert_events = observers.iter().flat_map(|o| o.alert_events(AlertSource::Business(alert))).collect();
     if let Err(e) = store.commit(&Batch { alert_events, ..Default::default() }).await {
         warn!(flow = %flow, error = %e, "cannot record a depends_on_past alert");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dates_compare_as_text_in_date_order() {
+        assert!("2026-09-30" < "2026-10-01" && "2025-12-31" < "2026-01-01");
     }
 }
