@@ -11,7 +11,7 @@
 
 use madeira_core::rootcause::root_causes;
 use madeira_core::{RunSnapshot, RunState};
-use madeira_engine::{AlertSource, EngineObserver, NodeWatch, RunEvent};
+use madeira_engine::{AlertSource, BusinessAlert, EngineObserver, NodeWatch, RunEvent};
 use tokio::sync::mpsc;
 
 use crate::model::{Cause, Failure, Raise, Severity};
@@ -67,6 +67,22 @@ impl AlertObserver {
             summary: format!("flow {flow}: the run scheduled at {at} {what}"),
             description: None,
             run_id: None,
+            fallback_note: None,
+        })
+    }
+
+    fn business_event(alert: &BusinessAlert<'_>) -> Event {
+        let labels = [("biz_date".to_string(), alert.biz_date.to_string())].into_iter().collect();
+        Event::Raise(Raise {
+            key: alert.key.to_string(),
+            alertname: alert.alertname.to_string(),
+            severity: if alert.critical { Severity::Critical } else { Severity::Warning },
+            flow: Some(alert.flow.to_string()),
+            node: None,
+            labels,
+            summary: alert.summary.to_string(),
+            description: None,
+            run_id: alert.run_id.map(str::to_string),
             fallback_note: None,
         })
     }
@@ -203,7 +219,13 @@ pub fn failure_of(snap: &RunSnapshot) -> Failure {
     Failure {
         run_id: snap.run_id.clone(),
         flow: snap.flow.name.clone(),
-        labels: snap.flow.labels.clone(),
+        labels: {
+            let mut labels = snap.flow.labels.clone();
+            if let Some(date) = &snap.biz_date {
+                labels.insert("biz_date".into(), date.clone());
+            }
+            labels
+        },
         causes: root_causes(snap)
             .into_iter()
             .map(|c| Cause { node: c.node, error: c.error, attempts: c.attempts, skipped: c.skipped })
@@ -229,6 +251,12 @@ impl EngineObserver for AlertObserver {
     fn cron_not_created(&self, flow: &str, scheduled_at_ms: i64, error: &str) {
         if !self.through_commit {
             let _ = self.tx.send(Input::Event(Self::cron_event(flow, scheduled_at_ms, error)));
+        }
+    }
+
+    fn business_alert(&self, alert: &BusinessAlert<'_>) {
+        if !self.through_commit {
+            let _ = self.tx.send(Input::Event(Self::business_event(alert)));
         }
     }
 
@@ -276,6 +304,7 @@ impl EngineObserver for AlertObserver {
             AlertSource::CronNotCreated { flow, scheduled_at_ms, error } => {
                 vec![Self::cron_event(flow, scheduled_at_ms, error)]
             }
+            AlertSource::Business(alert) => vec![Self::business_event(&alert)],
         };
         events
             .iter()

@@ -87,6 +87,22 @@ pub fn previous_date(d: NaiveDate) -> Option<NaiveDate> {
     d.pred_opt()
 }
 
+/// Why a `depends_on_past` run for the date after `previous` may not start,
+/// given the runs of `previous` (id, state name), newest first; `None` once
+/// one of them is SUCCESS.
+pub fn past_wait(previous: NaiveDate, runs: &[(String, String)]) -> Option<String> {
+    if runs.iter().any(|(_, state)| state == "SUCCESS") {
+        return None;
+    }
+    let date = format_date(previous);
+    Some(match runs.first() {
+        None => format!("depends_on_past: there is no run for {date} yet; it must succeed first"),
+        Some((id, state)) => {
+            format!("depends_on_past: the run for {date} ({id}) is {state}; it must succeed first")
+        }
+    })
+}
+
 /// The instant the run for `d` must be SUCCESS by. A `by` time a DST change
 /// skips is taken an hour later; one it repeats, at its first occurrence.
 pub fn deadline_at(deadline: &DeadlineDef, d: NaiveDate) -> Option<DateTime<Utc>> {

@@ -137,6 +137,9 @@ pub struct MessageTriggerDef {
     pub key: Option<crate::expr::MessageExpr>,
     /// Run params, each CEL over the message (default: the payload itself).
     pub params: Vec<(String, crate::expr::MessageExpr)>,
+    /// The run's business date (`YYYY-MM-DD`), CEL over the message; default:
+    /// the flow's `biz_date` rule applied to the time it is consumed.
+    pub biz_date: Option<crate::expr::MessageExpr>,
     /// Only messages for which this holds make runs; others are acked as `filtered`.
     pub when: Option<crate::expr::MessageExpr>,
     /// At most this many unacknowledged messages at once (default 64).

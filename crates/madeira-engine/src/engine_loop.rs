@@ -84,6 +84,8 @@ pub struct Engine {
     watch: watch::Watch,
     /// Placements waiting for the next commit (`hosts.rs`).
     hosts: hosts::DeferredHosts,
+    /// `depends_on_past` runs held by a FAILED previous date already alerted.
+    past_alerted: std::collections::HashSet<String>,
 }
 
 impl Engine {
@@ -94,6 +96,7 @@ impl Engine {
             holder,
             p,
             runs: HashMap::new(),
+            past_alerted: Default::default(),
             traces: HashMap::new(),
             throttle: Throttle::default(),
             timers: Timers::default(),
@@ -373,6 +376,7 @@ impl Engine {
             }
             Envelope::PermitPoll { flow, node } => self.poll_permits(&flow, node, work).await,
             Envelope::CheckHeld => self.check_held().await,
+            Envelope::Promote { flow } => self.promote(&flow).await,
         }
     }
 
@@ -608,7 +612,8 @@ impl Engine {
                             trace::run_span(&self.p.observers, t, &snap, now_ms());
                         }
                         self.p.observers.iter().for_each(|o| o.run_finished(&snap));
-                        if snap.flow.concurrency.max_active_runs > 0 {
+                        if snap.flow.concurrency.max_active_runs > 0 || snap.flow.concurrency.depends_on_past
+                        {
                             finished_flows
                                 .push((snap.flow.name.clone(), snap.flow.concurrency.max_active_runs));
                         }

@@ -51,6 +51,9 @@ pub(crate) enum Envelope {
     /// in memory is claimed again, and those another replica holds now are dropped
     /// with their attempts stopped (`engine_loop::fence`).
     CheckHeld,
+    /// A run of `flow` was created held (`depends_on_past`): look at its held
+    /// runs now (release, reason, alert) rather than at the next sweep.
+    Promote { flow: String },
     /// A `madeira exec` run of an observe-only flow ended (`node` is its index).
     ObservedDone { run_id: String, node: usize, result: AttemptResult, reply: Option<Reply> },
 }

@@ -355,6 +355,10 @@ impl EngineHandle {
         let biz_date = crate::bizdates::biz_date_of(&def, req.biz_date, req.at_ms.unwrap_or_else(now_ms))?;
         let one_per_biz_date = def.business.declared && req.trigger.starts_with("cron");
         let after = crate::estate::waits(&def, &biz_date, &self.flows.calendars())?;
+        let wait_reason = match def.concurrency.depends_on_past {
+            true => crate::bizdates::past_wait(self.store.as_ref(), &req.flow, &biz_date).await?,
+            false => None,
+        };
         let run = NewRun {
             id: uuid::Uuid::now_v7().to_string(),
             flow: req.flow.clone(),
@@ -383,7 +387,9 @@ impl EngineHandle {
             biz_date: Some(biz_date),
             one_per_biz_date,
             after,
+            wait_reason,
         };
+        let held = run.wait_reason.is_some();
         let (reply, answer) = oneshot::channel();
         let request = CreateRequest { run, flow: def, reply };
         self.create.send(request).await.map_err(|_| EngineError::ShuttingDown)?;
@@ -402,6 +408,9 @@ impl EngineHandle {
             }
             CreateOutcome::Paused => Err(EngineError::Paused(req.flow)),
             CreateOutcome::Created { run_id, cancel_previous, .. } => {
+                if held {
+                    self.send(Envelope::Promote { flow: req.flow.clone() }).await?;
+                }
                 if let Some(warning) = routing_warning {
                     crate::fallbacks::record_routing_fallback(
                         self.store.as_ref(),

@@ -18,6 +18,7 @@
 mod bizdates;
 mod clock;
 mod creator;
+mod deadlines;
 mod engine_loop;
 mod envelope;
 pub mod estate;
@@ -54,6 +55,7 @@ use madeira_store::Store;
 use tokio::sync::{broadcast, mpsc};
 
 pub use clock::now_ms;
+pub use deadlines::DeadlineWatcher;
 pub use engine_loop::Engine;
 pub use events::{DrainReport, EventDrainer, EventOutcome, Listener, QueuedAnswer};
 pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};
@@ -63,7 +65,7 @@ pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, Tr
 pub use lifecycle::{DeleteReport, DeleteRequest, PromoteReport, PromoteRequest};
 pub use livelog::{LiveLogs, LogSlice};
 pub use observed::ObservedReport;
-pub use observer::{AlertSource, AttemptOutcome, EngineObserver, NodeWatch};
+pub use observer::{AlertSource, AttemptOutcome, BusinessAlert, EngineObserver, NodeWatch};
 pub use scheduler::{Scheduler, WallClock};
 pub use stats::{EngineStats, StatsSnapshot};
 pub use throttle::{ThrottleState, ThrottleView};

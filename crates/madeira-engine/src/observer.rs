@@ -38,6 +38,19 @@ pub struct NodeWatch<'a> {
     pub active: bool,
 }
 
+/// An alert about a flow's business date (issue #35): a `depends_on_past` run
+/// held by a FAILED previous date, a missed deadline. `key` deduplicates it.
+#[derive(Debug, Clone, Copy)]
+pub struct BusinessAlert<'a> {
+    pub key: &'a str,
+    pub alertname: &'a str,
+    pub critical: bool,
+    pub flow: &'a str,
+    pub biz_date: &'a str,
+    pub summary: &'a str,
+    pub run_id: Option<&'a str>,
+}
+
 /// What a commit may report to the alert inbox (`EngineObserver::alert_events`).
 #[derive(Clone, Copy)]
 pub enum AlertSource<'a> {
@@ -52,6 +65,8 @@ pub enum AlertSource<'a> {
     ObservedMissed { flow: &'a str, scheduled_at_ms: i64, what: &'a str },
     /// A cron tick of `flow` could not create its run (`error` says why).
     CronNotCreated { flow: &'a str, scheduled_at_ms: i64, error: &'a str },
+    /// An alert about a business date (`EngineObserver::business_alert`).
+    Business(BusinessAlert<'a>),
 }
 
 #[allow(unused_variables)]
@@ -63,6 +78,9 @@ pub trait EngineObserver: Send + Sync {
     fn attempt_finished(&self, outcome: &AttemptOutcome<'_>) {}
     /// A run reached SUCCESS, FAILED or CANCELLED (its final snapshot).
     fn run_finished(&self, snap: &RunSnapshot) {}
+    /// An alert about a business date, raised directly (stores without an
+    /// alert inbox; on shared stores it goes through `alert_events`).
+    fn business_alert(&self, alert: &BusinessAlert<'_>) {}
     /// Before a commit: an event to write to the store's alert inbox in that same
     /// commit (a transactional outbox: it cannot be lost to a crash after the
     /// commit). Called only on shared stores.
@@ -83,6 +101,8 @@ pub trait EngineObserver: Send + Sync {
     /// The next scheduled fire instant of a flow (Unix seconds), or `None` when paused
     /// or unscheduled.
     fn next_run(&self, flow: &str, at_unix_seconds: Option<f64>) {}
+    /// The flow's next deadline (`deadline:`), `None` when it has none.
+    fn next_deadline(&self, flow: &str, at_unix_seconds: Option<f64>) {}
     /// A run span (run reached a final state) or an attempt span ended; only when
     /// `EngineOptions::tracing` is on.
     fn span_ended(&self, span: &SpanEnded<'_>) {}

@@ -70,6 +70,7 @@ pub enum LogStreamEventKind {
 pub enum ErrorCode {
     BadRequest,
     BadText,
+    BadBizDate,
     BadIdempotencyKey,
     InvalidFlow,
     Unauthorized,

@@ -32,6 +32,8 @@ pub struct RunRequest {
     /// `message:<source>:<key>`.
     pub idempotency_key: String,
     pub params: Json,
+    /// The run's business date (`YYYY-MM-DD`) from the trigger's `biz_date:`.
+    pub biz_date: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +75,7 @@ pub trait Warnings: Send + Sync {
 /// A message mapped to a run, or why it cannot be.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Mapped {
-    Run { key: String, params: Json },
+    Run { key: String, params: Json, biz_date: Option<String> },
     Filtered,
     Poison(String),
 }
@@ -115,6 +117,16 @@ pub(crate) fn map(def: &MessageTriggerDef, d: &Delivery) -> Mapped {
     if key.is_empty() || key.len() > 200 {
         return Mapped::Poison(format!("the key must be 1 to 200 characters, got {}", key.len()));
     }
+    let biz_date = match &def.biz_date {
+        Some(expr) => match expr.eval_text(&payload, &headers, &message) {
+            Ok(text) => match madeira_core::bizdate::parse_date(text.trim()) {
+                Ok(date) => Some(madeira_core::bizdate::format_date(date)),
+                Err(e) => return Mapped::Poison(format!("biz_date: {e}")),
+            },
+            Err(e) => return Mapped::Poison(format!("biz_date: {e}")),
+        },
+        None => None,
+    };
     let params = if def.params.is_empty() {
         payload
     } else {
@@ -129,7 +141,7 @@ pub(crate) fn map(def: &MessageTriggerDef, d: &Delivery) -> Mapped {
         }
         Json::Object(out)
     };
-    Mapped::Run { key, params }
+    Mapped::Run { key, params, biz_date }
 }
 
 /// The delay before a refused message is delivered again: the rate limiter's
@@ -178,18 +190,19 @@ impl Handler {
         if self.drop_all {
             return (Decision::Ack(Outcome::Filtered), None);
         }
-        let (key, params) = match map(&self.def, d) {
+        let (key, params, biz_date) = match map(&self.def, d) {
             Mapped::Filtered => return (Decision::Ack(Outcome::Filtered), None),
             Mapped::Poison(reason) => {
                 self.warnings.poison(&self.source, &self.flow, &reason);
                 return (Decision::DeadLetter(reason.clone(), Outcome::DeadLetter), Some(reason));
             }
-            Mapped::Run { key, params } => (key, params),
+            Mapped::Run { key, params, biz_date } => (key, params, biz_date),
         };
         let request = RunRequest {
             flow: self.flow.clone(),
             idempotency_key: format!("message:{}:{key}", self.source),
             params,
+            biz_date,
         };
         match self.runs.make(request).await {
             Ok(Made::Created(_)) => (Decision::Ack(Outcome::Run), None),

@@ -54,7 +54,8 @@ struct Scripted {
 #[async_trait]
 impl Runs for Scripted {
     async fn make(&self, request: RunRequest) -> Result<Made, Refusal> {
-        self.seen.push(format!("{} {}", request.idempotency_key, request.params));
+        let dated = request.biz_date.map(|d| format!(" @{d}")).unwrap_or_default();
+        self.seen.push(format!("{} {}{dated}", request.idempotency_key, request.params));
         self.answer.clone()
     }
 }
@@ -108,6 +109,24 @@ async fn a_run_is_acked_after_it_is_made_with_the_mapped_key_and_params() {
     assert_eq!(outcome, Outcome::Run);
     assert_eq!(c.runs.all(), vec![r#"message:pay:p-7 {"day":"2026-12-01"}"#.to_string()]);
     assert_eq!(acks.all(), vec!["ack"]);
+}
+
+#[tokio::test]
+async fn the_business_date_is_read_from_the_message_and_a_bad_one_is_poison() {
+    let def = trigger(", key: payload.id, biz_date: payload.d");
+    let c = case(def.clone(), Ok(Made::Created("r1".into())));
+    let acks = Log::default();
+    let outcome = c.handler.handle(delivery(r#"{"id": "p-7", "d": "2026-12-01"}"#, 1, &acks)).await;
+    assert_eq!(outcome, Outcome::Run);
+    let made = c.runs.all();
+    assert!(
+        made.len() == 1 && made[0].starts_with("message:pay:p-7 {") && made[0].ends_with("} @2026-12-01"),
+        "{made:?}"
+    );
+    let c = case(def, Ok(Made::Created("r2".into())));
+    let outcome = c.handler.handle(delivery(r#"{"id": "p-8", "d": "12/01/2026"}"#, 1, &acks)).await;
+    assert_eq!(outcome, Outcome::DeadLetter);
+    assert!(c.runs.all().is_empty(), "no run for a bad date");
 }
 
 #[tokio::test]

@@ -39,9 +39,14 @@ pub(crate) fn refused(e: RunRefusal) -> StoreError {
 /// A run counts against `max_active_runs` (`admit::Facts::active`): RUNNING, or
 /// QUEUED and admitted to start (`admitted_at` set) but not started yet.
 pub(crate) const ACTIVE: &str = "(state = 'RUNNING' OR (state = 'QUEUED' AND admitted_at IS NOT NULL))";
-/// A QUEUED run waiting for room (`admit::Facts::queued`): not held by `after`.
+/// A QUEUED run waiting for room (`admit::Facts::queued`): not held by `after`
+/// (`run_waits` not all met), nor for a reason of its own (`wait_reason` of a run
+/// without `after`, e.g. `depends_on_past`, until `set_wait_reason` releases it;
+/// on a run with `after` it only says whom it waits for).
 pub(crate) const WAITING: &str = concat!(
-    "state = 'QUEUED' AND admitted_at IS NULL AND NOT EXISTS (SELECT 1 FROM run_waits w ",
+    "state = 'QUEUED' AND admitted_at IS NULL ",
+    "AND (wait_reason IS NULL OR EXISTS (SELECT 1 FROM run_waits h WHERE h.run_id = runs.id)) ",
+    "AND NOT EXISTS (SELECT 1 FROM run_waits w ",
     "WHERE w.run_id = runs.id AND NOT EXISTS (SELECT 1 FROM runs u WHERE u.flow = w.upstream_flow ",
     "AND u.biz_date = w.upstream_date AND ((w.upstream_node IS NULL AND u.state = 'SUCCESS') ",
     "OR (w.upstream_node IS NOT NULL AND EXISTS (SELECT 1 FROM nodes n WHERE n.run_id = u.id ",

@@ -61,6 +61,19 @@ pub trait RunStore: Send + Sync + 'static {
     async fn after_dependents(&self, flow: &str, date: &str) -> Result<Vec<String>>;
     /// What a run's `after:` resolved to (empty for a run without `after`).
     async fn run_waits(&self, run_id: &str) -> Result<Vec<AfterWait>>;
+    /// Records that `flow`'s deadline for `biz_date` was missed: true only the
+    /// first time, on any replica (the caller then raises the alert).
+    async fn record_deadline_miss(&self, flow: &str, biz_date: &str, now_ms: i64) -> Result<bool>;
+    /// Changes why the QUEUED run `run_id` waits (`RunRow::wait_reason`); `None`
+    /// releases it: admitted to start at `admit_ms` when given (the flow has no
+    /// `max_active_runs`), else left to `promote_queued`. False when the run is
+    /// no longer a waiting QUEUED run (another replica released it first).
+    async fn set_wait_reason(
+        &self,
+        run_id: &str,
+        reason: Option<&str>,
+        admit_ms: Option<i64>,
+    ) -> Result<bool>;
     /// Writes a batch of state changes and their records in one transaction.
     async fn commit(&self, batch: &Batch) -> Result<()>;
     /// The idempotency key of the latest cron run of `flow` (`cron:<flow>:<instant>`),

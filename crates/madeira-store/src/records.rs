@@ -65,6 +65,10 @@ pub struct NewRun {
     /// `cron_catchup`): a scheduled run for a `biz_date` one already has answers
     /// `CreateOutcome::Existing` with it (`cron:<flow>:<biz_date>` semantics).
     pub one_per_biz_date: bool,
+    /// Set: the run may not start yet whatever admission says, for this reason
+    /// (`concurrency.depends_on_past`: the run for the previous business date is
+    /// not SUCCESS). Kept as `RunRow::wait_reason` until `release_waiting`.
+    pub wait_reason: Option<String>,
     /// What the flow's `after:` entries resolved to for `biz_date`: while one is
     /// not SUCCESS the run is held (QUEUED, not admitted, `wait_reason` set).
     pub after: Vec<AfterWait>,

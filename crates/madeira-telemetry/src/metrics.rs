@@ -94,6 +94,8 @@ pub struct Metrics {
     pub dispatch_latency: Histogram,
     pub cron_lateness: HistogramFamily<FlowLabels>,
     pub flow_next_run: Family<FlowLabels, FloatGauge>,
+    /// `deadline:` of the flow: the next instant a business date's run must be SUCCESS by.
+    pub flow_deadline: Family<FlowLabels, FloatGauge>,
     pub flow_last_success: Family<FlowLabels, FloatGauge>,
     /// Not in SPEC §8's fixed list: the scheduled instant of the latest cron fire,
     /// which the "flow has not succeeded since it was due" alert compares with
@@ -127,6 +129,7 @@ impl Metrics {
             dispatch_latency: Histogram::new(DISPATCH_LATENCY_BUCKETS),
             cron_lateness: Family::new_with_constructor(cron_lateness),
             flow_next_run: Family::default(),
+            flow_deadline: Family::default(),
             flow_last_success: Family::default(),
             flow_last_scheduled: Family::default(),
             manual_confirm_pending: Family::default(),
@@ -179,6 +182,11 @@ impl Metrics {
             "madeira_flow_next_run_timestamp_seconds",
             "Next scheduled fire instant of the flow (Unix seconds)",
             Declared(m.flow_next_run.clone()),
+        );
+        r.register(
+            "madeira_flow_deadline_seconds",
+            "Next deadline of the flow: when the run of its business date must be SUCCESS by (Unix seconds)",
+            Declared(m.flow_deadline.clone()),
         );
         r.register(
             "madeira_flow_last_success_timestamp_seconds",

@@ -192,6 +192,17 @@ impl EngineObserver for MetricsObserver {
         self.metrics.cron_clock_jumps.inc();
     }
 
+    fn next_deadline(&self, flow_name: &str, at_unix_seconds: Option<f64>) {
+        match at_unix_seconds {
+            Some(at) => {
+                self.metrics.flow_deadline.get_or_create(&flow(flow_name)).set(at);
+            }
+            None => {
+                self.metrics.flow_deadline.remove(&flow(flow_name));
+            }
+        }
+    }
+
     fn next_run(&self, flow_name: &str, at_unix_seconds: Option<f64>) {
         match at_unix_seconds {
             Some(at) => {

@@ -61,6 +61,7 @@ fn observer_feeds_every_family() {
     o.cron_fired("settle", Duration::from_secs(3));
     o.cron_clock_jump(7_200_000);
     o.next_run("settle", Some(1_700_000_600.0));
+    o.next_deadline("settle", Some(1_700_021_600.0));
     let text = telemetry.finish().exposition.render_text();
     assert_eq!(sample(&text, "madeira_runs_active{flow=\"settle\"}"), Some(1.0), "{text}");
     assert_eq!(sample(&text, "madeira_manual_confirm_pending{flow=\"settle\",node=\"ok\"}"), Some(1.0));
@@ -85,6 +86,11 @@ fn observer_feeds_every_family() {
     assert_eq!(
         sample(&text, "madeira_flow_next_run_timestamp_seconds{flow=\"settle\"}"),
         Some(1_700_000_600.0)
+    );
+    assert_eq!(
+        sample(&text, "madeira_flow_deadline_seconds{flow=\"settle\"}"),
+        Some(1_700_021_600.0),
+        "{text}"
     );
     assert!(text.contains("madeira_build_info{"), "{text}");
     assert!(text.contains("process_resident_memory_bytes "), "{text}");

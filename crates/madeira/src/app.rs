@@ -219,6 +219,8 @@ impl ControlPlane {
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(engine.run_until(drain.clone(), cancel.clone())));
         tasks.push(tokio::spawn(alert_task.run(cancel.clone())));
+        let deadlines = madeira_engine::DeadlineWatcher::new(handle.clone(), observers.clone());
+        tasks.push(tokio::spawn(deadlines.run(drain.clone())));
         let mut scheduler = madeira_engine::Scheduler::new(handle.clone(), observers);
         if let Some(wall) = options.scheduler_clock.clone() {
             scheduler = scheduler.with_wall_clock(wall);

@@ -178,6 +178,9 @@ pub enum Command {
         /// Only runs this actor started: a token's name, `scheduler` (cron), `message:<source>`, …
         #[arg(long)]
         actor: Option<String>,
+        /// Only runs of this business date (YYYY-MM-DD).
+        #[arg(long, value_parser = biz_date_arg)]
+        biz_date: Option<String>,
         /// At most this many, newest first.
         #[arg(long, default_value_t = 20)]
         limit: u32,
@@ -363,12 +366,21 @@ pub struct RunArgs {
     /// Same key, same run: a retried call never starts a second run.
     #[arg(long)]
     pub idempotency_key: Option<String>,
+    /// The run's business date, YYYY-MM-DD (default: the flow's `biz_date` rule
+    /// applied to now). A rerun of a date a scheduled run already did.
+    #[arg(long, value_parser = biz_date_arg)]
+    pub biz_date: Option<String>,
     /// Wait for the run to finish: exit 0 if it succeeded, 1 if it failed or was
     /// cancelled; at a manual node it says who must decide (and how) and keeps waiting.
     #[arg(long)]
     pub wait: bool,
     #[command(flatten)]
     pub server: ServerArgs,
+}
+
+/// `--biz-date`: refused unless YYYY-MM-DD before anything is sent.
+fn biz_date_arg(s: &str) -> Result<String, String> {
+    madeira_core::bizdate::parse_date(s.trim()).map(madeira_core::bizdate::format_date)
 }
 
 /// `--reason` of an operator action: refused blank before anything is sent.

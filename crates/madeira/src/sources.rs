@@ -72,6 +72,11 @@ impl Runs for EngineRuns {
         // The key is `message:<source>:<key>`: the run's actor names the source.
         let source = request.idempotency_key.split(':').nth(1).unwrap_or_default();
         let actor = format!("message:{source}");
+        let biz_date = match request.biz_date.as_deref().map(madeira_core::bizdate::parse_date) {
+            Some(Ok(date)) => Some(date),
+            Some(Err(e)) => return Err(Refusal::Rejected(e)),
+            None => None,
+        };
         let trigger = TriggerRequest {
             flow: request.flow,
             params: request.params,
@@ -79,7 +84,7 @@ impl Runs for EngineRuns {
             trigger: "message".into(),
             actor,
             version: None,
-            biz_date: None,
+            biz_date,
             at_ms: None,
         };
         match engine.trigger(trigger).await {

@@ -93,6 +93,7 @@ fn deadline(report: &mut Report, raw: &Span<RawDeadline>, flow_tz: Tz) -> Option
     }
     let by = match &d.by {
         Some(by) => NaiveTime::parse_from_str(by.value.trim(), "%H:%M")
+            .or_else(|_| NaiveTime::parse_from_str(by.value.trim(), "%H:%M:%S"))
             .map_err(|_| {
                 report.push(
                     at.at(by),
@@ -120,6 +121,12 @@ fn deadline(report: &mut Report, raw: &Span<RawDeadline>, flow_tz: Tz) -> Option
         Some(n) => report.limit(at, "deadline.days", n, 0),
         None => Some(1),
     };
-    let warn_before = d.warn_before.as_ref().and_then(|w| report.duration(at, "deadline.warn_before", w));
+    if let Some(w) = &d.warn_before {
+        report.push(
+            at.at(w),
+            "`deadline.warn_before` is not supported yet (the deadline-at-risk warning is not built); remove it",
+        );
+    }
+    let warn_before = None;
     Some(DeadlineDef { by: by?, timezone: timezone?, days: days?, warn_before })
 }

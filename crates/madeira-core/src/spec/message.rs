@@ -1,5 +1,5 @@
 //! Message triggers (SPEC §6.1): `message: {source, queue|stream|…, key, params,
-//! when, max_in_flight, max_deliveries, on_paused}` — CEL compiled here with its
+//! when, biz_date, max_in_flight, max_deliveries, on_paused}` — CEL compiled here with its
 //! line; the source name and the fields its type needs are checked against the
 //! server's `sources:` by `check_sources` when the flow is applied.
 
@@ -47,6 +47,7 @@ pub(crate) fn message_trigger(
         };
     let key = m.key.as_ref().and_then(|k| expr(report, "key", k));
     let when = m.when.as_ref().and_then(|w| expr(report, "when", w));
+    let biz_date = m.biz_date.as_ref().and_then(|b| expr(report, "biz_date", b));
     let mut params = Vec::new();
     if let Some(map) = &m.params {
         for (name, value) in &map.value {
@@ -91,6 +92,7 @@ pub(crate) fn message_trigger(
         key,
         params,
         when,
+        biz_date,
         max_in_flight: max_in_flight?,
         max_deliveries: max_deliveries?,
         on_paused: on_paused?,
@@ -183,6 +185,11 @@ mod tests {
         assert_eq!(m.line, Some(4));
         assert_eq!((m.max_in_flight, m.max_deliveries, m.on_paused), (64, 5, OnPaused::Queue));
         assert_eq!(m.params[0].0, "date");
+        assert!(m.biz_date.is_none());
+        let dated = FLOW.replace("      when:", "      biz_date: payload.biz_date\n      when:");
+        let flow2 = parse_flow("f.yaml", &dated).expect("valid");
+        let TriggerDef::Message(m2) = &flow2.triggers[0] else { panic!("message trigger") };
+        assert_eq!(m2.biz_date.as_ref().map(|e| e.source()), Some("payload.biz_date"));
         let known = [("payments".to_string(), "rabbitmq".to_string())];
         assert!(check_sources("f.yaml", &flow, &known).is_ok());
     }

@@ -98,6 +98,7 @@ pub(crate) struct RawMessageTrigger {
     pub key: Option<Span<String>>,
     pub params: Option<Span<BTreeMap<String, Span<String>>>>,
     pub when: Option<Span<String>>,
+    pub biz_date: Option<Span<String>>,
     pub max_in_flight: Option<Span<i64>>,
     pub max_deliveries: Option<Span<i64>>,
     pub on_paused: Option<Span<String>>,

@@ -1,6 +1,6 @@
 //! The `sql` executor: a datasource name, exactly one of `statement` or `script`,
 //! bind values as CEL, the outputs mode, and the grace a cancelled statement gets.
-//! Every `:name` in the SQL must have a value (`params`, or `:run_id`,
+//! Every `:name` in the SQL must have a value (`params`, or `:run_id`, `:biz_date`,
 //! `:idempotency_key`); the datasource itself is checked against the server
 //! config by `check_datasources` (on apply, and `madeira validate --config`).
 
@@ -16,7 +16,7 @@ use super::report::{At, Report, did_you_mean, line_of, one_of};
 use super::{SpecError, SpecErrors};
 
 /// Bind names every SQL node has without declaring them.
-pub(crate) const BUILTIN_BINDS: &[&str] = &["run_id", "idempotency_key"];
+pub(crate) const BUILTIN_BINDS: &[&str] = &["run_id", "idempotency_key", "biz_date"];
 const OUTPUTS: &[&str] = &["first_row", "rows", "affected"];
 /// Default and largest `max_rows` for `outputs: rows`.
 const DEFAULT_MAX_ROWS: u32 = 100;

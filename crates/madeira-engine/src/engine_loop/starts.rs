@@ -69,6 +69,19 @@ impl Engine {
             return;
         };
         let max = def.concurrency.max_active_runs;
+        if def.concurrency.depends_on_past {
+            let released = crate::bizdates::release_waiting(
+                self.p.store.as_ref(),
+                &self.p.observers,
+                &def,
+                now_ms(),
+                &mut self.past_alerted,
+            )
+            .await;
+            for run_id in released {
+                self.pending.push_back(Envelope::Start { run_id, fresh: None });
+            }
+        }
         loop {
             match self.p.store.promote_queued(flow, max, now_ms()).await {
                 Ok(Some(run_id)) => self.pending.push_back(Envelope::Start { run_id, fresh: None }),

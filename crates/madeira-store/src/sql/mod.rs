@@ -6,6 +6,7 @@
 mod alerts;
 mod commands;
 mod commit;
+mod deadlines;
 mod flows;
 mod inbox;
 mod lease;

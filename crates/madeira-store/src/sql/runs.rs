@@ -99,12 +99,13 @@ impl<'a> Admitted<'a> {
                 Val::opt_text(held.map(|l| l.owner.as_str())),
                 Val::Int(held.map(|l| l.until_ms)),
                 Val::opt_text(run.biz_date.as_deref()),
+                Val::opt_text(run.wait_reason.as_deref()),
             ]
         });
         s.rows(tx, runs.collect(), |q, chunk| {
             q.push(
                 "INSERT INTO runs (id, flow, version, state, params, idempotency_key, \"trigger\", \
-                 created_at, admitted_at, trace_context, actor, owner, lease_until, biz_date) ",
+                 created_at, admitted_at, trace_context, actor, owner, lease_until, biz_date, wait_reason) ",
             );
             q.push_values(chunk, push_row);
         })
@@ -366,6 +367,7 @@ async fn create_in<'a>(tx: &mut Tx<'_>, run: &'a NewRun, batch: &mut Admitted<'a
         start = false;
         batch.held.insert(run.id.clone(), format!("waiting for {}", wait.label()));
     }
+    let start = start && run.wait_reason.is_none();
     if let Some(key) = &run.idempotency_key {
         let existing = Existing { run_id: run.id.clone(), version: run.version };
         batch.keys.insert((run.flow.clone(), key.clone()), existing);
@@ -417,6 +419,39 @@ pub(super) async fn promote_queued(
         .await?;
     tx.commit().await?;
     Ok(Some(run_id))
+}
+
+/// See `RunStore::set_wait_reason`; under the run's flow lock, so a release and
+/// a promotion of the same flow never interleave.
+pub(super) async fn set_wait_reason(
+    pool: &Pool,
+    run_id: &str,
+    reason: Option<&str>,
+    admit_ms: Option<i64>,
+) -> Result<bool> {
+    let mut tx = pool.begin().await?;
+    let flow: Option<(String,)> = sqlx::query_as(&sql(
+        "SELECT flow FROM runs WHERE id = $1 AND state = 'QUEUED' AND admitted_at IS NULL \
+         AND wait_reason IS NOT NULL",
+    ))
+    .bind(run_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((flow,)) = flow else { return Ok(false) };
+    lock_flow(&mut tx, &flow).await?;
+    let admit_ms = admit_ms.filter(|_| reason.is_none());
+    let changed = sqlx::query(&sql(
+        "UPDATE runs SET wait_reason = $1, admitted_at = $2 WHERE id = $3 AND state = 'QUEUED' \
+         AND admitted_at IS NULL AND wait_reason IS NOT NULL",
+    ))
+    .bind(reason)
+    .bind(admit_ms)
+    .bind(run_id)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    tx.commit().await?;
+    Ok(changed == 1)
 }
 
 /// Deletes one small batch so the engine's writes are never blocked for long.

@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use serde_json::Value as Json;
 
 use super::{
-    D, alerts, commands, commit, flows, inbox, lease, lifecycle, permits, presence, read, runs, sessions,
-    shards, waits,
+    D, alerts, commands, commit, deadlines, flows, inbox, lease, lifecycle, permits, presence, read, runs,
+    sessions, shards, waits,
 };
 use crate::dialect::{Dialect, SqlStore};
 use crate::{
@@ -64,6 +64,8 @@ forward!(RunStore {
     write fn after_dependents(flow: &str, date: &str) -> Vec<String> = waits::after_dependents;
     read fn run_waits(run_id: &str) -> Vec<AfterWait> = waits::run_waits;
     write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
+    write fn record_deadline_miss(flow: &str, biz_date: &str, now_ms: i64) -> bool = deadlines::record_deadline_miss;
+    write fn set_wait_reason(run_id: &str, reason: Option<&str>, admit_ms: Option<i64>) -> bool = runs::set_wait_reason;
     write_dialect fn commit(batch: &Batch) -> () = commit::commit;
     read fn last_cron_key(flow: &str) -> Option<String> = read::last_cron_key;
     read fn load_run(run_id: &str) -> Option<StoredRun> = read::load_run;

@@ -43,3 +43,39 @@ pub(crate) async fn scheduled_runs_are_one_per_business_date(s: &dyn Store) {
     let query = RunQuery { biz_date: Some("2026-10-08".into()), limit: 10, ..RunQuery::default() };
     assert_eq!(s.list_runs(&query).await.expect("list").len(), 2);
 }
+
+pub(crate) async fn a_run_held_for_a_reason_waits_until_released_once(s: &dyn Store) {
+    let held = NewRun {
+        wait_reason: Some("depends_on_past: the run for 2026-10-07 is FAILED".into()),
+        ..dated("h1", "2026-10-08", "cron")
+    };
+    let created = s.create_run(&held).await.expect("create");
+    assert_eq!(
+        created,
+        CreateOutcome::Created { run_id: "h1".into(), start: false, cancel_previous: vec![] }
+    );
+    let row = s.load_run("h1").await.expect("load").expect("h1").run;
+    assert_eq!((row.admitted_at, row.wait_reason.as_deref()), (None, held.wait_reason.as_deref()));
+    // Promotion for room never takes a run held for its own reason.
+    assert_eq!(s.promote_queued("f", 1, 20).await.expect("promote"), None);
+    let reason = Some("depends_on_past: the run for 2026-10-07 is RUNNING");
+    assert!(s.set_wait_reason("h1", reason, None).await.expect("reason"));
+    assert_eq!(s.load_run("h1").await.expect("load").expect("h1").run.wait_reason.as_deref(), reason);
+    assert!(s.set_wait_reason("h1", None, Some(30)).await.expect("release"));
+    let row = s.load_run("h1").await.expect("load").expect("h1").run;
+    assert_eq!((row.admitted_at, row.wait_reason), (Some(30), None));
+    assert!(!s.set_wait_reason("h1", None, Some(40)).await.expect("again"), "released once");
+    // Released without admission (the flow has max_active_runs): promotion takes it.
+    s.create_run(&NewRun { wait_reason: Some("x".into()), ..dated("h2", "2026-10-09", "cron") })
+        .await
+        .expect("h2");
+    assert!(s.set_wait_reason("h2", None, None).await.expect("release"));
+    assert_eq!(s.promote_queued("f", 5, 50).await.expect("promote").as_deref(), Some("h2"));
+}
+
+pub(crate) async fn a_deadline_miss_is_recorded_once(s: &dyn Store) {
+    assert!(s.record_deadline_miss("f", "2026-10-08", 10).await.expect("first"));
+    assert!(!s.record_deadline_miss("f", "2026-10-08", 20).await.expect("again"), "once per flow and date");
+    assert!(s.record_deadline_miss("f", "2026-10-09", 30).await.expect("next date"));
+    assert!(s.record_deadline_miss("g", "2026-10-08", 40).await.expect("other flow"));
+}

@@ -107,6 +107,8 @@ on_every_backend!(
     a_node_wait_is_met_by_that_node_alone,
     runs_keep_their_business_date_and_are_found_by_it,
     scheduled_runs_are_one_per_business_date,
+    a_run_held_for_a_reason_waits_until_released_once,
+    a_deadline_miss_is_recorded_once,
     runs_keep_their_actor_and_are_found_by_it,
     run_counts_by_state_stop_at_their_cap,
     attempts_keep_the_host_they_ran_on,

@@ -23,10 +23,16 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Run(args) => trigger(args).await,
         Command::Pause { flow, reason, server } => pause(&flow, "pause", reason, &server).await,
         Command::Resume { flow, reason, server } => pause(&flow, "resume", reason, &server).await,
-        Command::Runs { flow, status, actor, limit, since, until, server } => {
+        Command::Runs { flow, status, actor, biz_date, limit, since, until, server } => {
             let mut query = format!("/runs?limit={limit}");
-            let filters =
-                [("flow", flow), ("status", status), ("actor", actor), ("since", since), ("until", until)];
+            let filters = [
+                ("flow", flow),
+                ("status", status),
+                ("actor", actor),
+                ("biz_date", biz_date),
+                ("since", since),
+                ("until", until),
+            ];
             for (key, value) in filters {
                 if let Some(v) = value {
                     query.push_str(&format!("&{key}={}", query_value(&v)));
@@ -256,7 +262,10 @@ async fn trigger(args: RunArgs) -> Result<ExitCode> {
         .call(
             Method::POST,
             &format!("/flows/{}/runs", args.flow),
-            Some(Body::Json(json!({"params": params}))),
+            Some(Body::Json(match &args.biz_date {
+                Some(d) => json!({"params": params, "biz_date": d}),
+                None => json!({"params": params}),
+            })),
             &headers,
         )
         .await?;
@@ -342,15 +351,18 @@ fn flows_text(body: &Value) -> String {
 }
 
 fn runs_text(body: &Value) -> String {
-    let mut out =
-        format!("{:<38} {:<24} {:>3} {:<10} {:<24} {}\n", "RUN", "FLOW", "V", "STATUS", "CREATED", "ACTOR");
+    let mut out = format!(
+        "{:<38} {:<24} {:>3} {:<10} {:<10} {:<24} {}\n",
+        "RUN", "FLOW", "V", "STATUS", "BIZ DATE", "CREATED", "ACTOR"
+    );
     for r in body["runs"].as_array().into_iter().flatten() {
         out.push_str(&format!(
-            "{:<38} {:<24} {:>3} {:<10} {:<24} {}\n",
+            "{:<38} {:<24} {:>3} {:<10} {:<10} {:<24} {}\n",
             str_of(&r["run_id"]),
             str_of(&r["flow"]),
             r["version"],
             str_of(&r["status"]),
+            r["biz_date"].as_str().unwrap_or("-"),
             str_of(&r["created_at"]),
             str_of(&r["actor"])
         ));
@@ -375,6 +387,12 @@ pub fn show_text(run: &Value) -> String {
         str_of(&run["status"]),
         str_of(&run["actor"])
     );
+    if let Some(d) = run["biz_date"].as_str() {
+        out.push_str(&format!("business date {d}\n"));
+    }
+    if let Some(why) = run["waiting_reason"].as_str() {
+        out.push_str(&format!("waiting: {why}\n"));
+    }
     out.push_str(&format!(
         "{:<20} {:<15} {:>8} {:>4} {:<6} {}\n",
         "NODE", "STATUS", "ATTEMPTS", "DATA", "STALE", "REASON"

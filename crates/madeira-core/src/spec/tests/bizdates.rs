@@ -16,15 +16,15 @@ fn business_settings_are_read_with_their_defaults() {
     assert!(f.business.deadline.is_none());
     let f = parse(
         "flow: settle\ntimezone: Europe/Paris\nbiz_date: {offset: 0, calendar: all_days}\n\
-         deadline: {by: \"06:00\", timezone: Asia/Shanghai, days: 2, warn_before: 30m}\n\
+         deadline: {by: \"06:00:30\", timezone: Asia/Shanghai, days: 2}\n\
          nodes:\n  a: {run: {builtin: noop}}\n",
     );
     assert_eq!(f.business.timezone, chrono_tz::Europe::Paris);
     assert_eq!((f.business.rule.offset, f.business.declared), (0, true));
     let d = f.business.deadline.expect("deadline");
-    assert_eq!(d.by, NaiveTime::from_hms_opt(6, 0, 0).expect("time"));
+    assert_eq!(d.by, NaiveTime::from_hms_opt(6, 0, 30).expect("time"));
     assert_eq!((d.timezone, d.days), (chrono_tz::Asia::Shanghai, 2));
-    assert_eq!(d.warn_before, Some(std::time::Duration::from_secs(1800)));
+    assert_eq!(d.warn_before, None);
     // The deadline's timezone defaults to the flow's.
     let f = parse(
         "flow: f\ntimezone: Asia/Tokyo\ndeadline: {by: \"07:30\"}\nnodes:\n  a: {run: {builtin: noop}}\n",
@@ -53,6 +53,9 @@ fn mistakes_are_named_with_their_line() {
     assert!(got.iter().any(|e| e.starts_with("flow.yaml:4: `deadline.by` `6am` is not a time")), "{got:#?}");
     assert!(got.iter().any(|e| e.starts_with("flow.yaml:4: `deadline.days` must be 0 to 31")), "{got:#?}");
     assert_eq!(got.len(), 5, "biz_date is a variable conditions may read: {got:#?}");
+    let warn =
+        errors("flow: f\ndeadline: {by: \"06:00\", warn_before: 30m}\nnodes:\n  a: {run: {builtin: noop}}\n");
+    assert!(warn[0].starts_with("flow.yaml:2: `deadline.warn_before` is not supported yet"), "{warn:#?}");
     let missing_by = errors("flow: f\ndeadline: {days: 1}\nnodes:\n  a: {run: {builtin: noop}}\n");
     assert!(missing_by[0].starts_with("flow.yaml:2: `deadline` needs `by`"), "{missing_by:#?}");
 }
