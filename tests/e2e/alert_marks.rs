@@ -76,7 +76,10 @@ async fn an_acknowledged_alert_stops_reminding_and_a_silenced_one_holds_its_upda
     let again = dev.trigger("marks", json!({})).await;
     dev.finished(&again).await;
     // Three group intervals (1 s) pass with no update: the silence holds it.
-    hold_for(Duration::from_secs(3), "nothing sent while silenced", async || kinds(&hook.bodies()) == ["firing"]).await;
+    hold_for(Duration::from_secs(3), "nothing sent while silenced", async || {
+        kinds(&hook.bodies()) == ["firing"]
+    })
+    .await;
     let (status, body) =
         dev.post(&format!("/alerts/{id}/silence"), json!({"reason": "done", "for": "0s"}), &[]).await;
     assert_eq!(status, 200, "{body}");

@@ -410,7 +410,10 @@ async fn a_sidecar_attempt_on_a_cut_off_replica_is_relayed_not_placed_again() {
     for i in 0..6 {
         runs.push(a.trigger("settle", json!({"i": i})).await);
     }
-    wait_until(Duration::from_secs(20), "the jobs to start", async || ledger_lines(&ledger).len() >= runs.len()).await;
+    wait_until(Duration::from_secs(20), "the jobs to start", async || {
+        ledger_lines(&ledger).len() >= runs.len()
+    })
+    .await;
     let cut_at = Instant::now();
     proxy.cut();
     wait_until(Duration::from_secs(20), "B to take the runs over", async || {

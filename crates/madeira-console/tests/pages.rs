@@ -139,7 +139,10 @@ async fn zh_cn_pages_translate_states_triggers_actions_and_filters() {
         "{audit}"
     );
     let en_audit = get(&app, "/audit", "en").await.body;
-    assert!(en_audit.contains("<td>mark_success</td>"), "English shows the action name");
+    assert!(
+        en_audit.contains(r#"<td data-label="Action">mark_success</td>"#),
+        "English shows the action name"
+    );
 }
 
 #[tokio::test]

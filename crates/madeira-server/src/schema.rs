@@ -86,6 +86,7 @@ pub enum ErrorCode {
     Refused,
     OverlapSkipped,
     ObserveOnly,
+    NotOpen,
     HeldElsewhere,
     IdempotencyKeyReused,
     BodyTooLarge,

@@ -514,6 +514,10 @@ pub enum ImportCommand {
         /// Timezone of the cron triggers (XXL-JOB uses its admin's JVM timezone).
         #[arg(long, default_value = "Asia/Shanghai")]
         timezone: String,
+        /// `text` for people, `json` (one document on stdout: flows, refused jobs,
+        /// notes) for scripts.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
     },
 }
 

@@ -7,7 +7,9 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{alerts, audit, calendars, datasources, estate, flows, lifecycle, runs, sidecars, sources, triggers};
+use super::{
+    alerts, audit, calendars, datasources, estate, flows, lifecycle, runs, sidecars, sources, triggers,
+};
 
 #[derive(OpenApi)]
 #[openapi(

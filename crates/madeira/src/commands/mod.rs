@@ -47,9 +47,9 @@ pub async fn run(cli: Cli, telemetry: TelemetryOptions) -> Result<ExitCode> {
         Command::Promote(args) => lifecycle::promote(args).await,
         Command::Demote(args) => lifecycle::demote(args).await,
         Command::Calendars { command, server } => calendars::run(command, server).await,
-        Command::Import { command: crate::cli::ImportCommand::XxlJob { from, app, out, timezone } } => {
-            crate::xxlimport::run(crate::xxlimport::ImportArgs { from, app, out, timezone }).await
-        }
+        Command::Import {
+            command: crate::cli::ImportCommand::XxlJob { from, app, out, timezone, output },
+        } => crate::xxlimport::run(crate::xxlimport::ImportArgs { from, app, out, timezone, output }).await,
         other => client_cmds::run(other).await,
     }
 }

@@ -22,6 +22,7 @@ pub struct ImportArgs {
     pub app: Option<String>,
     pub out: Option<PathBuf>,
     pub timezone: String,
+    pub output: crate::cli::Output,
 }
 
 pub async fn run(args: ImportArgs) -> Result<ExitCode> {
@@ -41,7 +42,11 @@ pub async fn run(args: ImportArgs) -> Result<ExitCode> {
     }
     let mapped = map::map(&groups, &jobs, args.app.as_deref(), &args.timezone);
     check(&mapped)?;
-    report(&mapped, args.out.as_deref())?;
+    if args.output == crate::cli::Output::Json {
+        report_json(&mapped, args.out.as_deref())?;
+    } else {
+        report(&mapped, args.out.as_deref())?;
+    }
     Ok(if mapped.refused.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
@@ -86,6 +91,31 @@ fn report(mapped: &Mapped, out: Option<&Path>) -> Result<()> {
         mapped.flows.len(),
         mapped.refused.len()
     );
+    Ok(())
+}
+
+/// `--output json`: the same, as one document on stdout (flows written to `out`
+/// when given, else carried in it).
+fn report_json(mapped: &Mapped, out: Option<&Path>) -> Result<()> {
+    let mut flows = Vec::new();
+    for (name, yaml) in &mapped.flows {
+        match out {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                let path = dir.join(format!("{name}.yaml"));
+                std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+                flows.push(serde_json::json!({"flow": name, "file": path.display().to_string()}));
+            }
+            None => flows.push(serde_json::json!({"flow": name, "yaml": yaml})),
+        }
+    }
+    let refused: Vec<_> = mapped
+        .refused
+        .iter()
+        .map(|r| serde_json::json!({"job": r.job, "desc": r.desc, "reason": r.reason}))
+        .collect();
+    let doc = serde_json::json!({"flows": flows, "refused": refused, "notes": mapped.notes});
+    println!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())
 }
 
