@@ -164,12 +164,16 @@ test('the demo flow page draws its DAG: every node and edge, weak dashed, condit
   const page = await ctx.newPage();
   await page.goto(`${DEV}/flows/daily-settlement`);
   const flow = await api(DEV, 'GET', '/flows/daily-settlement');
-  assert.equal(await page.locator('svg.dag g.node').count(), flow.nodes.length);
-  for (const node of flow.nodes) assert.equal(await page.locator(`svg.dag #n-${node}`).count(), 1, node);
+  // `#dag` is drawn across (shown here); `#v-dag`, its phone copy drawn down, has the same boxes and edges.
+  assert.equal(await page.locator('svg#dag g.node').count(), flow.nodes.length);
+  assert.equal(await page.locator('svg#v-dag g.node').count(), flow.nodes.length);
+  assert.equal(await page.locator('svg#v-dag').isVisible(), false, 'the phone copy is hidden on a desktop');
+  for (const node of flow.nodes) assert.equal(await page.locator(`svg#dag #n-${node}`).count(), 1, node);
   // SPEC §2's settlement has 10 dependencies; refund_check has `when`, two are weak.
-  assert.equal(await page.locator('svg.dag path.edge').count(), 10);
-  assert.equal(await page.locator('svg.dag path.edge.weak').count(), 2);
-  assert.equal(await page.locator('svg.dag path.edge.cond').count(), 1);
+  assert.equal(await page.locator('svg#dag path.edge').count(), 10);
+  assert.equal(await page.locator('svg#v-dag path.edge').count(), 10);
+  assert.equal(await page.locator('svg#dag path.edge.weak').count(), 2);
+  assert.equal(await page.locator('svg#dag path.edge.cond').count(), 1);
   assert.equal(await page.locator('#e-receivables-notify.weak').count(), 1);
   assert.match(await page.textContent('#n-refund_check .when'), /refund_count > 0/);
   await page.screenshot({ path: `${SHOTS}/flow.png`, fullPage: true });
