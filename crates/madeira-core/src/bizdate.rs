@@ -3,14 +3,17 @@
 //! `depends_on_past` run waits for, and the deadline instant of a date. Pure
 //! functions of their inputs; dates are `YYYY-MM-DD` on the wire and in the store.
 //!
-//! Offsets count calendar days. A `calendar:` naming business days is parsed
-//! and refused by the validator until calendars are available
-//! (`spec::bizdate`), so no date is ever computed on a guessed calendar.
+//! Offsets count calendar days, or business days of the rule's `calendar:`
+//! (`madeira_calendar`); a date past a calendar's data is an error, never a
+//! guess. With a calendar, only its business days are business dates: the
+//! previous date of a `depends_on_past` run is the previous business day, and a
+//! deadline falls `days` business days after its date.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Days, NaiveDate, NaiveTime, TimeZone, Utc};
 use chrono_tz::Tz;
+use madeira_calendar::Calendar;
 
 /// A flow's business-date settings: `timezone:`, `biz_date:` and `deadline:`.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,16 +33,18 @@ impl Default for BusinessDef {
     }
 }
 
-/// `biz_date: {offset: -1}`: the business date is the trigger's date in the
-/// flow's timezone plus `offset` days.
+/// `biz_date: {offset: -1, calendar: cn-workdays}`: the business date is the
+/// trigger's date in the flow's timezone plus `offset` days, business days of
+/// `calendar` when it names one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BizDateRule {
     pub offset: i32,
+    pub calendar: Option<String>,
 }
 
 impl Default for BizDateRule {
     fn default() -> Self {
-        Self { offset: -1 }
+        Self { offset: -1, calendar: None }
     }
 }
 
@@ -49,6 +54,8 @@ impl Default for BizDateRule {
 pub struct DeadlineDef {
     pub by: NaiveTime,
     pub timezone: Tz,
+    /// `days` counts business days of this calendar when set.
+    pub calendar: Option<String>,
     pub days: u32,
     pub warn_before: Option<Duration>,
 }
@@ -77,14 +84,28 @@ fn shift(d: NaiveDate, n: i64) -> Option<NaiveDate> {
 }
 
 /// The business date of a run triggered at `at`: its date in the flow's
-/// timezone, shifted by the rule's offset.
-pub fn biz_date_at(def: &BusinessDef, at: DateTime<Utc>) -> Option<NaiveDate> {
-    shift(at.with_timezone(&def.timezone).date_naive(), i64::from(def.rule.offset))
+/// timezone, shifted by the rule's offset (business days of `cal`, the rule's
+/// calendar, when given).
+pub fn biz_date_at(
+    def: &BusinessDef,
+    at: DateTime<Utc>,
+    cal: Option<&Calendar>,
+) -> Result<NaiveDate, String> {
+    let local = at.with_timezone(&def.timezone).date_naive();
+    match cal {
+        Some(cal) => cal.add_business_days(local, def.rule.offset).map_err(|e| e.to_string()),
+        None => shift(local, i64::from(def.rule.offset))
+            .ok_or_else(|| format!("no date {} days from {local}", def.rule.offset)),
+    }
 }
 
-/// The business date before `d`, whose run a `depends_on_past` run waits for.
-pub fn previous_date(d: NaiveDate) -> Option<NaiveDate> {
-    d.pred_opt()
+/// The business date before `d` (the previous business day of `cal`), whose
+/// run a `depends_on_past` run waits for.
+pub fn previous_date(d: NaiveDate, cal: Option<&Calendar>) -> Result<NaiveDate, String> {
+    match cal {
+        Some(cal) => cal.previous_business_day(d).map_err(|e| e.to_string()),
+        None => d.pred_opt().ok_or_else(|| format!("no date before {d}")),
+    }
 }
 
 /// Why a `depends_on_past` run for the date after `previous` may not start,
@@ -103,10 +124,15 @@ pub fn past_wait(previous: NaiveDate, runs: &[(String, String)]) -> Option<Strin
     })
 }
 
-/// The instant the run for `d` must be SUCCESS by. A `by` time a DST change
-/// skips is taken an hour later; one it repeats, at its first occurrence.
-pub fn deadline_at(deadline: &DeadlineDef, d: NaiveDate) -> Option<DateTime<Utc>> {
-    let day = shift(d, i64::from(deadline.days))?;
+/// The instant the run for `d` must be SUCCESS by: `by` on `days` days after
+/// `d` (business days of `cal`). A `by` time a DST change skips is taken an
+/// hour later; one it repeats, at its first occurrence.
+pub fn deadline_at(deadline: &DeadlineDef, d: NaiveDate, cal: Option<&Calendar>) -> Option<DateTime<Utc>> {
+    let days = i32::try_from(deadline.days).ok()?;
+    let day = match cal {
+        Some(cal) if days > 0 => cal.add_business_days(d, days).ok()?,
+        _ => shift(d, i64::from(deadline.days))?,
+    };
     let local = day.and_time(deadline.by);
     let zoned = deadline.timezone.from_local_datetime(&local).earliest().or_else(|| {
         deadline.timezone.from_local_datetime(&(local + chrono::Duration::hours(1))).earliest()
@@ -114,27 +140,53 @@ pub fn deadline_at(deadline: &DeadlineDef, d: NaiveDate) -> Option<DateTime<Utc>
     Some(zoned.with_timezone(&Utc))
 }
 
-/// The business date whose deadline is the first one after `now`: the date
-/// `days` before today in the deadline's timezone, or the next one when today's
-/// deadline has passed.
-pub fn next_deadline(deadline: &DeadlineDef, now: DateTime<Utc>) -> Option<(NaiveDate, DateTime<Utc>)> {
+/// Business dates around `now` with their deadlines, oldest first: every date
+/// whose deadline may be the last passed or the next (a calendar's off days,
+/// and days out of its data, are not business dates).
+fn around(
+    deadline: &DeadlineDef,
+    now: DateTime<Utc>,
+    cal: Option<&Calendar>,
+) -> Vec<(NaiveDate, DateTime<Utc>)> {
     let today = now.with_timezone(&deadline.timezone).date_naive();
-    let mut d = shift(today, -i64::from(deadline.days) - 1)?;
-    for _ in 0..4 {
-        let at = deadline_at(deadline, d)?;
-        if at > now {
-            return Some((d, at));
-        }
-        d = d.succ_opt()?;
+    // Business days: `days` of them can span twice as many calendar days, plus a
+    // week's holiday.
+    let back = 2 * i64::from(deadline.days) + 16;
+    let Some(first) = shift(today, -back) else { return Vec::new() };
+    first
+        .iter_days()
+        .take_while(|d| *d <= today)
+        .filter(|d| cal.is_none_or(|c| c.is_business_day(*d).unwrap_or(false)))
+        .filter_map(|d| Some((d, deadline_at(deadline, d, cal)?)))
+        .collect()
+}
+
+/// The business date whose deadline is the first one after `now`.
+pub fn next_deadline(
+    deadline: &DeadlineDef,
+    now: DateTime<Utc>,
+    cal: Option<&Calendar>,
+) -> Option<(NaiveDate, DateTime<Utc>)> {
+    let dates = around(deadline, now, cal);
+    if let Some(next) = dates.iter().find(|(_, at)| *at > now) {
+        return Some(*next);
     }
-    None
+    // Today's deadline has passed: the next business day's.
+    let today = now.with_timezone(&deadline.timezone).date_naive();
+    let next = match cal {
+        Some(cal) => cal.next_business_day(today).ok()?,
+        None => today.succ_opt()?,
+    };
+    Some((next, deadline_at(deadline, next, cal)?))
 }
 
 /// The latest business date whose deadline is at or before `now`.
-pub fn last_passed(deadline: &DeadlineDef, now: DateTime<Utc>) -> Option<(NaiveDate, DateTime<Utc>)> {
-    let (next, _) = next_deadline(deadline, now)?;
-    let d = next.pred_opt()?;
-    Some((d, deadline_at(deadline, d)?))
+pub fn last_passed(
+    deadline: &DeadlineDef,
+    now: DateTime<Utc>,
+    cal: Option<&Calendar>,
+) -> Option<(NaiveDate, DateTime<Utc>)> {
+    around(deadline, now, cal).into_iter().filter(|(_, at)| *at <= now).max_by_key(|(_, at)| *at)
 }
 
 #[cfg(test)]
@@ -147,7 +199,7 @@ mod tests {
 
     fn deadline(by: &str, days: u32) -> DeadlineDef {
         let by = NaiveTime::parse_from_str(by, "%H:%M").expect("time");
-        DeadlineDef { by, timezone: chrono_tz::Asia::Shanghai, days, warn_before: None }
+        DeadlineDef { by, timezone: chrono_tz::Asia::Shanghai, calendar: None, days, warn_before: None }
     }
 
     fn utc(text: &str) -> DateTime<Utc> {
@@ -157,16 +209,16 @@ mod tests {
     #[test]
     fn the_business_date_is_the_day_before_in_the_flow_timezone() {
         // 01:05 in Shanghai on 8 October is 17:05 UTC on the 7th.
-        let d = biz_date_at(&shanghai(), utc("2026-10-07T17:05:00Z")).expect("date");
+        let d = biz_date_at(&shanghai(), utc("2026-10-07T17:05:00Z"), None).expect("date");
         assert_eq!(format_date(d), "2026-10-07");
         let utc_flow = BusinessDef::default();
         assert_eq!(
-            format_date(biz_date_at(&utc_flow, utc("2026-10-07T17:05:00Z")).expect("d")),
+            format_date(biz_date_at(&utc_flow, utc("2026-10-07T17:05:00Z"), None).expect("d")),
             "2026-10-06"
         );
-        let same_day = BusinessDef { rule: BizDateRule { offset: 0 }, ..shanghai() };
+        let same_day = BusinessDef { rule: BizDateRule { offset: 0, calendar: None }, ..shanghai() };
         assert_eq!(
-            format_date(biz_date_at(&same_day, utc("2026-01-01T00:00:00Z")).expect("d")),
+            format_date(biz_date_at(&same_day, utc("2026-01-01T00:00:00Z"), None).expect("d")),
             "2026-01-01"
         );
     }
@@ -182,27 +234,57 @@ mod tests {
     #[test]
     fn deadlines_fall_on_the_following_day_in_their_timezone() {
         let d = parse_date("2026-10-07").expect("date");
-        let at = deadline_at(&deadline("06:00", 1), d).expect("deadline");
+        let at = deadline_at(&deadline("06:00", 1), d, None).expect("deadline");
         assert_eq!(at, utc("2026-10-07T22:00:00Z"));
-        let same_day = deadline_at(&deadline("23:30", 0), d).expect("deadline");
+        let same_day = deadline_at(&deadline("23:30", 0), d, None).expect("deadline");
         assert_eq!(same_day, utc("2026-10-07T15:30:00Z"));
     }
 
     #[test]
     fn the_next_deadline_and_the_last_passed_one_bracket_now() {
         let dl = deadline("06:00", 1);
-        let (d, at) = next_deadline(&dl, utc("2026-10-07T21:59:00Z")).expect("next");
+        let (d, at) = next_deadline(&dl, utc("2026-10-07T21:59:00Z"), None).expect("next");
         assert_eq!((format_date(d), at), ("2026-10-07".into(), utc("2026-10-07T22:00:00Z")));
-        let (d, at) = next_deadline(&dl, utc("2026-10-07T22:00:00Z")).expect("next");
+        let (d, at) = next_deadline(&dl, utc("2026-10-07T22:00:00Z"), None).expect("next");
         assert_eq!((format_date(d), at), ("2026-10-08".into(), utc("2026-10-08T22:00:00Z")));
-        let (d, at) = last_passed(&dl, utc("2026-10-07T22:00:00Z")).expect("last");
+        let (d, at) = last_passed(&dl, utc("2026-10-07T22:00:00Z"), None).expect("last");
         assert_eq!((format_date(d), at), ("2026-10-07".into(), utc("2026-10-07T22:00:00Z")));
     }
 
     #[test]
     fn a_deadline_in_a_dst_gap_moves_an_hour_later() {
         let paris = DeadlineDef { timezone: chrono_tz::Europe::Paris, ..deadline("02:30", 1) };
-        let at = deadline_at(&paris, parse_date("2026-03-28").expect("date")).expect("deadline");
+        let at = deadline_at(&paris, parse_date("2026-03-28").expect("date"), None).expect("deadline");
         assert_eq!(at, utc("2026-03-29T01:30:00Z"));
+    }
+
+    /// What a finance user on `cn-workdays` sees: the settlement ticking at 01:05
+    /// on the Monday after the 2026 Spring Festival week settles the last
+    /// business day before it (Saturday 14 February, a make-up workday), the run
+    /// after a holiday waits for that date, and its 06:00 deadline is on the next
+    /// business day.
+    #[test]
+    fn on_a_business_calendar_dates_skip_holidays_and_keep_make_up_days() {
+        let cals = madeira_calendar::Calendars::builtin();
+        let cn = cals.get("cn-workdays").expect("shipped");
+        let flow = BusinessDef {
+            rule: BizDateRule { offset: -1, calendar: Some("cn-workdays".into()) },
+            ..shanghai()
+        };
+        // 01:05 Shanghai on Tuesday 2026-02-24 (the first workday after the holiday).
+        let d = biz_date_at(&flow, utc("2026-02-23T17:05:00Z"), Some(cn)).expect("date");
+        assert_eq!(format_date(d), "2026-02-14", "the make-up Saturday before the holiday");
+        let tuesday = parse_date("2026-02-24").expect("date");
+        assert_eq!(format_date(previous_date(tuesday, Some(cn)).expect("previous")), "2026-02-14");
+        assert_eq!(format_date(previous_date(tuesday, None).expect("previous")), "2026-02-23");
+        let dl = DeadlineDef { calendar: Some("cn-workdays".into()), ..deadline("06:00", 1) };
+        let at = deadline_at(&dl, parse_date("2026-02-14").expect("date"), Some(cn)).expect("deadline");
+        assert_eq!(at, utc("2026-02-23T22:00:00Z"), "06:00 on the next business day, Tuesday the 24th");
+        let (date, _) = last_passed(&dl, utc("2026-02-23T22:00:01Z"), Some(cn)).expect("last");
+        assert_eq!(format_date(date), "2026-02-14");
+        let (date, at) = next_deadline(&dl, utc("2026-02-23T22:00:01Z"), Some(cn)).expect("next");
+        assert_eq!((format_date(date), at), ("2026-02-24".into(), utc("2026-02-24T22:00:00Z")));
+        // Out of the calendar's data: an error, not a guess.
+        assert!(biz_date_at(&flow, utc("2031-06-01T00:00:00Z"), Some(cn)).is_err());
     }
 }

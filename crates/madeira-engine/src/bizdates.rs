@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDate};
+use madeira_calendar::{Calendar, Calendars};
 use madeira_core::FlowDef;
 use madeira_core::bizdate::{biz_date_at, format_date, parse_date, previous_date};
 use madeira_store::{Batch, RunQuery, Store};
@@ -13,37 +14,55 @@ use tracing::{info, warn};
 
 use crate::{AlertSource, BusinessAlert, EngineError, EngineObserver};
 
-/// `YYYY-MM-DD` of the run's business date: `given`, else derived from `at_ms`.
+/// The calendar a flow's `biz_date:` counts business days of, if any; one the
+/// server does not have is an error (apply refuses such a flow).
+pub(crate) fn rule_calendar<'a>(
+    def: &FlowDef,
+    cals: &'a Calendars,
+) -> Result<Option<&'a Calendar>, EngineError> {
+    match def.business.rule.calendar.as_deref() {
+        None => Ok(None),
+        Some(name) => cals.get(name).map(Some).ok_or_else(|| {
+            EngineError::BadBizDate(format!(
+                "flow {}: calendar `{name}` is not known to this server",
+                def.name
+            ))
+        }),
+    }
+}
+
+/// `YYYY-MM-DD` of the run's business date: `given`, else derived from `at_ms`
+/// (business days of the rule's calendar).
 pub(crate) fn biz_date_of(
     def: &FlowDef,
     given: Option<NaiveDate>,
     at_ms: i64,
+    cals: &Calendars,
 ) -> Result<String, EngineError> {
     if let Some(d) = given {
         return Ok(format_date(d));
     }
-    DateTime::from_timestamp_millis(at_ms)
-        .and_then(|at| biz_date_at(&def.business, at))
+    let at = DateTime::from_timestamp_millis(at_ms)
+        .ok_or_else(|| EngineError::BadBizDate(format!("flow {}: no instant {at_ms} ms", def.name)))?;
+    biz_date_at(&def.business, at, rule_calendar(def, cals)?)
         .map(format_date)
-        .ok_or_else(|| {
-            EngineError::BadBizDate(format!(
-                "flow {}: no business date for the instant {at_ms} ms (out of the calendar's range)",
-                def.name
-            ))
-        })
+        .map_err(|e| EngineError::BadBizDate(format!("flow {}: no business date: {e}", def.name)))
 }
 
 /// Why a `depends_on_past` run of `flow` for `biz_date` may not start yet
 /// (`madeira_core::bizdate::past_wait`), read from the store.
 pub(crate) async fn past_wait(
     store: &dyn Store,
-    flow: &str,
+    def: &FlowDef,
     biz_date: &str,
+    cals: &Calendars,
 ) -> Result<Option<String>, EngineError> {
+    let flow = def.name.as_str();
     let previous = parse_date(biz_date)
-        .ok()
-        .and_then(previous_date)
-        .ok_or_else(|| EngineError::BadBizDate(format!("flow {flow}: no business date before {biz_date}")))?;
+        .and_then(|d| previous_date(d, rule_calendar(def, cals).ok().flatten()))
+        .map_err(|e| {
+            EngineError::BadBizDate(format!("flow {flow}: no business date before {biz_date}: {e}"))
+        })?;
     let query = RunQuery {
         flow: Some(flow.to_string()),
         biz_date: Some(format_date(previous)),
@@ -79,6 +98,7 @@ pub(crate) async fn release_waiting(
     store: &dyn Store,
     observers: &[Arc<dyn EngineObserver>],
     def: &FlowDef,
+    cals: &Calendars,
     now: i64,
     alerted: &mut std::collections::HashSet<String>,
 ) -> Vec<String> {
@@ -99,7 +119,7 @@ pub(crate) async fn release_waiting(
     let mut start = Vec::new();
     for run in held {
         let Some(date) = run.biz_date.as_deref() else { continue };
-        let reason = match past_wait(store, &def.name, date).await {
+        let reason = match past_wait(store, def, date, cals).await {
             Ok(reason) => reason,
             Err(e) => {
                 warn!(run_id = %run.id, error = %e, "depends_on_past: cannot read the previous date");

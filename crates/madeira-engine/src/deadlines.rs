@@ -78,9 +78,15 @@ impl DeadlineWatcher {
     async fn check(&self, record: &FlowRecord, def: &FlowDef) {
         let Some(deadline) = &def.business.deadline else { return };
         let Some(now) = DateTime::from_timestamp_millis((self.wall)()) else { return };
-        let next = next_deadline(deadline, now).map(|(_, at)| at.timestamp() as f64);
+        let cals = self.engine.calendars();
+        let cal = deadline.calendar.as_deref().and_then(|name| cals.get(name));
+        if deadline.calendar.is_some() && cal.is_none() {
+            warn!(flow = %def.name, "deadlines: the deadline's calendar is not known here; not checked");
+            return;
+        }
+        let next = next_deadline(deadline, now, cal).map(|(_, at)| at.timestamp() as f64);
         self.observers.iter().for_each(|o| o.next_deadline(&def.name, next));
-        let Some((date, at)) = last_passed(deadline, now) else { return };
+        let Some((date, at)) = last_passed(deadline, now, cal) else { return };
         if at.timestamp_millis() <= record.created_at {
             return;
         }

@@ -352,11 +352,13 @@ impl EngineHandle {
             None => crate::fallbacks::route(&latest, &req.params, self.latest_version(&req.flow).await?),
         };
         let def = self.flows.get(self.store.as_ref(), &req.flow, version).await?;
-        let biz_date = crate::bizdates::biz_date_of(&def, req.biz_date, req.at_ms.unwrap_or_else(now_ms))?;
+        let cals = self.flows.calendars();
+        let biz_date =
+            crate::bizdates::biz_date_of(&def, req.biz_date, req.at_ms.unwrap_or_else(now_ms), &cals)?;
         let one_per_biz_date = def.business.declared && req.trigger.starts_with("cron");
         let after = crate::estate::waits(&def, &biz_date, &self.flows.calendars())?;
         let wait_reason = match def.concurrency.depends_on_past {
-            true => crate::bizdates::past_wait(self.store.as_ref(), &req.flow, &biz_date).await?,
+            true => crate::bizdates::past_wait(self.store.as_ref(), &def, &biz_date, &cals).await?,
             false => None,
         };
         let run = NewRun {

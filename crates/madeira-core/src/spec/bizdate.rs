@@ -1,7 +1,7 @@
 //! `timezone:`, `biz_date:` and `deadline:` of a flow file (issue #35), checked
-//! into a `BusinessDef`. `calendar:` is read so a flow naming one gets a clear
-//! error rather than an unknown field; business-day calendars are refused until
-//! the calendar registry is available, so no offset is counted on a guess.
+//! into a `BusinessDef`. A `calendar:` is kept by name; that the server has it is
+//! checked on apply (`spec::calendars::check_calendars`), so no offset is ever
+//! counted on a calendar that is not there.
 
 use chrono::NaiveTime;
 use chrono_tz::Tz;
@@ -13,9 +13,6 @@ use crate::model::TriggerDef;
 use super::raw::{RawFlow, Span};
 use super::report::{At, Report, line_of};
 use super::trigger::parse_timezone;
-
-/// Calendars every build knows: offsets in calendar days.
-const CALENDAR_DAYS: &str = "all_days";
 
 /// `biz_date: {offset, calendar}`.
 #[derive(Debug, Deserialize)]
@@ -54,25 +51,20 @@ fn timezone(report: &mut Report, at: At<'_>, name: &str) -> Option<Tz> {
     parse_timezone(name).map_err(|e| report.push(at, e)).ok()
 }
 
-fn calendar(report: &mut Report, at: At<'_>, raw: &Span<String>) {
-    if raw.value != CALENDAR_DAYS {
-        report.push(
-            at.at(raw),
-            format!(
-                "calendar `{}` is not available: this build counts calendar days only; \
-                 remove `calendar:` or write `calendar: {CALENDAR_DAYS}`",
-                raw.value
-            ),
-        );
+/// A calendar's name as written (checked against the server's on apply).
+fn calendar(report: &mut Report, at: At<'_>, raw: &Span<String>) -> Option<String> {
+    let name = raw.value.trim();
+    if name.is_empty() {
+        report.push(at.at(raw), "`calendar:` is empty; name one, e.g. `calendar: cn-workdays`");
+        return None;
     }
+    Some(name.to_string())
 }
 
 fn rule(report: &mut Report, raw: &Span<RawBizDate>) -> BizDateRule {
     let at = At::top(line_of(raw));
-    if let Some(c) = &raw.value.calendar {
-        calendar(report, at, c);
-    }
-    let mut rule = BizDateRule::default();
+    let calendar = raw.value.calendar.as_ref().and_then(|c| calendar(report, at, c));
+    let mut rule = BizDateRule { calendar, ..BizDateRule::default() };
     if let Some(offset) = &raw.value.offset {
         match i32::try_from(offset.value).ok().filter(|o| o.abs() <= 366) {
             Some(o) => rule.offset = o,
@@ -88,9 +80,7 @@ fn rule(report: &mut Report, raw: &Span<RawBizDate>) -> BizDateRule {
 fn deadline(report: &mut Report, raw: &Span<RawDeadline>, flow_tz: Tz) -> Option<DeadlineDef> {
     let at = At::top(line_of(raw));
     let d = &raw.value;
-    if let Some(c) = &d.calendar {
-        calendar(report, at, c);
-    }
+    let cal = d.calendar.as_ref().and_then(|c| calendar(report, at, c));
     let by = match &d.by {
         Some(by) => NaiveTime::parse_from_str(by.value.trim(), "%H:%M")
             .or_else(|_| NaiveTime::parse_from_str(by.value.trim(), "%H:%M:%S"))
@@ -128,5 +118,5 @@ fn deadline(report: &mut Report, raw: &Span<RawDeadline>, flow_tz: Tz) -> Option
         );
     }
     let warn_before = None;
-    Some(DeadlineDef { by: by?, timezone: timezone?, days: days?, warn_before })
+    Some(DeadlineDef { by: by?, timezone: timezone?, calendar: cal, days: days?, warn_before })
 }

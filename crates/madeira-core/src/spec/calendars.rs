@@ -52,6 +52,12 @@ pub fn check_calendars(file: &str, def: &FlowDef, calendars: &Calendars) -> Resu
             unknown(name, after.line, None, "after: ");
         }
     }
+    if let Some(name) = def.business.rule.calendar.as_deref() {
+        unknown(name, None, None, "biz_date: ");
+    }
+    if let Some(name) = def.business.deadline.as_ref().and_then(|d| d.calendar.as_deref()) {
+        unknown(name, None, None, "deadline: ");
+    }
     for node in &def.nodes {
         for name in node.when.iter().flat_map(|w| w.calendar_names()) {
             unknown(name, None, Some(&node.id), "`when`: ");

@@ -74,6 +74,7 @@ impl Engine {
                 self.p.store.as_ref(),
                 &self.p.observers,
                 &def,
+                &self.p.flows.calendars(),
                 now_ms(),
                 &mut self.past_alerted,
             )

@@ -21,6 +21,7 @@ fn business_settings_are_read_with_their_defaults() {
     );
     assert_eq!(f.business.timezone, chrono_tz::Europe::Paris);
     assert_eq!((f.business.rule.offset, f.business.declared), (0, true));
+    assert_eq!(f.business.rule.calendar.as_deref(), Some("all_days"), "kept by name, checked on apply");
     let d = f.business.deadline.expect("deadline");
     assert_eq!(d.by, NaiveTime::from_hms_opt(6, 0, 30).expect("time"));
     assert_eq!((d.timezone, d.days), (chrono_tz::Asia::Shanghai, 2));
@@ -43,16 +44,12 @@ fn mistakes_are_named_with_their_line() {
         "{got:#?}"
     );
     assert!(
-        got.iter().any(|e| e.starts_with("flow.yaml:3: calendar `cn-workdays` is not available")),
-        "{got:#?}"
-    );
-    assert!(
         got.iter().any(|e| e.starts_with("flow.yaml:3: `biz_date.offset` must be between -366 and 366")),
         "{got:#?}"
     );
     assert!(got.iter().any(|e| e.starts_with("flow.yaml:4: `deadline.by` `6am` is not a time")), "{got:#?}");
     assert!(got.iter().any(|e| e.starts_with("flow.yaml:4: `deadline.days` must be 0 to 31")), "{got:#?}");
-    assert_eq!(got.len(), 5, "biz_date is a variable conditions may read: {got:#?}");
+    assert_eq!(got.len(), 4, "biz_date is a variable conditions may read: {got:#?}");
     let warn =
         errors("flow: f\ndeadline: {by: \"06:00\", warn_before: 30m}\nnodes:\n  a: {run: {builtin: noop}}\n");
     assert!(warn[0].starts_with("flow.yaml:2: `deadline.warn_before` is not supported yet"), "{warn:#?}");
