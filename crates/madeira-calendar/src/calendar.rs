@@ -172,6 +172,9 @@ impl Calendar {
 
     /// The first business day strictly after (`forward`) or before `d`.
     fn step(&self, d: NaiveDate, forward: bool) -> Result<NaiveDate, CalendarError> {
+        // A day the calendar does not know is an error even where the step would
+        // land inside its data: the answer must never rest on a guess about `d`.
+        self.check_range(d)?;
         let mut day = d;
         for _ in 0..MAX_WALK_DAYS {
             let next = if forward { day.succ_opt() } else { day.pred_opt() };
