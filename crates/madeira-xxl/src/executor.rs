@@ -34,6 +34,20 @@ pub(crate) struct Pending {
     pub tx: oneshot::Sender<HandleCallbackParam>,
 }
 
+/// Registers `job`'s attempt under `lid` as waiting for its callback.
+fn expect_callback(xxl: &Xxl, job: &Job, def: &XxlDef, lid: i64) -> oneshot::Receiver<HandleCallbackParam> {
+    let (tx, rx) = oneshot::channel();
+    let pending = Pending {
+        app: def.app.clone(),
+        run_id: job.run_id.clone(),
+        node: job.node.clone(),
+        attempt: job.attempt,
+        tx,
+    };
+    lock(&xxl.inner.pending).insert(lid, pending);
+    rx
+}
+
 /// XXL-JOB's `jobId` (a Java `int`) for a node of a flow: stable, positive.
 pub fn job_id(flow: &str, node: &str) -> i32 {
     let d = Sha256::digest(format!("{flow}\n{node}").as_bytes());
@@ -235,15 +249,7 @@ async fn run_shard(
         tried.insert(address.clone());
         let lid = log_id(&job.run_id, &job.node, job.attempt, shard.index, placement);
         placement += 1;
-        let (tx, rx) = oneshot::channel();
-        let pending = Pending {
-            app: def.app.clone(),
-            run_id: job.run_id.clone(),
-            node: job.node.clone(),
-            attempt: job.attempt,
-            tx,
-        };
-        lock(&xxl.inner.pending).insert(lid, pending);
+        let rx = expect_callback(xxl, job, def, lid);
         let trigger = trigger(job, def, jid, lid, &shard);
         lock(&xxl.inner.routes).picked(jid, &address);
         info!(run_id = %job.run_id, node = %job.node, attempt = job.attempt, app = %def.app, %address, log_id = lid, shard = shard.index, "xxl trigger sent");
@@ -318,15 +324,7 @@ async fn claim(
     lid: i64,
     cancel: &CancellationToken,
 ) -> Option<HandleCallbackParam> {
-    let (tx, rx) = oneshot::channel();
-    let pending = Pending {
-        app: def.app.clone(),
-        run_id: job.run_id.clone(),
-        node: job.node.clone(),
-        attempt: job.attempt,
-        tx,
-    };
-    lock(&xxl.inner.pending).insert(lid, pending);
+    let rx = expect_callback(xxl, job, def, lid);
     info!(run_id = %job.run_id, node = %job.node, attempt = job.attempt, log_id = lid, "resumed xxl attempt: waiting for its callback before placing it anew");
     let got = tokio::select! {
         cb = tokio::time::timeout(def.grace, rx) => cb.ok().and_then(Result::ok),
