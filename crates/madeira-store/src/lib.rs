@@ -20,6 +20,7 @@ pub mod postgres;
 mod records;
 mod shards;
 pub mod sqlite;
+mod xxl;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 #[cfg(test)]
@@ -31,6 +32,7 @@ pub use lease::{Claim, Lease, UNCLAIMED_GRACE_MS};
 pub use lifecycle::*;
 pub use records::*;
 pub use shards::ShardResult;
+pub use xxl::{XxlCallbackRow, XxlExecutorRow, XxlStore};
 
 /// Errors of the store, with the entity they concern.
 #[derive(Debug, thiserror::Error)]

@@ -19,6 +19,7 @@ mod sessions;
 mod shards;
 mod store;
 mod waits;
+mod xxl;
 
 use sqlx::QueryBuilder;
 use sqlx::query_builder::Separated;

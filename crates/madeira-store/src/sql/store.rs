@@ -8,7 +8,7 @@ use serde_json::Value as Json;
 
 use super::{
     D, alerts, commands, commit, deadlines, flows, inbox, lease, lifecycle, permits, presence, read, runs,
-    sessions, shards, waits,
+    sessions, shards, waits, xxl,
 };
 use crate::dialect::{Dialect, SqlStore};
 use crate::{
@@ -17,7 +17,7 @@ use crate::{
     FlowVersion, HealthStore, InboxEvent, Lease, LeaseStore, LogRecord, NewRun, OpenAlerts, PermitKey,
     PermitStore, PresenceStore, PutFlow, QueueOutcome, QueuedEvent, Result, RetentionStore, RunCommand,
     RunQuery, RunRow, RunStore, SessionRecord, SessionStore, ShardResult, SidecarPresence, StoredRun,
-    TransitionRecord,
+    TransitionRecord, XxlCallbackRow, XxlExecutorRow, XxlStore,
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
@@ -116,6 +116,15 @@ forward!(SessionStore {
 
 forward!(RetentionStore {
     write fn prune(before_ms: i64, batch: u32) -> u64 = runs::prune;
+});
+
+forward!(XxlStore {
+    write fn xxl_register(app: &str, address: &str, now_ms: i64, dead_ms: i64) -> () = xxl::register;
+    write fn xxl_unregister(app: &str, address: &str) -> bool = xxl::unregister;
+    read fn xxl_executors(since_ms: i64) -> Vec<XxlExecutorRow> = xxl::executors;
+    write fn xxl_put_callback(cb: &XxlCallbackRow) -> bool = xxl::put_callback;
+    read fn xxl_callbacks(log_ids: &[i64]) -> Vec<XxlCallbackRow> = xxl::callbacks;
+    write fn xxl_prune(executors_before_ms: i64, callbacks_before_ms: i64) -> u64 = xxl::prune;
 });
 
 forward!(HealthStore {

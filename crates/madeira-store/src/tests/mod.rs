@@ -16,6 +16,7 @@ mod rows;
 mod shards;
 mod storage;
 mod suite;
+mod xxl;
 
 use crate::Store;
 use crate::mysql::{MySqlOptions, MySqlStore};
@@ -100,9 +101,12 @@ mod bodies {
     pub(super) use super::shards::*;
     pub(super) use super::storage::*;
     pub(super) use super::suite::*;
+    pub(super) use super::xxl::*;
 }
 
 on_every_backend!(
+    xxl_executors_are_renewed_expired_and_removed,
+    the_first_xxl_callback_of_a_log_id_is_kept,
     a_run_is_held_until_its_upstream_succeeds,
     a_node_wait_is_met_by_that_node_alone,
     runs_keep_their_business_date_and_are_found_by_it,
