@@ -8,10 +8,11 @@ CREATE TABLE xxl_executors (
     PRIMARY KEY (app, address)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_unicode_ci;
 CREATE TABLE xxl_callbacks (
-    log_id          BIGINT PRIMARY KEY,
+    log_id          BIGINT NOT NULL,
     app             VARCHAR(255) NOT NULL,
     code            BIGINT NOT NULL,
     msg             LONGTEXT,
-    at_ms           BIGINT NOT NULL
+    at_ms           BIGINT NOT NULL,
+    PRIMARY KEY (log_id, app)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_unicode_ci;
 CREATE INDEX xxl_callbacks_at ON xxl_callbacks(at_ms);

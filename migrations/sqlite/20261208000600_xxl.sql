@@ -3,7 +3,8 @@
 -- that reached one replica reaches the attempt another one runs (and survives a
 -- restart between the callback's answer and the attempt's commit).
 -- `xxl_executors`: one row per (app, address), renewed by each registration.
--- `xxl_callbacks`: the first callback of each logId; later ones change nothing.
+-- `xxl_callbacks`: the first callback of each logId per app (the token's: another
+-- app's forged callback cannot shadow the real one); later ones change nothing.
 CREATE TABLE xxl_executors (
     app             TEXT NOT NULL,
     address         TEXT NOT NULL,
@@ -12,10 +13,11 @@ CREATE TABLE xxl_executors (
     PRIMARY KEY (app, address)
 );
 CREATE TABLE xxl_callbacks (
-    log_id          INTEGER PRIMARY KEY,
+    log_id          INTEGER NOT NULL,
     app             TEXT NOT NULL,
     code            INTEGER NOT NULL,
     msg             TEXT,
-    at_ms           INTEGER NOT NULL
+    at_ms           INTEGER NOT NULL,
+    PRIMARY KEY (log_id, app)
 );
 CREATE INDEX xxl_callbacks_at ON xxl_callbacks(at_ms);

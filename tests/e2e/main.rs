@@ -72,3 +72,4 @@ mod triggers;
 mod webhook;
 mod xxl;
 mod xxl_import;
+mod xxl_replicas;

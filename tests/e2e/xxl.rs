@@ -17,15 +17,15 @@ use serde_json::{Value, json};
 use crate::support::{Dev, status_of};
 
 const PYXXL: &str = "pyxxl==0.4.8";
-const APP: &str = "order-service";
-const TOKEN: &str = "order-service-secret-0001";
-const TOKEN_VAR: &str = "MADEIRA_TEST_XXL_TOKEN";
+pub(crate) const APP: &str = "order-service";
+pub(crate) const TOKEN: &str = "order-service-secret-0001";
+pub(crate) const TOKEN_VAR: &str = "MADEIRA_TEST_XXL_TOKEN";
 
 static INSTALL: Mutex<()> = Mutex::new(());
 
 /// The venv's python with pyxxl, installed when missing; `None` (skip) when it
 /// cannot be installed outside CI.
-fn python() -> Option<PathBuf> {
+pub(crate) fn python() -> Option<PathBuf> {
     let _once = INSTALL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let venv = match std::env::var_os("MADEIRA_XXL_VENV") {
         Some(v) => PathBuf::from(v),
@@ -54,13 +54,13 @@ fn python() -> Option<PathBuf> {
 }
 
 /// A pyxxl executor process.
-struct Executor {
+pub(crate) struct Executor {
     child: Child,
-    address: String,
+    pub(crate) address: String,
 }
 
 impl Executor {
-    fn start(py: &Path, dev: &Dev, dir: &Path, name: &str, token: &str) -> Executor {
+    pub(crate) fn start(py: &Path, dev: &Dev, dir: &Path, name: &str, token: &str) -> Executor {
         let port =
             std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/xxl/executor.py");
@@ -99,7 +99,7 @@ fn start_dev(dir: &Path) -> Dev {
 }
 
 /// Waits until `GET /sidecars` lists exactly `addresses` as live xxl executors.
-async fn wait_registered(dev: &Dev, addresses: &[&str]) -> Value {
+pub(crate) async fn wait_registered(dev: &Dev, addresses: &[&str]) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (_, body) = dev.get("/sidecars").await;
@@ -122,7 +122,7 @@ async fn wait_registered(dev: &Dev, addresses: &[&str]) -> Value {
 }
 
 /// The wire log's records of `path` (e.g. `/run`, `callback`).
-fn wire(dir: &Path, path: &str) -> Vec<Value> {
+pub(crate) fn wire(dir: &Path, path: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(dir.join("wire.jsonl")).unwrap_or_default();
     text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v["path"] == path).collect()
 }

@@ -1,5 +1,6 @@
 //! Failed authentication per client address. An attempt is a request carrying
-//! `Authorization` or a console sign-in (`POST /signin`); one answered 401 costs
+//! `Authorization` or an XXL-JOB executor's `XXL-JOB-ACCESS-TOKEN` (the admin
+//! endpoints of `madeira-xxl`), or a console sign-in (`POST /signin`); one answered 401 costs
 //! its address one of `BURST` tries, which come back at `BURST` per `WINDOW`
 //! (a token bucket). An address without tries left gets 429 with `Retry-After`
 //! for its attempts — the credentials are not even looked at — until one comes
@@ -26,6 +27,8 @@ use crate::ApiError;
 pub const BURST: u32 = 10;
 /// How long all `BURST` tries take to come back.
 pub const WINDOW: Duration = Duration::from_secs(60);
+/// The header an XXL-JOB executor sends its app's token in (`madeira_xxl::protocol::TOKEN_HEADER`).
+const XXL_TOKEN: &str = "xxl-job-access-token";
 /// Addresses tracked at most; beyond, those whose tries have all come back go.
 const MAX_TRACKED: usize = 65_536;
 
@@ -90,6 +93,7 @@ pub(crate) async fn limit(
         return next.run(request).await;
     };
     let attempt = request.headers().contains_key(header::AUTHORIZATION)
+        || request.headers().contains_key(XXL_TOKEN)
         || (request.method() == Method::POST && request.uri().path() == "/signin");
     let (method, path) = (request.method().clone(), request.uri().path().to_string());
     if attempt && let Some(wait) = failures.blocked(client, Instant::now()) {

@@ -20,11 +20,11 @@ pub mod postgres;
 mod records;
 mod shards;
 pub mod sqlite;
-mod xxl;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 #[cfg(test)]
 mod tests;
+mod xxl;
 
 pub use aggregates::*;
 pub use alerts::*;

@@ -19,7 +19,7 @@ pub struct XxlExecutorRow {
     pub seen_ms: i64,
 }
 
-/// The first callback received for a `logId`.
+/// The first callback received for a `logId` with one app's token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct XxlCallbackRow {
     pub log_id: i64,
@@ -41,9 +41,9 @@ pub trait XxlStore: Send + Sync + 'static {
     async fn xxl_unregister(&self, app: &str, address: &str) -> Result<bool>;
     /// Every executor seen at `since_ms` or later, by app then address.
     async fn xxl_executors(&self, since_ms: i64) -> Result<Vec<XxlExecutorRow>>;
-    /// Keeps `cb` unless its `logId` has one already; true when it is the first.
+    /// Keeps `cb` unless its `logId` has one of the same app already; true when it is the first.
     async fn xxl_put_callback(&self, cb: &XxlCallbackRow) -> Result<bool>;
-    /// The callbacks kept for `log_ids`.
+    /// The callbacks kept for `log_ids` (each app's), by logId then app.
     async fn xxl_callbacks(&self, log_ids: &[i64]) -> Result<Vec<XxlCallbackRow>>;
     /// Forgets executors not seen since `executors_before_ms` and callbacks older
     /// than `callbacks_before_ms`; returns the rows deleted.

@@ -95,18 +95,30 @@ fn registration(xxl: &Xxl, headers: &HeaderMap, body: &[u8], path: &str) -> Resu
     Ok(p)
 }
 
+/// The store did not take a registration or callback: the executor is told to
+/// try again (xxl-job-core retries a callback from its file spool; a registration
+/// is renewed at the next heartbeat).
+fn unavailable(what: &str, e: &madeira_store::StoreError) -> Response {
+    warn!(error = %e, what, "XXL-JOB request not kept: the store refused it");
+    answer(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ReturnT::fail(format!("{what} not kept, try again: store unavailable")),
+    )
+}
+
 async fn registry(State(xxl): State<Xxl>, headers: HeaderMap, body: Bytes) -> Response {
     let p = match registration(&xxl, &headers, &body, "registry") {
         Ok(p) => p,
         Err(refused) => return refused.into_response(),
     };
     let now = madeira_engine::now_ms();
-    let first = lock(&xxl.inner.registry).register(
-        &p.registry_key,
-        &p.registry_value,
-        now,
-        xxl.inner.options.dead_after,
-    );
+    let dead_after = xxl.inner.options.dead_after;
+    let address = crate::registry::normalize(&p.registry_value);
+    let dead_ms = i64::try_from(dead_after.as_millis()).unwrap_or(i64::MAX);
+    if let Err(e) = xxl.inner.store.xxl_register(&p.registry_key, &address, now, dead_ms).await {
+        return unavailable("registration", &e);
+    }
+    let first = lock(&xxl.inner.registry).register(&p.registry_key, &address, now, dead_after);
     if first {
         info!(app = %p.registry_key, address = %p.registry_value, "XXL-JOB executor registered");
         xxl.executors_changed();
@@ -119,12 +131,19 @@ async fn registry_remove(State(xxl): State<Xxl>, headers: HeaderMap, body: Bytes
         Ok(p) => p,
         Err(refused) => return refused.into_response(),
     };
-    if lock(&xxl.inner.registry).remove(&p.registry_key, &p.registry_value) {
+    let address = crate::registry::normalize(&p.registry_value);
+    if let Err(e) = xxl.inner.store.xxl_unregister(&p.registry_key, &address).await {
+        return unavailable("registryRemove", &e);
+    }
+    if lock(&xxl.inner.registry).remove(&p.registry_key, &address) {
         info!(app = %p.registry_key, address = %p.registry_value, "XXL-JOB executor removed itself");
     }
     answer(StatusCode::OK, ReturnT::ok())
 }
 
+/// Each callback is kept in the store before it is answered, then handed to its
+/// attempt when it runs here; one that runs on another replica (or ran here
+/// before a restart) reads it from the store.
 async fn callback(State(xxl): State<Xxl>, headers: HeaderMap, body: Bytes) -> Response {
     let app = match authenticate(&xxl, &headers, "callback") {
         Ok(app) => app,
@@ -135,13 +154,32 @@ async fn callback(State(xxl): State<Xxl>, headers: HeaderMap, body: Bytes) -> Re
         Err(refused) => return refused.into_response(),
     };
     for cb in list {
-        xxl.deliver(&app, cb);
+        let row = madeira_store::XxlCallbackRow {
+            log_id: cb.log_id,
+            app: app.clone(),
+            code: i64::from(cb.code()),
+            msg: cb.message().map(str::to_string),
+            at_ms: madeira_engine::now_ms(),
+        };
+        match xxl.inner.store.xxl_put_callback(&row).await {
+            Ok(true) => xxl.deliver(&app, cb),
+            Ok(false) => {
+                xxl.inner.metrics.callback(&app, "repeated");
+                info!(
+                    log_id = cb.log_id,
+                    app,
+                    code = cb.code(),
+                    "XXL-JOB callback repeated: acknowledged and ignored"
+                );
+            }
+            Err(e) => return unavailable("callback", &e),
+        }
     }
     answer(StatusCode::OK, ReturnT::ok())
 }
 
 impl Xxl {
-    /// Hands a callback to the attempt waiting for it, or records why not.
+    /// Hands a kept callback to the attempt waiting for it here, or records why not.
     pub(crate) fn deliver(&self, app: &str, cb: HandleCallbackParam) {
         let log_id = cb.log_id;
         let mut pending = lock(&self.inner.pending);
@@ -161,14 +199,14 @@ impl Xxl {
             }
             None => {
                 drop(pending);
-                let result = if self.was_decided(log_id) { "late" } else { "unknown" };
+                let result = if self.was_decided(log_id) { "late" } else { "kept" };
                 self.inner.metrics.callback(app, result);
                 info!(
                     log_id,
                     app,
                     result,
                     code = cb.code(),
-                    "XXL-JOB callback acknowledged and ignored: its attempt is already decided or unknown"
+                    "XXL-JOB callback kept: no attempt here waits for it (decided, or running on another replica)"
                 );
             }
         }
@@ -185,13 +223,12 @@ mod tests {
 
     const TOKEN: &str = "order-service-token-1";
 
-    fn xxl() -> Xxl {
+    async fn xxl() -> (Xxl, tempfile::TempDir) {
         let apps = vec![
             AppToken { app: "order-service".into(), token: TOKEN.into() },
             AppToken { app: "other".into(), token: "other-service-token-2".into() },
         ];
-        let mut reg = prometheus_client::registry::Registry::default();
-        Xxl::new(XxlOptions::new(None, apps), &mut reg).unwrap()
+        crate::testing::xxl(XxlOptions::new(None, apps)).await
     }
 
     async fn post(xxl: &Xxl, path: &str, token: Option<&str>, body: &str) -> (u16, serde_json::Value) {
@@ -210,7 +247,7 @@ mod tests {
 
     #[tokio::test]
     async fn registrations_need_their_apps_token() {
-        let x = xxl();
+        let (x, _dir) = xxl().await;
         let (status, body) = post(&x, "registry", None, REG).await;
         assert_eq!((status, body["code"].as_i64()), (401, Some(500)));
         let (status, _) = post(&x, "registry", Some("order-service-token-X"), REG).await;
@@ -241,7 +278,7 @@ mod tests {
 
     #[tokio::test]
     async fn callbacks_reach_their_attempt_once() {
-        let x = xxl();
+        let (x, _dir) = xxl().await;
         let (tx, mut rx) = tokio::sync::oneshot::channel();
         let pending = crate::executor::Pending {
             app: "order-service".into(),
@@ -260,7 +297,56 @@ mod tests {
         assert_eq!(rx.try_recv().unwrap().code(), 200);
         let (status, body) = post(&x, "callback", Some(TOKEN), cb).await;
         assert_eq!((status, body["code"].as_i64()), (200, Some(200)), "a repeated callback is acknowledged");
-        let late = crate::metrics::CallbackLabels { app: "order-service".into(), result: "late".into() };
-        assert_eq!(x.inner.metrics.callbacks.get_or_create(&late).get(), 1);
+        let repeated =
+            crate::metrics::CallbackLabels { app: "order-service".into(), result: "repeated".into() };
+        assert_eq!(x.inner.metrics.callbacks.get_or_create(&repeated).get(), 1);
+        let kept = x.inner.store.xxl_callbacks(&[77]).await.unwrap();
+        let apps: Vec<(&str, i64)> = kept.iter().map(|k| (k.app.as_str(), k.code)).collect();
+        assert_eq!(
+            apps,
+            [("order-service", 200), ("other", 200)],
+            "each app's first, kept before the answer"
+        );
+        let (status, _) =
+            post(&x, "callback", Some(TOKEN), r#"[{"logId":78,"handleCode":500,"handleMsg":"x"}]"#).await;
+        assert_eq!(status, 200, "no attempt here: kept for the replica that runs it");
+        assert_eq!(x.inner.store.xxl_callbacks(&[78]).await.unwrap()[0].code, 500);
+    }
+
+    #[tokio::test]
+    async fn registrations_are_kept_in_the_store_for_every_replica() {
+        let (x, _dir) = xxl().await;
+        let (status, _) = post(&x, "registry", Some(TOKEN), REG).await;
+        assert_eq!(status, 200);
+        let rows = x.inner.store.xxl_executors(0).await.unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            (rows[0].app.as_str(), rows[0].address.as_str()),
+            ("order-service", "http://127.0.0.1:9999")
+        );
+        // Another replica's registration reaches this one's copy through the store.
+        x.inner
+            .store
+            .xxl_register("order-service", "http://10.0.0.2:9999", madeira_engine::now_ms(), 90_000)
+            .await
+            .unwrap();
+        lock(&x.inner.registry).remove("order-service", "http://127.0.0.1:9999");
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(x.clone().keep_registry(cancel.clone()));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while x.live("order-service").len() < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "store rows not read: {:?}",
+                x.live("order-service")
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(x.live("order-service"), ["http://10.0.0.2:9999", "http://127.0.0.1:9999"]);
+        let (status, _) = post(&x, "registryRemove", Some(TOKEN), REG).await;
+        assert_eq!(status, 200);
+        assert_eq!(x.inner.store.xxl_executors(0).await.unwrap().len(), 1, "removed from the store too");
+        cancel.cancel();
+        task.await.unwrap();
     }
 }

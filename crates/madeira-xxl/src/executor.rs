@@ -48,6 +48,53 @@ fn expect_callback(xxl: &Xxl, job: &Job, def: &XxlDef, lid: i64) -> oneshot::Rec
     rx
 }
 
+/// The callback of `lid` with `app`'s token kept in the store (received by
+/// another replica, or by this one before a restart), if any.
+async fn kept_callback(xxl: &Xxl, app: &str, lid: i64) -> Option<HandleCallbackParam> {
+    let rows = match xxl.inner.store.xxl_callbacks(&[lid]).await {
+        Ok(rows) => rows,
+        Err(e) => {
+            warn!(log_id = lid, error = %e, "kept XXL-JOB callbacks not read; asking again");
+            return None;
+        }
+    };
+    let row = rows.into_iter().find(|r| r.app == app)?;
+    forget(xxl, lid);
+    xxl.inner.metrics.callback(app, "accepted");
+    info!(log_id = lid, code = row.code, "XXL-JOB callback read from the store");
+    Some(HandleCallbackParam {
+        log_id: lid,
+        log_date_tim: None,
+        handle_code: Some(i32::try_from(row.code).unwrap_or(crate::protocol::FAIL)),
+        handle_msg: row.msg,
+        execute_result: None,
+    })
+}
+
+/// The callback of `lid` within `within`: handed over here, or kept in the store
+/// by another replica (asked every `callback_poll`).
+async fn callback_within(
+    xxl: &Xxl,
+    app: &str,
+    lid: i64,
+    rx: &mut oneshot::Receiver<HandleCallbackParam>,
+    within: std::time::Duration,
+    cancel: &CancellationToken,
+) -> Option<HandleCallbackParam> {
+    let end = tokio::time::Instant::now() + within;
+    let mut poll = tokio::time::interval(xxl.inner.options.callback_poll);
+    loop {
+        tokio::select! {
+            cb = &mut *rx => return cb.ok(),
+            () = tokio::time::sleep_until(end) => return None,
+            () = cancel.cancelled() => return None,
+            _ = poll.tick() => if let Some(cb) = kept_callback(xxl, app, lid).await {
+                return Some(cb);
+            },
+        }
+    }
+}
+
 /// XXL-JOB's `jobId` (a Java `int`) for a node of a flow: stable, positive.
 pub fn job_id(flow: &str, node: &str) -> i32 {
     let d = Sha256::digest(format!("{flow}\n{node}").as_bytes());
@@ -324,12 +371,9 @@ async fn claim(
     lid: i64,
     cancel: &CancellationToken,
 ) -> Option<HandleCallbackParam> {
-    let rx = expect_callback(xxl, job, def, lid);
+    let mut rx = expect_callback(xxl, job, def, lid);
     info!(run_id = %job.run_id, node = %job.node, attempt = job.attempt, log_id = lid, "resumed xxl attempt: waiting for its callback before placing it anew");
-    let got = tokio::select! {
-        cb = tokio::time::timeout(def.grace, rx) => cb.ok().and_then(Result::ok),
-        () = cancel.cancelled() => None,
-    };
+    let got = callback_within(xxl, &def.app, lid, &mut rx, def.grace, cancel).await;
     if got.is_none() {
         forget(xxl, lid);
     }
@@ -478,6 +522,9 @@ async fn follow(
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     logs.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failed_beats = 0u32;
+    let mut poll =
+        tokio::time::interval_at(tokio::time::Instant::now() + opts.callback_poll, opts.callback_poll);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let timed_out = loop {
         tokio::select! {
             cb = &mut rx => {
@@ -500,11 +547,15 @@ async fn follow(
                 }
             },
             _ = logs.tick() => reader.read(xxl, job, &def.app, address, lid).await,
+            _ = poll.tick() => if let Some(cb) = kept_callback(xxl, &def.app, lid).await {
+                reader.read(xxl, job, &def.app, address, lid).await;
+                return Followed::Callback(cb);
+            },
         }
     };
     let kill = xxl.kill(&def.app, address, jid).await;
     info!(run_id = %job.run_id, node = %job.node, %address, log_id = lid, timed_out, ok = kill.is_ok(), "xxl /kill sent");
-    let callback = tokio::time::timeout(def.grace, &mut rx).await.ok().and_then(Result::ok);
+    let callback = callback_within(xxl, &def.app, lid, &mut rx, def.grace, &CancellationToken::new()).await;
     reader.read(xxl, job, &def.app, address, lid).await;
     Followed::Killed { timed_out, callback, kill }
 }
@@ -553,8 +604,7 @@ mod tests {
     #[tokio::test]
     async fn a_resumed_attempt_takes_its_callback_before_placing_anew() {
         let apps = vec![crate::AppToken { app: "orders".into(), token: "orders-token-0123456".into() }];
-        let mut reg = prometheus_client::registry::Registry::default();
-        let xxl = Xxl::new(crate::XxlOptions::new(None, apps), &mut reg).unwrap();
+        let (xxl, _dir) = crate::testing::xxl(crate::XxlOptions::new(None, apps)).await;
         let def = XxlDef {
             app: "orders".into(),
             handler: "h".into(),
@@ -597,5 +647,54 @@ mod tests {
         let ((end, placements), ()) = tokio::join!(run, deliver);
         assert_eq!(end.result, Ok(Some("done before the restart".to_string())));
         assert_eq!((end.log_id, placements), (Some(lid), 1), "not placed again");
+    }
+
+    #[tokio::test]
+    async fn a_callback_another_replica_kept_ends_the_attempt_here() {
+        let apps = vec![crate::AppToken { app: "orders".into(), token: "orders-token-0123456".into() }];
+        let mut options = crate::XxlOptions::new(None, apps);
+        options.callback_poll = std::time::Duration::from_millis(20);
+        let (xxl, _dir) = crate::testing::xxl(options).await;
+        let def = XxlDef {
+            app: "orders".into(),
+            handler: "h".into(),
+            params: String::new(),
+            route: XxlRoute::First,
+            block: madeira_core::XxlBlock::Serial,
+            timeout: None,
+            grace: std::time::Duration::from_secs(10),
+        };
+        let job = Job {
+            run_id: "r2".into(),
+            flow: "f".into(),
+            node: "n".into(),
+            attempt: 1,
+            idempotency_key: "k".into(),
+            executor: ExecutorDef::Xxl(def.clone()),
+            no_retry_exit_codes: vec![],
+            input: json!({}),
+            timeout: std::time::Duration::from_secs(60),
+            traceparent: None,
+            resumed: true,
+        };
+        let lid = log_id("r2", "n", 1, 0, 0);
+        let kept = |app: &str, code: i64| madeira_store::XxlCallbackRow {
+            log_id: lid,
+            app: app.into(),
+            code,
+            msg: Some(format!("{app} says {code}")),
+            at_ms: 1,
+        };
+        // Another app's forged callback is beside the real one and is not taken.
+        xxl.inner.store.xxl_put_callback(&kept("intruder", 200)).await.unwrap();
+        xxl.inner.store.xxl_put_callback(&kept("orders", 500)).await.unwrap();
+        let shard = Shard { index: 0, total: 1, pin: None };
+        let deadline = Instant::now() + job.timeout;
+        let (end, placements) = run_shard(&xxl, &job, &def, shard, deadline, CancellationToken::new()).await;
+        assert_eq!(placements, 1, "not placed again");
+        let (why, retryable) = end.result.expect_err("the kept callback said 500");
+        assert!(why.contains("handleCode 500") && why.contains("orders says 500"), "{why}");
+        assert!(retryable);
+        assert!(!lock(&xxl.inner.pending).contains_key(&lid), "no longer waited for");
     }
 }

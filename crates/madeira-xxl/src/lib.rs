@@ -5,7 +5,10 @@
 //! handlers as nodes with `run: {xxl: …}` (`executor`), which calls the
 //! executors' `/run`, `/beat`, `/idleBeat`, `/kill` and `/log` (`client`) on the
 //! route the node names (`route`). Each app has its own access token; no token
-//! is ever assumed.
+//! is ever assumed. Registrations and callbacks are kept in the store
+//! (`madeira_store::XxlStore`), so replicas share them: an executor registered
+//! with one replica is triggered by any, and a callback that reached one replica
+//! (or a replica before its restart) ends the attempt wherever it runs.
 
 mod admin;
 mod client;
@@ -20,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use madeira_engine::EngineHandle;
+use madeira_store::XxlStore;
 use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
 
@@ -75,6 +79,9 @@ pub struct XxlOptions {
     pub log_every: Duration,
     /// Timeout of one call to an executor (default 10 s).
     pub call_timeout: Duration,
+    /// How often a running attempt looks in the store for a callback another
+    /// replica received (default 1 s).
+    pub callback_poll: Duration,
 }
 
 impl XxlOptions {
@@ -87,10 +94,12 @@ impl XxlOptions {
             beat_failures: 3,
             log_every: Duration::from_secs(1),
             call_timeout: Duration::from_secs(10),
+            callback_poll: Duration::from_secs(1),
         }
     }
 
-    fn validate(&self) -> Result<(), XxlError> {
+    /// Refuses a bad prefix, no apps, an app listed twice, a short or shared token.
+    pub fn validate(&self) -> Result<(), XxlError> {
         if !self.prefix.starts_with('/') || self.prefix.ends_with('/') || self.prefix.contains("//") {
             return Err(XxlError::Prefix(self.prefix.clone()));
         }
@@ -122,6 +131,7 @@ pub struct Xxl {
 
 struct Inner {
     options: XxlOptions,
+    store: Arc<dyn XxlStore>,
     /// SHA-256 of each app's token, compared in constant time.
     digests: Vec<(String, [u8; 32])>,
     registry: Mutex<registry::Registry>,
@@ -136,15 +146,25 @@ struct Inner {
 
 /// Most decided log ids remembered for late callbacks.
 const DECIDED_KEPT: usize = 10_000;
+/// Callbacks are kept this long in the store (a resumed attempt's is read within its grace).
+const CALLBACKS_KEPT: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How often old registrations and callbacks are deleted.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Xxl {
-    /// Checks `options` and registers the metrics on `registry`.
+    /// Checks `options` and registers the metrics on `registry`; registrations
+    /// and callbacks are kept in `store`.
     pub fn new(
         options: XxlOptions,
+        store: Arc<dyn XxlStore>,
         registry: &mut prometheus_client::registry::Registry,
     ) -> Result<Self, XxlError> {
         options.validate()?;
@@ -158,6 +178,7 @@ impl Xxl {
         Ok(Self {
             inner: Arc::new(Inner {
                 options,
+                store,
                 digests,
                 registry: Mutex::default(),
                 pending: Mutex::default(),
@@ -196,12 +217,49 @@ impl Xxl {
 
     /// Live executor addresses of `app`, sorted.
     pub fn live(&self, app: &str) -> Vec<String> {
-        lock(&self.inner.registry).live(app, self.inner.options.dead_after)
+        lock(&self.inner.registry).live(app, madeira_engine::now_ms(), self.inner.options.dead_after)
+    }
+
+    /// Keeps this replica's copy of the registrations in step with the store
+    /// (every `registry::REFRESH`) and deletes old registrations and callbacks
+    /// (hourly), until `cancel`.
+    pub async fn keep_registry(self, cancel: tokio_util::sync::CancellationToken) {
+        let mut refresh = tokio::time::interval(registry::REFRESH);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut prune = tokio::time::interval(PRUNE_EVERY);
+        prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let dead_after = self.inner.options.dead_after;
+        let forget = dead_after * 10;
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = refresh.tick() => {
+                    let now = madeira_engine::now_ms();
+                    match self.inner.store.xxl_executors(now - ms(forget)).await {
+                        Ok(rows) => {
+                            let woke = lock(&self.inner.registry).replace(rows, now, dead_after);
+                            if !woke.is_empty() {
+                                tracing::info!(apps = ?woke, "XXL-JOB executors registered (seen in the store)");
+                                self.executors_changed();
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "XXL-JOB registrations not read from the store; keeping the last ones"),
+                    }
+                }
+                _ = prune.tick() => {
+                    let now = madeira_engine::now_ms();
+                    if let Err(e) = self.inner.store.xxl_prune(now - ms(forget), now - ms(CALLBACKS_KEPT)).await {
+                        tracing::warn!(error = %e, "old XXL-JOB registrations and callbacks not deleted");
+                    }
+                }
+            }
+        }
     }
 
     /// The executors as the fleet view lists them (kind `xxl`).
     pub fn view(&self) -> Json {
-        let entries = lock(&self.inner.registry).entries(self.inner.options.dead_after);
+        let entries =
+            lock(&self.inner.registry).entries(madeira_engine::now_ms(), self.inner.options.dead_after);
         let list: Vec<Json> = entries
             .into_iter()
             .map(|(app, address, seen, live)| {
@@ -264,6 +322,20 @@ impl Xxl {
     }
 }
 
+/// A test `Xxl` on a temporary SQLite store.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    pub(crate) async fn xxl(options: XxlOptions) -> (Xxl, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store =
+            madeira_store::sqlite::SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store");
+        let mut reg = prometheus_client::registry::Registry::default();
+        (Xxl::new(options, Arc::new(store), &mut reg).expect("xxl"), dir)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,21 +346,19 @@ mod tests {
 
     #[test]
     fn options_refuse_short_shared_and_missing_tokens() {
-        let mut reg = prometheus_client::registry::Registry::default();
         let short = XxlOptions::new(None, vec![app("a", "short")]);
-        assert!(matches!(Xxl::new(short, &mut reg), Err(XxlError::ShortToken(_))));
+        assert!(matches!(short.validate(), Err(XxlError::ShortToken(_))));
         let shared = XxlOptions::new(None, vec![app("a", "0123456789abcdef"), app("b", "0123456789abcdef")]);
-        assert!(matches!(Xxl::new(shared, &mut reg), Err(XxlError::SharedToken(..))));
-        assert!(matches!(Xxl::new(XxlOptions::new(None, vec![]), &mut reg), Err(XxlError::NoApps)));
+        assert!(matches!(shared.validate(), Err(XxlError::SharedToken(..))));
+        assert!(matches!(XxlOptions::new(None, vec![]).validate(), Err(XxlError::NoApps)));
         let prefix = XxlOptions::new(Some("xxl/".into()), vec![app("a", "0123456789abcdef")]);
-        assert!(matches!(Xxl::new(prefix, &mut reg), Err(XxlError::Prefix(_))));
+        assert!(matches!(prefix.validate(), Err(XxlError::Prefix(_))));
     }
 
-    #[test]
-    fn tokens_name_their_app_and_nothing_else() {
-        let mut reg = prometheus_client::registry::Registry::default();
+    #[tokio::test]
+    async fn tokens_name_their_app_and_nothing_else() {
         let opts = XxlOptions::new(None, vec![app("a", "aaaaaaaaaaaaaaaa1"), app("b", "bbbbbbbbbbbbbbbb2")]);
-        let xxl = Xxl::new(opts, &mut reg).unwrap();
+        let (xxl, _dir) = testing::xxl(opts).await;
         assert_eq!(xxl.app_of_token(Some("bbbbbbbbbbbbbbbb2")).as_deref(), Some("b"));
         assert_eq!(xxl.app_of_token(Some("aaaaaaaaaaaaaaaa")), None);
         assert_eq!(xxl.app_of_token(None), None, "no token is never a default token");

@@ -202,7 +202,7 @@ impl ControlPlane {
         };
         executors.sql = sql.clone().map(|s| s as Arc<dyn madeira_engine::Executor>);
         let xxl = match options.xxl {
-            Some(opts) => Some(madeira_xxl::Xxl::new(opts, telemetry.registry_mut())?),
+            Some(opts) => Some(madeira_xxl::Xxl::new(opts, store.clone(), telemetry.registry_mut())?),
             None => None,
         };
         executors.xxl = xxl.as_ref().map(madeira_xxl::Xxl::executor);
@@ -218,6 +218,9 @@ impl ControlPlane {
         let drain = CancellationToken::new();
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(engine.run_until(drain.clone(), cancel.clone())));
+        if let Some(xxl) = &xxl {
+            tasks.push(tokio::spawn(xxl.clone().keep_registry(cancel.clone())));
+        }
         tasks.push(tokio::spawn(alert_task.run(cancel.clone())));
         let deadlines = madeira_engine::DeadlineWatcher::new(handle.clone(), observers.clone());
         tasks.push(tokio::spawn(deadlines.run(drain.clone())));

@@ -55,7 +55,6 @@ pub fn options(
     }
     let options = madeira_xxl::XxlOptions::new(section.prefix.clone(), apps);
     // Checked here too (before any port is bound), with the config file named.
-    let mut scratch = prometheus_client::registry::Registry::default();
-    madeira_xxl::Xxl::new(options.clone(), &mut scratch).map_err(|e| err(e.to_string()))?;
+    options.validate().map_err(|e| err(e.to_string()))?;
     Ok(Some(options))
 }

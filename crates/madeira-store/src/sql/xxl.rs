@@ -56,10 +56,12 @@ pub(super) async fn executors(pool: &Pool, since_ms: i64) -> Result<Vec<XxlExecu
 
 pub(super) async fn put_callback(pool: &Pool, cb: &XxlCallbackRow) -> Result<bool> {
     let mut tx = pool.begin().await?;
-    let had: Option<(i64,)> = sqlx::query_as(&sql("SELECT log_id FROM xxl_callbacks WHERE log_id = $1"))
-        .bind(cb.log_id)
-        .fetch_optional(&mut *tx)
-        .await?;
+    let had: Option<(i64,)> =
+        sqlx::query_as(&sql("SELECT log_id FROM xxl_callbacks WHERE log_id = $1 AND app = $2"))
+            .bind(cb.log_id)
+            .bind(&cb.app)
+            .fetch_optional(&mut *tx)
+            .await?;
     if had.is_some() {
         tx.commit().await?;
         return Ok(false);
@@ -67,7 +69,7 @@ pub(super) async fn put_callback(pool: &Pool, cb: &XxlCallbackRow) -> Result<boo
     // Two replicas keeping the same logId at once: the first row stays.
     sqlx::query(&sql(&format!(
         "INSERT INTO xxl_callbacks (log_id, app, code, msg, at_ms) VALUES ($1, $2, $3, $4, $5){}",
-        upsert("log_id", "log_id")
+        upsert("log_id, app", "log_id")
     )))
     .bind(cb.log_id)
     .bind(&cb.app)
@@ -89,11 +91,15 @@ pub(super) async fn callbacks(pool: &Pool, log_ids: &[i64]) -> Result<Vec<XxlCal
         for id in chunk {
             list.push_bind(*id);
         }
-        q.push(") ORDER BY log_id");
+        q.push(") ORDER BY log_id, app");
         let rows: Vec<(i64, String, i64, Option<String>, i64)> = q.build_query_as().fetch_all(pool).await?;
-        found.extend(
-            rows.into_iter().map(|(log_id, app, code, msg, at_ms)| XxlCallbackRow { log_id, app, code, msg, at_ms }),
-        );
+        found.extend(rows.into_iter().map(|(log_id, app, code, msg, at_ms)| XxlCallbackRow {
+            log_id,
+            app,
+            code,
+            msg,
+            at_ms,
+        }));
     }
     Ok(found)
 }

@@ -40,9 +40,15 @@ pub(crate) async fn the_first_xxl_callback_of_a_log_id_is_kept(s: &dyn Store) {
     assert!(s.xxl_put_callback(&callback(7, 500, 10)).await.expect("first"));
     assert!(!s.xxl_put_callback(&callback(7, 200, 11)).await.expect("repeat"), "a repeat is not new");
     assert!(s.xxl_put_callback(&callback(9, 200, 12)).await.expect("other"));
+    let forged = XxlCallbackRow { app: "billing".into(), ..callback(9, 500, 11) };
+    assert!(s.xxl_put_callback(&forged).await.expect("another app's"), "kept beside, not instead");
     let kept = s.xxl_callbacks(&[9, 7, 8]).await.expect("read");
-    assert_eq!(kept, [callback(7, 500, 10), callback(9, 200, 12)], "the first stays, unknown ids are absent");
+    assert_eq!(
+        kept,
+        [callback(7, 500, 10), forged.clone(), callback(9, 200, 12)],
+        "the first stays, unknown ids are absent"
+    );
     assert!(s.xxl_callbacks(&[]).await.expect("none").is_empty());
-    assert_eq!(s.xxl_prune(0, 12).await.expect("prune"), 1);
+    assert_eq!(s.xxl_prune(0, 12).await.expect("prune"), 2);
     assert_eq!(s.xxl_callbacks(&[7, 9]).await.expect("after prune"), [callback(9, 200, 12)]);
 }
