@@ -89,7 +89,7 @@ impl Drop for Executor {
     }
 }
 
-fn start_dev(dir: &Path) -> Dev {
+pub(crate) fn start_dev(dir: &Path) -> Dev {
     let config = dir.join("server.yaml");
     std::fs::write(&config, format!("xxl_job:\n  apps:\n    - {{app: {APP}, token_env: {TOKEN_VAR}}}\n"))
         .expect("config");

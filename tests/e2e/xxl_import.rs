@@ -144,3 +144,57 @@ async fn xxl_job_older_job_cron_tables_import() {
     assert!(flow.contains("  j2:\n    needs: [j1]"), "{flow}");
     validates(dir.path());
 }
+
+/// Observe first, then promote: `madeira promote FLOW --xxl-db URL` stops the job in
+/// XXL-JOB's table and governs the flow; `demote` makes it observe-only and starts
+/// the job there again. A flow that was not imported is refused, naming the fix.
+#[tokio::test(flavor = "multi_thread")]
+async fn promote_and_demote_switch_the_job_in_xxl_job_and_the_flow_in_madeira() {
+    let Some(db) = MySqlTestDb::create().await.expect("test database") else { return };
+    exec_all(
+        &db.url,
+        &[
+            GROUP,
+            INFO_NEW,
+            "INSERT INTO xxl_job_group (id, app_name, title) VALUES (1, 'order-service', 'orders')",
+            "INSERT INTO xxl_job_info (id, job_group, job_desc, schedule_type, schedule_conf, executor_route_strategy, \
+             executor_handler, executor_block_strategy, glue_type, child_jobid, trigger_status, trigger_next_time) VALUES \
+             (1, 1, 'settle', 'CRON', '0 0 2 * * ?', 'FIRST', 'settleHandler', 'SERIAL_EXECUTION', 'BEAN', '', 1, 1767225600000)",
+        ],
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let flows = dir.path().join("flows");
+    let (code, stderr) = import(&db.url, &flows, "order-service");
+    assert_eq!(code, 0, "{stderr}");
+    let dev = crate::xxl::start_dev(dir.path());
+    let applied = dev.cli(&["apply", "-f", flows.to_str().expect("path")]);
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    let switch = async || -> (i64, i64) {
+        let mut conn = MySqlConnection::connect(&db.url).await.expect("connect");
+        sqlx::query_as("SELECT CAST(trigger_status AS SIGNED), CAST(trigger_next_time AS SIGNED) FROM xxl_job_info WHERE id = 1")
+            .fetch_one(&mut conn)
+            .await
+            .expect("read the switch")
+    };
+    let flow = "xxl-order-service-1";
+    assert_eq!(dev.get(&format!("/flows/{flow}")).await.1["observe"], true);
+
+    let out = dev.cli(&["promote", flow, "--xxl-db", &db.url, "--reason", "moving to Madeira"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("is governed") && said.contains("XXL-JOB job 1 is stopped"), "{said}");
+    assert_eq!(switch().await, (0, 0), "XXL-JOB no longer schedules it");
+    assert_eq!(dev.get(&format!("/flows/{flow}")).await.1["observe"], false, "Madeira triggers it now");
+
+    let out = dev.cli(&["demote", flow, "--xxl-db", &db.url, "--reason", "back for now"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(switch().await.0, 1, "XXL-JOB schedules it again (it computes the next time itself)");
+    assert_eq!(dev.get(&format!("/flows/{flow}")).await.1["observe"], true);
+
+    dev.put_flow("flow: plain\nobserve: true\nnodes:\n  a: {run: {builtin: noop}}\n").await;
+    let out = dev.cli(&["promote", "plain", "--xxl-db", &db.url]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("not written by `madeira import xxl-job`"), "{err}");
+    assert_eq!(switch().await.0, 1, "nothing switched for a refused flow");
+}

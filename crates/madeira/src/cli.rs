@@ -157,13 +157,15 @@ pub enum Command {
     /// SPEC §11: the flow gets its crontab line's schedule as a cron trigger and
     /// runs on dispatch through the sidecar job `crontab import` declared; prints
     /// the crontab with that line commented out (`--write`: edits the file, keeping
-    /// FILE.bak). Needs an admin token; audited.
+    /// FILE.bak). A flow `import xxl-job` wrote takes `--xxl-db` instead: its job is
+    /// stopped in XXL-JOB's database first. Needs an admin token; audited.
     Promote(PromoteArgs),
     /// Undo `promote`: the flow is observe-only again, its crontab line restored.
     ///
     /// The flow gets a new version with `observe: true` (its cron trigger stays,
     /// for missed-run detection) and the commented line comes back (printed, or
-    /// with `--write` written, keeping FILE.bak). Needs an admin token; audited.
+    /// with `--write` written, keeping FILE.bak); with `--xxl-db`, its XXL-JOB job
+    /// is started again. Needs an admin token; audited.
     Demote(PromoteArgs),
     /// Trigger a run.
     Run(RunArgs),
@@ -438,8 +440,13 @@ pub struct PromoteArgs {
     /// The observe flow (`crontab import` names it after the job).
     pub flow: String,
     /// The crontab `madeira crontab import` rewrote (`-`: read stdin, print the result).
-    #[arg(long, value_name = "FILE")]
-    pub crontab: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "xxl_db", conflicts_with = "xxl_db")]
+    pub crontab: Option<PathBuf>,
+    /// For a flow `madeira import xxl-job` wrote: XXL-JOB's database
+    /// (mysql://user:pass@host:3306/xxl_job); promote stops the job there
+    /// (`trigger_status` 0), demote starts it again.
+    #[arg(long, value_name = "URL")]
+    pub xxl_db: Option<String>,
     /// Edit FILE in place (its previous content goes to FILE.bak) instead of printing it.
     #[arg(long)]
     pub write: bool,

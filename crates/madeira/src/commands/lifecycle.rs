@@ -1,6 +1,8 @@
 //! `madeira flows delete`, `madeira promote` and `madeira demote`: the server call
 //! (`DELETE /flows/{name}`, `POST /flows/{name}/promote|demote`) and, for the
-//! latter two, the crontab edit (`crate::crontab::promote`). The order leaves any
+//! latter two, the crontab edit (`crate::crontab::promote`) or, for a flow
+//! `import xxl-job` wrote, the job's switch in XXL-JOB's database
+//! (`crate::xxlimport::switch`). The order leaves any
 //! gap on the safe side: promote takes the line out of the crontab before the
 //! flow is governed (restoring the file when the server refuses), demote makes
 //! the flow observe-only before the line comes back, so a job never runs twice
@@ -18,6 +20,7 @@ use super::client_cmds::{print, query_value, str_of};
 use crate::cli::{Output, PromoteArgs, ServerArgs};
 use crate::client::{Body, Client};
 use crate::crontab::promote::{find, put_back, take_out};
+use crate::xxlimport::switch;
 
 /// Largest crontab read from stdin.
 const MAX_STDIN: u64 = 1 << 20;
@@ -53,8 +56,8 @@ pub async fn delete(
 }
 
 /// The crontab to edit: its text and, unless read from stdin, its path.
-fn read_crontab(args: &PromoteArgs) -> Result<(String, Option<PathBuf>)> {
-    if args.crontab == Path::new("-") {
+fn read_crontab(args: &PromoteArgs, crontab: &Path) -> Result<(String, Option<PathBuf>)> {
+    if crontab == Path::new("-") {
         if args.write {
             bail!("--write needs a file: `--crontab -` reads stdin and prints the result");
         }
@@ -68,8 +71,8 @@ fn read_crontab(args: &PromoteArgs) -> Result<(String, Option<PathBuf>)> {
         }
         return Ok((text, None));
     }
-    let text = crate::files::read_text(&args.crontab, crate::files::Confine::Parent)?;
-    Ok((text, Some(args.crontab.clone())))
+    let text = crate::files::read_text(crontab, crate::files::Confine::Parent)?;
+    Ok((text, Some(crontab.to_path_buf())))
 }
 
 /// Replaces `path` with `text` (through a temporary file and a rename, keeping
@@ -86,9 +89,29 @@ fn write_with_backup(path: &Path, old: &str, text: &str) -> Result<PathBuf> {
     Ok(backup)
 }
 
+/// The crontab or the XXL-JOB database the flow is switched in (clap makes one of them given).
+enum Other<'a> {
+    Crontab(&'a Path),
+    Xxl(&'a str),
+}
+
+fn other(args: &PromoteArgs) -> Result<Other<'_>> {
+    match (&args.crontab, &args.xxl_db) {
+        (Some(crontab), _) => Ok(Other::Crontab(crontab)),
+        (None, Some(db)) => Ok(Other::Xxl(db)),
+        (None, None) => {
+            bail!("give --crontab FILE (a crontab flow) or --xxl-db URL (a flow `import xxl-job` wrote)")
+        }
+    }
+}
+
 pub async fn promote(args: PromoteArgs) -> Result<ExitCode> {
-    let (text, path) = read_crontab(&args)?;
-    let wrapped = find(&text, &args.flow).map_err(|e| anyhow::anyhow!("{}: {e}", args.crontab.display()))?;
+    let crontab = match other(&args)? {
+        Other::Crontab(crontab) => crontab,
+        Other::Xxl(db) => return promote_xxl(&args, db).await,
+    };
+    let (text, path) = read_crontab(&args, crontab)?;
+    let wrapped = find(&text, &args.flow).map_err(|e| anyhow::anyhow!("{}: {e}", crontab.display()))?;
     let edited = take_out(&text, &wrapped, &args.flow);
     let client = Client::new(&args.server)?;
     let body = json!({"cron": wrapped.schedule, "timezone": wrapped.timezone, "reason": args.reason});
@@ -113,15 +136,19 @@ pub async fn promote(args: PromoteArgs) -> Result<ExitCode> {
         reply.body["version"],
         wrapped.schedule,
         wrapped.line,
-        args.crontab.display()
+        crontab.display()
     );
-    finish(&args, reply.body, wrapped.line, &edited, backup, summary)
+    finish(&args, crontab, reply.body, wrapped.line, &edited, backup, summary)
 }
 
 pub async fn demote(args: PromoteArgs) -> Result<ExitCode> {
-    let (text, path) = read_crontab(&args)?;
+    let crontab = match other(&args)? {
+        Other::Crontab(crontab) => crontab,
+        Other::Xxl(db) => return demote_xxl(&args, db).await,
+    };
+    let (text, path) = read_crontab(&args, crontab)?;
     let (restored, line) =
-        put_back(&text, &args.flow).map_err(|e| anyhow::anyhow!("{}: {e}", args.crontab.display()))?;
+        put_back(&text, &args.flow).map_err(|e| anyhow::anyhow!("{}: {e}", crontab.display()))?;
     let client = Client::new(&args.server)?;
     let body = json!({"reason": args.reason});
     let reply = client
@@ -136,15 +163,79 @@ pub async fn demote(args: PromoteArgs) -> Result<ExitCode> {
         "flow {} is observe-only again (version {}); line {line} of {} runs it from cron again",
         args.flow,
         reply.body["version"],
-        args.crontab.display()
+        crontab.display()
     );
-    finish(&args, reply.body, line, &restored, backup, summary)
+    finish(&args, crontab, reply.body, line, &restored, backup, summary)
+}
+
+/// Stops the flow's job in XXL-JOB, then governs the flow (its imported cron
+/// trigger now fires in Madeira); puts the switch back when the server refuses.
+async fn promote_xxl(args: &PromoteArgs, db: &str) -> Result<ExitCode> {
+    let client = Client::new(&args.server)?;
+    let summary = client.call(Method::GET, &format!("/flows/{}", args.flow), None, &[]).await?;
+    let job = switch::job_of(&args.flow, &summary.body)?;
+    let before = switch::set(db, job, 0, 0).await?;
+    let route = format!("/flows/{}/promote", args.flow);
+    let body = json!({"reason": args.reason});
+    let mut reply = match client.call(Method::POST, &route, Some(Body::Json(body)), &[]).await {
+        Ok(reply) => reply,
+        Err(e) => {
+            switch::set(db, job, before.status, before.next_time).await.context(
+                "the server refused and XXL-JOB's switch could not be put back: start the job in its admin",
+            )?;
+            return Err(e.context(format!("nothing promoted; XXL-JOB job {job} is as it was")));
+        }
+    };
+    reply.body["xxl_job"] = json!({"id": job, "trigger_status": 0, "was": before.status});
+    let text = format!(
+        "flow {} is governed (version {}): Madeira triggers it; XXL-JOB job {job} is stopped there (trigger_status 0, was {})",
+        args.flow, reply.body["version"], before.status
+    );
+    print_switch(args, reply.body, &text)
+}
+
+/// Makes the flow observe-only, then starts its job in XXL-JOB again.
+async fn demote_xxl(args: &PromoteArgs, db: &str) -> Result<ExitCode> {
+    let client = Client::new(&args.server)?;
+    let summary = client.call(Method::GET, &format!("/flows/{}", args.flow), None, &[]).await?;
+    let job = switch::job_of(&args.flow, &summary.body)?;
+    let route = format!("/flows/{}/demote", args.flow);
+    let body = json!({"reason": args.reason});
+    let mut reply = client
+        .call(Method::POST, &route, Some(Body::Json(body)), &[])
+        .await
+        .map_err(|e| e.context(format!("nothing demoted; XXL-JOB job {job} is unchanged")))?;
+    switch::set(db, job, 1, 0).await.with_context(|| {
+        format!(
+            "flow {} is observe-only, but XXL-JOB job {job} could not be started: start it in its admin",
+            args.flow
+        )
+    })?;
+    reply.body["xxl_job"] = json!({"id": job, "trigger_status": 1});
+    let text = format!(
+        "flow {} is observe-only again (version {}); XXL-JOB job {job} is started there (trigger_status 1)",
+        args.flow, reply.body["version"]
+    );
+    print_switch(args, reply.body, &text)
+}
+
+fn print_switch(args: &PromoteArgs, body: Value, text: &str) -> Result<ExitCode> {
+    if args.server.output == Output::Json {
+        println!("{body}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    for warning in body["warnings"].as_array().into_iter().flatten() {
+        eprintln!("warning: {}", str_of(warning));
+    }
+    println!("{text}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Prints the outcome: with `--write` a summary, otherwise the crontab to install
 /// (on stdout; the summary on stderr). JSON carries both.
 fn finish(
     args: &PromoteArgs,
+    crontab_path: &Path,
     mut body: Value,
     line: usize,
     crontab: &str,
@@ -153,7 +244,7 @@ fn finish(
 ) -> Result<ExitCode> {
     let written = backup.is_some();
     body["crontab"] = json!({
-        "path": args.crontab.display().to_string(),
+        "path": crontab_path.display().to_string(),
         "line": line,
         "written": written,
         "backup": backup.as_ref().map(|b| b.display().to_string()),

@@ -6,6 +6,7 @@
 //! 1 when any was refused, so a script cannot miss them.
 
 pub mod map;
+pub mod switch;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
