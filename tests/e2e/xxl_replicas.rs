@@ -47,7 +47,7 @@ async fn an_executor_of_one_replica_runs_another_replicas_node_and_its_callback_
 
     r2.put_flow(
         "flow: xxl-across\nnodes:\n  settle:\n    timeout: 60s\n    \
-         run: {xxl: {app: order-service, handler: hello, params: \"day=${params.day}\"}}\n",
+         run: {xxl: {app: order-service, handler: hello, params: \"day=${params.day} biz=${biz_date}\"}}\n",
     )
     .await;
     let run = r2.trigger("xxl-across", json!({"day": "2026-12-06"})).await;
@@ -60,6 +60,8 @@ async fn an_executor_of_one_replica_runs_another_replicas_node_and_its_callback_
     let triggers = wire(dir.path(), "/run");
     assert_eq!(triggers.len(), 1, "triggered once: {triggers:?}");
     assert_eq!(triggers[0]["request"]["logId"], log_id);
+    let biz = done["biz_date"].as_str().expect("the run's business date");
+    assert_eq!(triggers[0]["request"]["executorParams"], format!("day=2026-12-06 biz={biz}"));
     let callbacks: Vec<Value> =
         wire(dir.path(), "callback").into_iter().filter(|c| c["response"]["code"] == 200).collect();
     assert!(!callbacks.is_empty(), "the executor called back (to r1, the only admin it knows)");

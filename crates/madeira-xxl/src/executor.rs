@@ -431,7 +431,8 @@ fn trigger(job: &Job, def: &XxlDef, jid: i32, lid: i64, shard: &Shard) -> Trigge
 }
 
 /// `executorParams` from the node's template: `${run_id}`, `${flow}`, `${node}`,
-/// `${attempt}`, `${traceparent}`, `${params.NAME}` (strings as is, others as JSON).
+/// `${attempt}`, `${biz_date}` (the run's business date, empty without one),
+/// `${traceparent}`, `${params.NAME}` (strings as is, others as JSON).
 pub(crate) fn params(template: &str, job: &Job) -> String {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
@@ -449,6 +450,9 @@ pub(crate) fn params(template: &str, job: &Job) -> String {
             "node" => Some(job.node.clone()),
             "attempt" => Some(job.attempt.to_string()),
             "traceparent" => Some(job.traceparent.clone().unwrap_or_default()),
+            "biz_date" => {
+                Some(job.input.get("biz_date").and_then(Json::as_str).unwrap_or_default().to_string())
+            }
             _ => {
                 name.strip_prefix("params.").and_then(|p| job.input.get("params")?.get(p)).map(|v| match v {
                     Json::String(s) => s.clone(),
@@ -589,7 +593,7 @@ mod tests {
                 outputs: Map::new(),
             }),
             no_retry_exit_codes: vec![],
-            input: json!({"params": {"day": "2026-12-05", "n": 3}}),
+            input: json!({"params": {"day": "2026-12-05", "n": 3}, "biz_date": "2026-12-04"}),
             timeout: std::time::Duration::from_secs(1),
             traceparent: None,
             resumed: false,
@@ -598,6 +602,7 @@ mod tests {
             params("day=${params.day} n=${params.n} run=${run_id}#${attempt} ${other} ${", &job),
             "day=2026-12-05 n=3 run=r1#2 ${other} ${"
         );
+        assert_eq!(params("bizDate=${biz_date}", &job), "bizDate=2026-12-04");
         assert_eq!(params("plain", &job), "plain");
     }
 
