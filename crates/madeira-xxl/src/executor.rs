@@ -606,10 +606,8 @@ mod tests {
         assert_eq!(params("plain", &job), "plain");
     }
 
-    #[tokio::test]
-    async fn a_resumed_attempt_takes_its_callback_before_placing_anew() {
-        let apps = vec![crate::AppToken { app: "orders".into(), token: "orders-token-0123456".into() }];
-        let (xxl, _dir) = crate::testing::xxl(crate::XxlOptions::new(None, apps)).await;
+    /// A node of app `orders` and its first attempt of run `run_id`, resumed after a restart.
+    fn resumed_attempt(run_id: &str) -> (XxlDef, Job) {
         let def = XxlDef {
             app: "orders".into(),
             handler: "h".into(),
@@ -620,7 +618,7 @@ mod tests {
             grace: std::time::Duration::from_secs(10),
         };
         let job = Job {
-            run_id: "r".into(),
+            run_id: run_id.into(),
             flow: "f".into(),
             node: "n".into(),
             attempt: 1,
@@ -632,6 +630,14 @@ mod tests {
             traceparent: None,
             resumed: true,
         };
+        (def, job)
+    }
+
+    #[tokio::test]
+    async fn a_resumed_attempt_takes_its_callback_before_placing_anew() {
+        let apps = vec![crate::AppToken { app: "orders".into(), token: "orders-token-0123456".into() }];
+        let (xxl, _dir) = crate::testing::xxl(crate::XxlOptions::new(None, apps)).await;
+        let (def, job) = resumed_attempt("r");
         let shard = Shard { index: 0, total: 1, pin: None };
         let deadline = Instant::now() + job.timeout;
         let run = run_shard(&xxl, &job, &def, shard, deadline, CancellationToken::new());
@@ -660,28 +666,7 @@ mod tests {
         let mut options = crate::XxlOptions::new(None, apps);
         options.callback_poll = std::time::Duration::from_millis(20);
         let (xxl, _dir) = crate::testing::xxl(options).await;
-        let def = XxlDef {
-            app: "orders".into(),
-            handler: "h".into(),
-            params: String::new(),
-            route: XxlRoute::First,
-            block: madeira_core::XxlBlock::Serial,
-            timeout: None,
-            grace: std::time::Duration::from_secs(10),
-        };
-        let job = Job {
-            run_id: "r2".into(),
-            flow: "f".into(),
-            node: "n".into(),
-            attempt: 1,
-            idempotency_key: "k".into(),
-            executor: ExecutorDef::Xxl(def.clone()),
-            no_retry_exit_codes: vec![],
-            input: json!({}),
-            timeout: std::time::Duration::from_secs(60),
-            traceparent: None,
-            resumed: true,
-        };
+        let (def, job) = resumed_attempt("r2");
         let lid = log_id("r2", "n", 1, 0, 0);
         let kept = |app: &str, code: i64| madeira_store::XxlCallbackRow {
             log_id: lid,
