@@ -7,6 +7,7 @@
 pub mod app;
 pub mod calendars;
 pub mod config;
+pub mod error;
 pub mod files;
 pub mod sidecars;
 pub mod sources;
@@ -14,3 +15,4 @@ pub mod tls;
 pub mod xxl;
 
 pub use app::{ControlPlane, PlaneOptions};
+pub use error::{Error, Result};

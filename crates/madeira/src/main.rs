@@ -36,7 +36,9 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(e.downcast_ref::<config::ConfigError>().map_or(1, |_| 64))
+            let config = e.downcast_ref::<config::ConfigError>().is_some()
+                || e.downcast_ref::<madeira_app::Error>().is_some_and(madeira_app::Error::is_config);
+            ExitCode::from(if config { 64 } else { 1 })
         }
     }
 }
