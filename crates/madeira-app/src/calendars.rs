@@ -118,7 +118,9 @@ mod tests {
         assert_eq!(names, ["all_days", "cn-workdays", "plant", "sse", "weekdays"]);
         std::fs::write(dir.path().join("calendars/bad.yaml"), "name: bad\nbase: nowhere\n").expect("write");
         let err = load(&[], "server.yaml", Some(dir.path())).expect_err("unknown base");
-        assert!(format!("{err:#}").contains("unknown base `nowhere`"), "{err:#}");
+        let cause = std::error::Error::source(&err).map(ToString::to_string).unwrap_or_default();
+        assert_eq!(err.to_string(), "calendar files");
+        assert!(cause.contains("unknown base `nowhere`"), "{cause}");
     }
 
     #[test]
