@@ -3,8 +3,15 @@
 //! its password, the address, the file) and wrapping its cause. A bad config file
 //! is `Config`, which the binary turns into exit code 64 before binding a port.
 
-use crate::config::ConfigError;
 use crate::files::FileError;
+
+/// A config problem; the binary exits with code 64 on it.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct ConfigError {
+    pub file: String,
+    pub message: String,
+}
 
 /// The app's error.
 #[derive(Debug, thiserror::Error)]

@@ -127,12 +127,12 @@ fn local_sidecar(local: LocalSidecar, grpc: SocketAddr, registry: &mut Registry)
 }
 
 /// Reads the `jobs:` map of a sidecar config (what `dev --jobs FILE` takes).
-pub fn load_jobs(path: &std::path::Path) -> Result<BTreeMap<String, JobSpec>, crate::config::ConfigError> {
+pub fn load_jobs(path: &std::path::Path) -> Result<BTreeMap<String, JobSpec>, crate::error::ConfigError> {
     let file = path.display().to_string();
     let bad =
-        |e: madeira_sidecar::ConfigError| crate::config::ConfigError { file: e.file, message: e.message };
+        |e: madeira_sidecar::ConfigError| crate::error::ConfigError { file: e.file, message: e.message };
     let text = crate::files::read_text(path, crate::files::Confine::Anywhere)
-        .map_err(|e| crate::config::ConfigError { file: file.clone(), message: e.problem.to_string() })?;
+        .map_err(|e| crate::error::ConfigError { file: file.clone(), message: e.problem.to_string() })?;
     let config = madeira_sidecar::SidecarConfig::parse(&file, &text).map_err(bad)?;
     config.jobs(&file).map_err(bad)
 }
