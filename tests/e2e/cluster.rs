@@ -41,7 +41,11 @@ async fn ticks(dev: &Dev, flow: &str) -> (Vec<DateTime<Utc>>, usize) {
     let mut out = Vec::new();
     for run in &runs {
         let (_, detail) = dev.get(&format!("/runs/{}", run["run_id"].as_str().unwrap_or(""))).await;
-        if let Some(t) = detail["idempotency_key"].as_str().and_then(madeira_core::schedule::tick_of_key) {
+        if let Some(t) = detail["idempotency_key"]
+            .as_str()
+            .map(madeira_core::keys::RunKey::parse)
+            .and_then(|k| k.cron_tick())
+        {
             out.push(t);
         }
     }
@@ -110,7 +114,10 @@ async fn cron_ticks_once_on_three_replicas(store_url: &str) {
         let mut open = Vec::new();
         for run in list["runs"].as_array().into_iter().flatten() {
             let (_, detail) = r2.get(&format!("/runs/{}", run["run_id"].as_str().unwrap_or(""))).await;
-            let tick = detail["idempotency_key"].as_str().and_then(madeira_core::schedule::tick_of_key);
+            let tick = detail["idempotency_key"]
+                .as_str()
+                .map(madeira_core::keys::RunKey::parse)
+                .and_then(|k| k.cron_tick());
             if tick <= last && detail["status"] != "SUCCESS" {
                 open.push(detail);
             }

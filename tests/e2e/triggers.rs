@@ -15,7 +15,11 @@ async fn ticks(dev: &Dev, flow: &str) -> Vec<DateTime<Utc>> {
     let mut out = Vec::new();
     for run in list["runs"].as_array().into_iter().flatten() {
         let (_, detail) = dev.get(&format!("/runs/{}", run["run_id"].as_str().unwrap_or(""))).await;
-        if let Some(t) = detail["idempotency_key"].as_str().and_then(madeira_core::schedule::tick_of_key) {
+        if let Some(t) = detail["idempotency_key"]
+            .as_str()
+            .map(madeira_core::keys::RunKey::parse)
+            .and_then(|k| k.cron_tick())
+        {
             out.push(t);
         }
     }

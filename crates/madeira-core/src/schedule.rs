@@ -111,19 +111,6 @@ fn finish(policy: Misfire, mut ticks: Vec<DateTime<Utc>>) -> Vec<DateTime<Utc>> 
     ticks
 }
 
-/// The idempotency key of a cron run: one run per (flow, scheduled instant), even
-/// if the scheduler crashes between firing and recording.
-pub fn cron_key(flow: &str, tick: DateTime<Utc>) -> String {
-    format!("cron:{flow}:{}", tick.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-}
-
-/// The scheduled instant inside a `cron_key`.
-pub fn tick_of_key(key: &str) -> Option<DateTime<Utc>> {
-    let rest = key.strip_prefix("cron:")?;
-    let idx = rest.find(':')?;
-    chrono::DateTime::parse_from_rfc3339(&rest[idx + 1..]).ok().map(|t| t.with_timezone(&Utc))
-}
-
 mod calendar;
 
 pub use calendar::{Planned, next_fire, on_calendar, plan_after, plan_many};

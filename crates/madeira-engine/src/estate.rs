@@ -94,8 +94,3 @@ pub async fn triggered_by(
     }
     Ok(out)
 }
-
-/// The idempotency key of the run a `flow_succeeded` trigger makes.
-pub fn trigger_key(upstream: &str, biz_date: &str) -> String {
-    format!("after:{upstream}:{biz_date}")
-}

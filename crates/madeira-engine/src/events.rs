@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use madeira_core::keys::RunKey;
 use madeira_core::{FlowDef, OnPaused, TriggerDef};
 use madeira_store::{AuditRecord, Batch, QueueOutcome, QueuedEvent};
 use serde_json::{Value as Json, json};
@@ -301,7 +302,7 @@ fn event_request(flow: &str, kind: &str, id: &str, payload: Json, actor: &str) -
     TriggerRequest {
         flow: flow.to_string(),
         params: payload,
-        idempotency_key: Some(format!("event:{kind}:{id}")),
+        idempotency_key: Some(RunKey::Event { kind: kind.to_string(), id: id.to_string() }.into()),
         trigger: "event".into(),
         actor: actor.to_string(),
         version: None,

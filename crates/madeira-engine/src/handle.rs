@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use madeira_core::keys::RunKey;
 use madeira_core::{Command, FlowDef};
 use madeira_store::{CreateOutcome, NewRun, Store};
 use serde_json::Value as Json;
@@ -310,7 +311,9 @@ impl EngineHandle {
             let req = TriggerRequest {
                 flow: def.name.clone(),
                 params: serde_json::json!({}),
-                idempotency_key: Some(crate::estate::trigger_key(upstream, biz_date)),
+                idempotency_key: Some(
+                    RunKey::After { upstream: upstream.to_string(), biz_date: biz_date.to_string() }.into(),
+                ),
                 trigger: "after".into(),
                 actor: format!("flow_succeeded:{upstream}"),
                 version: None,
@@ -338,9 +341,9 @@ impl EngineHandle {
         }
         let caller_key = if req.trigger == "manual" { req.idempotency_key.clone() } else { None };
         if let Some(key) = &caller_key
-            && let Some(problem) = madeira_core::keys::caller_key_problem(key)
+            && let Err(problem) = RunKey::caller(key)
         {
-            return Err(EngineError::BadIdempotencyKey { key: key.clone(), problem });
+            return Err(EngineError::BadIdempotencyKey { key: key.clone(), problem: problem.to_string() });
         }
         let params = caller_key.is_some().then(|| req.params.clone());
         let latest = self.flow(&req.flow, None).await?;

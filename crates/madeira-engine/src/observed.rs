@@ -5,6 +5,7 @@
 //! `exec:<exec id>`, so a report delivered twice changes nothing; the end goes
 //! through the engine loop and the planner like any attempt result.
 
+use madeira_core::keys::RunKey;
 use madeira_core::spec::{SpecError, SpecErrors};
 use madeira_store::{CreateOutcome, NewRun, Overlap};
 use serde_json::{Map, Value as Json};
@@ -106,7 +107,7 @@ impl EngineHandle {
             flow: def.name.clone(),
             version: self.flow_record_version(&def.name).await?,
             params: serde_json::json!({"host": report.host, "job": report.job}),
-            idempotency_key: Some(format!("exec:{}", report.exec_id)),
+            idempotency_key: Some(RunKey::Exec { exec_id: report.exec_id.clone() }.into()),
             trigger: "exec".into(),
             node_names: def.nodes.iter().map(|n| n.id.clone()).collect(),
             max_active_runs: 0,

@@ -23,10 +23,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use madeira_core::TriggerDef;
+use madeira_core::keys::RunKey;
 use madeira_core::model::CronTriggerDef;
-use madeira_core::schedule::{
-    Planned, cron_key, jitter_offset, missed_ticks, next_fire, on_calendar, plan_after, tick_of_key,
-};
+use madeira_core::schedule::{Planned, jitter_offset, missed_ticks, next_fire, on_calendar, plan_after};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
@@ -198,7 +197,7 @@ impl Scheduler {
         }
         let now = self.now();
         let last = match self.engine.store().last_cron_key(flow).await {
-            Ok(key) => key.as_deref().and_then(tick_of_key),
+            Ok(key) => key.as_deref().map(RunKey::parse).and_then(|k| k.cron_tick()),
             Err(e) => {
                 warn!(flow = %flow, error = %e, "scheduler: cannot read the last tick; not catching up");
                 None
@@ -353,7 +352,7 @@ impl Scheduler {
         let request = TriggerRequest {
             flow: flow.to_string(),
             params: serde_json::json!({"scheduled_at": tick.to_rfc3339()}),
-            idempotency_key: Some(cron_key(flow, tick)),
+            idempotency_key: Some(RunKey::Cron { flow: flow.to_string(), tick }.into()),
             trigger: if catchup { "cron_catchup" } else { "cron" }.into(),
             actor: "scheduler".into(),
             version: None,

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
+use madeira_core::keys::RunKey;
 use madeira_store::{RunQuery, Store};
 
 use super::*;
@@ -50,7 +51,16 @@ async fn runs(store: &dyn Store, flow: &str) -> Vec<(String, DateTime<Utc>)> {
     let query = RunQuery { flow: Some(flow.into()), limit: 1000, ..RunQuery::default() };
     let rows = store.list_runs(&query).await.expect("list runs");
     rows.into_iter()
-        .map(|r| (r.trigger, r.idempotency_key.as_deref().and_then(tick_of_key).expect("a cron key")))
+        .map(|r| {
+            (
+                r.trigger,
+                r.idempotency_key
+                    .as_deref()
+                    .map(RunKey::parse)
+                    .and_then(|k| k.cron_tick())
+                    .expect("a cron key"),
+            )
+        })
         .collect()
 }
 

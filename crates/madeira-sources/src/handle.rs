@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use madeira_core::keys::RunKey;
 use madeira_core::{MessageTriggerDef, OnPaused};
 use serde_json::{Value as Json, json};
 
@@ -200,7 +201,7 @@ impl Handler {
         };
         let request = RunRequest {
             flow: self.flow.clone(),
-            idempotency_key: format!("message:{}:{key}", self.source),
+            idempotency_key: RunKey::Message { source: self.source.clone(), key }.into(),
             params,
             biz_date,
         };

@@ -1,26 +1,20 @@
 //! The `madeira` binary: parses the command line, starts logging, runs the chosen
-//! command and turns its outcome into an exit code. Everything else lives in
-//! library code (`app`, `commands`).
+//! command and turns its outcome into an exit code. The control plane itself is
+//! the `madeira-app` library; `commands` holds what each command does with it.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-mod app;
-mod calendars;
 mod cli;
 mod client;
 mod commands;
-mod config;
 mod crontab;
 mod datalock;
-mod files;
 mod logging;
-mod sidecars;
-mod sources;
-mod tls;
-mod xxl;
 mod xxlimport;
+
+use madeira_app::{app, calendars, config, files, sidecars, sources, xxl};
 
 fn main() -> ExitCode {
     cap_malloc_arenas();
@@ -42,7 +36,9 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(e.downcast_ref::<config::ConfigError>().map_or(1, |_| 64))
+            let config = e.downcast_ref::<config::ConfigError>().is_some()
+                || e.downcast_ref::<madeira_app::Error>().is_some_and(madeira_app::Error::is_config);
+            ExitCode::from(if config { 64 } else { 1 })
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use proptest::prelude::*;
 
 use super::*;
@@ -92,15 +92,6 @@ fn run_all_is_bounded_by_the_catchup_window() {
     t.catchup_window = Duration::from_secs(2 * 3600);
     let ticks = missed_ticks(&t, Some(utc("2026-11-29T00:00:00Z")), utc("2026-11-30T12:30:00Z"));
     assert_eq!(ticks, [utc("2026-11-30T11:00:00Z"), utc("2026-11-30T12:00:00Z")]);
-}
-
-#[test]
-fn cron_keys_round_trip() {
-    let tick = Utc.with_ymd_and_hms(2026, 11, 30, 1, 5, 0).single().expect("time");
-    let key = cron_key("daily-settlement", tick);
-    assert_eq!(key, "cron:daily-settlement:2026-11-30T01:05:00.000Z");
-    assert_eq!(tick_of_key(&key), Some(tick));
-    assert_eq!(tick_of_key("event:x:1"), None);
 }
 
 proptest! {

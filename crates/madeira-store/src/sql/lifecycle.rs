@@ -2,6 +2,7 @@
 //! the flow's lock, as `set_paused` is, so none is kept after a resume read the
 //! queue), and deleting a flow with its history kept or purged.
 
+use madeira_core::keys::RunKey;
 use sqlx::QueryBuilder;
 use sqlx::Row as _;
 
@@ -25,7 +26,7 @@ pub(super) async fn queue_event(pool: &Pool, event: &QueuedEvent, limit: u32) ->
         Some((false,)) => return Ok(QueueOutcome::NotPaused),
         Some((true,)) => {}
     }
-    let key = format!("event:{}:{}", event.event_type, event.event_id);
+    let key = RunKey::Event { kind: event.event_type.clone(), id: event.event_id.clone() }.to_string();
     let run: Option<(String,)> =
         sqlx::query_as(&sql("SELECT id FROM runs WHERE flow = $1 AND idempotency_key = $2"))
             .bind(&event.flow)

@@ -1,6 +1,7 @@
 //! Queries: runs with their nodes and attempts, run listings with a cursor, the
 //! transition log, logs and the audit trail.
 
+use madeira_core::keys::CRON_PREFIX;
 use sqlx::QueryBuilder;
 use sqlx::Row as _;
 
@@ -256,7 +257,7 @@ pub(super) async fn last_cron_key(pool: &Pool, flow: &str) -> Result<Option<Stri
     // Keys are `cron:<flow>:<RFC 3339 UTC with milliseconds>`: they sort by instant
     // (compared bytewise, whatever the database collation).
     let row: Option<(String,)> = sqlx::query_as(&sql(&format!(
-        "SELECT {} FROM runs WHERE flow = $1 AND idempotency_key LIKE 'cron:%' \
+        "SELECT {} FROM runs WHERE flow = $1 AND idempotency_key LIKE '{CRON_PREFIX}%' \
          ORDER BY runs.idempotency_key COLLATE {} DESC LIMIT 1",
         D::bytes_as_text("idempotency_key"),
         D::BYTEWISE

@@ -184,7 +184,7 @@ fn cron_on_calendar(on: CalendarNext) -> Result<ExitCode> {
 pub fn configured_calendars(config: Option<&std::path::Path>) -> Result<madeira_calendar::Calendars> {
     let Some(path) = config else { return Ok(madeira_calendar::Calendars::builtin()) };
     let config = crate::config::ServerConfig::load(path)?;
-    crate::calendars::load(&config.calendars, &path.display().to_string(), config.flows.as_deref())
+    Ok(crate::calendars::load(&config.calendars, &path.display().to_string(), config.flows.as_deref())?)
 }
 
 /// The calendars flows are validated against, and the flow files (with their

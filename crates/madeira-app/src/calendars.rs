@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use crate::error::{Error, Result};
 use madeira_calendar::{CalendarDef, Calendars, parse_definitions};
 
 use crate::files::{Confine, read_text, yaml_files};
@@ -26,12 +26,16 @@ pub fn files_in(dir: &Path) -> Result<Vec<(PathBuf, String)>> {
     let mut out = Vec::new();
     let sub = dir.join("calendars");
     if sub.is_dir() {
-        for file in yaml_files(&sub).context("reading the calendars directory")? {
+        let files = yaml_files(&sub)
+            .map_err(|source| Error::Dir { what: "reading the calendars directory", source })?;
+        for file in files {
             let text = read_text(&file, Confine::Within(&sub))?;
             out.push((file, text));
         }
     }
-    for file in yaml_files(dir).context("reading the flows directory")? {
+    let files =
+        yaml_files(dir).map_err(|source| Error::Dir { what: "reading the flows directory", source })?;
+    for file in files {
         let text = read_text(&file, Confine::Within(dir))?;
         if is_calendar_file(&text) {
             out.push((file, text));
@@ -44,7 +48,8 @@ pub fn files_in(dir: &Path) -> Result<Vec<(PathBuf, String)>> {
 pub fn build(config: &[CalendarDef], config_file: &str, files: &[(PathBuf, String)]) -> Result<Calendars> {
     let mut defs = config.to_vec();
     for (path, text) in files {
-        let parsed = parse_definitions(text).with_context(|| format!("{}", path.display()))?;
+        let parsed = parse_definitions(text)
+            .map_err(|source| Error::Calendar { what: path.display().to_string(), source })?;
         defs.extend(parsed);
     }
     let what = match (config.is_empty(), files.is_empty()) {
@@ -52,7 +57,7 @@ pub fn build(config: &[CalendarDef], config_file: &str, files: &[(PathBuf, Strin
         (true, false) => "calendar files".to_string(),
         _ => format!("{config_file}: calendars and calendar files"),
     };
-    Calendars::builtin().extend(defs).with_context(|| what)
+    Calendars::builtin().extend(defs).map_err(|source| Error::Calendar { what, source })
 }
 
 /// Loads the server's calendars: config, then the flows directory's files.
@@ -113,7 +118,9 @@ mod tests {
         assert_eq!(names, ["all_days", "cn-workdays", "plant", "sse", "weekdays"]);
         std::fs::write(dir.path().join("calendars/bad.yaml"), "name: bad\nbase: nowhere\n").expect("write");
         let err = load(&[], "server.yaml", Some(dir.path())).expect_err("unknown base");
-        assert!(format!("{err:#}").contains("unknown base `nowhere`"), "{err:#}");
+        let cause = std::error::Error::source(&err).map(ToString::to_string).unwrap_or_default();
+        assert_eq!(err.to_string(), "calendar files");
+        assert!(cause.contains("unknown base `nowhere`"), "{cause}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 
 /// `xxl_job: {prefix, apps: [{app, token_env | token_file}]}`.
 #[derive(Debug, Deserialize)]

@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use crate::error::{Error, Result};
 use madeira_alert::{AlertHandle, AlertMetrics, SystemClock};
 use madeira_engine::{EngineHandle, EngineObserver, EngineOptions, Executors};
 use madeira_server::{AppState, AuthConfig};
@@ -77,24 +77,23 @@ pub struct PlaneOptions {
 /// database.
 pub async fn open_store(url: &str) -> Result<(Arc<dyn Store>, Arc<dyn AlertStore>)> {
     if url.starts_with("sqlite:") {
-        let store = Arc::new(SqliteStore::open(url).await.with_context(|| format!("opening store {url}"))?);
+        let store = Arc::new(SqliteStore::open(url).await.map_err(store_error(url))?);
         return Ok((store.clone(), store));
     }
     if is_postgres(url) {
-        let store = Arc::new(
-            PostgresStore::open(url).await.with_context(|| format!("opening store {}", redact(url)))?,
-        );
+        let store = Arc::new(PostgresStore::open(url).await.map_err(store_error(url))?);
         return Ok((store.clone(), store));
     }
     if is_mysql(url) {
-        let store =
-            Arc::new(MySqlStore::open(url).await.with_context(|| format!("opening store {}", redact(url)))?);
+        let store = Arc::new(MySqlStore::open(url).await.map_err(store_error(url))?);
         return Ok((store.clone(), store));
     }
-    anyhow::bail!(
-        "store `{}`: use sqlite:///path/madeira.db, postgres://user@host/db or mysql://user:pass@host/db",
-        redact(url)
-    )
+    Err(Error::StoreUrl(redact(url)))
+}
+
+fn store_error(url: &str) -> impl FnOnce(madeira_store::StoreError) -> Error {
+    let url = redact(url);
+    move |source| Error::Store { url, source }
 }
 
 /// True for a PostgreSQL store URL.
@@ -138,8 +137,8 @@ pub fn sqlite_url_in(dir: &Path) -> Result<String> {
         .recursive(true)
         .mode(0o711)
         .create(dir)
-        .with_context(|| format!("creating data directory {}", dir.display()))?;
-    let dir = dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
+        .map_err(Error::io(format!("creating data directory {}", dir.display())))?;
+    let dir = dir.canonicalize().map_err(Error::io(format!("resolving {}", dir.display())))?;
     let file = dir.join("madeira.db");
     std::fs::OpenOptions::new()
         .write(true)
@@ -147,24 +146,40 @@ pub fn sqlite_url_in(dir: &Path) -> Result<String> {
         .truncate(false)
         .mode(0o600)
         .open(&file)
-        .with_context(|| format!("creating the store file {}", file.display()))?;
+        .map_err(Error::io(format!("creating the store file {}", file.display())))?;
     Ok(format!("sqlite://{}", file.display()))
 }
 
 impl ControlPlane {
+    /// Starts the control plane, serving the API on `options.http` when it is set.
     pub async fn start(options: PlaneOptions) -> Result<Self> {
-        let mut telemetry = Telemetry::new(&options.telemetry).context("starting telemetry")?;
+        Self::assemble(options, None).await
+    }
+
+    /// Starts the control plane serving the API on a listener already bound
+    /// (`options.http` is not used): tests bind `127.0.0.1:0` and know the port.
+    pub async fn start_on(options: PlaneOptions, listener: TcpListener) -> Result<Self> {
+        Self::assemble(options, Some(listener)).await
+    }
+
+    async fn assemble(options: PlaneOptions, bound: Option<TcpListener>) -> Result<Self> {
+        let mut telemetry = Telemetry::new(&options.telemetry).map_err(Error::Telemetry)?;
         let (store, alert_store) = open_store(&options.store_url).await?;
         if options.telemetry.metrics {
             seed_last_success(store.as_ref(), telemetry.metrics_observer()).await;
         }
-        let listener = match options.http {
-            Some(addr) => {
-                Some(TcpListener::bind(addr).await.with_context(|| format!("binding HTTP {addr}"))?)
+        let listener = match (bound, options.http) {
+            (Some(listener), _) => Some(listener),
+            (None, Some(addr)) => {
+                Some(TcpListener::bind(addr).await.map_err(Error::io(format!("binding HTTP {addr}")))?)
             }
-            None => None,
+            (None, None) => None,
         };
-        let http_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
+        let http_addr = listener
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()
+            .map_err(Error::io("reading the HTTP address"))?;
         // Components register their metric families on the one registry before it is frozen.
         let api_url = http_addr.map(|addr| api_url(addr, options.http_tls.is_some()));
         // A server without tokens also answers requests addressed to the alerts' link host.
@@ -306,7 +321,8 @@ impl ControlPlane {
     /// Applies every `*.yaml`/`*.yml` flow file in `dir` (calendar files, read at
     /// start by `calendars::load`, are left out); the first invalid one aborts.
     pub async fn apply_dir(&self, dir: &Path) -> Result<usize> {
-        let files = crate::files::yaml_files(dir).context("reading the flows directory")?;
+        let files = crate::files::yaml_files(dir)
+            .map_err(|source| Error::Dir { what: "reading the flows directory", source })?;
         let mut sources = Vec::with_capacity(files.len());
         for file in &files {
             let source = crate::files::read_text(file, crate::files::Confine::Within(dir))?;
@@ -329,7 +345,7 @@ impl ControlPlane {
         indexed.sort_by_key(|&i| names[i].as_ref().and_then(|n| order.iter().position(|o| o == n)));
         for i in indexed {
             let (file, source) = &sources[i];
-            self.engine.apply_flow(file, source).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            self.engine.apply_flow(file, source).await.map_err(Error::Flow)?;
         }
         Ok(sources.len())
     }

@@ -11,13 +11,7 @@ use madeira_engine::HttpPolicy;
 use madeira_server::{AuthConfig, Role, TokenEntry};
 use serde::Deserialize;
 
-/// A config problem; the binary exits with code 64 on it.
-#[derive(Debug, thiserror::Error)]
-#[error("{file}: {message}")]
-pub struct ConfigError {
-    pub file: String,
-    pub message: String,
-}
+pub use crate::error::ConfigError;
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]

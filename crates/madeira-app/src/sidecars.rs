@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use crate::error::{Error, Result};
 use madeira_fleet::{Fleet, FleetOptions};
 use madeira_sidecar::{
     Identity, JobSpec, LinkOptions, Sidecar, SidecarHandle, SidecarMetrics, SidecarOptions,
@@ -69,8 +69,8 @@ pub async fn start(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> Result<FleetParts> {
     let listener =
-        TcpListener::bind(setup.grpc).await.with_context(|| format!("binding gRPC {}", setup.grpc))?;
-    let grpc_addr = listener.local_addr()?;
+        TcpListener::bind(setup.grpc).await.map_err(Error::io(format!("binding gRPC {}", setup.grpc)))?;
+    let grpc_addr = listener.local_addr().map_err(Error::io("reading the gRPC address"))?;
     madeira_fleet::announce(grpc_addr);
     let serving = fleet.clone();
     let shutdown = cancel.clone();
@@ -123,18 +123,18 @@ fn local_sidecar(local: LocalSidecar, grpc: SocketAddr, registry: &mut Registry)
         hide_env: Vec::new(),
         metrics: SidecarMetrics::register(registry),
     };
-    Sidecar::new(options).context("starting the in-process sidecar")
+    Sidecar::new(options).map_err(Error::Sidecar)
 }
 
 /// Reads the `jobs:` map of a sidecar config (what `dev --jobs FILE` takes).
-pub fn load_jobs(path: &std::path::Path) -> Result<BTreeMap<String, JobSpec>> {
+pub fn load_jobs(path: &std::path::Path) -> Result<BTreeMap<String, JobSpec>, crate::error::ConfigError> {
     let file = path.display().to_string();
     let bad =
-        |e: madeira_sidecar::ConfigError| crate::config::ConfigError { file: e.file, message: e.message };
+        |e: madeira_sidecar::ConfigError| crate::error::ConfigError { file: e.file, message: e.message };
     let text = crate::files::read_text(path, crate::files::Confine::Anywhere)
-        .map_err(|e| crate::config::ConfigError { file: file.clone(), message: e.problem.to_string() })?;
+        .map_err(|e| crate::error::ConfigError { file: file.clone(), message: e.problem.to_string() })?;
     let config = madeira_sidecar::SidecarConfig::parse(&file, &text).map_err(bad)?;
-    Ok(config.jobs(&file).map_err(bad)?)
+    config.jobs(&file).map_err(bad)
 }
 
 /// Sidecars lost and back, as alerts (SPEC §7: a `warning` for a lost sidecar,
