@@ -7,14 +7,16 @@
 //! stalled in INIT past its `stall_after` or RUNNING past its `warn_after` raises
 //! a warning per flow and node that resolves once no run of it is still stuck
 //! (these come from the engine's watch, not a commit: they go through the channel
-//! on a shared store too, to its inbox within a cluster tick).
+//! on a shared store too, to its inbox within a cluster tick). A run held behind
+//! a failed upstream run (`after`) is told as `Held`, listed on that run's
+//! failure alert; its missed deadline carries `held_by` to join that alert.
 
 use madeira_core::rootcause::root_causes;
 use madeira_core::{RunSnapshot, RunState};
-use madeira_engine::{AlertSource, BusinessAlert, EngineObserver, NodeWatch, RunEvent};
+use madeira_engine::{AlertSource, BusinessAlert, EngineObserver, HeldRun, NodeWatch, RunEvent};
 use tokio::sync::mpsc;
 
-use crate::model::{Cause, Failure, Raise, Severity};
+use crate::model::{Cause, Failure, Held, Raise, Severity};
 use crate::task::{Event, Input};
 
 pub struct AlertObserver {
@@ -68,6 +70,7 @@ impl AlertObserver {
             description: None,
             run_id: None,
             fallback_note: None,
+            held_by: None,
         })
     }
 
@@ -84,6 +87,18 @@ impl AlertObserver {
             description: None,
             run_id: alert.run_id.map(str::to_string),
             fallback_note: None,
+            held_by: alert.held_by.map(str::to_string),
+        })
+    }
+
+    fn held_event(h: &HeldRun<'_>) -> Event {
+        Event::Held(Held {
+            run_id: h.run_id.to_string(),
+            flow: h.flow.to_string(),
+            biz_date: h.biz_date.to_string(),
+            root_run: h.root_run.to_string(),
+            root_flow: h.root_flow.to_string(),
+            root_node: h.root_node.map(str::to_string),
         })
     }
 
@@ -102,6 +117,7 @@ impl AlertObserver {
             description: None,
             run_id: None,
             fallback_note: None,
+            held_by: None,
         })
     }
 
@@ -134,6 +150,7 @@ impl AlertObserver {
             description: prompt,
             run_id: Some(snap.run_id.clone()),
             fallback_note,
+            held_by: None,
         })
     }
 }
@@ -174,6 +191,7 @@ impl AlertObserver {
             description: None,
             run_id: Some(w.run_id.to_string()),
             fallback_note: None,
+            held_by: None,
         })
     }
 }
@@ -260,6 +278,12 @@ impl EngineObserver for AlertObserver {
         }
     }
 
+    fn run_held(&self, held: &HeldRun<'_>) {
+        if !self.through_commit {
+            let _ = self.tx.send(Input::Event(Self::held_event(held)));
+        }
+    }
+
     fn confirm_overdue(&self, snap: &RunSnapshot, node: &str) {
         if !self.through_commit {
             let _ = self.tx.send(Input::Event(Self::overdue_event(snap, node)));
@@ -305,6 +329,7 @@ impl EngineObserver for AlertObserver {
                 vec![Self::cron_event(flow, scheduled_at_ms, error)]
             }
             AlertSource::Business(alert) => vec![Self::business_event(&alert)],
+            AlertSource::Held(held) => vec![Self::held_event(&held)],
         };
         events
             .iter()

@@ -45,6 +45,8 @@ pub(crate) enum Event {
         recovers: Option<String>,
     },
     Raise(Raise),
+    /// A run is held behind a failed run (`after`): listed on its failure alert.
+    Held(crate::model::Held),
     /// `cause`: the transition's cause when a node's change resolves it
     /// (`fallback`: the fallback ran instead of an answer).
     Resolve {
@@ -208,6 +210,9 @@ impl AlertTask {
                 }
             }
             Event::Raise(r) => self.agg.raise(r, now, out),
+            Event::Held(h) => {
+                self.agg.held(h, now, out);
+            }
             Event::Resolve { key, cause } => self.agg.resolve_key(&key, cause.as_deref(), now, out),
             Event::Leave { key, run_id } => self.agg.leave(&key, &run_id, now, out),
             Event::Mark { id, what, mark } => {
