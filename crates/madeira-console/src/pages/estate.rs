@@ -189,14 +189,14 @@ fn state_class(state: &str) -> &'static str {
 
 fn state_icon(state: &str, late: bool) -> &'static str {
     if late {
-        return "⏰";
+        return "⚠";
     }
     match state {
         "done" => "✓",
         "running" => "▶",
         "failed" => "✗",
         "cancelled" => "⊘",
-        "held" => "⧗",
+        "held" => "‖",
         "queued" => "…",
         _ => "○",
     }
@@ -404,13 +404,13 @@ fn render(
 fn table(lang: Lang, day: &str, flows: &[Shown]) -> Markup {
     html! {
         div.table-wrap { table.estate-table {
-            thead { tr { th { (t(lang, "Flow")) } th { (t(lang, "State")) } th { (t(lang, "Run")) } th { (t(lang, "Waiting because")) } th { (t(lang, "Deadline")) } } }
+            thead { tr { th { (t(lang, "Flow")) } th { (t(lang, "State")) } th { (t(lang, "Run")) } th { (t(lang, "Waiting because")) } th.opt { (t(lang, "Deadline")) } } }
             tbody {
                 @for f in flows.iter().filter(|f| f.state != "hidden") {
                     tr id=(format!("row-{}", f.flow)) data-state=(f.state) {
                         td { a href=(flow_href(&f.flow)) { strong { (f.flow) } } }
                         td { span class=(format!("badge {}", state_class(f.state))) { (state_icon(f.state, false)) " " (state_text(lang, f.state)) }
-                            @if f.late { " " span.badge.late { "⏰ " (t(lang, "late")) } } }
+                            @if f.late { " " span.badge.late { "⚠ " (t(lang, "late")) } } }
                         td { @match &f.run_id {
                             Some(run) => a href=(run_href(run)) { code { (short(run)) } },
                             None => span.muted { (t(lang, "no run for this date")) },
@@ -421,7 +421,7 @@ fn table(lang: Lang, day: &str, flows: &[Shown]) -> Markup {
                             @if f.root_hidden { br; span.muted { (t(lang, "held behind a failure outside your scope")) } }
                             @if !f.holds.is_empty() { (t(lang, "holds")) " " (f.holds.join(", ")) }
                         }
-                        td { @if let Some(d) = &f.deadline { (d) } @else { "-" } }
+                        td.opt { @if let Some(d) = &f.deadline { (d) } @else { "-" } }
                     }
                 }
             }
