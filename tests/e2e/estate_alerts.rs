@@ -113,6 +113,20 @@ async fn a_failed_upstream_is_one_alert_listing_the_flows_it_holds_and_they_rais
     .await;
     let alerts = listed["alerts"].as_array().cloned().unwrap_or_default();
     assert_eq!(alerts.len(), 1, "exactly one alert: {listed}");
+    // The map says the same: A holds B and C, both late against their deadline.
+    let (status, map) = dev.get(&format!("/estate?date={day}")).await;
+    assert_eq!(status, 200, "{map}");
+    let flow = |name: &str| {
+        map["flows"].as_array().into_iter().flatten().find(|f| f["flow"] == name).cloned().unwrap_or_default()
+    };
+    assert_eq!(flow("ea-pull")["holds"], json!(["ea-clean", "ea-settle"]), "{map}");
+    for name in ["ea-clean", "ea-settle"] {
+        let f = flow(name);
+        assert_eq!((f["state"].as_str(), f["late"].as_bool()), (Some("held"), Some(true)), "{map}");
+        assert_eq!(f["root_cause"], json!({"flow": "ea-pull", "node": "pull"}), "{map}");
+        assert!(f["deadline"].as_str().is_some_and(|d| d.starts_with(&day)), "{map}");
+    }
+    assert_eq!(flow("ea-pull")["late"], json!(false), "no deadline, never late: {map}");
     assert_eq!(alerts[0]["alertname"], "MadeiraRunFailed", "{listed}");
     let paged_flows: Vec<String> = hook
         .bodies()
