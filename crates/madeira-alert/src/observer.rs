@@ -59,7 +59,7 @@ impl AlertObserver {
         let at = chrono::DateTime::from_timestamp_millis(scheduled_at_ms)
             .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
             .unwrap_or_default();
-        Event::Raise(Raise {
+        Event::Raise(Box::new(Raise {
             key: missed_key(flow),
             alertname: "MadeiraMissedRun".into(),
             severity: Severity::Warning,
@@ -71,12 +71,12 @@ impl AlertObserver {
             run_id: None,
             fallback_note: None,
             held_by: None,
-        })
+        }))
     }
 
     fn business_event(alert: &BusinessAlert<'_>) -> Event {
         let labels = [("biz_date".to_string(), alert.biz_date.to_string())].into_iter().collect();
-        Event::Raise(Raise {
+        Event::Raise(Box::new(Raise {
             key: alert.key.to_string(),
             alertname: alert.alertname.to_string(),
             severity: if alert.critical { Severity::Critical } else { Severity::Warning },
@@ -88,7 +88,7 @@ impl AlertObserver {
             run_id: alert.run_id.map(str::to_string),
             fallback_note: None,
             held_by: alert.held_by.map(str::to_string),
-        })
+        }))
     }
 
     fn held_event(h: &HeldRun<'_>) -> Event {
@@ -106,7 +106,7 @@ impl AlertObserver {
         let at = chrono::DateTime::from_timestamp_millis(scheduled_at_ms)
             .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
             .unwrap_or_default();
-        Event::Raise(Raise {
+        Event::Raise(Box::new(Raise {
             key: cron_key(flow),
             alertname: "MadeiraCronRunNotCreated".into(),
             severity: Severity::Critical,
@@ -118,7 +118,7 @@ impl AlertObserver {
             run_id: None,
             fallback_note: None,
             held_by: None,
-        })
+        }))
     }
 
     fn overdue_event(snap: &RunSnapshot, node: &str) -> Event {
@@ -136,7 +136,7 @@ impl AlertObserver {
                     short_duration(after)
                 )
             });
-        Event::Raise(Raise {
+        Event::Raise(Box::new(Raise {
             key: confirm_key(&snap.run_id, node),
             alertname: "MadeiraConfirmOverdue".into(),
             severity: Severity::Warning,
@@ -151,7 +151,7 @@ impl AlertObserver {
             run_id: Some(snap.run_id.clone()),
             fallback_note,
             held_by: None,
-        })
+        }))
     }
 }
 
@@ -180,7 +180,7 @@ impl AlertObserver {
                 ),
             )
         };
-        Event::Raise(Raise {
+        Event::Raise(Box::new(Raise {
             key,
             alertname: alertname.into(),
             severity: Severity::Warning,
@@ -192,7 +192,7 @@ impl AlertObserver {
             run_id: Some(w.run_id.to_string()),
             fallback_note: None,
             held_by: None,
-        })
+        }))
     }
 }
 

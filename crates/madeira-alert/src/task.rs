@@ -44,7 +44,7 @@ pub(crate) enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         recovers: Option<String>,
     },
-    Raise(Raise),
+    Raise(Box<Raise>),
     /// A run is held behind a failed run (`after`): listed on its failure alert.
     Held(crate::model::Held),
     /// `cause`: the transition's cause when a node's change resolves it
@@ -209,7 +209,7 @@ impl AlertTask {
                     self.agg.flow_recovered(&flow, &run_id, now, out);
                 }
             }
-            Event::Raise(r) => self.agg.raise(r, now, out),
+            Event::Raise(r) => self.agg.raise(*r, now, out),
             Event::Held(h) => {
                 self.agg.held(h, now, out);
             }
