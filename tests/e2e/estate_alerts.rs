@@ -5,6 +5,8 @@
 //! misses join A's alert, and the audit names A's node as the root cause); a
 //! rerun of A resolves the alert and B, then C, run to SUCCESS. B is held before
 //! A fails (told when A fails), C after (told when it is created, through B).
+//! The same across two `serve` replicas on PostgreSQL, the holds going through
+//! the store's alert inbox (B and C created on one replica, A failing on the other).
 
 use std::time::Duration;
 
@@ -12,7 +14,7 @@ use chrono::Utc;
 use serde_json::{Value, json};
 
 use crate::support::{Dev, wait_until};
-use crate::webhook::Webhook;
+use crate::webhook::{Webhook, distinct};
 
 async fn start(dev: &Dev, flow: &str, date: &str) -> String {
     let (status, body) = dev.post(&format!("/flows/{flow}/runs"), json!({"biz_date": date}), &[]).await;
@@ -146,5 +148,66 @@ async fn a_failed_upstream_is_one_alert_listing_the_flows_it_holds_and_they_rais
     let resolved = hook.wait_alerts("resolved", |a| a["flow"] == "ea-pull").await;
     assert_eq!(resolved[0]["id"], listing["id"], "the same alert resolves");
     let firing = hook.alerts("firing", |_| true);
-    assert_eq!(crate::webhook::distinct(&firing), 1, "one firing alert in all: {firing:?}");
+    assert_eq!(distinct(&firing), 1, "one firing alert in all: {firing:?}");
+}
+
+/// The latest message of `flow`'s alert, once it lists `held` (30 s at most).
+async fn listing(hook: &Webhook, flow: &str, held: &[&str]) -> Value {
+    wait_until(Duration::from_secs(30), "the upstream's alert listing what it holds", async || {
+        let sent: Vec<Value> = hook
+            .bodies()
+            .iter()
+            .filter(|b| b["kind"] == "firing" || b["kind"] == "update")
+            .flat_map(|b| b["alerts"].as_array().cloned().unwrap_or_default())
+            .filter(|a| a["flow"] == flow)
+            .collect();
+        match sent.last() {
+            Some(alert) if flows_of(alert) == held => Ok(alert.clone()),
+            _ => Err(format!("{:?}", hook.bodies())),
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn held_runs_are_listed_on_the_upstreams_alert_across_replicas_on_postgres() {
+    let Some(db) = madeira_store::testing::PgTestDb::create().await.expect("PostgreSQL test database") else {
+        return;
+    };
+    let hook = Webhook::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = crate::cluster::config(dir.path(), &db.url, &hook.config("1s"));
+    let r1 = crate::cluster::replica(&config, "r1");
+    let r2 = crate::cluster::replica(&config, "r2");
+    r1.put_flow(
+        "flow: pga-pull\nnodes:\n  pull:\n    retry: {attempts: 1}\n    run: {builtin: fail, message: down, times: 1}\n",
+    )
+    .await;
+    r1.put_flow("flow: pga-clean\nafter:\n  - {flow: pga-pull}\nnodes:\n  clean: {run: {builtin: noop}}\n")
+        .await;
+    r1.put_flow(
+        "flow: pga-settle\nafter:\n  - {flow: pga-clean}\nnodes:\n  settle: {run: {builtin: noop}}\n",
+    )
+    .await;
+    let day = "2026-12-04";
+    let b = start(&r2, "pga-clean", day).await;
+    r2.wait_run(&b, 10, |r| r["waiting_reason"].is_string()).await;
+    let a = start(&r1, "pga-pull", day).await;
+    assert_eq!(r1.finished(&a).await["status"], "FAILED");
+    let c = start(&r2, "pga-settle", day).await;
+    r2.wait_run(&c, 10, |r| r["waiting_reason"].is_string()).await;
+    let alert = listing(&hook, "pga-pull", &["pga-clean", "pga-settle"]).await;
+    assert_eq!(alert["node"], "pull", "{alert}");
+    let (status, body) =
+        r2.post(&format!("/runs/{a}/nodes/pull/rerun"), json!({"reason": "back"}), &[]).await;
+    assert!(status < 300, "rerun: {status} {body}");
+    for run in [&b, &c] {
+        assert_eq!(r1.finished(run).await["status"], "SUCCESS", "{run}");
+    }
+    let resolved = hook.wait_alerts("resolved", |a| a["flow"] == "pga-pull").await;
+    assert_eq!(resolved[0]["id"], alert["id"]);
+    let firing = hook.alerts("firing", |_| true);
+    assert_eq!(distinct(&firing), 1, "one alert across both replicas: {firing:?}");
+    assert!(hook.bodies().iter().all(|b| b["alerts"][0]["flow"] == "pga-pull"), "{:?}", hook.bodies());
+    drop(db);
 }
