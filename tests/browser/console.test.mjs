@@ -441,6 +441,67 @@ test('phone 390×844: the audit trail reads as cards, time on one line and the r
   await ctx.close();
 });
 
+test('estate page: a failed upstream holds two flows, each held flow says whom it waits for (en, zh-CN, desktop, phone)', async () => {
+  const day = '2026-12-04';
+  const start = async (flow) => (await api(SERVE, 'POST', `/flows/${flow}/runs`, { biz_date: day }, T.operator)).run_id;
+  const run = (id) => api(SERVE, 'GET', `/runs/${id}`, null, T.operator);
+  const pull = await start('estate-pull');
+  await until('estate-pull FAILED', async () => (await run(pull)).status === 'FAILED');
+  const clean = await start('estate-clean');
+  const settle = await start('estate-settle');
+  for (const id of [clean, settle]) await until(`${id} held`, async () => typeof (await run(id)).waiting_reason === 'string');
+  const flows = (await api(SERVE, 'GET', '/flows', null, T.operator)).flows.length;
+
+  const ctx = await context({ viewport: { width: 1400, height: 900 } });
+  const page = await signIn(ctx, T.viewer);
+  await page.goto(`${SERVE}/estate?date=${day}`);
+  assert.ok(await page.locator('svg#estate-map').isVisible(), 'drawn across on a desktop');
+  assert.equal(await page.locator('svg#v-estate-map').isVisible(), false, 'the phone copy is hidden');
+  assert.equal(await page.locator('svg#estate-map g.node').count(), flows, 'every flow is a box');
+  const held = page.locator('svg#estate-map #n-estate-clean');
+  assert.equal(await held.getAttribute('data-state'), 'held');
+  assert.match(await held.textContent(), /waits for estate-pull/);
+  assert.match(await page.textContent('svg#estate-map #n-estate-settle'), /waits for estate-clean/);
+  assert.match(await page.textContent('svg#estate-map #n-estate-pull'), /failed · holds 2/);
+  assert.equal(await page.locator('svg#estate-map #e-estate-pull-estate-clean.holding').count(), 1, 'the failure\'s edge is marked');
+  assert.match(await page.textContent('ul.estate-roots'), /estate-pull\.pull\s+failed: holds\s+estate-clean, estate-settle/);
+  assert.match(await page.textContent('#row-estate-settle'), /waits for estate-clean.*root cause estate-pull\.pull/s);
+  await page.screenshot({ path: `${SHOTS}/estate.png`, fullPage: true });
+  // A box links the flow's run for that date.
+  await Promise.all([page.waitForURL(`${SERVE}/runs/${clean}`), page.click('svg#estate-map #n-estate-clean')]);
+  // The date picker shows another date: nothing ran there.
+  await page.goto(`${SERVE}/estate?date=${day}`);
+  await page.fill('form.estate-date input[name=date]', '2026-12-05');
+  await Promise.all([page.waitForURL(/date=2026-12-05/), page.click('form.estate-date button[type=submit]')]);
+  assert.equal(await page.locator('svg#estate-map #n-estate-clean').getAttribute('data-state'), 'none');
+
+  await page.goto(`${SERVE}/estate?date=${day}&lang=zh-CN`);
+  assert.match(await page.textContent('nav.main-nav'), /全景/);
+  assert.match(await page.textContent('h1'), /业务日期全景/);
+  assert.match(await page.textContent('svg#estate-map #n-estate-clean'), /等待 estate-pull/);
+  assert.match(await page.textContent('ul.estate-roots'), /失败，阻塞了/);
+  await page.screenshot({ path: `${SHOTS}/estate-zh-CN.png`, fullPage: true });
+  await ctx.close();
+
+  const phone = await context({ viewport: PHONE, isMobile: true, hasTouch: true, deviceScaleFactor: 2 });
+  const small = await signIn(phone, T.viewer);
+  for (const [lang, waits] of [['en', /waits for estate-pull/], ['zh-CN', /等待 estate-pull/]]) {
+    await small.goto(`${SERVE}/estate?date=${day}&lang=${lang}`);
+    await noHorizontalScroll(small);
+    assert.equal(await small.locator('svg#estate-map').isVisible(), false, 'the wide drawing is hidden on a phone');
+    const box = small.locator('svg#v-estate-map #v-n-estate-clean');
+    assert.ok(await box.isVisible(), 'the top-to-bottom drawing is shown');
+    assert.match(await box.textContent(), waits);
+    const scale = await small.evaluate(() => {
+      const svg = document.getElementById('v-estate-map');
+      return svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+    });
+    assert.ok(scale >= 0.55, `the phone's map is drawn at ${scale.toFixed(2)} of its size`);
+    await small.screenshot({ path: `${SHOTS}/estate-phone${lang === 'en' ? '' : '-zh-CN'}.png` });
+  }
+  await phone.close();
+});
+
 test('dark mode follows prefers-color-scheme', async () => {
   const ctx = await context({ colorScheme: 'dark', viewport: { width: 1400, height: 900 } });
   const page = await ctx.newPage();

@@ -23,6 +23,7 @@ mod console_state;
 mod crontab;
 mod deadlines;
 mod estate;
+mod estate_alerts;
 mod examples;
 mod exec;
 mod fallbacks;

@@ -6,12 +6,15 @@
 //! alerts that counted it, and an alert with no failed run left resolves. A run
 //! is on one failure alert at a time: when it fails again with another root cause
 //! (after a rerun or mark-success) its alert is updated, not paged anew (`moved`).
+//! Runs of other flows held (`after`) behind a failed run are listed on that
+//! run's alert (`holds`), each new one an update, and raise nothing of their own.
 //! Time is passed in; the alert task persists what changed and sends what must be sent.
 
 use std::collections::{BTreeSet, HashMap};
 
 use crate::model::{Alert, AlertStatus, Cause, Failure, Raise, Severity};
 
+mod holds;
 mod marks;
 mod moved;
 
@@ -115,7 +118,7 @@ impl Aggregator {
         let last = alert.announced_at.unwrap_or(alert.notify_at);
         // A silence holds every announcement until it ends (`marks`).
         let not_before = alert.silenced.as_ref().and_then(|s| s.until).unwrap_or(i64::MIN);
-        if alert.count > alert.announced_count.unwrap_or(alert.count) && self.group_interval_ms > 0 {
+        if grew(alert) && self.group_interval_ms > 0 {
             return Some(last.saturating_add(self.group_interval_ms).max(not_before));
         }
         // An acknowledged alert is not reminded of (`marks`).
@@ -186,8 +189,10 @@ impl Aggregator {
         self.insert_new(alert, out);
     }
 
-    /// An alert from another source; grouped by its key while open.
+    /// An alert from another source; grouped by its key while open. One about a
+    /// run held behind a failed run (`held_by`) joins that run's failure alert.
     pub fn raise(&mut self, r: Raise, now: i64, out: &mut Changes) {
+        let Some(r) = self.raise_held(r, now, out) else { return };
         if let Some(id) = self.by_key.get(&r.key).cloned()
             && let Some(alert) = self.alerts.get_mut(&id)
         {
@@ -314,6 +319,8 @@ impl Aggregator {
                 alert.announced_at = Some(now);
                 alert.announced_count = Some(alert.count);
                 alert.added = 0;
+                alert.announced_holds = Some(alert.holds_changes);
+                alert.holds_added = 0;
                 out.touched.push(id.clone());
                 out.fire.push(id.clone());
                 self.reschedule(&id);
@@ -330,10 +337,13 @@ impl Aggregator {
                 alert.added = alert.count.saturating_sub(before);
                 alert.announced_at = Some(now);
                 alert.announced_count = Some(alert.count);
+                let holds_before = alert.announced_holds.unwrap_or(alert.holds_changes);
+                alert.holds_added = alert.holds_changes.saturating_sub(holds_before);
+                alert.announced_holds = Some(alert.holds_changes);
                 alert.updated_at = now;
                 alert.moved = None;
                 out.touched.push(id.clone());
-                if alert.added > 0 {
+                if alert.added > 0 || alert.holds_added > 0 {
                     out.update.push(id.clone());
                 } else {
                     out.remind.push(id.clone());
@@ -400,6 +410,10 @@ impl Aggregator {
             acknowledged: None,
             silenced: None,
             added: 0,
+            holds: Vec::new(),
+            holds_changes: 0,
+            announced_holds: None,
+            holds_added: 0,
         }
     }
 
@@ -431,6 +445,13 @@ struct NewAlert<'a> {
     run_id: Option<String>,
     fallback_note: Option<String>,
     now: i64,
+}
+
+/// Whether a firing alert changed since it was last announced: more runs, or
+/// more (or changed) runs held behind them.
+fn grew(alert: &Alert) -> bool {
+    alert.count > alert.announced_count.unwrap_or(alert.count)
+        || alert.holds_changes > alert.announced_holds.unwrap_or(alert.holds_changes)
 }
 
 fn describe_causes(causes: &[Cause]) -> String {
@@ -615,6 +636,7 @@ mod tests {
             description: None,
             run_id: None,
             fallback_note: None,
+            held_by: None,
         };
         agg.raise(warning, 0, &mut out);
         agg.flush_due(1_000, &mut out);

@@ -41,7 +41,7 @@ impl AlertHandle {
     /// Raises an alert from another source; events with the same key are grouped
     /// while it is open. Never blocks.
     pub fn raise(&self, alert: Raise) {
-        let _ = self.tx.send(Input::Event(Event::Raise(alert)));
+        let _ = self.tx.send(Input::Event(Event::Raise(Box::new(alert))));
     }
 
     /// Resolves the open alert with `key` (sends `resolved` if it was sent).

@@ -1,6 +1,6 @@
-//! The alert as data: severity, lifecycle status, the root causes it names and the
-//! runs it counts; the events that feed aggregation; conversion to and from the
-//! store's rows.
+//! The alert as data: severity, lifecycle status, the root causes it names, the
+//! runs it counts and the runs of other flows held behind them; the events that
+//! feed aggregation; conversion to and from the store's rows.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -132,6 +132,53 @@ pub struct Alert {
     /// resolution is still sent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silenced: Option<Mark>,
+    /// Runs of other flows held (`after`) behind the failed runs it counts, in
+    /// the order they were told; its messages list them ("holds: …").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holds: Vec<Hold>,
+    /// Changes to `holds` so far (a run newly held, a held run's missed deadline).
+    #[serde(default)]
+    pub holds_changes: u64,
+    /// `holds_changes` as of the last announcement (`None`: as `holds_changes`).
+    #[serde(default)]
+    pub announced_holds: Option<u64>,
+    /// Hold changes between the previous announcement and the latest (as `added`).
+    #[serde(default)]
+    pub holds_added: u64,
+}
+
+/// A run of another flow held behind a failed run an alert counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    pub flow: String,
+    pub biz_date: String,
+    pub run_id: String,
+    /// The failed run it is held behind (one of the alert's runs).
+    pub root_run: String,
+    /// Its deadline passed while it was held: what the deadline check said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_missed: Option<String>,
+}
+
+impl Hold {
+    /// `warehouse-clean 2026-12-04` (with `, deadline missed` once it is).
+    pub fn label(&self) -> String {
+        let missed = if self.deadline_missed.is_some() { " (deadline missed)" } else { "" };
+        format!("{} {}{missed}", self.flow, self.biz_date)
+    }
+}
+
+/// A run held behind a failed run (`madeira_engine::HeldRun`), as aggregation
+/// takes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    pub run_id: String,
+    pub flow: String,
+    pub biz_date: String,
+    pub root_run: String,
+    pub root_flow: String,
+    #[serde(default)]
+    pub root_node: Option<String>,
 }
 
 /// An operator's acknowledgement or silence of an alert: who, when, why, and
@@ -206,4 +253,9 @@ pub struct Raise {
     /// (an overdue confirmation whose `fallback_after` ran the fallback).
     #[serde(default)]
     pub fallback_note: Option<String>,
+    /// The FAILED run that holds `run_id` (`after`) and is its root cause: the
+    /// alert joins that run's failure alert, listed under its holds, when one is
+    /// open (a held flow does not page on its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<String>,
 }

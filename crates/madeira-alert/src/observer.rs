@@ -7,14 +7,16 @@
 //! stalled in INIT past its `stall_after` or RUNNING past its `warn_after` raises
 //! a warning per flow and node that resolves once no run of it is still stuck
 //! (these come from the engine's watch, not a commit: they go through the channel
-//! on a shared store too, to its inbox within a cluster tick).
+//! on a shared store too, to its inbox within a cluster tick). A run held behind
+//! a failed upstream run (`after`) is told as `Held`, listed on that run's
+//! failure alert; its missed deadline carries `held_by` to join that alert.
 
 use madeira_core::rootcause::root_causes;
 use madeira_core::{RunSnapshot, RunState};
-use madeira_engine::{AlertSource, BusinessAlert, EngineObserver, NodeWatch, RunEvent};
+use madeira_engine::{AlertSource, BusinessAlert, EngineObserver, HeldRun, NodeWatch, RunEvent};
 use tokio::sync::mpsc;
 
-use crate::model::{Cause, Failure, Raise, Severity};
+use crate::model::{Cause, Failure, Held, Raise, Severity};
 use crate::task::{Event, Input};
 
 pub struct AlertObserver {
@@ -57,7 +59,7 @@ impl AlertObserver {
         let at = chrono::DateTime::from_timestamp_millis(scheduled_at_ms)
             .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
             .unwrap_or_default();
-        Event::Raise(Raise {
+        Event::Raise(Box::new(Raise {
             key: missed_key(flow),
             alertname: "MadeiraMissedRun".into(),
             severity: Severity::Warning,
@@ -68,12 +70,13 @@ impl AlertObserver {
             description: None,
             run_id: None,
             fallback_note: None,
-        })
+            held_by: None,
+        }))
     }
 
     fn business_event(alert: &BusinessAlert<'_>) -> Event {
         let labels = [("biz_date".to_string(), alert.biz_date.to_string())].into_iter().collect();
-        Event::Raise(Raise {
+        Event::Raise(Box::new(Raise {
             key: alert.key.to_string(),
             alertname: alert.alertname.to_string(),
             severity: if alert.critical { Severity::Critical } else { Severity::Warning },
@@ -84,6 +87,18 @@ impl AlertObserver {
             description: None,
             run_id: alert.run_id.map(str::to_string),
             fallback_note: None,
+            held_by: alert.held_by.map(str::to_string),
+        }))
+    }
+
+    fn held_event(h: &HeldRun<'_>) -> Event {
+        Event::Held(Held {
+            run_id: h.run_id.to_string(),
+            flow: h.flow.to_string(),
+            biz_date: h.biz_date.to_string(),
+            root_run: h.root_run.to_string(),
+            root_flow: h.root_flow.to_string(),
+            root_node: h.root_node.map(str::to_string),
         })
     }
 
@@ -91,7 +106,7 @@ impl AlertObserver {
         let at = chrono::DateTime::from_timestamp_millis(scheduled_at_ms)
             .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
             .unwrap_or_default();
-        Event::Raise(Raise {
+        Event::Raise(Box::new(Raise {
             key: cron_key(flow),
             alertname: "MadeiraCronRunNotCreated".into(),
             severity: Severity::Critical,
@@ -102,7 +117,8 @@ impl AlertObserver {
             description: None,
             run_id: None,
             fallback_note: None,
-        })
+            held_by: None,
+        }))
     }
 
     fn overdue_event(snap: &RunSnapshot, node: &str) -> Event {
@@ -120,7 +136,7 @@ impl AlertObserver {
                     short_duration(after)
                 )
             });
-        Event::Raise(Raise {
+        Event::Raise(Box::new(Raise {
             key: confirm_key(&snap.run_id, node),
             alertname: "MadeiraConfirmOverdue".into(),
             severity: Severity::Warning,
@@ -134,7 +150,8 @@ impl AlertObserver {
             description: prompt,
             run_id: Some(snap.run_id.clone()),
             fallback_note,
-        })
+            held_by: None,
+        }))
     }
 }
 
@@ -163,7 +180,7 @@ impl AlertObserver {
                 ),
             )
         };
-        Event::Raise(Raise {
+        Event::Raise(Box::new(Raise {
             key,
             alertname: alertname.into(),
             severity: Severity::Warning,
@@ -174,7 +191,8 @@ impl AlertObserver {
             description: None,
             run_id: Some(w.run_id.to_string()),
             fallback_note: None,
-        })
+            held_by: None,
+        }))
     }
 }
 
@@ -260,6 +278,12 @@ impl EngineObserver for AlertObserver {
         }
     }
 
+    fn run_held(&self, held: &HeldRun<'_>) {
+        if !self.through_commit {
+            let _ = self.tx.send(Input::Event(Self::held_event(held)));
+        }
+    }
+
     fn confirm_overdue(&self, snap: &RunSnapshot, node: &str) {
         if !self.through_commit {
             let _ = self.tx.send(Input::Event(Self::overdue_event(snap, node)));
@@ -305,6 +329,7 @@ impl EngineObserver for AlertObserver {
                 vec![Self::cron_event(flow, scheduled_at_ms, error)]
             }
             AlertSource::Business(alert) => vec![Self::business_event(&alert)],
+            AlertSource::Held(held) => vec![Self::held_event(&held)],
         };
         events
             .iter()

@@ -1,6 +1,6 @@
 //! What a message says, independent of the channel: a title and lines (the root
 //! cause, its error and attempts, the skipped nodes, the run link, the commands to
-//! act), rendered as markdown or plain text, cut to a byte limit with a note (at a
+//! act, the runs of other flows held behind it), rendered as markdown or plain text, cut to a byte limit with a note (at a
 //! character boundary: Chinese text is fine), and @mentions sorted by kind.
 
 use std::sync::Arc;
@@ -171,6 +171,9 @@ pub(crate) fn firing(alert: &Alert, base: Option<&str>) -> Message {
     if alert.count > 1 {
         lines.push(Line::Field("Grouped", format!("{} runs failed the same way", alert.count)));
     }
+    if !alert.holds.is_empty() {
+        lines.push(Line::Text(format!("holds: {}", holds(alert))));
+    }
     if let Some(run) = alert.latest_run() {
         match run_link(base, run) {
             Some(url) => lines.push(Line::Link(format!("Run {run}"), url)),
@@ -203,6 +206,14 @@ fn again(alert: &Alert, base: Option<&str>, what: &str) -> Message {
     let since = crate::view::rfc3339(alert.created_at);
     let line = if let (true, Some(moved)) = (what == "update", &alert.moved) {
         moved.clone()
+    } else if what == "update" && alert.added == 0 && alert.holds_added > 0 {
+        let n = alert.holds.len() as u64;
+        format!(
+            "{n} run{} of other flows held behind it now, {} change{} since the last message (firing since {since})",
+            plural(n),
+            alert.holds_added,
+            plural(alert.holds_added)
+        )
     } else if what == "update" {
         format!(
             "{} {noun}{} now, {} new since the last message (firing since {since})",
@@ -218,8 +229,16 @@ fn again(alert: &Alert, base: Option<&str>, what: &str) -> Message {
     message
 }
 
+/// `warehouse-clean 2026-12-04, finance-settle 2026-12-04 (deadline missed)`.
+fn holds(alert: &Alert) -> String {
+    list(&alert.holds.iter().map(crate::model::Hold::label).collect::<Vec<_>>())
+}
+
 fn resolved(alert: &Alert) -> Message {
     let mut lines = vec![Line::Text(alert.summary.clone())];
+    if !alert.holds.is_empty() {
+        lines.push(Line::Text(format!("released (they start once their waits are met): {}", holds(alert))));
+    }
     if let Some(resolution) = &alert.resolution {
         lines.push(Line::Field("Fallback", resolution.clone()));
         return Message { title: title(alert, "fallback ran"), lines };
@@ -253,6 +272,9 @@ fn digest(alerts: &[Arc<Alert>], base: Option<&str>) -> Message {
         }
         if alert.count > 1 {
             line.push_str(&format!(" ({} runs)", alert.count));
+        }
+        if !alert.holds.is_empty() {
+            line.push_str(&format!(" · holds {}", alert.holds.len()));
         }
         if let Some(run) = alert.latest_run() {
             line.push_str(&format!(" · run {}", run_link(base, run).unwrap_or_else(|| run.to_string())));

@@ -106,6 +106,10 @@ mod tests {
             acknowledged: None,
             silenced: None,
             added: 0,
+            holds: Vec::new(),
+            holds_changes: 0,
+            announced_holds: None,
+            holds_added: 0,
         }
     }
 

@@ -44,7 +44,9 @@ pub(crate) enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         recovers: Option<String>,
     },
-    Raise(Raise),
+    Raise(Box<Raise>),
+    /// A run is held behind a failed run (`after`): listed on its failure alert.
+    Held(crate::model::Held),
     /// `cause`: the transition's cause when a node's change resolves it
     /// (`fallback`: the fallback ran instead of an answer).
     Resolve {
@@ -207,7 +209,10 @@ impl AlertTask {
                     self.agg.flow_recovered(&flow, &run_id, now, out);
                 }
             }
-            Event::Raise(r) => self.agg.raise(r, now, out),
+            Event::Raise(r) => self.agg.raise(*r, now, out),
+            Event::Held(h) => {
+                self.agg.held(h, now, out);
+            }
             Event::Resolve { key, cause } => self.agg.resolve_key(&key, cause.as_deref(), now, out),
             Event::Leave { key, run_id } => self.agg.leave(&key, &run_id, now, out),
             Event::Mark { id, what, mark } => {
@@ -407,5 +412,45 @@ pub(crate) fn new_delivery(alert_id: Option<&str>, channel: &str, kind: &str, no
         digest_id: None,
         created_at: now,
         sent_at: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Event;
+    use crate::model::{Held, Raise, Severity};
+
+    /// Events kept in a cluster's inbox read back as written (a held run, a raise
+    /// naming the failed run that holds it).
+    #[test]
+    fn inbox_events_read_back_as_written() {
+        let held = Held {
+            run_id: "b1".into(),
+            flow: "warehouse-clean".into(),
+            biz_date: "2026-12-04".into(),
+            root_run: "a1".into(),
+            root_flow: "payments-pull".into(),
+            root_node: Some("pull".into()),
+        };
+        let raise = Raise {
+            key: "deadline:warehouse-clean:2026-12-04".into(),
+            alertname: "MadeiraDeadlineMissed".into(),
+            severity: Severity::Critical,
+            flow: Some("warehouse-clean".into()),
+            node: None,
+            labels: Default::default(),
+            summary: "late".into(),
+            description: None,
+            run_id: Some("b1".into()),
+            fallback_note: None,
+            held_by: Some("a1".into()),
+        };
+        for event in [Event::Held(held.clone()), Event::Raise(Box::new(raise))] {
+            let text = serde_json::to_string(&event).expect("encode");
+            let back: Event = serde_json::from_str(&text).expect("decode");
+            assert_eq!(serde_json::to_string(&back).expect("encode"), text);
+        }
+        let text = serde_json::to_string(&Event::Held(held)).expect("encode");
+        assert!(text.starts_with(r#"{"kind":"held","run_id":"b1""#), "{text}");
     }
 }

@@ -56,6 +56,7 @@ pub fn alert_json(row: &AlertRow, deliveries: &[&DeliveryRow]) -> Json {
         "runs": d["runs"],
         "count": d["count"],
         "fixed": d["fixed"],
+        "holds": d.get("holds").cloned().unwrap_or_else(|| json!([])),
         "created_at": rfc3339(row.created_at),
         "notify_at": rfc3339(row.notify_at),
         "resolved_at": row.resolved_at.map(rfc3339),

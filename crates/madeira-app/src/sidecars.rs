@@ -165,6 +165,7 @@ impl madeira_fleet::FleetListener for SidecarAlerts {
             ),
             run_id: None,
             fallback_note: None,
+            held_by: None,
         });
     }
 

@@ -150,6 +150,7 @@ impl Warnings for AlertWarnings {
             ),
             run_id: None,
             fallback_note: None,
+            held_by: None,
         });
     }
 }

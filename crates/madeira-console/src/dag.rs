@@ -144,29 +144,13 @@ pub fn svg(
         Orient::Down => "v-",
     };
     let mut out = String::with_capacity(nodes.len() * 600 + flow_edges.len() * 200);
-    let _ = write!(
-        out,
-        r#"<svg class="dag{fit}" id="{prefix}dag" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w:.0} {h:.0}" width="{w:.0}" height="{h:.0}" role="img" aria-label="{label}">"#,
-        w = laid.width,
-        h = laid.height,
-        label = html_escape(&format!("{} {}", t(lang, "Flow"), def.name)),
-        // Small graphs shrink to the box; large ones keep their size and scroll.
-        fit = if nodes.len() <= 60 { " fit" } else { "" },
-    );
-    let _ = write!(
-        out,
-        r#"<defs><marker id="{prefix}arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="arrowhead"/></marker></defs><g class="edges">"#
-    );
+    let label = format!("{} {}", t(lang, "Flow"), def.name);
+    // Small graphs shrink to the box; large ones keep their size and scroll.
+    svg_open(&mut out, prefix, "dag", &laid, &label, nodes.len() <= 60);
     for (i, &(from, to)) in flow_edges.iter().enumerate() {
         let Some(route) = laid.routes.get(i).filter(|r| r.len() >= 2) else { continue };
-        let kind = edge_kind(def, from, to);
-        let _ = write!(
-            out,
-            r#"<path id="{prefix}e-{}-{}" class="edge {kind}" d="{}" marker-end="url(#{prefix}arrow)"/>"#,
-            def.nodes[from].id,
-            def.nodes[to].id,
-            path_d(route)
-        );
+        let id = format!("{}-{}", def.nodes[from].id, def.nodes[to].id);
+        edge_svg(&mut out, prefix, &id, edge_kind(def, from, to), route);
     }
     out.push_str(r#"</g><g class="nodes">"#);
     for (&v, i) in nodes.iter().zip(0..) {
@@ -174,6 +158,71 @@ pub fn svg(
     }
     out.push_str("</g></svg>");
     PreEscaped(out)
+}
+
+/// Opens a drawing: the `<svg>` element (id `prefix` + `id`, sized to `laid`),
+/// its arrowhead and the edges' group (`edge_svg` adds to it; the caller closes
+/// it with `</g><g class="nodes">`, adds boxes, and ends with `</g></svg>`).
+pub(crate) fn svg_open(out: &mut String, prefix: &str, id: &str, laid: &Layout, label: &str, fit: bool) {
+    let _ = write!(
+        out,
+        r#"<svg class="dag{fit}" id="{prefix}{id}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w:.0} {h:.0}" width="{w:.0}" height="{h:.0}" role="img" aria-label="{label}">"#,
+        w = laid.width,
+        h = laid.height,
+        label = html_escape(label),
+        fit = if fit { " fit" } else { "" },
+    );
+    let _ = write!(
+        out,
+        r#"<defs><marker id="{prefix}arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="arrowhead"/></marker></defs><g class="edges">"#
+    );
+}
+
+/// One edge (`id` `prefix` + `e-<id>`) along `route`.
+pub(crate) fn edge_svg(out: &mut String, prefix: &str, id: &str, class: &str, route: &[(f64, f64)]) {
+    let _ = write!(
+        out,
+        r#"<path id="{prefix}e-{id}" class="edge {class}" d="{d}" marker-end="url(#{prefix}arrow)"/>"#,
+        id = html_escape(id),
+        d = path_d(route)
+    );
+}
+
+/// A box of a drawing: its place, element id (`prefix` + `n-<id>`), classes
+/// after `node`, tooltip, icon and two lines of text.
+pub(crate) struct BoxSvg<'a> {
+    pub prefix: &'a str,
+    pub id: &'a str,
+    pub class: &'a str,
+    /// More attributes of the box's `<g>` (`tabindex`, `role`, `data-*`), written as is.
+    pub attrs: &'a str,
+    pub title: &'a str,
+    pub icon: &'a str,
+    pub label: &'a str,
+    pub second: &'a str,
+    pub at: (f64, f64),
+}
+
+/// Writes the box's `<g>`, rectangle and text; the caller may add to it and
+/// closes it with `</g>`.
+pub(crate) fn box_open(out: &mut String, b: &BoxSvg<'_>) {
+    let (x, y) = b.at;
+    let _ = write!(
+        out,
+        r#"<g class="node {class}" id="{prefix}n-{id}" data-node="{id}"{attrs} aria-label="{title}"><title>{title}</title><rect x="{x:.1}" y="{y:.1}" width="{NODE_W}" height="{NODE_H}" rx="7"/><text class="icon" x="{ix:.1}" y="{ty:.1}">{icon}</text><text class="label" x="{lx:.1}" y="{ty:.1}">{label}</text><text class="state" x="{lx:.1}" y="{sy:.1}">{second}</text>"#,
+        class = b.class,
+        prefix = b.prefix,
+        id = html_escape(b.id),
+        attrs = b.attrs,
+        title = html_escape(b.title),
+        ix = x + 10.0,
+        lx = x + 28.0,
+        ty = y + 18.0,
+        sy = y + 34.0,
+        icon = b.icon,
+        label = html_escape(&truncate(b.label, 18)),
+        second = html_escape(&truncate(b.second, 24)),
+    );
 }
 
 fn edge_kind(def: &FlowDef, from: usize, to: usize) -> &'static str {
@@ -210,8 +259,8 @@ fn node_svg(
     let node = &def.nodes[v];
     let state = states.and_then(|s| s.get(&node.id)).map(String::as_str);
     let class = match state {
-        Some(s) => format!("node st-{s}"),
-        None => "node st-DEF".to_string(),
+        Some(s) => format!("st-{s}"),
+        None => "st-DEF".to_string(),
     };
     let second =
         state.map_or_else(|| node_kind(def, v), |s| format!("{s} · {}", crate::i18n::state_gloss(lang, s)));
@@ -223,20 +272,19 @@ fn node_svg(
     if let Some(w) = &when {
         let _ = write!(title, " — when {w}");
     }
-    let _ = write!(
-        out,
-        r#"<g class="{class}{manual}" id="{prefix}n-{id}" data-node="{id}" tabindex="0" role="button" aria-label="{title}"><title>{title}</title><rect x="{x:.1}" y="{y:.1}" width="{NODE_W}" height="{NODE_H}" rx="7"/><text class="icon" x="{ix:.1}" y="{ty:.1}">{icon}</text><text class="label" x="{lx:.1}" y="{ty:.1}">{label}</text><text class="state" x="{lx:.1}" y="{sy:.1}">{second}</text>"#,
-        manual = if node.is_manual() { " manual" } else { "" },
-        id = node.id,
-        title = html_escape(&title),
-        ix = x + 10.0,
-        lx = x + 28.0,
-        ty = y + 18.0,
-        sy = y + 34.0,
-        icon = icon(state.unwrap_or("")),
-        label = html_escape(&truncate(&node.id, 18)),
-        second = html_escape(&truncate(&second, 24)),
-    );
+    let class = format!("{class}{}", if node.is_manual() { " manual" } else { "" });
+    let b = BoxSvg {
+        prefix,
+        id: &node.id,
+        class: &class,
+        attrs: r#" tabindex="0" role="button""#,
+        title: &title,
+        icon: icon(state.unwrap_or("")),
+        label: &node.id,
+        second: &second,
+        at: (x, y),
+    };
+    box_open(out, &b);
     if let Some(w) = when {
         let _ = write!(
             out,

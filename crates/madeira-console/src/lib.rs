@@ -138,6 +138,7 @@ fn table() -> Vec<(&'static str, Access, Handlers)> {
         ("/alerts/{id}/{action}", Scoped, post(actions::alert_mark)),
         ("/flows/{name}/pause", Scoped, post(actions::pause)),
         ("/flows/{name}/resume", Scoped, post(actions::resume)),
+        ("/estate", Scoped, get(pages::estate::page)),
         ("/runs", Scoped, get(pages::runs::search)),
         ("/runs/bulk", Scoped, post(actions::bulk_runs)),
         ("/runs/{id}", Scoped, get(pages::run::page)),

@@ -13,7 +13,7 @@ use madeira_server::{Role, TokenEntry};
 use tower::ServiceExt;
 
 mod support;
-use support::{App, between, send, trigger};
+use support::{App, between, send, signin_form, trigger};
 
 const FLOW: &str = "flow: pay\nnodes:\n  compute: {run: {builtin: noop, outputs: {total: 5}}}\n  approve:\n    needs: [compute]\n    manual: {prompt: \"Pay {{ nodes.compute.outputs.total }}?\"}\n  pay: {needs: [approve], run: {builtin: noop}}\n";
 
@@ -65,15 +65,6 @@ async fn sign_in(app: &App, name: &str) -> (String, String) {
     assert!(page.body.contains(name), "the page names who is signed in");
     assert!(!page.body.contains(&format!("{name}-secret-token")), "the token is never in a page");
     (cookie, between(&page.body, "&quot;X-CSRF-Token&quot;:&quot;", "&quot;"))
-}
-
-/// The sign-in form: its double-submit cookie (`name=value`) and CSRF field.
-async fn signin_form(app: &App) -> (String, String) {
-    let page = send(app, get("/signin", None)).await;
-    let set = page.headers[header::SET_COOKIE].to_str().expect("ascii").to_string();
-    assert!(set.starts_with("madeira_signin=") && set.contains("HttpOnly; SameSite=Strict"), "{set}");
-    let cookie = set.split(';').next().expect("cookie").to_string();
-    (cookie, between(&page.body, "name=\"csrf\" value=\"", "\""))
 }
 
 async fn start_waiting_run(app: &App) -> String {

@@ -172,6 +172,7 @@ pub(crate) async fn past_failed(
         biz_date,
         summary: &summary,
         run_id: Some(run_id),
+        held_by: None,
     };
     observers.iter().for_each(|o| o.business_alert(&alert));
     let alert_events = observers.iter().flat_map(|o| o.alert_events(AlertSource::Business(alert))).collect();

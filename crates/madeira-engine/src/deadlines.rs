@@ -5,7 +5,10 @@
 //! SUCCESS run for that date — none made, QUEUED, held, waiting at a manual
 //! node, still running or failed — it raises one critical
 //! `MadeiraDeadlineMissed` naming the flow, the date and the root cause as far
-//! as the store knows it. The store records the miss first
+//! as the store knows it — for a run held by `after` behind a FAILED upstream,
+//! that upstream's failed node, and the alert then joins the upstream's failure
+//! alert (`BusinessAlert::held_by`) rather than paging on its own. The store
+//! records the miss first
 //! (`RunStore::record_deadline_miss`), so the alert fires once across restarts
 //! and replicas. Deadlines that passed before the flow was applied are not
 //! looked at. It also reports each flow's next deadline
@@ -116,15 +119,23 @@ impl DeadlineWatcher {
                 return;
             }
         }
-        let cause = self.root_cause(def, runs.first(), record.paused).await;
+        let (cause, held_by) = self.root_cause(def, runs.first(), record.paused).await;
         let by = at.with_timezone(&deadline.timezone).format("%Y-%m-%d %H:%M %Z");
         let summary =
             format!("flow {}: the run for business date {date} was not SUCCESS by {by}: {cause}", def.name);
         info!(flow = %def.name, biz_date = %date, cause = %cause, "deadline missed");
-        self.raise(def, &date, &summary, runs.first().map(|r| r.id.as_str())).await;
+        let run_id = runs.first().map(|r| r.id.as_str());
+        self.raise(def, &date, &summary, run_id, held_by.as_deref()).await;
     }
 
-    async fn raise(&self, def: &FlowDef, date: &str, summary: &str, run_id: Option<&str>) {
+    async fn raise(
+        &self,
+        def: &FlowDef,
+        date: &str,
+        summary: &str,
+        run_id: Option<&str>,
+        held_by: Option<&str>,
+    ) {
         let key = format!("deadline:{}:{date}", def.name);
         let alert = BusinessAlert {
             key: &key,
@@ -134,6 +145,7 @@ impl DeadlineWatcher {
             biz_date: date,
             summary,
             run_id,
+            held_by,
         };
         self.observers.iter().for_each(|o| o.business_alert(&alert));
         let alert_events =
@@ -145,7 +157,7 @@ impl DeadlineWatcher {
             run_id: run_id.map(str::to_string),
             node: None,
             reason: Some(summary.to_string()),
-            details: Some(serde_json::json!({"flow": def.name, "biz_date": date})),
+            details: Some(serde_json::json!({"flow": def.name, "biz_date": date, "held_by": held_by})),
         };
         let batch = Batch { audit: vec![audit], alert_events, ..Default::default() };
         if let Err(e) = self.engine.store().commit(&batch).await {
@@ -153,22 +165,51 @@ impl DeadlineWatcher {
         }
     }
 
-    /// What holds the date's run, as far as the store says.
-    async fn root_cause(&self, def: &FlowDef, run: Option<&RunRow>, paused: bool) -> String {
+    /// What holds the date's run, as far as the store says, and the FAILED
+    /// upstream run holding it (`after`) when that is the root cause.
+    async fn root_cause(
+        &self,
+        def: &FlowDef,
+        run: Option<&RunRow>,
+        paused: bool,
+    ) -> (String, Option<String>) {
         let Some(run) = run else {
             let why = if paused {
                 "the flow is paused"
             } else {
                 "its tick was skipped or missed, or nobody triggered it"
             };
-            return format!("no run was created for this date ({why})");
+            return (format!("no run was created for this date ({why})"), None);
         };
         let Ok(Some(stored)) = self.engine.store().load_run(&run.id).await else {
-            return format!("run {} is {}", run.id, run.state.as_str());
+            return (format!("run {} is {}", run.id, run.state.as_str()), None);
         };
         if let Some(why) = &stored.run.wait_reason {
-            return format!("run {} is QUEUED: {why}", run.id);
+            let store = self.engine.store();
+            return match crate::holds::root_of(store.as_ref(), &run.id).await {
+                Ok(Some(root)) => {
+                    let error = root.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+                    let text = format!(
+                        "run {} is held ({why}); root cause: {} FAILED in run {} for {}{error}",
+                        run.id,
+                        root.label(),
+                        root.run_id,
+                        root.biz_date
+                    );
+                    (text, Some(root.run_id))
+                }
+                Ok(None) => (format!("run {} is QUEUED: {why}", run.id), None),
+                Err(e) => {
+                    warn!(run_id = %run.id, error = %e, "deadlines: cannot follow the held run's waits");
+                    (format!("run {} is QUEUED: {why}", run.id), None)
+                }
+            };
         }
+        (Self::node_cause(def, run, &stored), None)
+    }
+
+    /// What keeps a started run from SUCCESS: a manual node, a failed node, a running one.
+    fn node_cause(def: &FlowDef, run: &RunRow, stored: &madeira_store::StoredRun) -> String {
         let stamp = |ms: Option<i64>| {
             ms.and_then(DateTime::from_timestamp_millis)
                 .map(|t| t.with_timezone(&def.business.timezone).format("%Y-%m-%d %H:%M:%S %Z").to_string())

@@ -377,6 +377,7 @@ impl Engine {
             Envelope::PermitPoll { flow, node } => self.poll_permits(&flow, node, work).await,
             Envelope::CheckHeld => self.check_held().await,
             Envelope::Promote { flow } => self.promote(&flow).await,
+            Envelope::Held { run_id } => self.tell_held(run_id),
         }
     }
 
@@ -612,6 +613,7 @@ impl Engine {
                             trace::run_span(&self.p.observers, t, &snap, now_ms());
                         }
                         self.p.observers.iter().for_each(|o| o.run_finished(&snap));
+                        self.tell_holds(&run_id, state, &snap);
                         if snap.flow.concurrency.max_active_runs > 0 || snap.flow.concurrency.depends_on_past
                         {
                             finished_flows

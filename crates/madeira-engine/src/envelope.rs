@@ -54,6 +54,9 @@ pub(crate) enum Envelope {
     /// A run of `flow` was created held (`depends_on_past`): look at its held
     /// runs now (release, reason, alert) rather than at the next sweep.
     Promote { flow: String },
+    /// A run was created held by `after`: when a failed upstream holds it, tell
+    /// the observers (`crate::holds`).
+    Held { run_id: String },
     /// A `madeira exec` run of an observe-only flow ended (`node` is its index).
     ObservedDone { run_id: String, node: usize, result: AttemptResult, reply: Option<Reply> },
 }

@@ -16,14 +16,28 @@ use crate::flows::FlowCache;
 
 /// The estate of the latest version of every stored flow.
 pub async fn load(store: &dyn FlowStore, flows: &FlowCache) -> Result<Estate, EngineError> {
-    let mut estate = Estate::default();
+    Ok(of(&load_defs(store, flows).await?))
+}
+
+/// The latest version of every stored flow (one that cannot be read is left out, logged).
+pub async fn load_defs(store: &dyn FlowStore, flows: &FlowCache) -> Result<Vec<Arc<FlowDef>>, EngineError> {
+    let mut defs = Vec::new();
     for record in store.list_flows().await? {
         match flows.get(store, &record.name, record.latest_version).await {
-            Ok(def) => estate.insert(EstateFlow::from_def(&format!("{}.yaml", record.name), &def)),
+            Ok(def) => defs.push(def),
             Err(e) => tracing::warn!(flow = %record.name, error = %e, "estate: flow left out"),
         }
     }
-    Ok(estate)
+    Ok(defs)
+}
+
+/// The estate of `defs`.
+pub fn of(defs: &[Arc<FlowDef>]) -> Estate {
+    let mut estate = Estate::default();
+    for def in defs {
+        estate.insert(EstateFlow::from_def(&format!("{}.yaml", def.name), def));
+    }
+    estate
 }
 
 /// The estate problems `def` (being applied from `file`) takes part in, as the

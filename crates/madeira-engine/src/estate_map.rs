@@ -1,7 +1,8 @@
 //! The estate map for one business date: every flow with its `after` edges and
 //! the state of its newest run for that date (done, running, held and by whom,
-//! failed, queued, none), and for a held flow the root of the trouble: the first
-//! failed upstream flow (and its failed node) up its chain of waits.
+//! failed, queued, none), whether it is late against its deadline, and for a
+//! held flow the root of the trouble: the first failed upstream flow (and its
+//! failed node) up its chain of waits; a failed flow lists the flows it holds.
 
 use std::collections::BTreeMap;
 
@@ -27,6 +28,15 @@ pub struct MapFlow {
     /// For a held flow: the failed upstream `{flow, node}` that holds it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub root_cause: Option<RootCause>,
+    /// For a failed flow: the held flows whose root cause it is, upstream first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub holds: Vec<String>,
+    /// The instant (RFC 3339, UTC) the flow's run for this date must be SUCCESS
+    /// by (`deadline:`), for a flow that has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
+    /// That deadline has passed and the flow is not done.
+    pub late: bool,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -36,9 +46,26 @@ pub struct RootCause {
     pub node: Option<String>,
 }
 
-/// The map of every flow for `date`, upstream flows first.
-pub async fn build(store: &dyn Store, flows: &FlowCache, date: &str) -> Result<Vec<MapFlow>, EngineError> {
-    let estate = crate::estate::load(store, flows).await?;
+/// The map of every flow for `date`, upstream flows first; `now_ms` decides
+/// which deadlines have passed.
+pub async fn build(
+    store: &dyn Store,
+    flows: &FlowCache,
+    date: &str,
+    now_ms: i64,
+) -> Result<Vec<MapFlow>, EngineError> {
+    let defs = crate::estate::load_defs(store, flows).await?;
+    let estate = crate::estate::of(&defs);
+    let calendars = flows.calendars();
+    let day = madeira_core::bizdate::parse_date(date).map_err(EngineError::BadBizDate)?;
+    let deadlines: BTreeMap<&str, chrono::DateTime<chrono::Utc>> = defs
+        .iter()
+        .filter_map(|def| {
+            let deadline = def.business.deadline.as_ref()?;
+            let cal = deadline.calendar.as_deref().and_then(|c| calendars.get(c));
+            Some((def.name.as_str(), madeira_core::bizdate::deadline_at(deadline, day, cal)?))
+        })
+        .collect();
     let mut map: BTreeMap<String, MapFlow> = BTreeMap::new();
     let mut failed_node: BTreeMap<String, Option<String>> = BTreeMap::new();
     for name in estate.topo() {
@@ -76,12 +103,31 @@ pub async fn build(store: &dyn Store, flows: &FlowCache, date: &str) -> Result<V
                 .and_then(|s| s.nodes.into_iter().find(|n| n.state.as_str() == "FAILED").map(|n| n.node));
             failed_node.insert(name.clone(), node);
         }
-        map.insert(name.clone(), MapFlow { flow: name, after, state, run_id, waiting_for, root_cause: None });
+        let due = deadlines.get(name.as_str());
+        let late = state != "done" && due.is_some_and(|at| at.timestamp_millis() <= now_ms);
+        let deadline = due.map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        let flow = MapFlow {
+            flow: name.clone(),
+            after,
+            state,
+            run_id,
+            waiting_for,
+            root_cause: None,
+            holds: Vec::new(),
+            deadline,
+            late,
+        };
+        map.insert(name, flow);
     }
     let names: Vec<String> = estate.topo();
     for name in &names {
         if map.get(name).is_some_and(|m| m.state == "held") {
             let root = root_of(name, &map, &failed_node, 0);
+            if let Some(r) = &root
+                && let Some(upstream) = map.get_mut(&r.flow)
+            {
+                upstream.holds.push(name.clone());
+            }
             if let Some(m) = map.get_mut(name) {
                 m.root_cause = root;
             }

@@ -291,7 +291,7 @@ impl EngineHandle {
 
     /// The estate map for business date `date` (`YYYY-MM-DD`).
     pub async fn estate_map(&self, date: &str) -> Result<Vec<crate::estate_map::MapFlow>, EngineError> {
-        crate::estate_map::build(self.store.as_ref(), &self.flows, date).await
+        crate::estate_map::build(self.store.as_ref(), &self.flows, date, crate::now_ms()).await
     }
 
     /// Starts, for `biz_date`, every flow whose `flow_succeeded` trigger names
@@ -395,6 +395,7 @@ impl EngineHandle {
             wait_reason,
         };
         let held = run.wait_reason.is_some();
+        let waits_after = !run.after.is_empty();
         let (reply, answer) = oneshot::channel();
         let request = CreateRequest { run, flow: def, reply };
         self.create.send(request).await.map_err(|_| EngineError::ShuttingDown)?;
@@ -412,9 +413,12 @@ impl EngineHandle {
                 Err(EngineError::OverlapSkipped { flow: req.flow, active: active.len() })
             }
             CreateOutcome::Paused => Err(EngineError::Paused(req.flow)),
-            CreateOutcome::Created { run_id, cancel_previous, .. } => {
+            CreateOutcome::Created { run_id, cancel_previous, start } => {
                 if held {
                     self.send(Envelope::Promote { flow: req.flow.clone() }).await?;
+                }
+                if waits_after && !start {
+                    self.send(Envelope::Held { run_id: run_id.clone() }).await?;
                 }
                 if let Some(warning) = routing_warning {
                     crate::fallbacks::record_routing_fallback(

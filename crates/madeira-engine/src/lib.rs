@@ -31,6 +31,7 @@ mod forward;
 mod gate;
 mod handle;
 mod health;
+pub mod holds;
 mod lease;
 pub mod lifecycle;
 pub mod livelog;
@@ -65,7 +66,7 @@ pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, Tr
 pub use lifecycle::{DeleteReport, DeleteRequest, PromoteReport, PromoteRequest};
 pub use livelog::{LiveLogs, LogSlice};
 pub use observed::ObservedReport;
-pub use observer::{AlertSource, AttemptOutcome, BusinessAlert, EngineObserver, NodeWatch};
+pub use observer::{AlertSource, AttemptOutcome, BusinessAlert, EngineObserver, HeldRun, NodeWatch};
 pub use scheduler::{Scheduler, WallClock};
 pub use stats::{EngineStats, StatsSnapshot};
 pub use throttle::{ThrottleState, ThrottleView};

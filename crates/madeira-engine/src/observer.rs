@@ -49,6 +49,24 @@ pub struct BusinessAlert<'a> {
     pub biz_date: &'a str,
     pub summary: &'a str,
     pub run_id: Option<&'a str>,
+    /// The FAILED upstream run that holds this flow's run (`after`), when that is
+    /// the root cause: the alert joins that run's failure alert instead of paging
+    /// on its own.
+    pub held_by: Option<&'a str>,
+}
+
+/// A run held by `after` behind a FAILED upstream run (`root_run`, directly or
+/// through other held runs): the upstream's failure alert lists it, and it does
+/// not page on its own (`crate::holds`).
+#[derive(Debug, Clone, Copy)]
+pub struct HeldRun<'a> {
+    pub run_id: &'a str,
+    pub flow: &'a str,
+    pub biz_date: &'a str,
+    pub root_run: &'a str,
+    pub root_flow: &'a str,
+    /// The upstream's failed node, when known.
+    pub root_node: Option<&'a str>,
 }
 
 /// What a commit may report to the alert inbox (`EngineObserver::alert_events`).
@@ -67,6 +85,8 @@ pub enum AlertSource<'a> {
     CronNotCreated { flow: &'a str, scheduled_at_ms: i64, error: &'a str },
     /// An alert about a business date (`EngineObserver::business_alert`).
     Business(BusinessAlert<'a>),
+    /// A run held behind a failed upstream run (`EngineObserver::run_held`).
+    Held(HeldRun<'a>),
 }
 
 #[allow(unused_variables)]
@@ -81,6 +101,9 @@ pub trait EngineObserver: Send + Sync {
     /// An alert about a business date, raised directly (stores without an
     /// alert inbox; on shared stores it goes through `alert_events`).
     fn business_alert(&self, alert: &BusinessAlert<'_>) {}
+    /// A run is held behind a failed upstream run (created so, or its upstream
+    /// failed while it waited); raised directly like `business_alert`.
+    fn run_held(&self, held: &HeldRun<'_>) {}
     /// Before a commit: an event to write to the store's alert inbox in that same
     /// commit (a transactional outbox: it cannot be lost to a crash after the
     /// commit). Called only on shared stores.

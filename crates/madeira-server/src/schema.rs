@@ -359,7 +359,9 @@ pub struct AuditList {
 /// `GET /alerts`: open and recent alerts.
 #[derive(Serialize, ToSchema)]
 pub struct AlertList {
-    /// Each alert: its rule, key, status (pending, firing, resolved), runs and times.
+    /// Each alert: its rule, key, status (pending, firing, resolved), runs and times;
+    /// a failure alert's `holds`: `[{flow, biz_date, run_id, root_run, deadline_missed?}]`,
+    /// the runs of other flows held (`after`) behind its failed runs.
     pub alerts: Vec<Value>,
     /// Configured channels: `{name, type}` (never their URLs).
     pub channels: Vec<Value>,
@@ -432,7 +434,9 @@ pub struct EstateView {
     /// The business date, `YYYY-MM-DD`.
     pub date: String,
     /// `{flow, after: [flow], state: done|running|held|queued|failed|cancelled|none, run_id?,
-    /// waiting_for?, root_cause?: {flow, node?}}` per flow, upstream flows first.
+    /// waiting_for?, root_cause?: {flow, node?}, holds?: [flow], deadline?, late}` per flow,
+    /// upstream flows first (`holds`: a failed flow's held flows; `deadline`: RFC 3339;
+    /// `late`: the deadline passed and the flow is not done).
     pub flows: Vec<Value>,
 }
 

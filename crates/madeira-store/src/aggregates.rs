@@ -59,6 +59,9 @@ pub trait RunStore: Send + Sync + 'static {
     /// Flows with runs held by `after` waiting for `flow` on business date `date`:
     /// once that run (or node) is SUCCESS, promoting them starts the held runs.
     async fn after_dependents(&self, flow: &str, date: &str) -> Result<Vec<String>>;
+    /// The runs held by `after` waiting for `flow` on business date `date` (QUEUED,
+    /// not admitted), oldest first: who a failed run of `flow` holds.
+    async fn held_runs(&self, flow: &str, date: &str) -> Result<Vec<RunRow>>;
     /// What a run's `after:` resolved to (empty for a run without `after`).
     async fn run_waits(&self, run_id: &str) -> Result<Vec<AfterWait>>;
     /// Records that `flow`'s deadline for `biz_date` was missed: true only the

@@ -42,6 +42,8 @@ impl Aggregator {
                 alert.announced_at = Some(now);
                 alert.announced_count = Some(alert.count);
                 alert.added = 0;
+                alert.announced_holds = Some(alert.holds_changes);
+                alert.holds_added = 0;
                 out.update.push(from.clone());
             }
             self.by_key.insert(key.to_string(), from.clone());
@@ -57,8 +59,10 @@ impl Aggregator {
             ids.retain(|id| *id != from);
         }
         let run_id = f.run_id.clone();
+        let holds = self.take_holds(&from, &run_id);
         self.failure(f, now, out);
         let to = self.by_key.get(key).cloned().unwrap_or_default();
+        self.give_holds(&to, holds, now, out);
         if emptied {
             if let Some(alert) = self.alerts.get_mut(&from) {
                 alert.moved = Some(format!("run {run_id} now fails as alert {to}: {change}"));

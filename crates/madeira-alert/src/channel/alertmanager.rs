@@ -1,7 +1,8 @@
 //! Prometheus Alertmanager: `POST {url}/api/v2/alerts` with a JSON array of
 //! `{labels, annotations, startsAt, endsAt?, generatorURL?}`. Labels: `alertname`,
 //! `severity`, `flow`, `node` (the root cause), `alert_id` and the flow's labels;
-//! annotations `summary`, `description`, `run_id`. Firing alerts are sent again
+//! annotations `summary`, `description`, `run_id` and `holds` (the runs of other
+//! flows held behind it, when any). Firing alerts are sent again
 //! while they fire; a resolved one carries `endsAt`.
 
 use std::collections::BTreeMap;
@@ -52,6 +53,10 @@ fn item(alert: &Alert, out: &Outgoing<'_>) -> Json {
     let mut annotations = json!({"summary": alert.summary, "description": description});
     if let Some(run) = alert.link_run() {
         annotations["run_id"] = json!(run);
+    }
+    if !alert.holds.is_empty() {
+        let held: Vec<String> = alert.holds.iter().map(crate::model::Hold::label).collect();
+        annotations["holds"] = json!(held.join(", "));
     }
     let mut item =
         json!({"labels": labels, "annotations": annotations, "startsAt": rfc3339(alert.created_at)});

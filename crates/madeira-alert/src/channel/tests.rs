@@ -49,6 +49,10 @@ fn alert() -> Arc<Alert> {
         acknowledged: None,
         silenced: None,
         added: 0,
+        holds: Vec::new(),
+        holds_changes: 0,
+        announced_holds: None,
+        holds_added: 0,
     })
 }
 

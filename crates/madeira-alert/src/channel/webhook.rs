@@ -58,6 +58,7 @@ pub(crate) fn alert_json(a: &Alert, base: Option<&str>) -> Json {
         "added": a.added,
         "fixed": a.fixed,
         "moved": a.moved,
+        "holds": a.holds,
         "run_url": a.link_run().and_then(|r| run_link(base, r)),
         "created_at": crate::view::rfc3339(a.created_at),
         "resolved_at": a.resolved_at.map(crate::view::rfc3339),

@@ -205,6 +205,7 @@ async fn other_sources_raise_warnings_that_group_by_key_and_resolve() {
         description: Some("host pay-01 stopped answering".into()),
         run_id: None,
         fallback_note: None,
+        held_by: None,
     };
     h.handle.raise(raise());
     h.handle.raise(raise());

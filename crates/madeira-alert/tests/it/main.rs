@@ -3,6 +3,7 @@
 
 mod delivery;
 mod durability;
+mod estate;
 mod incidents;
 mod ratelimit;
 mod support;

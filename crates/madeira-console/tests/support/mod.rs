@@ -1,13 +1,14 @@
 //! The console's integration tests' shared set-up: a real engine on a fresh
 //! SQLite store with one flow applied, the API and console routers merged as the
-//! binary serves them, one request's answer read whole, and a manual run started.
+//! binary serves them, one request's answer read whole, a manual run started, and
+//! a session signed in with a token.
 
 #![allow(dead_code)] // each test binary uses part of it
 
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::{Request, StatusCode, header};
 use madeira_console::{Console, ConsoleOptions};
 use madeira_engine::{EngineHandle, EngineOptions, Executors, TriggerRequest};
 use madeira_server::{AppState, AuthConfig, TokenEntry};
@@ -88,4 +89,29 @@ pub fn between(text: &str, start: &str, end: &str) -> String {
     let from = text.find(start).unwrap_or_else(|| panic!("no `{start}` in {text}")) + start.len();
     let to = text[from..].find(end).expect("end") + from;
     text[from..to].to_string()
+}
+
+/// The sign-in form: its double-submit cookie (`name=value`) and CSRF field.
+pub async fn signin_form(app: &App) -> (String, String) {
+    let page = send(app, Request::builder().uri("/signin").body(Body::empty()).expect("request")).await;
+    let set = page.headers[header::SET_COOKIE].to_str().expect("ascii").to_string();
+    assert!(set.starts_with("madeira_signin=") && set.contains("HttpOnly; SameSite=Strict"), "{set}");
+    let cookie = set.split(';').next().expect("cookie").to_string();
+    (cookie, between(&page.body, "name=\"csrf\" value=\"", "\""))
+}
+
+/// Signs in with `token`: the session cookie (`name=value`).
+pub async fn sign_in(app: &App, token: &str) -> String {
+    let (form_cookie, csrf) = signin_form(app).await;
+    let request = Request::builder()
+        .method("POST")
+        .uri("/signin")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::COOKIE, form_cookie)
+        .body(Body::from(format!("csrf={csrf}&next=%2F&token={token}")))
+        .expect("request");
+    let reply = send(app, request).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    let set = reply.headers[header::SET_COOKIE].to_str().expect("ascii").to_string();
+    set.split(';').next().expect("cookie").to_string()
 }

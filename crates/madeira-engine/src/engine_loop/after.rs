@@ -4,8 +4,11 @@
 //! their flows at once, so they start without any polling. A run that ended
 //! SUCCESS also starts the flows whose `flow_succeeded` trigger names its flow,
 //! for the same business date. A wake lost to a crash is made up by the reconcile
-//! sweep, which promotes every flow with waiting runs.
+//! sweep, which promotes every flow with waiting runs. A run that ended FAILED,
+//! and a run created held, are looked at by `crate::holds` (who is held behind a
+//! failure, for the alerts), off the loop.
 
+use madeira_core::{RunSnapshot, RunState};
 use tracing::{Instrument, error, info_span};
 
 use super::Engine;
@@ -15,6 +18,34 @@ use crate::RunEvent;
 pub(super) type Success = (String, String, bool);
 
 impl Engine {
+    /// A run that ended FAILED with runs waiting for it: they are held behind it.
+    pub(super) fn tell_holds(&self, run_id: &str, state: RunState, snap: &RunSnapshot) {
+        let (RunState::Failed, Some(date)) = (state, snap.biz_date.clone()) else { return };
+        if self.p.observers.is_empty() {
+            return;
+        }
+        let (store, observers) = (self.p.store.clone(), self.p.observers.clone());
+        let (run_id, flow) = (run_id.to_string(), snap.flow.name.clone());
+        let span = info_span!("holds", run_id = %run_id);
+        self.tasks.spawn(
+            async move { crate::holds::run_failed(store.as_ref(), &observers, &run_id, &flow, &date).await }
+                .instrument(span),
+        );
+    }
+
+    /// A run created held by `after`: is a failed upstream holding it?
+    pub(super) fn tell_held(&self, run_id: String) {
+        if self.p.observers.is_empty() {
+            return;
+        }
+        let (store, observers) = (self.p.store.clone(), self.p.observers.clone());
+        let span = info_span!("holds", run_id = %run_id);
+        self.tasks.spawn(
+            async move { crate::holds::run_created_held(store.as_ref(), &observers, &run_id).await }
+                .instrument(span),
+        );
+    }
+
     /// The successes among a commit's events: node SUCCESS of runs held here, and
     /// run SUCCESS (the run's business date read from its snapshot, still here).
     pub(super) fn successes(&self, events: &[RunEvent]) -> Vec<Success> {

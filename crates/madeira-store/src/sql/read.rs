@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// The columns `run_row` reads.
-fn run_columns() -> String {
+pub(super) fn run_columns() -> String {
     format!(
         "id, flow, version, state, params, {}, \"trigger\", actor, created_at, admitted_at, started_at, \
          finished_at, trace_context, biz_date, wait_reason",
@@ -25,7 +25,7 @@ fn corrupt(table: &'static str, detail: impl ToString) -> StoreError {
     StoreError::Corrupt { table, detail: detail.to_string() }
 }
 
-fn run_row(row: &Row) -> Result<RunRow> {
+pub(super) fn run_row(row: &Row) -> Result<RunRow> {
     let params: String = row.try_get("params")?;
     let state: String = row.try_get("state")?;
     Ok(RunRow {

@@ -62,6 +62,7 @@ forward!(RunStore {
     write_ids fn create_run(run: &NewRun) -> CreateOutcome = runs::create_run;
     write_ids fn create_runs(new: &[NewRun]) -> Vec<CreateOutcome> = runs::create_runs;
     write fn after_dependents(flow: &str, date: &str) -> Vec<String> = waits::after_dependents;
+    write fn held_runs(flow: &str, date: &str) -> Vec<RunRow> = waits::held_runs;
     read fn run_waits(run_id: &str) -> Vec<AfterWait> = waits::run_waits;
     write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
     write fn record_deadline_miss(flow: &str, biz_date: &str, now_ms: i64) -> bool = deadlines::record_deadline_miss;

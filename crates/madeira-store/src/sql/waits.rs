@@ -1,9 +1,10 @@
 //! Cross-flow waits (`after:`): which flows have runs held by the run of a flow
 //! for a business date (the engine promotes them once that run is SUCCESS), and
-//! what one run waits for (shown on the run and the estate map).
+//! what one run waits for (shown on the run and the estate map), and which runs
+//! a failed run holds (its failure alert lists them).
 
 use super::{Pool, sql};
-use crate::{AfterWait, Result};
+use crate::{AfterWait, Result, RunRow};
 
 /// Flows with a QUEUED, not admitted run waiting for `flow` on `date` (whole run or
 /// one of its nodes), in name order.
@@ -17,6 +18,17 @@ pub(super) async fn after_dependents(pool: &Pool, flow: &str, date: &str) -> Res
         .fetch_all(pool)
         .await?;
     Ok(rows.into_iter().map(|(f,)| f).collect())
+}
+
+/// QUEUED, not admitted runs with a wait for `flow` on `date`, oldest first.
+pub(super) async fn held_runs(pool: &Pool, flow: &str, date: &str) -> Result<Vec<RunRow>> {
+    let query = format!(
+        "SELECT {} FROM runs WHERE id IN (SELECT w.run_id FROM run_waits w WHERE w.upstream_flow = $1 \
+         AND w.upstream_date = $2) AND state = 'QUEUED' AND admitted_at IS NULL ORDER BY id LIMIT 1000",
+        super::read::run_columns()
+    );
+    let rows = sqlx::query(&sql(&query)).bind(flow).bind(date).fetch_all(pool).await?;
+    rows.iter().map(super::read::run_row).collect()
 }
 
 /// What `run_id` waits for, in its flow's `after:` order.

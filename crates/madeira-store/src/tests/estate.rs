@@ -41,11 +41,17 @@ pub(crate) async fn a_run_is_held_until_its_upstream_succeeds(s: &dyn Store) {
     assert_eq!(s.after_dependents("a", DAY).await.expect("deps"), ["b"]);
     finish(s, "a1", RunState::Failed).await;
     assert_eq!(s.promote_queued("b", 1, 40).await.expect("promote"), None, "a FAILED keeps b held");
+    // Who the failed a1 holds: b1 (b2 waits for nothing), with its date.
+    let held = s.held_runs("a", DAY).await.expect("held");
+    let held: Vec<_> = held.iter().map(|r| (r.id.as_str(), r.biz_date.as_deref())).collect();
+    assert_eq!(held, [("b1", Some(DAY))]);
+    assert!(s.held_runs("a", "2026-12-05").await.expect("held").is_empty(), "another date holds none");
     // A rerun of a1 ends SUCCESS: that commit releases b1.
     finish(s, "a1", RunState::Success).await;
     assert_eq!(s.promote_queued("b", 1, 50).await.expect("promote"), Some("b1".into()));
     assert_eq!(reason(s, "b1").await, None);
     assert!(s.after_dependents("a", DAY).await.expect("deps").is_empty());
+    assert!(s.held_runs("a", DAY).await.expect("held").is_empty(), "b1 was released");
     // Created once its upstream is SUCCESS, a run is not held at all.
     let late = s.create_run(&run_of("c", "c1", vec![wait("a", None)], 0)).await.expect("c1");
     assert!(matches!(late, CreateOutcome::Created { start: true, .. }), "{late:?}");
