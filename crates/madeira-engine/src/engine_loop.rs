@@ -601,6 +601,7 @@ impl Engine {
                     }
                 }
                 Action::RunFinished { state } => {
+                    self.p.handle.children.ended(&run_id);
                     self.resumed.retain(|(run, _)| *run != run_id);
                     let run_trace = self.traces.remove(&run_id);
                     self.gate.forget_run(&run_id);
@@ -705,7 +706,9 @@ impl Engine {
             self.resumed.remove(&(run_id.to_string(), node));
             return;
         }
-        if let Some(result) = crate::executor::immediate(executor, attempt) {
+        let immediate =
+            def.foreach.is_none().then(|| crate::executor::immediate(executor, attempt)).flatten();
+        if let Some(result) = immediate {
             // Known without running anything (a noop): the result joins the next
             // batch directly, with no task and no trip through the channel.
             let running = drain::Running {
@@ -762,9 +765,20 @@ impl Engine {
         let tx = self.p.tx.clone();
         let run_id = run_id.to_string();
         let tracker = if in_process { &self.tasks } else { &self.remote };
+        // A sub-flow's attempt is its child run; a `foreach` node's, one shard per item.
+        let work: futures::future::BoxFuture<'static, AttemptResult> = match (&job.executor, &def.foreach) {
+            (madeira_core::ExecutorDef::Subflow(sub), _) if !fallback => {
+                Box::pin(crate::subflow::attempt(self.p.handle.clone(), sub.clone(), job, token))
+            }
+            (_, Some(each)) if !fallback => {
+                let store = self.p.store.clone();
+                Box::pin(crate::executor::foreach::run(executors, store, each.clone(), job, token))
+            }
+            _ => Box::pin(async move { executors.run(job, token).await }),
+        };
         tracker.spawn(
             async move {
-                let result = executors.run(job, token).await;
+                let result = work.await;
                 let _ = tx.send(Envelope::AttemptDone { run_id, node, attempt, result }).await;
             }
             .instrument(span),
