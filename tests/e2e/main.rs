@@ -66,6 +66,7 @@ mod sql;
 mod sql_bench;
 mod stalls;
 mod store_lock;
+mod subflows;
 mod support;
 mod tls;
 mod triggers;
