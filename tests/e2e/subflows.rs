@@ -29,6 +29,10 @@ nodes:
   use: {needs: [call], when: 'nodes.call.outputs.total == 42', run: {builtin: noop}}
 ";
 
+fn ms(time: &Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(time.as_str().expect("time")).expect("rfc3339").timestamp_millis()
+}
+
 async fn start(dev: &Dev, flow: &str, date: &str) -> String {
     let (status, body) = dev.post(&format!("/flows/{flow}/runs"), json!({"biz_date": date}), &[]).await;
     assert_eq!(status, 201, "{body}");
@@ -72,6 +76,11 @@ async fn a_child_run_passes_its_outputs_and_a_rerun_starts_a_new_child() {
     assert_eq!(child_run["biz_date"], "2026-12-04", "the parent's business date");
     assert_eq!(child_run["params"], json!({"shop": "s1", "day": "2026-12-04", "fixed": 7}));
     assert_eq!(child_run["idempotency_key"], format!("subflow:{parent}:call:1"));
+    // The parent's node learns the child's end right after the child's commit (not
+    // at the attempt's 2 s store check).
+    let wake = ms(&run["nodes"]["call"]["finished_at"]) - ms(&child_run["finished_at"]);
+    eprintln!("sub-flow wake on SQLite: child SUCCESS -> parent node SUCCESS {wake} ms");
+    assert!((0..1000).contains(&wake), "child end to parent node end took {wake} ms");
 
     let (status, body) = dev
         .post(&format!("/runs/{parent}/nodes/call/rerun"), json!({"reason": "shop data fixed"}), &[])
@@ -243,4 +252,53 @@ async fn foreach_past_the_bound_fails_the_node_with_the_count_and_the_bound() {
     let run = dev.finished(&small).await;
     assert_eq!(run["status"], "SUCCESS", "{run}");
     assert_eq!(run["nodes"]["each"]["outputs"]["items"], json!([{}, {}, {}]));
+}
+
+/// Two `madeira serve` replicas on one PostgreSQL database: the replica holding a
+/// parent run and its child is killed with -9 while the child runs; the other
+/// takes both over, the parent's recovered attempt finds the same child by its
+/// key, and the parent succeeds with exactly one child, started once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_and_child_survive_kill_9_of_their_replica_on_postgres() {
+    let Some(db) = madeira_store::testing::PgTestDb::create().await.expect("PostgreSQL test database") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("madeira.yaml");
+    let text = format!(
+        "http: 127.0.0.1:0\nstore: {}\nlease: 2s\nauth:\n  tokens:\n    - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n",
+        db.url
+    );
+    std::fs::write(&config, text).expect("write config");
+    const TOKEN: &str = "subflow-replica-admin-token-012345";
+    let env = |id: &'static str| [("MADEIRA_REPLICA_ID", id), ("MADEIRA_T_ADMIN", TOKEN)];
+    let r1 = Dev::serve(&config, &env("r1"), Some(TOKEN));
+    let mut r2 = Dev::serve(&config, &env("r2"), Some(TOKEN));
+    // The child's run time is the point: the kill lands while it runs.
+    r1.put_flow(
+        "flow: pg-child\nnodes:\n  nap: {run: {builtin: sleep, for: 1500ms, outputs: {napped: true}}}\n",
+    )
+    .await;
+    r1.put_flow("flow: pg-parent\nnodes:\n  call: {run: {flow: pg-child}}\n  after: {needs: [call], run: {builtin: noop}}\n").await;
+    let parent = start(&r2, "pg-parent", "2026-12-04").await;
+    let child = wait_until(Duration::from_secs(20), "the child run to start on r2", async || {
+        let (_, run) = r2.get(&format!("/runs/{parent}")).await;
+        child_runs(&run, "call").pop().ok_or_else(|| run.to_string())
+    })
+    .await;
+    r2.kill9();
+    let run = r1.wait_run(&parent, 60, |r| r["status"] == "SUCCESS" || r["status"] == "FAILED").await;
+    assert_eq!(run["status"], "SUCCESS", "{run}");
+    assert_eq!(run["nodes"]["call"]["outputs"], json!({"napped": true}));
+    assert_eq!(child_runs(&run, "call"), [child.clone()], "the same child, found by its key");
+    assert_eq!(runs_of(&r1, "pg-child").await.len(), 1, "no second child");
+    let (status, body) = r1.get(&format!("/runs/{child}/transitions")).await;
+    assert_eq!(status, 200, "{body}");
+    let starts = body["transitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["node"].is_null() && t["to"] == "RUNNING")
+        .count();
+    assert_eq!(starts, 1, "the child run started once: {body}");
 }
