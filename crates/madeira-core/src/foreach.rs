@@ -125,7 +125,7 @@ impl Fanout {
     }
 
     /// The next item to start, if one may start now.
-    pub fn next(&mut self) -> Option<usize> {
+    pub fn start_next(&mut self) -> Option<usize> {
         if self.running.len() >= self.max_parallel {
             return None;
         }

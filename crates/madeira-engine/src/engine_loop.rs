@@ -765,17 +765,7 @@ impl Engine {
         let tx = self.p.tx.clone();
         let run_id = run_id.to_string();
         let tracker = if in_process { &self.tasks } else { &self.remote };
-        // A sub-flow's attempt is its child run; a `foreach` node's, one shard per item.
-        let work: futures::future::BoxFuture<'static, AttemptResult> = match (&job.executor, &def.foreach) {
-            (madeira_core::ExecutorDef::Subflow(sub), _) if !fallback => {
-                Box::pin(crate::subflow::attempt(self.p.handle.clone(), sub.clone(), job, token))
-            }
-            (_, Some(each)) if !fallback => {
-                let store = self.p.store.clone();
-                Box::pin(crate::executor::foreach::run(executors, store, each.clone(), job, token))
-            }
-            _ => Box::pin(async move { executors.run(job, token).await }),
-        };
+        let work = crate::subflow::attempt_work(&self.p.handle, executors, def, fallback, job, token);
         tracker.spawn(
             async move {
                 let result = work.await;

@@ -58,6 +58,28 @@ impl Children {
     }
 }
 
+/// The work of one attempt: a sub-flow's is its child run, a `foreach` node's one
+/// shard per item, any other its executor's.
+pub(crate) fn attempt_work(
+    handle: &EngineHandle,
+    executors: Arc<crate::Executors>,
+    def: &madeira_core::NodeDef,
+    fallback: bool,
+    job: Job,
+    token: CancellationToken,
+) -> futures::future::BoxFuture<'static, AttemptResult> {
+    match (&job.executor, &def.foreach) {
+        (madeira_core::ExecutorDef::Subflow(sub), _) if !fallback => {
+            Box::pin(attempt(handle.clone(), sub.clone(), job, token))
+        }
+        (_, Some(each)) if !fallback => {
+            let store = handle.store.clone();
+            Box::pin(crate::executor::foreach::run(executors, store, each.clone(), job, token))
+        }
+        _ => Box::pin(async move { executors.run(job, token).await }),
+    }
+}
+
 /// Runs one attempt of a sub-flow node: starts (or finds) its child, waits for its end.
 pub(crate) async fn attempt(
     handle: EngineHandle,

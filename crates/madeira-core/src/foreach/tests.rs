@@ -25,7 +25,7 @@ proptest! {
         let mut running: Vec<usize> = Vec::new();
         let mut picks = picks.into_iter();
         loop {
-            while let Some(i) = fan.next() {
+            while let Some(i) = fan.start_next() {
                 started.push(i);
                 running.push(i);
             }
@@ -50,7 +50,7 @@ proptest! {
 #[test]
 fn failures_name_each_item_and_are_retryable_only_if_all_are() {
     let mut fan = Fanout::new(3, 3, BTreeMap::new());
-    let started: Vec<usize> = std::iter::from_fn(|| fan.next()).collect();
+    let started: Vec<usize> = std::iter::from_fn(|| fan.start_next()).collect();
     assert_eq!(started, [0, 1, 2]);
     fan.failed(2, "boom".into(), true);
     fan.succeeded(0, out(0));

@@ -48,7 +48,7 @@ pub(crate) async fn run(
     let mut running = FuturesUnordered::new();
     let mut logs: BTreeMap<usize, String> = BTreeMap::new();
     loop {
-        while let Some(i) = fan.next() {
+        while let Some(i) = fan.start_next() {
             let (executors, job, cancel) = (executors.clone(), jobs[i].clone(), cancel.clone());
             running.push(async move { (i, executors.run(job, cancel).await) });
         }
