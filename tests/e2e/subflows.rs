@@ -302,3 +302,30 @@ async fn a_parent_and_child_survive_kill_9_of_their_replica_on_postgres() {
         .count();
     assert_eq!(starts, 1, "the child run started once: {body}");
 }
+
+/// `PUT /flows/{name}` answers 400 with the file, line and fix.
+async fn refused(dev: &Dev, yaml: &str) -> String {
+    let name = yaml.lines().find_map(|l| l.strip_prefix("flow: ")).expect("flow name").trim().to_string();
+    let resp =
+        dev.http.put(dev.url(&format!("/flows/{name}"))).body(yaml.to_string()).send().await.expect("put");
+    let status = resp.status().as_u16();
+    let body: Value = resp.json().await.expect("json");
+    assert_eq!(status, 400, "{body}");
+    body.to_string()
+}
+
+#[tokio::test]
+async fn apply_refuses_a_missing_child_and_a_subflow_cycle() {
+    let (_dir, dev) = Dev::start();
+    let body = refused(&dev, "flow: sf-a\nnodes:\n  call: {run: {flow: sf-bb}}\n").await;
+    assert!(body.contains("sf-a.yaml:3: `run.flow` names flow `sf-bb`, which does not exist"), "{body}");
+    dev.put_flow("flow: sf-b\nnodes:\n  n: {run: {builtin: noop}}\n").await;
+    let body = refused(&dev, "flow: sf-a\nnodes:\n  call: {run: {flow: sf-bb}}\n").await;
+    assert!(body.contains("did you mean `sf-b`?"), "{body}");
+    dev.put_flow("flow: sf-a\nnodes:\n  call: {run: {flow: sf-b}}\n").await;
+    let body = refused(&dev, "flow: sf-b\nnodes:\n  back: {run: {flow: sf-a}}\n").await;
+    assert!(
+        body.contains("sub-flow cycle: sf-b (sf-b.yaml:3 runs sf-a) → sf-a (sf-a.yaml:3 runs sf-b) → sf-b"),
+        "{body}"
+    );
+}
