@@ -82,6 +82,13 @@ async fn a_child_run_passes_its_outputs_and_a_rerun_starts_a_new_child() {
     eprintln!("sub-flow wake on SQLite: child SUCCESS -> parent node SUCCESS {wake} ms");
     assert!((0..1000).contains(&wake), "child end to parent node end took {wake} ms");
 
+    let page = dev.http.get(format!("{}/runs/{parent}?node=call", dev.base)).send().await.expect("page");
+    let html = page.text().await.expect("body");
+    assert!(
+        html.contains(&format!("<a class=\"child-run\" href=\"/runs/{child}\">{child}</a>")),
+        "the console's attempt links to the child run: {html}"
+    );
+
     let (status, body) = dev
         .post(&format!("/runs/{parent}/nodes/call/rerun"), json!({"reason": "shop data fixed"}), &[])
         .await;
