@@ -67,6 +67,7 @@ mod sql;
 mod sql_bench;
 mod stalls;
 mod store_lock;
+mod subflows;
 mod support;
 mod tls;
 mod triggers;

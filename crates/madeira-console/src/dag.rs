@@ -109,6 +109,7 @@ pub fn node_kind(def: &FlowDef, v: usize) -> String {
         NodeAction::Run(madeira_core::ExecutorDef::Sql(s)) => format!("sql {}", s.datasource),
         NodeAction::Run(madeira_core::ExecutorDef::Builtin(_)) => "builtin".into(),
         NodeAction::Run(madeira_core::ExecutorDef::Xxl(x)) => format!("xxl {}", x.handler),
+        NodeAction::Run(madeira_core::ExecutorDef::Subflow(s)) => format!("flow {}", s.flow),
     }
 }
 

@@ -232,6 +232,7 @@ const ZH: &[(&str, &str)] = &[
     ("Not found", "未找到"),
     ("Runs in this view are capped; narrow the filter.", "结果已截断，请缩小筛选范围。"),
     ("Sidecar", "边车"),
+    ("Child run", "子运行"),
     ("Host", "主机"),
     ("Shards", "分片"),
     ("Reason for the record", "记录原因"),

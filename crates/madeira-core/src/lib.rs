@@ -7,6 +7,7 @@ pub mod admit;
 pub mod bizdate;
 pub mod estate;
 pub mod expr;
+pub mod foreach;
 pub mod keyexpr;
 pub mod keys;
 pub mod model;
@@ -18,6 +19,7 @@ pub mod schedule;
 pub mod spec;
 pub mod sqltext;
 pub mod state;
+pub mod subflow;
 pub mod text;
 pub mod timebound;
 

@@ -266,6 +266,8 @@ pub struct NodeDef {
     pub stall_after: Duration,
     /// RUNNING longer than this raises a `MadeiraNodeSlow` warning; nothing is stopped.
     pub warn_after: Option<Duration>,
+    /// `foreach:` — the node runs once per item of a list (`crate::foreach`).
+    pub foreach: Option<crate::foreach::ForeachDef>,
 }
 
 impl NodeDef {
@@ -328,6 +330,8 @@ pub enum ExecutorDef {
     Sql(SqlDef),
     /// `run: {xxl: …}`: a handler of an XXL-JOB executor registered with this control plane.
     Xxl(XxlDef),
+    /// `run: {flow: …, params: …}`: a child run of another flow (`crate::subflow`).
+    Subflow(crate::subflow::SubflowDef),
 }
 
 /// `run: {xxl: {app, handler, params, route, block, timeout, grace}}` (SPEC §14).

@@ -602,6 +602,7 @@ impl Engine {
                     }
                 }
                 Action::RunFinished { state } => {
+                    self.p.handle.children.ended(&run_id);
                     self.resumed.retain(|(run, _)| *run != run_id);
                     let run_trace = self.traces.remove(&run_id);
                     self.gate.forget_run(&run_id);
@@ -707,7 +708,9 @@ impl Engine {
             self.resumed.remove(&(run_id.to_string(), node));
             return;
         }
-        if let Some(result) = crate::executor::immediate(executor, attempt) {
+        let immediate =
+            def.foreach.is_none().then(|| crate::executor::immediate(executor, attempt)).flatten();
+        if let Some(result) = immediate {
             // Known without running anything (a noop): the result joins the next
             // batch directly, with no task and no trip through the channel.
             let running = drain::Running {
@@ -764,9 +767,10 @@ impl Engine {
         let tx = self.p.tx.clone();
         let run_id = run_id.to_string();
         let tracker = if in_process { &self.tasks } else { &self.remote };
+        let work = crate::subflow::attempt_work(&self.p.handle, executors, def, fallback, job, token);
         tracker.spawn(
             async move {
-                let result = executors.run(job, token).await;
+                let result = work.await;
                 let _ = tx.send(Envelope::AttemptDone { run_id, node, attempt, result }).await;
             }
             .instrument(span),

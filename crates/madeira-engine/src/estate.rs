@@ -57,7 +57,7 @@ fn spec_error(file: &str, e: EstateError) -> SpecError {
             let text = message.splitn(3, ": ").nth(2).unwrap_or(&message).to_string();
             SpecError { file: file.to_string(), line, node: None, message: text }
         }
-        EstateError::Cycle(steps) => {
+        EstateError::Cycle(steps) | EstateError::SubflowCycle(steps) => {
             let line = steps.first().and_then(|s| s.line);
             SpecError { file: file.to_string(), line, node: None, message }
         }

@@ -34,6 +34,8 @@ pub struct EngineHandle {
     live_logs: crate::LiveLogs,
     /// Held while this process starts a paused flow's queued events (`events`).
     pub(crate) event_drain: Arc<tokio::sync::Mutex<()>>,
+    /// Sub-flow attempts waiting for their child run's end.
+    pub(crate) children: crate::subflow::Children,
 }
 
 /// What a handle shares with its engine.
@@ -144,6 +146,7 @@ impl EngineHandle {
             health,
             live_logs,
             event_drain: Arc::default(),
+            children: Default::default(),
         }
     }
 

@@ -44,6 +44,7 @@ mod retention;
 mod scheduler;
 mod snapshot;
 mod stats;
+mod subflow;
 mod throttle;
 mod timers;
 mod trace;

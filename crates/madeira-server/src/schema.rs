@@ -165,7 +165,7 @@ pub struct RunDetail {
     /// Node id → its state: status, reason, attempts, attempt_history (each
     /// `{attempt, started_at, finished_at, outcome, error, host}`; `host` is the
     /// replica id for an in-process attempt, the sidecar name(s) for a sidecar
-    /// one), outputs, data_version, stale, started_at, finished_at, needs; `prompt` (rendered) on
+    /// one; a sub-flow node's attempts also have `child_run`, the child run's id), outputs, data_version, stale, started_at, finished_at, needs; `prompt` (rendered) on
     /// manual nodes, `throttle` on throttled ones, `waiting` while no executor has it.
     pub nodes: std::collections::BTreeMap<String, Value>,
     /// What happened instead of a failure, e.g. a routing rule that could not be

@@ -83,6 +83,18 @@ struct AttemptView<'a> {
     outcome: Option<&'a str>,
     error: Option<&'a str>,
     host: Option<&'a str>,
+    /// A sub-flow node's attempt: the child run it started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    child_run: Option<String>,
+}
+
+impl NodeDetail<'_> {
+    /// Sets each attempt's `child_run` from `children` (attempt → child run id).
+    pub fn set_child_runs(&mut self, children: &HashMap<u32, String>) {
+        for a in &mut self.attempt_history {
+            a.child_run = children.get(&a.attempt).cloned();
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -115,6 +127,7 @@ pub fn run_detail<'a>(stored: &'a StoredRun, flow: &'a FlowDef) -> RunDetail<'a>
             outcome: a.outcome.as_deref(),
             error: a.error.as_deref(),
             host: a.host.as_deref(),
+            child_run: None,
         });
     }
     let mut nodes = BTreeMap::new();

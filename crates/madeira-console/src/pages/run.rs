@@ -450,8 +450,10 @@ async fn panel_markup(
         _ if run.def.observe => "madeira exec",
         NodeAction::Run(madeira_core::ExecutorDef::Sidecar(_)) => t(lang, "Sidecar"),
         NodeAction::Run(madeira_core::ExecutorDef::Xxl(_)) => "XXL-JOB executor",
+        NodeAction::Run(madeira_core::ExecutorDef::Subflow(_)) => t(lang, "Child run"),
         _ => t(lang, "control plane"),
     };
+    let children = child_runs(console, &r.id, &run.def.nodes[idx]).await?;
     let waiting = console.app.engine.waiting().reason(&r.id, node);
     let prompt = match &run.def.nodes[idx].action {
         NodeAction::Manual(m) => Some(madeira_server::render_prompt(&m.prompt, &run.stored, &run.def)),
@@ -544,7 +546,11 @@ async fn panel_markup(
                     tbody { @for a in &attempts {
                         tr {
                             td.num { (a.attempt) }
-                            td.host title=(host_kind) { (a.host.as_deref().unwrap_or("-")) }
+                            @if let Some(child) = children.get(&a.attempt) {
+                                td.host title=(host_kind) { a.child-run href=(format!("/runs/{child}")) { (child) } }
+                            } @else {
+                                td.host title=(host_kind) { (a.host.as_deref().unwrap_or("-")) }
+                            }
                             td { (stamp(lang, Some(a.started_at), now)) }
                             td { (duration_ms(lang, a.finished_at.unwrap_or(now) - a.started_at)) }
                             @let (outcome, why) = attempt_outcome(a, state, last_attempt);
@@ -573,4 +579,29 @@ async fn panel_markup(
             }
         }
     })
+}
+
+/// A sub-flow node's child runs by attempt (none for other nodes).
+async fn child_runs(
+    console: &Console,
+    run_id: &str,
+    def: &madeira_core::NodeDef,
+) -> Result<HashMap<u32, String>, ConsoleError> {
+    let NodeAction::Run(madeira_core::ExecutorDef::Subflow(sub)) = &def.action else {
+        return Ok(HashMap::new());
+    };
+    let query = madeira_store::RunQuery {
+        flow: Some(sub.flow.clone()),
+        actor: Some(madeira_core::subflow::child_actor(run_id, &def.id)),
+        limit: 1000,
+        ..Default::default()
+    };
+    let runs = console.app.engine.store().list_runs(&query).await?;
+    Ok(runs
+        .into_iter()
+        .filter_map(|r| {
+            let (_, _, attempt) = madeira_core::subflow::parse_child_key(r.idempotency_key.as_deref()?)?;
+            Some((attempt, r.id))
+        })
+        .collect())
 }

@@ -12,6 +12,7 @@ use crate::model::{AfterDef, FlowDef, TriggerDef};
 
 mod backfill;
 mod resolve;
+mod subflows;
 #[cfg(test)]
 mod tests;
 
@@ -31,6 +32,8 @@ pub struct EstateFlow {
     pub triggered_by: Vec<(String, Option<usize>)>,
     /// The flow's node ids (an `after.node` of a downstream must name one).
     pub nodes: Vec<String>,
+    /// Sub-flows its nodes run (`run: {flow}`): `(child flow, line)`.
+    pub subflows: Vec<(String, Option<usize>)>,
 }
 
 impl EstateFlow {
@@ -49,6 +52,7 @@ impl EstateFlow {
             after: def.after.clone(),
             triggered_by,
             nodes: def.nodes.iter().map(|n| n.id.clone()).collect(),
+            subflows: subflows::of(def),
         }
     }
 
@@ -102,6 +106,9 @@ pub enum EstateError {
     },
     #[error("{}", cycle_text(.0))]
     Cycle(Vec<CycleStep>),
+    /// Flows that run each other as sub-flows, back to the first (`a → b → a`).
+    #[error("{}", subflows::cycle_text(.0))]
+    SubflowCycle(Vec<CycleStep>),
 }
 
 fn cycle_text(steps: &[CycleStep]) -> String {
@@ -151,6 +158,9 @@ impl Estate {
     pub fn check(&self) -> Vec<EstateError> {
         let mut errors = self.dangling();
         errors.extend(self.cycle().map(EstateError::Cycle));
+        errors.extend(
+            self.flows.keys().find_map(|n| self.subflow_cycle_through(n)).map(EstateError::SubflowCycle),
+        );
         errors
     }
 
@@ -165,6 +175,9 @@ impl Estate {
         if let Some(cycle) = self.cycle_through(flow) {
             errors.push(EstateError::Cycle(cycle));
         }
+        if let Some(cycle) = self.subflow_cycle_through(flow) {
+            errors.push(EstateError::SubflowCycle(cycle));
+        }
         errors
     }
 
@@ -177,6 +190,9 @@ impl Estate {
             }
             for (up, line) in &f.triggered_by {
                 self.check_edge(f, "flow_succeeded", up, *line, None, &mut out);
+            }
+            for (child, line) in &f.subflows {
+                self.check_edge(f, "run.flow", child, *line, None, &mut out);
             }
         }
         out
@@ -294,8 +310,9 @@ impl Estate {
         seen
     }
 
-    /// Flows in an order where every flow comes after its same-date upstreams
-    /// (names break ties); flows on a cycle come last, in name order.
+    /// Flows in an order where every flow comes after its same-date upstreams and
+    /// the sub-flows it runs (names break ties); flows on a cycle come last, in
+    /// name order.
     pub fn topo(&self) -> Vec<String> {
         let mut done: BTreeSet<&str> = BTreeSet::new();
         let mut order = Vec::new();
@@ -308,6 +325,10 @@ impl Estate {
                     f.edges()
                         .filter(|e| e.same_date && self.flows.contains_key(e.upstream))
                         .all(|e| done.contains(e.upstream))
+                        && f.subflows
+                            .iter()
+                            .filter(|(c, _)| self.flows.contains_key(c) && *c != f.name)
+                            .all(|(c, _)| done.contains(c.as_str()))
                 })
                 .map(|f| f.name.as_str())
                 .collect();

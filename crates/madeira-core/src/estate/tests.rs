@@ -201,6 +201,7 @@ fn estate_strategy() -> impl Strategy<Value = Estate> {
                     after: vec![],
                     triggered_by: vec![],
                     nodes: vec!["n".into()],
+                    subflows: vec![],
                 })
                 .collect();
             for (k, (from, to, offset, trigger)) in edges.into_iter().enumerate() {
@@ -279,4 +280,41 @@ proptest! {
             }
         }
     }
+}
+
+fn with_subflow(name: &str, child: &str) -> String {
+    format!(
+        "flow: {name}\nnodes:\n  start: {{run: {{builtin: noop}}}}\n  call:\n    needs: [start]\n    run: {{flow: {child}}}\n"
+    )
+}
+
+#[test]
+fn subflows_must_exist_and_must_not_run_back() {
+    let a = parsed("a.yaml", &with_subflow("a", "b"));
+    assert_eq!(a.subflows, [("b".to_string(), Some(6))]);
+    let mut estate = Estate::new([a.clone()]);
+    let errs: Vec<String> = estate.check_flow("a").iter().map(ToString::to_string).collect();
+    assert_eq!(
+        errs,
+        ["a.yaml:6: flow a: `run.flow` names flow `b`, which does not exist; apply it first or fix the name"]
+    );
+    estate.insert(parsed("b.yaml", &with_subflow("b", "c")));
+    estate.insert(parsed("c.yaml", &flow_yaml("c", "")));
+    assert!(estate.check_flow("a").is_empty());
+    assert_eq!(estate.topo(), ["c", "b", "a"], "children before the flows that run them");
+    estate.insert(parsed("c.yaml", &with_subflow("c", "a")));
+    let errs: Vec<String> = estate.check_flow("a").iter().map(ToString::to_string).collect();
+    assert_eq!(
+        errs,
+        [
+            "sub-flow cycle: a (a.yaml:6 runs b) → b (b.yaml:6 runs c) → c (c.yaml:6 runs a) → a; a flow cannot run \
+          itself through its sub-flows: remove one of these `run: {flow: …}` nodes"
+        ]
+    );
+    let own = parsed("s.yaml", &with_subflow("s", "s"));
+    assert!(
+        matches!(&Estate::new([own]).check()[..], [EstateError::SubflowCycle(steps)] if steps.len() == 1)
+    );
+    // Sub-flows are not waits: they take no part in the same-date cycle check.
+    assert_eq!(estate.cycle(), None);
 }

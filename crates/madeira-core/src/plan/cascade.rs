@@ -268,12 +268,16 @@ impl Planner<'_> {
         self.evaluate_from(to_evaluate);
     }
 
-    /// Whether the attempt in flight runs on a sidecar (not the manual node's
-    /// fallback), which goes on running, or keeps its result, while the control
-    /// plane restarts: its recovery dispatches the same attempt again.
+    /// Whether the attempt in flight runs on a sidecar or is a child run (not the
+    /// manual node's fallback), which goes on running, or keeps its result, while
+    /// the control plane restarts: its recovery dispatches the same attempt again
+    /// (for a sub-flow: the same child, found by its idempotency key).
     fn outlives_the_control_plane(&self, node: usize) -> bool {
         !self.snap.nodes[node].fallback
-            && matches!(&self.snap.flow.nodes[node].action, NodeAction::Run(ExecutorDef::Sidecar(_)))
+            && matches!(
+                &self.snap.flow.nodes[node].action,
+                NodeAction::Run(ExecutorDef::Sidecar(_) | ExecutorDef::Subflow(_))
+            )
     }
 
     /// Marks direct downstream nodes that read an older version of `node` as stale.

@@ -48,6 +48,7 @@ pub(crate) fn flow(nodes: Vec<TestNode<'_>>) -> Arc<FlowDef> {
                 retry: RetryPolicy { attempts, ..RetryPolicy::default() },
                 stall_after: std::time::Duration::from_secs(600),
                 warn_after: None,
+                foreach: None,
                 throttle: None,
             }
         })

@@ -2,8 +2,9 @@
 //! `builtin` (noop, sleep, fail), `http` (URL and method checked), `sidecar` or
 //! `sql` (checked in `sql`) or `xxl` (checked in `xxl`).
 
-use crate::keyexpr::KeyExpr;
+use crate::keyexpr::{KeyExpr, ValueExpr};
 use crate::model::{BuiltinDef, BuiltinKind, ExecutorDef, HttpDef, SidecarDef, SidecarRoute};
+use crate::subflow::{SubflowDef, SubflowParam};
 
 use super::raw::{RawExecutor, RawHttp, RawShards, RawSidecar, Span};
 use super::report::{At, Report, did_you_mean, one_of};
@@ -25,6 +26,7 @@ pub(crate) fn executor(
         raw.sidecar.as_ref().map(|_| "sidecar"),
         raw.sql.as_ref().map(|_| "sql"),
         raw.xxl.as_ref().map(|_| "xxl"),
+        raw.flow.as_ref().map(|_| "flow"),
     ]
     .into_iter()
     .flatten()
@@ -38,7 +40,7 @@ pub(crate) fn executor(
         report.push(
             at,
             format!(
-                "`{field}` needs exactly one of `builtin`, `http`, `sidecar`, `sql` or `xxl` (has {has})"
+                "`{field}` needs exactly one of `builtin`, `http`, `sidecar`, `sql`, `xxl` or `flow` (has {has})"
             ),
         );
         return None;
@@ -58,6 +60,23 @@ pub(crate) fn executor(
     if !extra.is_empty() {
         let fields = one_of(&extra).replace(" or ", ", ");
         report.push(at, format!("{fields} only apply to `builtin` executors; remove them from `{field}`"));
+    }
+    if let (Some(p), None) = (&raw.params, &raw.flow) {
+        let line = p.0.first().and_then(|(k, _)| super::report::line_of(k));
+        report.push(
+            at.on(line),
+            format!("`params` only applies to a sub-flow (`{field}: {{flow: NAME, params: …}}`)"),
+        );
+    }
+    if let Some(f) = &raw.flow {
+        if field == "manual.fallback" {
+            report.push(
+                at.at(f),
+                "a sub-flow cannot be a manual node's fallback; use `run: {flow: …}` on a node of its own",
+            );
+            return None;
+        }
+        return subflow(report, at, f, raw);
     }
     if let Some(s) = &raw.sql {
         return super::sql::sql(report, at.at(s), &s.value).map(ExecutorDef::Sql);
@@ -233,4 +252,58 @@ fn route(report: &mut Report, at: At<'_>, raw: &RawSidecar) -> Option<SidecarRou
         },
         (None, None) => Some(SidecarRoute::RoundRobin),
     }
+}
+
+/// `run: {flow: NAME, params: {k: CEL or literal}}`. Whether `NAME` exists (and does
+/// not run this flow back) is checked on apply, against the stored flows.
+fn subflow(report: &mut Report, at: At<'_>, flow: &Span<String>, raw: &RawExecutor) -> Option<ExecutorDef> {
+    let name = flow.value.trim();
+    if name.is_empty() {
+        report.push(at.at(flow), "`flow` is empty; name the flow to run as a sub-flow");
+        return None;
+    }
+    let mut params = Vec::new();
+    let mut ok = true;
+    for (key, value) in raw.params.iter().flat_map(|p| p.0.iter()) {
+        let param = match value {
+            serde_json::Value::String(source) => match ValueExpr::compile(source) {
+                Ok(e) => {
+                    let bad: Vec<String> = e_variables(&e)
+                        .into_iter()
+                        .filter(|v| !["params", "nodes", "biz_date"].contains(&v.as_str()))
+                        .collect();
+                    for var in bad {
+                        report.push(
+                            at.at(key),
+                            format!(
+                                "sub-flow param `{}` reads `{var}`; it can read `params`, `nodes.<id>` and \
+                                 `biz_date` (quote a literal text as CEL: `\"'text'\"`)",
+                                key.value
+                            ),
+                        );
+                        ok = false;
+                    }
+                    SubflowParam::Expr(e)
+                }
+                Err(e) => {
+                    report.push(at.at(key), format!("bad CEL in sub-flow param `{}`: {e}", key.value));
+                    ok = false;
+                    continue;
+                }
+            },
+            other => SubflowParam::Literal(other.clone()),
+        };
+        params.push((key.value.clone(), param));
+    }
+    ok.then(|| {
+        ExecutorDef::Subflow(SubflowDef {
+            flow: name.to_string(),
+            line: super::report::line_of(flow),
+            params,
+        })
+    })
+}
+
+fn e_variables(e: &ValueExpr) -> Vec<String> {
+    crate::expr::Condition::compile(e.source()).map(|c| c.variables()).unwrap_or_default()
 }

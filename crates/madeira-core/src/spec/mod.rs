@@ -11,6 +11,7 @@ mod bizdate;
 mod calendars;
 mod convert;
 mod executor;
+mod foreach;
 mod graph;
 mod message;
 mod node;

@@ -53,11 +53,13 @@ pub(crate) fn build(
         Some(t) => positive_duration(report, at, "timeout", t).unwrap_or(defaults.timeout),
         None => defaults.timeout,
     };
+    let action = action(id, at, raw, report);
     NodeDef {
         id: id.to_string(),
         needs: Vec::new(),
         when: raw.when.as_ref().and_then(|w| condition(report, at, w)),
-        action: action(id, at, raw, report),
+        foreach: super::foreach::foreach(report, at, raw, &action),
+        action,
         timeout,
         retry: merge_retry(&defaults.retry, raw.retry.as_ref(), at, report),
         throttle: raw.throttle.as_ref().and_then(|t| throttle(report, at.at(t), &t.value)),

@@ -135,6 +135,14 @@ pub(crate) struct RawDefaults {
     pub warn_after: Option<Span<String>>,
 }
 
+/// `foreach:`: CEL text, or a literal list.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawForeach {
+    Expr(String),
+    List(Vec<Json>),
+}
+
 /// Every field optional: node retry overrides `defaults.retry` field by field.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -159,6 +167,9 @@ pub(crate) struct RawNode {
     pub throttle: Option<Span<RawThrottle>>,
     pub stall_after: Option<Span<String>>,
     pub warn_after: Option<Span<String>>,
+    /// A CEL expression giving a list, or a list written here.
+    pub foreach: Option<Span<RawForeach>>,
+    pub max_parallel: Option<Span<i64>>,
 }
 
 /// One executor: exactly one of `builtin`, `http`, `sidecar`, `sql`, `xxl`; the other fields
@@ -176,6 +187,9 @@ pub(crate) struct RawExecutor {
     pub sidecar: Option<Span<RawSidecar>>,
     pub sql: Option<Span<RawSql>>,
     pub xxl: Option<Span<RawXxl>>,
+    /// `run: {flow, params}`: a child run of another flow.
+    pub flow: Option<Span<String>>,
+    pub params: Option<Ordered<Span<String>, Json>>,
     /// `manual.fallback` only: `skip` or `success`, how the node ends once it succeeded.
     pub then: Option<Span<String>>,
 }

@@ -12,6 +12,7 @@ mod bizdates;
 mod errors;
 mod props;
 mod sql;
+mod subflows;
 mod xxl;
 
 /// The SPEC §2 example, verbatim.

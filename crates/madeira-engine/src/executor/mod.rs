@@ -4,6 +4,7 @@
 //! by the node's timeout and can be aborted through its cancellation token.
 
 mod builtin;
+pub(crate) mod foreach;
 mod http;
 mod ssrf;
 
@@ -93,9 +94,9 @@ impl Executors {
     }
 
     /// True when an attempt of `def` runs inside this process (http, builtin), false
-    /// for one a sidecar runs (it outlives a control-plane shutdown).
+    /// for one a sidecar runs or a child run (it outlives a control-plane shutdown).
     pub fn in_process(&self, def: &ExecutorDef) -> bool {
-        !matches!((def, &self.sidecar), (ExecutorDef::Sidecar(_), Some(_)))
+        !matches!((def, &self.sidecar), (ExecutorDef::Sidecar(_), Some(_)) | (ExecutorDef::Subflow(_), _))
     }
 
     /// Why a node running `def` must wait in INIT before it is dispatched.
@@ -151,6 +152,7 @@ impl Executors {
                 ExecutorDef::Http(_) => self.http.execute(job.clone(), cancel.clone()).await,
                 ExecutorDef::Sql(_) => AttemptResult::failure("sql node outside the sql executor", false),
                 ExecutorDef::Xxl(_) => AttemptResult::failure("xxl node outside the xxl executor", false),
+                ExecutorDef::Subflow(_) => AttemptResult::failure("sub-flow node outside the engine", false),
                 ExecutorDef::Sidecar(def) => match &self.sidecar {
                     Some(sidecar) => sidecar.execute(job.clone(), cancel.clone()).await,
                     None => AttemptResult::failure(

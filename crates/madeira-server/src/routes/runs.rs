@@ -276,6 +276,31 @@ pub async fn show(
             "queue_position": position,
         }));
     }
+    for node in &def.nodes {
+        let madeira_core::NodeAction::Run(madeira_core::ExecutorDef::Subflow(sub)) = &node.action else {
+            continue;
+        };
+        let Some(entry) = view.nodes.get_mut(node.id.as_str()) else { continue };
+        let query = madeira_store::RunQuery {
+            flow: Some(sub.flow.clone()),
+            actor: Some(madeira_core::subflow::child_actor(&id, &node.id)),
+            limit: 1000,
+            ..Default::default()
+        };
+        let children: std::collections::HashMap<u32, String> = state
+            .engine
+            .store()
+            .list_runs(&query)
+            .await?
+            .into_iter()
+            .filter_map(|r| {
+                let key = r.idempotency_key.as_deref()?;
+                let (_, _, attempt) = madeira_core::subflow::parse_child_key(key)?;
+                Some((attempt, r.id))
+            })
+            .collect();
+        entry.set_child_runs(&children);
+    }
     sidecars::show_waiting(&mut view, &id, state.engine.waiting());
     Ok(Json(view).into_response())
 }

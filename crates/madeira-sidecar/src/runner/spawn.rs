@@ -97,6 +97,14 @@ pub(super) fn prepare(
     if let Some(date) = attempt.input.get("biz_date").and_then(Json::as_str) {
         cmd.env("MADEIRA_BIZ_DATE", date);
     }
+    // A `foreach` node's item: text as it is, any other value as JSON.
+    if let Some(item) = attempt.input.get("item") {
+        let text = item.as_str().map_or_else(|| item.to_string(), str::to_string);
+        cmd.env("MADEIRA_ITEM", text);
+        if let Some(index) = attempt.input.get("item_index").and_then(Json::as_u64) {
+            cmd.env("MADEIRA_ITEM_INDEX", index.to_string());
+        }
+    }
     if total > 0 {
         cmd.env("MADEIRA_SHARD_INDEX", index.to_string()).env("MADEIRA_SHARD_TOTAL", total.to_string());
     }

@@ -147,6 +147,12 @@ async fn apply(paths: &[std::path::PathBuf], server: &ServerArgs) -> Result<Exit
         }
     }
     problems.extend(estate.cycle().map(|c| madeira_core::estate::EstateError::Cycle(c).to_string()));
+    problems.extend(
+        estate
+            .flows()
+            .find_map(|f| estate.subflow_cycle_through(&f.name))
+            .map(|c| madeira_core::estate::EstateError::SubflowCycle(c).to_string()),
+    );
     if !problems.is_empty() {
         bail!("nothing applied; fix these first:\n{}", problems.join("\n"));
     }

@@ -247,7 +247,7 @@ fn manual_and_run_exclusive() {
     );
     assert_like(
         "flow: f\nnodes:\n  a: {run: {builtin: noop, sidecar: {group: g, job: j}}}\n",
-        "flow.yaml:3: node a: `run` needs exactly one of `builtin`, `http`, `sidecar`, `sql` or `xxl`",
+        "flow.yaml:3: node a: `run` needs exactly one of `builtin`, `http`, `sidecar`, `sql`, `xxl` or `flow`",
         "(has `builtin` and `sidecar`)",
     );
 }
