@@ -203,5 +203,5 @@ sum_of! {
     /// Everything Madeira keeps except alerts: the sum of the aggregates above.
     /// Implemented for every type that implements them all.
     Store = FlowStore + RunStore + AuditStore + LeaseStore + PermitStore + CommandStore
-        + PresenceStore + SessionStore + RetentionStore + HealthStore
+        + PresenceStore + SessionStore + RetentionStore + HealthStore + BackfillStore
 }
