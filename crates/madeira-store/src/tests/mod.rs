@@ -4,6 +4,7 @@
 //! test body lives once in `suite.rs`.
 
 mod alerts;
+mod backfills;
 mod bizdates;
 mod console;
 mod estate;
@@ -87,6 +88,7 @@ macro_rules! on_every_backend {
 }
 
 mod bodies {
+    pub(super) use super::backfills::*;
     pub(super) use super::bizdates::*;
     pub(super) use super::console::*;
     pub(super) use super::estate::*;
@@ -103,6 +105,9 @@ mod bodies {
 }
 
 on_every_backend!(
+    a_backfill_advances_within_parallel_and_upstream_first,
+    a_backfill_skips_dates_that_succeeded_and_pauses_and_cancels,
+    backfill_runs_wait_behind_other_runs_for_room,
     a_run_is_held_until_its_upstream_succeeds,
     a_node_wait_is_met_by_that_node_alone,
     runs_keep_their_business_date_and_are_found_by_it,
