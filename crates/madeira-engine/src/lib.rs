@@ -15,6 +15,8 @@
 //! takes writes). Recovery on start resumes every unfinished run: RUNNING ones
 //! are recovered, admitted QUEUED ones started, waiting ones promoted.
 
+mod after_policy;
+pub mod backfill;
 mod bizdates;
 mod clock;
 mod creator;
@@ -61,6 +63,7 @@ pub use events::{DrainReport, EventDrainer, EventOutcome, Listener, QueuedAnswer
 pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};
 pub use flows::{ApplyOutcome, FlowCache};
 pub use gate::WaitingNodes;
+pub use backfill::{BackfillCreated, BackfillRequest};
 pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, TriggerRequest};
 pub use lifecycle::{DeleteReport, DeleteRequest, PromoteReport, PromoteRequest};
 pub use livelog::{LiveLogs, LogSlice};
@@ -190,6 +193,13 @@ pub enum EngineError {
     Remote { code: String, message: String, state: Option<String> },
     #[error("the engine is shutting down")]
     ShuttingDown,
+    #[error("backfill {0} not found")]
+    BackfillNotFound(String),
+    /// A backfill request that cannot be made (the message names the field and the fix).
+    #[error("{0}")]
+    BadBackfill(String),
+    #[error("backfill {id} is {state}: cannot {action} it")]
+    BackfillRefused { id: String, state: String, action: &'static str },
     /// Text the store cannot keep (NUL), refused before anything is written.
     #[error("{0}")]
     BadText(String),

@@ -61,6 +61,12 @@ pub trait RunStore: Send + Sync + 'static {
     async fn after_dependents(&self, flow: &str, date: &str) -> Result<Vec<String>>;
     /// What a run's `after:` resolved to (empty for a run without `after`).
     async fn run_waits(&self, run_id: &str) -> Result<Vec<AfterWait>>;
+    /// Runs held by an unmet `after` now (at most 1000, oldest first), for
+    /// `after_policy`.
+    async fn held_by_after(&self) -> Result<Vec<HeldRun>>;
+    /// Drops the waits of a run still held by `after` (`after_policy: run`): it then
+    /// waits only for room. False when it was no longer held.
+    async fn waive_waits(&self, run_id: &str) -> Result<bool>;
     /// Records that `flow`'s deadline for `biz_date` was missed: true only the
     /// first time, on any replica (the caller then raises the alert).
     async fn record_deadline_miss(&self, flow: &str, biz_date: &str, now_ms: i64) -> Result<bool>;

@@ -4,7 +4,8 @@
 //! their flows at once, so they start without any polling. A run that ended
 //! SUCCESS also starts the flows whose `flow_succeeded` trigger names its flow,
 //! for the same business date. A wake lost to a crash is made up by the reconcile
-//! sweep, which promotes every flow with waiting runs.
+//! sweep, which promotes every flow with waiting runs. A run that ended (any
+//! way) advances the backfill it belongs to, if any (`crate::backfill`).
 
 use tracing::{Instrument, error, info_span};
 
@@ -54,5 +55,25 @@ impl Engine {
         for flow in flows {
             self.promote(&flow).await;
         }
+    }
+}
+
+/// Runs a commit ended (SUCCESS, FAILED or CANCELLED).
+pub(super) fn finished_runs(events: &[RunEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e.node.is_none() && matches!(e.to.as_str(), "SUCCESS" | "FAILED" | "CANCELLED"))
+        .map(|e| e.run_id.clone())
+        .collect()
+}
+
+impl Engine {
+    /// Advances, off the loop, the backfills the runs that just ended belong to.
+    pub(super) fn advance_backfills(&mut self, finished: Vec<String>) {
+        if finished.is_empty() {
+            return;
+        }
+        let handle = self.p.handle.clone();
+        self.tasks.spawn(async move { handle.backfills_after(finished).await }.instrument(info_span!("backfill")));
     }
 }

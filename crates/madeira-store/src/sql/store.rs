@@ -12,7 +12,7 @@ use super::{
 };
 use crate::dialect::{Dialect, SqlStore};
 use crate::{
-    Advanced, AfterWait, AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore,
+    Advanced, AfterWait, HeldRun, AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore,
     BackfillChange, BackfillRecord, BackfillStepRow, BackfillStore, Batch, Claim, CommandStore,
     CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowStore, FlowVersion, HealthStore,
     InboxEvent, Lease, LeaseStore, LogRecord, NewBackfill, NewRun, OpenAlerts, PermitKey, PermitStore,
@@ -63,6 +63,8 @@ forward!(RunStore {
     write_ids fn create_runs(new: &[NewRun]) -> Vec<CreateOutcome> = runs::create_runs;
     write fn after_dependents(flow: &str, date: &str) -> Vec<String> = waits::after_dependents;
     read fn run_waits(run_id: &str) -> Vec<AfterWait> = waits::run_waits;
+    read fn held_by_after() -> Vec<HeldRun> = waits::held_by_after;
+    write fn waive_waits(run_id: &str) -> bool = waits::waive_waits;
     write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
     write fn record_deadline_miss(flow: &str, biz_date: &str, now_ms: i64) -> bool = deadlines::record_deadline_miss;
     write fn set_wait_reason(run_id: &str, reason: Option<&str>, admit_ms: Option<i64>) -> bool = runs::set_wait_reason;
