@@ -71,11 +71,13 @@ impl EngineHandle {
         let waited = humanize(wait);
         match then {
             AfterThen::Fail => {
-                let reason = format!("after_policy: fail; waited {waited} for {upstream}, which is not SUCCESS");
+                let reason =
+                    format!("after_policy: fail; waited {waited} for {upstream}, which is not SUCCESS");
                 self.held_command(run, Command::AfterExpired, "after_policy_fail", reason).await;
             }
             AfterThen::Skip => {
-                let reason = format!("after_policy: skip; waited {waited} for {upstream}, which is not SUCCESS");
+                let reason =
+                    format!("after_policy: skip; waited {waited} for {upstream}, which is not SUCCESS");
                 self.held_command(run, Command::Cancel, "after_policy_skip", reason).await;
             }
             AfterThen::Run => match self.store.waive_waits(&run.run_id).await {
@@ -98,7 +100,9 @@ impl EngineHandle {
                     let _ = self.send_envelope(Envelope::Promote { flow: run.flow.clone() }).await;
                 }
                 Ok(false) => {}
-                Err(e) => warn!(run_id = %run.run_id, error = %e, "after_policy: cannot waive the run's waits"),
+                Err(e) => {
+                    warn!(run_id = %run.run_id, error = %e, "after_policy: cannot waive the run's waits")
+                }
             },
         }
     }

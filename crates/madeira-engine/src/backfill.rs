@@ -141,15 +141,20 @@ impl EngineHandle {
         let calendars = self.flows.calendars();
         let dates = req.dates(&calendars)?;
         let estate = crate::estate::load(self.store.as_ref(), &self.flows).await?;
-        let plan = backfill_order(&estate, &req.flow, &dates, req.with_dependents, req.order, calendars.as_ref())
-            .map_err(|e| bad(format!("{}: {e}", req.flow)))?;
+        let plan =
+            backfill_order(&estate, &req.flow, &dates, req.with_dependents, req.order, calendars.as_ref())
+                .map_err(|e| bad(format!("{}: {e}", req.flow)))?;
         let id = uuid::Uuid::now_v7().to_string();
         let text = |d: &NaiveDate| d.format("%Y-%m-%d").to_string();
         let steps: Vec<NewBackfillStep> = plan
             .steps
             .iter()
             .zip(&plan.waits)
-            .map(|(s, waits)| NewBackfillStep { flow: s.flow.clone(), biz_date: text(&s.date), waits: waits.clone() })
+            .map(|(s, waits)| NewBackfillStep {
+                flow: s.flow.clone(),
+                biz_date: text(&s.date),
+                waits: waits.clone(),
+            })
             .collect();
         let mut flows: Vec<String> = steps.iter().map(|s| s.flow.clone()).collect();
         flows.sort();
@@ -188,6 +193,20 @@ impl EngineHandle {
         Ok(BackfillCreated { id, dates: backfill.dates, flows, steps: backfill.steps.len() })
     }
 
+    /// The flows a backfill of `flow` runs: it, and every flow downstream of it
+    /// in the estate when `with_dependents`.
+    pub async fn backfill_flows(
+        &self,
+        flow: &str,
+        with_dependents: bool,
+    ) -> Result<Vec<String>, EngineError> {
+        if !with_dependents {
+            return Ok(vec![flow.to_string()]);
+        }
+        let estate = crate::estate::load(self.store.as_ref(), &self.flows).await?;
+        Ok(estate.with_dependents(flow).into_iter().collect())
+    }
+
     /// The latest backfills, with progress.
     pub async fn backfills(&self, limit: u32) -> Result<Vec<BackfillRecord>, EngineError> {
         Ok(self.store.list_backfills(limit).await?)
@@ -223,7 +242,11 @@ impl EngineHandle {
         match self.store.change_backfill(id, action, audit.at, &audit).await? {
             BackfillChange::NotFound => return Err(EngineError::BackfillNotFound(id.to_string())),
             BackfillChange::Refused { state } => {
-                return Err(EngineError::BackfillRefused { id: id.to_string(), state, action: action.as_str() });
+                return Err(EngineError::BackfillRefused {
+                    id: id.to_string(),
+                    state,
+                    action: action.as_str(),
+                });
             }
             BackfillChange::Changed { unfinished, .. } => {
                 if action == BackfillAction::Cancel {
@@ -261,7 +284,9 @@ impl EngineHandle {
             let advanced = match self.store.advance_backfill(id, now_ms(), STALE_CLAIM_MS).await {
                 Ok(Some(a)) => a,
                 Ok(None) => return,
-                Err(e) => return warn!(backfill = id, error = %e, "backfill: cannot advance; the sweep tries again"),
+                Err(e) => {
+                    return warn!(backfill = id, error = %e, "backfill: cannot advance; the sweep tries again");
+                }
             };
             if advanced.finished {
                 info!(backfill = id, "backfill done");
@@ -300,7 +325,8 @@ impl EngineHandle {
         match self.trigger(req).await {
             Ok(out) => match self.store.settle_backfill_step(id, step.seq, Some(&out.run_id), None).await {
                 Ok(Some(state)) if state == "cancelled" => {
-                    self.cancel_backfill_run(&out.run_id, actor, "created as the backfill was cancelled").await;
+                    self.cancel_backfill_run(&out.run_id, actor, "created as the backfill was cancelled")
+                        .await;
                     false
                 }
                 Ok(_) => false,
@@ -332,7 +358,9 @@ impl EngineHandle {
                     self.advance_backfill(&id).await;
                 }
             }
-            Err(e) => warn!(error = %e, "backfill: cannot read the backfills of finished runs; the sweep advances them"),
+            Err(e) => {
+                warn!(error = %e, "backfill: cannot read the backfills of finished runs; the sweep advances them")
+            }
         }
     }
 

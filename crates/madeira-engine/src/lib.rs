@@ -56,6 +56,7 @@ use std::time::Duration;
 use madeira_store::Store;
 use tokio::sync::{broadcast, mpsc};
 
+pub use backfill::{BackfillCreated, BackfillRequest};
 pub use clock::now_ms;
 pub use deadlines::DeadlineWatcher;
 pub use engine_loop::Engine;
@@ -63,7 +64,6 @@ pub use events::{DrainReport, EventDrainer, EventOutcome, Listener, QueuedAnswer
 pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};
 pub use flows::{ApplyOutcome, FlowCache};
 pub use gate::WaitingNodes;
-pub use backfill::{BackfillCreated, BackfillRequest};
 pub use handle::{ActionRequest, EngineHandle, NodeActionKind, TriggerOutcome, TriggerRequest};
 pub use lifecycle::{DeleteReport, DeleteRequest, PromoteReport, PromoteRequest};
 pub use livelog::{LiveLogs, LogSlice};

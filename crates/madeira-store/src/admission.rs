@@ -65,7 +65,8 @@ pub(crate) const WAITING: &str = concat!(
 );
 
 /// A QUEUED run not admitted whose `after` is not met: held by `after`.
-pub(crate) const HELD_BY_AFTER: &str = concat!("state = 'QUEUED' AND admitted_at IS NULL AND ", unmet_wait!());
+pub(crate) const HELD_BY_AFTER: &str =
+    concat!("state = 'QUEUED' AND admitted_at IS NULL AND ", unmet_wait!());
 
 /// Whether the run of flow `$1` for business date `$2` is SUCCESS.
 pub(crate) const RUN_MET: &str =

@@ -74,6 +74,7 @@ impl Engine {
             return;
         }
         let handle = self.p.handle.clone();
-        self.tasks.spawn(async move { handle.backfills_after(finished).await }.instrument(info_span!("backfill")));
+        self.tasks
+            .spawn(async move { handle.backfills_after(finished).await }.instrument(info_span!("backfill")));
     }
 }

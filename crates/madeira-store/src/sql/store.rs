@@ -12,12 +12,13 @@ use super::{
 };
 use crate::dialect::{Dialect, SqlStore};
 use crate::{
-    Advanced, AfterWait, HeldRun, AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore,
+    Advanced, AfterWait, AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore,
     BackfillChange, BackfillRecord, BackfillStepRow, BackfillStore, Batch, Claim, CommandStore,
     CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowStore, FlowVersion, HealthStore,
-    InboxEvent, Lease, LeaseStore, LogRecord, NewBackfill, NewRun, OpenAlerts, PermitKey, PermitStore,
-    PresenceStore, PutFlow, QueueOutcome, QueuedEvent, Result, RetentionStore, RunCommand, RunQuery, RunRow,
-    RunStore, SessionRecord, SessionStore, ShardResult, SidecarPresence, StoredRun, TransitionRecord,
+    HeldRun, InboxEvent, Lease, LeaseStore, LogRecord, NewBackfill, NewRun, OpenAlerts, PermitKey,
+    PermitStore, PresenceStore, PutFlow, QueueOutcome, QueuedEvent, Result, RetentionStore, RunCommand,
+    RunQuery, RunRow, RunStore, SessionRecord, SessionStore, ShardResult, SidecarPresence, StoredRun,
+    TransitionRecord,
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its

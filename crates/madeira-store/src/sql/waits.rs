@@ -58,22 +58,27 @@ pub(super) async fn held_by_after(pool: &Pool) -> Result<Vec<HeldRun>> {
 /// waived it first).
 pub(super) async fn waive_waits(pool: &Pool, run_id: &str) -> Result<bool> {
     let mut tx = pool.begin().await?;
-    let flow: Option<(String,)> =
-        sqlx::query_as(&sql("SELECT flow FROM runs WHERE id = $1 AND state = 'QUEUED' AND admitted_at IS NULL"))
+    let flow: Option<(String,)> = sqlx::query_as(&sql(
+        "SELECT flow FROM runs WHERE id = $1 AND state = 'QUEUED' AND admitted_at IS NULL",
+    ))
+    .bind(run_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((flow,)) = flow else { return Ok(false) };
+    super::runs::lock_flow(&mut tx, &flow).await?;
+    let still: Option<(String,)> =
+        sqlx::query_as(&sql(&format!("SELECT id FROM runs WHERE id = $1 AND {HELD_BY_AFTER}")))
             .bind(run_id)
             .fetch_optional(&mut *tx)
             .await?;
-    let Some((flow,)) = flow else { return Ok(false) };
-    super::runs::lock_flow(&mut tx, &flow).await?;
-    let still: Option<(String,)> = sqlx::query_as(&sql(&format!("SELECT id FROM runs WHERE id = $1 AND {HELD_BY_AFTER}")))
-        .bind(run_id)
-        .fetch_optional(&mut *tx)
-        .await?;
     if still.is_none() {
         return Ok(false);
     }
     sqlx::query(&sql("DELETE FROM run_waits WHERE run_id = $1")).bind(run_id).execute(&mut *tx).await?;
-    sqlx::query(&sql("UPDATE runs SET wait_reason = NULL WHERE id = $1")).bind(run_id).execute(&mut *tx).await?;
+    sqlx::query(&sql("UPDATE runs SET wait_reason = NULL WHERE id = $1"))
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(true)
 }
