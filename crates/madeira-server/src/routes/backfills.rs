@@ -75,6 +75,7 @@ where
 #[utoipa::path(
     post,
     path = "/api/v1/flows/{name}/backfills",
+    operation_id = "create_backfill",
     tag = "backfills",
     params(("name" = String, Path, description = "flow name")),
     request_body(content = BackfillBody, content_type = "application/json"),
@@ -157,6 +158,7 @@ pub struct BackfillListQuery {
 #[utoipa::path(
     get,
     path = "/api/v1/backfills",
+    operation_id = "list_backfills",
     tag = "backfills",
     params(BackfillListQuery),
     responses(
@@ -190,6 +192,7 @@ pub async fn list(
 #[utoipa::path(
     get,
     path = "/api/v1/backfills/{id}",
+    operation_id = "show_backfill",
     tag = "backfills",
     params(("id" = String, Path, description = "backfill id")),
     responses(
@@ -220,6 +223,7 @@ pub async fn show(
 #[utoipa::path(
     post,
     path = "/api/v1/backfills/{id}/{action}",
+    operation_id = "backfill_action",
     tag = "backfills",
     params(("id" = String, Path, description = "backfill id"), ("action" = crate::schema::BackfillAction, Path, description = "pause, resume or cancel")),
     request_body(content = ReasonBody, content_type = "application/json"),
