@@ -14,6 +14,7 @@ use std::time::Duration;
 use chrono::DateTime;
 use serde_json::{Value, json};
 
+use crate::console_state::{FORM, form_body};
 use crate::support::{Dev, hold_for, wait_until};
 
 const A: &str = "flow: bf-a\nnodes:\n  pull: {run: {builtin: sleep, for: 150ms}}\n";
@@ -323,4 +324,75 @@ async fn a_backfill_across_two_replicas_on_postgres_runs_each_date_once() {
             (&step[&("bf-a".to_string(), date.clone())], &step[&("bf-b".to_string(), date.clone())]);
         assert!(ms(&down["started_at"]) >= ms(&up["finished_at"]), "bf-b {date} before bf-a: {down} {up}");
     }
+}
+
+/// The console: the flow page's "Backfill" form starts one, `/backfills` shows
+/// its progress (in English and Chinese) and cancels it.
+#[tokio::test]
+async fn the_console_starts_shows_and_cancels_a_backfill() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow("flow: bf-console\nnodes:\n  n: {run: {builtin: sleep, for: 2s}}\n").await;
+    let http =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    let page = http.get(format!("{}/flows/bf-console", dev.base)).send().await.expect("flow page");
+    let html = page.text().await.expect("html");
+    assert!(html.contains("action=\"/flows/bf-console/backfill\""), "the flow page has the Backfill form");
+    let csrf = html.split("name=\"csrf\" value=\"").nth(1).and_then(|r| r.split('"').next()).expect("csrf");
+    let form = [
+        ("csrf", csrf),
+        ("from", "2026-08-03"),
+        ("to", "2026-08-07"),
+        ("parallel", "2"),
+        ("reason", "console backfill"),
+    ];
+    let reply = http
+        .post(format!("{}/flows/bf-console/backfill", dev.base))
+        .header(reqwest::header::CONTENT_TYPE, FORM)
+        .body(form_body(&form))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(reply.status().as_u16(), 303, "{}", reply.text().await.unwrap_or_default());
+    let (_, list) = dev.get("/backfills").await;
+    let made = &list["backfills"][0];
+    let id = made["id"].as_str().expect("id").to_string();
+    assert_eq!(
+        (made["parallel"].as_u64(), made["dates"].as_array().map(Vec::len)),
+        (Some(2), Some(5)),
+        "{made}"
+    );
+    let page = |lang: &'static str| {
+        let http = http.clone();
+        let url = format!("{}/backfills", dev.base);
+        async move {
+            let reply = http.get(url).header("accept-language", lang).send().await.expect("page");
+            reply.text().await.expect("html")
+        }
+    };
+    let en = page("en").await;
+    assert!(en.contains(&format!("data-backfill=\"{id}\"")) && en.contains("<progress"), "{en}");
+    assert!(en.contains("Cancel backfill"), "an operator may cancel it");
+    let zh = page("zh-CN").await;
+    assert!(zh.contains("补数") && zh.contains("进度") && zh.contains("取消补数"), "{zh}");
+    let empty = [("csrf", csrf), ("reason", " ")];
+    let reply = http
+        .post(format!("{}/backfills/{id}/cancel", dev.base))
+        .header(reqwest::header::CONTENT_TYPE, FORM)
+        .body(form_body(&empty))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(reply.status().as_u16(), 400, "a blank reason is refused");
+    let form = [("csrf", csrf), ("reason", "wrong month")];
+    let reply = http
+        .post(format!("{}/backfills/{id}/cancel", dev.base))
+        .header(reqwest::header::CONTENT_TYPE, FORM)
+        .body(form_body(&form))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(reply.status().as_u16(), 303);
+    let b = backfill(&dev, &id).await;
+    assert_eq!(b["state"], "cancelled", "{b}");
+    assert!(page("en").await.contains(&format!("data-backfill=\"{id}\" data-state=\"cancelled\"")));
 }
