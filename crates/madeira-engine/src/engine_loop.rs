@@ -147,12 +147,8 @@ impl Engine {
             crate::lease::spawn(self.p.store.clone(), self.holder.clone(), self.p.tx.clone(), cancel.clone());
         let probe = self.p.health.clone().spawn_probe(self.p.store.clone(), cancel.clone());
         let after_policy = crate::after_policy::spawn(self.p.handle.clone(), cancel.clone());
-        let mut helpers = vec![
-            leases,
-            probe,
-            after_policy,
-            self.p.handle.spawn_inbox(self.p.options.inbox_poll, cancel.clone()),
-        ];
+        let inbox = self.p.handle.spawn_inbox(self.p.options.inbox_poll, cancel.clone());
+        let mut helpers = vec![leases, probe, after_policy, inbox];
         if let Some(publisher) = self.p.publisher.take() {
             let wake = self.p.handle.wake.clone();
             helpers.extend(wake.spawn(&self.holder.owner, publisher, self.p.tx.clone(), cancel.clone()));
