@@ -66,10 +66,10 @@ async fn attempts_name_their_host_and_runs_their_actor() {
     assert!(html.contains("ticks") && !html.contains(&run_id[..13]), "only the scheduler's runs are listed");
 }
 
-const FORM: &str = "application/x-www-form-urlencoded";
+pub(crate) const FORM: &str = "application/x-www-form-urlencoded";
 
 /// `k=v&…`, each value percent-encoded.
-fn form_body(fields: &[(&str, &str)]) -> String {
+pub(crate) fn form_body(fields: &[(&str, &str)]) -> String {
     let enc = |v: &str| {
         v.bytes()
             .map(|b| match b {

@@ -7,6 +7,7 @@ mod alert_updates;
 mod alerts;
 mod api;
 mod auth;
+mod backfill;
 mod bizdates;
 mod brokers;
 mod calendars;

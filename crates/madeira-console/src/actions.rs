@@ -64,7 +64,7 @@ impl Fields {
 
 /// What a finished action says in `lang`: the action (`terms`), the node and
 /// the run it touched, then "Done." (`confirm · node pay · run 0193…: Done.`).
-fn done_message(lang: Lang, action: &str, node: Option<&str>, run: Option<&str>) -> String {
+pub(crate) fn done_message(lang: Lang, action: &str, node: Option<&str>, run: Option<&str>) -> String {
     let mut out = term(lang, Term::Action, action).to_string();
     if let Some(node) = node {
         out.push_str(&format!(" · {} {node}", t(lang, "node")));
@@ -90,7 +90,7 @@ fn bulk_outcome(ctx: &Ctx, action: &str, done: usize, refused: &[String]) -> Res
 }
 
 /// The reason an action needs: present, not blank, bounded, no NUL.
-fn required_reason(ctx: &Ctx, reason: Option<&str>) -> Result<String, ConsoleError> {
+pub(crate) fn required_reason(ctx: &Ctx, reason: Option<&str>) -> Result<String, ConsoleError> {
     let reason = reason.map(str::trim).unwrap_or("");
     if reason.is_empty() {
         return Err(ConsoleError::BadRequest(t(ctx.lang, "reason required").into()));
@@ -102,7 +102,7 @@ fn required_reason(ctx: &Ctx, reason: Option<&str>) -> Result<String, ConsoleErr
 }
 
 /// The answer to an action: a flash fragment for htmx, else a redirect to `back`.
-fn answer(headers: &HeaderMap, outcome: Result<String, ConsoleError>, back: &str) -> Response {
+pub(crate) fn answer(headers: &HeaderMap, outcome: Result<String, ConsoleError>, back: &str) -> Response {
     match (outcome, is_htmx(headers)) {
         (Ok(message), true) => (
             StatusCode::OK,

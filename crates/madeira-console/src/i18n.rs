@@ -74,6 +74,19 @@ pub fn state_gloss(lang: Lang, state: &str) -> &'static str {
 }
 
 const ZH: &[(&str, &str)] = &[
+    ("Backfills", "补数"),
+    ("Backfill", "补数"),
+    ("No backfills yet: start one from a flow's page.", "还没有补数：在流程页面发起。"),
+    ("Dates", "日期"),
+    ("Progress", "进度"),
+    ("with dependents", "含下游"),
+    ("Cancel backfill", "取消补数"),
+    ("To", "结束日期"),
+    ("Parallel runs", "并行运行数"),
+    ("Start backfill", "开始补数"),
+    ("success", "成功"),
+    ("blocked", "受阻"),
+    ("done", "已完成"),
     ("Overview", "概览"),
     ("Approvals", "待确认"),
     ("Flows", "流程"),

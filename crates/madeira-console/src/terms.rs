@@ -70,6 +70,13 @@ const ACTION: &[(&str, &str)] = &[
     ("cron_run_not_created", "定时运行未创建"),
     ("cron_tick_skipped", "非工作日，定时未触发"),
     ("missed_run", "错过运行"),
+    ("backfill", "发起补数"),
+    ("backfill_pause", "暂停补数"),
+    ("backfill_resume", "恢复补数"),
+    ("backfill_cancel", "取消补数"),
+    ("after_policy_fail", "上游等待超时：失败"),
+    ("after_policy_skip", "上游等待超时：跳过"),
+    ("after_policy_run", "上游等待超时：照常运行"),
 ];
 
 fn table(kind: Term) -> &'static [(&'static str, &'static str)] {

@@ -17,6 +17,15 @@ mod tests;
 use crate::model::OnOverlap;
 use crate::state::{RunCause, RunRefusal, RunState, run_edge};
 
+/// Backfill runs are admitted below every other run: a QUEUED backfill run
+/// waiting for room ranks as if it was created this much later (a scheduled or
+/// manual run overtakes it), so one waiting longer than this still goes first
+/// and a backfill always progresses.
+pub const BACKFILL_DEFER_MS: i64 = 60_000;
+
+/// The trigger of a backfill's runs.
+pub const BACKFILL_TRIGGER: &str = "backfill";
+
 /// A throttled node of the flow: the trigger is refused while the node already has
 /// `max_permits + queue_size` claims (runs that will still run it).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -133,6 +133,14 @@ impl From<RunKey> for String {
     }
 }
 
+/// The idempotency key of a backfill's run of `flow` for business date `date`
+/// (`YYYY-MM-DD`): one run per (backfill, flow, date), whichever replica creates it.
+/// The backfill's id is part of it, so a later backfill with `rerun: existing`
+/// makes a new run for the date.
+pub fn backfill_key(backfill: &str, flow: &str, date: &str) -> String {
+    format!("backfill:{backfill}:{flow}:{date}")
+}
+
 /// The reserved prefix `key` starts with, if any (case-insensitive).
 pub fn reserved_prefix(key: &str) -> Option<&'static str> {
     RESERVED_PREFIXES

@@ -149,6 +149,9 @@ pub enum Command {
         node: usize,
     },
     Cancel,
+    /// A held QUEUED run whose `after_policy.wait` ran out with `then: fail`:
+    /// every node FAILED (`after_expired`), the run QUEUED -> FAILED.
+    AfterExpired,
     /// A RUNNING run taken in charge again (restart, lease takeover, adoption):
     /// attempts that were in flight start again, timers re-arm, INIT nodes are
     /// evaluated. Does nothing to a run that is not RUNNING.
@@ -169,7 +172,7 @@ impl Command {
             | Command::Rerun { node, .. }
             | Command::MarkSuccess { node }
             | Command::Skip { node } => Some(node),
-            Command::Start | Command::Cancel | Command::Recover => None,
+            Command::Start | Command::Cancel | Command::AfterExpired | Command::Recover => None,
         }
     }
 }
@@ -360,6 +363,10 @@ fn precheck(snap: &RunSnapshot, cmd: &Command) -> Result<(), Refusal> {
         Command::Cancel => match snap.state.apply(RunCause::Cancelled) {
             Ok(_) => Ok(()),
             Err(_) => Err(Refusal::Run { state: snap.state, action: "cancel" }),
+        },
+        Command::AfterExpired => match snap.state {
+            RunState::Queued => Ok(()),
+            state => Err(Refusal::Run { state, action: "fail on after_policy" }),
         },
         Command::Recover => Ok(()),
     }

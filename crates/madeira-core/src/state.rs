@@ -42,6 +42,9 @@ pub enum Cause {
     OperatorSkip,
     RunCancelled,
     Recovered,
+    /// A held run's `after_policy.wait` ran out with `then: fail`: its nodes fail
+    /// without running.
+    AfterExpired,
 }
 
 use Cause as C;
@@ -58,6 +61,7 @@ const NODE_TABLE: &[(NodeState, Cause, NodeState)] = &[
     (S::Init, C::AwaitConfirm, S::ManualConfirm),
     (S::Init, C::OperatorSkip, S::Skipped),
     (S::Init, C::RunCancelled, S::Skipped),
+    (S::Init, C::AfterExpired, S::Failed),
     (S::Running, C::Succeeded, S::Success),
     (S::Running, C::AttemptFailed, S::Failed),
     (S::Running, C::RetryScheduled, S::Retrying),
@@ -120,7 +124,7 @@ impl NodeState {
 }
 
 impl Cause {
-    pub const ALL: [Cause; 20] = [
+    pub const ALL: [Cause; 21] = [
         C::Dispatch,
         C::Succeeded,
         C::AttemptFailed,
@@ -141,6 +145,7 @@ impl Cause {
         C::OperatorSkip,
         C::RunCancelled,
         C::Recovered,
+        C::AfterExpired,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -165,6 +170,7 @@ impl Cause {
             C::OperatorSkip => "skip",
             C::RunCancelled => "run_cancelled",
             C::Recovered => "recovered",
+            C::AfterExpired => "after_expired",
         }
     }
 }
@@ -200,6 +206,8 @@ const RUN_TABLE: &[(Option<RunState>, RunCause, RunState)] = &[
     (None, RunCause::Created, RunState::Queued),
     (Some(RunState::Queued), RunCause::Started, RunState::Running),
     (Some(RunState::Queued), RunCause::Cancelled, RunState::Cancelled),
+    // A held run whose `after_policy` (`then: fail`) ran out: it fails unstarted.
+    (Some(RunState::Queued), RunCause::Failed, RunState::Failed),
     (Some(RunState::Running), RunCause::Succeeded, RunState::Success),
     (Some(RunState::Running), RunCause::Failed, RunState::Failed),
     (Some(RunState::Running), RunCause::Cancelled, RunState::Cancelled),

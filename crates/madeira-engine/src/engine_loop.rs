@@ -146,8 +146,9 @@ impl Engine {
         let leases =
             crate::lease::spawn(self.p.store.clone(), self.holder.clone(), self.p.tx.clone(), cancel.clone());
         let probe = self.p.health.clone().spawn_probe(self.p.store.clone(), cancel.clone());
-        let mut helpers =
-            vec![leases, probe, self.p.handle.spawn_inbox(self.p.options.inbox_poll, cancel.clone())];
+        let after_policy = crate::after_policy::spawn(self.p.handle.clone(), cancel.clone());
+        let inbox = self.p.handle.spawn_inbox(self.p.options.inbox_poll, cancel.clone());
+        let mut helpers = vec![leases, probe, after_policy, inbox];
         if let Some(publisher) = self.p.publisher.take() {
             let wake = self.p.handle.wake.clone();
             helpers.extend(wake.spawn(&self.holder.owner, publisher, self.p.tx.clone(), cancel.clone()));
@@ -563,6 +564,7 @@ impl Engine {
     async fn after_commit(&mut self, work: Work) {
         self.notify_observers(&work);
         let successes = self.successes(&work.events);
+        let finished_runs = after::finished_runs(&work.events);
         for (flow, node) in work.permit_wanted.iter().chain(&work.permits_freed) {
             self.pending.push_back(Envelope::PermitPoll { flow: flow.clone(), node: *node });
         }
@@ -633,6 +635,7 @@ impl Engine {
         if !successes.is_empty() {
             self.wake_after(successes).await;
         }
+        self.advance_backfills(finished_runs);
     }
 
     fn notify_observers(&self, work: &Work) {

@@ -15,6 +15,8 @@
 //! takes writes). Recovery on start resumes every unfinished run: RUNNING ones
 //! are recovered, admitted QUEUED ones started, waiting ones promoted.
 
+mod after_policy;
+pub mod backfill;
 mod bizdates;
 mod clock;
 mod creator;
@@ -56,6 +58,7 @@ use std::time::Duration;
 use madeira_store::Store;
 use tokio::sync::{broadcast, mpsc};
 
+pub use backfill::{BackfillCreated, BackfillRequest};
 pub use clock::now_ms;
 pub use deadlines::DeadlineWatcher;
 pub use engine_loop::Engine;
@@ -192,6 +195,13 @@ pub enum EngineError {
     Remote { code: String, message: String, state: Option<String> },
     #[error("the engine is shutting down")]
     ShuttingDown,
+    #[error("backfill {0} not found")]
+    BackfillNotFound(String),
+    /// A backfill request that cannot be made (the message names the field and the fix).
+    #[error("{0}")]
+    BadBackfill(String),
+    #[error("backfill {id} is {state}: cannot {action} it")]
+    BackfillRefused { id: String, state: String, action: &'static str },
     /// Text the store cannot keep (NUL), refused before anything is written.
     #[error("{0}")]
     BadText(String),

@@ -100,6 +100,11 @@ impl From<EngineError> for ApiError {
             }
             EngineError::ObserveOnly(_) => Self::new(StatusCode::CONFLICT, "observe_only", message),
             EngineError::Paused(_) => Self::new(StatusCode::CONFLICT, "refused", message),
+            EngineError::BackfillNotFound(_) => Self::not_found(message),
+            EngineError::BadBackfill(_) => Self::new(StatusCode::BAD_REQUEST, "bad_backfill", message),
+            EngineError::BackfillRefused { ref state, .. } => {
+                Self::new(StatusCode::CONFLICT, "refused", message).with_details(json!({"state": state}))
+            }
             EngineError::ShuttingDown => Self::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", message),
             EngineError::BadText(_) => Self::new(StatusCode::BAD_REQUEST, "bad_text", message),
             EngineError::BadBizDate(_) => Self::new(StatusCode::BAD_REQUEST, "bad_biz_date", message),

@@ -32,6 +32,15 @@ pub enum FlowAction {
     Resume,
 }
 
+/// The `{action}` of `POST /backfills/{id}/{action}` (the handler answers 404 to any other).
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BackfillAction {
+    Pause,
+    Resume,
+    Cancel,
+}
+
 /// The `{action}` of `POST /runs/{id}/nodes/{node}/{action}` (the handler answers 404 to any other).
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "kebab-case")]
@@ -71,6 +80,8 @@ pub enum ErrorCode {
     BadRequest,
     BadText,
     BadBizDate,
+    /// A backfill request that cannot be made (the message names the field).
+    BadBackfill,
     BadIdempotencyKey,
     InvalidFlow,
     Unauthorized,
@@ -461,4 +472,88 @@ pub struct SidecarsView {
     /// `{kind: xxl, name (address), group (app), live, connected_at_ms, last_seen_ms}`
     /// per XXL-JOB executor registered here.
     pub xxl: Vec<Value>,
+}
+
+/// `POST /flows/{name}/backfills`: the backfill made.
+#[derive(Serialize, ToSchema)]
+pub struct BackfillCreated {
+    pub id: String,
+    pub flow: String,
+    /// Its business dates, in the order taken.
+    pub dates: Vec<String>,
+    /// The flows it runs (the flow, and its dependents with `with_dependents`).
+    pub flows: Vec<String>,
+    /// How many runs it makes at most: one per (flow, date).
+    pub runs: usize,
+    pub state: String,
+}
+
+/// How many of a backfill's runs are where.
+#[derive(Serialize, ToSchema)]
+pub struct BackfillProgress {
+    pub total: u32,
+    pub pending: u32,
+    pub queued: u32,
+    pub running: u32,
+    pub success: u32,
+    pub failed: u32,
+    pub cancelled: u32,
+    /// Dates that already had a SUCCESS run (`rerun: skip-existing`).
+    pub skipped: u32,
+    /// Never started: a run they wait for did not succeed, or the run was refused.
+    pub blocked: u32,
+}
+
+/// A backfill.
+#[derive(Serialize, ToSchema)]
+pub struct Backfill {
+    pub id: String,
+    pub flow: String,
+    pub date_from: Option<String>,
+    pub date_to: Option<String>,
+    pub calendar: Option<String>,
+    pub dates: Vec<String>,
+    /// `asc` or `desc`.
+    pub order: String,
+    pub parallel: u32,
+    pub with_dependents: bool,
+    /// `existing` or `skip-existing`.
+    pub rerun: String,
+    pub reason: String,
+    pub actor: String,
+    /// `running`, `paused`, `cancelled` or `done`.
+    pub state: String,
+    pub created_at: String,
+    pub finished_at: Option<String>,
+    pub progress: BackfillProgress,
+}
+
+/// One (flow, business date) of a backfill and its run.
+#[derive(Serialize, ToSchema)]
+pub struct BackfillStep {
+    pub seq: u32,
+    pub flow: String,
+    pub biz_date: String,
+    pub run_id: Option<String>,
+    /// QUEUED, RUNNING, SUCCESS, FAILED or CANCELLED.
+    pub run_state: Option<String>,
+    /// Why it has no run of its own: `skipped`, `blocked`, `cancelled` or `refused`.
+    pub outcome: Option<String>,
+    pub note: Option<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+}
+
+/// `GET /backfills/{id}`: the backfill and its runs in start order.
+#[derive(Serialize, ToSchema)]
+pub struct BackfillDetail {
+    #[serde(flatten)]
+    pub backfill: Backfill,
+    pub steps: Vec<BackfillStep>,
+}
+
+/// `GET /backfills`: the latest backfills first.
+#[derive(Serialize, ToSchema)]
+pub struct BackfillList {
+    pub backfills: Vec<Backfill>,
 }

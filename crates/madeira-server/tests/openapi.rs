@@ -175,6 +175,7 @@ fn operation_ids_are_unique_actions_are_enums_and_follow_is_sse() {
         values.iter().map(|v| v.as_str().expect("string").to_string()).collect()
     };
     assert_eq!(action_enum("/api/v1/flows/{name}/{action}"), ["pause", "resume"]);
+    assert_eq!(action_enum("/api/v1/backfills/{id}/{action}"), ["pause", "resume", "cancel"]);
     assert_eq!(
         action_enum("/api/v1/runs/{id}/nodes/{node}/{action}"),
         ["confirm", "reject", "rerun", "mark-success", "skip"]

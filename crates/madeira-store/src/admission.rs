@@ -36,6 +36,20 @@ pub(crate) fn refused(e: RunRefusal) -> StoreError {
     StoreError::Refused(e.to_string())
 }
 
+/// `EXISTS` a wait of the run (`runs.id`) whose upstream run (or node) for its
+/// date is not SUCCESS.
+macro_rules! unmet_wait {
+    () => {
+        concat!(
+            "EXISTS (SELECT 1 FROM run_waits w ",
+            "WHERE w.run_id = runs.id AND NOT EXISTS (SELECT 1 FROM runs u WHERE u.flow = w.upstream_flow ",
+            "AND u.biz_date = w.upstream_date AND ((w.upstream_node IS NULL AND u.state = 'SUCCESS') ",
+            "OR (w.upstream_node IS NOT NULL AND EXISTS (SELECT 1 FROM nodes n WHERE n.run_id = u.id ",
+            "AND n.node = w.upstream_node AND n.state = 'SUCCESS')))))"
+        )
+    };
+}
+
 /// A run counts against `max_active_runs` (`admit::Facts::active`): RUNNING, or
 /// QUEUED and admitted to start (`admitted_at` set) but not started yet.
 pub(crate) const ACTIVE: &str = "(state = 'RUNNING' OR (state = 'QUEUED' AND admitted_at IS NOT NULL))";
@@ -46,12 +60,13 @@ pub(crate) const ACTIVE: &str = "(state = 'RUNNING' OR (state = 'QUEUED' AND adm
 pub(crate) const WAITING: &str = concat!(
     "state = 'QUEUED' AND admitted_at IS NULL ",
     "AND (wait_reason IS NULL OR EXISTS (SELECT 1 FROM run_waits h WHERE h.run_id = runs.id)) ",
-    "AND NOT EXISTS (SELECT 1 FROM run_waits w ",
-    "WHERE w.run_id = runs.id AND NOT EXISTS (SELECT 1 FROM runs u WHERE u.flow = w.upstream_flow ",
-    "AND u.biz_date = w.upstream_date AND ((w.upstream_node IS NULL AND u.state = 'SUCCESS') ",
-    "OR (w.upstream_node IS NOT NULL AND EXISTS (SELECT 1 FROM nodes n WHERE n.run_id = u.id ",
-    "AND n.node = w.upstream_node AND n.state = 'SUCCESS')))))"
+    "AND NOT ",
+    unmet_wait!()
 );
+
+/// A QUEUED run not admitted whose `after` is not met: held by `after`.
+pub(crate) const HELD_BY_AFTER: &str =
+    concat!("state = 'QUEUED' AND admitted_at IS NULL AND ", unmet_wait!());
 
 /// Whether the run of flow `$1` for business date `$2` is SUCCESS.
 pub(crate) const RUN_MET: &str =

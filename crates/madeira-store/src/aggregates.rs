@@ -64,6 +64,12 @@ pub trait RunStore: Send + Sync + 'static {
     async fn held_runs(&self, flow: &str, date: &str) -> Result<Vec<RunRow>>;
     /// What a run's `after:` resolved to (empty for a run without `after`).
     async fn run_waits(&self, run_id: &str) -> Result<Vec<AfterWait>>;
+    /// Runs held by an unmet `after` now (at most 1000, oldest first), for
+    /// `after_policy`.
+    async fn held_by_after(&self) -> Result<Vec<HeldRun>>;
+    /// Drops the waits of a run still held by `after` (`after_policy: run`): it then
+    /// waits only for room. False when it was no longer held.
+    async fn waive_waits(&self, run_id: &str) -> Result<bool>;
     /// Records that `flow`'s deadline for `biz_date` was missed: true only the
     /// first time, on any replica (the caller then raises the alert).
     async fn record_deadline_miss(&self, flow: &str, biz_date: &str, now_ms: i64) -> Result<bool>;
@@ -206,5 +212,5 @@ sum_of! {
     /// Everything Madeira keeps except alerts: the sum of the aggregates above.
     /// Implemented for every type that implements them all.
     Store = FlowStore + RunStore + AuditStore + LeaseStore + PermitStore + CommandStore
-        + PresenceStore + SessionStore + RetentionStore + HealthStore + XxlStore
+        + PresenceStore + SessionStore + RetentionStore + HealthStore + XxlStore + BackfillStore
 }

@@ -12,6 +12,7 @@
 mod admission;
 mod aggregates;
 mod alerts;
+mod backfills;
 pub mod dialect;
 mod lease;
 mod lifecycle;
@@ -28,6 +29,7 @@ mod xxl;
 
 pub use aggregates::*;
 pub use alerts::*;
+pub use backfills::*;
 pub use lease::{Claim, Lease, UNCLAIMED_GRACE_MS};
 pub use lifecycle::*;
 pub use records::*;

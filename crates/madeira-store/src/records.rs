@@ -403,3 +403,14 @@ pub struct SessionRecord {
     pub created_at: i64,
     pub expires_at: i64,
 }
+
+/// A run held by an unmet `after` (`RunStore::held_by_after`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldRun {
+    pub run_id: String,
+    pub flow: String,
+    pub version: u32,
+    pub created_at: i64,
+    /// Whom it waits for (`waiting for FLOW DATE`).
+    pub wait_reason: Option<String>,
+}

@@ -287,6 +287,15 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Backfill a flow over business dates (with its dependents), a few runs at once.
+    Backfill(crate::commands::backfill::BackfillArgs),
+    /// The backfills with their progress; show, pause, resume or cancel one.
+    Backfills {
+        #[command(subcommand)]
+        command: Option<crate::commands::backfill::BackfillsCommand>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// The audit log of operator actions.
     Audit {
         /// Only actions on this run.

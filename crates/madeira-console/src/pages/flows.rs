@@ -169,6 +169,7 @@ pub async fn show(
             @if ctx.can(Role::Operator) {
                 div.flow-actions {
                     (pause_form(&ctx, &record))
+                    @if !def.observe { (super::backfills::form(&ctx, &name)) }
                     @if !def.observe {
                         details.run-now {
                             summary.button { (t(lang, "Run now")) }

@@ -2,6 +2,7 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod backfills;
 pub mod estate;
 pub mod flows;
 pub mod misc;

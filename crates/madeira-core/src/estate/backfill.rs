@@ -17,6 +17,28 @@ pub enum BackfillOrder {
     Desc,
 }
 
+impl BackfillOrder {
+    pub const ALL: [BackfillOrder; 2] = [BackfillOrder::Asc, BackfillOrder::Desc];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackfillOrder::Asc => "asc",
+            BackfillOrder::Desc => "desc",
+        }
+    }
+}
+
+impl std::str::FromStr for BackfillOrder {
+    type Err = super::UnknownBackfillName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL.into_iter().find(|v| v.as_str() == s.trim()).ok_or_else(|| super::UnknownBackfillName {
+            kind: "backfill order",
+            value: s.to_string(),
+            allowed: "asc, desc".into(),
+        })
+    }
+}
+
 /// One run of a backfill: a flow for a business date.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Dated {

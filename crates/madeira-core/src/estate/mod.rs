@@ -3,7 +3,8 @@
 //! the wiring (unknown flows and nodes, cycles printed with files and lines),
 //! resolves which upstream runs a flow's run for a business date waits for
 //! (`resolve`), and orders a backfill so that no dependent starts before its
-//! upstream for a date (`backfill`).
+//! upstream for a date (`backfill`), and decides a running backfill's next
+//! steps (`progress`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -11,12 +12,17 @@ use std::fmt;
 use crate::model::{AfterDef, FlowDef, TriggerDef};
 
 mod backfill;
+mod progress;
 mod resolve;
 mod subflows;
 #[cfg(test)]
 mod tests;
 
 pub use backfill::{BackfillError, BackfillOrder, BackfillPlan, Dated, backfill_order};
+pub use progress::{
+    Advance, AdvanceFacts, BackfillAction, BackfillRefusal, BackfillState, Rerun, StepFacts, StepStatus,
+    UnknownBackfillName, advance,
+};
 pub use resolve::{
     BusinessDays, CalendarDays, DateError, Requirement, parse_date, plain_shift, requirements,
 };

@@ -53,6 +53,7 @@ impl Planner<'_> {
                 self.evaluate_downstream(*node);
             }
             Command::Cancel => self.cancel(),
+            Command::AfterExpired => self.after_expired(),
             Command::Recover => self.recover(),
         }
     }
@@ -235,6 +236,18 @@ impl Planner<'_> {
             }
         }
         self.run_transition(RunCause::Cancelled);
+    }
+
+    /// Fails a held run that never started: each node FAILED (`after_expired`),
+    /// then the run QUEUED -> FAILED.
+    fn after_expired(&mut self) {
+        let reason = "after_policy: the upstream was not SUCCESS within `wait`";
+        for node in 0..self.snap.nodes.len() {
+            if !self.snap.nodes[node].state.is_terminal() {
+                self.transition(node, Cause::AfterExpired, Some(reason.into()));
+            }
+        }
+        self.run_transition(RunCause::Failed);
     }
 
     fn recover(&mut self) {

@@ -6,7 +6,8 @@
 //! for the same business date. A wake lost to a crash is made up by the reconcile
 //! sweep, which promotes every flow with waiting runs. A run that ended FAILED,
 //! and a run created held, are looked at by `crate::holds` (who is held behind a
-//! failure, for the alerts), off the loop.
+//! failure, for the alerts), off the loop; a run that ended (any way) advances the
+//! backfill it belongs to, if any (`crate::backfill`).
 
 use madeira_core::{RunSnapshot, RunState};
 use tracing::{Instrument, error, info_span};
@@ -85,5 +86,26 @@ impl Engine {
         for flow in flows {
             self.promote(&flow).await;
         }
+    }
+}
+
+/// Runs a commit ended (SUCCESS, FAILED or CANCELLED).
+pub(super) fn finished_runs(events: &[RunEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e.node.is_none() && matches!(e.to.as_str(), "SUCCESS" | "FAILED" | "CANCELLED"))
+        .map(|e| e.run_id.clone())
+        .collect()
+}
+
+impl Engine {
+    /// Advances, off the loop, the backfills the runs that just ended belong to.
+    pub(super) fn advance_backfills(&mut self, finished: Vec<String>) {
+        if finished.is_empty() {
+            return;
+        }
+        let handle = self.p.handle.clone();
+        self.tasks
+            .spawn(async move { handle.backfills_after(finished).await }.instrument(info_span!("backfill")));
     }
 }

@@ -57,6 +57,8 @@ impl Engine {
         for flow in queued_flows {
             self.promote(&flow).await;
         }
+        let handle = self.p.handle.clone();
+        self.tasks.spawn(async move { handle.sweep_backfills().await });
     }
 
     /// Admits queued runs of `flow` to start while `max_active_runs` leaves room,

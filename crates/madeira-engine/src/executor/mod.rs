@@ -189,7 +189,7 @@ pub fn immediate(executor: &ExecutorDef, attempt: u32) -> Option<AttemptResult> 
     }
 }
 
-fn humanize(d: Duration) -> String {
+pub(crate) fn humanize(d: Duration) -> String {
     if d.as_secs() > 0 && d.subsec_millis() == 0 {
         format!("{}s", d.as_secs())
     } else {

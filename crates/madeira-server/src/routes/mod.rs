@@ -2,6 +2,7 @@
 
 pub(crate) mod alerts;
 mod audit;
+mod backfills;
 mod calendars;
 mod datasources;
 mod estate;
@@ -85,6 +86,7 @@ pub(crate) fn api_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
         ("/flows/{name}/promote", post(lifecycle::promote)),
         ("/flows/{name}/demote", post(lifecycle::demote)),
         ("/flows/{name}/runs", post(runs::trigger)),
+        ("/flows/{name}/backfills", post(backfills::create)),
         ("/flows/{name}/versions", get(flows::versions)),
         ("/flows/{name}/versions/{version}", get(flows::version)),
         ("/flows/{name}/{action}", post(triggers::pause)),
@@ -106,6 +108,9 @@ pub(crate) fn api_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
         ("/calendars/{name}", get(calendars::show)),
         ("/sources", get(sources::list)),
         ("/estate", get(estate::map)),
+        ("/backfills", get(backfills::list)),
+        ("/backfills/{id}", get(backfills::show)),
+        ("/backfills/{id}/{action}", post(backfills::act)),
     ]
 }
 

@@ -8,7 +8,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    alerts, audit, calendars, datasources, estate, flows, lifecycle, runs, sidecars, sources, triggers,
+    alerts, audit, backfills, calendars, datasources, estate, flows, lifecycle, runs, sidecars, sources,
+    triggers,
 };
 
 #[derive(OpenApi)]
@@ -24,10 +25,11 @@ use super::{
         triggers::pause, triggers::event,
         runs::trigger, runs::list, runs::show, runs::cancel, runs::transitions, runs::logs, runs::node_action,
         audit::list, alerts::list, alerts::test, alerts::acknowledge, alerts::silence, sidecars::list, datasources::list, sources::list,
-        calendars::list, calendars::show, estate::map, document,
+        calendars::list, calendars::show, estate::map, backfills::create, backfills::list, backfills::show,
+        backfills::act, document,
     ),
     // Path parameters' enums are not collected from `paths`: listed here.
-    components(schemas(crate::schema::FlowAction, crate::schema::NodeAction)),
+    components(schemas(crate::schema::FlowAction, crate::schema::NodeAction, crate::schema::BackfillAction)),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
 )]

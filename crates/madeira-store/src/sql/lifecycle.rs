@@ -200,7 +200,7 @@ pub(super) async fn delete_flow(pool: &Pool, req: &DeleteFlow) -> Result<DeleteO
     Ok(DeleteOutcome::Deleted { runs: ids.len() as u64, events_dropped })
 }
 
-async fn insert_audit(tx: &mut Tx<'_>, a: &AuditRecord) -> Result<()> {
+pub(super) async fn insert_audit(tx: &mut Tx<'_>, a: &AuditRecord) -> Result<()> {
     sqlx::query(&sql("INSERT INTO audit (at, actor, action, run_id, node, reason, details) \
          VALUES ($1, $2, $3, $4, $5, $6, $7)"))
     .bind(a.at)

@@ -4,6 +4,7 @@
 //! item of `D` (see `crate::dialect`).
 
 mod alerts;
+mod backfills;
 mod commands;
 mod commit;
 mod deadlines;

@@ -3,7 +3,9 @@
 //! is written QUEUED; the decision to start it is `admitted_at`, and the engine's
 //! `Command::Start` takes it RUNNING.
 
-use madeira_core::admit::{Existing, Facts, QueueFacts, RunEdge, admit, promote};
+use madeira_core::admit::{
+    BACKFILL_DEFER_MS, BACKFILL_TRIGGER, Existing, Facts, QueueFacts, RunEdge, admit, promote,
+};
 use sqlx::QueryBuilder;
 
 use std::collections::HashMap;
@@ -300,11 +302,20 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, batch: &mut Admitted<'_>) -> Resul
             .bind(&run.flow)
             .fetch_all(&mut **tx)
             .await?;
-    let queued: Option<(String,)> =
-        sqlx::query_as(&sql(&format!("SELECT id FROM runs WHERE flow = $1 AND {WAITING} LIMIT 1")))
-            .bind(&run.flow)
-            .fetch_optional(&mut **tx)
-            .await?;
+    // A backfill run waiting for room does not hold back another run unless it
+    // has waited longer than `BACKFILL_DEFER_MS` (backfills rank below).
+    let ahead = match run.trigger == BACKFILL_TRIGGER {
+        true => i64::MAX,
+        false => run.now_ms - BACKFILL_DEFER_MS,
+    };
+    let queued: Option<(String,)> = sqlx::query_as(&sql(&format!(
+        "SELECT id FROM runs WHERE flow = $1 AND {WAITING} \
+         AND (\"trigger\" <> '{BACKFILL_TRIGGER}' OR created_at <= $2) LIMIT 1"
+    )))
+    .bind(&run.flow)
+    .bind(ahead)
+    .fetch_optional(&mut **tx)
+    .await?;
     let active = active.into_iter().map(|(id,)| id).collect();
     Ok(Facts { existing: None, claims, active, queued: queued.is_some() })
 }
@@ -399,10 +410,13 @@ pub(super) async fn promote_queued(
             .bind(flow)
             .fetch_one(&mut *tx)
             .await?;
+    // Backfill runs rank as if created `BACKFILL_DEFER_MS` later.
     let oldest: Option<(String,)> = sqlx::query_as(&sql(&format!(
-        "SELECT id FROM runs WHERE flow = $1 AND {WAITING} ORDER BY id LIMIT 1"
+        "SELECT id FROM runs WHERE flow = $1 AND {WAITING} ORDER BY CASE WHEN \"trigger\" = \
+         '{BACKFILL_TRIGGER}' THEN created_at + $2 ELSE created_at END, id LIMIT 1"
     )))
     .bind(flow)
+    .bind(BACKFILL_DEFER_MS)
     .fetch_optional(&mut *tx)
     .await?;
     let facts = QueueFacts {

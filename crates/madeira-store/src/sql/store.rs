@@ -7,14 +7,15 @@ use async_trait::async_trait;
 use serde_json::Value as Json;
 
 use super::{
-    D, alerts, commands, commit, deadlines, flows, inbox, lease, lifecycle, permits, presence, read, runs,
-    sessions, shards, waits, xxl,
+    D, alerts, backfills, commands, commit, deadlines, flows, inbox, lease, lifecycle, permits, presence,
+    read, runs, sessions, shards, waits, xxl,
 };
 use crate::dialect::{Dialect, SqlStore};
 use crate::{
-    AfterWait, AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore, Batch,
-    Claim, CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowStore,
-    FlowVersion, HealthStore, InboxEvent, Lease, LeaseStore, LogRecord, NewRun, OpenAlerts, PermitKey,
+    Advanced, AfterWait, AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore,
+    BackfillChange, BackfillRecord, BackfillStepRow, BackfillStore, Batch, Claim, CommandStore,
+    CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowStore, FlowVersion, HealthStore,
+    HeldRun, InboxEvent, Lease, LeaseStore, LogRecord, NewBackfill, NewRun, OpenAlerts, PermitKey,
     PermitStore, PresenceStore, PutFlow, QueueOutcome, QueuedEvent, Result, RetentionStore, RunCommand,
     RunQuery, RunRow, RunStore, SessionRecord, SessionStore, ShardResult, SidecarPresence, StoredRun,
     TransitionRecord, XxlCallbackRow, XxlExecutorRow, XxlStore,
@@ -64,6 +65,8 @@ forward!(RunStore {
     write fn after_dependents(flow: &str, date: &str) -> Vec<String> = waits::after_dependents;
     write fn held_runs(flow: &str, date: &str) -> Vec<RunRow> = waits::held_runs;
     read fn run_waits(run_id: &str) -> Vec<AfterWait> = waits::run_waits;
+    read fn held_by_after() -> Vec<HeldRun> = waits::held_by_after;
+    write fn waive_waits(run_id: &str) -> bool = waits::waive_waits;
     write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
     write fn record_deadline_miss(flow: &str, biz_date: &str, now_ms: i64) -> bool = deadlines::record_deadline_miss;
     write fn set_wait_reason(run_id: &str, reason: Option<&str>, admit_ms: Option<i64>) -> bool = runs::set_wait_reason;
@@ -142,4 +145,15 @@ forward!(AlertStore {
     write fn push_alert_events(bodies: &[Json], now_ms: i64) -> () = inbox::push;
     write fn alert_events(limit: u32) -> Vec<InboxEvent> = inbox::read;
     write fn lead(role: &str, holder: &str, now_ms: i64, lease_ms: i64) -> bool = inbox::lead;
+});
+
+forward!(BackfillStore {
+    write fn create_backfill(backfill: &NewBackfill, audit: &AuditRecord) -> () = backfills::create;
+    write fn advance_backfill(id: &str, now_ms: i64, stale_ms: i64) -> Option<Advanced> = backfills::advance_backfill;
+    write fn settle_backfill_step(id: &str, seq: u32, run_id: Option<&str>, note: Option<&str>) -> Option<String> = backfills::settle_step;
+    read fn backfills_of_runs(run_ids: &[String]) -> Vec<String> = backfills::of_runs;
+    read fn active_backfills() -> Vec<String> = backfills::active;
+    read fn list_backfills(limit: u32) -> Vec<BackfillRecord> = backfills::list;
+    read fn get_backfill(id: &str) -> Option<(BackfillRecord, Vec<BackfillStepRow>)> = backfills::get;
+    write fn change_backfill(id: &str, action: madeira_core::estate::BackfillAction, now_ms: i64, audit: &AuditRecord) -> BackfillChange = backfills::change;
 });

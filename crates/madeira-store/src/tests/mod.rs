@@ -4,6 +4,7 @@
 //! test body lives once in `suite.rs`.
 
 mod alerts;
+mod backfills;
 mod bizdates;
 mod console;
 mod estate;
@@ -88,6 +89,7 @@ macro_rules! on_every_backend {
 }
 
 mod bodies {
+    pub(super) use super::backfills::*;
     pub(super) use super::bizdates::*;
     pub(super) use super::console::*;
     pub(super) use super::estate::*;
@@ -107,6 +109,9 @@ mod bodies {
 on_every_backend!(
     xxl_executors_are_renewed_expired_and_removed,
     the_first_xxl_callback_of_a_log_id_is_kept,
+    a_backfill_advances_within_parallel_and_upstream_first,
+    a_backfill_skips_dates_that_succeeded_and_pauses_and_cancels,
+    backfill_runs_wait_behind_other_runs_for_room,
     a_run_is_held_until_its_upstream_succeeds,
     a_node_wait_is_met_by_that_node_alone,
     runs_keep_their_business_date_and_are_found_by_it,

@@ -1,6 +1,7 @@
 //! One module per command family; `run` dispatches and returns the exit code.
 
 mod alerts;
+pub(crate) mod backfill;
 mod bench;
 mod bench_alerts;
 mod bench_engines;
@@ -45,6 +46,8 @@ pub async fn run(cli: Cli, telemetry: TelemetryOptions) -> Result<ExitCode> {
             ..
         } => lifecycle::delete(&name, cancel, purge, reason, &server).await,
         Command::Promote(args) => lifecycle::promote(args).await,
+        Command::Backfill(args) => backfill::backfill(args).await,
+        Command::Backfills { command, server } => backfill::backfills(command, server).await,
         Command::Demote(args) => lifecycle::demote(args).await,
         Command::Calendars { command, server } => calendars::run(command, server).await,
         Command::Import {
