@@ -1,7 +1,7 @@
 //! Run idempotency keys (SPEC §6): `RunKey` builds and parses every key a run may
 //! carry, the namespaces Madeira makes itself (`cron:<flow>:<instant>`,
 //! `event:<type>:<id>`, `message:<source>:<key>`, `exec:<exec id>`,
-//! `after:<upstream flow>:<biz date>`, `backfill:<flow>:<biz date>`,
+//! `after:<upstream flow>:<biz date>`, `backfill:<backfill id>:<flow>:<biz date>`,
 //! `subflow:<parent run>:<node>:<attempt>`) and a caller's own key, which may
 //! never take one of those namespaces: a forged `cron:` key would swallow that
 //! cron tick, a forged `event:` key would capture the real event.
@@ -34,8 +34,9 @@ pub enum RunKey {
     Exec { exec_id: String },
     /// A `flow_succeeded` trigger: the upstream flow's success for a business date.
     After { upstream: String, biz_date: String },
-    /// One business date of a backfill of `flow`.
-    Backfill { flow: String, biz_date: String },
+    /// One business date of `flow` in backfill `backfill` (its id: a later backfill
+    /// asked to rerun existing dates makes new runs).
+    Backfill { backfill: String, flow: String, biz_date: String },
     /// The child run a sub-flow node's attempt starts.
     Subflow { parent_run: String, node: String, attempt: u32 },
     /// A caller's key (`Idempotency-Key`, `madeira run --idempotency-key`).
@@ -88,10 +89,15 @@ impl RunKey {
             "message" => two().map(|(source, key)| RunKey::Message { source, key })?,
             "exec" => RunKey::Exec { exec_id: rest.to_string() },
             "after" => two().map(|(upstream, biz_date)| RunKey::After { upstream, biz_date })?,
-            "backfill" => two().map(|(flow, biz_date)| RunKey::Backfill { flow, biz_date })?,
+            "backfill" => {
+                let (backfill, rest) = rest.split_once(':')?;
+                let (flow, biz_date) = rest.rsplit_once(':')?;
+                let [backfill, flow, biz_date] = [backfill, flow, biz_date].map(str::to_string);
+                RunKey::Backfill { backfill, flow, biz_date }
+            }
             "subflow" => {
-                let (parent_run, rest) = rest.split_once(':')?;
-                let (node, attempt) = rest.rsplit_once(':')?;
+                let (rest, attempt) = rest.rsplit_once(':')?;
+                let (parent_run, node) = rest.rsplit_once(':')?;
                 let attempt = attempt.parse().ok()?;
                 RunKey::Subflow { parent_run: parent_run.to_string(), node: node.to_string(), attempt }
             }
@@ -118,7 +124,9 @@ impl fmt::Display for RunKey {
             RunKey::Message { source, key } => write!(f, "message:{source}:{key}"),
             RunKey::Exec { exec_id } => write!(f, "exec:{exec_id}"),
             RunKey::After { upstream, biz_date } => write!(f, "after:{upstream}:{biz_date}"),
-            RunKey::Backfill { flow, biz_date } => write!(f, "backfill:{flow}:{biz_date}"),
+            RunKey::Backfill { backfill, flow, biz_date } => {
+                write!(f, "backfill:{backfill}:{flow}:{biz_date}")
+            }
             RunKey::Subflow { parent_run, node, attempt } => {
                 write!(f, "subflow:{parent_run}:{node}:{attempt}")
             }
@@ -131,14 +139,6 @@ impl From<RunKey> for String {
     fn from(key: RunKey) -> String {
         key.to_string()
     }
-}
-
-/// The idempotency key of a backfill's run of `flow` for business date `date`
-/// (`YYYY-MM-DD`): one run per (backfill, flow, date), whichever replica creates it.
-/// The backfill's id is part of it, so a later backfill with `rerun: existing`
-/// makes a new run for the date.
-pub fn backfill_key(backfill: &str, flow: &str, date: &str) -> String {
-    format!("backfill:{backfill}:{flow}:{date}")
 }
 
 /// The reserved prefix `key` starts with, if any (case-insensitive).

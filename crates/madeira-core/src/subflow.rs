@@ -8,6 +8,7 @@
 use serde_json::{Map, Value as Json};
 
 use crate::keyexpr::ValueExpr;
+use crate::keys::RunKey;
 use crate::plan::RunSnapshot;
 use crate::state::{NodeState, RunState};
 
@@ -32,20 +33,17 @@ pub enum SubflowParam {
 
 /// The trigger name of a child run.
 pub const TRIGGER: &str = "subflow";
-/// The prefix of a child run's idempotency key.
-const KEY_PREFIX: &str = "subflow:";
-
-/// The child run's idempotency key: one child per (parent run, node, attempt).
+/// The child run's idempotency key (`RunKey::Subflow`): one child per (parent run, node, attempt).
 pub fn child_key(parent_run: &str, node: &str, attempt: u32) -> String {
-    format!("{KEY_PREFIX}{parent_run}:{node}:{attempt}")
+    RunKey::Subflow { parent_run: parent_run.to_string(), node: node.to_string(), attempt }.to_string()
 }
 
 /// `(parent run, node, attempt)` of a key `child_key` made.
-pub fn parse_child_key(key: &str) -> Option<(&str, &str, u32)> {
-    let rest = key.strip_prefix(KEY_PREFIX)?;
-    let (rest, attempt) = rest.rsplit_once(':')?;
-    let (parent, node) = rest.rsplit_once(':')?;
-    Some((parent, node, attempt.parse().ok()?))
+pub fn parse_child_key(key: &str) -> Option<(String, String, u32)> {
+    match RunKey::parse(key) {
+        RunKey::Subflow { parent_run, node, attempt } => Some((parent_run, node, attempt)),
+        _ => None,
+    }
 }
 
 /// The actor a child run is started by: `run:<parent id>/<node>`.
@@ -123,7 +121,7 @@ mod tests {
     #[test]
     fn keys_round_trip_and_differ_per_attempt() {
         let key = child_key("r-1:x", "call_child", 3);
-        assert_eq!(parse_child_key(&key), Some(("r-1:x", "call_child", 3)));
+        assert_eq!(parse_child_key(&key), Some(("r-1:x".into(), "call_child".into(), 3)));
         assert_ne!(child_key("r", "n", 1), child_key("r", "n", 2));
         assert_eq!(parse_child_key("after:f:2026-12-04"), None);
         assert_eq!(parse_child_key("subflow:r:n:x"), None);

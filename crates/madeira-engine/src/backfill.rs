@@ -3,7 +3,7 @@
 //! `madeira_core::estate::backfill_order`, with every downstream flow of the
 //! estate when asked), then its runs are created a few at a time. Store-driven:
 //! `advance` asks the store which steps start now (decided under the backfill's
-//! lock) and creates their runs with the key `madeira_core::keys::backfill_key`,
+//! lock) and creates their runs with the key `madeira_core::keys::RunKey::Backfill`,
 //! trigger `backfill`, actor the requester; the replica that commits a finished
 //! backfill run advances its backfill, and the reconcile sweep advances every
 //! active one (a claim a dead replica never turned into a run is handed out
@@ -315,7 +315,14 @@ impl EngineHandle {
         let req = TriggerRequest {
             flow: step.flow.clone(),
             params: json!({}),
-            idempotency_key: Some(madeira_core::keys::backfill_key(id, &step.flow, &step.biz_date)),
+            idempotency_key: Some(
+                madeira_core::keys::RunKey::Backfill {
+                    backfill: id.to_string(),
+                    flow: step.flow.clone(),
+                    biz_date: step.biz_date.clone(),
+                }
+                .to_string(),
+            ),
             trigger: madeira_core::admit::BACKFILL_TRIGGER.into(),
             actor: actor.to_string(),
             version: None,

@@ -3,7 +3,7 @@
 //! (`Rerun`), and which of its steps start next (`advance`). Pure: the store
 //! gathers the facts under the backfill's lock, calls `advance`, and writes what
 //! it decides; the engine then creates the claimed runs (idempotency key
-//! `crate::keys::backfill_key`, so a step is never created twice).
+//! `crate::keys::RunKey::Backfill`, so a step is never created twice).
 
 use std::fmt;
 use std::str::FromStr;

@@ -25,8 +25,8 @@ fn pinned() -> Vec<(RunKey, &'static str)> {
             "after:payments-pull:2026-11-30",
         ),
         (
-            RunKey::Backfill { flow: s("warehouse"), biz_date: s("2026-11-02") },
-            "backfill:warehouse:2026-11-02",
+            RunKey::Backfill { backfill: s("0193b1"), flow: s("warehouse"), biz_date: s("2026-11-02") },
+            "backfill:0193b1:warehouse:2026-11-02",
         ),
         (
             RunKey::Subflow { parent_run: s("0193a7c2"), node: s("settle"), attempt: 2 },
@@ -69,7 +69,7 @@ fn internal_namespaces_are_refused_to_callers() {
         "exec:x",
         "message:q:1",
         "after:a:2026-11-30",
-        "backfill:a:2026-11-30",
+        "backfill:b1:a:2026-11-30",
         "subflow:r:n:1",
     ] {
         let why = RunKey::caller(key).expect_err(key);
