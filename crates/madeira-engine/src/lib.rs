@@ -19,6 +19,7 @@ mod bizdates;
 mod clock;
 mod creator;
 mod deadlines;
+mod durations;
 mod engine_loop;
 mod envelope;
 pub mod estate;
@@ -56,6 +57,7 @@ use tokio::sync::{broadcast, mpsc};
 
 pub use clock::now_ms;
 pub use deadlines::DeadlineWatcher;
+pub use durations::DurationWatcher;
 pub use engine_loop::Engine;
 pub use events::{DrainReport, EventDrainer, EventOutcome, Listener, QueuedAnswer};
 pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};

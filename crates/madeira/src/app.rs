@@ -221,6 +221,8 @@ impl ControlPlane {
         tasks.push(tokio::spawn(alert_task.run(cancel.clone())));
         let deadlines = madeira_engine::DeadlineWatcher::new(handle.clone(), observers.clone());
         tasks.push(tokio::spawn(deadlines.run(drain.clone())));
+        let durations = madeira_engine::DurationWatcher::new(handle.clone(), observers.clone());
+        tasks.push(tokio::spawn(durations.run(drain.clone())));
         let mut scheduler = madeira_engine::Scheduler::new(handle.clone(), observers);
         if let Some(wall) = options.scheduler_clock.clone() {
             scheduler = scheduler.with_wall_clock(wall);

@@ -48,6 +48,7 @@ pub(crate) fn flow(nodes: Vec<TestNode<'_>>) -> Arc<FlowDef> {
                 retry: RetryPolicy { attempts, ..RetryPolicy::default() },
                 stall_after: std::time::Duration::from_secs(600),
                 warn_after: None,
+                max_duration: None,
                 throttle: None,
             }
         })
@@ -67,6 +68,7 @@ pub(crate) fn flow(nodes: Vec<TestNode<'_>>) -> Arc<FlowDef> {
         topo: (0..n).collect(),
         after: vec![],
         after_policy: Default::default(),
+        max_duration: None,
     })
 }
 

@@ -111,12 +111,9 @@ fn deadline(report: &mut Report, raw: &Span<RawDeadline>, flow_tz: Tz) -> Option
         Some(n) => report.limit(at, "deadline.days", n, 0),
         None => Some(1),
     };
-    if let Some(w) = &d.warn_before {
-        report.push(
-            at.at(w),
-            "`deadline.warn_before` is not supported yet (the deadline-at-risk warning is not built); remove it",
-        );
-    }
-    let warn_before = None;
+    let warn_before = match &d.warn_before {
+        Some(w) => Some(super::node::positive_duration(report, at, "deadline.warn_before", w)?),
+        None => None,
+    };
     Some(DeadlineDef { by: by?, timezone: timezone?, calendar: cal, days: days?, warn_before })
 }

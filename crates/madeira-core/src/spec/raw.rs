@@ -33,6 +33,7 @@ pub(crate) struct RawFlow {
     pub nodes: Option<Span<RawNodes>>,
     pub after: Option<Vec<Span<RawAfter>>>,
     pub after_policy: Option<Span<RawAfterPolicy>>,
+    pub max_duration: Option<Span<String>>,
 }
 
 /// `after:` entry: `{flow, node, date: same | -N, calendar}`.
@@ -159,6 +160,7 @@ pub(crate) struct RawNode {
     pub throttle: Option<Span<RawThrottle>>,
     pub stall_after: Option<Span<String>>,
     pub warn_after: Option<Span<String>>,
+    pub max_duration: Option<Span<String>>,
 }
 
 /// One executor: exactly one of `builtin`, `http`, `sidecar`, `sql`, `xxl`; the other fields

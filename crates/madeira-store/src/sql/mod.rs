@@ -4,6 +4,7 @@
 //! item of `D` (see `crate::dialect`).
 
 mod alerts;
+mod calendars;
 mod commands;
 mod commit;
 mod deadlines;
@@ -11,6 +12,7 @@ mod flows;
 mod inbox;
 mod lease;
 mod lifecycle;
+mod once;
 mod permits;
 mod presence;
 mod read;

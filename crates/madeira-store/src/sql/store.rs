@@ -7,17 +7,17 @@ use async_trait::async_trait;
 use serde_json::Value as Json;
 
 use super::{
-    D, alerts, commands, commit, deadlines, flows, inbox, lease, lifecycle, permits, presence, read, runs,
-    sessions, shards, waits,
+    D, alerts, calendars, commands, commit, deadlines, flows, inbox, lease, lifecycle, once, permits,
+    presence, read, runs, sessions, shards, waits,
 };
 use crate::dialect::{Dialect, SqlStore};
 use crate::{
     AfterWait, AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore, Batch,
-    Claim, CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowStore,
-    FlowVersion, HealthStore, InboxEvent, Lease, LeaseStore, LogRecord, NewRun, OpenAlerts, PermitKey,
-    PermitStore, PresenceStore, PutFlow, QueueOutcome, QueuedEvent, Result, RetentionStore, RunCommand,
-    RunQuery, RunRow, RunStore, SessionRecord, SessionStore, ShardResult, SidecarPresence, StoredRun,
-    TransitionRecord,
+    CalendarVersion, Claim, CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord,
+    FlowStore, FlowVersion, HealthStore, InboxEvent, Lease, LeaseStore, LogRecord, NewRun, OpenAlerts,
+    PermitKey, PermitStore, PresenceStore, PutFlow, QueueOutcome, QueuedEvent, Result, RetentionStore,
+    RunCommand, RunQuery, RunRow, RunStore, SessionRecord, SessionStore, ShardResult, SidecarPresence,
+    StoredRun, TransitionRecord,
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
@@ -56,6 +56,8 @@ forward!(FlowStore {
     read fn queued_events(flow: &str, limit: u32) -> Vec<QueuedEvent> = lifecycle::queued_events;
     write fn remove_queued_events(ids: &[i64]) -> () = lifecycle::remove_queued_events;
     read fn queued_event_counts() -> Vec<(String, u64)> = lifecycle::queued_event_counts;
+    write fn put_calendar(name: &str, source: &str, hash: &str, now_ms: i64) -> PutFlow = calendars::put_calendar;
+    read fn calendars() -> Vec<CalendarVersion> = calendars::calendars;
 });
 
 forward!(RunStore {
@@ -65,6 +67,8 @@ forward!(RunStore {
     read fn run_waits(run_id: &str) -> Vec<AfterWait> = waits::run_waits;
     write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
     write fn record_deadline_miss(flow: &str, biz_date: &str, now_ms: i64) -> bool = deadlines::record_deadline_miss;
+    write fn record_once(flow: &str, key: &str, now_ms: i64) -> bool = once::record_once;
+    read fn node_durations(flow: &str, runs: u32) -> Vec<(String, i64)> = once::node_durations;
     write fn set_wait_reason(run_id: &str, reason: Option<&str>, admit_ms: Option<i64>) -> bool = runs::set_wait_reason;
     write_dialect fn commit(batch: &Batch) -> () = commit::commit;
     read fn last_cron_key(flow: &str) -> Option<String> = read::last_cron_key;
