@@ -16,6 +16,7 @@
 //! are recovered, admitted QUEUED ones started, waiting ones promoted.
 
 mod bizdates;
+mod calendars;
 mod clock;
 mod creator;
 mod deadlines;
@@ -55,6 +56,7 @@ use std::time::Duration;
 use madeira_store::Store;
 use tokio::sync::{broadcast, mpsc};
 
+pub use calendars::CalendarOrigin;
 pub use clock::now_ms;
 pub use deadlines::DeadlineWatcher;
 pub use durations::DurationWatcher;

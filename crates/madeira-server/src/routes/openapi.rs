@@ -24,7 +24,7 @@ use super::{
         triggers::pause, triggers::event,
         runs::trigger, runs::list, runs::show, runs::cancel, runs::transitions, runs::logs, runs::node_action,
         audit::list, alerts::list, alerts::test, alerts::acknowledge, alerts::silence, sidecars::list, datasources::list, sources::list,
-        calendars::list, calendars::show, estate::map, document,
+        calendars::list, calendars::show, calendars::put, estate::map, document,
     ),
     // Path parameters' enums are not collected from `paths`: listed here.
     components(schemas(crate::schema::FlowAction, crate::schema::NodeAction)),
