@@ -92,6 +92,49 @@ pub fn at_risk(now_ms: i64, remaining: Duration, deadline_ms: i64, warn_before: 
     now_ms < deadline_ms && now_ms.saturating_add(ms(remaining)) > deadline_ms.saturating_sub(ms(warn_before))
 }
 
+/// Where the run for a business date stands against its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadlineState {
+    /// Not SUCCESS yet, and the work left fits before `deadline − warn_before`.
+    OnTime,
+    /// Not SUCCESS yet, and the work left no longer fits (`at_risk`).
+    AtRisk,
+    /// The deadline passed without a SUCCESS run, or the run succeeded after it.
+    Missed,
+    /// SUCCESS by the deadline.
+    Met,
+}
+
+impl DeadlineState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadlineState::OnTime => "on time",
+            DeadlineState::AtRisk => "at risk",
+            DeadlineState::Missed => "missed",
+            DeadlineState::Met => "met",
+        }
+    }
+}
+
+/// The state of a date whose deadline is `deadline_ms`, at `now_ms`: `succeeded_ms`
+/// is when its SUCCESS run finished (if it did); `remaining` and `warn_before`
+/// as for `at_risk` (a flow without `warn_before` passes zero).
+pub fn deadline_state(
+    now_ms: i64,
+    deadline_ms: i64,
+    succeeded_ms: Option<i64>,
+    remaining: Duration,
+    warn_before: Duration,
+) -> DeadlineState {
+    match succeeded_ms {
+        Some(at) if at <= deadline_ms => DeadlineState::Met,
+        Some(_) => DeadlineState::Missed,
+        None if now_ms >= deadline_ms => DeadlineState::Missed,
+        None if at_risk(now_ms, remaining, deadline_ms, warn_before) => DeadlineState::AtRisk,
+        None => DeadlineState::OnTime,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +218,22 @@ mod tests {
             ],
         );
         assert_eq!(remaining(&flow, Some(&all), &usual), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_dates_deadline_state_is_met_missed_at_risk_or_on_time() {
+        let (deadline, warn) = (100_000, secs(30));
+        assert_eq!(deadline_state(50_000, deadline, Some(90_000), secs(0), warn), DeadlineState::Met);
+        assert_eq!(deadline_state(200_000, deadline, Some(100_000), secs(0), warn), DeadlineState::Met);
+        assert_eq!(
+            deadline_state(200_000, deadline, Some(100_001), secs(0), warn),
+            DeadlineState::Missed,
+            "late"
+        );
+        assert_eq!(deadline_state(100_000, deadline, None, secs(0), warn), DeadlineState::Missed);
+        assert_eq!(deadline_state(66_000, deadline, None, secs(5), warn), DeadlineState::AtRisk);
+        assert_eq!(deadline_state(66_000, deadline, None, secs(5), Duration::ZERO), DeadlineState::OnTime);
+        assert_eq!(deadline_state(10_000, deadline, None, secs(5), warn), DeadlineState::OnTime);
     }
 
     #[test]

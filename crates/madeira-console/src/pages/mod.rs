@@ -2,6 +2,7 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod bizdates;
 pub mod flows;
 pub mod misc;
 pub mod overview;
