@@ -172,6 +172,13 @@ async fn a_calendar_file_is_applied_versioned_audited_and_usable_by_flows() {
     std::fs::write(cal, "calendar: night\nbase: plantt\n").expect("write");
     let unknown = dev.cli(&["apply", "-f", cal]);
     assert!(text(&unknown).contains("unknown base `plantt`"), "{}", text(&unknown));
+    // `validate` names the line of a `biz_date:` calendar it does not know.
+    let dated = dir.path().join("dated.yaml");
+    let source = "flow: dated\ntimezone: UTC\nbiz_date:\n  offset: -1\n  calendar: plantt\nnodes:\n  a: {run: {builtin: noop}}\n";
+    std::fs::write(&dated, source).expect("write");
+    let out = dev.cli(&["validate", dated.to_str().expect("utf-8")]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("dated.yaml:5: biz_date: unknown calendar `plantt`"), "{}", text(&out));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
