@@ -373,6 +373,12 @@ test('zh-CN and en both render; the choice is kept in a cookie', async () => {
     assert.ok(!text.includes(state) && /[\u4e00-\u9fff]/.test(text), `badge ${state} reads "${text}"`);
   }
   await page.screenshot({ path: `${SHOTS}/run-zh-CN.png`, fullPage: true });
+  // The flow page's business dates: its calendar and next business-day ticks, in Chinese.
+  await page.goto(`${DEV}/flows/daily-settlement`);
+  assert.match(await page.textContent('#bizdates h2'), /业务日期/);
+  assert.match(await page.textContent('#bizdates'), /日历.*接下来的工作日触发/s);
+  const ticks = await page.$$eval('#next-ticks time', (els) => els.map((e) => e.getAttribute('datetime')));
+  assert.equal(ticks.length, 5, `five next ticks of its 01:05 cron: ${ticks}`);
   await page.goto(`${DEV}/`);
   assert.match(await page.textContent('main'), /最近失败/);
   assert.ok(!/\b(SUCCESS|FAILED|RUNNING|CANCELLED|QUEUED)\b/.test(await page.textContent('.cards-row')), 'overview counts in Chinese');

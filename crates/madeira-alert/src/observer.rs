@@ -75,13 +75,16 @@ impl AlertObserver {
     }
 
     fn business_event(alert: &BusinessAlert<'_>) -> Event {
-        let labels = [("biz_date".to_string(), alert.biz_date.to_string())].into_iter().collect();
+        let labels = match alert.biz_date {
+            "" => Default::default(),
+            date => [("biz_date".to_string(), date.to_string())].into_iter().collect(),
+        };
         Event::Raise(Box::new(Raise {
             key: alert.key.to_string(),
             alertname: alert.alertname.to_string(),
             severity: if alert.critical { Severity::Critical } else { Severity::Warning },
             flow: Some(alert.flow.to_string()),
-            node: None,
+            node: alert.node.map(str::to_string),
             labels,
             summary: alert.summary.to_string(),
             description: None,

@@ -237,8 +237,18 @@ impl ControlPlane {
             tasks.push(tokio::spawn(xxl.clone().keep_registry(cancel.clone())));
         }
         tasks.push(tokio::spawn(alert_task.run(cancel.clone())));
+        // Calendars applied through the API live in the store: read them before
+        // the scheduler plans, then every few seconds (another replica may apply).
+        if let Err(e) = handle.refresh_calendars().await {
+            tracing::warn!(error = %e, "cannot read the applied calendars yet; trying again in the background");
+        }
+        tasks.push(tokio::spawn(
+            handle.clone().watch_calendars(std::time::Duration::from_secs(5), drain.clone()),
+        ));
         let deadlines = madeira_engine::DeadlineWatcher::new(handle.clone(), observers.clone());
         tasks.push(tokio::spawn(deadlines.run(drain.clone())));
+        let durations = madeira_engine::DurationWatcher::new(handle.clone(), observers.clone());
+        tasks.push(tokio::spawn(durations.run(drain.clone())));
         let mut scheduler = madeira_engine::Scheduler::new(handle.clone(), observers);
         if let Some(wall) = options.scheduler_clock.clone() {
             scheduler = scheduler.with_wall_clock(wall);

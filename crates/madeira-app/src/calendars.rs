@@ -11,12 +11,17 @@ use madeira_calendar::{CalendarDef, Calendars, parse_definitions};
 
 use crate::files::{Confine, read_text, yaml_files};
 
-/// True when `source` is a calendar file (a top-level `kind: calendar` line).
+/// True when `source` is a calendar file: a top-level `kind: calendar` line, or
+/// a top-level `calendar: NAME` (where a flow file says `flow: NAME`).
 pub fn is_calendar_file(source: &str) -> bool {
     source.lines().any(|l| {
-        let Some(rest) = l.strip_prefix("kind:") else { return false };
-        let value = rest.split('#').next().unwrap_or("").trim().trim_matches(['"', '\'']);
-        value == "calendar"
+        let value =
+            |rest: &str| rest.split('#').next().unwrap_or("").trim().trim_matches(['"', '\'']).to_string();
+        match (l.strip_prefix("kind:"), l.strip_prefix("calendar:")) {
+            (Some(rest), _) => value(rest) == "calendar",
+            (_, Some(rest)) => !value(rest).is_empty(),
+            _ => false,
+        }
     })
 }
 

@@ -17,6 +17,8 @@ pub struct CalendarDef {
     /// Optional marker in calendar files; only `calendar` is accepted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// `name:`, or `calendar:` in a calendar file applied like a flow.
+    #[serde(alias = "calendar")]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,

@@ -25,11 +25,20 @@ pub struct BusinessDef {
     /// The flow wrote `biz_date:`: its scheduled runs are one per business date.
     pub declared: bool,
     pub deadline: Option<DeadlineDef>,
+    /// Lines of `biz_date.calendar` and `deadline.calendar` in the flow file
+    /// (errors about those names point there).
+    pub calendar_lines: (Option<usize>, Option<usize>),
 }
 
 impl Default for BusinessDef {
     fn default() -> Self {
-        Self { timezone: Tz::UTC, rule: BizDateRule::default(), declared: false, deadline: None }
+        Self {
+            timezone: Tz::UTC,
+            rule: BizDateRule::default(),
+            declared: false,
+            deadline: None,
+            calendar_lines: (None, None),
+        }
     }
 }
 

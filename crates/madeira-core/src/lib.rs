@@ -5,6 +5,7 @@
 
 pub mod admit;
 pub mod bizdate;
+pub mod deadline_risk;
 pub mod estate;
 pub mod expr;
 pub mod foreach;

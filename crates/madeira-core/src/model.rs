@@ -32,6 +32,9 @@ pub struct FlowDef {
     pub after: Vec<AfterDef>,
     /// How long a run waits for its `after` and what it does then.
     pub after_policy: AfterPolicy,
+    /// A run of this flow unfinished this long after it started raises one
+    /// `MadeiraMaxDuration` warning naming its running nodes; nothing is stopped.
+    pub max_duration: Option<Duration>,
 }
 
 impl FlowDef {
@@ -268,6 +271,10 @@ pub struct NodeDef {
     pub warn_after: Option<Duration>,
     /// `foreach:` — the node runs once per item of a list (`crate::foreach`).
     pub foreach: Option<crate::foreach::ForeachDef>,
+    /// Unfinished this long after its first attempt of the series started (its
+    /// retries, their backoff and a manual wait included) raises one
+    /// `MadeiraMaxDuration` warning per run and node; nothing is stopped.
+    pub max_duration: Option<Duration>,
 }
 
 impl NodeDef {

@@ -169,6 +169,7 @@ pub(crate) async fn past_failed(
         alertname: "MadeiraPastFailed",
         critical: true,
         flow,
+        node: None,
         biz_date,
         summary: &summary,
         run_id: Some(run_id),

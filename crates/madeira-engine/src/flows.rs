@@ -10,6 +10,7 @@ use madeira_core::spec::{SpecError, SpecErrors, parse_flow};
 use madeira_store::FlowStore;
 use sha2::{Digest, Sha256};
 
+use crate::calendars::{CalendarOrigin, CalendarSet};
 use crate::{EngineError, clock::now_ms};
 
 type ByVersion = HashMap<(String, u32), Arc<FlowDef>>;
@@ -24,9 +25,9 @@ pub struct FlowCache {
     /// The server's SQL datasources: a flow's SQL nodes must name one of them
     /// (checked on apply only).
     datasources: Arc<Vec<String>>,
-    /// The server's calendars: cron triggers (and CEL calls) must name one of them
-    /// (checked on apply); the scheduler reads them.
-    calendars: Arc<Calendars>,
+    /// The server's calendars, applied ones included: cron triggers (and CEL
+    /// calls) must name one of them (checked on apply); the scheduler reads them.
+    calendars: CalendarSet,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +48,7 @@ impl FlowCache {
     /// A cache whose `apply` checks message triggers against `sources` and SQL
     /// nodes against `datasources`.
     pub fn with_sources(sources: Vec<(String, String)>, datasources: Vec<String>) -> Self {
-        let calendars = Arc::new(Calendars::builtin());
+        let calendars = CalendarSet::new(Calendars::builtin());
         Self {
             inner: Arc::default(),
             sources: Arc::new(sources),
@@ -58,13 +59,35 @@ impl FlowCache {
 
     /// The same cache checking flows against (and scheduling on) `calendars`.
     pub fn with_calendars(mut self, calendars: Calendars) -> Self {
-        self.calendars = Arc::new(calendars);
+        self.calendars = CalendarSet::new(calendars);
         self
     }
 
-    /// The server's calendars.
+    /// The server's calendars (as last read from the store for applied ones).
     pub fn calendars(&self) -> Arc<Calendars> {
-        self.calendars.clone()
+        self.calendars.all()
+    }
+
+    /// Where the calendar `name` comes from.
+    pub fn calendar_origin(&self, name: &str) -> Option<CalendarOrigin> {
+        self.calendars.origin(name)
+    }
+
+    /// Reads the applied calendars from the store; true when they changed.
+    pub async fn refresh_calendars(&self, store: &dyn FlowStore) -> Result<bool, EngineError> {
+        self.calendars.refresh(store).await
+    }
+
+    /// Validates a calendar file and stores it as a new version of its calendar
+    /// when it differs from the latest one (`ApplyOutcome::flow` is its name).
+    pub async fn apply_calendar(
+        &self,
+        store: &dyn FlowStore,
+        file: &str,
+        source: &str,
+    ) -> Result<ApplyOutcome, EngineError> {
+        let hash = content_hash(file, source)?;
+        self.calendars.apply(store, file, source, &hash, now_ms()).await
     }
 
     /// The parsed flow `name` at `version`, loading and parsing it on first use.
@@ -108,7 +131,10 @@ impl FlowCache {
         let def = parse_flow(file, source)?;
         madeira_core::spec::check_sources(file, &def, &self.sources)?;
         madeira_core::spec::check_datasources(file, &def, &self.datasources)?;
-        madeira_core::spec::check_calendars(file, &def, &self.calendars)?;
+        // The store is the source of applied calendars: one applied on another
+        // replica a moment ago counts.
+        self.calendars.refresh(store).await?;
+        madeira_core::spec::check_calendars(file, &def, &self.calendars.all())?;
         let estate = crate::estate::load(store, self).await?;
         crate::estate::check_applied(estate, file, &def)?;
         let hash = content_hash(file, source)?;

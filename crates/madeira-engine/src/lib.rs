@@ -18,9 +18,11 @@
 mod after_policy;
 pub mod backfill;
 mod bizdates;
+mod calendars;
 mod clock;
 mod creator;
 mod deadlines;
+mod durations;
 mod engine_loop;
 mod envelope;
 pub mod estate;
@@ -59,8 +61,10 @@ use madeira_store::Store;
 use tokio::sync::{broadcast, mpsc};
 
 pub use backfill::{BackfillCreated, BackfillRequest};
+pub use calendars::CalendarOrigin;
 pub use clock::now_ms;
 pub use deadlines::DeadlineWatcher;
+pub use durations::DurationWatcher;
 pub use engine_loop::Engine;
 pub use events::{DrainReport, EventDrainer, EventOutcome, Listener, QueuedAnswer};
 pub use executor::{AttemptResult, Executor, Executors, HttpPolicy, Job};

@@ -38,14 +38,18 @@ pub struct NodeWatch<'a> {
     pub active: bool,
 }
 
-/// An alert about a flow's business date (issue #35): a `depends_on_past` run
-/// held by a FAILED previous date, a missed deadline. `key` deduplicates it.
+/// An alert about a flow's business date or a run's duration (issue #35): a
+/// `depends_on_past` run held by a FAILED previous date, a missed or at-risk
+/// deadline, a run or node past its `max_duration`. `key` deduplicates it.
 #[derive(Debug, Clone, Copy)]
 pub struct BusinessAlert<'a> {
     pub key: &'a str,
     pub alertname: &'a str,
     pub critical: bool,
     pub flow: &'a str,
+    /// The node it is about, if one (`max_duration` of a node).
+    pub node: Option<&'a str>,
+    /// `""` when the run has no business date.
     pub biz_date: &'a str,
     pub summary: &'a str,
     pub run_id: Option<&'a str>,

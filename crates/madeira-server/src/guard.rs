@@ -10,8 +10,8 @@
 //! - `json_bodies` (every server): a request body sent to the API must say
 //!   `Content-Type: application/json` (or `application/*+json`, parameters
 //!   allowed), else 415: a browser sends `text/plain` cross-origin without a
-//!   preflight. `PUT /api/v1/flows/{name}` takes YAML and is not checked (a PUT
-//!   always needs a preflight).
+//!   preflight. `PUT /api/v1/flows/{name}` and `PUT /api/v1/calendars/{name}`
+//!   take YAML and are not checked (a PUT always needs a preflight).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -147,10 +147,11 @@ fn has_body(headers: &HeaderMap) -> bool {
         || headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).is_some_and(|v| v.trim() != "0")
 }
 
-/// `PUT /api/v1/flows/{name}`: a flow's YAML.
+/// `PUT /api/v1/flows/{name}` and `PUT /api/v1/calendars/{name}`: YAML files.
 fn takes_yaml(method: &Method, path: &str) -> bool {
-    *method == Method::PUT
-        && path.strip_prefix("/api/v1/flows/").is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
+    let one_name =
+        |prefix: &str| path.strip_prefix(prefix).is_some_and(|rest| !rest.is_empty() && !rest.contains('/'));
+    *method == Method::PUT && (one_name("/api/v1/flows/") || one_name("/api/v1/calendars/"))
 }
 
 /// `application/json` or `application/<anything>+json`, parameters allowed.
@@ -185,6 +186,7 @@ mod tests {
         }
         assert!(!is_json(&HeaderMap::new()));
         assert!(takes_yaml(&Method::PUT, "/api/v1/flows/x"));
+        assert!(takes_yaml(&Method::PUT, "/api/v1/calendars/x"));
         assert!(!takes_yaml(&Method::POST, "/api/v1/flows/x"));
         assert!(!takes_yaml(&Method::PUT, "/api/v1/flows/x/runs"));
     }

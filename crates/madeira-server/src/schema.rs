@@ -415,6 +415,19 @@ pub struct CalendarSummary {
     /// First and last day it has data for (`YYYY-MM-DD`; `null`: unbounded).
     pub first_known_day: Option<String>,
     pub last_known_day: Option<String>,
+    /// `builtin`, `config` (server config or flows directory) or `applied` (through the API).
+    pub origin: String,
+    /// The applied version (`applied` calendars only).
+    pub version: Option<u32>,
+}
+
+/// `PUT /calendars/{name}`: the version the calendar file is now.
+#[derive(Serialize, ToSchema)]
+pub struct CalendarApplyAnswer {
+    pub calendar: String,
+    pub version: u32,
+    /// False when the content equalled the latest version.
+    pub created: bool,
 }
 
 /// `GET /calendars`.
@@ -431,6 +444,8 @@ pub struct CalendarYear {
     pub base: Option<String>,
     pub first_known_day: Option<String>,
     pub last_known_day: Option<String>,
+    pub origin: String,
+    pub version: Option<u32>,
     pub year: i32,
     /// Monday-to-Friday days that are not business days (holidays), `YYYY-MM-DD`.
     pub off_days: Vec<String>,

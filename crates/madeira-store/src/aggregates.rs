@@ -33,6 +33,17 @@ pub trait FlowStore: Send + Sync + 'static {
     async fn remove_queued_events(&self, ids: &[i64]) -> Result<()>;
     /// Events waiting, per flow that has any.
     async fn queued_event_counts(&self) -> Result<Vec<(String, u64)>>;
+    /// Stores `source` as a new version of the applied calendar `name` unless
+    /// its content hash equals the latest version's.
+    async fn put_calendar(
+        &self,
+        name: &str,
+        source: &str,
+        content_hash: &str,
+        now_ms: i64,
+    ) -> Result<PutFlow>;
+    /// The latest version of every applied calendar, by name.
+    async fn calendars(&self) -> Result<Vec<CalendarVersion>>;
 }
 
 /// Runs: admission and creation, promotion, the group commit (every state change
@@ -77,6 +88,12 @@ pub trait RunStore: Send + Sync + 'static {
     /// releases it: admitted to start at `admit_ms` when given (the flow has no
     /// `max_active_runs`), else left to `promote_queued`. False when the run is
     /// no longer a waiting QUEUED run (another replica released it first).
+    /// Records that the alert `key` of `flow` fired (`fired_once`): true only
+    /// the first time, on any replica (the caller then raises it).
+    async fn record_once(&self, flow: &str, key: &str, now_ms: i64) -> Result<bool>;
+    /// `(node, milliseconds)` of every SUCCESS attempt among the latest `runs`
+    /// runs of `flow`, newest run first (usual durations, `deadline.warn_before`).
+    async fn node_durations(&self, flow: &str, runs: u32) -> Result<Vec<(String, i64)>>;
     async fn set_wait_reason(
         &self,
         run_id: &str,

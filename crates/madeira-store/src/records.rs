@@ -31,6 +31,16 @@ pub struct FlowVersion {
     pub created_at: i64,
 }
 
+/// One version of a calendar applied through the API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CalendarVersion {
+    pub name: String,
+    pub version: u32,
+    pub source: String,
+    pub content_hash: String,
+    pub created_at: i64,
+}
+
 /// What `create_run` does when the flow already has `max_active_runs`: the core's
 /// `OnOverlap`, which `madeira_core::admit` decides with.
 pub use madeira_core::OnOverlap as Overlap;

@@ -121,7 +121,8 @@ pub enum Command {
     /// Store flow files on the control plane (a new version when content changed).
     /// Every file is validated first; one invalid file and nothing is applied.
     Apply {
-        /// A flow file, or a directory: its *.yaml and *.yml files (repeatable).
+        /// A flow file, a calendar file (top-level `calendar: NAME`, applied first), or a
+        /// directory: its *.yaml and *.yml files (repeatable).
         #[arg(short = 'f', long = "file", required = true)]
         files: Vec<PathBuf>,
         #[command(flatten)]

@@ -22,14 +22,16 @@ use crate::{Console, ConsoleError};
 const STRIP: u32 = 12;
 
 /// Each trigger as text, with the next fire of a cron trigger.
-fn triggers(lang: Lang, def: &FlowDef, now: i64) -> Markup {
+fn triggers(lang: Lang, def: &FlowDef, calendars: &madeira_calendar::Calendars, now: i64) -> Markup {
     html! {
         ul.triggers {
             @for tr in &def.triggers {
                 @match tr {
                     TriggerDef::Cron(c) => {
-                        @let next = madeira_core::schedule::next_after(c, chrono::Utc::now()).map(|t| t.timestamp_millis());
-                        li { (term(lang, Term::Trigger, "cron")) " " code { (c.expr) } " " span.muted { (c.timezone) } " → " (stamp(lang, next, now)) }
+                        @let next = madeira_core::schedule::next_fire(c, calendars, chrono::Utc::now()).map(|t| t.timestamp_millis());
+                        li { (term(lang, Term::Trigger, "cron")) " " code { (c.expr) } " " span.muted { (c.timezone) }
+                            @if let Some(cal) = &c.calendar { " " span.tag.calendar { (cal.name) } }
+                            " → " (stamp(lang, next, now)) }
                     }
                     TriggerDef::Event { event, .. } => li { (term(lang, Term::Trigger, "event")) " " code { (event) } },
                     TriggerDef::Message(m) => li { (term(lang, Term::Trigger, "message")) " " code { (m.source) } },
@@ -80,6 +82,7 @@ pub async fn list(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
             .await?;
         rows.push((record, def, runs));
     }
+    let calendars = console.app.engine.calendars();
     let body = html! {
         h1 { (t(lang, "Flows")) " " span.muted { "(" (rows.len()) ")" } }
         (page::denied_note(ctx.denied(Role::Operator).as_ref()))
@@ -91,7 +94,7 @@ pub async fn list(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
                         td { a href=(flow_href(&record.name)) { strong { (record.name) } } " v" (record.latest_version)
                             @if let Some(d) = &def.description { br; span.muted { (d) } } }
                         td { @for (k, v) in &def.labels { span.tag { (k) "=" (v) } " " } }
-                        td { (triggers(lang, def, now)) }
+                        td { (triggers(lang, def, &calendars, now)) }
                         td { (strip(runs)) }
                         td { @if record.paused { span.tag.paused { (t(lang, "paused")) } } @else { span.tag.active { (t(lang, "active")) } } }
                         td { (pause_form(&ctx, record)) }
@@ -150,6 +153,7 @@ pub async fn show(
         Some((v, text))
     });
     let base = flow_href(&name);
+    let dates = super::bizdates::gather(engine, &def, &runs, now).await;
     let body = html! {
         div.flow-page data-flow=(name) data-tz=(crate::time::flow_tz(&def)) {
             h1 { (name) " " span.muted { "v" (version) } " "
@@ -157,7 +161,7 @@ pub async fn show(
             @if let Some(d) = &def.description { p.muted { (d) } }
             div.flow-head {
                 div.kv { span.k { (t(lang, "Labels")) } span.v { @for (k, v) in &def.labels { span.tag { (k) "=" (v) } " " } } }
-                div.kv.wide { span.k { (t(lang, "Triggers")) } span.v { (triggers(lang, &def, now)) } }
+                div.kv.wide { span.k { (t(lang, "Triggers")) } span.v { (triggers(lang, &def, &engine.calendars(), now)) } }
                 @if let Some(routing) = &def.routing {
                     div.kv.wide { span.k { (t(lang, "Routing")) } span.v { ul {
                         @for rule in &routing.rules { li { code { (rule.when.source()) } " → v" (rule.version) } }
@@ -183,6 +187,7 @@ pub async fn show(
                     }
                 }
             }
+            (super::bizdates::section(lang, &def, &dates))
             section.dag-section { (dag::section(&console, lang, &def, version, &scope, None, &base)) }
             div.two-col {
                 section {

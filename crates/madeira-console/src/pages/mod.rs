@@ -4,6 +4,7 @@ pub mod approvals;
 pub mod audit;
 pub mod backfills;
 pub mod estate;
+pub mod bizdates;
 pub mod flows;
 pub mod misc;
 pub mod overview;

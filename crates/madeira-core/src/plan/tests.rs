@@ -49,6 +49,7 @@ pub(crate) fn flow(nodes: Vec<TestNode<'_>>) -> Arc<FlowDef> {
                 stall_after: std::time::Duration::from_secs(600),
                 warn_after: None,
                 foreach: None,
+                max_duration: None,
                 throttle: None,
             }
         })
@@ -68,6 +69,7 @@ pub(crate) fn flow(nodes: Vec<TestNode<'_>>) -> Arc<FlowDef> {
         topo: (0..n).collect(),
         after: vec![],
         after_policy: Default::default(),
+        max_duration: None,
     })
 }
 

@@ -44,7 +44,12 @@ pub(crate) fn business(raw: &RawFlow, triggers: &[TriggerDef], report: &mut Repo
     };
     let rule = raw.biz_date.as_ref().map(|b| rule(report, b)).unwrap_or_default();
     let deadline = raw.deadline.as_ref().and_then(|d| deadline(report, d, timezone));
-    BusinessDef { timezone, rule, declared: raw.biz_date.is_some(), deadline }
+    let line = |c: Option<&Span<String>>| c.and_then(line_of);
+    let calendar_lines = (
+        raw.biz_date.as_ref().and_then(|b| line(b.value.calendar.as_ref()).or_else(|| line_of(b))),
+        raw.deadline.as_ref().and_then(|d| line(d.value.calendar.as_ref()).or_else(|| line_of(d))),
+    );
+    BusinessDef { timezone, rule, declared: raw.biz_date.is_some(), deadline, calendar_lines }
 }
 
 fn timezone(report: &mut Report, at: At<'_>, name: &str) -> Option<Tz> {
@@ -111,12 +116,9 @@ fn deadline(report: &mut Report, raw: &Span<RawDeadline>, flow_tz: Tz) -> Option
         Some(n) => report.limit(at, "deadline.days", n, 0),
         None => Some(1),
     };
-    if let Some(w) = &d.warn_before {
-        report.push(
-            at.at(w),
-            "`deadline.warn_before` is not supported yet (the deadline-at-risk warning is not built); remove it",
-        );
-    }
-    let warn_before = None;
+    let warn_before = match &d.warn_before {
+        Some(w) => Some(super::node::positive_duration(report, at, "deadline.warn_before", w)?),
+        None => None,
+    };
     Some(DeadlineDef { by: by?, timezone: timezone?, calendar: cal, days: days?, warn_before })
 }

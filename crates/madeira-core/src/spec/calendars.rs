@@ -53,10 +53,10 @@ pub fn check_calendars(file: &str, def: &FlowDef, calendars: &Calendars) -> Resu
         }
     }
     if let Some(name) = def.business.rule.calendar.as_deref() {
-        unknown(name, None, None, "biz_date: ");
+        unknown(name, def.business.calendar_lines.0, None, "biz_date: ");
     }
     if let Some(name) = def.business.deadline.as_ref().and_then(|d| d.calendar.as_deref()) {
-        unknown(name, None, None, "deadline: ");
+        unknown(name, def.business.calendar_lines.1, None, "deadline: ");
     }
     for node in &def.nodes {
         for name in node.when.iter().flat_map(|w| w.calendar_names()) {
@@ -94,5 +94,15 @@ mod tests {
         let with_sse = Calendars::builtin().extend(sse).expect("resolves");
         let errors = check_calendars("f.yaml", &def, &with_sse).expect_err("still cn-workday").to_string();
         assert!(!errors.contains("`sse`"), "{errors}");
+    }
+
+    #[test]
+    fn unknown_calendars_of_biz_date_and_deadline_name_their_line() {
+        let source = "flow: f\ntimezone: UTC\nbiz_date:\n  offset: -1\n  calendar: cn-workday\n\
+                      deadline: {by: \"06:00\", calendar: plant}\nnodes:\n  a: {run: {builtin: noop}}\n";
+        let def = parse_flow("f.yaml", source).expect("parses");
+        let errors = check_calendars("f.yaml", &def, &Calendars::builtin()).expect_err("unknown").to_string();
+        assert!(errors.contains("f.yaml:5: biz_date: unknown calendar `cn-workday`"), "{errors}");
+        assert!(errors.contains("f.yaml:6: deadline: unknown calendar `plant`"), "{errors}");
     }
 }

@@ -52,6 +52,10 @@ pub(crate) fn flow(raw: &RawFlow, report: &mut Report) -> Option<FlowDef> {
         topo,
         after,
         after_policy,
+        max_duration: raw
+            .max_duration
+            .as_ref()
+            .and_then(|d| node::positive_duration(report, At::top(line_of(d)), "max_duration", d)),
     })
 }
 

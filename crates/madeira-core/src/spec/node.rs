@@ -71,6 +71,10 @@ pub(crate) fn build(
             Some(d) => positive_duration(report, at, "warn_after", d).or(defaults.warn_after),
             None => defaults.warn_after,
         },
+        max_duration: raw
+            .max_duration
+            .as_ref()
+            .and_then(|d| positive_duration(report, at, "max_duration", d)),
     }
 }
 

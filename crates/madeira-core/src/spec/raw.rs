@@ -33,6 +33,7 @@ pub(crate) struct RawFlow {
     pub nodes: Option<Span<RawNodes>>,
     pub after: Option<Vec<Span<RawAfter>>>,
     pub after_policy: Option<Span<RawAfterPolicy>>,
+    pub max_duration: Option<Span<String>>,
 }
 
 /// `after:` entry: `{flow, node, date: same | -N, calendar}`.
@@ -170,6 +171,7 @@ pub(crate) struct RawNode {
     /// A CEL expression giving a list, or a list written here.
     pub foreach: Option<Span<RawForeach>>,
     pub max_parallel: Option<Span<i64>>,
+    pub max_duration: Option<Span<String>>,
 }
 
 /// One executor: exactly one of `builtin`, `http`, `sidecar`, `sql`, `xxl`; the other fields

@@ -105,7 +105,7 @@ pub(crate) fn api_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
         ("/sidecars", get(sidecars::list)),
         ("/datasources", get(datasources::list)),
         ("/calendars", get(calendars::list)),
-        ("/calendars/{name}", get(calendars::show)),
+        ("/calendars/{name}", get(calendars::show).put(calendars::put)),
         ("/sources", get(sources::list)),
         ("/estate", get(estate::map)),
         ("/backfills", get(backfills::list)),

@@ -25,8 +25,8 @@ use super::{
         triggers::pause, triggers::event,
         runs::trigger, runs::list, runs::show, runs::cancel, runs::transitions, runs::logs, runs::node_action,
         audit::list, alerts::list, alerts::test, alerts::acknowledge, alerts::silence, sidecars::list, datasources::list, sources::list,
-        calendars::list, calendars::show, estate::map, backfills::create, backfills::list, backfills::show,
-        backfills::act, document,
+        calendars::list, calendars::show, calendars::put, estate::map, backfills::create, backfills::list,
+        backfills::show, backfills::act, document,
     ),
     // Path parameters' enums are not collected from `paths`: listed here.
     components(schemas(crate::schema::FlowAction, crate::schema::NodeAction, crate::schema::BackfillAction)),

@@ -5,6 +5,7 @@
 
 mod alerts;
 mod backfills;
+mod calendars;
 mod commands;
 mod commit;
 mod deadlines;
@@ -12,6 +13,7 @@ mod flows;
 mod inbox;
 mod lease;
 mod lifecycle;
+mod once;
 mod permits;
 mod presence;
 mod read;

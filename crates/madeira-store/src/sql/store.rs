@@ -7,18 +7,18 @@ use async_trait::async_trait;
 use serde_json::Value as Json;
 
 use super::{
-    D, alerts, backfills, commands, commit, deadlines, flows, inbox, lease, lifecycle, permits, presence,
-    read, runs, sessions, shards, waits, xxl,
+    D, alerts, backfills, calendars, commands, commit, deadlines, flows, inbox, lease, lifecycle, once,
+    permits, presence, read, runs, sessions, shards, waits, xxl,
 };
 use crate::dialect::{Dialect, SqlStore};
 use crate::{
     Advanced, AfterWait, AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore,
-    BackfillChange, BackfillRecord, BackfillStepRow, BackfillStore, Batch, Claim, CommandStore,
-    CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowStore, FlowVersion, HealthStore,
-    HeldRun, InboxEvent, Lease, LeaseStore, LogRecord, NewBackfill, NewRun, OpenAlerts, PermitKey,
-    PermitStore, PresenceStore, PutFlow, QueueOutcome, QueuedEvent, Result, RetentionStore, RunCommand,
-    RunQuery, RunRow, RunStore, SessionRecord, SessionStore, ShardResult, SidecarPresence, StoredRun,
-    TransitionRecord, XxlCallbackRow, XxlExecutorRow, XxlStore,
+    BackfillChange, BackfillRecord, BackfillStepRow, BackfillStore, Batch, CalendarVersion, Claim,
+    CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowStore, FlowVersion,
+    HealthStore, HeldRun, InboxEvent, Lease, LeaseStore, LogRecord, NewBackfill, NewRun, OpenAlerts,
+    PermitKey, PermitStore, PresenceStore, PutFlow, QueueOutcome, QueuedEvent, Result, RetentionStore,
+    RunCommand, RunQuery, RunRow, RunStore, SessionRecord, SessionStore, ShardResult, SidecarPresence,
+    StoredRun, TransitionRecord, XxlCallbackRow, XxlExecutorRow, XxlStore,
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
@@ -57,6 +57,8 @@ forward!(FlowStore {
     read fn queued_events(flow: &str, limit: u32) -> Vec<QueuedEvent> = lifecycle::queued_events;
     write fn remove_queued_events(ids: &[i64]) -> () = lifecycle::remove_queued_events;
     read fn queued_event_counts() -> Vec<(String, u64)> = lifecycle::queued_event_counts;
+    write fn put_calendar(name: &str, source: &str, hash: &str, now_ms: i64) -> PutFlow = calendars::put_calendar;
+    read fn calendars() -> Vec<CalendarVersion> = calendars::calendars;
 });
 
 forward!(RunStore {
@@ -69,6 +71,8 @@ forward!(RunStore {
     write fn waive_waits(run_id: &str) -> bool = waits::waive_waits;
     write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
     write fn record_deadline_miss(flow: &str, biz_date: &str, now_ms: i64) -> bool = deadlines::record_deadline_miss;
+    write fn record_once(flow: &str, key: &str, now_ms: i64) -> bool = once::record_once;
+    read fn node_durations(flow: &str, runs: u32) -> Vec<(String, i64)> = once::node_durations;
     write fn set_wait_reason(run_id: &str, reason: Option<&str>, admit_ms: Option<i64>) -> bool = runs::set_wait_reason;
     write_dialect fn commit(batch: &Batch) -> () = commit::commit;
     read fn last_cron_key(flow: &str) -> Option<String> = read::last_cron_key;

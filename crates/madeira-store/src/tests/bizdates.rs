@@ -79,3 +79,64 @@ pub(crate) async fn a_deadline_miss_is_recorded_once(s: &dyn Store) {
     assert!(s.record_deadline_miss("f", "2026-10-09", 30).await.expect("next date"));
     assert!(s.record_deadline_miss("g", "2026-10-08", 40).await.expect("other flow"));
 }
+
+pub(crate) async fn a_warning_key_fires_once(s: &dyn Store) {
+    assert!(s.record_once("f", "deadline_at_risk:f:2026-10-08", 10).await.expect("first"));
+    assert!(!s.record_once("f", "deadline_at_risk:f:2026-10-08", 20).await.expect("again"), "once per key");
+    assert!(s.record_once("f", "max_duration:r1", 30).await.expect("other key"));
+}
+
+fn attempt(run: &str, node: &str, n: u32, start: i64, end: i64, outcome: &str) -> AttemptRecord {
+    AttemptRecord {
+        run_id: run.into(),
+        node: node.into(),
+        attempt: n,
+        started_at: start,
+        finished_at: Some(end),
+        outcome: Some(outcome.into()),
+        error: None,
+        host: None,
+    }
+}
+
+pub(crate) async fn node_durations_are_the_latest_runs_successes_newest_first(s: &dyn Store) {
+    for id in ["r1", "r2", "r3"] {
+        s.create_run(&new_run(id, None, 0, Overlap::Queue)).await.expect("create");
+    }
+    let attempts = vec![
+        attempt("r1", "a", 1, 0, 1_000, "SUCCESS"),
+        attempt("r2", "a", 1, 0, 2_000, "SUCCESS"),
+        attempt("r2", "b", 1, 0, 9_000, "FAILED"),
+        attempt("r2", "b", 2, 10_000, 15_000, "SUCCESS"),
+        attempt("r3", "a", 1, 0, 3_000, "SUCCESS"),
+    ];
+    s.commit(&Batch { attempts, ..Batch::default() }).await.expect("attempts");
+    let all = s.node_durations("f", 10).await.expect("durations");
+    assert_eq!(
+        all,
+        [("a".to_string(), 3_000), ("b".into(), 5_000), ("a".into(), 2_000), ("a".into(), 1_000)]
+    );
+    let latest = s.node_durations("f", 1).await.expect("durations");
+    assert_eq!(latest, [("a".to_string(), 3_000)], "only the latest run");
+    assert!(s.node_durations("other", 10).await.expect("durations").is_empty());
+}
+
+pub(crate) async fn applied_calendars_are_versioned_by_content(s: &dyn Store) {
+    assert!(s.calendars().await.expect("none").is_empty());
+    assert_eq!(
+        s.put_calendar("sse", "x", "h1", 1).await.expect("put"),
+        PutFlow { version: 1, created: true }
+    );
+    assert_eq!(
+        s.put_calendar("sse", "x", "h1", 2).await.expect("put"),
+        PutFlow { version: 1, created: false }
+    );
+    assert_eq!(
+        s.put_calendar("sse", "y", "h2", 3).await.expect("put"),
+        PutFlow { version: 2, created: true }
+    );
+    s.put_calendar("plant", "p", "h3", 4).await.expect("put");
+    let latest: Vec<(String, u32, String)> =
+        s.calendars().await.expect("list").into_iter().map(|c| (c.name, c.version, c.source)).collect();
+    assert_eq!(latest, [("plant".to_string(), 1, "p".to_string()), ("sse".into(), 2, "y".into())]);
+}

@@ -110,6 +110,8 @@ pub(super) fn print(server: &ServerArgs, body: Value, text: impl Fn(&Value) -> S
 /// `file:line: message`.
 async fn apply(paths: &[std::path::PathBuf], server: &ServerArgs) -> Result<ExitCode> {
     let mut flows: Vec<(String, String, String)> = Vec::new();
+    // Calendar files (`calendar: NAME`): applied first, so flows may name them.
+    let mut calendars: Vec<(String, String, String)> = Vec::new();
     let mut estate = madeira_core::estate::Estate::default();
     let mut problems = Vec::new();
     for path in paths {
@@ -132,6 +134,21 @@ async fn apply(paths: &[std::path::PathBuf], server: &ServerArgs) -> Result<Exit
                     continue;
                 }
             };
+            if crate::calendars::is_calendar_file(&source) {
+                match madeira_calendar::parse_definitions(&source) {
+                    Ok(defs) if defs.len() == 1 => {
+                        let name = defs[0].name.clone();
+                        match calendars.iter().find(|(n, _, _)| *n == name) {
+                            Some((_, _, first)) => problems
+                                .push(format!("{shown}:1: calendar `{name}` is also defined in {first}")),
+                            None => calendars.push((name, source, shown)),
+                        }
+                    }
+                    Ok(_) => problems.push(format!("{shown}:1: a calendar file to apply holds one calendar")),
+                    Err(e) => problems.push(format!("{shown}: {e}")),
+                }
+                continue;
+            }
             match madeira_core::spec::parse_flow(&shown, &source) {
                 Ok(def) => match flows.iter().find(|(name, _, _)| *name == def.name) {
                     Some((_, _, first)) => {
@@ -161,6 +178,16 @@ async fn apply(paths: &[std::path::PathBuf], server: &ServerArgs) -> Result<Exit
     flows.sort_by_key(|(name, _, _)| order.iter().position(|n| n == name));
     let client = Client::new(server)?;
     let mut results = Vec::new();
+    for (name, source, shown) in calendars {
+        let reply = client
+            .call(Method::PUT, &format!("/calendars/{name}"), Some(Body::Yaml(source)), &[])
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(e.to_string().replace(&format!("{name}.yaml:"), &format!("{shown}:")))
+            })
+            .with_context(|| format!("{shown}: applying calendar {name}"))?;
+        results.push(reply.body);
+    }
     for (name, source, shown) in flows {
         // The server checks what only it knows (sources, datasources) and names
         // the file `NAME.yaml`: its errors are told with this file's path.
@@ -180,7 +207,12 @@ async fn apply(paths: &[std::path::PathBuf], server: &ServerArgs) -> Result<Exit
                 a.iter()
                     .map(|r| {
                         let verb = if r["created"] == json!(true) { "created" } else { "unchanged" };
-                        format!("flow {} version {} ({verb})", str_of(&r["flow"]), r["version"])
+                        match r["calendar"].as_str() {
+                            Some(calendar) => {
+                                format!("calendar {calendar} version {} ({verb})", r["version"])
+                            }
+                            None => format!("flow {} version {} ({verb})", str_of(&r["flow"]), r["version"]),
+                        }
                     })
                     .collect::<Vec<_>>()
                     .join("\n")

@@ -50,9 +50,34 @@ fn mistakes_are_named_with_their_line() {
     assert!(got.iter().any(|e| e.starts_with("flow.yaml:4: `deadline.by` `6am` is not a time")), "{got:#?}");
     assert!(got.iter().any(|e| e.starts_with("flow.yaml:4: `deadline.days` must be 0 to 31")), "{got:#?}");
     assert_eq!(got.len(), 4, "biz_date is a variable conditions may read: {got:#?}");
-    let warn =
-        errors("flow: f\ndeadline: {by: \"06:00\", warn_before: 30m}\nnodes:\n  a: {run: {builtin: noop}}\n");
-    assert!(warn[0].starts_with("flow.yaml:2: `deadline.warn_before` is not supported yet"), "{warn:#?}");
+    let warn = errors(
+        "flow: f\ndeadline:\n  by: \"06:00\"\n  warn_before: soon\nnodes:\n  a: {run: {builtin: noop}}\n",
+    );
+    assert!(warn[0].starts_with("flow.yaml:4: `deadline.warn_before`: "), "{warn:#?}");
+    let zero =
+        errors("flow: f\ndeadline: {by: \"06:00\", warn_before: 0s}\nnodes:\n  a: {run: {builtin: noop}}\n");
+    assert!(zero[0].starts_with("flow.yaml:2: `deadline.warn_before` must be more than zero"), "{zero:#?}");
+    let ok =
+        parse("flow: f\ndeadline: {by: \"06:00\", warn_before: 30m}\nnodes:\n  a: {run: {builtin: noop}}\n");
+    let warn_before = ok.business.deadline.expect("deadline").warn_before;
+    assert_eq!(warn_before, Some(std::time::Duration::from_secs(1800)));
     let missing_by = errors("flow: f\ndeadline: {days: 1}\nnodes:\n  a: {run: {builtin: noop}}\n");
     assert!(missing_by[0].starts_with("flow.yaml:2: `deadline` needs `by`"), "{missing_by:#?}");
+}
+
+#[test]
+fn max_duration_is_read_on_the_flow_and_its_nodes_and_named_with_its_line_when_wrong() {
+    let f = parse(
+        "flow: f\nmax_duration: 2h\nnodes:\n  a: {run: {builtin: noop}, max_duration: 15m}\n  b: {run: {builtin: noop}}\n",
+    );
+    assert_eq!(f.max_duration, Some(std::time::Duration::from_secs(7200)));
+    assert_eq!(f.nodes[0].max_duration, Some(std::time::Duration::from_secs(900)));
+    assert_eq!(f.nodes[1].max_duration, None);
+    let got =
+        errors("flow: f\nmax_duration: soon\nnodes:\n  a:\n    run: {builtin: noop}\n    max_duration: 0s\n");
+    assert!(got.iter().any(|e| e.starts_with("flow.yaml:2: `max_duration`: ")), "{got:#?}");
+    assert!(
+        got.iter().any(|e| e.starts_with("flow.yaml:6: node a: `max_duration` must be more than zero")),
+        "{got:#?}"
+    );
 }
