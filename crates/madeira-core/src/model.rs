@@ -338,7 +338,26 @@ pub enum ExecutorDef {
     /// `run: {xxl: …}`: a handler of an XXL-JOB executor registered with this control plane.
     Xxl(XxlDef),
     /// `run: {flow: …, params: …}`: a child run of another flow (`crate::subflow`).
-    Subflow(crate::subflow::SubflowDef),
+    Subflow(SubflowDef),
+}
+
+/// `run: {flow, params}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubflowDef {
+    /// The child flow's name (checked to exist, and not to run this flow back, on apply).
+    pub flow: String,
+    /// Line of `flow:` in the flow file (for errors found at apply time).
+    pub line: Option<usize>,
+    /// The child run's params, in file order.
+    pub params: Vec<(String, SubflowParam)>,
+}
+
+/// One child param: a CEL expression over the parent's `params`, `nodes` and
+/// `biz_date` (a YAML string), or a literal (any other YAML value).
+#[derive(Debug, Clone, PartialEq)]
+pub enum SubflowParam {
+    Expr(crate::keyexpr::ValueExpr),
+    Literal(serde_json::Value),
 }
 
 /// `run: {xxl: {app, handler, params, route, block, timeout, grace}}` (SPEC §14).

@@ -7,29 +7,10 @@
 
 use serde_json::{Map, Value as Json};
 
-use crate::keyexpr::ValueExpr;
 use crate::keys::RunKey;
+pub use crate::model::{SubflowDef, SubflowParam};
 use crate::plan::RunSnapshot;
 use crate::state::{NodeState, RunState};
-
-/// `run: {flow, params}`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SubflowDef {
-    /// The child flow's name (checked to exist, and not to run this flow back, on apply).
-    pub flow: String,
-    /// Line of `flow:` in the flow file (for errors found at apply time).
-    pub line: Option<usize>,
-    /// The child run's params, in file order.
-    pub params: Vec<(String, SubflowParam)>,
-}
-
-/// One child param: a CEL expression over the parent's `params`, `nodes` and
-/// `biz_date` (a YAML string), or a literal (any other YAML value).
-#[derive(Debug, Clone, PartialEq)]
-pub enum SubflowParam {
-    Expr(ValueExpr),
-    Literal(Json),
-}
 
 /// The trigger name of a child run.
 pub const TRIGGER: &str = "subflow";
@@ -175,8 +156,16 @@ mod tests {
             flow: "c".into(),
             line: None,
             params: vec![
-                ("day".into(), SubflowParam::Expr(ValueExpr::compile("biz_date").expect("cel"))),
-                ("n".into(), SubflowParam::Expr(ValueExpr::compile("nodes.a.outputs.n + 1").expect("cel"))),
+                (
+                    "day".into(),
+                    SubflowParam::Expr(crate::keyexpr::ValueExpr::compile("biz_date").expect("cel")),
+                ),
+                (
+                    "n".into(),
+                    SubflowParam::Expr(
+                        crate::keyexpr::ValueExpr::compile("nodes.a.outputs.n + 1").expect("cel"),
+                    ),
+                ),
                 ("fixed".into(), SubflowParam::Literal(serde_json::json!([1, 2]))),
             ],
         };

@@ -86,6 +86,7 @@ async fn one_alert_names_the_failed_upstream_and_lists_what_it_holds() {
         alertname: "MadeiraDeadlineMissed",
         critical: true,
         flow: "warehouse-clean",
+        node: None,
         biz_date: DAY,
         summary: &summary,
         run_id: Some("clean-1"),

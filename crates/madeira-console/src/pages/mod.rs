@@ -3,8 +3,8 @@
 pub mod approvals;
 pub mod audit;
 pub mod backfills;
-pub mod estate;
 pub mod bizdates;
+pub mod estate;
 pub mod flows;
 pub mod misc;
 pub mod overview;
