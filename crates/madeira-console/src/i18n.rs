@@ -282,7 +282,6 @@ const ZH: &[(&str, &str)] = &[
     ("the latest business date with runs", "最近有运行的业务日期"),
     ("today (server time): no run has a business date yet", "今天（服务器时区）：尚无带业务日期的运行"),
     ("No flows.", "没有流程。"),
-    ("done", "已完成"),
     ("held", "被阻塞"),
     ("no run", "未运行"),
     ("late", "已逾期"),
