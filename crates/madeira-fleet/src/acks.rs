@@ -29,6 +29,9 @@ use tracing::{debug, warn};
 
 use crate::Fleet;
 
+/// A result kept this long without a commit is relayed (`crate::relay`).
+pub(crate) const RELAY_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A result kept past this is checked against the store on the next sweep.
 pub(crate) const RECHECK_AFTER: Duration = Duration::from_secs(5);
 /// Results checked against the store per sweep.
@@ -145,7 +148,7 @@ impl Fleet {
                     u.result.run_id == run_id
                         && u.result.node == node
                         && u.result.attempt == attempt
-                        && u.since.elapsed() >= crate::relay::RELAY_AFTER
+                        && u.since.elapsed() >= RELAY_AFTER
                 })
                 .map(|(k, u)| {
                     let copy = Unacked {

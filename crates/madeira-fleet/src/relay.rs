@@ -35,10 +35,8 @@ use madeira_store::ShardResult;
 use tracing::{debug, info, warn};
 
 use crate::Fleet;
-use crate::acks::Unacked;
+use crate::acks::{RELAY_AFTER, Unacked};
 
-/// A successful result kept this long without a commit is relayed.
-pub(crate) const RELAY_AFTER: Duration = Duration::from_secs(10);
 /// After its timeout, how long a sidecar may take to kill an attempt and exit.
 const KILL_GRACE: Duration = Duration::from_secs(60);
 /// How often a resumed attempt looks for a relayed result.

@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use crate::cli_backfill::{BackfillArgs, BackfillsCommand};
+pub use crate::server_args::{Output, ServerArgs};
+
 #[derive(Debug, Parser)]
 #[command(
     name = "madeira",
@@ -60,30 +63,6 @@ pub enum TelemetryMode {
     On,
     Off,
     Both,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum Output {
-    #[default]
-    Text,
-    Json,
-}
-
-/// Where the control plane is and how to authenticate.
-#[derive(Debug, Args, Clone)]
-pub struct ServerArgs {
-    /// Control plane URL (`https://` for TLS); secrets in it are never printed.
-    #[arg(long, env = "MADEIRA_SERVER", default_value = "http://127.0.0.1:7070")]
-    pub server: String,
-    /// API bearer token (prefer the MADEIRA_TOKEN environment variable).
-    #[arg(long, env = "MADEIRA_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    /// PEM CA certificate(s) to trust for an https:// server, instead of the system's roots.
-    #[arg(long, env = "MADEIRA_CA_FILE")]
-    pub ca_file: Option<std::path::PathBuf>,
-    /// `text` for people, `json` (one document on stdout) for scripts.
-    #[arg(long, value_enum, default_value_t = Output::Text)]
-    pub output: Output,
 }
 
 #[derive(Debug, Subcommand)]
@@ -289,11 +268,11 @@ pub enum Command {
         server: ServerArgs,
     },
     /// Backfill a flow over business dates (with its dependents), a few runs at once.
-    Backfill(crate::commands::backfill::BackfillArgs),
+    Backfill(BackfillArgs),
     /// The backfills with their progress; show, pause, resume or cancel one.
     Backfills {
         #[command(subcommand)]
-        command: Option<crate::commands::backfill::BackfillsCommand>,
+        command: Option<BackfillsCommand>,
         #[command(flatten)]
         server: ServerArgs,
     },

@@ -7,11 +7,13 @@ use std::process::ExitCode;
 use clap::Parser;
 
 mod cli;
+mod cli_backfill;
 mod client;
 mod commands;
 mod crontab;
 mod datalock;
 mod logging;
+mod server_args;
 mod xxlimport;
 
 use madeira_app::{app, calendars, config, files, sidecars, sources, xxl};

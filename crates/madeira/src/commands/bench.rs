@@ -273,18 +273,6 @@ fn fanout_flow(n: usize) -> String {
     yaml
 }
 
-pub(super) const SETTLEMENT_DAG: &str = "flow: bench-settlement
-nodes:
-  pull_payments: {run: {builtin: noop, outputs: {n: 1}}}
-  pull_refunds: {run: {builtin: noop, outputs: {refund_count: 2}}}
-  verify: {needs: [pull_payments, pull_refunds], run: {builtin: noop}}
-  coupons: {needs: [pull_payments], run: {builtin: noop}}
-  receivables: {needs: [verify, coupons], run: {builtin: noop}}
-  refund_check: {needs: [verify], when: 'nodes.pull_refunds.outputs.refund_count > 0', run: {builtin: noop}}
-  notify: {needs: [{node: receivables, kind: weak}], run: {builtin: noop}}
-  export: {needs: [receivables, refund_check], run: {builtin: noop}}
-";
-
 /// One run of `flow`, measured after `warmups` unmeasured runs of it (caches
 /// warm; after enough of them the WAL has restarted, see `CHAIN_WARMUPS`).
 async fn one_run(engines: &Engines, flow: &str, yaml: &str, nodes: usize, warmups: usize) -> Result<Value> {
@@ -307,7 +295,7 @@ async fn one_run(engines: &Engines, flow: &str, yaml: &str, nodes: usize, warmup
 }
 
 async fn settlement(engines: &Engines, runs: usize) -> Result<Value> {
-    engines.pick(0).apply_flow("bench-settlement", SETTLEMENT_DAG).await?;
+    engines.pick(0).apply_flow("bench-settlement", super::bench_engines::SETTLEMENT_DAG).await?;
     reset_peak_rss();
     let before = engines.stats();
     let mut events = engines.subscribe();
@@ -321,7 +309,7 @@ async fn settlement(engines: &Engines, runs: usize) -> Result<Value> {
 /// Settlement runs started at a steady `rate` per second across the replicas (not
 /// all at once): dispatch latency under sustained load rather than a burst.
 async fn steady(engines: &Engines, runs: usize, rate: u32) -> Result<Value> {
-    engines.pick(0).apply_flow("bench-settlement", SETTLEMENT_DAG).await?;
+    engines.pick(0).apply_flow("bench-settlement", super::bench_engines::SETTLEMENT_DAG).await?;
     reset_peak_rss();
     let before = engines.stats();
     let mut events = engines.subscribe();

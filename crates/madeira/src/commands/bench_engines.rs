@@ -123,3 +123,17 @@ pub(super) fn rss_kb(field: &str) -> u64 {
 pub(super) fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
+
+/// The settlement flow of the benchmarks (`steady`, `history`): eight noop
+/// nodes with strong, weak and conditional edges.
+pub(super) const SETTLEMENT_DAG: &str = "flow: bench-settlement
+nodes:
+  pull_payments: {run: {builtin: noop, outputs: {n: 1}}}
+  pull_refunds: {run: {builtin: noop, outputs: {refund_count: 2}}}
+  verify: {needs: [pull_payments, pull_refunds], run: {builtin: noop}}
+  coupons: {needs: [pull_payments], run: {builtin: noop}}
+  receivables: {needs: [verify, coupons], run: {builtin: noop}}
+  refund_check: {needs: [verify], when: 'nodes.pull_refunds.outputs.refund_count > 0', run: {builtin: noop}}
+  notify: {needs: [{node: receivables, kind: weak}], run: {builtin: noop}}
+  export: {needs: [receivables, refund_check], run: {builtin: noop}}
+";

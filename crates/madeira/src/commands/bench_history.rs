@@ -79,7 +79,7 @@ pub(super) async fn run(engines: &Engines, args: HistoryArgs<'_>) -> Result<Valu
 /// The template runs (each waited until it ended) and the slots they fill.
 async fn templates(engines: &Engines) -> Result<Vec<Template>> {
     let engine = engines.pick(0);
-    engine.apply_flow("bench-settlement", super::bench::SETTLEMENT_DAG).await?;
+    engine.apply_flow("bench-settlement", super::bench_engines::SETTLEMENT_DAG).await?;
     engine.apply_flow("hist-settlement-retry", SETTLEMENT_RETRY).await?;
     engine.apply_flow("hist-settlement-fail", &failing_settlement()).await?;
     let t = |run_id: String, lo, hi, flow: &str, cron| Template {
