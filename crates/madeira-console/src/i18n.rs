@@ -294,7 +294,6 @@ const ZH: &[(&str, &str)] = &[
     ("held behind a failure outside your scope", "被您权限范围外的失败阻塞"),
     ("Nothing is held behind a failure on this date.", "此业务日期没有因上游失败而阻塞的流程。"),
     ("no run for this date", "此日期无运行"),
-    ("Deadline", "截止时间"),
 ];
 
 #[cfg(test)]

@@ -11,9 +11,8 @@ use serde_json::{Value, json};
 
 use super::client_cmds::print;
 use crate::cli_backfill::{BackfillArgs, BackfillsCommand, ChangeArgs};
-use crate::server_args::ServerArgs;
 use crate::client::{Body, Client};
-
+use crate::server_args::ServerArgs;
 
 pub async fn backfill(a: BackfillArgs) -> Result<ExitCode> {
     let mut body = json!({
