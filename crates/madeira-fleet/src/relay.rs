@@ -35,7 +35,7 @@ use madeira_store::ShardResult;
 use tracing::{debug, info, warn};
 
 use crate::Fleet;
-use crate::acks::{RELAY_AFTER, Unacked};
+use crate::acks::Unacked;
 
 /// After its timeout, how long a sidecar may take to kill an attempt and exit.
 const KILL_GRACE: Duration = Duration::from_secs(60);
