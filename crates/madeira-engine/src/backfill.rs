@@ -140,7 +140,7 @@ impl EngineHandle {
         }
         let calendars = self.flows.calendars();
         let dates = req.dates(&calendars)?;
-        let estate = crate::estate::load(self.store.as_ref(), &self.flows).await?;
+        let estate = self.flows.estate(self.store.as_ref()).await?;
         let plan =
             backfill_order(&estate, &req.flow, &dates, req.with_dependents, req.order, calendars.as_ref())
                 .map_err(|e| bad(format!("{}: {e}", req.flow)))?;
@@ -203,7 +203,7 @@ impl EngineHandle {
         if !with_dependents {
             return Ok(vec![flow.to_string()]);
         }
-        let estate = crate::estate::load(self.store.as_ref(), &self.flows).await?;
+        let estate = self.flows.estate(self.store.as_ref()).await?;
         Ok(estate.with_dependents(flow).into_iter().collect())
     }
 

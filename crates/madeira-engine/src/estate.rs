@@ -9,27 +9,9 @@ use std::sync::Arc;
 use madeira_core::FlowDef;
 use madeira_core::estate::{Estate, EstateError, EstateFlow, parse_date, requirements};
 use madeira_core::spec::{SpecError, SpecErrors};
-use madeira_store::{AfterWait, FlowStore};
+use madeira_store::AfterWait;
 
 use crate::EngineError;
-use crate::flows::FlowCache;
-
-/// The estate of the latest version of every stored flow.
-pub async fn load(store: &dyn FlowStore, flows: &FlowCache) -> Result<Estate, EngineError> {
-    Ok(of(&load_defs(store, flows).await?))
-}
-
-/// The latest version of every stored flow (one that cannot be read is left out, logged).
-pub async fn load_defs(store: &dyn FlowStore, flows: &FlowCache) -> Result<Vec<Arc<FlowDef>>, EngineError> {
-    let mut defs = Vec::new();
-    for record in store.list_flows().await? {
-        match flows.get(store, &record.name, record.latest_version).await {
-            Ok(def) => defs.push(def),
-            Err(e) => tracing::warn!(flow = %record.name, error = %e, "estate: flow left out"),
-        }
-    }
-    Ok(defs)
-}
 
 /// The estate of `defs`.
 pub fn of(defs: &[Arc<FlowDef>]) -> Estate {
@@ -84,27 +66,4 @@ pub fn waits(
         .into_iter()
         .map(|r| AfterWait { flow: r.flow, node: r.node, date: r.date.format("%Y-%m-%d").to_string() })
         .collect())
-}
-
-/// Flows whose `flow_succeeded` trigger names `upstream`.
-pub async fn triggered_by(
-    store: &dyn FlowStore,
-    flows: &FlowCache,
-    upstream: &str,
-) -> Result<Vec<Arc<FlowDef>>, EngineError> {
-    let mut out = Vec::new();
-    for record in store.list_flows().await? {
-        if record.paused {
-            continue;
-        }
-        let Ok(def) = flows.get(store, &record.name, record.latest_version).await else { continue };
-        let fires = def
-            .triggers
-            .iter()
-            .any(|t| matches!(t, madeira_core::TriggerDef::FlowSucceeded { flow, .. } if flow == upstream));
-        if fires {
-            out.push(def);
-        }
-    }
-    Ok(out)
 }

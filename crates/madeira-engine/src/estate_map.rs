@@ -54,7 +54,7 @@ pub async fn build(
     date: &str,
     now_ms: i64,
 ) -> Result<Vec<MapFlow>, EngineError> {
-    let defs = crate::estate::load_defs(store, flows).await?;
+    let defs = flows.latest_defs(store).await?;
     let estate = crate::estate::of(&defs);
     let calendars = flows.calendars();
     let day = madeira_core::bizdate::parse_date(date).map_err(EngineError::BadBizDate)?;

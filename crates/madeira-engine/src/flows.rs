@@ -1,5 +1,7 @@
 //! Flow versions as the engine uses them: validation and storing on apply (a new
-//! version only when the content changed), and a cache of parsed versions.
+//! version only when the content changed), a cache of parsed versions, and the
+//! latest version of every flow as the estate reads them (`estate`,
+//! `latest_defs`, `triggered_by`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -135,7 +137,7 @@ impl FlowCache {
         // replica a moment ago counts.
         self.calendars.refresh(store).await?;
         madeira_core::spec::check_calendars(file, &def, &self.calendars.all())?;
-        let estate = crate::estate::load(store, self).await?;
+        let estate = self.estate(store).await?;
         crate::estate::check_applied(estate, file, &def)?;
         let hash = content_hash(file, source)?;
         let put = store.put_flow(&def.name, source, &hash, now_ms()).await?;
@@ -151,4 +153,45 @@ fn content_hash(file: &str, source: &str) -> Result<String, EngineError> {
         SpecErrors(vec![SpecError { file: file.to_string(), line: None, node: None, message: e.to_string() }])
     })?;
     Ok(hex::encode(Sha256::digest(value.to_string().as_bytes())))
+}
+
+impl FlowCache {
+    /// The estate of the latest version of every stored flow.
+    pub async fn estate(&self, store: &dyn FlowStore) -> Result<madeira_core::estate::Estate, EngineError> {
+        Ok(crate::estate::of(&self.latest_defs(store).await?))
+    }
+
+    /// The latest version of every stored flow (one that cannot be read is left out, logged).
+    pub async fn latest_defs(&self, store: &dyn FlowStore) -> Result<Vec<Arc<FlowDef>>, EngineError> {
+        let mut defs = Vec::new();
+        for record in store.list_flows().await? {
+            match self.get(store, &record.name, record.latest_version).await {
+                Ok(def) => defs.push(def),
+                Err(e) => tracing::warn!(flow = %record.name, error = %e, "estate: flow left out"),
+            }
+        }
+        Ok(defs)
+    }
+
+    /// Flows (not paused) whose `flow_succeeded` trigger names `upstream`.
+    pub async fn triggered_by(
+        &self,
+        store: &dyn FlowStore,
+        upstream: &str,
+    ) -> Result<Vec<Arc<FlowDef>>, EngineError> {
+        let mut out = Vec::new();
+        for record in store.list_flows().await? {
+            if record.paused {
+                continue;
+            }
+            let Ok(def) = self.get(store, &record.name, record.latest_version).await else { continue };
+            let fires = def.triggers.iter().any(
+                |t| matches!(t, madeira_core::TriggerDef::FlowSucceeded { flow, .. } if flow == upstream),
+            );
+            if fires {
+                out.push(def);
+            }
+        }
+        Ok(out)
+    }
 }

@@ -379,7 +379,7 @@ impl EngineHandle {
                 return tracing::warn!(upstream, biz_date, error = %e, "flow_succeeded: bad business date");
             }
         };
-        let flows = match crate::estate::triggered_by(self.store.as_ref(), &self.flows, upstream).await {
+        let flows = match self.flows.triggered_by(self.store.as_ref(), upstream).await {
             Ok(flows) => flows,
             Err(e) => return tracing::error!(upstream, error = %e, "flow_succeeded: cannot list flows"),
         };

@@ -73,7 +73,9 @@ impl EngineHandle {
         let mut cancelled = Vec::new();
         // Flows still waiting for this one (`after`, `flow_succeeded`): a warning
         // in the log and the audit entry; their next apply refuses the dangling name.
-        let dependents: Vec<String> = crate::estate::load(self.store.as_ref(), &self.flows)
+        let dependents: Vec<String> = self
+            .flows
+            .estate(self.store.as_ref())
             .await
             .map(|e| e.dependents_of(&req.flow).into_iter().map(str::to_string).collect())
             .unwrap_or_default();
