@@ -287,20 +287,14 @@ async fn after_policy_fails_skips_or_runs_a_run_held_past_its_wait() {
 /// each (flow, date) still runs once, upstream first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backfill_across_two_replicas_on_postgres_runs_each_date_once() {
-    let Some(db) = madeira_store::testing::PgTestDb::create().await.expect("PostgreSQL test database") else {
+    let Some(pg) = crate::support::pg_replicas("", &[]).await else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("madeira.yaml");
-    let text = format!(
-        "http: 127.0.0.1:0\nstore: {}\nlease: 2s\nauth:\n  tokens:\n    - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n",
-        db.url
-    );
-    std::fs::write(&config, text).expect("write config");
-    const TOKEN: &str = "backfill-replica-admin-token-0123";
-    let env = |id: &'static str| [("MADEIRA_REPLICA_ID", id), ("MADEIRA_T_ADMIN", TOKEN)];
-    let r1 = Dev::serve(&config, &env("r1"), Some(TOKEN));
-    let r2 = Dev::serve(&config, &env("r2"), Some(TOKEN));
+    // Fields one by one, in this order: the replicas stop before the database goes.
+    let _db = pg.db;
+    let _pg_dir = pg.dir;
+    let r1 = pg.r1;
+    let r2 = pg.r2;
     for yaml in [A, B] {
         r1.put_flow(yaml).await;
     }

@@ -156,20 +156,14 @@ async fn flow_succeeded_starts_the_downstream_once_for_the_same_business_date() 
 /// its commit releases them across replicas.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_runs_are_released_across_replicas_on_postgres() {
-    let Some(db) = madeira_store::testing::PgTestDb::create().await.expect("PostgreSQL test database") else {
+    let Some(pg) = crate::support::pg_replicas("", &[]).await else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("madeira.yaml");
-    let text = format!(
-        "http: 127.0.0.1:0\nstore: {}\nlease: 2s\nauth:\n  tokens:\n    - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n",
-        db.url
-    );
-    std::fs::write(&config, text).expect("write config");
-    const TOKEN: &str = "estate-replica-admin-token-0123456";
-    let env = |id: &'static str| [("MADEIRA_REPLICA_ID", id), ("MADEIRA_T_ADMIN", TOKEN)];
-    let r1 = Dev::serve(&config, &env("r1"), Some(TOKEN));
-    let r2 = Dev::serve(&config, &env("r2"), Some(TOKEN));
+    // Fields one by one, in this order: the replicas stop before the database goes.
+    let _db = pg.db;
+    let _pg_dir = pg.dir;
+    let r1 = pg.r1;
+    let r2 = pg.r2;
     r1.put_flow("flow: pg-a\nnodes:\n  pull: {run: {builtin: sleep, for: 50ms}}\n").await;
     r1.put_flow("flow: pg-b\nafter:\n  - {flow: pg-a}\nnodes:\n  load: {run: {builtin: noop}}\n").await;
     r1.put_flow("flow: pg-c\nafter:\n  - {flow: pg-b}\nnodes:\n  settle: {run: {builtin: noop}}\n").await;
@@ -204,20 +198,14 @@ async fn held_runs_are_released_across_replicas_on_postgres() {
 /// succeeds; it starts exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_run_survives_kill_9_of_its_creator_and_starts_once() {
-    let Some(db) = madeira_store::testing::PgTestDb::create().await.expect("PostgreSQL test database") else {
+    let Some(pg) = crate::support::pg_replicas("", &[]).await else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("madeira.yaml");
-    let text = format!(
-        "http: 127.0.0.1:0\nstore: {}\nlease: 2s\nauth:\n  tokens:\n    - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n",
-        db.url
-    );
-    std::fs::write(&config, text).expect("write config");
-    const TOKEN: &str = "estate-replica-admin-token-0123456";
-    let env = |id: &'static str| [("MADEIRA_REPLICA_ID", id), ("MADEIRA_T_ADMIN", TOKEN)];
-    let r1 = Dev::serve(&config, &env("r1"), Some(TOKEN));
-    let mut r2 = Dev::serve(&config, &env("r2"), Some(TOKEN));
+    // Fields one by one, in this order: the replicas stop before the database goes.
+    let _db = pg.db;
+    let _pg_dir = pg.dir;
+    let r1 = pg.r1;
+    let mut r2 = pg.r2;
     r1.put_flow("flow: k9-a\nnodes:\n  pull: {run: {builtin: noop}}\n").await;
     r1.put_flow("flow: k9-b\nafter:\n  - {flow: k9-a}\nnodes:\n  load: {run: {builtin: noop}}\n").await;
     let day = "2026-09-30";

@@ -267,20 +267,14 @@ async fn foreach_past_the_bound_fails_the_node_with_the_count_and_the_bound() {
 /// key, and the parent succeeds with exactly one child, started once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parent_and_child_survive_kill_9_of_their_replica_on_postgres() {
-    let Some(db) = madeira_store::testing::PgTestDb::create().await.expect("PostgreSQL test database") else {
+    let Some(pg) = crate::support::pg_replicas("", &[]).await else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("madeira.yaml");
-    let text = format!(
-        "http: 127.0.0.1:0\nstore: {}\nlease: 2s\nauth:\n  tokens:\n    - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n",
-        db.url
-    );
-    std::fs::write(&config, text).expect("write config");
-    const TOKEN: &str = "subflow-replica-admin-token-012345";
-    let env = |id: &'static str| [("MADEIRA_REPLICA_ID", id), ("MADEIRA_T_ADMIN", TOKEN)];
-    let r1 = Dev::serve(&config, &env("r1"), Some(TOKEN));
-    let mut r2 = Dev::serve(&config, &env("r2"), Some(TOKEN));
+    // Fields one by one, in this order: the replicas stop before the database goes.
+    let _db = pg.db;
+    let _pg_dir = pg.dir;
+    let r1 = pg.r1;
+    let mut r2 = pg.r2;
     // The child's run time is the point: the kill lands while it runs.
     r1.put_flow(
         "flow: pg-child\nnodes:\n  nap: {run: {builtin: sleep, for: 1500ms, outputs: {napped: true}}}\n",

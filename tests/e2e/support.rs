@@ -463,3 +463,35 @@ pub async fn witness_receiver(
     tokio::spawn(async move { axum::serve(listener, app).await });
     (format!("http://{addr}/work"), seen)
 }
+
+/// Two `madeira serve` replicas, `r1` and `r2` (lease 2 s, one admin token their
+/// clients carry), on a fresh PostgreSQL database; `extra` is appended to their
+/// config and `env` to their environment. `None` (the test skips) without
+/// PostgreSQL outside CI. The replicas stop before the database is dropped.
+pub struct PgReplicas {
+    pub r1: Dev,
+    pub r2: Dev,
+    pub db: madeira_store::testing::PgTestDb,
+    pub dir: tempfile::TempDir,
+}
+
+/// The admin token of `PgReplicas`.
+pub const REPLICA_TOKEN: &str = "pg-replicas-admin-token-0123456789";
+
+pub async fn pg_replicas(extra: &str, env: &[(&str, &str)]) -> Option<PgReplicas> {
+    let db = madeira_store::testing::PgTestDb::create().await.expect("PostgreSQL test database")?;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("madeira.yaml");
+    let text = format!(
+        "http: 127.0.0.1:0\nstore: {}\nlease: 2s\nauth:\n  tokens:\n    - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n{extra}",
+        db.url
+    );
+    std::fs::write(&config, text).expect("write config");
+    let serve = |id: &str| {
+        let mut all = vec![("MADEIRA_REPLICA_ID", id), ("MADEIRA_T_ADMIN", REPLICA_TOKEN)];
+        all.extend_from_slice(env);
+        Dev::serve(&config, &all, Some(REPLICA_TOKEN))
+    };
+    let (r1, r2) = (serve("r1"), serve("r2"));
+    Some(PgReplicas { r1, r2, db, dir })
+}

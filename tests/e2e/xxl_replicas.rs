@@ -10,8 +10,6 @@ use serde_json::{Value, json};
 use crate::support::{Dev, wait_until};
 use crate::xxl::{APP, Executor, TOKEN, TOKEN_VAR, python, wait_registered, wire};
 
-const ADMIN: &str = "xxl-replicas-admin-token-0123456789";
-
 fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
@@ -26,20 +24,13 @@ async fn metrics(dev: &Dev) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_executor_of_one_replica_runs_another_replicas_node_and_its_callback_crosses_over() {
     let Some(py) = python() else { return };
-    let Some(db) = madeira_store::testing::PgTestDb::create().await.expect("PostgreSQL test database") else {
-        return;
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("madeira.yaml");
-    let text = format!(
-        "http: 127.0.0.1:0\nstore: {}\nlease: 2s\nauth:\n  tokens:\n    - {{name: ci, role: admin, token_env: MADEIRA_T_ADMIN}}\n\
-         xxl_job:\n  apps:\n    - {{app: {APP}, token_env: {TOKEN_VAR}}}\n",
-        db.url
-    );
-    std::fs::write(&config, text).expect("write config");
-    let env = |id: &'static str| [("MADEIRA_REPLICA_ID", id), ("MADEIRA_T_ADMIN", ADMIN), (TOKEN_VAR, TOKEN)];
-    let r1 = Dev::serve(&config, &env("r1"), Some(ADMIN));
-    let r2 = Dev::serve(&config, &env("r2"), Some(ADMIN));
+    let xxl = format!("xxl_job:\n  apps:\n    - {{app: {APP}, token_env: {TOKEN_VAR}}}\n");
+    let Some(pg) = crate::support::pg_replicas(&xxl, &[(TOKEN_VAR, TOKEN)]).await else { return };
+    // Fields one by one, in this order: the replicas stop before the database goes.
+    let _db = pg.db;
+    let dir = pg.dir;
+    let r1 = pg.r1;
+    let r2 = pg.r2;
     let ex = Executor::start(&py, &r1, dir.path(), "ex1", TOKEN);
     wait_registered(&r1, &[&ex.address]).await;
     // r2 never heard from the executor: it learns of it from the store.
