@@ -287,14 +287,8 @@ async fn after_policy_fails_skips_or_runs_a_run_held_past_its_wait() {
 /// each (flow, date) still runs once, upstream first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backfill_across_two_replicas_on_postgres_runs_each_date_once() {
-    let Some(pg) = crate::support::pg_replicas("", &[]).await else {
-        return;
-    };
-    // Fields one by one, in this order: the replicas stop before the database goes.
-    let _db = pg.db;
-    let _pg_dir = pg.dir;
-    let r1 = pg.r1;
-    let r2 = pg.r2;
+    let Some(pg) = crate::support::pg_replicas("", &[]).await else { return };
+    let (r1, r2) = (&pg.r1, &pg.r2);
     for yaml in [A, B] {
         r1.put_flow(yaml).await;
     }
@@ -307,9 +301,9 @@ async fn a_backfill_across_two_replicas_on_postgres_runs_each_date_once() {
         )
         .await;
     assert_eq!(status, 201, "{made}");
-    let done = until_done(&r1, made["id"].as_str().expect("id"), 4, 90).await;
+    let done = until_done(r1, made["id"].as_str().expect("id"), 4, 90).await;
     assert_eq!(done["progress"]["success"], 16, "eight weekdays, two flows: {done}");
-    let (a, b) = (runs_by_date(&r1, "bf-a").await, runs_by_date(&r1, "bf-b").await);
+    let (a, b) = (runs_by_date(r1, "bf-a").await, runs_by_date(r1, "bf-b").await);
     assert_eq!((a.len(), b.len()), (8, 8));
     let step = steps_by_pair(&done);
     for (date, runs) in &a {

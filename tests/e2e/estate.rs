@@ -156,24 +156,18 @@ async fn flow_succeeded_starts_the_downstream_once_for_the_same_business_date() 
 /// its commit releases them across replicas.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_runs_are_released_across_replicas_on_postgres() {
-    let Some(pg) = crate::support::pg_replicas("", &[]).await else {
-        return;
-    };
-    // Fields one by one, in this order: the replicas stop before the database goes.
-    let _db = pg.db;
-    let _pg_dir = pg.dir;
-    let r1 = pg.r1;
-    let r2 = pg.r2;
+    let Some(pg) = crate::support::pg_replicas("", &[]).await else { return };
+    let (r1, r2) = (&pg.r1, &pg.r2);
     r1.put_flow("flow: pg-a\nnodes:\n  pull: {run: {builtin: sleep, for: 50ms}}\n").await;
     r1.put_flow("flow: pg-b\nafter:\n  - {flow: pg-a}\nnodes:\n  load: {run: {builtin: noop}}\n").await;
     r1.put_flow("flow: pg-c\nafter:\n  - {flow: pg-b}\nnodes:\n  settle: {run: {builtin: noop}}\n").await;
     let mut latencies = Vec::new();
     for i in 1..=10 {
         let day = format!("2026-10-{i:02}");
-        let c = start(&r2, "pg-c", &day).await;
-        let b = start(&r2, "pg-b", &day).await;
+        let c = start(r2, "pg-c", &day).await;
+        let b = start(r2, "pg-b", &day).await;
         r2.wait_run(&b, 10, |r| r["waiting_reason"].is_string()).await;
-        let a = start(&r1, "pg-a", &day).await;
+        let a = start(r1, "pg-a", &day).await;
         let a_done = r1.finished(&a).await;
         let b_done = r1.finished(&b).await;
         let c_done = r1.finished(&c).await;
@@ -198,21 +192,15 @@ async fn held_runs_are_released_across_replicas_on_postgres() {
 /// succeeds; it starts exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_run_survives_kill_9_of_its_creator_and_starts_once() {
-    let Some(pg) = crate::support::pg_replicas("", &[]).await else {
-        return;
-    };
-    // Fields one by one, in this order: the replicas stop before the database goes.
-    let _db = pg.db;
-    let _pg_dir = pg.dir;
-    let r1 = pg.r1;
-    let mut r2 = pg.r2;
+    let Some(mut pg) = crate::support::pg_replicas("", &[]).await else { return };
+    let (r1, r2) = (&pg.r1, &mut pg.r2);
     r1.put_flow("flow: k9-a\nnodes:\n  pull: {run: {builtin: noop}}\n").await;
     r1.put_flow("flow: k9-b\nafter:\n  - {flow: k9-a}\nnodes:\n  load: {run: {builtin: noop}}\n").await;
     let day = "2026-09-30";
-    let b = start(&r2, "k9-b", day).await;
+    let b = start(r2, "k9-b", day).await;
     r2.wait_run(&b, 10, |r| r["waiting_reason"].is_string()).await;
     r2.kill9();
-    let a = start(&r1, "k9-a", day).await;
+    let a = start(r1, "k9-a", day).await;
     assert_eq!(r1.finished(&a).await["status"], "SUCCESS");
     assert_eq!(r1.finished(&b).await["status"], "SUCCESS");
     let (status, body) = r1.get(&format!("/runs/{b}/transitions")).await;

@@ -267,21 +267,15 @@ async fn foreach_past_the_bound_fails_the_node_with_the_count_and_the_bound() {
 /// key, and the parent succeeds with exactly one child, started once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parent_and_child_survive_kill_9_of_their_replica_on_postgres() {
-    let Some(pg) = crate::support::pg_replicas("", &[]).await else {
-        return;
-    };
-    // Fields one by one, in this order: the replicas stop before the database goes.
-    let _db = pg.db;
-    let _pg_dir = pg.dir;
-    let r1 = pg.r1;
-    let mut r2 = pg.r2;
+    let Some(mut pg) = crate::support::pg_replicas("", &[]).await else { return };
+    let (r1, r2) = (&pg.r1, &mut pg.r2);
     // The child's run time is the point: the kill lands while it runs.
     r1.put_flow(
         "flow: pg-child\nnodes:\n  nap: {run: {builtin: sleep, for: 1500ms, outputs: {napped: true}}}\n",
     )
     .await;
     r1.put_flow("flow: pg-parent\nnodes:\n  call: {run: {flow: pg-child}}\n  after: {needs: [call], run: {builtin: noop}}\n").await;
-    let parent = start(&r2, "pg-parent", "2026-12-04").await;
+    let parent = start(r2, "pg-parent", "2026-12-04").await;
     let child = wait_until(Duration::from_secs(20), "the child run to start on r2", async || {
         let (_, run) = r2.get(&format!("/runs/{parent}")).await;
         child_runs(&run, "call").pop().ok_or_else(|| run.to_string())
@@ -292,7 +286,7 @@ async fn a_parent_and_child_survive_kill_9_of_their_replica_on_postgres() {
     assert_eq!(run["status"], "SUCCESS", "{run}");
     assert_eq!(run["nodes"]["call"]["outputs"], json!({"napped": true}));
     assert_eq!(child_runs(&run, "call"), std::slice::from_ref(&child), "the same child, found by its key");
-    assert_eq!(runs_of(&r1, "pg-child").await.len(), 1, "no second child");
+    assert_eq!(runs_of(r1, "pg-child").await.len(), 1, "no second child");
     let (status, body) = r1.get(&format!("/runs/{child}/transitions")).await;
     assert_eq!(status, 200, "{body}");
     let starts = body["transitions"]

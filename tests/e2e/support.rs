@@ -467,11 +467,12 @@ pub async fn witness_receiver(
 /// Two `madeira serve` replicas, `r1` and `r2` (lease 2 s, one admin token their
 /// clients carry), on a fresh PostgreSQL database; `extra` is appended to their
 /// config and `env` to their environment. `None` (the test skips) without
-/// PostgreSQL outside CI. The replicas stop before the database is dropped.
+/// PostgreSQL outside CI. Fields drop in order: the replicas stop before the
+/// database is dropped, so keep the whole value and borrow `r1`/`r2`.
 pub struct PgReplicas {
     pub r1: Dev,
     pub r2: Dev,
-    pub db: madeira_store::testing::PgTestDb,
+    pub _db: madeira_store::testing::PgTestDb,
     pub dir: tempfile::TempDir,
 }
 
@@ -493,5 +494,5 @@ pub async fn pg_replicas(extra: &str, env: &[(&str, &str)]) -> Option<PgReplicas
         Dev::serve(&config, &all, Some(REPLICA_TOKEN))
     };
     let (r1, r2) = (serve("r1"), serve("r2"));
-    Some(PgReplicas { r1, r2, db, dir })
+    Some(PgReplicas { r1, r2, _db: db, dir })
 }

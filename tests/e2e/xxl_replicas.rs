@@ -26,15 +26,11 @@ async fn an_executor_of_one_replica_runs_another_replicas_node_and_its_callback_
     let Some(py) = python() else { return };
     let xxl = format!("xxl_job:\n  apps:\n    - {{app: {APP}, token_env: {TOKEN_VAR}}}\n");
     let Some(pg) = crate::support::pg_replicas(&xxl, &[(TOKEN_VAR, TOKEN)]).await else { return };
-    // Fields one by one, in this order: the replicas stop before the database goes.
-    let _db = pg.db;
-    let dir = pg.dir;
-    let r1 = pg.r1;
-    let r2 = pg.r2;
-    let ex = Executor::start(&py, &r1, dir.path(), "ex1", TOKEN);
-    wait_registered(&r1, &[&ex.address]).await;
+    let (r1, r2) = (&pg.r1, &pg.r2);
+    let ex = Executor::start(&py, r1, pg.dir.path(), "ex1", TOKEN);
+    wait_registered(r1, &[&ex.address]).await;
     // r2 never heard from the executor: it learns of it from the store.
-    wait_registered(&r2, &[&ex.address]).await;
+    wait_registered(r2, &[&ex.address]).await;
 
     r2.put_flow(
         "flow: xxl-across\nnodes:\n  settle:\n    timeout: 60s\n    \
@@ -48,18 +44,18 @@ async fn an_executor_of_one_replica_runs_another_replicas_node_and_its_callback_
     assert_eq!(outputs["handle_msg"], "hello done on ex1", "{outputs}");
     assert_eq!(done["nodes"]["settle"]["attempts"].as_u64(), Some(1), "{done}");
     let log_id = outputs["log_id"].clone();
-    let triggers = wire(dir.path(), "/run");
+    let triggers = wire(pg.dir.path(), "/run");
     assert_eq!(triggers.len(), 1, "triggered once: {triggers:?}");
     assert_eq!(triggers[0]["request"]["logId"], log_id);
     let biz = done["biz_date"].as_str().expect("the run's business date");
     assert_eq!(triggers[0]["request"]["executorParams"], format!("day=2026-12-06 biz={biz}"));
     let callbacks: Vec<Value> =
-        wire(dir.path(), "callback").into_iter().filter(|c| c["response"]["code"] == 200).collect();
+        wire(pg.dir.path(), "callback").into_iter().filter(|c| c["response"]["code"] == 200).collect();
     assert!(!callbacks.is_empty(), "the executor called back (to r1, the only admin it knows)");
     // r1 kept the callback for r2; r2 read it from the store.
-    let kept = metric(&metrics(&r1).await, "madeira_xxl_callbacks_total", &["result=\"kept\""]);
+    let kept = metric(&metrics(r1).await, "madeira_xxl_callbacks_total", &["result=\"kept\""]);
     assert!(kept >= 1.0, "r1 kept the callback it had no attempt for: {kept}");
-    let accepted = metric(&metrics(&r2).await, "madeira_xxl_callbacks_total", &["result=\"accepted\""]);
+    let accepted = metric(&metrics(r2).await, "madeira_xxl_callbacks_total", &["result=\"accepted\""]);
     assert!(accepted >= 1.0, "r2 took it from the store: {accepted}");
 
     // Wrong tokens cost the client address tries, as API tokens do: then 429.
