@@ -61,6 +61,7 @@ pub fn state_gloss(lang: Lang, state: &str) -> &'static str {
     let en = match state {
         "INIT" => "waiting",
         "QUEUED" => "queued",
+        "ADMITTED" => "admitted to start",
         "RUNNING" => "running",
         "SUCCESS" => "succeeded",
         "FAILED" => "failed",
@@ -113,6 +114,7 @@ const ZH: &[(&str, &str)] = &[
     ("dev mode: no sign-in", "开发模式：无需登录"),
     ("waiting", "等待中"),
     ("queued", "排队中"),
+    ("admitted to start", "已准入，待启动"),
     ("running", "运行中"),
     ("succeeded", "成功"),
     ("failed", "失败"),

@@ -68,7 +68,7 @@ pub enum ChildEnd {
 /// (`child run R failed at node X: error`).
 pub fn child_end(child: &RunSnapshot) -> ChildEnd {
     match child.state {
-        RunState::Queued | RunState::Running => ChildEnd::Running,
+        RunState::Queued | RunState::Admitted | RunState::Running => ChildEnd::Running,
         RunState::Success => {
             let mut outputs = Map::new();
             for (i, node) in child.nodes.iter().enumerate() {

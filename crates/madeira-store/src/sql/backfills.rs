@@ -11,6 +11,7 @@ use madeira_core::estate::{
 use sqlx::{QueryBuilder, Row as _};
 
 use super::{CHUNK, Db, Pool, Row, Tx, push_list, sql};
+use crate::admission::UNFINISHED;
 use crate::dialect::{Dialect, LockSpace};
 use crate::{
     Advanced, AuditRecord, BackfillChange, BackfillProgress, BackfillRecord, BackfillStepRow,
@@ -84,7 +85,7 @@ fn status(s: &StepRead, now_ms: i64, stale_ms: i64) -> StepStatus {
         (Some("skipped"), ..) => StepStatus::Skipped,
         (Some("cancelled"), None, _) => StepStatus::Cancelled,
         (Some(_), None, _) => StepStatus::Blocked,
-        (_, Some(_), Some("QUEUED" | "RUNNING")) => StepStatus::InFlight,
+        (_, Some(_), Some("QUEUED" | "ADMITTED" | "RUNNING")) => StepStatus::InFlight,
         (_, Some(_), Some("SUCCESS")) => StepStatus::Succeeded,
         (_, Some(_), Some("CANCELLED")) => StepStatus::Cancelled,
         // FAILED, or a run retention deleted.
@@ -317,7 +318,7 @@ fn count(p: &mut BackfillProgress, outcome: Option<&str>, run_state: Option<&str
         (Some("skipped"), _) => &mut p.skipped,
         (Some("cancelled"), None) => &mut p.cancelled,
         (Some(_), None) => &mut p.blocked,
-        (_, Some("QUEUED")) => &mut p.queued,
+        (_, Some("QUEUED" | "ADMITTED")) => &mut p.queued,
         (_, Some("RUNNING")) => &mut p.running,
         (_, Some("SUCCESS")) => &mut p.success,
         (_, Some("FAILED")) => &mut p.failed,
@@ -378,7 +379,11 @@ pub(super) async fn get(pool: &Pool, id: &str) -> Result<Option<(BackfillRecord,
             flow: row.try_get("flow")?,
             biz_date: row.try_get("biz_date")?,
             run_id: row.try_get("run_id")?,
-            run_state: row.try_get("run_state")?,
+            // Shown as SPEC §3's run states: ADMITTED is QUEUED.
+            run_state: row.try_get::<Option<String>, _>("run_state")?.map(|s| match s.as_str() {
+                "ADMITTED" => "QUEUED".to_string(),
+                _ => s,
+            }),
             outcome: row.try_get("outcome")?,
             note: row.try_get("note")?,
             started_at: row.try_get("started_at")?,
@@ -421,12 +426,13 @@ pub(super) async fn change(
         .execute(&mut *tx)
         .await?;
     }
-    let unfinished: Vec<(String,)> =
-        sqlx::query_as(&sql("SELECT s.run_id FROM backfill_steps s JOIN runs r ON r.id = s.run_id \
-         WHERE s.backfill_id = $1 AND r.state IN ('QUEUED', 'RUNNING') ORDER BY s.seq"))
-        .bind(id)
-        .fetch_all(&mut *tx)
-        .await?;
+    let unfinished: Vec<(String,)> = sqlx::query_as(&sql(&format!(
+        "SELECT s.run_id FROM backfill_steps s JOIN runs r ON r.id = s.run_id \
+         WHERE s.backfill_id = $1 AND r.state IN {UNFINISHED} ORDER BY s.seq"
+    )))
+    .bind(id)
+    .fetch_all(&mut *tx)
+    .await?;
     super::lifecycle::insert_audit(&mut tx, audit).await?;
     tx.commit().await?;
     Ok(BackfillChange::Changed {
