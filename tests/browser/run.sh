@@ -39,7 +39,7 @@ export T_OPERATOR="op-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 export T_VIEWER="view-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 export T_ADMIN="admin-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 mkdir -p "$work/flows" "$work/dev-flows"
-cp "$here/fixtures/payout-approval.yaml" "$here"/fixtures/estate-*.yaml "$work/flows/"
+cp "$here/fixtures/payout-approval.yaml" "$here"/fixtures/estate-*.yaml "$here"/fixtures/backfill-*.yaml "$work/flows/"
 cp "$root/examples/daily-settlement.yaml" "$root/examples/stock-sync.yaml" "$here/fixtures/ticker.yaml" "$work/dev-flows/"
 cat "$root/examples/jobs/local.yaml" "$here/fixtures/ticker-job.yaml" > "$work/jobs.yaml"
 cat > "$work/serve.yaml" <<YAML

@@ -54,7 +54,7 @@ pub async fn page(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
         }
     };
     Ok(page::html_response(
-        Shell::new(&ctx, t(lang, "Backfills").to_string(), &console.assets, Nav::Flows).render(body),
+        Shell::new(&ctx, t(lang, "Backfills").to_string(), &console.assets, Nav::Backfills).render(body),
     ))
 }
 
@@ -87,6 +87,9 @@ fn row(ctx: &Ctx, b: &BackfillRecord, now: i64) -> Markup {
                 " " span.counts { (settled) "/" (p.total) }
                 @for (n, label) in [(p.running, "running"), (p.queued, "queued"), (p.success, "success"), (p.failed, "failed"), (p.skipped, "skipped"), (p.blocked, "blocked"), (p.cancelled, "cancelled")] {
                     @if n > 0 { " · " span.{"n-" (label)} { (t(lang, label)) " " (n) } }
+                }
+                @if !b.paused_flows.is_empty() {
+                    br; span.paused-wait { (t(lang, "waits for the resume of paused flow")) " " (b.paused_flows.join(", ")) }
                 }
             }
             td.opt { (b.actor) }
