@@ -23,13 +23,13 @@ const B: &str =
     "flow: bf-b\nafter:\n  - {flow: bf-a, date: same}\nnodes:\n  load: {run: {builtin: sleep, for: 50ms}}\n";
 const OTHER: &str = "flow: bf-other\nnodes:\n  n: {run: {builtin: noop}}\n";
 
-fn ms(v: &Value) -> i64 {
+pub(crate) fn ms(v: &Value) -> i64 {
     let text = v.as_str().unwrap_or_else(|| panic!("no timestamp: {v}"));
     DateTime::parse_from_rfc3339(text).expect("timestamp").timestamp_millis()
 }
 
 /// The backfill runs of `flow`, by business date.
-async fn runs_by_date(dev: &Dev, flow: &str) -> BTreeMap<String, Vec<Value>> {
+pub(crate) async fn runs_by_date(dev: &Dev, flow: &str) -> BTreeMap<String, Vec<Value>> {
     let (status, body) = dev.get(&format!("/runs?flow={flow}&limit=1000")).await;
     assert_eq!(status, 200, "{body}");
     let mut out: BTreeMap<String, Vec<Value>> = BTreeMap::new();
@@ -44,7 +44,7 @@ async fn runs_by_date(dev: &Dev, flow: &str) -> BTreeMap<String, Vec<Value>> {
 }
 
 /// A backfill's steps (each with its run's id and times) by (flow, date).
-fn steps_by_pair(backfill: &Value) -> BTreeMap<(String, String), Value> {
+pub(crate) fn steps_by_pair(backfill: &Value) -> BTreeMap<(String, String), Value> {
     let steps = backfill["steps"].as_array().into_iter().flatten();
     steps
         .map(|s| {
@@ -57,7 +57,7 @@ fn steps_by_pair(backfill: &Value) -> BTreeMap<(String, String), Value> {
         .collect()
 }
 
-async fn backfill(dev: &Dev, id: &str) -> Value {
+pub(crate) async fn backfill(dev: &Dev, id: &str) -> Value {
     let (status, body) = dev.get(&format!("/backfills/{id}")).await;
     assert_eq!(status, 200, "{body}");
     body
@@ -65,7 +65,7 @@ async fn backfill(dev: &Dev, id: &str) -> Value {
 
 /// Waits for the backfill to be done, checking on the way that no more than
 /// `parallel` of its runs are active.
-async fn until_done(dev: &Dev, id: &str, parallel: u64, secs: u64) -> Value {
+pub(crate) async fn until_done(dev: &Dev, id: &str, parallel: u64, secs: u64) -> Value {
     wait_until(Duration::from_secs(secs), "the backfill to be done", async || {
         let b = backfill(dev, id).await;
         let p = &b["progress"];
