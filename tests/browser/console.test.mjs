@@ -551,7 +551,13 @@ test('backfill from the console: pick a range on the flow page, see its progress
     if (c.opts.isMobile) await noHorizontalScroll(page);
     await page.screenshot({ path: `${SHOTS}/${c.shot}.png`, fullPage: !c.opts.isMobile });
     // Cancel it with a reason: its state turns cancelled, nothing of it runs on.
-    await row.locator('button[data-open]', { hasText: c.words.cancel }).click();
+    const cancel = row.locator('button[data-open]', { hasText: c.words.cancel });
+    if (c.opts.isMobile) {
+      // On a phone each backfill is a card: its cancel button is in view, not off to the side.
+      const b = await cancel.boundingBox();
+      assert.ok(b && b.x >= 0 && b.x + b.width <= PHONE.width, `cancel button in view: ${JSON.stringify(b)}`);
+    }
+    await cancel.click();
     const dialog = page.locator(`dialog[id="dlg-cancel-${mine.id}"]`);
     await dialog.waitFor({ state: 'visible' });
     const box = await dialog.boundingBox();
@@ -573,7 +579,7 @@ test('backfill from the console: pick a range on the flow page, see its progress
   }
 });
 
-test('dark mode follows prefers-color-scheme, async () => {
+test('dark mode follows prefers-color-scheme', async () => {
   const ctx = await context({ colorScheme: 'dark', viewport: { width: 1400, height: 900 } });
   const page = await ctx.newPage();
   const runs = await api(DEV, 'GET', '/runs?flow=daily-settlement&limit=1');
