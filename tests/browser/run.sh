@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Browser tests of the web console against the real `madeira` binary: one
 # `madeira serve` with three tokens (operator, viewer, admin), a builtin flow and
-# three flows waiting for each other (the estate page),
+# three flows waiting for each other (the estate page), a slow flow to backfill,
 # one `madeira dev` running the daily-settlement example on its in-process
 # sidecar. Headless Chromium is Debian's (/usr/bin/chromium), driven by
 # playwright-core (npm ci here). Screenshots go to docs/screenshots/.
