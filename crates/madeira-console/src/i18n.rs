@@ -82,6 +82,7 @@ const ZH: &[(&str, &str)] = &[
     ("Progress", "进度"),
     ("with dependents", "含下游"),
     ("Cancel backfill", "取消补数"),
+    ("waits for the resume of paused flow", "等待已暂停的流程恢复："),
     ("To", "结束日期"),
     ("Parallel runs", "并行运行数"),
     ("Start backfill", "开始补数"),

@@ -539,6 +539,7 @@ pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64
             deleted = q.build().execute(&mut *tx).await?.rows_affected();
         }
     }
+    prune_backfills(&mut tx, before_ms, batch).await?;
     for (table, column) in [("audit", "at"), ("run_commands", "created_at")] {
         sqlx::query(&sql(&format!(
             "DELETE FROM {table} WHERE id IN (SELECT id FROM (SELECT id FROM {table} WHERE {column} < $1 LIMIT $2) AS old)"
@@ -550,6 +551,30 @@ pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64
     }
     tx.commit().await?;
     Ok(deleted)
+}
+
+/// Deletes finished backfills (done or cancelled before `before_ms`) none of
+/// whose runs is left, with their steps: a few per batch (a backfill has up to
+/// a few thousand steps).
+async fn prune_backfills(tx: &mut Tx<'_>, before_ms: i64, batch: u32) -> Result<()> {
+    let ids: Vec<(String,)> = sqlx::query_as(&sql(
+        "SELECT b.id FROM backfills b WHERE b.state IN ('done', 'cancelled') AND b.finished_at < $1 \
+         AND NOT EXISTS (SELECT 1 FROM backfill_steps s JOIN runs r ON r.id = s.run_id \
+         WHERE s.backfill_id = b.id) ORDER BY b.finished_at LIMIT $2",
+    ))
+    .bind(before_ms)
+    .bind(i64::from((batch / 20).max(1)))
+    .fetch_all(&mut **tx)
+    .await?;
+    if ids.is_empty() {
+        return Ok(());
+    }
+    for (table, column) in [("backfill_steps", "backfill_id"), ("backfills", "id")] {
+        let mut q: QueryBuilder<Db> = QueryBuilder::new(format!("DELETE FROM {table} WHERE {column} IN "));
+        push_list(&mut q, ids.iter().map(|(id,)| id));
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
 }
 
 /// Writes the probe row (the store's health check).
