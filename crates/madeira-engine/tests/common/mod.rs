@@ -57,6 +57,7 @@ pub async fn wait_finished(store: &dyn Store, run_id: &str) -> RunState {
 
 /// Waits until node `idx` of `run_id` is in `state`, read from the store; fails
 /// after 10 s naming `what`.
+#[allow(dead_code)] // each test binary compiles this module; not every one waits on a node
 pub async fn wait_node(
     store: &dyn Store,
     run_id: &str,
