@@ -18,6 +18,7 @@
 mod after_policy;
 pub mod backfill;
 mod bizdates;
+mod calendar_apply;
 mod calendars;
 mod clock;
 mod creator;

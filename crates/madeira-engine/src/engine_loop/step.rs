@@ -69,9 +69,7 @@ impl Step {
             max_output_bytes: o.max_output_bytes,
         }
     }
-}
 
-impl Step {
     pub(super) fn node_name(&self, run_id: &str, node: usize) -> Option<String> {
         self.runs.get(run_id).and_then(|s| s.flow.nodes.get(node)).map(|n| n.id.clone())
     }
@@ -324,3 +322,6 @@ impl Step {
         self.executors.in_process(executor).then(|| self.owner.clone())
     }
 }
+
+#[cfg(test)]
+mod tests;
