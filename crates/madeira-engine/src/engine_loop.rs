@@ -1,5 +1,19 @@
-//! The engine loop: drain a batch of envelopes, plan each with the core planner,
-//! group-commit, then act. Single writer of run state for this process.
+//! The engine loop, single writer of run state for this process, built from three
+//! components that each own their state:
+//! - `intake.rs`: every source of envelopes (the channel, timers, sweeps); a new
+//!   source is one more sender or one more arm of `Intake::next`;
+//! - `step.rs`: the pure part: a command on a run's snapshot, through the core's
+//!   `plan::apply`, becomes transitions, rows and actions in one batch (`Work`);
+//! - `effects.rs`: what a committed batch says is done: attempts started or
+//!   aborted, timers armed, observers and viewers told, callers answered.
+//!
+//! Each turn: the intake hands over a batch of envelopes; each is routed to the
+//! step (`apply_envelope`, loading or claiming its run first: `starts.rs`,
+//! `ownership.rs`); the batch is group-committed (`fence.rs`); the effects perform
+//! it; then what only the engine can do follows (`after.rs`: promotions, holds,
+//! wake-ups, backfills). An attempt's end comes back as `Envelope::AttemptDone`:
+//! `Step::attempt_done` records it, `Effects::perform` acts on what the planner
+//! decided next.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,26 +24,24 @@ use tracing::{debug, error, info, warn};
 
 mod after;
 mod drain;
-mod fence;
-mod hosts;
-mod manual;
-mod waiting;
-
-use crate::envelope::Envelope;
-use crate::lease::Holder;
-use crate::record::Work;
-use crate::{EngineError, EngineOptions, FlowCache, clock::now_ms, retention};
-
 mod effects;
+mod fence;
 mod handover;
+mod hosts;
 mod intake;
+mod manual;
 mod outbox;
 mod ownership;
 mod permits;
 mod starts;
 mod step;
+mod waiting;
 mod watch;
 
+use crate::envelope::Envelope;
+use crate::lease::Holder;
+use crate::record::Work;
+use crate::{EngineError, EngineOptions, FlowCache, clock::now_ms, retention};
 use effects::Perform;
 pub(crate) use effects::{Effects, EffectsOptions};
 pub(crate) use intake::Intake;
@@ -212,12 +224,14 @@ impl Engine {
         }
         self.effects.publish(std::mem::take(&mut work.events), std::mem::take(&mut work.replies));
         let actions = std::mem::take(&mut work.actions);
-        let perform = Perform { handle: &self.handle, tracing: self.options.tracing };
-        let performed = self.effects.perform(&mut self.step, &work, actions, perform);
+        let perform = Perform { handle: &self.handle };
+        let performed = self.effects.perform(&self.step, &work, actions, perform);
         self.intake.pending.extend(performed.results);
         let mut finished_flows = Vec::new();
-        for (run_id, state, snap) in performed.finished {
+        for (run_id, state) in performed.finished {
             self.handle.children.ended(&run_id);
+            let snap = self.step.forget_run(&run_id);
+            self.effects.run_finished(&run_id, state, snap.as_ref(), self.options.tracing);
             let Some(snap) = snap else { continue };
             self.tell_holds(&run_id, state, &snap);
             if snap.flow.concurrency.max_active_runs > 0 || snap.flow.concurrency.depends_on_past {

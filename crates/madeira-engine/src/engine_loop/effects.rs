@@ -83,26 +83,24 @@ impl Effects {
 /// What performing a batch's actions needs besides the effects.
 pub(crate) struct Perform<'a> {
     pub handle: &'a EngineHandle,
-    /// Report run spans to observers.
-    pub tracing: bool,
 }
 
 /// What performing left to the engine.
 #[derive(Default)]
 pub(crate) struct Performed {
-    /// Runs that ended, with their snapshot (gone from the step).
-    pub finished: Vec<(String, RunState, Option<RunSnapshot>)>,
+    /// Runs that ended.
+    pub finished: Vec<(String, RunState)>,
     /// Results known without running anything, for the next batch.
     pub results: Vec<Envelope>,
 }
 
 impl Effects {
     /// Performs the actions of a committed batch, in order: attempts start, timers
-    /// are armed, aborted attempts are cancelled; a finished run leaves the step
-    /// and is returned for the engine's follow-ups (promotion, holds, sub-flows).
+    /// are armed, aborted attempts are cancelled; the runs that finished are
+    /// returned (the engine lets them go: `Engine::after_commit`).
     pub(super) fn perform(
         &mut self,
-        step: &mut Step,
+        step: &Step,
         work: &Work,
         actions: Vec<(String, Action)>,
         p: Perform<'_>,
@@ -111,13 +109,15 @@ impl Effects {
         for (run_id, action) in actions {
             match action {
                 Action::Execute { node, attempt, fallback } => {
-                    let Some(snap) = step.runs.get(&run_id) else { continue };
                     if let Some(ready_at) = work.ready_at.get(&(run_id.clone(), node)) {
                         let latency = ready_at.elapsed();
                         self.stats.dispatched(latency);
-                        let name = &snap.flow.nodes[node].id;
-                        self.observers.iter().for_each(|o| o.dispatched(&snap.flow.name, name, latency));
+                        if let Some(snap) = step.runs.get(&run_id) {
+                            let name = &snap.flow.nodes[node].id;
+                            self.observers.iter().for_each(|o| o.dispatched(&snap.flow.name, name, latency));
+                        }
                     }
+                    let Some(snap) = step.runs.get(&run_id) else { continue };
                     out.results.extend(self.execute(snap, node, attempt, fallback, step.draining, p.handle));
                 }
                 Action::ScheduleRetry { node, at_ms } => {
@@ -133,35 +133,31 @@ impl Effects {
                         running.token.cancel();
                     }
                 }
-                Action::RunFinished { state } => {
-                    let snap = self.run_finished(step, &run_id, state, p.tracing);
-                    out.finished.push((run_id, state, snap));
-                }
+                Action::RunFinished { state } => out.finished.push((run_id, state)),
                 Action::Ready { .. } | Action::ReleasePermit { .. } => {}
             }
         }
         out
     }
 
-    /// A run ended: it leaves the step and the effects; its span is reported.
-    fn run_finished(
+    /// A run ended (`snap`: as the step last held it): nothing of it is kept
+    /// here any more; it is logged, its span reported, observers told.
+    pub(super) fn run_finished(
         &mut self,
-        step: &mut Step,
         run_id: &str,
         state: RunState,
+        snap: Option<&RunSnapshot>,
         tracing: bool,
-    ) -> Option<RunSnapshot> {
+    ) {
         self.resumed.retain(|(run, _)| run != run_id);
         let run_trace = self.traces.remove(run_id);
-        step.gate.forget_run(run_id);
-        let snap = step.runs.remove(run_id)?;
+        let Some(snap) = snap else { return };
         let trace_id = run_trace.as_ref().map(|t| t.context.trace_id_hex()).unwrap_or_default();
         info!(run_id = %run_id, flow = %snap.flow.name, state = %state, trace_id = %trace_id, "run finished");
         if let (true, Some(t)) = (tracing, &run_trace) {
-            trace::run_span(&self.observers, t, &snap, now_ms());
+            trace::run_span(&self.observers, t, snap, now_ms());
         }
-        self.observers.iter().for_each(|o| o.run_finished(&snap));
-        Some(snap)
+        self.observers.iter().for_each(|o| o.run_finished(snap));
     }
 
     /// Sends the batch's events to live viewers and answers its callers.

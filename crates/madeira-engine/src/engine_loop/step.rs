@@ -70,6 +70,12 @@ impl Step {
         }
     }
 
+    /// A run ended: the step lets it go (its snapshot, its parked nodes).
+    pub(super) fn forget_run(&mut self, run_id: &str) -> Option<RunSnapshot> {
+        self.gate.forget_run(run_id);
+        self.runs.remove(run_id)
+    }
+
     pub(super) fn node_name(&self, run_id: &str, node: usize) -> Option<String> {
         self.runs.get(run_id).and_then(|s| s.flow.nodes.get(node)).map(|n| n.id.clone())
     }
