@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use madeira_core::model::NodeAction;
-use madeira_core::{Action, RunSnapshot, RunState};
+use madeira_core::{Action, ExecutorDef, RunSnapshot, RunState};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -26,7 +26,7 @@ use crate::observer::{AttemptOutcome, EngineObserver};
 use crate::record::Work;
 use crate::stats::EngineStats;
 use crate::timers::{Timer, TimerKind, Timers};
-use crate::trace::{self, RunTrace};
+use crate::trace::{self, RunTrace, TraceContext};
 use crate::{EngineError, EngineHandle, RunEvent};
 
 pub(crate) struct Effects {
@@ -195,9 +195,7 @@ impl Effects {
             return None;
         }
         let def = &snap.flow.nodes[node];
-        let Some(executor) = hosts::executor_of(def, fallback) else {
-            return None;
-        };
+        let executor = hosts::executor_of(def, fallback)?;
         if let Some(running) = self.running.get_mut(&(run_id.to_string(), node))
             && !running.token.is_cancelled()
             && !fallback
@@ -227,32 +225,10 @@ impl Effects {
             self.resumed.remove(&(run_id.clone(), node));
             return Some(Envelope::AttemptDone { run_id, node, attempt, result });
         }
-        let upstream = def.needs.iter().map(|need| need.upstream);
-        // `{"params", "nodes"}`, built from the values themselves (`json!` would
-        // serialize each into a new value again).
-        let mut input = serde_json::Map::new();
-        input.insert("params".into(), snap.params.clone());
-        input.insert("nodes".into(), snap.nodes_json(upstream));
-        if let Some(date) = &snap.biz_date {
-            input.insert("biz_date".into(), serde_json::Value::from(date.as_str()));
-        }
-        let input = serde_json::Value::Object(input);
         let started_at = snap.nodes[node].started_at_ms.unwrap_or(0);
         let context = self.traces.get(run_id).map(|t| t.context.attempt(&def.id, attempt, started_at));
-        let job = Job {
-            run_id: run_id.to_string(),
-            flow: snap.flow.name.clone(),
-            node: def.id.clone(),
-            attempt,
-            idempotency_key: snap.idempotency_key(node),
-            executor: executor.clone(),
-            no_retry_exit_codes: def.retry.no_retry_exit_codes.clone(),
-            input,
-            timeout: def.timeout,
-            // The run's trace exists whether or not it is exported (SPEC §4).
-            traceparent: context.map(|c| c.traceparent()),
-            resumed: self.resumed.remove(&(run_id.to_string(), node)),
-        };
+        let resumed = self.resumed.remove(&(run_id.to_string(), node));
+        let job = job(snap, node, attempt, executor, context, resumed);
         let span = context.map_or_else(tracing::Span::none, |c| trace::attempt_log_span(&job, &c));
         let token = CancellationToken::new();
         let in_process = self.executors.in_process(&job.executor);
@@ -263,7 +239,7 @@ impl Effects {
         let tx = self.done.clone();
         let run_id = run_id.to_string();
         let tracker = if in_process { &self.tasks } else { &self.remote };
-        let work = crate::subflow::attempt_work(&handle, executors, def, fallback, job, token);
+        let work = crate::subflow::attempt_work(handle, executors, def, fallback, job, token);
         tracker.spawn(
             async move {
                 let result = work.await;
@@ -336,5 +312,41 @@ impl Effects {
             let timer = Timer { run_id: run_id.to_string(), node, kind: TimerKind::ConfirmFallback };
             self.timers.at(at(after), timer);
         }
+    }
+}
+
+/// The job attempt `attempt` of `node` runs: its input (`params`, its upstream
+/// nodes' outputs, `biz_date`), idempotency key and W3C trace parent.
+fn job(
+    snap: &RunSnapshot,
+    node: usize,
+    attempt: u32,
+    executor: &ExecutorDef,
+    context: Option<TraceContext>,
+    resumed: bool,
+) -> Job {
+    let def = &snap.flow.nodes[node];
+    let upstream = def.needs.iter().map(|need| need.upstream);
+    // `{"params", "nodes"}`, built from the values themselves (`json!` would
+    // serialize each into a new value again).
+    let mut input = serde_json::Map::new();
+    input.insert("params".into(), snap.params.clone());
+    input.insert("nodes".into(), snap.nodes_json(upstream));
+    if let Some(date) = &snap.biz_date {
+        input.insert("biz_date".into(), serde_json::Value::from(date.as_str()));
+    }
+    Job {
+        run_id: snap.run_id.clone(),
+        flow: snap.flow.name.clone(),
+        node: def.id.clone(),
+        attempt,
+        idempotency_key: snap.idempotency_key(node),
+        executor: executor.clone(),
+        no_retry_exit_codes: def.retry.no_retry_exit_codes.clone(),
+        input: serde_json::Value::Object(input),
+        timeout: def.timeout,
+        // The run's trace exists whether or not it is exported (SPEC §4).
+        traceparent: context.map(|c| c.traceparent()),
+        resumed,
     }
 }
