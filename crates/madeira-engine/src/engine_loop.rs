@@ -208,8 +208,6 @@ impl Engine {
         }
     }
 
-    /// The commit failed: nothing of the batch happened. Drop the touched runs'
-    /// snapshots, give permits back, tell callers, and resume the runs from the
     /// The batch is durable: the effects perform it, then what only the engine can
     /// do follows (promotions, holds, wake-ups, backfills).
     async fn after_commit(&mut self, mut work: Work) {
@@ -249,6 +247,8 @@ impl Engine {
         self.advance_backfills(finished_runs);
     }
 
+    /// The commit failed: nothing of the batch happened. Drop the touched runs'
+    /// snapshots, give permits back, tell callers, and resume the runs from the
     /// store shortly (in-flight results lost here are retried by recovery).
     fn commit_failed(&mut self, work: Work, e: madeira_store::StoreError) {
         error!(error = %e, "group commit failed; resuming affected runs from the store");
@@ -287,6 +287,8 @@ impl Engine {
         });
     }
 
+    /// Routes one envelope to the step (its run loaded or claimed first), or to
+    /// the engine's own handling (permits, holds, promotions).
     async fn apply_envelope(&mut self, envelope: Envelope, work: &mut Work) {
         match envelope {
             Envelope::Start { run_id, fresh } => self.start(run_id, fresh, work).await,

@@ -121,6 +121,8 @@ impl Step {
         Ok(())
     }
 
+    /// `node` of `run_id` may start: dispatched now, or queued for its permit, or
+    /// parked until its executor can take it (a draining step leaves it INIT).
     pub(super) fn on_ready(&mut self, run_id: &str, node: usize, ready_at: Instant, work: &mut Work) {
         let Some(snap) = self.runs.get(run_id) else {
             return;
@@ -178,6 +180,8 @@ impl Step {
         }
     }
 
+    /// An attempt ended: its outputs are checked (text, size), its log's tail and
+    /// its record join the batch, and its result is applied as a command.
     pub(super) fn attempt_done(
         &mut self,
         run_id: &str,
@@ -279,6 +283,7 @@ impl Step {
         }
     }
 
+    /// `node` waits in INIT for its executor (`reason`); observers learn it once.
     pub(super) fn park(&mut self, run_id: &str, node: usize, ready_at: Instant, reason: String) {
         let Some(snap) = self.runs.get(run_id) else {
             return;
