@@ -1,12 +1,16 @@
 //! What travels on the engine's channel.
 
-use madeira_core::Command;
+use madeira_core::{Command, RunSnapshot};
 use tokio::sync::oneshot;
 
 use crate::EngineError;
 use crate::executor::AttemptResult;
+use crate::trace::RunTrace;
 
 pub(crate) type Reply = oneshot::Sender<Result<(), EngineError>>;
+
+/// A fresh run's snapshot and trace, built by the creator from its request.
+pub(crate) type Fresh = Box<(RunSnapshot, RunTrace)>;
 
 pub(crate) enum Envelope {
     /// Start a run the store admitted to start (created with room, or promoted):
@@ -15,7 +19,7 @@ pub(crate) enum Envelope {
         run_id: String,
         /// The snapshot of a run just created and already claimed by this replica
         /// (the creator claims it): the loop neither claims nor loads it.
-        fresh: Option<crate::engine_loop::Fresh>,
+        fresh: Option<Fresh>,
     },
     /// Take charge of an unfinished run again, reloaded from the store (restart,
     /// reconcile sweep, lease takeover, a commit that failed): `Command::Recover`

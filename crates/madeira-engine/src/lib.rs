@@ -18,6 +18,7 @@
 mod after_policy;
 pub mod backfill;
 mod bizdates;
+mod calendar_apply;
 mod calendars;
 mod clock;
 mod creator;
@@ -275,22 +276,32 @@ pub fn build(
         health: health.clone(),
         live_logs: LiveLogs::new(options.live_log_bytes),
     });
-    let engine = Engine::new(engine_loop::Parts {
-        handle: handle.clone(),
-        publisher: Some(publisher),
-        creator: Some(create_rx),
-        store,
-        executors: Arc::new(executors),
+    let executors = Arc::new(executors);
+    let step = engine_loop::Step::new(engine_loop::StepOptions {
+        executors: executors.clone(),
+        observers: observers.clone(),
+        waiting,
+        owner: options.replica_id.clone(),
+        shared_store: options.shared_store,
+        max_output_bytes: options.max_output_bytes,
+    });
+    let effects = engine_loop::Effects::new(engine_loop::EffectsOptions {
+        executors,
         observers,
-        throttle_view,
-        options,
-        rx,
-        tx,
-        flows,
         events,
         stats,
-        waiting,
+        throttle_view,
+        done: tx.clone(),
+    });
+    let engine = Engine::new(engine_loop::Wiring {
+        handle: handle.clone(),
+        store,
+        options,
+        flows,
         health,
+        intake: engine_loop::Intake::new((tx, rx), create_rx, publisher),
+        step,
+        effects,
     });
     (engine, handle)
 }

@@ -11,6 +11,7 @@ use madeira_store::{
 };
 
 use crate::envelope::Reply;
+use crate::trace::FinishedAttempt;
 use crate::{EngineError, RunEvent, snapshot};
 
 /// Everything one engine batch accumulates before its commit.
@@ -41,18 +42,6 @@ pub(crate) struct Work {
     /// Global permits: `(flow, node)` with new waiters, and with permits given back.
     pub permit_wanted: BTreeSet<(String, usize)>,
     pub permits_freed: BTreeSet<(String, usize)>,
-}
-
-pub(crate) struct FinishedAttempt {
-    pub run_id: String,
-    pub flow: String,
-    pub node: String,
-    pub attempt: u32,
-    pub outcome: &'static str,
-    pub error: Option<String>,
-    pub duration: std::time::Duration,
-    pub started_at_ms: i64,
-    pub finished_at_ms: i64,
 }
 
 impl Work {

@@ -13,7 +13,19 @@ use madeira_core::RunSnapshot;
 use sha2::{Digest, Sha256};
 
 use crate::EngineObserver;
-use crate::record::FinishedAttempt;
+
+/// An attempt that ended in this batch, as observers and spans see it.
+pub(crate) struct FinishedAttempt {
+    pub run_id: String,
+    pub flow: String,
+    pub node: String,
+    pub attempt: u32,
+    pub outcome: &'static str,
+    pub error: Option<String>,
+    pub duration: std::time::Duration,
+    pub started_at_ms: i64,
+    pub finished_at_ms: i64,
+}
 
 /// A W3C trace context: `00-<trace id>-<span id>-<flags>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -22,13 +22,13 @@ impl Engine {
     /// A run that ended FAILED with runs waiting for it: they are held behind it.
     pub(super) fn tell_holds(&self, run_id: &str, state: RunState, snap: &RunSnapshot) {
         let (RunState::Failed, Some(date)) = (state, snap.biz_date.clone()) else { return };
-        if self.p.observers.is_empty() {
+        if self.effects.observers.is_empty() {
             return;
         }
-        let (store, observers) = (self.p.store.clone(), self.p.observers.clone());
+        let (store, observers) = (self.store.clone(), self.effects.observers.clone());
         let (run_id, flow) = (run_id.to_string(), snap.flow.name.clone());
         let span = info_span!("holds", run_id = %run_id);
-        self.tasks.spawn(
+        self.effects.tasks.spawn(
             async move { crate::holds::run_failed(store.as_ref(), &observers, &run_id, &flow, &date).await }
                 .instrument(span),
         );
@@ -36,12 +36,12 @@ impl Engine {
 
     /// A run created held by `after`: is a failed upstream holding it?
     pub(super) fn tell_held(&self, run_id: String) {
-        if self.p.observers.is_empty() {
+        if self.effects.observers.is_empty() {
             return;
         }
-        let (store, observers) = (self.p.store.clone(), self.p.observers.clone());
+        let (store, observers) = (self.store.clone(), self.effects.observers.clone());
         let span = info_span!("holds", run_id = %run_id);
-        self.tasks.spawn(
+        self.effects.tasks.spawn(
             async move { crate::holds::run_created_held(store.as_ref(), &observers, &run_id).await }
                 .instrument(span),
         );
@@ -54,7 +54,7 @@ impl Engine {
             .iter()
             .filter(|e| e.to == "SUCCESS")
             .filter_map(|e| {
-                let date = self.runs.get(&e.run_id)?.biz_date.clone()?;
+                let date = self.step.runs.get(&e.run_id)?.biz_date.clone()?;
                 Some((e.flow.clone(), date, e.node.is_none()))
             })
             .collect();
@@ -67,17 +67,18 @@ impl Engine {
     pub(super) async fn wake_after(&mut self, successes: Vec<Success>) {
         let mut flows = Vec::new();
         for (flow, date, whole) in &successes {
-            match self.p.store.after_dependents(flow, date).await {
+            match self.store.after_dependents(flow, date).await {
                 Ok(held) => flows.extend(held),
                 Err(e) => {
                     error!(flow = %flow, biz_date = %date, error = %e, "cannot read runs held on this run; the reconcile sweep releases them")
                 }
             }
             if *whole {
-                let handle = self.p.handle.clone();
+                let handle = self.handle.clone();
                 let (flow, date) = (flow.clone(), date.clone());
                 let span = info_span!("flow_succeeded", upstream = %flow, biz_date = %date);
-                self.tasks
+                self.effects
+                    .tasks
                     .spawn(async move { handle.fire_flow_succeeded(&flow, &date).await }.instrument(span));
             }
         }
@@ -104,8 +105,9 @@ impl Engine {
         if finished.is_empty() {
             return;
         }
-        let handle = self.p.handle.clone();
-        self.tasks
+        let handle = self.handle.clone();
+        self.effects
+            .tasks
             .spawn(async move { handle.backfills_after(finished).await }.instrument(info_span!("backfill")));
     }
 }

@@ -17,7 +17,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::Engine;
-use crate::envelope::Envelope;
 
 /// How long the stop waits for cancelled in-process attempts to end (more for SQL).
 const STOP_WAIT: Duration = Duration::from_secs(5);
@@ -39,12 +38,12 @@ pub(crate) struct Running {
 impl Engine {
     /// Stops starting attempts and arming timers; results are still committed.
     pub(super) fn start_drain(&mut self) {
-        if self.draining {
+        if self.step.draining {
             return;
         }
-        self.draining = true;
-        let in_process = self.running.values().filter(|r| r.in_process).count();
-        let sidecar = self.running.len() - in_process;
+        self.step.draining = true;
+        let in_process = self.effects.running.values().filter(|r| r.in_process).count();
+        let sidecar = self.effects.running.len() - in_process;
         info!(
             in_process,
             sidecar, "draining: no new attempts; sidecar attempts are left running for recovery"
@@ -53,32 +52,26 @@ impl Engine {
 
     /// Publishes how many in-process attempts run (what a graceful shutdown waits for).
     pub(super) fn publish_in_process(&self) {
-        self.p.stats.set_in_process(self.running.values().filter(|r| r.in_process).count());
+        self.effects.stats.set_in_process(self.effects.running.values().filter(|r| r.in_process).count());
     }
 
     /// After the loop: takes no more envelopes, commits the results already queued,
     /// cancels the in-process attempts left and waits briefly for them to stop.
     pub(super) async fn stop(&mut self) {
-        self.draining = true;
-        self.p.rx.close();
-        let mut results = Vec::new();
-        while let Ok(envelope) = self.p.rx.try_recv() {
-            if matches!(envelope, Envelope::AttemptDone { .. }) {
-                results.push(envelope);
-            }
-        }
-        if !results.is_empty() || !self.hosts.is_empty() {
+        self.step.draining = true;
+        let results = self.intake.close();
+        if !results.is_empty() || !self.effects.hosts.is_empty() {
             // Placements still waiting for a commit ride in this one.
             self.process(results).await;
         }
         let mut aborted = 0;
         let mut settle = Duration::ZERO;
-        for ((run_id, node), running) in self.running.iter().filter(|(_, r)| r.in_process) {
+        for ((run_id, node), running) in self.effects.running.iter().filter(|(_, r)| r.in_process) {
             running.token.cancel();
             aborted += 1;
             settle = settle.max(self.sql_grace(run_id, *node).unwrap_or_default());
         }
-        let left = self.running.len() - aborted;
+        let left = self.effects.running.len() - aborted;
         if aborted > 0 || left > 0 {
             info!(
                 aborted,
@@ -86,14 +79,14 @@ impl Engine {
                 "engine stopping: in-process attempts aborted, sidecar attempts left to their sidecars"
             );
         }
-        self.tasks.close();
-        let _ = tokio::time::timeout(STOP_WAIT + settle, self.tasks.wait()).await;
+        self.effects.tasks.close();
+        let _ = tokio::time::timeout(STOP_WAIT + settle, self.effects.tasks.wait()).await;
     }
 
     /// The `grace` of node `node` of run `run_id` when it runs SQL (itself or as
     /// a manual node's fallback).
     fn sql_grace(&self, run_id: &str, node: usize) -> Option<Duration> {
-        let def = self.runs.get(run_id)?.flow.nodes.get(node)?;
+        let def = self.step.runs.get(run_id)?.flow.nodes.get(node)?;
         let exec = match &def.action {
             NodeAction::Run(exec) => Some(exec),
             NodeAction::Manual(manual) => manual.fallback.as_ref(),

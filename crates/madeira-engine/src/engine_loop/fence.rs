@@ -26,7 +26,7 @@ impl Engine {
         let mut tries = 0;
         loop {
             tries += 1;
-            match self.p.store.commit(&work.batch).await {
+            match self.store.commit(&work.batch).await {
                 Err(StoreError::LeaseLost { owner, runs }) if tries < TRIES && !runs.is_empty() => {
                     warn!(
                         runs = %runs.join(", "),
@@ -37,7 +37,7 @@ impl Engine {
                     self.forget_lost(&lost, work, &why);
                     // Alert events are derived from what is left of the batch.
                     work.batch.alert_events.clear();
-                    if self.p.options.shared_store {
+                    if self.options.shared_store {
                         self.outbox(work);
                     }
                 }
@@ -48,10 +48,10 @@ impl Engine {
 
     /// Claims every run in memory again and forgets those another replica holds now.
     pub(super) async fn check_held(&mut self) {
-        let ids: Vec<String> = self.runs.keys().cloned().collect();
+        let ids: Vec<String> = self.step.runs.keys().cloned().collect();
         let mut lost = HashSet::new();
         for run_id in ids {
-            match self.p.store.claim_run(&run_id, &self.holder.lease_now(), false).await {
+            match self.store.claim_run(&run_id, &self.holder.lease_now(), false).await {
                 Ok(Claim::Held) => {}
                 Ok(Claim::Other { owner }) => {
                     warn!(run_id = %run_id, owner = %owner, "another replica took this run over; dropped here");
@@ -81,7 +81,7 @@ impl Engine {
         for run_id in &runs {
             self.forget(run_id);
         }
-        self.resumed.retain(|(run, _)| !lost.contains(run));
+        self.effects.resumed.retain(|(run, _)| !lost.contains(run));
     }
 }
 

@@ -28,11 +28,11 @@ impl Engine {
     /// Offers each run whose parked sidecar node another replica can run.
     pub(super) async fn offer_waiting(&mut self) {
         let mut candidates: Vec<(String, String, String)> = Vec::new();
-        for (run_id, node, _) in self.gate.parked() {
-            if self.running.keys().any(|(run, _)| *run == run_id) {
+        for (run_id, node, _) in self.step.gate.parked() {
+            if self.effects.running.keys().any(|(run, _)| *run == run_id) {
                 continue;
             }
-            let Some(snap) = self.runs.get(&run_id) else { continue };
+            let Some(snap) = self.step.runs.get(&run_id) else { continue };
             if let NodeAction::Run(ExecutorDef::Sidecar(def)) = &snap.flow.nodes[node].action {
                 candidates.push((run_id, def.group.clone(), def.job.clone()));
             }
@@ -48,7 +48,7 @@ impl Engine {
             }
             let key = (group.clone(), job.clone());
             if !hosts_of.contains_key(&key) {
-                let hosts = match self.p.store.sidecar_hosts(&group, &job, now_ms() - FRESH_MS).await {
+                let hosts = match self.store.sidecar_hosts(&group, &job, now_ms() - FRESH_MS).await {
                     Ok(hosts) => hosts,
                     Err(e) => {
                         warn!(error = %e, "cannot read where sidecars are connected");
@@ -73,9 +73,9 @@ impl Engine {
                 reason: Some(format!("waits for a sidecar of group {group} declaring job {job}")),
                 created_at: now_ms(),
             };
-            match self.p.store.send_command(&cmd).await {
+            match self.store.send_command(&cmd).await {
                 Ok(_) => {
-                    self.p.handle.wake.notify(&target);
+                    self.handle.wake.notify(&target);
                     info!(run_id = %run_id, group = %group, job = %job, to = %target,
                         "run offered to the replica whose sidecars it waits for");
                     self.forget(&run_id);
@@ -88,23 +88,23 @@ impl Engine {
 
     /// Drops a run from memory; its lease stays until another replica claims it.
     pub(super) fn forget(&mut self, run_id: &str) {
-        let flow = self.runs.remove(run_id).map(|snap| snap.flow.name.clone()).unwrap_or_default();
-        self.traces.remove(run_id);
-        for (run, _, name) in self.gate.parked() {
+        let flow = self.step.runs.remove(run_id).map(|snap| snap.flow.name.clone()).unwrap_or_default();
+        self.effects.traces.remove(run_id);
+        for (run, _, name) in self.step.gate.parked() {
             if run == run_id {
-                self.p.observers.iter().for_each(|o| o.node_waiting(run_id, &flow, &name, None));
+                self.effects.observers.iter().for_each(|o| o.node_waiting(run_id, &flow, &name, None));
             }
         }
-        self.gate.forget_run(run_id);
+        self.step.gate.forget_run(run_id);
     }
 
     /// Claims a run `from` offered (only while `from` still holds it and none of
     /// its nodes is RUNNING) and evaluates it.
     pub(super) async fn adopt(&mut self, run_id: &str, from: &str, work: &mut Work) {
-        if self.runs.contains_key(run_id) {
+        if self.step.runs.contains_key(run_id) {
             return;
         }
-        match self.p.store.adopt_run(run_id, from, &self.holder.lease_now()).await {
+        match self.store.adopt_run(run_id, from, &self.holder.lease_now()).await {
             Ok(Claim::Held) => {}
             Ok(other) => {
                 debug!(run_id = %run_id, from = %from, outcome = ?other, "offered run not adopted");
@@ -120,7 +120,7 @@ impl Engine {
             return;
         }
         info!(run_id = %run_id, "adopted a run waiting for this replica's sidecars");
-        let _ = self.apply(run_id, Command::Recover, "engine", work);
+        let _ = self.step.apply(run_id, Command::Recover, "engine", work);
         work.resumed.push(run_id.to_string());
     }
 }

@@ -9,8 +9,8 @@
 //! the next commit, usually the one that records the attempt's end. They are
 //! written before the loop stops; a crash in between loses only the host.
 
+use madeira_core::ExecutorDef;
 use madeira_core::model::{NodeAction, NodeDef};
-use madeira_core::{ExecutorDef, RunSnapshot};
 use madeira_store::AttemptHost;
 
 use super::Engine;
@@ -23,7 +23,7 @@ pub(super) const HOSTS_WAIT: std::time::Duration = std::time::Duration::from_mil
 
 /// Host updates waiting for the next commit.
 #[derive(Default)]
-pub(super) struct DeferredHosts {
+pub(crate) struct DeferredHosts {
     hosts: Vec<AttemptHost>,
     /// When they are committed on their own, if nothing else is by then.
     pub due: Option<tokio::time::Instant>,
@@ -73,17 +73,6 @@ pub(super) fn executor_of(def: &NodeDef, fallback: bool) -> Option<&ExecutorDef>
 }
 
 impl Engine {
-    /// The host known when an attempt of `node` starts: this replica for an
-    /// in-process executor, the exec report's host for an observe-only flow, none
-    /// yet for a sidecar attempt (the fleet names it once placed).
-    pub(super) fn start_host(&self, snap: &RunSnapshot, node: usize, fallback: bool) -> Option<String> {
-        if snap.flow.observe {
-            return snap.params.get("host").and_then(|h| h.as_str()).map(str::to_string);
-        }
-        let executor = executor_of(&snap.flow.nodes[node], fallback)?;
-        self.p.executors.in_process(executor).then(|| self.holder.owner.clone())
-    }
-
     /// The host an ended attempt's record carries (inserted only when its start
     /// was not written, i.e. both are in one batch): this replica's for an
     /// in-process attempt; a sidecar attempt's comes from its placements.
@@ -94,10 +83,10 @@ impl Engine {
     /// The fleet placed attempt `attempt` of `node` on sidecar `host`: recorded
     /// when that attempt is still the one running here.
     pub(super) fn placed(&mut self, run_id: &str, node: &str, attempt: u32, host: String, work: &mut Work) {
-        let Some(idx) = self.runs.get(run_id).and_then(|s| s.flow.node_index(node)) else {
+        let Some(idx) = self.step.runs.get(run_id).and_then(|s| s.flow.node_index(node)) else {
             return;
         };
-        let Some(running) = self.running.get_mut(&(run_id.to_string(), idx)) else {
+        let Some(running) = self.effects.running.get_mut(&(run_id.to_string(), idx)) else {
             return;
         };
         if running.attempt != attempt || running.hosts.contains(&host) {

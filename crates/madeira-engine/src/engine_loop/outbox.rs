@@ -14,17 +14,17 @@ impl Engine {
     pub(super) fn outbox(&self, work: &mut Work) {
         let mut events = Vec::new();
         let mut report = |source: AlertSource<'_>| {
-            for observer in &self.p.observers {
+            for observer in &self.effects.observers {
                 events.extend(observer.alert_events(source));
             }
         };
         for (run_id, action) in &work.actions {
-            if let (Action::RunFinished { .. }, Some(snap)) = (action, self.runs.get(run_id)) {
+            if let (Action::RunFinished { .. }, Some(snap)) = (action, self.step.runs.get(run_id)) {
                 report(AlertSource::RunFinished(snap));
             }
         }
         for (run_id, node) in &work.overdue {
-            if let Some(snap) = self.runs.get(run_id) {
+            if let Some(snap) = self.step.runs.get(run_id) {
                 report(AlertSource::ConfirmOverdue(snap, node));
             }
         }

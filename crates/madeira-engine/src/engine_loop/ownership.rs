@@ -14,7 +14,7 @@ use crate::EngineError;
 impl Engine {
     /// Takes `run_id` for this replica, or says who holds it.
     pub(super) async fn claim(&self, run_id: &str, steal_idle: bool) -> Result<(), EngineError> {
-        match self.p.store.claim_run(run_id, &self.holder.lease_now(), steal_idle).await? {
+        match self.store.claim_run(run_id, &self.holder.lease_now(), steal_idle).await? {
             Claim::Held => Ok(()),
             Claim::Missing => Err(EngineError::RunNotFound(run_id.to_string())),
             Claim::Other { owner } => Err(EngineError::HeldElsewhere { run: run_id.to_string(), owner }),
@@ -27,7 +27,7 @@ impl Engine {
     /// to the run's holder, which does not place it again meanwhile (the fleet's
     /// `relay`); whatever it returns here is ignored (the run is forgotten).
     pub(super) fn lost(&mut self, runs: &[String]) {
-        self.running.retain(|(run_id, _), running| {
+        self.effects.running.retain(|(run_id, _), running| {
             let lost = runs.contains(run_id);
             if lost && running.in_process {
                 running.token.cancel();

@@ -11,48 +11,20 @@ use tracing::{debug, warn};
 use super::Engine;
 use crate::clock::now_ms;
 use crate::record::Work;
-use crate::throttle::Waiter;
 
 impl Engine {
-    /// A throttled node became ready: queue it; the permit is asked for after the commit.
-    pub(super) fn wait_for_global_permit(&mut self, flow: &str, waiter: Waiter, name: &str, work: &mut Work) {
-        let node = waiter.node;
-        self.throttle.enqueue(flow, waiter);
-        work.permit_wanted.insert((flow.to_string(), node));
-        work.throttled.insert((flow.to_string(), node), name.to_string());
-    }
-
-    /// Gives `run_id`'s permit of `node` back with this batch.
-    pub(super) fn release_global_permit(
-        &mut self,
-        run_id: &str,
-        flow: &str,
-        node: usize,
-        name: &str,
-        work: &mut Work,
-    ) {
-        work.batch.permit_releases.push(PermitKey {
-            flow: flow.into(),
-            node: name.into(),
-            run_id: run_id.into(),
-        });
-        self.throttle.dropped(flow, node, run_id);
-        work.permits_freed.insert((flow.to_string(), node));
-        work.throttled.insert((flow.to_string(), node), name.to_string());
-    }
-
     /// Hands permits of `(flow, node)` to this engine's waiters, oldest first,
     /// while the store grants them.
     pub(super) async fn poll_permits(&mut self, flow: &str, node: usize, work: &mut Work) {
-        while let Some(waiter) = self.throttle.peek(flow, node).cloned() {
-            let def = self.runs.get(&waiter.run_id).and_then(|s| s.flow.nodes.get(node).cloned());
+        while let Some(waiter) = self.step.throttle.peek(flow, node).cloned() {
+            let def = self.step.runs.get(&waiter.run_id).and_then(|s| s.flow.nodes.get(node).cloned());
             let Some((name, max)) = def.and_then(|d| d.throttle.map(|t| (d.id.clone(), t.max_permits)))
             else {
-                self.throttle.pop(flow, node);
+                self.step.throttle.pop(flow, node);
                 continue;
             };
             let key = PermitKey { flow: flow.into(), node: name.clone(), run_id: waiter.run_id.clone() };
-            match self.p.store.try_permit(&key, &self.holder.owner, max, now_ms()).await {
+            match self.store.try_permit(&key, &self.holder.owner, max, now_ms()).await {
                 Ok(true) => {}
                 Ok(false) => return,
                 Err(e) => {
@@ -60,13 +32,13 @@ impl Engine {
                     return;
                 }
             }
-            self.throttle.pop(flow, node);
-            self.throttle.held(flow, node, &waiter.run_id);
+            self.step.throttle.pop(flow, node);
+            self.step.throttle.held(flow, node, &waiter.run_id);
             work.throttled.insert((flow.to_string(), node), name.clone());
             work.ready_at.insert((waiter.run_id.clone(), node), waiter.ready_at);
-            if let Err(e) = self.apply(&waiter.run_id, Command::Dispatch { node }, "engine", work) {
+            if let Err(e) = self.step.apply(&waiter.run_id, Command::Dispatch { node }, "engine", work) {
                 debug!(run_id = %waiter.run_id, error = %e, "permit granted but dispatch not applied");
-                self.release_global_permit(&waiter.run_id, flow, node, &name, work);
+                self.step.release_global_permit(&waiter.run_id, flow, node, &name, work);
             }
         }
     }

@@ -10,17 +10,14 @@
 //! by the same recovery paths and started then. Loading a run's snapshot (after
 //! claiming it) lives here too.
 
-use madeira_core::{Command, NodeState, RunSnapshot, RunState};
+use madeira_core::{Command, NodeState, RunState};
 use tracing::{debug, error};
 
 use super::Engine;
-use crate::envelope::Envelope;
+use crate::envelope::{Envelope, Fresh};
 use crate::record::Work;
 use crate::trace::RunTrace;
 use crate::{EngineError, clock::now_ms, snapshot};
-
-/// A fresh run's snapshot and trace, built by the creator from its request.
-pub(crate) type Fresh = Box<(RunSnapshot, RunTrace)>;
 
 impl Engine {
     /// Resumes every unfinished run the store knows and this engine does not drive:
@@ -29,7 +26,7 @@ impl Engine {
     /// another replica's promotion could not reach this holder); flows with QUEUED
     /// runs get a promotion.
     pub(super) async fn reconcile(&mut self) {
-        let ids = match self.p.store.unfinished_runs().await {
+        let ids = match self.store.unfinished_runs().await {
             Ok(ids) => ids,
             Err(e) => {
                 error!(error = %e, "reconcile: cannot list unfinished runs");
@@ -38,18 +35,18 @@ impl Engine {
         };
         let mut queued_flows = Vec::new();
         for run_id in ids {
-            let held = self.runs.get(&run_id).map(|snap| snap.state);
+            let held = self.step.runs.get(&run_id).map(|snap| snap.state);
             if held.is_some_and(|state| !state.is_unstarted()) {
                 continue;
             }
-            match self.p.store.load_run(&run_id).await {
+            match self.store.load_run(&run_id).await {
                 Ok(Some(stored)) if stored.run.state == RunState::Admitted => {
-                    self.pending.push_back(Envelope::Resume { run_id })
+                    self.intake.pending.push_back(Envelope::Resume { run_id })
                 }
                 Ok(Some(stored)) if stored.run.state == RunState::Queued => {
                     queued_flows.push(stored.run.flow.clone())
                 }
-                Ok(Some(_)) if held.is_none() => self.pending.push_back(Envelope::Resume { run_id }),
+                Ok(Some(_)) if held.is_none() => self.intake.pending.push_back(Envelope::Resume { run_id }),
                 Ok(_) => {}
                 Err(e) => error!(run_id = %run_id, error = %e, "reconcile: cannot load run"),
             }
@@ -59,37 +56,37 @@ impl Engine {
         for flow in queued_flows {
             self.promote(&flow).await;
         }
-        let handle = self.p.handle.clone();
-        self.tasks.spawn(async move { handle.sweep_backfills().await });
+        let handle = self.handle.clone();
+        self.effects.tasks.spawn(async move { handle.sweep_backfills().await });
     }
 
     /// Admits queued runs of `flow` to start while `max_active_runs` leaves room,
     /// and starts them.
     pub(super) async fn promote(&mut self, flow: &str) {
-        let Ok(Some(record)) = self.p.store.get_flow(flow).await else {
+        let Ok(Some(record)) = self.store.get_flow(flow).await else {
             return;
         };
-        let Ok(def) = self.p.flows.get(self.p.store.as_ref(), flow, record.latest_version).await else {
+        let Ok(def) = self.flows.get(self.store.as_ref(), flow, record.latest_version).await else {
             return;
         };
         let max = def.concurrency.max_active_runs;
         if def.concurrency.depends_on_past {
             let released = crate::bizdates::release_waiting(
-                self.p.store.as_ref(),
-                &self.p.observers,
+                self.store.as_ref(),
+                &self.effects.observers,
                 &def,
-                &self.p.flows.calendars(),
+                &self.flows.calendars(),
                 now_ms(),
                 &mut self.past_alerted,
             )
             .await;
             for run_id in released {
-                self.pending.push_back(Envelope::Start { run_id, fresh: None });
+                self.intake.pending.push_back(Envelope::Start { run_id, fresh: None });
             }
         }
         loop {
-            match self.p.store.promote_queued(flow, max, now_ms()).await {
-                Ok(Some(run_id)) => self.pending.push_back(Envelope::Start { run_id, fresh: None }),
+            match self.store.promote_queued(flow, max, now_ms()).await {
+                Ok(Some(run_id)) => self.intake.pending.push_back(Envelope::Start { run_id, fresh: None }),
                 Ok(None) => break,
                 Err(e) => {
                     error!(flow = %flow, error = %e, "cannot promote queued run");
@@ -103,15 +100,15 @@ impl Engine {
     /// it here, else claimed and loaded from the store.
     pub(super) async fn start(&mut self, run_id: String, fresh: Option<Fresh>, work: &mut Work) {
         // A QUEUED snapshot here predates the admission: read the run again.
-        if self.runs.get(&run_id).is_some_and(|snap| snap.state == RunState::Queued) {
-            self.runs.remove(&run_id);
-            self.traces.remove(&run_id);
+        if self.step.runs.get(&run_id).is_some_and(|snap| snap.state == RunState::Queued) {
+            self.step.runs.remove(&run_id);
+            self.effects.traces.remove(&run_id);
         }
         // A snapshot already here (a sweep loaded the run first) is newer than `fresh`.
-        if let Some(fresh) = fresh.filter(|_| !self.runs.contains_key(&run_id)) {
+        if let Some(fresh) = fresh.filter(|_| !self.step.runs.contains_key(&run_id)) {
             let (snap, trace) = *fresh;
-            self.runs.insert(run_id.clone(), snap);
-            self.traces.insert(run_id.clone(), trace);
+            self.step.runs.insert(run_id.clone(), snap);
+            self.effects.traces.insert(run_id.clone(), trace);
         }
         match self.ensure_loaded(&run_id, false).await {
             Ok(()) => {}
@@ -124,7 +121,7 @@ impl Engine {
                 return;
             }
         }
-        match self.apply(&run_id, Command::Start, "engine", work) {
+        match self.step.apply(&run_id, Command::Start, "engine", work) {
             Ok(()) => work.resumed.push(run_id),
             // Cancelled, or already started, meanwhile.
             Err(e) => debug!(run_id = %run_id, error = %e, "start not applied"),
@@ -136,7 +133,7 @@ impl Engine {
     /// started. A QUEUED run is left to promotion (and out of memory, so the
     /// reconcile sweep sees it again).
     pub(super) async fn resume(&mut self, run_id: String, work: &mut Work) {
-        self.runs.remove(&run_id);
+        self.step.runs.remove(&run_id);
         match self.load(&run_id, false).await {
             Ok(()) => {}
             Err(EngineError::HeldElsewhere { owner, .. }) => {
@@ -148,21 +145,21 @@ impl Engine {
                 return;
             }
         };
-        let Some(snap) = self.runs.get(&run_id) else { return };
+        let Some(snap) = self.step.runs.get(&run_id) else { return };
         let cmd = match snap.state {
             RunState::Running => {
                 let running = snap.nodes.iter().enumerate().filter(|(_, n)| n.state == NodeState::Running);
-                self.resumed.extend(running.map(|(i, _)| (run_id.clone(), i)));
+                self.effects.resumed.extend(running.map(|(i, _)| (run_id.clone(), i)));
                 Command::Recover
             }
             RunState::Admitted => Command::Start,
             _ => {
-                self.runs.remove(&run_id);
-                self.traces.remove(&run_id);
+                self.step.runs.remove(&run_id);
+                self.effects.traces.remove(&run_id);
                 return;
             }
         };
-        let _ = self.apply(&run_id, cmd, "engine", work);
+        let _ = self.step.apply(&run_id, cmd, "engine", work);
         work.resumed.push(run_id);
     }
 
@@ -170,7 +167,7 @@ impl Engine {
     /// for commands, which may take a run whose holder has nothing in flight) and
     /// has its snapshot in memory.
     pub(super) async fn ensure_loaded(&mut self, run_id: &str, steal_idle: bool) -> Result<(), EngineError> {
-        if self.runs.contains_key(run_id) {
+        if self.step.runs.contains_key(run_id) {
             return Ok(());
         }
         self.load(run_id, steal_idle).await
@@ -179,16 +176,12 @@ impl Engine {
     /// Claims `run_id` and loads its snapshot from the store.
     async fn load(&mut self, run_id: &str, steal_idle: bool) -> Result<(), EngineError> {
         self.claim(run_id, steal_idle).await?;
-        let stored = self
-            .p
-            .store
-            .load_run(run_id)
-            .await?
-            .ok_or_else(|| EngineError::RunNotFound(run_id.to_string()))?;
-        let flow = self.p.flows.get(self.p.store.as_ref(), &stored.run.flow, stored.run.version).await?;
-        self.traces.insert(run_id.to_string(), RunTrace::from_stored(&stored.run));
+        let stored =
+            self.store.load_run(run_id).await?.ok_or_else(|| EngineError::RunNotFound(run_id.to_string()))?;
+        let flow = self.flows.get(self.store.as_ref(), &stored.run.flow, stored.run.version).await?;
+        self.effects.traces.insert(run_id.to_string(), RunTrace::from_stored(&stored.run));
         let snap = snapshot::from_stored(stored, flow)?;
-        self.runs.insert(run_id.to_string(), snap);
+        self.step.runs.insert(run_id.to_string(), snap);
         Ok(())
     }
 }

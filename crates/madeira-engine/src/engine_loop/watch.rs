@@ -54,7 +54,7 @@ impl Reported {
 impl Engine {
     /// Looks when `WATCH_EVERY` passed since the last look (not while draining).
     pub(super) fn watch_if_due(&mut self) {
-        if self.draining || self.watch.last.is_some_and(|at| at.elapsed() < WATCH_EVERY) {
+        if self.step.draining || self.watch.last.is_some_and(|at| at.elapsed() < WATCH_EVERY) {
             return;
         }
         self.watch.last = Some(Instant::now());
@@ -65,13 +65,13 @@ impl Engine {
     fn watch_nodes(&mut self) {
         let now = Instant::now();
         let mut parked = HashMap::new();
-        for (run_id, node, since, reason) in self.gate.parked_since() {
+        for (run_id, node, since, reason) in self.step.gate.parked_since() {
             parked.insert((run_id.clone(), node), ());
             let key = (run_id, node);
             if self.watch.stalled.contains_key(&key) {
                 continue;
             }
-            let Some(snap) = self.runs.get(&key.0) else { continue };
+            let Some(snap) = self.step.runs.get(&key.0) else { continue };
             let def = &snap.flow.nodes[node];
             if now.duration_since(since) < def.stall_after {
                 continue;
@@ -85,7 +85,7 @@ impl Engine {
             };
             warn!(run_id = %key.0, flow = %reported.flow, node = %reported.node, reason = ?reason, "node stalled in INIT past its stall_after");
             let event = reported.event(&key.0, reason.as_deref(), true);
-            self.p.observers.iter().for_each(|o| o.node_stalled(&event));
+            self.effects.observers.iter().for_each(|o| o.node_stalled(&event));
             self.watch.stalled.insert(key, reported);
         }
         let gone: Vec<_> = self.watch.stalled.keys().filter(|k| !parked.contains_key(*k)).cloned().collect();
@@ -93,7 +93,7 @@ impl Engine {
             if let Some(r) = self.watch.stalled.remove(&key) {
                 info!(run_id = %key.0, flow = %r.flow, node = %r.node, "stalled node moved on");
                 let event = r.event(&key.0, None, false);
-                self.p.observers.iter().for_each(|o| o.node_stalled(&event));
+                self.effects.observers.iter().for_each(|o| o.node_stalled(&event));
             }
         }
         self.watch_slow();
@@ -103,8 +103,8 @@ impl Engine {
         let now = now_ms();
         // `(run, node) → attempt` of every attempt in flight that is RUNNING.
         let mut running = HashMap::new();
-        for (run_id, node) in self.running.keys() {
-            let Some(snap) = self.runs.get(run_id) else { continue };
+        for (run_id, node) in self.effects.running.keys() {
+            let Some(snap) = self.step.runs.get(run_id) else { continue };
             let n = &snap.nodes[*node];
             if n.state != NodeState::Running {
                 continue;
@@ -127,7 +127,7 @@ impl Engine {
             };
             warn!(run_id = %run_id, flow = %reported.flow, node = %reported.node, attempt = n.attempt, "node running past its warn_after");
             let event = reported.event(run_id, None, true);
-            self.p.observers.iter().for_each(|o| o.node_slow(&event));
+            self.effects.observers.iter().for_each(|o| o.node_slow(&event));
             self.watch.slow.insert(key, reported);
         }
         let gone: Vec<_> = self
@@ -141,7 +141,7 @@ impl Engine {
             if let Some(r) = self.watch.slow.remove(&key) {
                 info!(run_id = %key.0, flow = %r.flow, node = %r.node, "slow node moved on");
                 let event = r.event(&key.0, None, false);
-                self.p.observers.iter().for_each(|o| o.node_slow(&event));
+                self.effects.observers.iter().for_each(|o| o.node_slow(&event));
             }
         }
     }

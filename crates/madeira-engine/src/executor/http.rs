@@ -18,8 +18,7 @@ use madeira_core::ExecutorDef;
 use serde_json::Value as Json;
 use tokio_util::sync::CancellationToken;
 
-use super::{AttemptResult, Executor, HttpPolicy, Job};
-use crate::engine_loop::tail;
+use super::{AttemptResult, Executor, HttpPolicy, Job, tail};
 
 pub struct HttpExecutor {
     policy: HttpPolicy,

@@ -196,3 +196,15 @@ pub(crate) fn humanize(d: Duration) -> String {
         format!("{}ms", d.as_millis())
     }
 }
+
+/// The last `max` bytes of `text`, cut at a character boundary.
+pub(crate) fn tail(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
