@@ -17,6 +17,7 @@ mod drain;
 mod fence;
 mod hosts;
 mod manual;
+mod node_after;
 mod waiting;
 
 use crate::envelope::Envelope;
@@ -379,6 +380,7 @@ impl Engine {
             Envelope::CheckHeld => self.check_held().await,
             Envelope::Promote { flow } => self.promote(&flow).await,
             Envelope::Held { run_id } => self.tell_held(run_id),
+            Envelope::NodeAfter { run_id } => self.check_node_after(&run_id, work).await,
         }
     }
 
@@ -422,13 +424,13 @@ impl Engine {
     }
 
     fn on_ready(&mut self, run_id: &str, node: usize, ready_at: Instant, work: &mut Work) {
+        if self.draining || self.hold_for_after(run_id, node, ready_at) {
+            // Stays INIT: the next start's recovery dispatches it (or its `after` is met).
+            return;
+        }
         let Some(snap) = self.runs.get(run_id) else {
             return;
         };
-        if self.draining {
-            // Stays INIT: the next start's recovery dispatches it.
-            return;
-        }
         let flow = snap.flow.clone();
         if let Some(reason) = self.waiting_reason(&flow, node) {
             self.park(run_id, node, ready_at, reason);

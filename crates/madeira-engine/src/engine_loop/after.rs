@@ -65,6 +65,7 @@ impl Engine {
 
     /// Promotes the flows held on each success, and fires `flow_succeeded` triggers.
     pub(super) async fn wake_after(&mut self, successes: Vec<Success>) {
+        self.wake_node_waits(&successes).await;
         let mut flows = Vec::new();
         for (flow, date, whole) in &successes {
             match self.p.store.after_dependents(flow, date).await {

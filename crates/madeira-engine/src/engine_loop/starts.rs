@@ -57,6 +57,7 @@ impl Engine {
         for flow in queued_flows {
             self.promote(&flow).await;
         }
+        self.recheck_node_after();
         let handle = self.p.handle.clone();
         self.tasks.spawn(async move { handle.sweep_backfills().await });
     }
