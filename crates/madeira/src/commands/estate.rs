@@ -52,6 +52,10 @@ fn walk<'a>(
     if let Some(w) = flow["waiting_for"].as_str() {
         line.push_str(&format!("  {w}"));
     }
+    for held in flow["held_nodes"].as_array().into_iter().flatten() {
+        let node = held["node"].as_str().unwrap_or("?");
+        line.push_str(&format!("  node {node} {}", held["waiting_for"].as_str().unwrap_or("waits")));
+    }
     if let Some(root) = flow["root_cause"].as_object() {
         let node = root.get("node").and_then(Value::as_str).map(|n| format!(".{n}")).unwrap_or_default();
         line.push_str(&format!(
