@@ -205,3 +205,54 @@ async fn a_held_node_is_released_across_replicas_on_postgres() {
     );
     assert!(latencies[latencies.len() - 1] < 2000, "{latencies:?}");
 }
+
+/// A run whose node is held behind a FAILED upstream misses its deadline: the
+/// miss names the upstream's failed node as the root cause and joins the
+/// upstream's failure alert instead of paging on its own (as a held run's does).
+#[tokio::test]
+async fn a_held_nodes_deadline_miss_names_the_failed_upstream_node_and_joins_its_alert() {
+    let hook = crate::webhook::Webhook::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("madeira.yaml");
+    std::fs::write(&config, hook.config("1s")).expect("write config");
+    let config = config.to_string_lossy().to_string();
+    let dev = Dev::start_with(&dir.path().join("data"), &["--config", &config]);
+    let due = chrono::Utc::now() + chrono::Duration::seconds(6);
+    let (day, by) = (due.format("%Y-%m-%d").to_string(), due.format("%H:%M:%S").to_string());
+    let deadline = format!("timezone: UTC\ndeadline: {{by: \"{by}\", days: 0}}\n");
+    dev.put_flow("flow: nh-a\nnodes:\n  publish:\n    retry: {attempts: 1}\n    run: {builtin: fail, message: rates feed down, times: 1}\n").await;
+    dev.put_flow(&b_of("nh-b", "nh-a", &deadline)).await;
+    let b = start(&dev, "nh-b", &day).await;
+    let a = start(&dev, "nh-a", &day).await;
+    assert_eq!(dev.finished(&a).await["status"], "FAILED");
+    held_with(&dev, &b, "FAILED").await;
+    let what = "nh-b's deadline miss";
+    let miss = crate::support::wait_until(std::time::Duration::from_secs(30), what, async || {
+        let (_, audit) = dev.get("/audit?limit=50").await;
+        let entries = audit["entries"].as_array().cloned().unwrap_or_default();
+        match entries.into_iter().find(|e| e["action"] == "deadline_missed") {
+            Some(miss) => Ok(miss),
+            None => Err(audit.to_string()),
+        }
+    })
+    .await;
+    let reason = miss["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("node settle is held (waiting for nh-a.publish"), "{miss}");
+    assert!(reason.contains(&format!("root cause: nh-a.publish FAILED in run {a}")), "{miss}");
+    assert_eq!(miss["details"]["held_by"], json!(a), "{miss}");
+    let what = "the miss on A's alert";
+    let listed = crate::support::wait_until(std::time::Duration::from_secs(10), what, async || {
+        let (_, listed) = dev.get("/alerts").await;
+        let alerts = listed["alerts"].as_array().cloned().unwrap_or_default();
+        let marked = alerts.iter().flat_map(|a| a["holds"].as_array().cloned().unwrap_or_default());
+        if marked.filter(|h| h["flow"] == "nh-b" && h["deadline_missed"].is_string()).count() == 1 {
+            Ok(listed)
+        } else {
+            Err(listed.to_string())
+        }
+    })
+    .await;
+    let alerts = listed["alerts"].as_array().cloned().unwrap_or_default();
+    assert_eq!(alerts.len(), 1, "one alert, A's: {listed}");
+    assert_eq!((alerts[0]["flow"].as_str(), alerts[0]["node"].as_str()), (Some("nh-a"), Some("publish")));
+}

@@ -94,6 +94,9 @@ pub trait RunStore: Send + Sync + 'static {
     /// Drops the waits of `node` of `run_id` (`after_policy: run`, or after it
     /// failed the node): true when it had some.
     async fn waive_node_waits(&self, run_id: &str, node: &str) -> Result<bool>;
+    /// For a sub-flow child run: its parent run and the replica holding it now
+    /// (`None`: not a child, or no such run).
+    async fn subflow_parent(&self, run_id: &str) -> Result<Option<(String, Option<String>)>>;
     /// Records that `flow`'s deadline for `biz_date` was missed: true only the
     /// first time, on any replica (the caller then raises the alert).
     async fn record_deadline_miss(&self, flow: &str, biz_date: &str, now_ms: i64) -> Result<bool>;

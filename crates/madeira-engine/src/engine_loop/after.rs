@@ -100,10 +100,16 @@ pub(super) fn finished_runs(events: &[RunEvent]) -> Vec<String> {
 }
 
 impl Engine {
-    /// Advances, off the loop, the backfills the runs that just ended belong to.
+    /// Advances, off the loop, the backfills the runs that just ended belong to,
+    /// and tells the parents of sub-flow children among them held elsewhere.
     pub(super) fn advance_backfills(&mut self, finished: Vec<String>) {
         if finished.is_empty() {
             return;
+        }
+        if self.p.options.shared_store {
+            let (handle, ended) = (self.p.handle.clone(), finished.clone());
+            self.tasks
+                .spawn(async move { handle.tell_parents(ended).await }.instrument(info_span!("subflow")));
         }
         let handle = self.p.handle.clone();
         self.tasks

@@ -2,7 +2,8 @@
 //! whether it is met (read from the runs and nodes tables, like a run's waits, so
 //! the commit that makes the upstream SUCCESS is what makes the node startable);
 //! the runs to tell when an upstream succeeds (with the replica holding each);
-//! the nodes held now (for `after_policy`); and dropping a node's waits.
+//! the nodes held now (for `after_policy`); and dropping a node's waits. Also who
+//! holds a run (a sub-flow child's end is told to its parent's holder).
 
 use super::{Pool, sql};
 use crate::admission::{NODE_MET, RUN_MET, wait_met};
@@ -107,6 +108,26 @@ pub(super) async fn held_nodes(pool: &Pool) -> Result<Vec<HeldNode>> {
             owner,
         })
         .collect())
+}
+
+/// For a sub-flow child run: its parent run and the replica holding that parent.
+pub(super) async fn subflow_parent(pool: &Pool, run_id: &str) -> Result<Option<(String, Option<String>)>> {
+    let child: Option<(Option<String>,)> = sqlx::query_as(&sql(&format!(
+        "SELECT idempotency_key FROM runs WHERE id = $1 AND trigger = '{}'",
+        madeira_core::subflow::TRIGGER
+    )))
+    .bind(run_id)
+    .fetch_optional(pool)
+    .await?;
+    let key = child.and_then(|(key,)| key);
+    let Some((parent, _, _)) = key.as_deref().and_then(madeira_core::subflow::parse_child_key) else {
+        return Ok(None);
+    };
+    let row: Option<(Option<String>,)> = sqlx::query_as(&sql("SELECT owner FROM runs WHERE id = $1"))
+        .bind(&parent)
+        .fetch_optional(pool)
+        .await?;
+    Ok(row.map(|(owner,)| (parent, owner)))
 }
 
 /// Drops the waits of `node` of `run_id`: true when it had some.

@@ -73,6 +73,7 @@ forward!(RunStore {
     write fn node_waiters(flow: &str, date: &str) -> Vec<(String, Option<String>)> = node_waits::node_waiters;
     read fn held_nodes() -> Vec<HeldNode> = node_waits::held_nodes;
     write fn waive_node_waits(run_id: &str, node: &str) -> bool = node_waits::waive_node_waits;
+    write fn subflow_parent(run_id: &str) -> Option<(String, Option<String>)> = node_waits::subflow_parent;
     write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
     write fn record_deadline_miss(flow: &str, biz_date: &str, now_ms: i64) -> bool = deadlines::record_deadline_miss;
     write fn record_once(flow: &str, key: &str, now_ms: i64) -> bool = once::record_once;
