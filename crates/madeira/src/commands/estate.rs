@@ -93,4 +93,18 @@ mod tests {
             "estate for business date 2026-12-04\na  [failed]\n  b  [held]  waiting for a 2026-12-04  (root cause: a.pull failed)\n    c  [held]  waiting for b 2026-12-04  (root cause: a.pull failed)"
         );
     }
+
+    #[test]
+    fn a_running_flow_with_a_held_node_names_the_node_and_the_root_cause() {
+        let body = json!({"date": "2026-12-04", "flows": [
+            {"flow": "fx", "after": [], "state": "failed"},
+            {"flow": "settle", "after": ["fx"], "state": "running",
+             "held_nodes": [{"node": "post", "waiting_for": "waiting for fx.publish 2026-12-04, FAILED"}],
+             "root_cause": {"flow": "fx", "node": "publish"}},
+        ]});
+        assert_eq!(
+            super::tree_text(&body),
+            "estate for business date 2026-12-04\nfx  [failed]\n  settle  [running]  node post waiting for fx.publish 2026-12-04, FAILED  (root cause: fx.publish failed)"
+        );
+    }
 }
