@@ -1,11 +1,12 @@
 //! Node-level `after` on the real binary: flow B's node `settle` waits for flow A's
 //! node `publish` for the same business date. B's run starts and its other node
 //! runs; `settle` stays INIT with the reason on the API's node view and the estate
-//! map while A's node is RUNNING or FAILED; a rerun of A's node makes it SUCCESS
-//! and `settle` starts from that commit. The wake latency (A's node SUCCESS →
-//! `settle` RUNNING, both stamped by the engine) is measured over 20 dates on
-//! SQLite and across two PostgreSQL replicas (A on one, B on the other), and
-//! `after_policy: fail` fails a node held too long.
+//! map while A's node is RUNNING or FAILED; a rerun (or a mark-success) of A's node
+//! makes it SUCCESS and `settle` starts from that commit. The wake latency (A's
+//! node SUCCESS → `settle` RUNNING, both stamped by the engine) is measured over
+//! 20 dates on SQLite and across two PostgreSQL replicas (A on one, B on the
+//! other); `after_policy: fail` fails a node held too long, and a held node's
+//! deadline miss joins the failed upstream's alert.
 
 use chrono::DateTime;
 use serde_json::{Value, json};
@@ -91,6 +92,20 @@ async fn a_node_waits_for_another_flows_node_while_its_run_goes_on() {
         "settle started before publish succeeded"
     );
     assert_eq!(b_done["nodes"]["settle"]["after"][0]["met"], true, "{b_done}");
+    // Another date: A's node fails again; a mark-success of it releases settle as well.
+    let day = "2026-12-05";
+    let b = start(&dev, "nd-b", day).await;
+    let a = start(&dev, "nd-a", day).await;
+    assert_eq!(dev.finished(&a).await["status"], "FAILED");
+    held_with(&dev, &b, "FAILED").await;
+    let path = format!("/runs/{a}/nodes/publish/mark-success");
+    let (status, body) = dev.post(&path, json!({"reason": "rates loaded by hand"}), &[]).await;
+    assert_eq!(status, 200, "{body}");
+    let b_done = dev.finished(&b).await;
+    assert_eq!(
+        (b_done["status"].as_str(), b_done["nodes"]["settle"]["status"].as_str()),
+        (Some("SUCCESS"), Some("SUCCESS"))
+    );
 }
 
 #[tokio::test]
