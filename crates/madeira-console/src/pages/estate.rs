@@ -511,4 +511,21 @@ mod tests {
         let only_settle = shown(estate(), &|f| f == "finance-settle");
         assert_eq!(only_settle.len(), 2, "its direct upstream as a plain box, nothing further");
     }
+
+    #[test]
+    fn a_running_flow_with_a_held_node_says_which_node_waits_for_whom() {
+        let mut fx = flow("fx-rates", &[], "failed");
+        fx.holds = vec!["finance-settle".into()];
+        let mut settle = flow("finance-settle", &["fx-rates"], "running");
+        settle.held_nodes = vec![madeira_engine::estate_map::HeldNodeView {
+            node: "post".into(),
+            waiting_for: "waiting for fx-rates.publish 2026-12-03, FAILED".into(),
+        }];
+        settle.root_cause = Some(RootCause { flow: "fx-rates".into(), node: Some("publish".into()) });
+        let flows = shown(vec![fx, settle], &|_| true);
+        assert_eq!(flows[1].held_nodes, [("post".to_string(), "fx-rates.publish".to_string())]);
+        assert_eq!(second_line(Lang::En, &flows[1]), "node post waits for fx-rates.publish");
+        assert_eq!(second_line(Lang::ZhCn, &flows[1]), "节点 post 等待 fx-rates.publish");
+        assert_eq!(roots(&flows), [("fx-rates.publish".to_string(), vec!["finance-settle".to_string()])]);
+    }
 }
