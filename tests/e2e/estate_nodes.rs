@@ -76,6 +76,13 @@ async fn a_node_waits_for_another_flows_node_while_its_run_goes_on() {
     assert_eq!(nb["root_cause"], json!({"flow": "nd-a", "node": "publish"}), "{nb}");
     let na = flows.iter().find(|f| f["flow"] == "nd-a").expect("nd-a on the map");
     assert_eq!(na["holds"], json!(["nd-b"]), "{na}");
+    // The console's run page says it in the run's head and in the node's panel.
+    for page in [format!("/runs/{b}"), format!("/runs/{b}?node=settle")] {
+        let resp = dev.http.get(format!("{}{page}", dev.base)).send().await.expect("run page");
+        assert_eq!(resp.status(), 200, "{page}");
+        let html = resp.text().await.expect("body");
+        assert!(html.contains(&format!("waiting for nd-a.publish {day}, FAILED")), "{page}: {html}");
+    }
     let tree = dev.cli(&["estate", "--date", day]);
     let text = String::from_utf8_lossy(&tree.stdout);
     assert!(text.contains("node settle waiting for nd-a.publish"), "{text}");
