@@ -139,7 +139,7 @@ pub async fn root_of_held_node(
 }
 
 fn held(run: &RunRow) -> bool {
-    run.admitted_at.is_none() && run.wait_reason.is_some()
+    run.state == madeira_core::RunState::Queued && run.wait_reason.is_some()
 }
 
 /// The runs held behind `(flow, date)`: those waiting for it and, through each of

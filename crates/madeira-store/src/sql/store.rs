@@ -74,11 +74,11 @@ forward!(RunStore {
     read fn held_nodes() -> Vec<HeldNode> = node_waits::held_nodes;
     write fn waive_node_waits(run_id: &str, node: &str) -> bool = node_waits::waive_node_waits;
     write fn subflow_parent(run_id: &str) -> Option<(String, Option<String>)> = node_waits::subflow_parent;
-    write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
+    write_ids fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
     write fn record_deadline_miss(flow: &str, biz_date: &str, now_ms: i64) -> bool = deadlines::record_deadline_miss;
     write fn record_once(flow: &str, key: &str, now_ms: i64) -> bool = once::record_once;
     read fn node_durations(flow: &str, runs: u32) -> Vec<(String, i64)> = once::node_durations;
-    write fn set_wait_reason(run_id: &str, reason: Option<&str>, admit_ms: Option<i64>) -> bool = runs::set_wait_reason;
+    write_ids fn set_wait_reason(run_id: &str, reason: Option<&str>, admit_ms: Option<i64>) -> bool = runs::set_wait_reason;
     write_dialect fn commit(batch: &Batch) -> () = commit::commit;
     read fn last_cron_key(flow: &str) -> Option<String> = read::last_cron_key;
     read fn load_run(run_id: &str) -> Option<StoredRun> = read::load_run;
