@@ -26,6 +26,7 @@ mod crontab;
 mod deadlines;
 mod estate;
 mod estate_alerts;
+mod estate_nodes;
 mod examples;
 mod exec;
 mod fallbacks;

@@ -215,6 +215,7 @@ const ZH: &[(&str, &str)] = &[
     ("missed", "已错过"),
     ("met", "已按时完成"),
     ("Waiting because", "等待原因"),
+    ("Node waits for another flow", "节点等待其他流程"),
     ("Action", "动作"),
     ("Time", "时间"),
     ("Details", "详情"),

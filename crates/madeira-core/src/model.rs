@@ -38,6 +38,11 @@ pub struct FlowDef {
 }
 
 impl FlowDef {
+    /// Whether the flow or one of its nodes has `after:` entries.
+    pub fn has_after(&self) -> bool {
+        !self.after.is_empty() || self.nodes.iter().any(|n| !n.after.is_empty())
+    }
+
     /// Index of the node named `id`.
     pub fn node_index(&self, id: &str) -> Option<usize> {
         self.nodes.iter().position(|n| n.id == id)
@@ -275,6 +280,9 @@ pub struct NodeDef {
     /// retries, their backoff and a manual wait included) raises one
     /// `MadeiraMaxDuration` warning per run and node; nothing is stopped.
     pub max_duration: Option<Duration>,
+    /// Node-level `after:`: this node stays INIT until these upstream runs (or
+    /// nodes) for its run's business date are SUCCESS; the run's other nodes go on.
+    pub after: Vec<AfterDef>,
 }
 
 impl NodeDef {

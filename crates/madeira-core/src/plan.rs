@@ -153,6 +153,13 @@ pub enum Command {
     /// A held QUEUED run whose `after_policy.wait` ran out with `then: fail`:
     /// every node FAILED (`after_expired`), the run QUEUED -> FAILED.
     AfterExpired,
+    /// An INIT node held by its own `after` whose `after_policy.wait` ran out:
+    /// FAILED (`after_expired`), or SKIPPED (`after_skipped`) when `skip`; its
+    /// downstream follows as for any failed or skipped node.
+    NodeAfterExpired {
+        node: usize,
+        skip: bool,
+    },
     /// A RUNNING run taken in charge again (restart, lease takeover, adoption):
     /// attempts that were in flight start again, timers re-arm, INIT nodes are
     /// evaluated. Does nothing to a run that is not RUNNING.
@@ -172,7 +179,8 @@ impl Command {
             | Command::Fallback { node }
             | Command::Rerun { node, .. }
             | Command::MarkSuccess { node }
-            | Command::Skip { node } => Some(node),
+            | Command::Skip { node }
+            | Command::NodeAfterExpired { node, .. } => Some(node),
             Command::Start | Command::Cancel | Command::AfterExpired | Command::Recover => None,
         }
     }
@@ -365,6 +373,11 @@ fn precheck(snap: &RunSnapshot, cmd: &Command) -> Result<(), Refusal> {
             Ok(_) => Ok(()),
             Err(_) => Err(Refusal::Run { state: snap.state, action: "cancel" }),
         },
+        Command::NodeAfterExpired { node, skip } => {
+            run_active("apply after_policy")?;
+            let cause = if skip { Cause::AfterSkipped } else { Cause::AfterExpired };
+            needs(node, cause, "apply after_policy")
+        }
         Command::AfterExpired => match snap.state {
             RunState::Queued => Ok(()),
             state => Err(Refusal::Run { state, action: "fail on after_policy" }),

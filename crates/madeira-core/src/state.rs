@@ -43,8 +43,11 @@ pub enum Cause {
     RunCancelled,
     Recovered,
     /// A held run's `after_policy.wait` ran out with `then: fail`: its nodes fail
-    /// without running.
+    /// without running (as does a node held by its own `after`).
     AfterExpired,
+    /// A node held by its own `after` whose `after_policy.wait` ran out with
+    /// `then: skip`: it ends SKIPPED without running.
+    AfterSkipped,
 }
 
 use Cause as C;
@@ -62,6 +65,7 @@ const NODE_TABLE: &[(NodeState, Cause, NodeState)] = &[
     (S::Init, C::OperatorSkip, S::Skipped),
     (S::Init, C::RunCancelled, S::Skipped),
     (S::Init, C::AfterExpired, S::Failed),
+    (S::Init, C::AfterSkipped, S::Skipped),
     (S::Running, C::Succeeded, S::Success),
     (S::Running, C::AttemptFailed, S::Failed),
     (S::Running, C::RetryScheduled, S::Retrying),
@@ -124,7 +128,7 @@ impl NodeState {
 }
 
 impl Cause {
-    pub const ALL: [Cause; 21] = [
+    pub const ALL: [Cause; 22] = [
         C::Dispatch,
         C::Succeeded,
         C::AttemptFailed,
@@ -146,6 +150,7 @@ impl Cause {
         C::RunCancelled,
         C::Recovered,
         C::AfterExpired,
+        C::AfterSkipped,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -171,6 +176,7 @@ impl Cause {
             C::RunCancelled => "run_cancelled",
             C::Recovered => "recovered",
             C::AfterExpired => "after_expired",
+            C::AfterSkipped => "after_skipped",
         }
     }
 }

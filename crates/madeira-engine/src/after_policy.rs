@@ -37,7 +37,10 @@ pub(crate) fn spawn(handle: EngineHandle, cancel: CancellationToken) -> JoinHand
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tick.tick() => handle.enforce_after_policy().await,
+                _ = tick.tick() => {
+                    handle.enforce_after_policy().await;
+                    handle.enforce_node_after_policy().await;
+                }
             }
         }
     })

@@ -388,6 +388,20 @@ impl DeadlineWatcher {
                 }
             };
         }
+        if def.nodes.iter().any(|n| !n.after.is_empty())
+            && let Ok(Some((node, why, root))) =
+                crate::holds::root_of_held_node(self.engine.store().as_ref(), &run.id).await
+        {
+            let error = root.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+            let text = format!(
+                "run {}: node {node} is held ({why}); root cause: {} FAILED in run {} for {}{error}",
+                run.id,
+                root.label(),
+                root.run_id,
+                root.biz_date
+            );
+            return (text, Some(root.run_id));
+        }
         (Self::node_cause(def, run, &stored), None)
     }
 

@@ -30,6 +30,7 @@ mod handover;
 mod hosts;
 mod intake;
 mod manual;
+mod node_after;
 mod outbox;
 mod ownership;
 mod permits;
@@ -217,6 +218,9 @@ impl Engine {
         for (flow, node) in work.permit_wanted.iter().chain(&work.permits_freed) {
             self.intake.pending.push_back(Envelope::PermitPoll { flow: flow.clone(), node: *node });
         }
+        for run_id in std::mem::take(&mut work.after_held) {
+            self.intake.pending.push_back(Envelope::NodeAfter { run_id });
+        }
         for (flow, node) in &work.permits_freed {
             self.handle.wake.permit_freed(flow, *node);
         }
@@ -367,6 +371,7 @@ impl Engine {
             Envelope::CheckHeld => self.check_held().await,
             Envelope::Promote { flow } => self.promote(&flow).await,
             Envelope::Held { run_id } => self.tell_held(run_id),
+            Envelope::NodeAfter { run_id } => self.check_node_after(&run_id, work).await,
         }
     }
 }

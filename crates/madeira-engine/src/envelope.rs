@@ -61,6 +61,9 @@ pub(crate) enum Envelope {
     /// A run was created held by `after`: when a failed upstream holds it, tell
     /// the observers (`crate::holds`).
     Held { run_id: String },
+    /// A node of the run may have its `after` met: look at its held nodes
+    /// (`crate::node_after`).
+    NodeAfter { run_id: String },
     /// A `madeira exec` run of an observe-only flow ended (`node` is its index).
     ObservedDone { run_id: String, node: usize, result: AttemptResult, reply: Option<Reply> },
 }

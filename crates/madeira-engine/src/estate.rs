@@ -1,15 +1,15 @@
 //! The estate as the engine uses it: cross-flow checks when a flow is applied
 //! (unknown upstream flows and nodes, cycles, printed with files and lines), the
-//! `after` waits of a new run for its business date, and what a run ending
+//! `after` waits of a new run (and of its nodes) for its business date, and what a run ending
 //! SUCCESS wakes: the flows whose held runs it releases (promoted at once, no
 //! polling) and the flows its `flow_succeeded` triggers start for the same date.
 
 use std::sync::Arc;
 
 use madeira_core::FlowDef;
-use madeira_core::estate::{Estate, EstateError, EstateFlow, parse_date, requirements};
+use madeira_core::estate::{Estate, EstateError, EstateFlow, node_requirements, parse_date, requirements};
 use madeira_core::spec::{SpecError, SpecErrors};
-use madeira_store::AfterWait;
+use madeira_store::{AfterWait, NodeWait};
 
 use crate::EngineError;
 
@@ -47,23 +47,30 @@ fn spec_error(file: &str, e: EstateError) -> SpecError {
 }
 
 /// What a run of `def` for `biz_date` waits for (its `after:` entries resolved
-/// with the server's calendars).
+/// with the server's calendars), and what its nodes wait for (node-level `after:`).
 pub fn waits(
     def: &FlowDef,
     biz_date: &str,
     calendars: &madeira_calendar::Calendars,
-) -> Result<Vec<AfterWait>, EngineError> {
-    if def.after.is_empty() {
-        return Ok(Vec::new());
+) -> Result<(Vec<AfterWait>, Vec<NodeWait>), EngineError> {
+    if !def.has_after() {
+        return Ok((Vec::new(), Vec::new()));
     }
     let bad = |e: madeira_core::estate::DateError| {
         EngineError::BadBizDate(format!("flow {}: after: {e}", def.name))
     };
     let date = parse_date(biz_date).map_err(bad)?;
     let flow = EstateFlow::from_def(&def.name, def);
-    let reqs = requirements(&flow, date, calendars).map_err(bad)?;
-    Ok(reqs
+    let wait = |r: madeira_core::estate::Requirement| AfterWait {
+        flow: r.flow,
+        node: r.node,
+        date: r.date.format("%Y-%m-%d").to_string(),
+    };
+    let run = requirements(&flow, date, calendars).map_err(bad)?.into_iter().map(wait).collect();
+    let nodes = node_requirements(&flow, date, calendars)
+        .map_err(bad)?
         .into_iter()
-        .map(|r| AfterWait { flow: r.flow, node: r.node, date: r.date.format("%Y-%m-%d").to_string() })
-        .collect())
+        .map(|(node, r)| NodeWait { node, wait: wait(r) })
+        .collect();
+    Ok((run, nodes))
 }

@@ -3,6 +3,8 @@
 //! failed, queued, none), whether it is late against its deadline, and for a
 //! held flow the root of the trouble: the first failed upstream flow (and its
 //! failed node) up its chain of waits; a failed flow lists the flows it holds.
+//! Node-level `after` entries are edges too (`node_after`), and a running run
+//! with a node held by one lists it (`held_nodes`) with the root of its trouble.
 
 use std::collections::BTreeMap;
 
@@ -16,8 +18,14 @@ use crate::flows::FlowCache;
 #[derive(Debug, Clone, Serialize)]
 pub struct MapFlow {
     pub flow: String,
-    /// Upstream flows (`after` and `flow_succeeded`).
+    /// Upstream flows (`after`, its nodes' `after`, and `flow_succeeded`).
     pub after: Vec<String>,
+    /// Node-level `after` edges: which node waits for which flow (or node).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub node_after: Vec<NodeEdge>,
+    /// Nodes of the date's running run held by their `after`, with whom they wait for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub held_nodes: Vec<HeldNodeView>,
     /// `done`, `running`, `held`, `queued`, `failed`, `cancelled` or `none`.
     pub state: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -37,6 +45,22 @@ pub struct MapFlow {
     pub deadline: Option<String>,
     /// That deadline has passed and the flow is not done.
     pub late: bool,
+}
+
+/// `node` of the flow waits for `upstream` (`upstream_node` of it, if given).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct NodeEdge {
+    pub node: String,
+    pub upstream: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_node: Option<String>,
+}
+
+/// A node held by its `after` now, and why.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct HeldNodeView {
+    pub node: String,
+    pub waiting_for: String,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -77,7 +101,7 @@ pub async fn build(
             ..RunQuery::default()
         };
         let newest = store.list_runs(&query).await?.into_iter().next();
-        let mut after: Vec<String> = f.after.iter().map(|a| a.flow.clone()).collect();
+        let mut after: Vec<String> = f.all_after().map(|(_, a)| a.flow.clone()).collect();
         after.extend(f.triggered_by.iter().map(|(u, _)| u.clone()));
         after.sort();
         after.dedup();
@@ -103,12 +127,27 @@ pub async fn build(
                 .and_then(|s| s.nodes.into_iter().find(|n| n.state.as_str() == "FAILED").map(|n| n.node));
             failed_node.insert(name.clone(), node);
         }
+        let held_nodes = match (&newest, defs.iter().find(|d| d.name == name)) {
+            (Some(r), Some(def)) if state == "running" => held_nodes(store, &r.id, def).await?,
+            _ => Vec::new(),
+        };
+        let node_after = f
+            .node_after
+            .iter()
+            .map(|(node, a)| NodeEdge {
+                node: node.clone(),
+                upstream: a.flow.clone(),
+                upstream_node: a.node.clone(),
+            })
+            .collect();
         let due = deadlines.get(name.as_str());
         let late = state != "done" && due.is_some_and(|at| at.timestamp_millis() <= now_ms);
         let deadline = due.map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
         let flow = MapFlow {
             flow: name.clone(),
             after,
+            node_after,
+            held_nodes,
             state,
             run_id,
             waiting_for,
@@ -121,7 +160,7 @@ pub async fn build(
     }
     let names: Vec<String> = estate.topo();
     for name in &names {
-        if map.get(name).is_some_and(|m| m.state == "held") {
+        if map.get(name).is_some_and(|m| m.state == "held" || !m.held_nodes.is_empty()) {
             let root = root_of(name, &map, &failed_node, 0);
             if let Some(r) = &root
                 && let Some(upstream) = map.get_mut(&r.flow)
@@ -134,6 +173,24 @@ pub async fn build(
         }
     }
     Ok(names.into_iter().filter_map(|n| map.remove(&n)).collect())
+}
+
+/// The INIT nodes of the RUNNING run `run_id` (of `def`) held by an unmet `after`.
+async fn held_nodes(
+    store: &dyn Store,
+    run_id: &str,
+    def: &madeira_core::FlowDef,
+) -> Result<Vec<HeldNodeView>, EngineError> {
+    let reasons = crate::node_after::node_reasons(store, run_id, def).await;
+    if reasons.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(stored) = store.load_run(run_id).await? else { return Ok(Vec::new()) };
+    Ok(reasons
+        .into_iter()
+        .filter(|(node, _)| stored.nodes.iter().any(|n| n.node == *node && n.state.as_str() == "INIT"))
+        .map(|(node, waiting_for)| HeldNodeView { node, waiting_for })
+        .collect())
 }
 
 /// The first failed flow up `name`'s waits (depth-bounded: the estate has no cycles).

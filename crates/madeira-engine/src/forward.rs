@@ -102,6 +102,12 @@ impl EngineHandle {
     }
 
     async fn answer(&self, cmd: RunCommand) {
+        if cmd.action == crate::node_after::AFTER_MET {
+            return self.node_after_met(cmd).await;
+        }
+        if cmd.action == crate::subflow::CHILD_ENDED {
+            return self.child_ended(cmd).await;
+        }
         if cmd.action == "adopt" {
             // An offer older than a few offer rounds is stale: its offerer has
             // resumed the run or offered it again since.

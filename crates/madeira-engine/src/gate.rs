@@ -2,6 +2,7 @@
 //! sidecar of the group declares the job). They wait in INIT — nothing is written,
 //! no attempt is spent — with the reason visible through `WaitingNodes`, and are
 //! dispatched when the executor reports a change (`EngineHandle::executors_changed`).
+//! It also keeps the nodes held by their own `after` (`crate::node_after`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -40,11 +41,13 @@ impl WaitingNodes {
 pub(crate) struct Gate {
     parked: HashMap<(String, usize), (String, Instant)>,
     pub waiting: WaitingNodes,
+    /// Nodes held by their own `after` (`crate::node_after`).
+    pub after: crate::node_after::AfterHolds,
 }
 
 impl Gate {
     pub fn new(waiting: WaitingNodes) -> Self {
-        Self { parked: HashMap::new(), waiting }
+        Self { parked: HashMap::new(), waiting, after: Default::default() }
     }
 
     /// Parks a node; true when it was not parked already.
@@ -84,6 +87,7 @@ impl Gate {
     }
 
     pub fn forget_run(&mut self, run_id: &str) {
+        self.after.forget_run(run_id);
         self.parked.retain(|(run, _), _| run != run_id);
         self.waiting.lock().retain(|(run, _), _| run != run_id);
     }

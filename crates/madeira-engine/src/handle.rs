@@ -362,7 +362,7 @@ impl EngineHandle {
         let biz_date =
             crate::bizdates::biz_date_of(&def, req.biz_date, req.at_ms.unwrap_or_else(now_ms), &cals)?;
         let one_per_biz_date = def.business.declared && req.trigger.starts_with("cron");
-        let after = crate::estate::waits(&def, &biz_date, &self.flows.calendars())?;
+        let (after, node_after) = crate::estate::waits(&def, &biz_date, &self.flows.calendars())?;
         let wait_reason = match def.concurrency.depends_on_past {
             true => crate::bizdates::past_wait(self.store.as_ref(), &def, &biz_date, &cals).await?,
             false => None,
@@ -395,6 +395,7 @@ impl EngineHandle {
             biz_date: Some(biz_date),
             one_per_biz_date,
             after,
+            node_after,
             wait_reason,
         };
         let held = run.wait_reason.is_some();

@@ -4,7 +4,9 @@
 //! observers as a `HeldRun` — when a run is created held behind a failure, and
 //! when an upstream run fails while runs already wait for it — so the alerts list
 //! it on the upstream's failure alert instead of letting it page on its own. The
-//! facts are read from the store (`run_waits`, `runs`), never kept in a replica.
+//! facts are read from the store (`run_waits`, `node_waits`, `runs`), never kept in
+//! a replica. A node held by its own `after` has its root found the same way
+//! (`root_of_held_node`), for its run's deadline alert.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -88,6 +90,49 @@ pub async fn root_of(store: &dyn Store, run_id: &str) -> Result<Option<Root>, En
                 "QUEUED" if held(&upstream) => queue.push_back(upstream.id),
                 _ => {}
             }
+        }
+    }
+    Ok(None)
+}
+
+/// For a RUNNING run with a node held by its own `after`: that node, why it
+/// waits, and the FAILED upstream run holding it (directly, or up the waits of a
+/// held upstream run); `None` when no held node is behind a failure.
+pub async fn root_of_held_node(
+    store: &dyn Store,
+    run_id: &str,
+) -> Result<Option<(String, String, Root)>, EngineError> {
+    for wait in store.node_waits(run_id).await?.into_iter().filter(|w| !w.met) {
+        let Some(upstream) = &wait.upstream_run else { continue };
+        let query = RunQuery {
+            flow: Some(wait.wait.flow.clone()),
+            biz_date: Some(wait.wait.date.clone()),
+            limit: 1,
+            ..RunQuery::default()
+        };
+        let Some(row) = store.list_runs(&query).await?.into_iter().next() else { continue };
+        let root = match row.state.as_str() {
+            "FAILED" => root_of_failed(store, upstream).await?,
+            "QUEUED" if held(&row) => root_of(store, upstream).await?,
+            // A wait for one node of a run still going: it failed, and nothing retries it.
+            "RUNNING" if wait.upstream_state.as_deref() == Some("FAILED") => {
+                let node = wait.wait.node.clone();
+                let stored = store.load_run(upstream).await?;
+                let error = stored
+                    .and_then(|s| s.nodes.into_iter().find(|n| Some(&n.node) == node.as_ref()))
+                    .and_then(|n| n.reason);
+                Some(Root {
+                    run_id: upstream.clone(),
+                    flow: wait.wait.flow.clone(),
+                    biz_date: wait.wait.date.clone(),
+                    node,
+                    error,
+                })
+            }
+            _ => None,
+        };
+        if let Some(root) = root {
+            return Ok(Some((wait.node.clone(), format!("waiting for {}", wait.wait.label()), root)));
         }
     }
     Ok(None)

@@ -41,6 +41,7 @@ mod lease;
 pub mod lifecycle;
 pub mod livelog;
 mod missed;
+pub mod node_after;
 pub mod observed;
 mod observer;
 pub mod promote;

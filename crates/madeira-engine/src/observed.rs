@@ -120,6 +120,7 @@ impl EngineHandle {
             biz_date: None,
             one_per_biz_date: false,
             after: Vec::new(),
+            node_after: Vec::new(),
             wait_reason: None,
         };
         let run_id = match self.create(run, def.clone()).await? {

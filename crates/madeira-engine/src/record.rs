@@ -42,6 +42,9 @@ pub(crate) struct Work {
     /// Global permits: `(flow, node)` with new waiters, and with permits given back.
     pub permit_wanted: BTreeSet<(String, usize)>,
     pub permits_freed: BTreeSet<(String, usize)>,
+    /// Runs with a node newly held by its own `after`: looked at after the commit
+    /// (`engine_loop/node_after.rs`).
+    pub after_held: BTreeSet<String>,
 }
 
 impl Work {

@@ -10,6 +10,10 @@
 //! retry is a new attempt, so a new child). A child ended on another replica, or
 //! a wake lost to a crash, is found by the attempt's own store check every
 //! `CHECK_EVERY`. The parent's cancel (or the node's timeout) cancels the child.
+//! A child that ends on another replica than its parent's holder is told to
+//! that holder right after the commit, as a node-level `after` is
+//! (`crate::node_after`): through its inbox (`run_commands` action
+//! `child_ended`, woken over Redis), whose answer wakes the waiting attempt.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,9 +28,12 @@ use tracing::{info, warn};
 use crate::executor::{AttemptResult, Job};
 use crate::{ActionRequest, EngineError, EngineHandle, TriggerRequest};
 
-/// How often a waiting attempt reads its child from the store anyway (a child
-/// ended on another replica, a wake lost to a crash).
-pub const CHECK_EVERY: Duration = Duration::from_secs(2);
+/// How often a waiting attempt reads its child from the store anyway (a wake
+/// lost to a crash or to an unreachable inbox): a safety net, not the path.
+pub const CHECK_EVERY: Duration = Duration::from_secs(10);
+
+/// The inbox action telling a replica that the child run `run_id` ended.
+pub(crate) const CHILD_ENDED: &str = "child_ended";
 
 /// Attempts waiting for a child run's end, by child run id (this process only).
 #[derive(Clone, Default)]
@@ -162,6 +169,47 @@ pub(crate) async fn attempt(
                 cancel_child(&handle, &child_id, &actor, &reason).await;
                 return AttemptResult::failure(format!("aborted; child run {child_id} cancelled"), false);
             }
+        }
+    }
+}
+
+impl EngineHandle {
+    /// Runs that ended in a commit here: the parent of each sub-flow child among
+    /// them, when another replica holds it, is told through its inbox.
+    pub(crate) async fn tell_parents(&self, ended: Vec<String>) {
+        for child in ended {
+            let owner = match self.store.subflow_parent(&child).await {
+                Ok(Some((_, Some(owner)))) if owner != self.holder.owner => owner,
+                Ok(_) => continue,
+                Err(e) => {
+                    warn!(run_id = %child, error = %e, "sub-flow: cannot read the ended run's parent; it finds the end at its store check");
+                    continue;
+                }
+            };
+            let cmd = madeira_store::RunCommand {
+                id: 0,
+                run_id: child,
+                target: owner.clone(),
+                action: CHILD_ENDED.into(),
+                node: None,
+                actor: "engine".into(),
+                reason: None,
+                created_at: crate::now_ms(),
+            };
+            match self.store.send_command(&cmd).await {
+                Ok(_) => self.wake.notify(&owner),
+                Err(e) => {
+                    warn!(run_id = %cmd.run_id, error = %e, "sub-flow: cannot tell the parent's holder")
+                }
+            }
+        }
+    }
+
+    /// The inbox's side of `tell_parents`: wake the attempt waiting for the child.
+    pub(crate) async fn child_ended(&self, cmd: madeira_store::RunCommand) {
+        self.children.ended(&cmd.run_id);
+        if let Err(e) = self.store.answer_command(cmd.id, r#"{"ok":true}"#, crate::now_ms()).await {
+            tracing::debug!(command = cmd.id, error = %e, "cannot answer a child_ended notice");
         }
     }
 }

@@ -70,6 +70,7 @@ async fn a_run_admitted_but_never_started_is_started_by_recovery() {
         biz_date: None,
         one_per_biz_date: false,
         after: Vec::new(),
+        node_after: Vec::new(),
         wait_reason: None,
     };
     let created = store.create_run(&run).await.expect("create");

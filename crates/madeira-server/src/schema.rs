@@ -459,11 +459,13 @@ pub struct CalendarYear {
 pub struct EstateView {
     /// The business date, `YYYY-MM-DD`.
     pub date: String,
-    /// `{flow, after: [flow], state: done|running|held|queued|failed|cancelled|none, run_id?,
-    /// waiting_for?, root_cause?: {flow, node?}, holds?: [flow], deadline?, late}` per flow,
-    /// upstream flows first (`holds`: a failed flow's held flows; `deadline`: RFC 3339;
-    /// `late`: the deadline passed and the flow is not done). A scoped token sees its flows and the
-    /// edges between them only (`root_hidden: true` for a root cause outside its scope).
+    /// `{flow, after: [flow], node_after?: [{node, upstream, upstream_node?}], state:
+    /// done|running|held|queued|failed|cancelled|none, run_id?, waiting_for?, held_nodes?:
+    /// [{node, waiting_for}], root_cause?: {flow, node?}, holds?: [flow], deadline?, late}` per
+    /// flow, upstream flows first (`node_after`: node-level `after` edges; `held_nodes`: nodes of
+    /// the date's running run held by theirs; `holds`: a failed flow's held flows; `deadline`:
+    /// RFC 3339; `late`: the deadline passed and the flow is not done). A scoped token sees its flows
+    /// and the edges between them only (`root_hidden: true` for a root cause outside its scope).
     pub flows: Vec<Value>,
 }
 

@@ -73,6 +73,9 @@ pub struct NodeDetail<'a> {
     pub throttle: Option<Json>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting: Option<bool>,
+    /// Node-level `after`: each upstream with whether it is met and where it stands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<Json>,
 }
 
 #[derive(Serialize)]
@@ -165,6 +168,7 @@ pub fn run_detail<'a>(stored: &'a StoredRun, flow: &'a FlowDef) -> RunDetail<'a>
             prompt,
             throttle: None,
             waiting: None,
+            after: None,
         };
         nodes.insert(row.node.as_str(), entry);
     }

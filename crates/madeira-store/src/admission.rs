@@ -36,17 +36,25 @@ pub(crate) fn refused(e: RunRefusal) -> StoreError {
     StoreError::Refused(e.to_string())
 }
 
+/// The wait `w` (a `run_waits` or `node_waits` row) is met: a run of its upstream
+/// flow for its date is SUCCESS, or has the node it names SUCCESS.
+macro_rules! wait_met {
+    () => {
+        concat!(
+            "EXISTS (SELECT 1 FROM runs u WHERE u.flow = w.upstream_flow ",
+            "AND u.biz_date = w.upstream_date AND ((w.upstream_node IS NULL AND u.state = 'SUCCESS') ",
+            "OR (w.upstream_node IS NOT NULL AND EXISTS (SELECT 1 FROM nodes n WHERE n.run_id = u.id ",
+            "AND n.node = w.upstream_node AND n.state = 'SUCCESS'))))"
+        )
+    };
+}
+pub(crate) use wait_met;
+
 /// `EXISTS` a wait of the run (`runs.id`) whose upstream run (or node) for its
 /// date is not SUCCESS.
 macro_rules! unmet_wait {
     () => {
-        concat!(
-            "EXISTS (SELECT 1 FROM run_waits w ",
-            "WHERE w.run_id = runs.id AND NOT EXISTS (SELECT 1 FROM runs u WHERE u.flow = w.upstream_flow ",
-            "AND u.biz_date = w.upstream_date AND ((w.upstream_node IS NULL AND u.state = 'SUCCESS') ",
-            "OR (w.upstream_node IS NOT NULL AND EXISTS (SELECT 1 FROM nodes n WHERE n.run_id = u.id ",
-            "AND n.node = w.upstream_node AND n.state = 'SUCCESS')))))"
-        )
+        concat!("EXISTS (SELECT 1 FROM run_waits w WHERE w.run_id = runs.id AND NOT ", wait_met!(), ")")
     };
 }
 

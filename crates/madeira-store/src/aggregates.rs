@@ -81,6 +81,22 @@ pub trait RunStore: Send + Sync + 'static {
     /// Drops the waits of a run still held by `after` (`after_policy: run`): it then
     /// waits only for room. False when it was no longer held.
     async fn waive_waits(&self, run_id: &str) -> Result<bool>;
+    /// The node-level waits of `run_id` (in node then entry order), each with
+    /// whether it is met and where its upstream stands.
+    async fn node_waits(&self, run_id: &str) -> Result<Vec<NodeWaitState>>;
+    /// RUNNING runs with a node INIT that waits for `flow` on business date `date`
+    /// (node-level `after`), with the replica holding each: told when that run (or
+    /// one of its nodes) ended SUCCESS.
+    async fn node_waiters(&self, flow: &str, date: &str) -> Result<Vec<(String, Option<String>)>>;
+    /// INIT nodes of RUNNING runs with an unmet node-level `after` now (at most
+    /// 1000, oldest run first), for `after_policy`.
+    async fn held_nodes(&self) -> Result<Vec<HeldNode>>;
+    /// Drops the waits of `node` of `run_id` (`after_policy: run`, or after it
+    /// failed the node): true when it had some.
+    async fn waive_node_waits(&self, run_id: &str, node: &str) -> Result<bool>;
+    /// For a sub-flow child run: its parent run and the replica holding it now
+    /// (`None`: not a child, or no such run).
+    async fn subflow_parent(&self, run_id: &str) -> Result<Option<(String, Option<String>)>>;
     /// Records that `flow`'s deadline for `biz_date` was missed: true only the
     /// first time, on any replica (the caller then raises the alert).
     async fn record_deadline_miss(&self, flow: &str, biz_date: &str, now_ms: i64) -> Result<bool>;

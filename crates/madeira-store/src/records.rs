@@ -82,6 +82,44 @@ pub struct NewRun {
     /// What the flow's `after:` entries resolved to for `biz_date`: while one is
     /// not SUCCESS the run is held (QUEUED, not admitted, `wait_reason` set).
     pub after: Vec<AfterWait>,
+    /// What its nodes' `after:` entries resolved to for `biz_date`: the run starts
+    /// as usual, the node stays INIT while one of its waits is not SUCCESS.
+    pub node_after: Vec<NodeWait>,
+}
+
+/// One wait of one node of a run (node-level `after:`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeWait {
+    /// The waiting node of the run.
+    pub node: String,
+    pub wait: AfterWait,
+}
+
+/// A node wait with where its upstream stands now (`RunStore::node_waits`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeWaitState {
+    pub node: String,
+    pub wait: AfterWait,
+    /// A run of the upstream flow for the date is SUCCESS (or has the node SUCCESS).
+    pub met: bool,
+    /// The upstream's latest run for the date, if any: its id, and the state and
+    /// start of that run (or of its node, for a node wait).
+    pub upstream_run: Option<String>,
+    pub upstream_state: Option<String>,
+    pub upstream_since: Option<i64>,
+}
+
+/// A node of a RUNNING run held by an unmet node-level `after` (`RunStore::held_nodes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldNode {
+    pub run_id: String,
+    pub flow: String,
+    pub version: u32,
+    pub node: String,
+    /// When the run was created (`after_policy.wait` counts from it).
+    pub created_at: i64,
+    /// The replica holding the run (it applies the policy).
+    pub owner: Option<String>,
 }
 
 /// One upstream a run waits for: the run of `flow` for business date `date`

@@ -65,6 +65,8 @@ pub struct Shown {
     pub root_hidden: bool,
     /// For a failed flow: the visible flows held behind it.
     pub holds: Vec<String>,
+    /// Nodes of a running run held by their own `after`: `(node, upstream)`.
+    pub held_nodes: Vec<(String, String)>,
     pub late: bool,
     pub deadline: Option<String>,
 }
@@ -94,6 +96,7 @@ pub fn shown(map: Vec<MapFlow>, sees: &dyn Fn(&str) -> bool) -> Vec<Shown> {
             root,
             root_hidden,
             holds: m.holds.iter().filter(|h| sees(h)).cloned().collect(),
+            held_nodes: m.held_nodes.iter().map(|h| (h.node.clone(), upstream_of(&h.waiting_for))).collect(),
             late: m.late,
             deadline: m.deadline.clone(),
         });
@@ -111,6 +114,7 @@ pub fn shown(map: Vec<MapFlow>, sees: &dyn Fn(&str) -> bool) -> Vec<Shown> {
                 root: None,
                 root_hidden: false,
                 holds: Vec::new(),
+                held_nodes: Vec::new(),
                 late: false,
                 deadline: None,
             });
@@ -123,6 +127,8 @@ pub fn shown(map: Vec<MapFlow>, sees: &dyn Fn(&str) -> bool) -> Vec<Shown> {
 /// `payments-pull` from `waiting for payments-pull 2026-12-04`.
 fn upstream_of(reason: &str) -> String {
     let what = reason.strip_prefix("waiting for ").unwrap_or(reason);
+    // A held node's reason goes on: `…, RUNNING since 01:05`.
+    let what = what.split_once(',').map_or(what, |(w, _)| w);
     what.rsplit_once(' ').map_or(what, |(name, _)| name).to_string()
 }
 
@@ -206,6 +212,10 @@ fn state_icon(state: &str, late: bool) -> &'static str {
 fn second_line(lang: Lang, f: &Shown) -> String {
     match (f.state, &f.waits_for) {
         ("held", Some(up)) => format!("{} {up}", t(lang, "waits for")),
+        ("running", _) if !f.held_nodes.is_empty() => {
+            let (node, up) = &f.held_nodes[0];
+            format!("{} {node} {} {up}", t(lang, "node"), t(lang, "waits for"))
+        }
         ("failed", _) if !f.holds.is_empty() => {
             format!("{} · {} {}", state_text(lang, f.state), t(lang, "holds"), f.holds.len())
         }
@@ -250,8 +260,13 @@ fn svg(lang: Lang, flows: &[Shown], laid: &Layout, orient: Orient) -> Markup {
     for (i, &(from, to)) in g.edges.iter().enumerate() {
         let Some(route) = laid.routes.get(i).filter(|r| r.len() >= 2) else { continue };
         let id = format!("{}-{}", flows[from].flow, flows[to].flow);
-        let class =
-            if flows[from].state == "failed" && flows[to].state == "held" { "holding" } else { "strong" };
+        let class = if flows[from].state == "failed"
+            && (flows[to].state == "held" || !flows[to].held_nodes.is_empty())
+        {
+            "holding"
+        } else {
+            "strong"
+        };
         edge_svg(&mut out, prefix, &id, class, route);
     }
     out.push_str(r#"</g><g class="nodes">"#);
@@ -420,6 +435,7 @@ fn table(lang: Lang, day: &str, flows: &[Shown]) -> Markup {
                             @if let Some(root) = &f.root { br; span.root { (t(lang, "root cause")) " " code { (root) } " " (state_text(lang, "failed")) } }
                             @if f.root_hidden { br; span.muted { (t(lang, "held behind a failure outside your scope")) } }
                             @if !f.holds.is_empty() { (t(lang, "holds")) " " (f.holds.join(", ")) }
+                            @for (node, up) in &f.held_nodes { span.held-node data-node=(node) { (t(lang, "node")) " " code { (node) } " " (t(lang, "waits for")) " " strong { (up) } } br; }
                         }
                         td.opt { @if let Some(d) = &f.deadline { (d) } @else { "-" } }
                     }
@@ -441,6 +457,8 @@ mod tests {
             state,
             run_id: Some(format!("run-{name}")),
             waiting_for: None,
+            node_after: Vec::new(),
+            held_nodes: Vec::new(),
             root_cause: None,
             holds: Vec::new(),
             deadline: None,
@@ -492,5 +510,22 @@ mod tests {
         assert!(roots(&flows).is_empty(), "the root is theirs");
         let only_settle = shown(estate(), &|f| f == "finance-settle");
         assert_eq!(only_settle.len(), 2, "its direct upstream as a plain box, nothing further");
+    }
+
+    #[test]
+    fn a_running_flow_with_a_held_node_says_which_node_waits_for_whom() {
+        let mut fx = flow("fx-rates", &[], "failed");
+        fx.holds = vec!["finance-settle".into()];
+        let mut settle = flow("finance-settle", &["fx-rates"], "running");
+        settle.held_nodes = vec![madeira_engine::estate_map::HeldNodeView {
+            node: "post".into(),
+            waiting_for: "waiting for fx-rates.publish 2026-12-03, FAILED".into(),
+        }];
+        settle.root_cause = Some(RootCause { flow: "fx-rates".into(), node: Some("publish".into()) });
+        let flows = shown(vec![fx, settle], &|_| true);
+        assert_eq!(flows[1].held_nodes, [("post".to_string(), "fx-rates.publish".to_string())]);
+        assert_eq!(second_line(Lang::En, &flows[1]), "node post waits for fx-rates.publish");
+        assert_eq!(second_line(Lang::ZhCn, &flows[1]), "节点 post 等待 fx-rates.publish");
+        assert_eq!(roots(&flows), [("fx-rates.publish".to_string(), vec!["finance-settle".to_string()])]);
     }
 }

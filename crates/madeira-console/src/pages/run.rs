@@ -180,6 +180,7 @@ async fn fragments(
     let ended_by_hand = ended_by_hand(run, &transitions);
     let states: serde_json::Map<String, serde_json::Value> =
         run.stored.nodes.iter().map(|n| (n.node.clone(), json!(n.state.as_str()))).collect();
+    let node_waits = node_after_reasons(console, run).await;
     let end = r.finished_at.unwrap_or(now);
     let span_start = r.started_at.unwrap_or(r.created_at);
     let terminal = run_terminal(r.state.shown().as_str());
@@ -205,6 +206,7 @@ async fn fragments(
                 div.kv { span.k { (t(lang, "Version")) } span.v { "v" (r.version) } }
                 @if let Some(d) = &r.biz_date { div.kv { span.k { (t(lang, "Business date")) } span #run-biz-date.v { (d) } } }
                 @if let Some(why) = &r.wait_reason { div.kv.wide { span.k { (t(lang, "Waiting because")) } span #run-wait-reason.v { (why) } } }
+                @for (node, why) in &node_waits { div.kv.wide { span.k { (t(lang, "Node waits for another flow")) " " code { (node) } } span.v.node-after-reason data-node=(node) { (why) } } }
                 div.kv { span.k { (t(lang, "Trigger")) } span.v { (term_markup(lang, Term::Trigger, &r.trigger)) } }
                 div.kv { span.k { (t(lang, "Actor")) } span #run-actor.v { (actor) } }
                 div.kv { span.k { (t(lang, "Created")) } span.v { (stamp(lang, Some(r.created_at), now)) } }
@@ -454,7 +456,10 @@ async fn panel_markup(
         _ => t(lang, "control plane"),
     };
     let children = child_runs(console, &r.id, &run.def.nodes[idx]).await?;
-    let waiting = console.app.engine.waiting().reason(&r.id, node);
+    let waiting = match console.app.engine.waiting().reason(&r.id, node) {
+        Some(reason) => Some(reason),
+        None => node_after_reasons(console, run).await.remove(node),
+    };
     let prompt = match &run.def.nodes[idx].action {
         NodeAction::Manual(m) => Some(madeira_server::render_prompt(&m.prompt, &run.stored, &run.def)),
         NodeAction::Run(_) => None,
@@ -604,4 +609,19 @@ async fn child_runs(
             Some((attempt, r.id))
         })
         .collect())
+}
+
+/// Why INIT nodes of a RUNNING run wait for another flow (node-level `after`).
+async fn node_after_reasons(
+    console: &Console,
+    run: &LoadedRun,
+) -> std::collections::BTreeMap<String, String> {
+    if run.stored.run.state.as_str() != "RUNNING" {
+        return Default::default();
+    }
+    let store = console.app.engine.store();
+    let mut reasons =
+        madeira_engine::node_after::node_reasons(store.as_ref(), &run.stored.run.id, &run.def).await;
+    reasons.retain(|node, _| run.stored.nodes.iter().any(|n| n.node == *node && n.state.as_str() == "INIT"));
+    reasons
 }

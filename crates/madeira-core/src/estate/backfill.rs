@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{Datelike, NaiveDate};
 
-use super::{BusinessDays, DateError, Estate, requirements};
+use super::{BusinessDays, DateError, Estate, node_requirements, requirements};
 
 /// The order dates are taken in when nothing else decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -88,7 +88,8 @@ pub fn backfill_order(
     let mut needs: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); pairs.len()];
     for (i, p) in pairs.iter().enumerate() {
         let Some(flow) = estate.get(&p.flow) else { continue };
-        for r in requirements(flow, p.date, days)? {
+        let node_level = node_requirements(flow, p.date, days)?.into_iter().map(|(_, r)| r);
+        for r in requirements(flow, p.date, days)?.into_iter().chain(node_level) {
             if let Some(&j) = index.get(&Dated { flow: r.flow, date: r.date }) {
                 needs[i].insert(j);
             }

@@ -24,7 +24,8 @@ pub use progress::{
     UnknownBackfillName, advance,
 };
 pub use resolve::{
-    BusinessDays, CalendarDays, DateError, Requirement, parse_date, plain_shift, requirements,
+    BusinessDays, CalendarDays, DateError, Requirement, node_requirements, parse_date, plain_shift,
+    requirements,
 };
 
 /// One flow as the estate sees it.
@@ -34,6 +35,8 @@ pub struct EstateFlow {
     /// Where the flow was read from (a file, or `name@vN` for a stored version).
     pub file: String,
     pub after: Vec<AfterDef>,
+    /// Node-level `after:` entries: `(waiting node, entry)`, in node then file order.
+    pub node_after: Vec<(String, AfterDef)>,
     /// `flow_succeeded` triggers: `(upstream flow, line)`.
     pub triggered_by: Vec<(String, Option<usize>)>,
     /// The flow's node ids (an `after.node` of a downstream must name one).
@@ -56,17 +59,29 @@ impl EstateFlow {
             name: def.name.clone(),
             file: file.to_string(),
             after: def.after.clone(),
+            node_after: def
+                .nodes
+                .iter()
+                .flat_map(|n| n.after.iter().map(|a| (n.id.clone(), a.clone())))
+                .collect(),
             triggered_by,
             nodes: def.nodes.iter().map(|n| n.id.clone()).collect(),
             subflows: subflows::of(def),
         }
     }
 
+    /// Every `after` entry, the flow's then its nodes' (`Some(node)`).
+    pub fn all_after(&self) -> impl Iterator<Item = (Option<&str>, &AfterDef)> {
+        let nodes = self.node_after.iter().map(|(n, a)| (Some(n.as_str()), a));
+        self.after.iter().map(|a| (None, a)).chain(nodes)
+    }
+
     /// Upstream flows with the line naming them and whether the edge is same-date
-    /// (`date: same` or a `flow_succeeded` trigger).
+    /// (`date: same` or a `flow_succeeded` trigger). A node's `after` is an edge of
+    /// its flow: a flow-level cycle through one is refused like any other.
     fn edges(&self) -> impl Iterator<Item = Edge<'_>> {
         let after =
-            self.after.iter().map(|a| Edge { upstream: &a.flow, line: a.line, same_date: a.offset == 0 });
+            self.all_after().map(|(_, a)| Edge { upstream: &a.flow, line: a.line, same_date: a.offset == 0 });
         let triggers =
             self.triggered_by.iter().map(|(f, line)| Edge { upstream: f, line: *line, same_date: true });
         after.chain(triggers)
@@ -191,7 +206,7 @@ impl Estate {
     pub fn dangling(&self) -> Vec<EstateError> {
         let mut out = Vec::new();
         for f in self.flows.values() {
-            for a in &f.after {
+            for (_, a) in f.all_after() {
                 self.check_edge(f, "after", &a.flow, a.line, a.node.as_deref(), &mut out);
             }
             for (up, line) in &f.triggered_by {

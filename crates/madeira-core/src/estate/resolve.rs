@@ -74,16 +74,29 @@ pub fn requirements(
     date: NaiveDate,
     days: &dyn BusinessDays,
 ) -> Result<Vec<Requirement>, DateError> {
-    flow.after
-        .iter()
-        .map(|a| {
-            Ok(Requirement {
-                flow: a.flow.clone(),
-                node: a.node.clone(),
-                date: days.shift(a.calendar.as_deref(), date, a.offset)?,
-            })
-        })
-        .collect()
+    flow.after.iter().map(|a| resolve(a, date, days)).collect()
+}
+
+/// What the nodes of `flow`'s run for `date` wait for: `(waiting node, upstream)`,
+/// one per node-level `after` entry, in node then file order.
+pub fn node_requirements(
+    flow: &EstateFlow,
+    date: NaiveDate,
+    days: &dyn BusinessDays,
+) -> Result<Vec<(String, Requirement)>, DateError> {
+    flow.node_after.iter().map(|(node, a)| Ok((node.clone(), resolve(a, date, days)?))).collect()
+}
+
+fn resolve(
+    a: &crate::model::AfterDef,
+    date: NaiveDate,
+    days: &dyn BusinessDays,
+) -> Result<Requirement, DateError> {
+    Ok(Requirement {
+        flow: a.flow.clone(),
+        node: a.node.clone(),
+        date: days.shift(a.calendar.as_deref(), date, a.offset)?,
+    })
 }
 
 /// Business days of the server's calendars; no calendar: calendar days.

@@ -191,7 +191,7 @@ fn backfill_with_dependents_orders_each_date_upstream_first() {
 fn estate_strategy() -> impl Strategy<Value = Estate> {
     (2usize..7)
         .prop_flat_map(|n| {
-            proptest::collection::vec((0..n, 0..n, -2i32..=0, any::<bool>()), 0..12).prop_map(move |e| (n, e))
+            proptest::collection::vec((0..n, 0..n, -2i32..=0, 0u8..3), 0..12).prop_map(move |e| (n, e))
         })
         .prop_map(|(n, edges)| {
             let mut flows: Vec<EstateFlow> = (0..n)
@@ -199,21 +199,23 @@ fn estate_strategy() -> impl Strategy<Value = Estate> {
                     name: format!("f{i}"),
                     file: format!("f{i}.yaml"),
                     after: vec![],
+                    node_after: vec![],
                     triggered_by: vec![],
                     nodes: vec!["n".into()],
                     subflows: vec![],
                 })
                 .collect();
-            for (k, (from, to, offset, trigger)) in edges.into_iter().enumerate() {
+            // Kind 0: the flow waits; 1: its node `n` waits (for node `n` upstream); 2: a trigger.
+            for (k, (from, to, offset, kind)) in edges.into_iter().enumerate() {
                 if from == to {
                     continue;
                 }
                 let line = Some(k + 1);
-                if trigger {
-                    flows[from].triggered_by.push((format!("f{to}"), line));
-                } else {
-                    let a = AfterDef { flow: format!("f{to}"), node: None, offset, calendar: None, line };
-                    flows[from].after.push(a);
+                let a = AfterDef { flow: format!("f{to}"), node: None, offset, calendar: None, line };
+                match kind {
+                    0 => flows[from].after.push(a),
+                    1 => flows[from].node_after.push(("n".into(), AfterDef { node: Some("n".into()), ..a })),
+                    _ => flows[from].triggered_by.push((format!("f{to}"), line)),
                 }
             }
             Estate::new(flows)
@@ -232,7 +234,7 @@ proptest! {
                     let next = &steps[(i + 1) % steps.len()];
                     prop_assert_eq!(&s.upstream, &next.flow);
                     let f = estate.get(&s.flow).expect("flow");
-                    let same = f.after.iter().any(|a| a.flow == s.upstream && a.offset == 0 && a.line == s.line)
+                    let same = f.all_after().any(|(_, a)| a.flow == s.upstream && a.offset == 0 && a.line == s.line)
                         || f.triggered_by.iter().any(|(u, l)| *u == s.upstream && *l == s.line);
                     prop_assert!(same, "step {s} is not a same-date edge");
                 }
@@ -241,7 +243,7 @@ proptest! {
                 let topo = estate.topo();
                 let pos = |n: &str| topo.iter().position(|t| t == n).expect("in topo");
                 for f in estate.flows() {
-                    for a in f.after.iter().filter(|a| a.offset == 0) {
+                    for (_, a) in f.all_after().filter(|(_, a)| a.offset == 0) {
                         prop_assert!(pos(&a.flow) < pos(&f.name));
                     }
                     for (u, _) in &f.triggered_by {
@@ -272,7 +274,8 @@ proptest! {
         prop_assert_eq!(unique.len(), plan.steps.len());
         for (i, step) in plan.steps.iter().enumerate() {
             let f = estate.get(&step.flow).expect("flow");
-            for r in requirements(f, step.date, &CalendarDays).expect("dates") {
+            let nodes = node_requirements(f, step.date, &CalendarDays).expect("dates");
+            for r in requirements(f, step.date, &CalendarDays).expect("dates").into_iter().chain(nodes.into_iter().map(|(_, r)| r)) {
                 if let Some(j) = plan.steps.iter().position(|s| s.flow == r.flow && s.date == r.date) {
                     prop_assert!(j < i, "{} {} before its upstream {}", step.flow, step.date, r);
                     prop_assert!(plan.waits[i].contains(&j));
@@ -317,4 +320,71 @@ fn subflows_must_exist_and_must_not_run_back() {
     );
     // Sub-flows are not waits: they take no part in the same-date cycle check.
     assert_eq!(estate.cycle(), None);
+}
+
+fn with_node_after(name: &str, entry: &str) -> String {
+    format!(
+        "flow: {name}\nnodes:\n  publish: {{run: {{builtin: noop}}}}\n  settle:\n    needs: [publish]\n    run: {{builtin: noop}}\n    after: [{entry}]\n"
+    )
+}
+
+#[test]
+fn a_nodes_after_is_parsed_by_the_flows_parser_and_is_an_edge_of_its_flow() {
+    let b =
+        parsed("b.yaml", &with_node_after("b", "{flow: a, node: publish, date: -1, calendar: cn-workdays}"));
+    assert!(b.after.is_empty());
+    let want = AfterDef {
+        flow: "a".into(),
+        node: Some("publish".into()),
+        offset: -1,
+        calendar: Some("cn-workdays".into()),
+        line: Some(7),
+    };
+    assert_eq!(b.node_after, [("settle".to_string(), want)]);
+    let reqs = node_requirements(&b, day("2026-03-03"), &CalendarDays);
+    assert_eq!(reqs, Err(DateError::UnknownCalendar { calendar: "cn-workdays".into() }));
+    let same = parsed("b.yaml", &with_node_after("b", "{flow: a, node: publish}"));
+    let reqs = node_requirements(&same, day("2026-03-03"), &CalendarDays).expect("resolved");
+    let up = Requirement { flow: "a".into(), node: Some("publish".into()), date: day("2026-03-03") };
+    assert_eq!(reqs, [("settle".to_string(), up)]);
+    assert!(requirements(&same, day("2026-03-03"), &CalendarDays).expect("none").is_empty());
+    // Unknown upstream flow, and a cycle closed through the node's edge, both with file:line.
+    let errs: Vec<String> =
+        Estate::new([same.clone()]).check_flow("b").iter().map(ToString::to_string).collect();
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].starts_with("b.yaml:7: flow b: `after` names flow `a`, which does not exist"),
+        "{errs:?}"
+    );
+    let a = parsed("a.yaml", &flow_yaml("a", "after:\n  - {flow: b}\n"));
+    let estate = Estate::new([a.clone(), same.clone()]);
+    let text: Vec<String> = estate.check_flow("b").iter().map(ToString::to_string).collect();
+    assert!(text[0].contains("b (b.yaml:7 waits for a) → a (a.yaml:3 waits for b) → b"), "{text:?}");
+    // Downstream, dependents and backfill order follow the node's edge.
+    let a = parsed("a.yaml", &flow_yaml("a", ""));
+    let estate = Estate::new([a, same]);
+    assert_eq!(estate.dependents_of("a").into_iter().collect::<Vec<_>>(), ["b"]);
+    assert_eq!(estate.topo(), ["a", "b"]);
+    let dates = [day("2026-03-03"), day("2026-03-04")];
+    let plan = backfill_order(&estate, "a", &dates, true, BackfillOrder::Desc, &CalendarDays).expect("plan");
+    let steps: Vec<String> = plan.steps.iter().map(|s| format!("{} {}", s.flow, s.date)).collect();
+    assert_eq!(steps, ["a 2026-03-04", "b 2026-03-04", "a 2026-03-03", "b 2026-03-03"]);
+    assert_eq!(plan.waits[1], [0]);
+}
+
+#[test]
+fn a_nodes_after_is_checked_like_the_flows_and_names_the_node() {
+    let errs = errors(&with_node_after("b", "{flow: b}, {node: x}, {flow: a, date: 2}"));
+    assert!(
+        errs.iter().any(|e| e.contains("node settle") && e.contains("cannot wait for itself")),
+        "{errs:?}"
+    );
+    assert!(errs.iter().any(|e| e.contains("an `after` entry needs `flow`")), "{errs:?}");
+    assert!(errs.iter().any(|e| e.contains("`after.date` 2 is in the future")), "{errs:?}");
+    // `after_policy` is accepted when only a node has `after`.
+    let src =
+        with_node_after("b", "{flow: a}").replace("nodes:", "after_policy: {wait: 1h, then: skip}\nnodes:");
+    let def = parse_flow("b.yaml", &src).expect("valid");
+    assert!(def.has_after());
+    assert_eq!(def.after_policy.then, AfterThen::Skip);
 }

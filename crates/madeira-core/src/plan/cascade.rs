@@ -54,6 +54,14 @@ impl Planner<'_> {
             }
             Command::Cancel => self.cancel(),
             Command::AfterExpired => self.after_expired(),
+            Command::NodeAfterExpired { node, skip } => {
+                let (cause, then) =
+                    if *skip { (Cause::AfterSkipped, "skip") } else { (Cause::AfterExpired, "fail") };
+                let reason =
+                    format!("after_policy: {then}; the node's upstream was not SUCCESS within `wait`");
+                self.transition(*node, cause, Some(reason));
+                self.evaluate_downstream(*node);
+            }
             Command::Recover => self.recover(),
         }
     }

@@ -50,6 +50,7 @@ pub(crate) fn flow(nodes: Vec<TestNode<'_>>) -> Arc<FlowDef> {
                 warn_after: None,
                 foreach: None,
                 max_duration: None,
+                after: Vec::new(),
                 throttle: None,
             }
         })
@@ -373,3 +374,31 @@ proptest! {
 }
 
 use std::collections::VecDeque;
+
+/// A node held by its own `after` (INIT while the engine holds it) whose
+/// `after_policy` ran out: FAILED or SKIPPED through the table, its downstream
+/// following; refused once the node left INIT.
+#[test]
+fn a_node_held_by_after_fails_or_is_skipped_by_its_policy() {
+    let chain = || {
+        flow(vec![
+            (vec![], false, 1, None),
+            (vec![], false, 1, None),
+            (vec![(1, DepKind::Strong)], false, 1, None),
+        ])
+    };
+    let (mut snap, _) = started(chain());
+    run_node(&mut snap, 0, true);
+    let plan = apply(&mut snap, &Command::NodeAfterExpired { node: 1, skip: false }, &CTX).expect("fail");
+    assert_eq!(plan.nodes[0].cause, Cause::AfterExpired);
+    assert_eq!((snap.nodes[1].state, snap.nodes[2].state), (NodeState::Failed, NodeState::Skipped));
+    assert!(snap.nodes[1].reason.as_deref().is_some_and(|r| r.starts_with("after_policy: fail")));
+    assert_eq!(snap.state, RunState::Failed);
+    let again = apply(&mut snap, &Command::NodeAfterExpired { node: 1, skip: false }, &CTX);
+    assert!(again.is_err(), "a node no longer INIT is refused");
+    let (mut snap, _) = started(chain());
+    run_node(&mut snap, 0, true);
+    apply(&mut snap, &Command::NodeAfterExpired { node: 1, skip: true }, &CTX).expect("skip");
+    assert_eq!((snap.nodes[1].state, snap.nodes[2].state), (NodeState::Skipped, NodeState::Skipped));
+    assert_eq!(snap.state, RunState::Success);
+}

@@ -1,6 +1,7 @@
 //! Cross-flow dependencies of one flow file: `after: [{flow, node, date, calendar}]`,
 //! `after_policy: {wait, then}` and the `flow_succeeded` trigger. Only what one file
-//! can tell is checked here; whether the flows exist and form no cycle is the
+//! can tell is checked here (a node's `after:` goes through the same parser, its
+//! errors naming the node); whether the flows exist and form no cycle is the
 //! estate's check (`crate::estate`), made when the flow is applied.
 
 use crate::model::{AfterDef, AfterPolicy, AfterThen, TriggerDef};
@@ -13,20 +14,27 @@ pub const MAX_AFTER_OFFSET: i64 = 3660;
 /// `after` entries per flow.
 pub const MAX_AFTER: usize = 64;
 
-/// Every `after` entry that is valid; the others are reported.
-pub(crate) fn after(report: &mut Report, own: Option<&str>, raw: &[Span<RawAfter>]) -> Vec<AfterDef> {
+/// Every `after` entry that is valid; the others are reported. `node`: the node
+/// whose `after:` this is (`None`: the flow's).
+pub(crate) fn after(
+    report: &mut Report,
+    own: Option<&str>,
+    node: Option<&str>,
+    raw: &[Span<RawAfter>],
+) -> Vec<AfterDef> {
+    let top = |line| At { node, line };
     if raw.len() > MAX_AFTER {
-        let at = At::top(raw.get(MAX_AFTER).and_then(line_of));
+        let at = top(raw.get(MAX_AFTER).and_then(line_of));
         report.push(at, format!("at most {MAX_AFTER} `after` entries per flow, got {}", raw.len()));
     }
     let mut seen: Vec<(String, Option<String>, i32)> = Vec::new();
     let mut out = Vec::new();
     for entry in raw.iter().take(MAX_AFTER) {
-        let Some(def) = one(report, own, entry) else { continue };
+        let Some(def) = one(report, own, top(line_of(entry)), entry) else { continue };
         let key = (def.flow.clone(), def.node.clone(), def.offset);
         if seen.contains(&key) {
             report.push(
-                At::top(def.line),
+                top(def.line),
                 format!("`after` names `{}` twice with the same date; remove one", def.flow),
             );
             continue;
@@ -37,8 +45,7 @@ pub(crate) fn after(report: &mut Report, own: Option<&str>, raw: &[Span<RawAfter
     out
 }
 
-fn one(report: &mut Report, own: Option<&str>, raw: &Span<RawAfter>) -> Option<AfterDef> {
-    let at = At::top(line_of(raw));
+fn one(report: &mut Report, own: Option<&str>, at: At<'_>, raw: &Span<RawAfter>) -> Option<AfterDef> {
     let a = &raw.value;
     let Some(flow) = &a.flow else {
         report.push(at, "an `after` entry needs `flow`, e.g. `{flow: payments-pull, date: same}`");
@@ -50,7 +57,7 @@ fn one(report: &mut Report, own: Option<&str>, raw: &Span<RawAfter>) -> Option<A
             at,
             format!(
                 "flow `{flow}` cannot wait for itself; to wait for its previous business date use \
-                 `depends_on_past`"
+                 `depends_on_past` (a node waits for a node of its own run with `needs`)"
             ),
         );
         return None;

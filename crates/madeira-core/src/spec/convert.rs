@@ -31,12 +31,10 @@ pub(crate) fn flow(raw: &RawFlow, report: &mut Report) -> Option<FlowDef> {
     let business = super::bizdate::business(raw, &triggers, report);
     let Graph { nodes, downstream, topo } = nodes(raw, &defaults, report);
     let own = raw.flow.as_ref().map(|f| f.value.as_str());
-    let after = raw.after.as_deref().map(|a| super::after::after(report, own, a)).unwrap_or_default();
-    let after_policy = raw
-        .after_policy
-        .as_ref()
-        .map(|p| super::after::policy(report, p, !after.is_empty()))
-        .unwrap_or_default();
+    let after = raw.after.as_deref().map(|a| super::after::after(report, own, None, a)).unwrap_or_default();
+    let has_after = !after.is_empty() || nodes.iter().any(|n| !n.after.is_empty());
+    let after_policy =
+        raw.after_policy.as_ref().map(|p| super::after::policy(report, p, has_after)).unwrap_or_default();
     Some(FlowDef {
         name: name?,
         description: raw.description.clone(),
@@ -263,6 +261,9 @@ fn nodes(raw: &RawFlow, defaults: &Defaults, report: &mut Report) -> Graph {
         }
         let body = body.value.as_ref().unwrap_or(&empty);
         let mut def = node::build(id, at, body, defaults, report);
+        let own = raw.flow.as_ref().map(|f| f.value.as_str());
+        def.after =
+            body.after.as_deref().map(|a| super::after::after(report, own, Some(id), a)).unwrap_or_default();
         def.needs = graph::resolve_needs(i, body.needs.as_deref().unwrap_or_default(), &ids, report);
         when_lines.push(graph::when_line(body.when.as_ref()));
         nodes.push(def);

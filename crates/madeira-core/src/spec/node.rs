@@ -75,6 +75,8 @@ pub(crate) fn build(
             .max_duration
             .as_ref()
             .and_then(|d| positive_duration(report, at, "max_duration", d)),
+        // Set by the caller, which knows the flow's name (`super::after`).
+        after: Vec::new(),
     }
 }
 

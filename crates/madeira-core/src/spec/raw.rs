@@ -172,6 +172,8 @@ pub(crate) struct RawNode {
     pub foreach: Option<Span<RawForeach>>,
     pub max_parallel: Option<Span<i64>>,
     pub max_duration: Option<Span<String>>,
+    /// Node-level `after:`: this node alone waits for other flows' runs (or nodes).
+    pub after: Option<Vec<Span<RawAfter>>>,
 }
 
 /// One executor: exactly one of `builtin`, `http`, `sidecar`, `sql`, `xxl`; the other fields

@@ -65,6 +65,7 @@ impl Engine {
 
     /// Promotes the flows held on each success, and fires `flow_succeeded` triggers.
     pub(super) async fn wake_after(&mut self, successes: Vec<Success>) {
+        self.wake_node_waits(&successes).await;
         let mut flows = Vec::new();
         for (flow, date, whole) in &successes {
             match self.store.after_dependents(flow, date).await {
@@ -100,10 +101,17 @@ pub(super) fn finished_runs(events: &[RunEvent]) -> Vec<String> {
 }
 
 impl Engine {
-    /// Advances, off the loop, the backfills the runs that just ended belong to.
+    /// Advances, off the loop, the backfills the runs that just ended belong to,
+    /// and tells the parents of sub-flow children among them held elsewhere.
     pub(super) fn advance_backfills(&mut self, finished: Vec<String>) {
         if finished.is_empty() {
             return;
+        }
+        if self.options.shared_store {
+            let (handle, ended) = (self.handle.clone(), finished.clone());
+            self.effects
+                .tasks
+                .spawn(async move { handle.tell_parents(ended).await }.instrument(info_span!("subflow")));
         }
         let handle = self.handle.clone();
         self.effects

@@ -56,6 +56,7 @@ impl Engine {
         for flow in queued_flows {
             self.promote(&flow).await;
         }
+        self.recheck_node_after();
         let handle = self.handle.clone();
         self.effects.tasks.spawn(async move { handle.sweep_backfills().await });
     }

@@ -124,13 +124,13 @@ impl Step {
     /// `node` of `run_id` may start: dispatched now, or queued for its permit, or
     /// parked until its executor can take it (a draining step leaves it INIT).
     pub(super) fn on_ready(&mut self, run_id: &str, node: usize, ready_at: Instant, work: &mut Work) {
+        if self.draining || self.hold_for_after(run_id, node, ready_at, work) {
+            // Stays INIT: the next start's recovery dispatches it (or its `after` is met).
+            return;
+        }
         let Some(snap) = self.runs.get(run_id) else {
             return;
         };
-        if self.draining {
-            // Stays INIT: the next start's recovery dispatches it.
-            return;
-        }
         let flow = snap.flow.clone();
         if let Some(reason) = self.waiting_reason(&flow, node) {
             self.park(run_id, node, ready_at, reason);

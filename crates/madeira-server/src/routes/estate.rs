@@ -73,6 +73,10 @@ fn scoped(map: Vec<MapFlow>, visible: &HashSet<String>) -> Vec<Value> {
     for mut f in map.into_iter().filter(|f| sees(&f.flow)) {
         f.after.retain(|u| sees(u));
         f.holds.retain(|h| sees(h));
+        f.node_after.retain(|e| sees(&e.upstream));
+        for held in f.held_nodes.iter_mut().filter(|h| !sees(upstream_flow(&h.waiting_for))) {
+            held.waiting_for = "waiting for a flow outside your scope".into();
+        }
         if f.waiting_for.as_deref().is_some_and(|w| !sees(upstream_flow(w))) {
             f.waiting_for = Some("waiting for a flow outside your scope".into());
         }
@@ -101,6 +105,8 @@ mod tests {
             state,
             run_id: None,
             waiting_for: None,
+            node_after: Vec::new(),
+            held_nodes: Vec::new(),
             root_cause: None,
             holds: Vec::new(),
             deadline: None,
@@ -132,5 +138,28 @@ mod tests {
         assert_eq!(seen[1]["after"], json!(["clean"]));
         assert_eq!(seen[1]["waiting_for"], "waiting for clean 2026-12-04");
         assert_eq!(upstream_flow("waiting for fx-rates.publish 2026-12-03"), "fx-rates");
+    }
+
+    #[test]
+    fn a_held_nodes_upstream_outside_the_scope_is_not_named() {
+        use madeira_engine::estate_map::{HeldNodeView, NodeEdge};
+        let held = |up: &str| HeldNodeView {
+            node: "post".into(),
+            waiting_for: format!("waiting for {up}.publish 2026-12-03, RUNNING since 01:05"),
+        };
+        let edge = |up: &str| NodeEdge { node: "post".into(), upstream: up.into(), upstream_node: None };
+        let settle = MapFlow {
+            node_after: vec![edge("fx"), edge("mine")],
+            held_nodes: vec![held("fx"), held("mine")],
+            ..flow("settle", &["fx", "mine"], "running")
+        };
+        let visible: HashSet<String> = ["settle".to_string(), "mine".to_string()].into();
+        let seen = scoped(vec![settle], &visible);
+        assert_eq!(seen[0]["node_after"], json!([{"node": "post", "upstream": "mine"}]));
+        assert_eq!(seen[0]["held_nodes"][0]["waiting_for"], "waiting for a flow outside your scope");
+        assert_eq!(
+            seen[0]["held_nodes"][1]["waiting_for"],
+            "waiting for mine.publish 2026-12-03, RUNNING since 01:05"
+        );
     }
 }

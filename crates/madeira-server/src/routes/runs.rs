@@ -302,6 +302,7 @@ pub async fn show(
         entry.set_child_runs(&children);
     }
     sidecars::show_waiting(&mut view, &id, state.engine.waiting());
+    show_node_after(&mut view, state.engine.store().as_ref(), &id, &stored.run.state, &def).await?;
     Ok(Json(view).into_response())
 }
 
@@ -520,4 +521,41 @@ pub async fn transitions(
         })
         .collect();
     Ok(Json(json!({"run_id": id, "transitions": out})))
+}
+
+/// Node-level `after`: every node with waits lists them (`after`); an INIT node of
+/// a RUNNING run with an unmet one shows whom it waits for as its reason.
+async fn show_node_after(
+    view: &mut crate::views::RunDetail<'_>,
+    store: &dyn madeira_store::Store,
+    run_id: &str,
+    run_state: &madeira_core::RunState,
+    def: &madeira_core::FlowDef,
+) -> Result<(), ApiError> {
+    if !def.nodes.iter().any(|n| !n.after.is_empty()) {
+        return Ok(());
+    }
+    let waits = store.node_waits(run_id).await?;
+    let reasons = madeira_engine::node_after::node_reasons(store, run_id, def).await;
+    for (name, node) in view.nodes.iter_mut() {
+        let mine: Vec<Value> = waits
+            .iter()
+            .filter(|w| w.node == *name)
+            .map(|w| {
+                json!({"flow": w.wait.flow, "node": w.wait.node, "date": w.wait.date, "met": w.met,
+                       "upstream_run": w.upstream_run, "upstream_state": w.upstream_state})
+            })
+            .collect();
+        if !mine.is_empty() {
+            node.after = Some(Value::Array(mine));
+        }
+        if *run_state == madeira_core::RunState::Running
+            && node.status == "INIT"
+            && let Some(reason) = reasons.get(*name)
+        {
+            node.reason = Some(reason.clone().into());
+            node.waiting = Some(true);
+        }
+    }
+    Ok(())
 }

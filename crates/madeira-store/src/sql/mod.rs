@@ -13,6 +13,7 @@ mod flows;
 mod inbox;
 mod lease;
 mod lifecycle;
+mod node_waits;
 mod once;
 mod permits;
 mod presence;

@@ -170,6 +170,20 @@ impl<'a> Admitted<'a> {
                 .execute(&mut **tx)
                 .await?;
             }
+            for (seq, w) in run.node_after.iter().enumerate() {
+                sqlx::query(&sql(
+                    "INSERT INTO node_waits (run_id, node, seq, upstream_flow, upstream_node, upstream_date) \
+                     VALUES ($1, $2, $3, $4, $5, $6)",
+                ))
+                .bind(&run.id)
+                .bind(&w.node)
+                .bind(seq as i64)
+                .bind(&w.wait.flow)
+                .bind(w.wait.node.as_deref())
+                .bind(&w.wait.date)
+                .execute(&mut **tx)
+                .await?;
+            }
             if let Some(reason) = self.held.remove(&run.id) {
                 sqlx::query(&sql("UPDATE runs SET wait_reason = $1 WHERE id = $2"))
                     .bind(reason)
@@ -529,9 +543,17 @@ pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64
     .await?;
     let mut deleted = 0;
     if !ids.is_empty() {
-        for table in
-            ["nodes", "transitions", "node_outputs", "attempts", "logs", "shard_results", "run_waits", "runs"]
-        {
+        for table in [
+            "nodes",
+            "transitions",
+            "node_outputs",
+            "attempts",
+            "logs",
+            "shard_results",
+            "run_waits",
+            "node_waits",
+            "runs",
+        ] {
             let column = if table == "runs" { "id" } else { "run_id" };
             let mut q: QueryBuilder<Db> =
                 QueryBuilder::new(format!("DELETE FROM {table} WHERE {column} IN "));

@@ -7,18 +7,18 @@ use async_trait::async_trait;
 use serde_json::Value as Json;
 
 use super::{
-    D, alerts, backfills, calendars, commands, commit, deadlines, flows, inbox, lease, lifecycle, once,
-    permits, presence, read, runs, sessions, shards, waits, xxl,
+    D, alerts, backfills, calendars, commands, commit, deadlines, flows, inbox, lease, lifecycle, node_waits,
+    once, permits, presence, read, runs, sessions, shards, waits, xxl,
 };
 use crate::dialect::{Dialect, SqlStore};
 use crate::{
     Advanced, AfterWait, AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore,
     BackfillChange, BackfillRecord, BackfillStepRow, BackfillStore, Batch, CalendarVersion, Claim,
     CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowStore, FlowVersion,
-    HealthStore, HeldRun, InboxEvent, Lease, LeaseStore, LogRecord, NewBackfill, NewRun, OpenAlerts,
-    PermitKey, PermitStore, PresenceStore, PutFlow, QueueOutcome, QueuedEvent, Result, RetentionStore,
-    RunCommand, RunQuery, RunRow, RunStore, SessionRecord, SessionStore, ShardResult, SidecarPresence,
-    StoredRun, TransitionRecord, XxlCallbackRow, XxlExecutorRow, XxlStore,
+    HealthStore, HeldNode, HeldRun, InboxEvent, Lease, LeaseStore, LogRecord, NewBackfill, NewRun,
+    NodeWaitState, OpenAlerts, PermitKey, PermitStore, PresenceStore, PutFlow, QueueOutcome, QueuedEvent,
+    Result, RetentionStore, RunCommand, RunQuery, RunRow, RunStore, SessionRecord, SessionStore, ShardResult,
+    SidecarPresence, StoredRun, TransitionRecord, XxlCallbackRow, XxlExecutorRow, XxlStore,
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
@@ -69,6 +69,11 @@ forward!(RunStore {
     read fn run_waits(run_id: &str) -> Vec<AfterWait> = waits::run_waits;
     read fn held_by_after() -> Vec<HeldRun> = waits::held_by_after;
     write fn waive_waits(run_id: &str) -> bool = waits::waive_waits;
+    write fn node_waits(run_id: &str) -> Vec<NodeWaitState> = node_waits::node_waits;
+    write fn node_waiters(flow: &str, date: &str) -> Vec<(String, Option<String>)> = node_waits::node_waiters;
+    read fn held_nodes() -> Vec<HeldNode> = node_waits::held_nodes;
+    write fn waive_node_waits(run_id: &str, node: &str) -> bool = node_waits::waive_node_waits;
+    write fn subflow_parent(run_id: &str) -> Option<(String, Option<String>)> = node_waits::subflow_parent;
     write_ids fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
     write fn record_deadline_miss(flow: &str, biz_date: &str, now_ms: i64) -> bool = deadlines::record_deadline_miss;
     write fn record_once(flow: &str, key: &str, now_ms: i64) -> bool = once::record_once;

@@ -73,3 +73,75 @@ pub(crate) async fn a_node_wait_is_met_by_that_node_alone(s: &dyn Store) {
     s.commit(&Batch { nodes: vec![b], ..Batch::default() }).await.expect("commit b");
     assert_eq!(s.promote_queued("w", 0, 50).await.expect("promote"), Some("w1".into()));
 }
+
+fn node_wait(node: &str, flow: &str, upstream: Option<&str>) -> NodeWait {
+    NodeWait { node: node.into(), wait: wait(flow, upstream) }
+}
+
+async fn set_node(s: &dyn Store, run_id: &str, idx: usize, state: NodeState) {
+    let mut n = s.load_run(run_id).await.expect("load").expect("run").nodes[idx].clone();
+    n.state = state;
+    n.started_at = Some(60_000);
+    s.commit(&Batch { nodes: vec![n], ..Batch::default() }).await.expect("commit node");
+}
+
+/// Node-level `after`: the run starts, one node waits. Whether a node wait is met
+/// is read from the upstream's rows, so the commit of the upstream node's SUCCESS
+/// meets it; a FAILED upstream keeps it unmet; the runs to tell are found with
+/// their holder; `held_nodes` lists what `after_policy` looks at.
+pub(crate) async fn a_node_waits_for_another_flows_node_while_its_run_goes_on(s: &dyn Store) {
+    s.create_run(&run_of("up", "up1", vec![], 0)).await.expect("up1");
+    let down = NewRun {
+        node_after: vec![node_wait("b", "up", Some("b")), node_wait("b", "other", None)],
+        ..run_of("down", "down1", vec![], 0)
+    };
+    let created = s.create_run(&down).await.expect("down1");
+    assert!(
+        matches!(created, CreateOutcome::Created { start: true, .. }),
+        "node waits hold no run: {created:?}"
+    );
+    assert_eq!(reason(s, "down1").await, None);
+    assert!(s.run_waits("down1").await.expect("run waits").is_empty());
+    let waits = s.node_waits("down1").await.expect("node waits");
+    assert_eq!(waits.len(), 2);
+    assert!(waits.iter().all(|w| w.node == "b" && !w.met));
+    assert_eq!(waits[0].wait, wait("up", Some("b")));
+    assert_eq!(waits[0].upstream_run.as_deref(), Some("up1"));
+    assert_eq!(waits[0].upstream_state.as_deref(), Some("INIT"));
+    assert_eq!(waits[1].upstream_run, None, "`other` has no run for the date");
+    // The run is QUEUED: nothing to tell yet, nothing held.
+    assert!(s.node_waiters("up", DAY).await.expect("waiters").is_empty());
+    let running = RunWrite {
+        run_id: "down1".into(),
+        state: RunState::Running,
+        started_at: Some(10),
+        finished_at: None,
+    };
+    s.commit(&Batch { runs: vec![running], ..Batch::default() }).await.expect("start down1");
+    assert_eq!(s.node_waiters("up", DAY).await.expect("waiters"), [("down1".to_string(), None)]);
+    assert!(s.node_waiters("up", "2026-12-05").await.expect("waiters").is_empty());
+    let held = s.held_nodes().await.expect("held");
+    let held: Vec<_> = held.iter().map(|h| (h.run_id.as_str(), h.flow.as_str(), h.node.as_str())).collect();
+    assert_eq!(held, [("down1", "down", "b")]);
+    // The upstream node runs, then fails: still unmet, with its state and start.
+    set_node(s, "up1", 1, NodeState::Failed).await;
+    let waits = s.node_waits("down1").await.expect("node waits");
+    assert_eq!((waits[0].met, waits[0].upstream_state.as_deref()), (false, Some("FAILED")));
+    assert_eq!(waits[0].upstream_since, Some(60_000));
+    // Its rerun succeeds: that commit meets the wait; `other` still holds node b.
+    set_node(s, "up1", 1, NodeState::Success).await;
+    let waits = s.node_waits("down1").await.expect("node waits");
+    assert!(waits[0].met && !waits[1].met, "{waits:?}");
+    assert_eq!(s.held_nodes().await.expect("held").len(), 1);
+    s.create_run(&run_of("other", "o1", vec![], 0)).await.expect("o1");
+    finish(s, "o1", RunState::Success).await;
+    assert!(s.node_waits("down1").await.expect("node waits").iter().all(|w| w.met));
+    assert!(s.held_nodes().await.expect("held").is_empty(), "every wait met");
+    // Node b starts: no one waits for `up` any more.
+    set_node(s, "down1", 1, NodeState::Running).await;
+    assert!(s.node_waiters("up", DAY).await.expect("waiters").is_empty());
+    // Waived waits are gone (after_policy: run).
+    assert!(s.waive_node_waits("down1", "b").await.expect("waive"));
+    assert!(!s.waive_node_waits("down1", "b").await.expect("waive again"));
+    assert!(s.node_waits("down1").await.expect("node waits").is_empty());
+}

@@ -24,6 +24,7 @@ pub(crate) fn new_run(id: &str, key: Option<&str>, max: u32, overlap: Overlap) -
         biz_date: None,
         one_per_biz_date: false,
         after: Vec::new(),
+        node_after: Vec::new(),
         wait_reason: None,
     }
 }

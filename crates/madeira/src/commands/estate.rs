@@ -54,6 +54,10 @@ fn walk<'a>(
     if let Some(w) = flow["waiting_for"].as_str() {
         line.push_str(&format!("  {w}"));
     }
+    for held in flow["held_nodes"].as_array().into_iter().flatten() {
+        let node = held["node"].as_str().unwrap_or("?");
+        line.push_str(&format!("  node {node} {}", held["waiting_for"].as_str().unwrap_or("waits")));
+    }
     let holds: Vec<&str> = flow["holds"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
     if !holds.is_empty() {
         line.push_str(&format!("  holds {}", holds.join(", ")));
@@ -102,6 +106,20 @@ mod tests {
         assert_eq!(
             text,
             "estate for business date 2026-12-04\na  [failed]\n  b  [held]  waiting for a 2026-12-04  held by a.pull FAILED\n    c  [held]  waiting for b 2026-12-04  held by a.pull FAILED"
+        );
+    }
+
+    #[test]
+    fn a_running_flow_with_a_held_node_names_the_node_and_the_root_cause() {
+        let body = json!({"date": "2026-12-04", "flows": [
+            {"flow": "fx", "after": [], "state": "failed"},
+            {"flow": "settle", "after": ["fx"], "state": "running",
+             "held_nodes": [{"node": "post", "waiting_for": "waiting for fx.publish 2026-12-04, FAILED"}],
+             "root_cause": {"flow": "fx", "node": "publish"}},
+        ]});
+        assert_eq!(
+            super::tree_text(&body),
+            "estate for business date 2026-12-04\nfx  [failed]\n  settle  [running]  node post waiting for fx.publish 2026-12-04, FAILED  held by fx.publish FAILED"
         );
     }
 
