@@ -49,6 +49,15 @@ fn holding(source: &str, ids: &[&str]) -> Step {
     step
 }
 
+/// A step holding `ids` of `source`, each QUEUED (waiting: not admitted to start).
+fn waiting(source: &str, ids: &[&str]) -> Step {
+    let mut step = holding(source, ids);
+    for snap in step.runs.values_mut() {
+        snap.state = RunState::Queued;
+    }
+    step
+}
+
 /// Run `r1` of `FLOW`, started: `a` dispatched in the same step.
 fn started() -> (Step, Work) {
     let mut step = holding(FLOW, &["r1"]);
@@ -237,7 +246,7 @@ fn cancel_aborts_the_attempt_in_flight_finishes_the_run_and_is_refused_twice() {
 
 #[test]
 fn after_expired_fails_a_queued_run_and_is_refused_for_a_running_one() {
-    let mut step = holding(FLOW, &["r1"]);
+    let mut step = waiting(FLOW, &["r1"]);
     let (result, work) = apply(&mut step, Command::AfterExpired);
     result.expect("after expired");
     assert_eq!(step.runs["r1"].state, RunState::Failed);
@@ -257,7 +266,7 @@ fn recover_starts_the_attempt_in_flight_again_and_leaves_a_queued_run_alone() {
         "{:?}",
         actions(&work)
     );
-    let mut step = holding(FLOW, &["r1"]);
+    let mut step = waiting(FLOW, &["r1"]);
     let (result, work) = apply(&mut step, Command::Recover);
     result.expect("recover of a queued run");
     assert_eq!(step.runs["r1"].state, RunState::Queued);
@@ -312,4 +321,17 @@ fn an_attempts_end_is_recorded_with_its_log_and_too_large_outputs_fail_it() {
     let kept = &work.batch.logs[0].content;
     assert!(kept.ends_with("\u{FFFD}end"), "the log's tail is kept, NUL shown as U+FFFD");
     assert_eq!(kept.chars().count(), 64 * 1024, "64 KiB of the log are kept");
+}
+
+#[test]
+fn only_an_admitted_run_starts_a_queued_one_is_refused() {
+    let mut step = waiting(FLOW, &["r1"]);
+    let (result, work) = apply(&mut step, Command::Start);
+    assert_eq!(refusal(result), Refusal::Run { state: RunState::Queued, action: "start" });
+    assert!(work.batch.transitions.is_empty(), "a refused start writes nothing");
+    let (mut step, work) = started();
+    assert_eq!(step.runs["r1"].state, RunState::Running, "ADMITTED -> RUNNING");
+    assert!(!work.batch.transitions.is_empty());
+    let (result, _) = apply(&mut step, Command::Start);
+    assert_eq!(refusal(result), Refusal::Run { state: RunState::Running, action: "start" });
 }
