@@ -270,7 +270,7 @@ impl EngineHandle {
         }
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 

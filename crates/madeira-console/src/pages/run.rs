@@ -167,10 +167,12 @@ async fn fragments(
     let lang = ctx.lang;
     let r = &run.stored.run;
     let now = madeira_engine::now_ms();
-    let store = console.app.engine.store();
-    let transitions = store.transitions(&r.id).await?;
-    let audit =
-        store.audit(&AuditQuery { run_id: Some(r.id.clone()), limit: 200, ..Default::default() }).await?;
+    let reads = &console.app.reads;
+    let transitions = reads.runs.transitions(&r.id).await?;
+    let audit = reads
+        .audit
+        .audit(&AuditQuery { run_id: Some(r.id.clone()), limit: 200, ..Default::default() })
+        .await?;
     // Runs older than `runs.actor` keep theirs in the first transition.
     let actor = Some(r.actor.clone())
         .filter(|a| !a.is_empty())
@@ -439,7 +441,7 @@ async fn panel_markup(
     let now = madeira_engine::now_ms();
     let state = row.state.as_str();
     let attempts: Vec<_> = run.stored.attempts.iter().filter(|a| a.node == node).collect();
-    let logs = console.app.engine.store().logs(&r.id, node).await?;
+    let logs = console.app.reads.runs.logs(&r.id, node).await?;
     let mut tabs: Vec<u32> =
         attempts.iter().map(|a| a.attempt).chain(logs.iter().map(|l| l.attempt)).collect();
     tabs.sort_unstable();
@@ -596,7 +598,7 @@ async fn child_runs(
         limit: 1000,
         ..Default::default()
     };
-    let runs = console.app.engine.store().list_runs(&query).await?;
+    let runs = console.app.reads.runs.list_runs(&query).await?;
     Ok(runs
         .into_iter()
         .filter_map(|r| {

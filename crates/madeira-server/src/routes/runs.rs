@@ -11,7 +11,8 @@ use madeira_store::RunQuery;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{follow, json_body, sidecars};
+use super::{follow, json_body};
+use crate::detail::RunDetail;
 use crate::{ApiError, AppState, Role, views};
 
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
@@ -201,7 +202,7 @@ pub async fn list(
     let mut rows = Vec::new();
     // A scoped caller's page skips other teams' runs: read on until it is full.
     loop {
-        let page = state.engine.store().list_runs(&query).await?;
+        let page = state.reads.runs.list_runs(&query).await?;
         let exhausted = page.len() < query.limit as usize;
         let reached_since = since.as_ref().is_some_and(|b| page.last().is_some_and(|r| r.id < *b));
         query.before = page.last().map(|r| r.id.clone());
@@ -229,7 +230,7 @@ pub async fn list(
     tag = "runs",
     params(("id" = String, Path, description = "run id (UUIDv7)")),
     responses(
-        (status = 200, description = "the run and every node", body = crate::schema::RunDetail),
+        (status = 200, description = "the run and every node", body = RunDetail),
         (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
         (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
         (status = 404, description = "not found", body = crate::schema::ErrorBody),
@@ -245,63 +246,13 @@ pub async fn show(
     let caller = state.auth.caller(&headers, Role::Viewer)?;
     state.check_run(&caller, &id).await?;
     let stored = state
-        .engine
-        .store()
+        .reads
+        .runs
         .load_run(&id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
     let def = state.engine.flow(&stored.run.flow, Some(stored.run.version)).await?;
-    let mut view = views::run_detail(&stored, &def);
-    let audit = madeira_store::AuditQuery { run_id: Some(id.clone()), limit: 100, ..Default::default() };
-    view.warnings = state
-        .engine
-        .store()
-        .audit(&audit)
-        .await?
-        .into_iter()
-        .filter(|a| a.action == madeira_engine::fallbacks::ROUTING_FALLBACK)
-        .filter_map(|a| a.reason)
-        .collect();
-    for node in def.nodes.iter().filter(|n| n.throttle.is_some()) {
-        let (Some(throttle), Some(entry)) = (node.throttle, view.nodes.get_mut(node.id.as_str())) else {
-            continue;
-        };
-        let live = state.engine.throttle_state(&def.name, &node.id);
-        let position = live.waiting.iter().position(|r| *r == id).map(|p| p + 1);
-        entry.throttle = Some(json!({
-            "max_permits": throttle.max_permits,
-            "queue_size": throttle.queue_size,
-            "permits_in_use": live.in_use,
-            "queue_depth": live.waiting.len(),
-            "queue_position": position,
-        }));
-    }
-    for node in &def.nodes {
-        let madeira_core::NodeAction::Run(madeira_core::ExecutorDef::Subflow(sub)) = &node.action else {
-            continue;
-        };
-        let Some(entry) = view.nodes.get_mut(node.id.as_str()) else { continue };
-        let query = madeira_store::RunQuery {
-            flow: Some(sub.flow.clone()),
-            actor: Some(madeira_core::subflow::child_actor(&id, &node.id)),
-            limit: 1000,
-            ..Default::default()
-        };
-        let children: std::collections::HashMap<u32, String> = state
-            .engine
-            .store()
-            .list_runs(&query)
-            .await?
-            .into_iter()
-            .filter_map(|r| {
-                let key = r.idempotency_key.as_deref()?;
-                let (_, _, attempt) = madeira_core::subflow::parse_child_key(key)?;
-                Some((attempt, r.id))
-            })
-            .collect();
-        entry.set_child_runs(&children);
-    }
-    sidecars::show_waiting(&mut view, &id, state.engine.waiting());
+    let view = RunDetail::gather(&state, &stored, &def).await?;
     Ok(Json(view).into_response())
 }
 
@@ -460,15 +411,16 @@ pub async fn logs(
     if query.follow {
         let offset = follow::resume_offset(&headers, query.offset)?;
         let req = follow::FollowRequest { run_id: id, node, attempt: query.attempt, offset };
-        return follow::follow_node(&state.engine, req, state.shutdown.clone()).await;
+        return follow::follow_node(&state, req).await;
     }
-    let store = state.engine.store();
+    let reads = &state.reads;
     let stored =
-        store.load_run(&id).await?.ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
+        reads.runs.load_run(&id).await?.ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
     if !stored.nodes.iter().any(|n| n.node == node) {
         return Err(ApiError::not_found(format!("run {id}: node {node} not found")));
     }
-    let mut logs: Vec<Value> = store
+    let mut logs: Vec<Value> = reads
+        .runs
         .logs(&id, &node)
         .await?
         .into_iter()
@@ -507,7 +459,7 @@ pub async fn transitions(
 ) -> Result<Json<Value>, ApiError> {
     let caller = state.auth.caller(&headers, Role::Viewer)?;
     state.check_run(&caller, &id).await?;
-    let records = state.engine.store().transitions(&id).await?;
+    let records = state.reads.runs.transitions(&id).await?;
     if records.is_empty() {
         return Err(ApiError::not_found(format!("run {id} not found")));
     }
