@@ -26,7 +26,8 @@ pub struct RunDetail<'a> {
     pub flow: &'a str,
     pub version: u32,
     pub status: &'static str,
-    #[schema(value_type = Object)]
+    /// The run's parameters, as given.
+    #[schema(value_type = serde_json::Value)]
     pub params: &'a Json,
     pub trigger: &'a str,
     /// Who started the run (as in `RunSummary`).
