@@ -389,4 +389,24 @@ mod tests {
             assert!(view["nodes"]["a"].get(key).is_none(), "{key} in {view}");
         }
     }
+
+    #[test]
+    fn a_throttle_is_written_as_the_api_always_wrote_it() {
+        let typed = super::ThrottleView {
+            max_permits: 2,
+            permits_in_use: 1,
+            queue_depth: 3,
+            queue_position: None,
+            queue_size: 50,
+        };
+        // What the route built with `json!` before the view was typed.
+        let before = json!({
+            "max_permits": 2,
+            "queue_size": 50,
+            "permits_in_use": 1,
+            "queue_depth": 3,
+            "queue_position": serde_json::Value::Null,
+        });
+        assert_eq!(serde_json::to_string(&typed).expect("serialises"), before.to_string());
+    }
 }
