@@ -277,7 +277,7 @@ pub fn run_detail<'a>(stored: &'a StoredRun, flow: &'a FlowDef) -> RunDetail<'a>
         run_id: &run.id,
         flow: &run.flow,
         version: run.version,
-        status: run.state.as_str(),
+        status: run.state.shown().as_str(),
         params: &run.params,
         trigger: &run.trigger,
         actor: &run.actor,

@@ -18,7 +18,7 @@ pub fn run_summary(run: &RunRow) -> Json {
         "run_id": run.id,
         "flow": run.flow,
         "version": run.version,
-        "status": run.state.as_str(),
+        "status": run.state.shown().as_str(),
         "trigger": run.trigger,
         "actor": run.actor,
         "biz_date": run.biz_date,

@@ -83,10 +83,10 @@ forward!(RunStore {
     write fn after_dependents(flow: &str, date: &str) -> Vec<String> = waits::after_dependents;
     write fn held_runs(flow: &str, date: &str) -> Vec<RunRow> = waits::held_runs;
     write fn waive_waits(run_id: &str) -> bool = waits::waive_waits;
-    write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
+    write_ids fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
     write fn record_deadline_miss(flow: &str, biz_date: &str, now_ms: i64) -> bool = deadlines::record_deadline_miss;
     write fn record_once(flow: &str, key: &str, now_ms: i64) -> bool = once::record_once;
-    write fn set_wait_reason(run_id: &str, reason: Option<&str>, admit_ms: Option<i64>) -> bool = runs::set_wait_reason;
+    write_ids fn set_wait_reason(run_id: &str, reason: Option<&str>, admit_ms: Option<i64>) -> bool = runs::set_wait_reason;
     write_dialect fn commit(batch: &Batch) -> () = commit::commit;
     write fn unfinished_runs() -> Vec<String> = read::unfinished_runs;
     write fn put_shard_result(result: &ShardResult) -> () = shards::put;
