@@ -42,6 +42,10 @@ pub struct ControlPlane {
     tasks: Vec<JoinHandle<()>>,
     /// The sidecar link, when enabled.
     pub fleet: Option<crate::sidecars::FleetParts>,
+    /// The store the engine writes: the API and console get only its readers
+    /// (`madeira_server::Reads`); the binary's `bench` and `demo` measure and
+    /// show it directly.
+    pub store: Arc<dyn Store>,
 }
 
 pub struct PlaneOptions {
@@ -224,7 +228,8 @@ impl ControlPlane {
         let redis_url = options.engine.redis.clone();
         crate::calendars::register_metrics(&options.engine.calendars, telemetry.registry_mut());
         let engine_options = EngineOptions { tracing: telemetry.tracing(), datasources, ..options.engine };
-        let (engine, handle) = madeira_engine::build(store, executors, observers.clone(), engine_options);
+        let (engine, handle) =
+            madeira_engine::build(store.clone(), executors, observers.clone(), engine_options);
         if let Some(xxl) = &xxl {
             xxl.attach_engine(handle.clone());
             tracing::info!(prefix = xxl.prefix(), apps = ?xxl.apps(), "XXL-JOB admin endpoints on");
@@ -259,7 +264,7 @@ impl ControlPlane {
         tasks.push(tokio::spawn(madeira_engine::EventDrainer::new(handle.clone()).run(drain.clone())));
         let fleet = match (fleet, options.fleet) {
             (Some(fleet), Some(setup)) => {
-                fleet.attach_engine(handle.clone());
+                fleet.attach_engine(handle.clone(), store.clone());
                 fleet.set_listener(Arc::new(crate::sidecars::SidecarAlerts(alerts.clone())));
                 let registry = telemetry.registry_mut();
                 Some(crate::sidecars::start(fleet, setup, registry, &cancel, &mut tasks).await?)
@@ -269,7 +274,7 @@ impl ControlPlane {
         let source_metrics = (!options.sources.is_empty())
             .then(|| madeira_sources::SourceMetrics::register(telemetry.registry_mut()));
         let telemetry = telemetry.finish();
-        let mut state = AppState::new(handle.clone(), options.auth)
+        let mut state = AppState::new(handle.clone(), madeira_server::Reads::of(&store), options.auth)
             .with_alerts(alerts.clone())
             .with_metrics(telemetry.exposition.clone())
             .with_shutdown(drain.clone());
@@ -301,6 +306,7 @@ impl ControlPlane {
             // The web console under `/`, over the same state as the API.
             let console = madeira_console::Console::new(
                 state.clone(),
+                store.clone(),
                 madeira_console::ConsoleOptions {
                     secure_cookies: tls.is_some(),
                     shutdown: cancel.clone(),
@@ -325,7 +331,7 @@ impl ControlPlane {
             }));
         }
         let shutdown_grace = options.shutdown_grace;
-        Ok(Self { engine: handle, http_addr, cancel, drain, shutdown_grace, telemetry, tasks, fleet })
+        Ok(Self { engine: handle, http_addr, cancel, drain, shutdown_grace, telemetry, tasks, fleet, store })
     }
 
     /// Applies every `*.yaml`/`*.yml` flow file in `dir` (calendar files, read at

@@ -46,7 +46,7 @@ pub fn start(
     let engine = setup.state.engine.clone();
     let supervisor = Supervisor {
         sources,
-        catalog: Arc::new(StoreCatalog(engine.clone())),
+        catalog: Arc::new(StoreCatalog { engine: engine.clone(), flows: setup.state.reads.flows.clone() }),
         runs: Arc::new(EngineRuns { state: setup.state }),
         warnings: Arc::new(AlertWarnings(setup.alerts)),
         statuses: statuses.clone(),
@@ -105,15 +105,19 @@ fn refusal(e: EngineError) -> Refusal {
     }
 }
 
-struct StoreCatalog(EngineHandle);
+/// The flows' message triggers: the stored flows, each read through the engine.
+struct StoreCatalog {
+    engine: EngineHandle,
+    flows: Arc<dyn madeira_store::FlowReader>,
+}
 
 #[async_trait]
 impl Catalog for StoreCatalog {
     async fn triggers(&self) -> Result<Vec<TriggerSpec>, String> {
-        let flows = self.0.store().list_flows().await.map_err(|e| e.to_string())?;
+        let flows = self.flows.list_flows().await.map_err(|e| e.to_string())?;
         let mut out = Vec::new();
         for record in flows {
-            let def = match self.0.flow(&record.name, Some(record.latest_version)).await {
+            let def = match self.engine.flow(&record.name, Some(record.latest_version)).await {
                 Ok(def) => def,
                 Err(e) => {
                     tracing::warn!(flow = %record.name, error = %e, "message triggers: flow not readable");

@@ -189,14 +189,14 @@ impl Hub {
 
 /// Which flows a scoped viewer's stream may carry.
 pub struct Scope {
-    engine: madeira_engine::EngineHandle,
+    app: madeira_server::AppState,
     caller: madeira_server::Caller,
     judged: Mutex<HashMap<String, (bool, Instant)>>,
 }
 
 impl Scope {
-    pub fn new(engine: madeira_engine::EngineHandle, caller: madeira_server::Caller) -> Self {
-        Self { engine, caller, judged: Mutex::new(HashMap::new()) }
+    pub fn new(app: madeira_server::AppState, caller: madeira_server::Caller) -> Self {
+        Self { app, caller, judged: Mutex::new(HashMap::new()) }
     }
 
     /// Whether the caller sees `flow` (a flow that cannot be read is not seen).
@@ -208,7 +208,7 @@ impl Scope {
         if let Some(sees) = cached {
             return sees;
         }
-        let sees = match madeira_server::visible_flow(&self.engine, &self.caller, flow).await {
+        let sees = match madeira_server::visible_flow(&self.app, &self.caller, flow).await {
             Ok(sees) => sees,
             Err(e) => {
                 tracing::debug!(flow = %flow, error = %e, "cannot judge a flow's scope; its events are left out");
@@ -258,7 +258,7 @@ pub async fn stream(
     let scope = match caller.is_scoped() {
         false => None,
         true => {
-            let scope = Scope::new(console.app.engine.clone(), caller);
+            let scope = Scope::new(console.app.clone(), caller);
             if let Some(run) = &filter.run {
                 crate::pages::load_run(&console, &ctx.user, run).await?;
             }

@@ -2,8 +2,8 @@
 //! few ES modules, served by the control plane under `/` next to `/api/v1`.
 //!
 //! It reaches the engine and the store only through the API's `AppState` (the
-//! same `EngineHandle`, auth config, alert handle and fleet), so every action a
-//! page takes is the engine action the REST API takes, audited with the signed-in
+//! same `EngineHandle`, store readers, auth config, alert handle and fleet), so
+//! every action a page takes is the engine action the REST API takes, audited with the signed-in
 //! token's name. Live updates come from the engine's committed-transition
 //! broadcast, renumbered by `events::Hub` and sent as Server-Sent Events.
 //!
@@ -36,6 +36,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use madeira_server::AppState;
+use madeira_store::SessionStore;
 use tokio_util::sync::CancellationToken;
 
 pub use error::ConsoleError;
@@ -76,10 +77,12 @@ pub struct Console {
 impl Console {
     /// Builds the console over the API's state; starts the event hub (which
     /// must run inside a Tokio runtime).
-    pub fn new(app: AppState, options: ConsoleOptions) -> Self {
+    /// Sessions are kept in `sessions` (the console's own state; it reads the rest
+    /// through `app.reads` and writes only through `app.engine`).
+    pub fn new(app: AppState, sessions: Arc<dyn SessionStore>, options: ConsoleOptions) -> Self {
         let hub = events::Hub::start(app.engine.subscribe(), options.shutdown.clone());
         Self {
-            sessions: Arc::new(sessions::Sessions::new(app.engine.store().clone(), options.session_ttl)),
+            sessions: Arc::new(sessions::Sessions::new(sessions, options.session_ttl)),
             hub,
             layouts: Arc::new(layout::LayoutCache::default()),
             assets: Arc::new(assets::Assets::new()),

@@ -35,17 +35,18 @@ pub struct LogChunk {
 
 /// Attempt `attempt`'s output of `run`/`node` from byte `offset` on.
 pub async fn read_log(
-    engine: &madeira_engine::EngineHandle,
+    app: &madeira_server::AppState,
     run: &str,
     node: &str,
     attempt: u32,
     offset: usize,
 ) -> Result<LogChunk, madeira_store::StoreError> {
-    if let Some(live) = engine.attempt_log(run, node, Some(attempt), offset as u64) {
+    if let Some(live) = app.engine.attempt_log(run, node, Some(attempt), offset as u64) {
         return Ok(live_chunk(live));
     }
-    let content = engine
-        .store()
+    let content = app
+        .reads
+        .runs
         .logs(run, node)
         .await?
         .into_iter()
@@ -112,7 +113,7 @@ pub async fn serve(
         return Err(ConsoleError::NotFound(format!("run {run}: node {node} not found")));
     }
     let offset = if q.download.is_some() { 0 } else { q.offset };
-    let chunk = read_log(&console.app.engine, &run, &node, q.attempt, offset).await?;
+    let chunk = read_log(&console.app, &run, &node, q.attempt, offset).await?;
     let mut response = (
         [
             (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_string()),
@@ -151,7 +152,7 @@ pub async fn follow(
     crate::pages::load_run(&console, &ctx.user, &run).await?;
     let offset = madeira_server::resume_offset(&headers, q.offset)?;
     let req = madeira_server::FollowRequest { run_id: run, node, attempt: Some(q.attempt), offset };
-    Ok(madeira_server::follow_node(&console.app.engine, req, console.app.shutdown.clone()).await?)
+    Ok(madeira_server::follow_node(&console.app, req).await?)
 }
 
 #[cfg(test)]

@@ -158,8 +158,7 @@ async fn actions_are_audited_with_the_token_name_and_need_a_reason() {
     assert_eq!(done.status, StatusCode::OK, "{}", done.body);
     assert_eq!(done.headers["HX-Trigger"], "madeira-refresh");
     let audit = app
-        .engine
-        .store()
+        .store
         .audit(&madeira_store::AuditQuery { run_id: Some(run.clone()), limit: 10, ..Default::default() })
         .await
         .expect("audit");
@@ -350,7 +349,7 @@ async fn a_scoped_token_sees_only_its_team_and_another_teams_run_is_not_found() 
     let confirm = format!("/runs/{theirs}/nodes/approve/confirm");
     let reply = send(&app, post(&confirm, Some(&cookie), &format!("reason=ok&csrf={csrf}"))).await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.body);
-    let run = app.engine.store().load_run(&theirs).await.expect("load").expect("run");
+    let run = app.store.load_run(&theirs).await.expect("load").expect("run");
     let approve = run.nodes.iter().find(|n| n.node == "approve").expect("approve node");
     assert_eq!(approve.state.as_str(), "MANUAL_CONFIRM", "the refused confirm did nothing");
 
@@ -438,11 +437,11 @@ async fn every_console_route_applies_the_tokens_scope() {
         }
     }
     assert!(probed >= 23, "every scoped route was probed: {probed}");
-    let run = app.engine.store().load_run(&theirs).await.expect("load").expect("run");
+    let run = app.store.load_run(&theirs).await.expect("load").expect("run");
     assert_eq!(run.run.state.as_str(), "RUNNING", "nothing another team's token posted took effect");
     let approve = run.nodes.iter().find(|n| n.node == "approve").expect("approve node");
     assert_eq!(approve.state.as_str(), "MANUAL_CONFIRM");
-    let flow = app.engine.store().get_flow("pay").await.expect("flow").expect("pay");
+    let flow = app.store.get_flow("pay").await.expect("flow").expect("pay");
     assert!(!flow.paused, "another team's flow was not paused");
 
     // The unfiltered stream carries the team's own flows only.

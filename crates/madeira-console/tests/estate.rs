@@ -39,7 +39,7 @@ async fn start(app: &App, flow: &str) -> String {
 async fn wait_run(app: &App, id: &str, what: &str, ok: impl Fn(&madeira_store::RunRow) -> bool) {
     let found = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
-            let stored = app.engine.store().load_run(id).await.expect("load").expect("run");
+            let stored = app.store.load_run(id).await.expect("load").expect("run");
             if ok(&stored.run) {
                 return;
             }

@@ -192,7 +192,7 @@ impl EngineHandle {
         self.live_logs.subscribe(&(run_id.to_string(), node.to_string(), attempt))
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 

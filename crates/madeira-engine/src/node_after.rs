@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use chrono::{TimeZone, Utc};
 use madeira_core::model::AfterThen;
 use madeira_core::{Command, FlowDef};
-use madeira_store::{AuditRecord, HeldNode, NodeWaitState, RunCommand, Store};
+use madeira_store::{AuditRecord, HeldNode, NodeWaitState, RunCommand, RunReader};
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
@@ -107,7 +107,7 @@ pub fn reason(unmet: &[&NodeWaitState], def: &FlowDef) -> String {
 
 /// The reason of every node of `run_id` (a run of `def`) with an unmet `after`
 /// now, by node name.
-pub async fn node_reasons(store: &dyn Store, run_id: &str, def: &FlowDef) -> BTreeMap<String, String> {
+pub async fn node_reasons(store: &dyn RunReader, run_id: &str, def: &FlowDef) -> BTreeMap<String, String> {
     if !def.nodes.iter().any(|n| !n.after.is_empty()) {
         return BTreeMap::new();
     }

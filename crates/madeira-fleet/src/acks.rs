@@ -104,7 +104,7 @@ impl Fleet {
             old
         };
         for (run_id, node, attempt) in old {
-            let ended = match engine.store().load_run(&run_id).await {
+            let ended = match engine.runs.load_run(&run_id).await {
                 Ok(Some(stored)) => {
                     let recorded = stored
                         .attempts

@@ -41,7 +41,7 @@ impl KeptShards {
         let Some(engine) = fleet.inner.engine.get() else {
             return done;
         };
-        match engine.store().shard_results(&job.run_id, &job.node, &job.idempotency_key).await {
+        match engine.runs.shard_results(&job.run_id, &job.node, &job.idempotency_key).await {
             Ok(rows) => {
                 for row in rows.into_iter().filter(|r| r.input_hash == hash) {
                     if let Ok(Json::Object(map)) = serde_json::from_str(&row.outputs) {
@@ -69,7 +69,7 @@ impl KeptShards {
                 outputs: Json::Object(outputs.clone()).to_string(),
                 at_ms: madeira_engine::now_ms(),
             };
-            match engine.store().put_shard_result(&row).await {
+            match engine.runs.put_shard_result(&row).await {
                 Ok(()) => return,
                 Err(e) => {
                     warn!(run_id = %job.run_id, node = %job.node, shard, error = %e, "cannot keep a shard's result in the store; kept in memory only");

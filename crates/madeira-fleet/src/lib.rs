@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use madeira_engine::EngineHandle;
+use madeira_store::{FlowReader, PresenceStore, RunStore, Store};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -99,7 +100,7 @@ pub(crate) struct Inner {
     pub state: Mutex<State>,
     /// Bumped on every change of who is live; executors waiting for a sidecar watch it.
     pub changed: watch::Sender<u64>,
-    pub engine: OnceLock<EngineHandle>,
+    pub engine: OnceLock<Attached>,
     pub listener: OnceLock<Arc<dyn FleetListener>>,
     pub metrics: FleetMetrics,
     /// Observe flows per sidecar group (`observe.rs`).
@@ -109,6 +110,25 @@ pub(crate) struct Inner {
     /// Set on shutdown once the engine commits nothing more: reports are no longer
     /// taken (nor acknowledged), so they stay spooled for the next start.
     pub intake_closed: std::sync::atomic::AtomicBool,
+}
+
+/// The engine the fleet is attached to (derefs to its handle) and the store
+/// aggregates the fleet uses by name: runs (read; kept shards written),
+/// sidecar presence (this replica's report), flows (which are observe flows).
+#[derive(Clone)]
+pub(crate) struct Attached {
+    pub handle: EngineHandle,
+    pub runs: Arc<dyn RunStore>,
+    pub presence: Arc<dyn PresenceStore>,
+    pub flows: Arc<dyn FlowReader>,
+}
+
+impl std::ops::Deref for Attached {
+    type Target = EngineHandle;
+
+    fn deref(&self) -> &EngineHandle {
+        &self.handle
+    }
 }
 
 /// Told when a sidecar is lost (silent past `lost_after`) and when one attaches:
@@ -145,9 +165,13 @@ impl Fleet {
         Self { inner: Arc::new(inner) }
     }
 
-    /// The engine to wake when sidecars come and to record exec reports with.
-    pub fn attach_engine(&self, engine: EngineHandle) {
-        let _ = self.inner.engine.set(engine);
+    /// The engine to wake when sidecars come and to record exec reports with,
+    /// and the store the fleet keeps its own state in (kept shards, sidecar
+    /// presence) and reads runs and flows from.
+    pub fn attach_engine(&self, engine: EngineHandle, store: Arc<dyn Store>) {
+        let attached =
+            Attached { handle: engine, runs: store.clone(), presence: store.clone(), flows: store };
+        let _ = self.inner.engine.set(attached);
     }
 
     /// Stops taking results and reports (shutdown): they stay in the sidecars'

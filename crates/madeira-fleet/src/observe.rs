@@ -15,7 +15,6 @@ use std::sync::Mutex;
 
 use madeira_core::ExecutorDef;
 use madeira_core::model::NodeAction;
-use madeira_engine::EngineHandle;
 use madeira_engine::observed::flow_name_for;
 use madeira_proto::v1::ExecReport;
 use tracing::warn;
@@ -51,10 +50,10 @@ fn observe_group(def: &madeira_core::FlowDef) -> Option<&str> {
 
 /// Every stored observe flow, by group.
 async fn learn(
-    engine: &EngineHandle,
+    engine: &crate::Attached,
 ) -> Result<HashMap<String, HashSet<String>>, madeira_engine::EngineError> {
     let mut groups: HashMap<String, HashSet<String>> = HashMap::new();
-    for record in engine.store().list_flows().await? {
+    for record in engine.flows.list_flows().await? {
         let def = engine.flow(&record.name, Some(record.latest_version)).await?;
         if let Some(group) = observe_group(&def) {
             groups.entry(group.to_string()).or_default().insert(record.name);

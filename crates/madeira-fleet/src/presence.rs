@@ -46,7 +46,7 @@ impl Fleet {
                 _ = changed.changed() => {}
             }
             let now = madeira_engine::now_ms();
-            match engine.store().publish_sidecars(engine.replica_id(), &self.presence(), now).await {
+            match engine.presence.publish_sidecars(engine.replica_id(), &self.presence(), now).await {
                 Ok(()) => failing = false,
                 Err(e) if !failing => {
                     failing = true;
@@ -55,6 +55,6 @@ impl Fleet {
                 Err(_) => {}
             }
         }
-        let _ = engine.store().publish_sidecars(engine.replica_id(), &[], madeira_engine::now_ms()).await;
+        let _ = engine.presence.publish_sidecars(engine.replica_id(), &[], madeira_engine::now_ms()).await;
     }
 }

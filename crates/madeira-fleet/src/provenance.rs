@@ -12,7 +12,6 @@
 
 use madeira_core::ExecutorDef;
 use madeira_core::model::{NodeAction, NodeDef};
-use madeira_engine::EngineHandle;
 use madeira_proto::v1::AttemptResult;
 use tracing::{debug, warn};
 
@@ -125,12 +124,12 @@ pub(crate) async fn check(fleet: &Fleet, name: &str, r: &AttemptResult) -> Verdi
 /// `None` when the store shows `r`'s attempt may have been placed on `name` of
 /// `group`; otherwise why not.
 async fn placed_on(
-    engine: &EngineHandle,
+    engine: &crate::Attached,
     name: &str,
     group: &str,
     r: &AttemptResult,
 ) -> Result<Option<Refusal>, madeira_engine::EngineError> {
-    let Some(stored) = engine.store().load_run(&r.run_id).await? else {
+    let Some(stored) = engine.runs.load_run(&r.run_id).await? else {
         return Ok(Some(Refusal::Unplaced));
     };
     let def = match engine.flow(&stored.run.flow, Some(stored.run.version)).await {

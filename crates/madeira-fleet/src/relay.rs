@@ -63,7 +63,7 @@ impl Fleet {
         };
         let r = &u.result;
         let key = node_key(r);
-        let store = engine.store();
+        let store = &engine.runs;
         match store.shard_results(&r.run_id, &r.node, key).await {
             Ok(rows) if rows.iter().any(|row| row.shard == r.shard_index) => return true,
             Ok(_) => {}
@@ -103,7 +103,7 @@ impl Fleet {
     /// A result another replica relayed for `job`'s attempt (`shard` of it).
     pub(crate) async fn relayed(&self, job: &Job, shard: u32) -> Option<Reported> {
         let engine = self.inner.engine.get()?;
-        let rows = match engine.store().shard_results(&job.run_id, &job.node, &job.idempotency_key).await {
+        let rows = match engine.runs.shard_results(&job.run_id, &job.node, &job.idempotency_key).await {
             Ok(rows) => rows,
             Err(e) => {
                 debug!(run_id = %job.run_id, error = %e, "cannot look for a relayed result");
@@ -144,7 +144,7 @@ impl Fleet {
     pub(crate) async fn resume_watch(&self, job: &Job) -> ResumeWatch {
         let now = Instant::now();
         let started_at = match self.inner.engine.get() {
-            Some(engine) => match engine.store().load_run(&job.run_id).await {
+            Some(engine) => match engine.runs.load_run(&job.run_id).await {
                 Ok(Some(stored)) => stored
                     .attempts
                     .iter()
@@ -189,7 +189,7 @@ impl Fleet {
             return true;
         };
         let since = watch.started_at_ms.saturating_sub(i64::try_from(SILENT.as_millis()).unwrap_or(0));
-        let rows = match engine.store().sidecar_presence(since).await {
+        let rows = match engine.presence.sidecar_presence(since).await {
             Ok(rows) => rows,
             // The store is out of reach: nothing to decide by; keep waiting.
             Err(_) => return false,

@@ -16,7 +16,7 @@ use madeira_proto::v1::link_client::LinkClient;
 use madeira_proto::v1::{ExecReport, Hello, Ready};
 use madeira_proto::{ControlMsg, SidecarMessage, SidecarMsg};
 use madeira_store::sqlite::SqliteStore;
-use madeira_store::{FlowStore, RunQuery, RunStore};
+use madeira_store::{FlowReader, RunQuery, RunReader};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -51,7 +51,7 @@ async fn exec_reports_create_at_most_the_caps_worth_of_flows_and_only_listed_one
     let mut executors = Executors::new(Default::default());
     executors.sidecar = Some(fleet.executor());
     let (engine, handle) = madeira_engine::build(store.clone(), executors, Vec::new(), Default::default());
-    fleet.attach_engine(handle.clone());
+    fleet.attach_engine(handle.clone(), store.clone());
     let cancel = CancellationToken::new();
     tokio::spawn(engine.run(cancel.clone()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");

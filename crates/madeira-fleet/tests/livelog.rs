@@ -24,8 +24,8 @@ async fn a_running_jobs_output_is_readable_from_an_offset_while_it_runs() {
         Fleet::with_metrics(FleetOptions::with_lost_after(Duration::from_secs(5)), FleetMetrics::default());
     let mut executors = Executors::new(Default::default());
     executors.sidecar = Some(fleet.executor());
-    let (engine, handle) = madeira_engine::build(store, executors, Vec::new(), Default::default());
-    fleet.attach_engine(handle.clone());
+    let (engine, handle) = madeira_engine::build(store.clone(), executors, Vec::new(), Default::default());
+    fleet.attach_engine(handle.clone(), store);
     let cancel = CancellationToken::new();
     tokio::spawn(engine.run(cancel.clone()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");

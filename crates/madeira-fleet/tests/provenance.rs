@@ -16,7 +16,7 @@ use madeira_proto::{ControlMessage, ControlMsg, SidecarMessage, SidecarMsg};
 use madeira_sidecar::{
     ExecPolicy, Identity, LinkOptions, Sidecar, SidecarConfig, SidecarMetrics, SidecarOptions,
 };
-use madeira_store::RunStore;
+use madeira_store::RunReader;
 use madeira_store::sqlite::SqliteStore;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -70,7 +70,7 @@ async fn a_forged_result_for_another_groups_node_is_refused_and_the_node_really_
     let mut executors = Executors::new(Default::default());
     executors.sidecar = Some(fleet.executor());
     let (engine, handle) = madeira_engine::build(store.clone(), executors, Vec::new(), Default::default());
-    fleet.attach_engine(handle.clone());
+    fleet.attach_engine(handle.clone(), store.clone());
     let cancel = CancellationToken::new();
     tokio::spawn(engine.run(cancel.clone()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");

@@ -1,9 +1,11 @@
-//! Madeira's REST API (SPEC §9): axum routes over the engine handle and the store,
-//! bearer-token auth with roles, JSON errors `{"error": {code, message, details}}`,
-//! and the health endpoints. `serve` runs it on an already-bound listener.
+//! Madeira's REST API (SPEC §9): axum routes over the engine handle (every write)
+//! and the store's readers (`Reads`), bearer-token auth with roles, JSON errors
+//! `{"error": {code, message, details}}`, and the health endpoints. `serve` runs
+//! it on an already-bound listener.
 
 mod auth;
 mod authlimit;
+pub mod detail;
 mod error;
 mod guard;
 mod ratelimit;
@@ -20,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use madeira_engine::EngineHandle;
+use madeira_store::{AuditStore, FlowReader, PresenceReader, RunReader, Store};
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{AuthConfig, Caller, Role, TokenEntry};
@@ -44,10 +47,30 @@ pub fn api_paths() -> Vec<&'static str> {
 /// Largest request body accepted (flow YAML, params, events).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// The store's read side the API and the console use, by aggregate. Neither
+/// writes the store: every write goes through the engine handle.
+#[derive(Clone)]
+pub struct Reads {
+    pub flows: Arc<dyn FlowReader>,
+    pub runs: Arc<dyn RunReader>,
+    pub audit: Arc<dyn AuditStore>,
+    pub presence: Arc<dyn PresenceReader>,
+}
+
+impl Reads {
+    /// Each reader over `store` (one store serves them all).
+    pub fn of(store: &Arc<dyn Store>) -> Self {
+        Self { flows: store.clone(), runs: store.clone(), audit: store.clone(), presence: store.clone() }
+    }
+}
+
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct AppState {
+    /// Every write, and what the engine knows that the store does not.
     pub engine: EngineHandle,
+    /// What handlers read from the store.
+    pub reads: Reads,
     pub auth: Arc<AuthConfig>,
     /// Flips once (migrations ran, store answered): `/readyz` answers 200 after it.
     pub ready: Arc<AtomicBool>,
@@ -76,9 +99,10 @@ pub struct AppState {
 pub type SourcesView = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
 
 impl AppState {
-    pub fn new(engine: EngineHandle, auth: AuthConfig) -> Self {
+    pub fn new(engine: EngineHandle, reads: Reads, auth: AuthConfig) -> Self {
         Self {
             engine,
+            reads,
             auth: Arc::new(auth),
             ready: Arc::new(AtomicBool::new(false)),
             rate_limits: Arc::new(ratelimit::RateLimits::default()),

@@ -1,6 +1,7 @@
 //! The JSON shapes of `/api/v1` as OpenAPI schemas (`utoipa::ToSchema`): the
 //! error body every handler answers with, and the responses that `views` and
-//! the handlers build. Request bodies and query parameters are the handlers' own
+//! the handlers build (a run's detail is described by its own view type,
+//! `detail::RunDetail`). Request bodies and query parameters are the handlers' own
 //! types (in `routes`); these are the answers' shapes, checked against real
 //! answers by the OpenAPI tests.
 
@@ -150,38 +151,6 @@ pub struct RunSummary {
 pub struct RunList {
     pub runs: Vec<RunSummary>,
     pub next: Option<String>,
-}
-
-/// `GET /runs/{id}`.
-#[derive(Serialize, ToSchema)]
-pub struct RunDetail {
-    pub run_id: String,
-    pub flow: String,
-    pub version: u32,
-    pub status: String,
-    pub params: Value,
-    pub trigger: String,
-    /// Who started the run (as in `RunSummary`).
-    pub actor: String,
-    pub idempotency_key: Option<String>,
-    /// The business date, `YYYY-MM-DD` (as in `RunSummary`).
-    pub biz_date: Option<String>,
-    /// Why a QUEUED run is not started yet (as in `RunSummary`).
-    pub waiting_reason: Option<String>,
-    pub created_at: String,
-    pub started_at: Option<String>,
-    pub finished_at: Option<String>,
-    /// Node ids in topological order.
-    pub order: Vec<String>,
-    /// Node id → its state: status, reason, attempts, attempt_history (each
-    /// `{attempt, started_at, finished_at, outcome, error, host}`; `host` is the
-    /// replica id for an in-process attempt, the sidecar name(s) for a sidecar
-    /// one; a sub-flow node's attempts also have `child_run`, the child run's id), outputs, data_version, stale, started_at, finished_at, needs; `prompt` (rendered) on
-    /// manual nodes, `throttle` on throttled ones, `waiting` while no executor has it.
-    pub nodes: std::collections::BTreeMap<String, Value>,
-    /// What happened instead of a failure, e.g. a routing rule that could not be
-    /// evaluated and sent the run to the default version.
-    pub warnings: Vec<String>,
 }
 
 /// `POST /flows/{name}/runs`: 201 for a new run, 200 for an `Idempotency-Key` seen before.

@@ -4,14 +4,14 @@
 
 use std::collections::HashSet;
 
-use madeira_engine::{EngineError, EngineHandle};
+use madeira_engine::EngineError;
 
 use crate::{ApiError, AppState, Caller};
 
 /// The names of the flows `caller` sees (labels of each flow's latest version);
 /// `None` when the caller is not scoped and sees every flow.
 pub async fn visible_flow_names(
-    engine: &EngineHandle,
+    state: &AppState,
     caller: &Caller,
 ) -> Result<Option<HashSet<String>>, EngineError> {
     if !caller.is_scoped() {
@@ -19,10 +19,10 @@ pub async fn visible_flow_names(
     }
     let mut names = HashSet::new();
     // Deleted flows whose history was kept: their runs stay visible to the team.
-    let mut records = engine.store().list_flows().await?;
-    records.extend(engine.store().deleted_flows().await?);
+    let mut records = state.reads.flows.list_flows().await?;
+    records.extend(state.reads.flows.deleted_flows().await?);
     for record in records {
-        let def = engine.flow(&record.name, Some(record.latest_version)).await?;
+        let def = state.engine.flow(&record.name, Some(record.latest_version)).await?;
         if caller.sees(&def.labels) {
             names.insert(record.name);
         }
@@ -32,13 +32,14 @@ pub async fn visible_flow_names(
 
 /// Whether `caller` sees flow `flow` (by its latest version's labels; a deleted
 /// flow's kept history by its last version's); false when there is no such flow.
-pub async fn visible_flow(engine: &EngineHandle, caller: &Caller, flow: &str) -> Result<bool, EngineError> {
+pub async fn visible_flow(state: &AppState, caller: &Caller, flow: &str) -> Result<bool, EngineError> {
     if !caller.is_scoped() {
         return Ok(true);
     }
+    let engine = &state.engine;
     let def = match engine.flow(flow, None).await {
         Ok(def) => def,
-        Err(EngineError::FlowNotFound(_)) => match engine.store().flow_versions(flow).await?.last() {
+        Err(EngineError::FlowNotFound(_)) => match state.reads.flows.flow_versions(flow).await?.last() {
             Some(last) => engine.flow(flow, Some(last.version)).await?,
             None => return Ok(false),
         },
@@ -50,7 +51,7 @@ pub async fn visible_flow(engine: &EngineHandle, caller: &Caller, flow: &str) ->
 impl AppState {
     /// The flows `caller` sees; `None`: all of them.
     pub(crate) async fn visible_flows(&self, caller: &Caller) -> Result<Option<HashSet<String>>, ApiError> {
-        Ok(visible_flow_names(&self.engine, caller).await?)
+        Ok(visible_flow_names(self, caller).await?)
     }
 
     /// 404 `flow NAME not found` when `caller` may not see the flow.
@@ -62,7 +63,7 @@ impl AppState {
             Ok(def) => def,
             // A deleted flow's history is read by the labels of its last version.
             Err(EngineError::FlowNotFound(_)) => {
-                let versions = self.engine.store().flow_versions(flow).await?;
+                let versions = self.reads.flows.flow_versions(flow).await?;
                 let last =
                     versions.last().ok_or_else(|| ApiError::not_found(format!("flow {flow} not found")))?;
                 self.engine.flow(flow, Some(last.version)).await?
@@ -82,7 +83,7 @@ impl AppState {
             return Ok(());
         }
         let not_found = || ApiError::not_found(format!("run {run_id} not found"));
-        let stored = self.engine.store().load_run(run_id).await?.ok_or_else(not_found)?;
+        let stored = self.reads.runs.load_run(run_id).await?.ok_or_else(not_found)?;
         self.check_flow(caller, &stored.run.flow).await.map_err(|_| not_found())
     }
 }

@@ -1,38 +1,48 @@
 //! The store's aggregates, one trait each, and `Store`, their sum: a component
 //! names the aggregates it uses (e.g. `Arc<dyn RetentionStore>`), while the
 //! engine, which writes across them in one group commit, takes the whole
-//! `Store`. `AlertStore` (alerts and their inbox) is apart: the alert crate uses
+//! `Store`. The aggregates the API and console read split their read side off
+//! (`FlowReader`, `RunReader`, `PresenceReader`; `AuditStore` only reads): those
+//! hold the readers, never the writes, which go through the engine. `AlertStore` (alerts and their inbox) is apart: the alert crate uses
 //! nothing else. Every backend implements every trait (`sql/store.rs`).
 
 use async_trait::async_trait;
 
 use crate::*;
 
-/// Flows and their versions, pausing, deletion, and the events kept for a paused
-/// flow.
+/// What is applied, read side: flows and their versions, the events kept for a
+/// paused flow, calendars. What the API and console read.
 #[async_trait]
-pub trait FlowStore: Send + Sync + 'static {
-    /// Stores `source` as a new version of `name` unless it equals the latest one.
-    async fn put_flow(&self, name: &str, source: &str, content_hash: &str, now_ms: i64) -> Result<PutFlow>;
+pub trait FlowReader: Send + Sync + 'static {
     async fn get_flow(&self, name: &str) -> Result<Option<FlowRecord>>;
     async fn list_flows(&self) -> Result<Vec<FlowRecord>>;
     async fn flow_version(&self, name: &str, version: u32) -> Result<Option<FlowVersion>>;
     /// Every stored version of a flow, oldest first.
     async fn flow_versions(&self, name: &str) -> Result<Vec<FlowVersion>>;
-    async fn set_paused(&self, name: &str, paused: bool, now_ms: i64) -> Result<bool>;
     /// Deleted flows whose history was kept (`delete_flow` without purge).
     async fn deleted_flows(&self) -> Result<Vec<FlowRecord>>;
+    /// Up to `limit` events waiting for `flow`, oldest first.
+    async fn queued_events(&self, flow: &str, limit: u32) -> Result<Vec<QueuedEvent>>;
+    /// Events waiting, per flow that has any.
+    async fn queued_event_counts(&self) -> Result<Vec<(String, u64)>>;
+    /// The latest version of every applied calendar, by name.
+    async fn calendars(&self) -> Result<Vec<CalendarVersion>>;
+}
+
+/// Flows and their versions, pausing, deletion, and the events kept for a paused
+/// flow: `FlowReader` and the writes (the engine's).
+#[async_trait]
+pub trait FlowStore: FlowReader {
+    /// Stores `source` as a new version of `name` unless it equals the latest one.
+    async fn put_flow(&self, name: &str, source: &str, content_hash: &str, now_ms: i64) -> Result<PutFlow>;
+    async fn set_paused(&self, name: &str, paused: bool, now_ms: i64) -> Result<bool>;
     /// Deletes a flow (refused while runs of it are QUEUED or RUNNING), writing
     /// `req.audit` in the same transaction.
     async fn delete_flow(&self, req: &DeleteFlow) -> Result<DeleteOutcome>;
     /// Keeps an event for its paused flow (at most `limit` of its type), decided
     /// under the flow's lock against `set_paused`.
     async fn queue_event(&self, event: &QueuedEvent, limit: u32) -> Result<QueueOutcome>;
-    /// Up to `limit` events waiting for `flow`, oldest first.
-    async fn queued_events(&self, flow: &str, limit: u32) -> Result<Vec<QueuedEvent>>;
     async fn remove_queued_events(&self, ids: &[i64]) -> Result<()>;
-    /// Events waiting, per flow that has any.
-    async fn queued_event_counts(&self) -> Result<Vec<(String, u64)>>;
     /// Stores `source` as a new version of the applied calendar `name` unless
     /// its content hash equals the latest version's.
     async fn put_calendar(
@@ -42,14 +52,44 @@ pub trait FlowStore: Send + Sync + 'static {
         content_hash: &str,
         now_ms: i64,
     ) -> Result<PutFlow>;
-    /// The latest version of every applied calendar, by name.
-    async fn calendars(&self) -> Result<Vec<CalendarVersion>>;
+}
+
+/// Runs, read side: a run with its nodes and attempts, lists and counts, its
+/// transitions, logs, waits and kept shards. What the API and console read.
+#[async_trait]
+pub trait RunReader: Send + Sync + 'static {
+    /// What a run's `after:` resolved to (empty for a run without `after`).
+    async fn run_waits(&self, run_id: &str) -> Result<Vec<AfterWait>>;
+    /// The node-level waits of `run_id` (in node then entry order), each with
+    /// whether it is met and where its upstream stands.
+    async fn node_waits(&self, run_id: &str) -> Result<Vec<NodeWaitState>>;
+    /// Runs held by an unmet `after` now (at most 1000, oldest first), for
+    /// `after_policy`.
+    async fn held_by_after(&self) -> Result<Vec<HeldRun>>;
+    /// `(node, milliseconds)` of every SUCCESS attempt among the latest `runs`
+    /// runs of `flow`, newest run first (usual durations, `deadline.warn_before`).
+    async fn node_durations(&self, flow: &str, runs: u32) -> Result<Vec<(String, i64)>>;
+    /// The idempotency key of the latest cron run of `flow` (`cron:<flow>:<instant>`),
+    /// from which the scheduler knows the last tick it fired.
+    async fn last_cron_key(&self, flow: &str) -> Result<Option<String>>;
+    async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>>;
+    async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRow>>;
+    /// How many runs in `state` have an id of at least `since_id`, counting no
+    /// further than `cap` (the console's counts: bounded work whatever the history).
+    async fn count_runs(&self, state: &str, since_id: &str, cap: u32) -> Result<u32>;
+    async fn transitions(&self, run_id: &str) -> Result<Vec<TransitionRecord>>;
+    /// The log of each of the node's attempts, by attempt: the stored tail, or empty
+    /// content for a finished attempt that has none (an attempt that printed
+    /// nothing is written without a log row).
+    async fn logs(&self, run_id: &str, node: &str) -> Result<Vec<LogRecord>>;
+    /// The kept shards of `run_id`'s `node` under idempotency key `key`, by index.
+    async fn shard_results(&self, run_id: &str, node: &str, key: &str) -> Result<Vec<ShardResult>>;
 }
 
 /// Runs: admission and creation, promotion, the group commit (every state change
-/// after creation), and reading runs, their transitions, logs and kept shards.
+/// after creation): `RunReader` and the writes (the engine's).
 #[async_trait]
-pub trait RunStore: Send + Sync + 'static {
+pub trait RunStore: RunReader {
     /// Creates a run (QUEUED, its `created` edge recorded) with its node rows,
     /// honouring the idempotency key, throttle queues and `on_overlap` in one
     /// transaction; when `max_active_runs` leaves room it is admitted to start
@@ -73,17 +113,9 @@ pub trait RunStore: Send + Sync + 'static {
     /// The runs held by `after` waiting for `flow` on business date `date` (QUEUED,
     /// not admitted), oldest first: who a failed run of `flow` holds.
     async fn held_runs(&self, flow: &str, date: &str) -> Result<Vec<RunRow>>;
-    /// What a run's `after:` resolved to (empty for a run without `after`).
-    async fn run_waits(&self, run_id: &str) -> Result<Vec<AfterWait>>;
-    /// Runs held by an unmet `after` now (at most 1000, oldest first), for
-    /// `after_policy`.
-    async fn held_by_after(&self) -> Result<Vec<HeldRun>>;
     /// Drops the waits of a run still held by `after` (`after_policy: run`): it then
     /// waits only for room. False when it was no longer held.
     async fn waive_waits(&self, run_id: &str) -> Result<bool>;
-    /// The node-level waits of `run_id` (in node then entry order), each with
-    /// whether it is met and where its upstream stands.
-    async fn node_waits(&self, run_id: &str) -> Result<Vec<NodeWaitState>>;
     /// RUNNING runs with a node INIT that waits for `flow` on business date `date`
     /// (node-level `after`), with the replica holding each: told when that run (or
     /// one of its nodes) ended SUCCESS.
@@ -100,16 +132,13 @@ pub trait RunStore: Send + Sync + 'static {
     /// Records that `flow`'s deadline for `biz_date` was missed: true only the
     /// first time, on any replica (the caller then raises the alert).
     async fn record_deadline_miss(&self, flow: &str, biz_date: &str, now_ms: i64) -> Result<bool>;
+    /// Records that the alert `key` of `flow` fired (`fired_once`): true only
+    /// the first time, on any replica (the caller then raises it).
+    async fn record_once(&self, flow: &str, key: &str, now_ms: i64) -> Result<bool>;
     /// Changes why the QUEUED run `run_id` waits (`RunRow::wait_reason`); `None`
     /// releases it: admitted to start at `admit_ms` when given (the flow has no
     /// `max_active_runs`), else left to `promote_queued`. False when the run is
     /// no longer a waiting QUEUED run (another replica released it first).
-    /// Records that the alert `key` of `flow` fired (`fired_once`): true only
-    /// the first time, on any replica (the caller then raises it).
-    async fn record_once(&self, flow: &str, key: &str, now_ms: i64) -> Result<bool>;
-    /// `(node, milliseconds)` of every SUCCESS attempt among the latest `runs`
-    /// runs of `flow`, newest run first (usual durations, `deadline.warn_before`).
-    async fn node_durations(&self, flow: &str, runs: u32) -> Result<Vec<(String, i64)>>;
     async fn set_wait_reason(
         &self,
         run_id: &str,
@@ -118,30 +147,15 @@ pub trait RunStore: Send + Sync + 'static {
     ) -> Result<bool>;
     /// Writes a batch of state changes and their records in one transaction.
     async fn commit(&self, batch: &Batch) -> Result<()>;
-    /// The idempotency key of the latest cron run of `flow` (`cron:<flow>:<instant>`),
-    /// from which the scheduler knows the last tick it fired.
-    async fn last_cron_key(&self, flow: &str) -> Result<Option<String>>;
-    async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>>;
     /// Ids of runs that are QUEUED or RUNNING (for recovery: RUNNING runs are
     /// recovered, admitted QUEUED ones started, waiting ones promoted).
     async fn unfinished_runs(&self) -> Result<Vec<String>>;
-    async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRow>>;
-    /// How many runs in `state` have an id of at least `since_id`, counting no
-    /// further than `cap` (the console's counts: bounded work whatever the history).
-    async fn count_runs(&self, state: &str, since_id: &str, cap: u32) -> Result<u32>;
-    async fn transitions(&self, run_id: &str) -> Result<Vec<TransitionRecord>>;
-    /// The log of each of the node's attempts, by attempt: the stored tail, or empty
-    /// content for a finished attempt that has none (an attempt that printed
-    /// nothing is written without a log row).
-    async fn logs(&self, run_id: &str, node: &str) -> Result<Vec<LogRecord>>;
     /// Keeps (replaces) a succeeded shard of a sharded attempt.
     async fn put_shard_result(&self, result: &ShardResult) -> Result<()>;
-    /// The kept shards of `run_id`'s `node` under idempotency key `key`, by index.
-    async fn shard_results(&self, run_id: &str, node: &str, key: &str) -> Result<Vec<ShardResult>>;
 }
 
-/// The audit trail (written with the changes it records, by `RunStore::commit`
-/// and `FlowStore::delete_flow`).
+/// The audit trail, read side only (it is written with the changes it records,
+/// by `RunStore::commit` and `FlowStore::delete_flow`).
 #[async_trait]
 pub trait AuditStore: Send + Sync + 'static {
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>>;
@@ -188,17 +202,22 @@ pub trait CommandStore: Send + Sync + 'static {
     async fn withdraw_command(&self, id: i64) -> Result<bool>;
 }
 
-/// Which replica has live sidecars of which group and job.
+/// Which replica has live sidecars of which group and job, read side.
 #[async_trait]
-pub trait PresenceStore: Send + Sync + 'static {
-    /// Replaces what `replica` says about its live sidecars: one entry per group.
-    async fn publish_sidecars(&self, replica: &str, groups: &[SidecarPresence], now_ms: i64) -> Result<()>;
+pub trait PresenceReader: Send + Sync + 'static {
     /// Replicas that, as of `since_ms` or later, had a live sidecar of `group`
     /// declaring `job`; most recently seen first.
     async fn sidecar_hosts(&self, group: &str, job: &str, since_ms: i64) -> Result<Vec<String>>;
     /// Every replica's report seen at `since_ms` or later: `(replica, group and
     /// jobs, seen_at)`, by replica then group.
     async fn sidecar_presence(&self, since_ms: i64) -> Result<Vec<(String, SidecarPresence, i64)>>;
+}
+
+/// Which replica has live sidecars: `PresenceReader` and each replica's report.
+#[async_trait]
+pub trait PresenceStore: PresenceReader {
+    /// Replaces what `replica` says about its live sidecars: one entry per group.
+    async fn publish_sidecars(&self, replica: &str, groups: &[SidecarPresence], now_ms: i64) -> Result<()>;
 }
 
 /// Console sessions.

@@ -42,11 +42,11 @@ pub async fn pending(
     user: &crate::session::User,
 ) -> Result<(Vec<Pending>, bool), ConsoleError> {
     let engine = &console.app.engine;
-    let store = engine.store();
+    let reads = &console.app.reads;
     let mut out = Vec::new();
     let mut capped = false;
     let visible = super::visible(console, user).await?;
-    for flow in store.list_flows().await? {
+    for flow in reads.flows.list_flows().await? {
         if visible.as_ref().is_some_and(|v| !v.contains(&flow.name)) {
             continue;
         }
@@ -56,14 +56,14 @@ pub async fn pending(
             limit: SCAN_LIMIT,
             ..Default::default()
         };
-        let runs = store.list_runs(&query).await?;
+        let runs = reads.runs.list_runs(&query).await?;
         capped |= runs.len() as u32 >= SCAN_LIMIT;
         for row in runs {
             let def = engine.flow(&row.flow, Some(row.version)).await?;
             if !def.nodes.iter().any(|n| n.is_manual()) {
                 continue;
             }
-            let Some(stored) = store.load_run(&row.id).await? else { continue };
+            let Some(stored) = reads.runs.load_run(&row.id).await? else { continue };
             for n in stored.nodes.iter().filter(|n| n.state.as_str() == "MANUAL_CONFIRM") {
                 let Some(NodeAction::Manual(manual)) = def.nodes.get(n.idx as usize).map(|d| &d.action)
                 else {

@@ -41,12 +41,12 @@ async fn entries(
     limit: u32,
 ) -> Result<Vec<AuditRecord>, ConsoleError> {
     let query = query_of(q, limit)?;
-    let mut rows = console.app.engine.store().audit(&query).await?;
+    let mut rows = console.app.reads.audit.audit(&query).await?;
     if let Some(visible) = super::visible(console, user).await? {
         let mut kept = Vec::with_capacity(rows.len());
         for r in rows {
             let flow = match &r.run_id {
-                Some(id) => console.app.engine.store().load_run(id).await?.map(|s| s.run.flow),
+                Some(id) => console.app.reads.runs.load_run(id).await?.map(|s| s.run.flow),
                 None => {
                     r.details.as_ref().and_then(|d| d.get("flow")).and_then(|f| f.as_str()).map(String::from)
                 }

@@ -11,7 +11,7 @@ use madeira_core::bizdate::{format_date, next_deadline, parse_date};
 use madeira_core::deadline_risk::{self, DeadlineState, NodeProgress};
 use madeira_core::schedule::Planned;
 use madeira_core::{FlowDef, NodeState, TriggerDef};
-use madeira_engine::EngineHandle;
+use madeira_server::AppState;
 use madeira_store::{RunQuery, RunRow};
 use maud::{Markup, html};
 
@@ -76,11 +76,11 @@ pub fn next_ticks(def: &FlowDef, calendars: &Calendars, now: DateTime<Utc>) -> V
 }
 
 /// Gathers the section for `def`, whose latest runs are `runs` (newest first).
-pub async fn gather(engine: &EngineHandle, def: &FlowDef, runs: &[RunRow], now_ms: i64) -> BizDates {
-    let calendars = engine.calendars();
+pub async fn gather(app: &AppState, def: &FlowDef, runs: &[RunRow], now_ms: i64) -> BizDates {
+    let calendars = app.engine.calendars();
     let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
     let deadline = match &def.business.deadline {
-        Some(_) => deadline_view(engine, def, runs, now, &calendars).await,
+        Some(_) => deadline_view(app, def, runs, now, &calendars).await,
         None => None,
     };
     BizDates { calendars: calendars_of(def), next_ticks: next_ticks(def, &calendars, now), deadline }
@@ -89,7 +89,7 @@ pub async fn gather(engine: &EngineHandle, def: &FlowDef, runs: &[RunRow], now_m
 /// The latest business date among `runs` (else the date of the next deadline)
 /// and where its run stands against its deadline.
 async fn deadline_view(
-    engine: &EngineHandle,
+    app: &AppState,
     def: &FlowDef,
     runs: &[RunRow],
     now: DateTime<Utc>,
@@ -104,28 +104,28 @@ async fn deadline_view(
     };
     let at = madeira_core::bizdate::deadline_at(deadline, date, cal)?;
     let biz_date = format_date(date);
-    let store = engine.store();
+    let reads = &app.reads;
     let query = RunQuery {
         flow: Some(def.name.clone()),
         biz_date: Some(biz_date.clone()),
         limit: 20,
         ..Default::default()
     };
-    let of_date = store.list_runs(&query).await.ok().unwrap_or_default();
+    let of_date = reads.runs.list_runs(&query).await.ok().unwrap_or_default();
     let succeeded =
         of_date.iter().filter(|r| r.state.as_str() == "SUCCESS").filter_map(|r| r.finished_at).min();
     let newest = of_date.first();
     let remaining = match succeeded {
         Some(_) => Duration::ZERO,
         None => {
-            let samples = store.node_durations(&def.name, 200).await.ok().unwrap_or_default();
+            let samples = reads.runs.node_durations(&def.name, 200).await.ok().unwrap_or_default();
             let samples: Vec<(String, Duration)> = samples
                 .into_iter()
                 .map(|(n, ms)| (n, Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
                 .collect();
             let usual = deadline_risk::usual_durations(&samples);
             let stored = match newest {
-                Some(r) => store.load_run(&r.id).await.ok().flatten(),
+                Some(r) => reads.runs.load_run(&r.id).await.ok().flatten(),
                 None => None,
             };
             let progress: Option<Vec<NodeProgress>> = stored.map(|s| {

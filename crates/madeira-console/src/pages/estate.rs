@@ -319,7 +319,7 @@ async fn default_date(
 ) -> Result<(NaiveDate, DateFrom), ConsoleError> {
     let sees = |flow: &str| scope.is_none_or(|v| v.contains(flow));
     let runs =
-        console.app.engine.store().list_runs(&RunQuery { limit: DEFAULT_FROM, ..Default::default() }).await?;
+        console.app.reads.runs.list_runs(&RunQuery { limit: DEFAULT_FROM, ..Default::default() }).await?;
     let latest = runs
         .iter()
         .filter(|r| sees(&r.flow))

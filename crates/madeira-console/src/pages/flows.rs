@@ -71,13 +71,15 @@ pub async fn list(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
     let now = madeira_engine::now_ms();
     let engine = &console.app.engine;
     let mut rows = Vec::new();
-    for record in engine.store().list_flows().await? {
+    for record in console.app.reads.flows.list_flows().await? {
         let def = engine.flow(&record.name, Some(record.latest_version)).await?;
         if !ctx.user.caller().sees(&def.labels) {
             continue;
         }
-        let runs = engine
-            .store()
+        let runs = console
+            .app
+            .reads
+            .runs
             .list_runs(&RunQuery { flow: Some(record.name.clone()), limit: STRIP, ..Default::default() })
             .await?;
         rows.push((record, def, runs));
@@ -128,8 +130,9 @@ pub async fn show(
     let lang = ctx.lang;
     let now = madeira_engine::now_ms();
     let engine = &console.app.engine;
-    let store = engine.store();
-    let record = store
+    let reads = &console.app.reads;
+    let record = reads
+        .flows
         .get_flow(&name)
         .await?
         .ok_or_else(|| ConsoleError::NotFound(format!("flow {name} not found")))?;
@@ -138,9 +141,9 @@ pub async fn show(
     }
     let version = q.version.unwrap_or(record.latest_version);
     let def = engine.flow(&name, Some(version)).await?;
-    let versions = store.flow_versions(&name).await?;
+    let versions = reads.flows.flow_versions(&name).await?;
     let runs =
-        store.list_runs(&RunQuery { flow: Some(name.clone()), limit: 20, ..Default::default() }).await?;
+        reads.runs.list_runs(&RunQuery { flow: Some(name.clone()), limit: 20, ..Default::default() }).await?;
     let scope = dag::scope_of(&def, q.focus.as_deref(), q.depth, def.topo.first().copied().unwrap_or(0));
     let diff = q.diff.and_then(|v| {
         let new = versions.iter().find(|x| x.version == v)?;
@@ -153,7 +156,7 @@ pub async fn show(
         Some((v, text))
     });
     let base = flow_href(&name);
-    let dates = super::bizdates::gather(engine, &def, &runs, now).await;
+    let dates = super::bizdates::gather(&console.app, &def, &runs, now).await;
     let body = html! {
         div.flow-page data-flow=(name) data-tz=(crate::time::flow_tz(&def)) {
             h1 { (name) " " span.muted { "v" (version) } " "

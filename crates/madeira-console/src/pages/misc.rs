@@ -119,7 +119,7 @@ pub async fn sidecars(State(console): State<Console>, ctx: Ctx) -> Result<Respon
     if let Some(visible) = super::visible(&console, &ctx.user).await? {
         let mut kept = Vec::with_capacity(waiting.len());
         for w in waiting {
-            let flow = console.app.engine.store().load_run(&w.0).await?.map(|s| s.run.flow);
+            let flow = console.app.reads.runs.load_run(&w.0).await?.map(|s| s.run.flow);
             if flow.is_some_and(|f| visible.contains(&f)) {
                 kept.push(w);
             }

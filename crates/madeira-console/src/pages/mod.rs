@@ -29,7 +29,7 @@ pub async fn visible(
     console: &Console,
     user: &crate::session::User,
 ) -> Result<Option<std::collections::HashSet<String>>, ConsoleError> {
-    Ok(madeira_server::visible_flow_names(&console.app.engine, &user.caller()).await?)
+    Ok(madeira_server::visible_flow_names(&console.app, &user.caller()).await?)
 }
 
 /// Loads run `id` and its flow version through the engine handle; another
@@ -40,8 +40,10 @@ pub async fn load_run(
     id: &str,
 ) -> Result<LoadedRun, ConsoleError> {
     let engine = &console.app.engine;
-    let stored = engine
-        .store()
+    let stored = console
+        .app
+        .reads
+        .runs
         .load_run(id)
         .await?
         .ok_or_else(|| ConsoleError::NotFound(format!("run {id} not found")))?;

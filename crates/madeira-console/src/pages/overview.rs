@@ -25,7 +25,7 @@ pub async fn page(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
     let lang = ctx.lang;
     let now = madeira_engine::now_ms();
     let engine = &console.app.engine;
-    let store = engine.store();
+    let reads = &console.app.reads;
     let day_ago = id_bound(now - 24 * 3_600_000);
     let scope = super::visible(&console, &ctx.user).await?;
     let in_scope = |flow: &str| scope.as_ref().is_none_or(|v| v.contains(flow));
@@ -34,18 +34,22 @@ pub async fn page(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
         // Unscoped: a capped count in the store (no rows read back). Scoped: the
         // newest COUNT_CAP rows of the state, filtered by flow here.
         let n = if scope.is_none() {
-            store.count_runs(state, &day_ago, COUNT_CAP).await? as usize
+            reads.runs.count_runs(state, &day_ago, COUNT_CAP).await? as usize
         } else {
             let query = RunQuery { state: Some(state.into()), limit: COUNT_CAP, ..Default::default() };
-            let rows = store.list_runs(&query).await?;
+            let rows = reads.runs.list_runs(&query).await?;
             rows.iter().filter(|r| r.id >= day_ago && in_scope(&r.flow)).count()
         };
         counts.push((state, n, n as u32 >= COUNT_CAP));
     }
-    let mut running =
-        store.list_runs(&RunQuery { state: Some("RUNNING".into()), limit: 10, ..Default::default() }).await?;
-    let mut failed =
-        store.list_runs(&RunQuery { state: Some("FAILED".into()), limit: 5, ..Default::default() }).await?;
+    let mut running = reads
+        .runs
+        .list_runs(&RunQuery { state: Some("RUNNING".into()), limit: 10, ..Default::default() })
+        .await?;
+    let mut failed = reads
+        .runs
+        .list_runs(&RunQuery { state: Some("FAILED".into()), limit: 5, ..Default::default() })
+        .await?;
     running.retain(|r| in_scope(&r.flow));
     failed.retain(|r| in_scope(&r.flow));
     let mut failed_at = Vec::with_capacity(failed.len());
@@ -70,7 +74,7 @@ pub async fn page(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
         None => None,
     };
     let mut fires = Vec::new();
-    for record in store.list_flows().await? {
+    for record in reads.flows.list_flows().await? {
         if record.paused || !in_scope(&record.name) {
             continue;
         }

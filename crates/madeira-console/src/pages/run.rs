@@ -3,7 +3,9 @@
 //! node side panel (attempts, error, outputs with data version and stale mark,
 //! idempotency key, actions, log viewer with a tab per attempt) and the run's
 //! audit trail. `#run-live` is refetched from `/runs/{id}/live`; the SVG stays and
-//! only its classes change.
+//! only its classes change. Everything about the run and its nodes is read from
+//! the API's run-detail view (`madeira_server::detail::RunDetail`, what
+//! `GET /api/v1/runs/{id}` answers), built once per request.
 
 use std::collections::HashMap;
 
@@ -11,8 +13,10 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use madeira_core::NodeAction;
+use madeira_core::NodeState;
 use madeira_server::Role;
-use madeira_store::{AuditQuery, NodeRow};
+use madeira_server::detail::{AttemptView, NodeDetail, RunDetail};
+use madeira_store::AuditQuery;
 use maud::{Markup, html};
 use serde::Deserialize;
 use serde_json::json;
@@ -45,15 +49,19 @@ const TABLE_ROWS: usize = 200;
 /// The table's rows: every node of a small run; of a large one the nodes whose
 /// name contains `q`, or the ones that need a look (failed, waiting, running)
 /// first, up to `TABLE_ROWS`. Returns the rows and whether some were left out.
-fn table_rows<'a>(run: &'a LoadedRun, q: Option<&str>) -> (Vec<&'a NodeRow>, bool) {
-    let all: Vec<&NodeRow> = run.def.topo.iter().filter_map(|&i| run.stored.nodes.get(i)).collect();
+fn table_rows<'v, 'a>(
+    view: &'v RunDetail<'a>,
+    q: Option<&str>,
+) -> (Vec<(&'a str, &'v NodeDetail<'a>)>, bool) {
+    let all: Vec<(&'a str, &'v NodeDetail<'a>)> =
+        view.order.iter().filter_map(|&n| view.nodes.get(n).map(|d| (n, d))).collect();
     if all.len() <= dag::FOCUS_ABOVE && q.is_none() {
         return (all, false);
     }
-    let mut rows: Vec<&NodeRow> = match q.map(str::trim).filter(|q| !q.is_empty()) {
-        Some(q) => all.iter().copied().filter(|n| n.node.contains(q)).collect(),
+    let mut rows: Vec<(&str, &NodeDetail)> = match q.map(str::trim).filter(|q| !q.is_empty()) {
+        Some(q) => all.iter().copied().filter(|(n, _)| n.contains(q)).collect(),
         None => {
-            let rank = |n: &NodeRow| match n.state.as_str() {
+            let rank = |n: &NodeDetail| match n.status {
                 "FAILED" => 0,
                 "MANUAL_CONFIRM" => 1,
                 "RUNNING" | "RETRYING" => 2,
@@ -61,7 +69,7 @@ fn table_rows<'a>(run: &'a LoadedRun, q: Option<&str>) -> (Vec<&'a NodeRow>, boo
                 _ => 4,
             };
             let mut v = all.clone();
-            v.sort_by_key(|n| rank(n));
+            v.sort_by_key(|(_, n)| rank(n));
             v
         }
     };
@@ -78,27 +86,28 @@ pub async fn page(
 ) -> Result<Response, ConsoleError> {
     let started = std::time::Instant::now();
     let run = load_run(&console, &ctx.user, &id).await?;
+    let view = RunDetail::gather(&console.app, &run.stored, &run.def).await?;
     let states: HashMap<String, String> =
-        run.stored.nodes.iter().map(|n| (n.node.clone(), n.state.as_str().to_string())).collect();
-    let preferred = preferred_node(&run);
+        view.nodes.iter().map(|(n, d)| (n.to_string(), d.status.to_string())).collect();
+    let preferred = preferred_node(&run, &view);
     let focus = q.focus.as_deref().or(q.node.as_deref().filter(|_| run.def.nodes.len() > dag::FOCUS_ABOVE));
     let scope = dag::scope_of(&run.def, focus, q.depth, preferred);
     let base = format!("/runs/{id}");
-    let (head, details) = fragments(&console, &ctx, &run, q.q.as_deref()).await?;
+    let (head, details) = fragments(&console, &ctx, &view, q.q.as_deref()).await?;
     let panel = match q.node.as_deref() {
-        Some(node) => Some(panel_markup(&console, &ctx, &run, node).await?),
+        Some(node) => Some(panel_markup(&console, &ctx, &run, &view, node).await?),
         None => None,
     };
     let lang = ctx.lang;
-    let title = format!("{} {}", run.stored.run.flow, short(&id));
+    let title = format!("{} {}", view.flow, short(&id));
     let body = html! {
-        div.run-page data-run=(id) data-flow=(run.stored.run.flow) data-tz=(crate::time::flow_tz(&run.def)) data-terminal=(run_terminal(run.stored.run.state.shown().as_str())) {
-            h1 { a href=(super::flow_href(&run.stored.run.flow)) { (run.stored.run.flow) } " · " (t(lang, "Run")) " " code.runid { (short(&id)) } }
+        div.run-page data-run=(id) data-flow=(view.flow) data-tz=(crate::time::flow_tz(&run.def)) data-terminal=(run_terminal(view.status)) {
+            h1 { a href=(super::flow_href(view.flow)) { (view.flow) } " · " (t(lang, "Run")) " " code.runid { (short(&id)) } }
             div #live-status.live-status data-ok=(t(lang, "Live")) data-retry=(t(lang, "Reconnecting…")) data-poll=(t(lang, "Live updates lost: polling every 5 s.")) {}
             (head)
             div.run-grid {
                 section.dag-section aria-label=(t(lang, "Nodes")) {
-                    (dag::section(&console, lang, &run.def, run.stored.run.version, &scope, Some(&states), &base))
+                    (dag::section(&console, lang, &run.def, view.version, &scope, Some(&states), &base))
                 }
                 aside #panel.panel aria-live="polite" {
                     @if let Some(p) = panel { (p) }
@@ -115,7 +124,7 @@ pub async fn page(
 
 /// The node a large run's focused view centres on: the first failed, waiting or
 /// running one, else the first in topological order.
-fn preferred_node(run: &LoadedRun) -> usize {
+fn preferred_node(run: &LoadedRun, view: &RunDetail) -> usize {
     let rank = |s: &str| match s {
         "FAILED" => 0,
         "MANUAL_CONFIRM" => 1,
@@ -126,7 +135,7 @@ fn preferred_node(run: &LoadedRun) -> usize {
         .topo
         .iter()
         .copied()
-        .min_by_key(|&i| run.stored.nodes.get(i).map_or(9, |n| rank(n.state.as_str())))
+        .min_by_key(|&i| view.nodes.get(run.def.nodes[i].id.as_str()).map_or(9, |n| rank(n.status)))
         .unwrap_or(0)
 }
 
@@ -142,17 +151,9 @@ pub async fn live(
     Query(q): Query<RunQuery>,
 ) -> Result<Response, ConsoleError> {
     let run = load_run(&console, &ctx.user, &id).await?;
-    Ok(page::html_response(live_fragment(&console, &ctx, &run, q.q.as_deref()).await?))
-}
-
-async fn live_fragment(
-    console: &Console,
-    ctx: &Ctx,
-    run: &LoadedRun,
-    q: Option<&str>,
-) -> Result<Markup, ConsoleError> {
-    let (head, details) = fragments(console, ctx, run, q).await?;
-    Ok(html! { (head) (details) })
+    let view = RunDetail::gather(&console.app, &run.stored, &run.def).await?;
+    let (head, details) = fragments(&console, &ctx, &view, q.q.as_deref()).await?;
+    Ok(page::html_response(html! { (head) (details) }))
 }
 
 /// The run's header (`#run-live`, with every node's state for the SVG) and the
@@ -160,39 +161,44 @@ async fn live_fragment(
 async fn fragments(
     console: &Console,
     ctx: &Ctx,
-    run: &LoadedRun,
+    r: &RunDetail<'_>,
     q: Option<&str>,
 ) -> Result<(Markup, Markup), ConsoleError> {
-    let (rows, cut) = table_rows(run, q);
+    let (rows, cut) = table_rows(r, q);
     let lang = ctx.lang;
-    let r = &run.stored.run;
     let now = madeira_engine::now_ms();
-    let store = console.app.engine.store();
-    let transitions = store.transitions(&r.id).await?;
-    let audit =
-        store.audit(&AuditQuery { run_id: Some(r.id.clone()), limit: 200, ..Default::default() }).await?;
+    let reads = &console.app.reads;
+    let transitions = reads.runs.transitions(r.run_id).await?;
+    let audit = AuditQuery { run_id: Some(r.run_id.to_string()), limit: 200, ..Default::default() };
+    let audit = reads.audit.audit(&audit).await?;
     // Runs older than `runs.actor` keep theirs in the first transition.
-    let actor = Some(r.actor.clone())
+    let actor = Some(r.actor.to_string())
         .filter(|a| !a.is_empty())
         .or_else(|| transitions.first().map(|t| t.actor.clone()))
         .unwrap_or_else(|| "-".into());
-    let hosts = latest_hosts(run);
-    let ended_by_hand = ended_by_hand(run, &transitions);
+    let ended_by_hand = ended_by_hand(r, &transitions);
     let states: serde_json::Map<String, serde_json::Value> =
-        run.stored.nodes.iter().map(|n| (n.node.clone(), json!(n.state.as_str()))).collect();
-    let node_waits = node_after_reasons(console, run).await;
-    let end = r.finished_at.unwrap_or(now);
-    let span_start = r.started_at.unwrap_or(r.created_at);
-    let terminal = run_terminal(r.state.shown().as_str());
+        r.nodes.iter().map(|(n, d)| (n.to_string(), json!(d.status))).collect();
+    // Nodes held by their own `after` (the view says why).
+    let node_waits: Vec<(&str, String)> = r
+        .nodes
+        .iter()
+        .filter(|(_, d)| d.after.is_some() && d.waiting == Some(true))
+        .filter_map(|(n, d)| d.reason.as_ref().map(|why| (*n, why.to_string())))
+        .collect();
+    let created_at = r.created_at.0.unwrap_or(now);
+    let end = r.finished_at.0.unwrap_or(now);
+    let span_start = r.started_at.0.unwrap_or(created_at);
+    let terminal = run_terminal(r.status);
     let cancel = ActionDialog {
         id: "dlg-cancel".into(),
         label: t(lang, "Cancel run"),
-        action: format!("/runs/{}/cancel", r.id),
+        action: format!("/runs/{}/cancel", r.run_id),
         hidden: vec![],
         preview: Some(format!(
             "{} {} {}",
             t(lang, "touches"),
-            run.stored.nodes.iter().filter(|n| !n.state.is_terminal()).count(),
+            r.nodes.values().filter(|n| !is_terminal(n.status)).count(),
             t(lang, "nodes")
         )),
         danger: true,
@@ -200,16 +206,16 @@ async fn fragments(
         extra: None,
     };
     let head = html! {
-        div #run-live data-state=(r.state.shown().as_str()) data-event=(ctx.after) data-states=(serde_json::Value::Object(states).to_string()) {
+        div #run-live data-state=(r.status) data-event=(ctx.after) data-states=(serde_json::Value::Object(states).to_string()) {
             section.run-head {
-                div.kv { span.k { (t(lang, "State")) } span #run-state.v { (badge(lang, r.state.shown().as_str())) " " span.muted { (if lang == Lang::En { state_gloss(lang, r.state.shown().as_str()) } else { r.state.shown().as_str() }) } } }
+                div.kv { span.k { (t(lang, "State")) } span #run-state.v { (badge(lang, r.status)) " " span.muted { (if lang == Lang::En { state_gloss(lang, r.status) } else { r.status }) } } }
                 div.kv { span.k { (t(lang, "Version")) } span.v { "v" (r.version) } }
                 @if let Some(d) = &r.biz_date { div.kv { span.k { (t(lang, "Business date")) } span #run-biz-date.v { (d) } } }
-                @if let Some(why) = &r.wait_reason { div.kv.wide { span.k { (t(lang, "Waiting because")) } span #run-wait-reason.v { (why) } } }
+                @if let Some(why) = &r.waiting_reason { div.kv.wide { span.k { (t(lang, "Waiting because")) } span #run-wait-reason.v { (why) } } }
                 @for (node, why) in &node_waits { div.kv.wide { span.k { (t(lang, "Node waits for another flow")) " " code { (node) } } span.v.node-after-reason data-node=(node) { (why) } } }
-                div.kv { span.k { (t(lang, "Trigger")) } span.v { (term_markup(lang, Term::Trigger, &r.trigger)) } }
+                div.kv { span.k { (t(lang, "Trigger")) } span.v { (term_markup(lang, Term::Trigger, r.trigger)) } }
                 div.kv { span.k { (t(lang, "Actor")) } span #run-actor.v { (actor) } }
-                div.kv { span.k { (t(lang, "Created")) } span.v { (stamp(lang, Some(r.created_at), now)) } }
+                div.kv { span.k { (t(lang, "Created")) } span.v { (stamp(lang, Some(created_at), now)) } }
                 div.kv { span.k { (t(lang, "Duration")) } span.v { (duration_ms(lang, end - span_start)) } }
                 div.kv.wide { span.k { (t(lang, "Params")) } code.v.params { (r.params) } }
                 @if let Some(key) = &r.idempotency_key { div.kv.wide { span.k { (t(lang, "Idempotency key")) } code.v { (key) } } }
@@ -220,12 +226,12 @@ async fn fragments(
     let details = html! {
         div #run-details hx-swap-oob="true" {
             section.nodes-section {
-                h2 { (t(lang, "Nodes")) " " span.muted { "(" (run.stored.nodes.len()) ")" } }
-                @if run.stored.nodes.len() > dag::FOCUS_ABOVE {
-                    form.node-search method="get" action=(format!("/runs/{}", r.id)) {
+                h2 { (t(lang, "Nodes")) " " span.muted { "(" (r.nodes.len()) ")" } }
+                @if r.nodes.len() > dag::FOCUS_ABOVE {
+                    form.node-search method="get" action=(format!("/runs/{}", r.run_id)) {
                         input.node-filter type="search" name="q" value=(q.unwrap_or("")) placeholder=(t(lang, "Find a node")) aria-label=(t(lang, "Find a node"));
                         button type="submit" { (t(lang, "Search")) }
-                        @if cut { span.muted.small { " " (rows.len()) " / " (run.stored.nodes.len()) } }
+                        @if cut { span.muted.small { " " (rows.len()) " / " (r.nodes.len()) } }
                     }
                 } @else {
                     input.node-filter type="search" placeholder=(t(lang, "Find a node")) aria-label=(t(lang, "Find a node")) data-filter="#nodes-table";
@@ -234,7 +240,7 @@ async fn fragments(
                     table #nodes-table.nodes {
                         thead { tr { th { (t(lang, "Node")) } th { (t(lang, "State")) } th.num { (t(lang, "Attempts")) } th.opt { (t(lang, "Host")) } th.opt { (t(lang, "Started")) } th { (t(lang, "Duration")) } th.gantt-h { (t(lang, "Timeline")) } } }
                         tbody {
-                            @for n in &rows { (node_row(lang, &r.id, n, hosts.get(n.node.as_str()).copied(), ended_by_hand.get(n.node.as_str()), (span_start, end), now)) }
+                            @for (name, n) in &rows { (node_row(lang, r.run_id, (name, n), ended_by_hand.get(name), (span_start, end), now)) }
                         }
                     }
                 }
@@ -265,18 +271,6 @@ async fn fragments(
     Ok((head, details))
 }
 
-/// Where each node's latest attempt ran (node → host), for the nodes table.
-fn latest_hosts(run: &LoadedRun) -> HashMap<&str, &str> {
-    let mut hosts = HashMap::new();
-    // Attempts come ordered by node, then attempt: the last one of a node wins.
-    for a in &run.stored.attempts {
-        if let Some(h) = a.host.as_deref() {
-            hosts.insert(a.node.as_str(), h);
-        }
-    }
-    hosts
-}
-
 /// A node an operator ended (mark-success or skip) after it had started: it
 /// never ran to completion, so it has no duration to show.
 struct ByHand<'a> {
@@ -289,7 +283,7 @@ struct ByHand<'a> {
 
 /// The nodes whose last transition was an operator's mark-success or skip.
 fn ended_by_hand<'a>(
-    run: &'a LoadedRun,
+    view: &RunDetail<'_>,
     transitions: &'a [madeira_store::TransitionRecord],
 ) -> HashMap<&'a str, ByHand<'a>> {
     let mut ended = HashMap::new();
@@ -298,8 +292,8 @@ fn ended_by_hand<'a>(
         let Some(node) = tr.node.as_deref() else { continue };
         match tr.edge.cause_name() {
             action @ ("mark_success" | "skip") => {
-                let ran_until =
-                    run.stored.attempts.iter().filter(|a| a.node == node).filter_map(|a| a.finished_at).max();
+                let attempts = view.nodes.get(node).map(|n| n.attempt_history.as_slice()).unwrap_or_default();
+                let ran_until = attempts.iter().filter_map(|a| a.finished_at.0).max();
                 ended.insert(node, ByHand { action, actor: tr.actor.as_str(), ran_until });
             }
             _ => {
@@ -313,33 +307,33 @@ fn ended_by_hand<'a>(
 fn node_row(
     lang: Lang,
     run_id: &str,
-    n: &NodeRow,
-    host: Option<&str>,
+    (name, n): (&str, &NodeDetail),
     by_hand: Option<&ByHand<'_>>,
     (span_start, span_end): (i64, i64),
     now: i64,
 ) -> Markup {
-    let state = n.state.as_str();
-    let duration = n.started_at.map(|s| n.finished_at.unwrap_or(now) - s);
+    let state = n.status;
+    let (started_at, finished_at) = (n.started_at.0, n.finished_at.0);
+    let duration = started_at.map(|s| finished_at.unwrap_or(now) - s);
     let total = (span_end - span_start).max(1) as f64;
     // A node ended by hand: the bar covers what ran (its attempts), not the wait.
     let bar_end = match by_hand {
         Some(h) => h.ran_until,
-        None => Some(n.finished_at.unwrap_or(now)),
+        None => Some(finished_at.unwrap_or(now)),
     };
-    let bar = n.started_at.zip(bar_end).map(|(s, e)| {
+    let bar = started_at.zip(bar_end).map(|(s, e)| {
         let x = ((s - span_start).max(0) as f64 / total * 100.0).clamp(0.0, 99.0);
         let w = ((e - s).max(0) as f64 / total * 100.0).clamp(0.8, 100.0 - x);
         (x, w)
     });
     html! {
-        tr id=(format!("r-{}", n.node)) data-node=(n.node) {
-            td { a.node-link href=(format!("/runs/{run_id}?node={}", n.node)) data-node=(n.node) { (n.node) }
+        tr id=(format!("r-{name}")) data-node=(name) {
+            td { a.node-link href=(format!("/runs/{run_id}?node={name}")) data-node=(name) { (name) }
                 @if n.stale { " " span.tag.stale { (t(lang, "stale")) } } }
             td.state-cell { (badge(lang, state)) }
-            td.num { (n.attempt) }
-            td.opt.host { (host.unwrap_or("-")) }
-            td.opt { (stamp(lang, n.started_at, now)) }
+            td.num { (n.attempts) }
+            td.opt.host { (n.latest_host().unwrap_or("-")) }
+            td.opt { (stamp(lang, started_at, now)) }
             @if let Some(h) = by_hand {
                 td.by-hand data-action=(h.action) title=(term(lang, Term::Action, h.action)) {
                     (t(lang, if h.action == "skip" { "skipped by" } else { "marked by" })) " " (h.actor) }
@@ -360,11 +354,11 @@ fn node_row(
 /// node's last attempt (no retry left: the node is FAILED) shows `FAILED`, with
 /// the recorded outcome in the second value (the cell's title).
 fn attempt_outcome<'a>(
-    a: &'a madeira_store::AttemptRecord,
+    a: &AttemptView<'a>,
     state: &str,
     last: Option<u32>,
 ) -> (&'a str, Option<&'static str>) {
-    match a.outcome.as_deref() {
+    match a.outcome {
         None => ("RUNNING", None),
         Some("RETRYABLE") if state == "FAILED" && Some(a.attempt) == last => {
             ("FAILED", Some("RETRYABLE: no retry left"))
@@ -381,7 +375,8 @@ pub async fn panel(
     headers: HeaderMap,
 ) -> Result<Response, ConsoleError> {
     let run = load_run(&console, &ctx.user, &id).await?;
-    let markup = panel_markup(&console, &ctx, &run, &node).await?;
+    let view = RunDetail::gather(&console.app, &run.stored, &run.def).await?;
+    let markup = panel_markup(&console, &ctx, &run, &view, &node).await?;
     if crate::error::is_htmx(&headers) {
         return Ok(page::html_response(markup));
     }
@@ -424,29 +419,23 @@ async fn panel_markup(
     console: &Console,
     ctx: &Ctx,
     run: &LoadedRun,
+    view: &RunDetail<'_>,
     node: &str,
 ) -> Result<Markup, ConsoleError> {
     let lang = ctx.lang;
-    let r = &run.stored.run;
-    let idx = run
-        .def
-        .node_index(node)
-        .ok_or_else(|| ConsoleError::NotFound(format!("run {}: node {node} not found", r.id)))?;
-    let row = run
-        .stored
-        .nodes
-        .iter()
-        .find(|n| n.node == node)
-        .ok_or_else(|| ConsoleError::NotFound(format!("run {}: node {node} not found", r.id)))?;
+    let run_id = view.run_id;
+    let not_found = || ConsoleError::NotFound(format!("run {run_id}: node {node} not found"));
+    let idx = run.def.node_index(node).ok_or_else(not_found)?;
+    let row = view.nodes.get(node).ok_or_else(not_found)?;
     let now = madeira_engine::now_ms();
-    let state = row.state.as_str();
-    let attempts: Vec<_> = run.stored.attempts.iter().filter(|a| a.node == node).collect();
-    let logs = console.app.engine.store().logs(&r.id, node).await?;
+    let state = row.status;
+    let attempts = &row.attempt_history;
+    let logs = console.app.reads.runs.logs(run_id, node).await?;
     let mut tabs: Vec<u32> =
         attempts.iter().map(|a| a.attempt).chain(logs.iter().map(|l| l.attempt)).collect();
     tabs.sort_unstable();
     tabs.dedup();
-    let running_attempt = attempts.iter().filter(|a| a.finished_at.is_none()).map(|a| a.attempt).max();
+    let running_attempt = attempts.iter().filter(|a| a.finished_at.0.is_none()).map(|a| a.attempt).max();
     let last_attempt = attempts.iter().map(|a| a.attempt).max();
     let host_kind = match &run.def.nodes[idx].action {
         _ if run.def.observe => "madeira exec",
@@ -455,24 +444,15 @@ async fn panel_markup(
         NodeAction::Run(madeira_core::ExecutorDef::Subflow(_)) => t(lang, "Child run"),
         _ => t(lang, "control plane"),
     };
-    let children = child_runs(console, &r.id, &run.def.nodes[idx]).await?;
-    let waiting = match console.app.engine.waiting().reason(&r.id, node) {
-        Some(reason) => Some(reason),
-        None => node_after_reasons(console, run).await.remove(node),
-    };
-    let prompt = match &run.def.nodes[idx].action {
-        NodeAction::Manual(m) => Some(madeira_server::render_prompt(&m.prompt, &run.stored, &run.def)),
-        NodeAction::Run(_) => None,
-    };
     let key_version =
         if state == "SUCCESS" && row.data_version > 0 { row.data_version } else { row.data_version + 1 };
     let below = descendants(&run.def, idx);
     let below_names: Vec<String> = below.iter().map(|&i| run.def.nodes[i].id.clone()).collect();
     let skipped_below: Vec<String> = below
         .iter()
-        .filter_map(|&i| run.stored.nodes.get(i))
-        .filter(|n| n.state.as_str() == "SKIPPED")
-        .map(|n| n.node.clone())
+        .map(|&i| run.def.nodes[i].id.as_str())
+        .filter(|n| view.nodes.get(n).is_some_and(|d| d.status == "SKIPPED"))
+        .map(str::to_string)
         .collect();
     let mut with_self = vec![node.to_string()];
     with_self.extend(below_names.iter().cloned());
@@ -484,7 +464,7 @@ async fn panel_markup(
                   hidden: Vec<(&'static str, String)>| ActionDialog {
         id: format!("dlg-{name}-{node}"),
         label: t(lang, label),
-        action: format!("/runs/{}/nodes/{node}/{}", r.id, if name == "rerun-down" { "rerun" } else { name }),
+        action: format!("/runs/{run_id}/nodes/{node}/{}", if name == "rerun-down" { "rerun" } else { name }),
         hidden,
         preview: preview_names.map(|n| preview(lang, &n)),
         danger,
@@ -498,7 +478,7 @@ async fn panel_markup(
     }
     // An observe-only node has no executor Madeira may start: the engine refuses
     // its rerun (promote the flow first), so no button offers one.
-    if row.state.is_terminal() && !run.def.observe {
+    if is_terminal(state) && !run.def.observe {
         actions.push(action("rerun", "Rerun", Some(vec![node.to_string()]), false, vec![]));
         if !below.is_empty() {
             actions.push(action(
@@ -522,10 +502,10 @@ async fn panel_markup(
         div.panel-body data-node=(node) data-state=(state) {
             header.panel-head {
                 h2 { code { (node) } " " (badge(lang, state)) }
-                a.close href=(format!("/runs/{}", r.id)) aria-label=(t(lang, "Close")) { "×" }
+                a.close href=(format!("/runs/{run_id}")) aria-label=(t(lang, "Close")) { "×" }
             }
-            @if let Some(reason) = row.reason.as_ref().or(waiting.as_ref()) { p.reason { (t(lang, "Reason")) ": " (reason) } }
-            @if let Some(p) = &prompt { blockquote.prompt { (p) } }
+            @if let Some(reason) = &row.reason { p.reason { (t(lang, "Reason")) ": " (reason) } }
+            @if let Some(p) = &row.prompt { blockquote.prompt { (p) } }
             @if !actions.is_empty() {
                 div.node-actions {
                     (page::denied_note(denied.as_ref()))
@@ -533,14 +513,14 @@ async fn panel_markup(
                 }
             }
             dl.facts {
-                dt { (t(lang, "Idempotency key")) } dd { code { (format!("{}:{node}:v{key_version}", r.id)) } }
+                dt { (t(lang, "Idempotency key")) } dd { code { (format!("{run_id}:{node}:v{key_version}")) } }
                 dt { (t(lang, "Data version")) } dd { (row.data_version) @if row.stale { " " span.tag.stale { (t(lang, "stale")) } } }
-                dt { (t(lang, "Started")) } dd { (stamp(lang, row.started_at, now)) }
-                dt { (t(lang, "Finished")) } dd { (stamp(lang, row.finished_at, now)) }
+                dt { (t(lang, "Started")) } dd { (stamp(lang, row.started_at.0, now)) }
+                dt { (t(lang, "Finished")) } dd { (stamp(lang, row.finished_at.0, now)) }
             }
             @if !row.outputs.is_empty() {
                 h3 { (t(lang, "Outputs")) " " span.muted { "v" (row.data_version) } }
-                pre.outputs { (serde_json::to_string_pretty(&row.outputs).unwrap_or_default()) }
+                pre.outputs { (serde_json::to_string_pretty(row.outputs).unwrap_or_default()) }
             }
             @if !attempts.is_empty() {
                 h3 { (t(lang, "Attempts")) }
@@ -548,20 +528,21 @@ async fn panel_markup(
                     thead { tr { th { "#" } th { (t(lang, "Ran on")) } th { (t(lang, "Started")) } th { (t(lang, "Duration")) } th { (t(lang, "State")) } } }
                     // An attempt's error on a row of its own, the table's full width: a
                     // sixth column was clipped in the side panel.
-                    tbody { @for a in &attempts {
+                    tbody { @for a in attempts {
+                        @let started_at = a.started_at.0.unwrap_or(now);
                         tr {
                             td.num { (a.attempt) }
-                            @if let Some(child) = children.get(&a.attempt) {
+                            @if let Some(child) = &a.child_run {
                                 td.host title=(host_kind) { a.child-run href=(format!("/runs/{child}")) { (child) } }
                             } @else {
-                                td.host title=(host_kind) { (a.host.as_deref().unwrap_or("-")) }
+                                td.host title=(host_kind) { (a.host.unwrap_or("-")) }
                             }
-                            td { (stamp(lang, Some(a.started_at), now)) }
-                            td { (duration_ms(lang, a.finished_at.unwrap_or(now) - a.started_at)) }
+                            td { (stamp(lang, Some(started_at), now)) }
+                            td { (duration_ms(lang, a.finished_at.0.unwrap_or(now) - started_at)) }
                             @let (outcome, why) = attempt_outcome(a, state, last_attempt);
                             td.outcome data-outcome=(outcome) title=[why.map(|w| t(lang, w))] { (term_markup(lang, Term::Outcome, outcome)) }
                         }
-                        @if let Some(error) = a.error.as_deref().filter(|e| !e.is_empty()) {
+                        @if let Some(error) = a.error.filter(|e| !e.is_empty()) {
                             tr.attempt-error { td.error colspan="5" { span.muted { (t(lang, "Error")) ": " } (error) } }
                         }
                     } }
@@ -569,7 +550,7 @@ async fn panel_markup(
             }
             @if !tabs.is_empty() {
                 h3 { (t(lang, "Log")) }
-                div.logs data-run=(r.id) data-node=(node) data-running=[running_attempt] data-empty=(t(lang, "No output kept for this attempt yet.")) data-empty-done=(t(lang, "This attempt printed nothing.")) {
+                div.logs data-run=(run_id) data-node=(node) data-running=[running_attempt] data-empty=(t(lang, "No output kept for this attempt yet.")) data-empty-done=(t(lang, "This attempt printed nothing.")) {
                     div.tabs role="tablist" {
                         @for (i, a) in tabs.iter().enumerate() {
                             button.tab type="button" role="tab" data-attempt=(a) aria-selected=(if i + 1 == tabs.len() { "true" } else { "false" }) { (t(lang, "Attempt")) " " (a) }
@@ -577,7 +558,7 @@ async fn panel_markup(
                     }
                     div.log-tools {
                         input.log-search type="search" placeholder=(t(lang, "Search the log")) aria-label=(t(lang, "Search the log"));
-                        a.log-download href=(format!("/runs/{}/nodes/{node}/log?attempt={}&download=1", r.id, tabs.last().copied().unwrap_or(1))) { (t(lang, "Download")) }
+                        a.log-download href=(format!("/runs/{run_id}/nodes/{node}/log?attempt={}&download=1", tabs.last().copied().unwrap_or(1))) { (t(lang, "Download")) }
                     }
                     pre.log tabindex="0" {}
                 }
@@ -586,42 +567,7 @@ async fn panel_markup(
     })
 }
 
-/// A sub-flow node's child runs by attempt (none for other nodes).
-async fn child_runs(
-    console: &Console,
-    run_id: &str,
-    def: &madeira_core::NodeDef,
-) -> Result<HashMap<u32, String>, ConsoleError> {
-    let NodeAction::Run(madeira_core::ExecutorDef::Subflow(sub)) = &def.action else {
-        return Ok(HashMap::new());
-    };
-    let query = madeira_store::RunQuery {
-        flow: Some(sub.flow.clone()),
-        actor: Some(madeira_core::subflow::child_actor(run_id, &def.id)),
-        limit: 1000,
-        ..Default::default()
-    };
-    let runs = console.app.engine.store().list_runs(&query).await?;
-    Ok(runs
-        .into_iter()
-        .filter_map(|r| {
-            let (_, _, attempt) = madeira_core::subflow::parse_child_key(r.idempotency_key.as_deref()?)?;
-            Some((attempt, r.id))
-        })
-        .collect())
-}
-
-/// Why INIT nodes of a RUNNING run wait for another flow (node-level `after`).
-async fn node_after_reasons(
-    console: &Console,
-    run: &LoadedRun,
-) -> std::collections::BTreeMap<String, String> {
-    if run.stored.run.state.as_str() != "RUNNING" {
-        return Default::default();
-    }
-    let store = console.app.engine.store();
-    let mut reasons =
-        madeira_engine::node_after::node_reasons(store.as_ref(), &run.stored.run.id, &run.def).await;
-    reasons.retain(|node, _| run.stored.nodes.iter().any(|n| n.node == *node && n.state.as_str() == "INIT"));
-    reasons
+/// Whether a node in state `status` has ended (SUCCESS, FAILED, SKIPPED).
+fn is_terminal(status: &str) -> bool {
+    status.parse::<NodeState>().is_ok_and(NodeState::is_terminal)
 }

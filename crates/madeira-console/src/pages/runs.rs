@@ -121,7 +121,7 @@ async fn plan(
         Some(f) => vec![Some(f.clone())],
         None if !search.states.is_empty() => {
             let names: Vec<Option<String>> =
-                console.app.engine.store().list_flows().await?.into_iter().map(|f| Some(f.name)).collect();
+                console.app.reads.flows.list_flows().await?.into_iter().map(|f| Some(f.name)).collect();
             if names.len() * states.len() <= MAX_PARTS { names } else { vec![None] }
         }
         None => vec![None],
@@ -135,7 +135,7 @@ pub async fn find(
     search: &Search,
     limit: usize,
 ) -> Result<(Vec<RunRow>, Option<String>), ConsoleError> {
-    let store = console.app.engine.store();
+    let reads = &console.app.reads;
     let until = search.until.map(id_bound);
     let before = match (&search.cursor, until) {
         (Some(c), Some(u)) => Some(if *c < u { c.clone() } else { u }),
@@ -151,7 +151,7 @@ pub async fn find(
             before: before.clone(),
             limit: (limit + 1) as u32,
         };
-        merged.extend(store.list_runs(&query).await?);
+        merged.extend(reads.runs.list_runs(&query).await?);
     }
     merged.sort_by(|a, b| b.id.cmp(&a.id));
     merged.dedup_by(|a, b| a.id == b.id);
@@ -177,7 +177,7 @@ pub async fn search(
     let search = Search::from_pairs(&pairs)?;
     let started = std::time::Instant::now();
     let (mut runs, next) = find(&console, &search, PAGE).await?;
-    let mut flows = console.app.engine.store().list_flows().await?;
+    let mut flows = console.app.reads.flows.list_flows().await?;
     if let Some(visible) = super::visible(&console, &ctx.user).await? {
         runs.retain(|r| visible.contains(&r.flow));
         // The filter names only flows the viewer sees, as `GET /api/v1/flows` does.

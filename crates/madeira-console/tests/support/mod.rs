@@ -11,7 +11,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use madeira_console::{Console, ConsoleOptions};
 use madeira_engine::{EngineHandle, EngineOptions, Executors, TriggerRequest};
-use madeira_server::{AppState, AuthConfig, TokenEntry};
+use madeira_server::{AppState, AuthConfig, Reads, TokenEntry};
+use madeira_store::Store;
 use madeira_store::sqlite::SqliteStore;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -19,6 +20,8 @@ use tower::ServiceExt;
 pub struct App {
     pub router: axum::Router,
     pub engine: EngineHandle,
+    /// The store the engine writes, for tests to check what it holds.
+    pub store: Arc<dyn Store>,
     cancel: CancellationToken,
     _dir: tempfile::TempDir,
 }
@@ -33,9 +36,10 @@ impl Drop for App {
 /// `tokens: None` is dev mode (no sign-in).
 pub async fn app(file: &str, flow: &str, tokens: Option<Vec<TokenEntry>>) -> App {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
     let (engine, handle) = madeira_engine::build(
-        store,
+        store.clone(),
         Executors::new(Default::default()),
         Vec::new(),
         EngineOptions::default(),
@@ -43,11 +47,11 @@ pub async fn app(file: &str, flow: &str, tokens: Option<Vec<TokenEntry>>) -> App
     let cancel = CancellationToken::new();
     tokio::spawn(engine.run(cancel.clone()));
     handle.apply_flow(file, flow).await.expect("flow");
-    let state = AppState::new(handle.clone(), AuthConfig { tokens });
-    let console =
-        Console::new(state.clone(), ConsoleOptions { shutdown: cancel.clone(), ..Default::default() });
+    let state = AppState::new(handle.clone(), Reads::of(&store), AuthConfig { tokens });
+    let options = ConsoleOptions { shutdown: cancel.clone(), ..Default::default() };
+    let console = Console::new(state.clone(), store.clone(), options);
     let router = madeira_server::router(state).merge(madeira_console::router(console));
-    App { router, engine: handle, cancel, _dir: dir }
+    App { router, engine: handle, store, cancel, _dir: dir }
 }
 
 /// One answer, read whole (at most 4 MiB).

@@ -46,7 +46,7 @@ pub async fn list(
         since_ms,
         limit: super::runs::parse_limit(q.get("limit"))?,
     };
-    let mut records = state.engine.store().audit(&query).await?;
+    let mut records = state.reads.audit.audit(&query).await?;
     if let Some(visible) = &visible {
         // A scoped caller sees the entries of its flows: by the run's flow, or
         // the `flow` an entry without a run names (pause, missed_run, ...).
@@ -56,7 +56,7 @@ pub async fn list(
             let flow = match &a.run_id {
                 Some(id) => {
                     if !run_flows.contains_key(id) {
-                        let flow = state.engine.store().load_run(id).await?.map(|r| r.run.flow);
+                        let flow = state.reads.runs.load_run(id).await?.map(|r| r.run.flow);
                         run_flows.insert(id.clone(), flow);
                     }
                     run_flows.get(id).cloned().flatten()

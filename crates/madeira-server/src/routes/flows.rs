@@ -67,9 +67,12 @@ pub async fn get(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let caller = state.auth.caller(&headers, Role::Viewer)?;
-    let store = state.engine.store();
-    let record =
-        store.get_flow(&name).await?.ok_or_else(|| ApiError::not_found(format!("flow {name} not found")))?;
+    let reads = &state.reads;
+    let record = reads
+        .flows
+        .get_flow(&name)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("flow {name} not found")))?;
     state.check_flow(&caller, &name).await?;
     let def = state.engine.flow(&name, Some(record.latest_version)).await?;
     let mut detail = views::flow_detail(&record, &def, &state.engine.calendars());
@@ -96,7 +99,7 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<J
     let caller = state.auth.caller(&headers, Role::Viewer)?;
     let mut flows = Vec::new();
     let queued = state.engine.queued_event_counts().await?;
-    for record in state.engine.store().list_flows().await? {
+    for record in state.reads.flows.list_flows().await? {
         let def = state.engine.flow(&record.name, Some(record.latest_version)).await?;
         if !caller.sees(&def.labels) {
             continue;
@@ -128,7 +131,7 @@ pub async fn versions(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let caller = state.auth.caller(&headers, Role::Viewer)?;
-    let versions = state.engine.store().flow_versions(&name).await?;
+    let versions = state.reads.flows.flow_versions(&name).await?;
     if versions.is_empty() {
         return Err(ApiError::not_found(format!("flow {name} not found")));
     }
@@ -161,12 +164,12 @@ pub async fn version(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let caller = state.auth.caller(&headers, Role::Viewer)?;
-    if state.engine.store().get_flow(&name).await?.is_some() {
+    if state.reads.flows.get_flow(&name).await?.is_some() {
         state.check_flow(&caller, &name).await?;
     }
     let v = state
-        .engine
-        .store()
+        .reads
+        .flows
         .flow_version(&name, version)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("flow {name} version {version} not found")))?;
@@ -184,7 +187,7 @@ async fn skipped_days(state: &AppState, flow: &str, detail: &mut Value) -> Resul
     }
     let query =
         madeira_store::AuditQuery { actor: Some("scheduler".into()), limit: 1000, ..Default::default() };
-    let audit = state.engine.store().audit(&query).await?;
+    let audit = state.reads.audit.audit(&query).await?;
     let skipped: Vec<Value> = audit
         .iter()
         .filter(|a| a.action == "cron_tick_skipped")

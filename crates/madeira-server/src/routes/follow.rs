@@ -23,14 +23,13 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use madeira_core::state::NodeState;
 use madeira_engine::EngineHandle;
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::ApiError;
+use crate::{ApiError, AppState};
 
 /// Interval of the keep-alive comment.
 const KEEP_ALIVE: Duration = Duration::from_secs(10);
@@ -62,38 +61,39 @@ pub fn resume_offset(headers: &HeaderMap, query_offset: Option<u64>) -> Result<u
 
 /// Follows `req.node` of run `req.run_id` as SSE (404 when either is unknown):
 /// the REST API's `…/logs?follow=true` and the console's log viewer.
-pub async fn follow_node(
-    engine: &EngineHandle,
-    req: FollowRequest,
-    shutdown: CancellationToken,
-) -> Result<Response, ApiError> {
+/// Streams end when `state.shutdown` fires.
+pub async fn follow_node(state: &AppState, req: FollowRequest) -> Result<Response, ApiError> {
+    let engine = &state.engine;
     // Subscribed before the run is read, so no transition falls between the two.
     let events = engine.subscribe();
     let id = &req.run_id;
-    let stored = engine
-        .store()
+    let stored = state
+        .reads
+        .runs
         .load_run(id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
     let Some(row) = stored.nodes.iter().find(|n| n.node == req.node) else {
         return Err(ApiError::not_found(format!("run {id}: node {} not found", req.node)));
     };
-    Ok(stream(engine.clone(), events, row.state, req, shutdown).into_response())
+    let follower = Follower {
+        engine: engine.clone(),
+        runs: state.reads.runs.clone(),
+        events,
+        node_ended: row.state.is_terminal(),
+        req,
+        tx: mpsc::channel(QUEUE).0,
+        carry: Vec::new(),
+    };
+    Ok(stream(follower, state.shutdown.clone()).into_response())
 }
 
-/// The SSE response following `req`; `node_state` is the node's state as stored
-/// when the request came (read after subscribing to the engine's events, so no
-/// transition is missed between the two).
-fn stream(
-    engine: EngineHandle,
-    events: broadcast::Receiver<std::sync::Arc<madeira_engine::RunEvent>>,
-    node_state: NodeState,
-    req: FollowRequest,
-    shutdown: CancellationToken,
-) -> impl axum::response::IntoResponse {
+/// The SSE response of `follower` (whose `node_ended` is the node's state as
+/// stored when the request came, read after subscribing to the engine's events,
+/// so no transition is missed between the two).
+fn stream(mut follower: Follower, shutdown: CancellationToken) -> impl axum::response::IntoResponse {
     let (tx, rx) = mpsc::channel(QUEUE);
-    let follower =
-        Follower { engine, events, node_ended: node_state.is_terminal(), req, tx, carry: Vec::new() };
+    follower.tx = tx;
     tokio::spawn(async move {
         tokio::select! {
             _ = follower.run() => {}
@@ -105,6 +105,8 @@ fn stream(
 
 struct Follower {
     engine: EngineHandle,
+    /// The stored run and logs (a node that ended without live output here).
+    runs: std::sync::Arc<dyn madeira_store::RunReader>,
     events: broadcast::Receiver<std::sync::Arc<madeira_engine::RunEvent>>,
     /// The node reached SUCCESS, FAILED or SKIPPED.
     node_ended: bool,
@@ -158,7 +160,7 @@ impl Follower {
 
     /// After missing events, reads the node's state once more.
     async fn reload(&mut self) {
-        if let Ok(Some(stored)) = self.engine.store().load_run(&self.req.run_id).await
+        if let Ok(Some(stored)) = self.runs.load_run(&self.req.run_id).await
             && let Some(n) = stored.nodes.iter().find(|n| n.node == self.req.node)
         {
             let moved_on = self.req.attempt.is_some_and(|a| n.attempt > a);
@@ -216,7 +218,7 @@ impl Follower {
 
     /// Answers an ended attempt without live output from the stored tail.
     async fn stored(&mut self) {
-        let logs = self.engine.store().logs(&self.req.run_id, &self.req.node).await.unwrap_or_default();
+        let logs = self.runs.logs(&self.req.run_id, &self.req.node).await.unwrap_or_default();
         let log = match self.req.attempt {
             Some(a) => logs.into_iter().find(|l| l.attempt == a),
             None => logs.into_iter().max_by_key(|l| l.attempt),

@@ -136,7 +136,7 @@ async fn unserved_jobs(state: &AppState, jobs: &[(String, String)]) -> Result<Ve
     for (group, job) in jobs {
         let local = here.iter().any(|s| s.connected && s.group == *group && s.jobs.contains(job));
         let since = madeira_engine::now_ms() - LIVE_WITHIN_MS;
-        if local || !state.engine.store().sidecar_hosts(group, job, since).await?.is_empty() {
+        if local || !state.reads.presence.sidecar_hosts(group, job, since).await?.is_empty() {
             continue;
         }
         warnings.push(format!(

@@ -11,7 +11,8 @@ use madeira_store::RunQuery;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{follow, json_body, sidecars};
+use super::{follow, json_body};
+use crate::detail::RunDetail;
 use crate::{ApiError, AppState, Role, views};
 
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
@@ -201,7 +202,7 @@ pub async fn list(
     let mut rows = Vec::new();
     // A scoped caller's page skips other teams' runs: read on until it is full.
     loop {
-        let page = state.engine.store().list_runs(&query).await?;
+        let page = state.reads.runs.list_runs(&query).await?;
         let exhausted = page.len() < query.limit as usize;
         let reached_since = since.as_ref().is_some_and(|b| page.last().is_some_and(|r| r.id < *b));
         query.before = page.last().map(|r| r.id.clone());
@@ -229,7 +230,7 @@ pub async fn list(
     tag = "runs",
     params(("id" = String, Path, description = "run id (UUIDv7)")),
     responses(
-        (status = 200, description = "the run and every node", body = crate::schema::RunDetail),
+        (status = 200, description = "the run and every node", body = RunDetail),
         (status = 401, description = "missing or unknown bearer token", body = crate::schema::ErrorBody),
         (status = 403, description = "the token's role is too low", body = crate::schema::ErrorBody),
         (status = 404, description = "not found", body = crate::schema::ErrorBody),
@@ -245,64 +246,13 @@ pub async fn show(
     let caller = state.auth.caller(&headers, Role::Viewer)?;
     state.check_run(&caller, &id).await?;
     let stored = state
-        .engine
-        .store()
+        .reads
+        .runs
         .load_run(&id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
     let def = state.engine.flow(&stored.run.flow, Some(stored.run.version)).await?;
-    let mut view = views::run_detail(&stored, &def);
-    let audit = madeira_store::AuditQuery { run_id: Some(id.clone()), limit: 100, ..Default::default() };
-    view.warnings = state
-        .engine
-        .store()
-        .audit(&audit)
-        .await?
-        .into_iter()
-        .filter(|a| a.action == madeira_engine::fallbacks::ROUTING_FALLBACK)
-        .filter_map(|a| a.reason)
-        .collect();
-    for node in def.nodes.iter().filter(|n| n.throttle.is_some()) {
-        let (Some(throttle), Some(entry)) = (node.throttle, view.nodes.get_mut(node.id.as_str())) else {
-            continue;
-        };
-        let live = state.engine.throttle_state(&def.name, &node.id);
-        let position = live.waiting.iter().position(|r| *r == id).map(|p| p + 1);
-        entry.throttle = Some(json!({
-            "max_permits": throttle.max_permits,
-            "queue_size": throttle.queue_size,
-            "permits_in_use": live.in_use,
-            "queue_depth": live.waiting.len(),
-            "queue_position": position,
-        }));
-    }
-    for node in &def.nodes {
-        let madeira_core::NodeAction::Run(madeira_core::ExecutorDef::Subflow(sub)) = &node.action else {
-            continue;
-        };
-        let Some(entry) = view.nodes.get_mut(node.id.as_str()) else { continue };
-        let query = madeira_store::RunQuery {
-            flow: Some(sub.flow.clone()),
-            actor: Some(madeira_core::subflow::child_actor(&id, &node.id)),
-            limit: 1000,
-            ..Default::default()
-        };
-        let children: std::collections::HashMap<u32, String> = state
-            .engine
-            .store()
-            .list_runs(&query)
-            .await?
-            .into_iter()
-            .filter_map(|r| {
-                let key = r.idempotency_key.as_deref()?;
-                let (_, _, attempt) = madeira_core::subflow::parse_child_key(key)?;
-                Some((attempt, r.id))
-            })
-            .collect();
-        entry.set_child_runs(&children);
-    }
-    sidecars::show_waiting(&mut view, &id, state.engine.waiting());
-    show_node_after(&mut view, state.engine.store().as_ref(), &id, &stored.run.state, &def).await?;
+    let view = RunDetail::gather(&state, &stored, &def).await?;
     Ok(Json(view).into_response())
 }
 
@@ -461,15 +411,16 @@ pub async fn logs(
     if query.follow {
         let offset = follow::resume_offset(&headers, query.offset)?;
         let req = follow::FollowRequest { run_id: id, node, attempt: query.attempt, offset };
-        return follow::follow_node(&state.engine, req, state.shutdown.clone()).await;
+        return follow::follow_node(&state, req).await;
     }
-    let store = state.engine.store();
+    let reads = &state.reads;
     let stored =
-        store.load_run(&id).await?.ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
+        reads.runs.load_run(&id).await?.ok_or_else(|| ApiError::not_found(format!("run {id} not found")))?;
     if !stored.nodes.iter().any(|n| n.node == node) {
         return Err(ApiError::not_found(format!("run {id}: node {node} not found")));
     }
-    let mut logs: Vec<Value> = store
+    let mut logs: Vec<Value> = reads
+        .runs
         .logs(&id, &node)
         .await?
         .into_iter()
@@ -508,7 +459,7 @@ pub async fn transitions(
 ) -> Result<Json<Value>, ApiError> {
     let caller = state.auth.caller(&headers, Role::Viewer)?;
     state.check_run(&caller, &id).await?;
-    let records = state.engine.store().transitions(&id).await?;
+    let records = state.reads.runs.transitions(&id).await?;
     if records.is_empty() {
         return Err(ApiError::not_found(format!("run {id} not found")));
     }
@@ -521,41 +472,4 @@ pub async fn transitions(
         })
         .collect();
     Ok(Json(json!({"run_id": id, "transitions": out})))
-}
-
-/// Node-level `after`: every node with waits lists them (`after`); an INIT node of
-/// a RUNNING run with an unmet one shows whom it waits for as its reason.
-async fn show_node_after(
-    view: &mut crate::views::RunDetail<'_>,
-    store: &dyn madeira_store::Store,
-    run_id: &str,
-    run_state: &madeira_core::RunState,
-    def: &madeira_core::FlowDef,
-) -> Result<(), ApiError> {
-    if !def.nodes.iter().any(|n| !n.after.is_empty()) {
-        return Ok(());
-    }
-    let waits = store.node_waits(run_id).await?;
-    let reasons = madeira_engine::node_after::node_reasons(store, run_id, def).await;
-    for (name, node) in view.nodes.iter_mut() {
-        let mine: Vec<Value> = waits
-            .iter()
-            .filter(|w| w.node == *name)
-            .map(|w| {
-                json!({"flow": w.wait.flow, "node": w.wait.node, "date": w.wait.date, "met": w.met,
-                       "upstream_run": w.upstream_run, "upstream_state": w.upstream_state})
-            })
-            .collect();
-        if !mine.is_empty() {
-            node.after = Some(Value::Array(mine));
-        }
-        if *run_state == madeira_core::RunState::Running
-            && node.status == "INIT"
-            && let Some(reason) = reasons.get(*name)
-        {
-            node.reason = Some(reason.clone().into());
-            node.waiting = Some(true);
-        }
-    }
-    Ok(())
 }

@@ -7,7 +7,6 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use madeira_engine::WaitingNodes;
 use serde_json::{Value, json};
 
 use crate::{ApiError, AppState, Role};
@@ -36,7 +35,7 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<J
     if let Some(visible) = state.visible_flows(&caller).await? {
         let mut kept = Vec::with_capacity(listed.len());
         for w in listed {
-            let run = state.engine.store().load_run(&w.0).await.map_err(madeira_engine::EngineError::from)?;
+            let run = state.reads.runs.load_run(&w.0).await.map_err(madeira_engine::EngineError::from)?;
             if run.is_some_and(|r| visible.contains(&r.run.flow)) {
                 kept.push(w);
             }
@@ -49,8 +48,8 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<J
         .collect();
     let since = madeira_engine::now_ms() - PRESENCE_FRESH_MS;
     let replicas: Vec<Value> = state
-        .engine
-        .store()
+        .reads
+        .presence
         .sidecar_presence(since)
         .await
         .map_err(madeira_engine::EngineError::from)?
@@ -67,16 +66,4 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<J
         "waiting": waiting,
         "xxl": state.xxl.as_ref().map_or(Value::Array(Vec::new()), |view| view()),
     })))
-}
-
-/// Marks INIT nodes of run `run_id` that wait for a sidecar, with the reason.
-pub(crate) fn show_waiting(view: &mut crate::views::RunDetail<'_>, run_id: &str, waiting: &WaitingNodes) {
-    for (name, node) in view.nodes.iter_mut() {
-        if node.status == "INIT"
-            && let Some(reason) = waiting.reason(run_id, name)
-        {
-            node.reason = Some(reason.into());
-            node.waiting = Some(true);
-        }
-    }
 }

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use madeira_engine::{EngineOptions, Executors};
-use madeira_server::{AppState, AuthConfig};
+use madeira_server::{AppState, AuthConfig, Reads};
+use madeira_store::Store;
 use madeira_store::sqlite::SqliteStore;
 
 pub struct App {
@@ -22,9 +23,10 @@ pub async fn app(flows: &[(&str, &str)]) -> App {
 #[allow(dead_code)] // not every test binary authenticates
 pub async fn app_with_auth(flows: &[(&str, &str)], auth: AuthConfig) -> App {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
     let (engine, handle) = madeira_engine::build(
-        store,
+        store.clone(),
         Executors::new(Default::default()),
         Vec::new(),
         EngineOptions::default(),
@@ -34,7 +36,7 @@ pub async fn app_with_auth(flows: &[(&str, &str)], auth: AuthConfig) -> App {
     for (file, yaml) in flows {
         handle.apply_flow(file, yaml).await.expect("flow");
     }
-    let router = madeira_server::router(AppState::new(handle, auth));
+    let router = madeira_server::router(AppState::new(handle, Reads::of(&store), auth));
     App { router, _dir: dir, _cancel: cancel }
 }
 

@@ -14,11 +14,12 @@ use crate::dialect::{Dialect, SqlStore};
 use crate::{
     Advanced, AfterWait, AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore,
     BackfillChange, BackfillRecord, BackfillStepRow, BackfillStore, Batch, CalendarVersion, Claim,
-    CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowRecord, FlowStore, FlowVersion,
-    HealthStore, HeldNode, HeldRun, InboxEvent, Lease, LeaseStore, LogRecord, NewBackfill, NewRun,
-    NodeWaitState, OpenAlerts, PermitKey, PermitStore, PresenceStore, PutFlow, QueueOutcome, QueuedEvent,
-    Result, RetentionStore, RunCommand, RunQuery, RunRow, RunStore, SessionRecord, SessionStore, ShardResult,
-    SidecarPresence, StoredRun, TransitionRecord, XxlCallbackRow, XxlExecutorRow, XxlStore,
+    CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowReader, FlowRecord, FlowStore,
+    FlowVersion, HealthStore, HeldNode, HeldRun, InboxEvent, Lease, LeaseStore, LogRecord, NewBackfill, NewRun,
+    NodeWaitState, OpenAlerts, PermitKey, PermitStore, PresenceReader, PresenceStore, PutFlow, QueueOutcome,
+    QueuedEvent, Result, RetentionStore, RunCommand, RunQuery, RunReader, RunRow, RunStore, SessionRecord,
+    SessionStore, ShardResult, SidecarPresence, StoredRun, TransitionRecord, XxlCallbackRow, XxlExecutorRow,
+    XxlStore,
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
@@ -44,21 +45,38 @@ macro_rules! forward {
     (@read $s:ident, $f:path, $($a:expr,)*) => { $s.read(|| $f(&$s.reader, $($a),*)).await };
 }
 
-forward!(FlowStore {
-    write fn put_flow(name: &str, source: &str, hash: &str, now_ms: i64) -> PutFlow = flows::put_flow;
+forward!(FlowReader {
     read fn get_flow(name: &str) -> Option<FlowRecord> = flows::get_flow;
     read fn list_flows() -> Vec<FlowRecord> = flows::list_flows;
     read fn flow_version(name: &str, version: u32) -> Option<FlowVersion> = flows::flow_version;
     read fn flow_versions(name: &str) -> Vec<FlowVersion> = flows::flow_versions;
-    write fn set_paused(name: &str, paused: bool, now_ms: i64) -> bool = flows::set_paused;
     read fn deleted_flows() -> Vec<FlowRecord> = flows::deleted_flows;
+    read fn queued_events(flow: &str, limit: u32) -> Vec<QueuedEvent> = lifecycle::queued_events;
+    read fn queued_event_counts() -> Vec<(String, u64)> = lifecycle::queued_event_counts;
+    read fn calendars() -> Vec<CalendarVersion> = calendars::calendars;
+});
+
+forward!(FlowStore {
+    write fn put_flow(name: &str, source: &str, hash: &str, now_ms: i64) -> PutFlow = flows::put_flow;
+    write fn set_paused(name: &str, paused: bool, now_ms: i64) -> bool = flows::set_paused;
     write fn delete_flow(req: &DeleteFlow) -> DeleteOutcome = lifecycle::delete_flow;
     write fn queue_event(event: &QueuedEvent, limit: u32) -> QueueOutcome = lifecycle::queue_event;
-    read fn queued_events(flow: &str, limit: u32) -> Vec<QueuedEvent> = lifecycle::queued_events;
     write fn remove_queued_events(ids: &[i64]) -> () = lifecycle::remove_queued_events;
-    read fn queued_event_counts() -> Vec<(String, u64)> = lifecycle::queued_event_counts;
     write fn put_calendar(name: &str, source: &str, hash: &str, now_ms: i64) -> PutFlow = calendars::put_calendar;
-    read fn calendars() -> Vec<CalendarVersion> = calendars::calendars;
+});
+
+forward!(RunReader {
+    read fn run_waits(run_id: &str) -> Vec<AfterWait> = waits::run_waits;
+    write fn node_waits(run_id: &str) -> Vec<NodeWaitState> = node_waits::node_waits;
+    read fn held_by_after() -> Vec<HeldRun> = waits::held_by_after;
+    read fn node_durations(flow: &str, runs: u32) -> Vec<(String, i64)> = once::node_durations;
+    read fn last_cron_key(flow: &str) -> Option<String> = read::last_cron_key;
+    read fn load_run(run_id: &str) -> Option<StoredRun> = read::load_run;
+    read fn list_runs(query: &RunQuery) -> Vec<RunRow> = read::list_runs;
+    read fn count_runs(state: &str, since_id: &str, cap: u32) -> u32 = read::count_runs;
+    read fn transitions(run_id: &str) -> Vec<TransitionRecord> = read::transitions;
+    read fn logs(run_id: &str, node: &str) -> Vec<LogRecord> = read::logs;
+    read fn shard_results(run_id: &str, node: &str, key: &str) -> Vec<ShardResult> = shards::list;
 });
 
 forward!(RunStore {
@@ -66,10 +84,7 @@ forward!(RunStore {
     write_ids fn create_runs(new: &[NewRun]) -> Vec<CreateOutcome> = runs::create_runs;
     write fn after_dependents(flow: &str, date: &str) -> Vec<String> = waits::after_dependents;
     write fn held_runs(flow: &str, date: &str) -> Vec<RunRow> = waits::held_runs;
-    read fn run_waits(run_id: &str) -> Vec<AfterWait> = waits::run_waits;
-    read fn held_by_after() -> Vec<HeldRun> = waits::held_by_after;
     write fn waive_waits(run_id: &str) -> bool = waits::waive_waits;
-    write fn node_waits(run_id: &str) -> Vec<NodeWaitState> = node_waits::node_waits;
     write fn node_waiters(flow: &str, date: &str) -> Vec<(String, Option<String>)> = node_waits::node_waiters;
     read fn held_nodes() -> Vec<HeldNode> = node_waits::held_nodes;
     write fn waive_node_waits(run_id: &str, node: &str) -> bool = node_waits::waive_node_waits;
@@ -77,18 +92,10 @@ forward!(RunStore {
     write_ids fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
     write fn record_deadline_miss(flow: &str, biz_date: &str, now_ms: i64) -> bool = deadlines::record_deadline_miss;
     write fn record_once(flow: &str, key: &str, now_ms: i64) -> bool = once::record_once;
-    read fn node_durations(flow: &str, runs: u32) -> Vec<(String, i64)> = once::node_durations;
     write_ids fn set_wait_reason(run_id: &str, reason: Option<&str>, admit_ms: Option<i64>) -> bool = runs::set_wait_reason;
     write_dialect fn commit(batch: &Batch) -> () = commit::commit;
-    read fn last_cron_key(flow: &str) -> Option<String> = read::last_cron_key;
-    read fn load_run(run_id: &str) -> Option<StoredRun> = read::load_run;
     write fn unfinished_runs() -> Vec<String> = read::unfinished_runs;
-    read fn list_runs(query: &RunQuery) -> Vec<RunRow> = read::list_runs;
-    read fn count_runs(state: &str, since_id: &str, cap: u32) -> u32 = read::count_runs;
-    read fn transitions(run_id: &str) -> Vec<TransitionRecord> = read::transitions;
-    read fn logs(run_id: &str, node: &str) -> Vec<LogRecord> = read::logs;
     write fn put_shard_result(result: &ShardResult) -> () = shards::put;
-    read fn shard_results(run_id: &str, node: &str, key: &str) -> Vec<ShardResult> = shards::list;
 });
 
 forward!(AuditStore {
@@ -114,10 +121,13 @@ forward!(CommandStore {
     write fn withdraw_command(id: i64) -> bool = commands::withdraw_command;
 });
 
-forward!(PresenceStore {
-    write fn publish_sidecars(replica: &str, groups: &[SidecarPresence], now_ms: i64) -> () = presence::publish;
+forward!(PresenceReader {
     write fn sidecar_hosts(group: &str, job: &str, since_ms: i64) -> Vec<String> = presence::hosts;
     write fn sidecar_presence(since_ms: i64) -> Vec<(String, SidecarPresence, i64)> = presence::all;
+});
+
+forward!(PresenceStore {
+    write fn publish_sidecars(replica: &str, groups: &[SidecarPresence], now_ms: i64) -> () = presence::publish;
 });
 
 forward!(SessionStore {

@@ -93,6 +93,7 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
                 let api = planes[0].http_addr.context("the history scenario's API did not start")?;
                 let history = bench_history::HistoryArgs {
                     store_url,
+                    store: planes[0].store.as_ref(),
                     api,
                     runs: args.runs,
                     days: args.days,
@@ -100,7 +101,7 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
                 };
                 bench_history::run(&engines, history).await?
             }
-            "cron" => cron(engines.pick(0), args.flows).await?,
+            "cron" => cron(engines.pick(0), planes[0].store.as_ref(), args.flows).await?,
             "throttle" => throttle(&engines, 1000).await?,
             "alerts" => super::bench_alerts::run(10_000).await?,
             "sidecar-chain" | "sidecar-rss" => {
@@ -335,7 +336,7 @@ async fn steady(engines: &Engines, runs: usize, rate: u32) -> Result<Value> {
 /// `flows` flows all firing at second 0 of every minute: the lateness of their
 /// runs' start after the first minute boundary once all are loaded, and the RSS
 /// with all of them scheduled.
-async fn cron(engine: &EngineHandle, flows: usize) -> Result<Value> {
+async fn cron(engine: &EngineHandle, store: &dyn madeira_store::Store, flows: usize) -> Result<Value> {
     let started = Instant::now();
     for i in 0..flows {
         let yaml = format!(
@@ -353,7 +354,7 @@ async fn cron(engine: &EngineHandle, flows: usize) -> Result<Value> {
     let deadline = Instant::now() + Duration::from_secs(200);
     let lateness = loop {
         let query = madeira_store::RunQuery { limit: (flows * 3) as u32, ..Default::default() };
-        let runs = engine.store().list_runs(&query).await?;
+        let runs = store.list_runs(&query).await?;
         let of_tick: Vec<_> = runs
             .iter()
             .filter(|r| r.idempotency_key.as_deref().is_some_and(|k| k.ends_with(&key_suffix)))

@@ -57,6 +57,8 @@ fn etl_flow(k: usize) -> String {
 /// What the scenario needs besides the engines.
 pub(super) struct HistoryArgs<'a> {
     pub store_url: &'a str,
+    /// The first replica's store (`ControlPlane::store`), measured directly.
+    pub store: &'a dyn madeira_store::Store,
     pub api: std::net::SocketAddr,
     pub runs: usize,
     pub days: u32,
@@ -68,7 +70,7 @@ pub(super) async fn run(engines: &Engines, args: HistoryArgs<'_>) -> Result<Valu
         bail!("history needs --days ≥ 1 and --runs ≥ 1000 (got {} and {})", args.days, args.runs);
     }
     let db = Db::connect(args.store_url).await?;
-    let templates = templates(engines).await?;
+    let templates = templates(engines, args.store).await?;
     let filled = fill(&db, &templates, args.runs, args.days).await?;
     let result = measure(engines, &db, &args, filled).await;
     hsql::finish(&db).await?;
@@ -77,7 +79,7 @@ pub(super) async fn run(engines: &Engines, args: HistoryArgs<'_>) -> Result<Valu
 }
 
 /// The template runs (each waited until it ended) and the slots they fill.
-async fn templates(engines: &Engines) -> Result<Vec<Template>> {
+async fn templates(engines: &Engines, store: &dyn madeira_store::Store) -> Result<Vec<Template>> {
     let engine = engines.pick(0);
     engine.apply_flow("bench-settlement", super::bench_engines::SETTLEMENT_DAG).await?;
     engine.apply_flow("hist-settlement-retry", SETTLEMENT_RETRY).await?;
@@ -104,7 +106,7 @@ async fn templates(engines: &Engines) -> Result<Vec<Template>> {
     let deadline = Instant::now() + Duration::from_secs(60);
     for tpl in &out {
         loop {
-            let run = engine.store().load_run(&tpl.run_id).await?.context("template run vanished")?;
+            let run = store.load_run(&tpl.run_id).await?.context("template run vanished")?;
             if run.run.finished_at.is_some() {
                 break;
             }
@@ -223,9 +225,9 @@ async fn measure(engines: &Engines, db: &Db, args: &HistoryArgs<'_>, filled: Val
     let hist_start = filled["history_start_ms"].as_i64().unwrap_or(0);
     let routes = routes(db, args, hist_start).await;
     let (d50, d99, dn) = dispatch(engines);
-    let cron = cron_lookups(engines.pick(0)).await;
+    let cron = cron_lookups(args.store).await;
     dispatch(engines);
-    let prune = prune_day(engines.pick(0), hist_start).await;
+    let prune = prune_day(args.store, hist_start).await;
     let (p50, p99, pn) = dispatch(engines);
     stop.store(true, Ordering::Relaxed);
     load.await.ok();
@@ -329,8 +331,7 @@ async fn routes(db: &Db, args: &HistoryArgs<'_>, hist_start: i64) -> Result<Valu
 
 /// The scheduler's look-ups on start and after a gap: the last cron key of a
 /// flow, and the latest 100 runs of a flow (`missed`).
-async fn cron_lookups(engine: &EngineHandle) -> Result<Value> {
-    let store = engine.store();
+async fn cron_lookups(store: &dyn madeira_store::Store) -> Result<Value> {
     let (mut keys, mut lists) = (Vec::new(), Vec::new());
     for i in 0..SAMPLES {
         let flow = format!("hist-etl-{}", i % 10);
@@ -353,8 +354,7 @@ async fn cron_lookups(engine: &EngineHandle) -> Result<Value> {
 }
 
 /// Retention's own loop (batches of 200, 20 ms apart) over the oldest day.
-async fn prune_day(engine: &EngineHandle, hist_start: i64) -> Result<Value> {
-    let store = engine.store();
+async fn prune_day(store: &dyn madeira_store::Store, hist_start: i64) -> Result<Value> {
     let cutoff = hist_start + DAY_MS;
     let started = Instant::now();
     let (mut runs, mut batches, mut worst) = (0u64, 0u64, 0f64);

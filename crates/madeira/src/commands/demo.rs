@@ -90,7 +90,7 @@ pub async fn run(args: crate::cli::DemoArgs) -> Result<ExitCode> {
 
     let started = Instant::now();
     let settlement = watch_run(&engine, "daily-settlement", true).await?;
-    print_logs(&engine, &settlement.run_id, &["pull_refunds", "receivables", "export"]).await?;
+    print_logs(plane.store.as_ref(), &settlement.run_id, &["pull_refunds", "receivables", "export"]).await?;
     let stock = watch_run(&engine, "stock-sync", false).await?;
     print_alert(&engine, &stock.run_id).await?;
 
@@ -303,10 +303,10 @@ async fn print_alert(engine: &EngineHandle, run_id: &str) -> Result<()> {
 const SHOWN_LINES: usize = 4;
 
 /// Prints what the sidecar kept of some nodes' output (the last 64 KiB per attempt).
-async fn print_logs(engine: &EngineHandle, run_id: &str, nodes: &[&str]) -> Result<()> {
+async fn print_logs(store: &dyn madeira_store::Store, run_id: &str, nodes: &[&str]) -> Result<()> {
     say!("Output kept from the job processes (madeira logs RUN NODE):");
     for node in nodes {
-        for log in engine.store().logs(run_id, node).await? {
+        for log in store.logs(run_id, node).await? {
             let lines: Vec<&str> = log.content.lines().filter(|l| !l.trim().is_empty()).collect();
             for line in lines.iter().take(SHOWN_LINES) {
                 say!("  {node:<13} #{} │ {line}", log.attempt);
