@@ -508,6 +508,77 @@ test('estate page: a failed upstream holds two flows, each held flow says whom i
   await phone.close();
 });
 
+test('backfill from the console: pick a range on the flow page, see its progress grow live, cancel it (en desktop, zh-CN phone)', async () => {
+  const cases = [
+    { lang: 'en', from: '2026-11-02', to: '2026-11-13', shot: 'backfills',
+      opts: { viewport: { width: 1400, height: 900 } },
+      words: { nav: 'Backfills', open: 'Backfill', cancel: 'Cancel backfill', running: 'running', cancelled: 'cancelled' } },
+    { lang: 'zh-CN', from: '2026-10-05', to: '2026-10-16', shot: 'backfills-phone-zh-CN',
+      opts: { viewport: PHONE, isMobile: true, hasTouch: true, deviceScaleFactor: 2, locale: 'zh-CN' },
+      words: { nav: '补数', open: '补数', cancel: '取消补数', running: '运行中', cancelled: '已取消' } },
+  ];
+  for (const c of cases) {
+    const ctx = await context(c.opts);
+    const page = await signIn(ctx, T.operator);
+    await page.goto(`${SERVE}/flows/backfill-load?lang=${c.lang}`);
+    if (c.opts.isMobile) await noHorizontalScroll(page);
+    // The top navigation links the backfills page.
+    assert.equal(await page.locator('nav.main-nav a[href="/backfills"]').textContent(), c.words.nav);
+    await page.click('details.backfill-form > summary');
+    const form = page.locator('details.backfill-form form');
+    assert.match(await page.textContent('details.backfill-form > summary'), new RegExp(c.words.open));
+    await form.locator('input[name=from]').fill(c.from);
+    await form.locator('input[name=to]').fill(c.to);
+    await form.locator('input[name=parallel]').fill('2');
+    await form.locator('textarea[name=reason]').fill(`browser test ${c.lang}`);
+    await Promise.all([page.waitForURL(/\/backfills$/, { timeout: DEADLINE_MS }), form.locator('button[type=submit]').click()]);
+    const mine = (await api(SERVE, 'GET', '/backfills', null, T.operator)).backfills
+      .find((b) => b.flow === 'backfill-load' && b.date_from === c.from);
+    assert.ok(mine, `the backfill of ${c.from} is in the API`);
+    assert.equal(mine.actor, 'ops-alice', 'started as the signed-in token');
+    assert.equal(mine.dates.length, 12);
+    await page.evaluate(() => { window.__sameDocument = true; });
+    const row = page.locator(`tr[data-backfill="${mine.id}"]`);
+    assert.equal(await row.getAttribute('data-state'), 'running');
+    assert.match(await row.locator(`span[class*="bf-"]`).textContent(), new RegExp(c.words.running));
+    // Its progress grows on the open page (the live stream refreshes it).
+    const settled = async () => Number((await row.locator('span.counts').textContent()).split('/')[0]);
+    await until('two dates done on the page', async () => (await settled()) >= 2);
+    assert.equal(await page.evaluate(() => window.__sameDocument), true, 'the page was not reloaded');
+    assert.match(await row.locator('span.counts').textContent(), /\/12$/);
+    const bar = await row.locator('progress').evaluate((p) => [p.value, p.max]);
+    assert.ok(bar[0] >= 2 && bar[1] === 12, `the bar reads ${bar}`);
+    if (c.opts.isMobile) await noHorizontalScroll(page);
+    await page.screenshot({ path: `${SHOTS}/${c.shot}.png`, fullPage: !c.opts.isMobile });
+    // Cancel it with a reason: its state turns cancelled, nothing of it runs on.
+    const cancel = row.locator('button[data-open]', { hasText: c.words.cancel });
+    if (c.opts.isMobile) {
+      // On a phone each backfill is a card: its cancel button is in view, not off to the side.
+      const b = await cancel.boundingBox();
+      assert.ok(b && b.x >= 0 && b.x + b.width <= PHONE.width, `cancel button in view: ${JSON.stringify(b)}`);
+    }
+    await cancel.click();
+    const dialog = page.locator(`dialog[id="dlg-cancel-${mine.id}"]`);
+    await dialog.waitFor({ state: 'visible' });
+    const box = await dialog.boundingBox();
+    const view = page.viewportSize();
+    assert.ok(box.x >= 0 && box.x + box.width <= view.width, `dialog in view: ${JSON.stringify(box)}`);
+    await dialog.locator('textarea[name=reason]').fill('seen enough');
+    await dialog.locator('button[type=submit]').click();
+    await page.waitForSelector('#flash .flash.ok', { timeout: DEADLINE_MS });
+    await page.waitForSelector(`tr[data-backfill="${mine.id}"][data-state="cancelled"]`, { timeout: DEADLINE_MS });
+    assert.match(await page.locator(`tr[data-backfill="${mine.id}"] span[class*="bf-"]`).textContent(), new RegExp(c.words.cancelled));
+    const shown = await api(SERVE, 'GET', `/backfills/${mine.id}`, null, T.operator);
+    assert.equal(shown.state, 'cancelled');
+    assert.ok(shown.progress.success >= 2 && shown.progress.success < 12, `some dates ran, not all: ${JSON.stringify(shown.progress)}`);
+    await until('no run of the backfill left running', async () => {
+      const now = await api(SERVE, 'GET', `/backfills/${mine.id}`, null, T.operator);
+      return now.steps.every((s) => !['QUEUED', 'RUNNING'].includes(s.run_state));
+    });
+    await ctx.close();
+  }
+});
+
 test('dark mode follows prefers-color-scheme', async () => {
   const ctx = await context({ colorScheme: 'dark', viewport: { width: 1400, height: 900 } });
   const page = await ctx.newPage();

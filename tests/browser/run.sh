@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Browser tests of the web console against the real `madeira` binary: one
 # `madeira serve` with three tokens (operator, viewer, admin), a builtin flow and
-# three flows waiting for each other (the estate page),
+# three flows waiting for each other (the estate page), a slow flow to backfill,
 # one `madeira dev` running the daily-settlement example on its in-process
 # sidecar. Headless Chromium is Debian's (/usr/bin/chromium), driven by
 # playwright-core (npm ci here). Screenshots go to docs/screenshots/.
@@ -39,7 +39,7 @@ export T_OPERATOR="op-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 export T_VIEWER="view-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 export T_ADMIN="admin-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 mkdir -p "$work/flows" "$work/dev-flows"
-cp "$here/fixtures/payout-approval.yaml" "$here"/fixtures/estate-*.yaml "$work/flows/"
+cp "$here/fixtures/payout-approval.yaml" "$here"/fixtures/estate-*.yaml "$here"/fixtures/backfill-*.yaml "$work/flows/"
 cp "$root/examples/daily-settlement.yaml" "$root/examples/stock-sync.yaml" "$here/fixtures/ticker.yaml" "$work/dev-flows/"
 cat "$root/examples/jobs/local.yaml" "$here/fixtures/ticker-job.yaml" > "$work/jobs.yaml"
 cat > "$work/serve.yaml" <<YAML

@@ -5,7 +5,8 @@
 //! more than four runs of it active, and a manual run of another flow created
 //! meanwhile starts at once. A second backfill of the same dates skips them all.
 //! A backfill paused makes no new run, resumed goes on, cancelled cancels its
-//! runs and makes no more. `after_policy` fails, skips or runs a held run once
+//! runs and makes no more. A paused flow is not backfilled: its dates wait
+//! (the backfill says so) until the flow is resumed. `after_policy` fails, skips or runs a held run once
 //! its `wait` is over. On PostgreSQL, two `serve` replicas share one backfill.
 
 use std::collections::BTreeMap;
@@ -22,13 +23,13 @@ const B: &str =
     "flow: bf-b\nafter:\n  - {flow: bf-a, date: same}\nnodes:\n  load: {run: {builtin: sleep, for: 50ms}}\n";
 const OTHER: &str = "flow: bf-other\nnodes:\n  n: {run: {builtin: noop}}\n";
 
-fn ms(v: &Value) -> i64 {
+pub(crate) fn ms(v: &Value) -> i64 {
     let text = v.as_str().unwrap_or_else(|| panic!("no timestamp: {v}"));
     DateTime::parse_from_rfc3339(text).expect("timestamp").timestamp_millis()
 }
 
 /// The backfill runs of `flow`, by business date.
-async fn runs_by_date(dev: &Dev, flow: &str) -> BTreeMap<String, Vec<Value>> {
+pub(crate) async fn runs_by_date(dev: &Dev, flow: &str) -> BTreeMap<String, Vec<Value>> {
     let (status, body) = dev.get(&format!("/runs?flow={flow}&limit=1000")).await;
     assert_eq!(status, 200, "{body}");
     let mut out: BTreeMap<String, Vec<Value>> = BTreeMap::new();
@@ -43,7 +44,7 @@ async fn runs_by_date(dev: &Dev, flow: &str) -> BTreeMap<String, Vec<Value>> {
 }
 
 /// A backfill's steps (each with its run's id and times) by (flow, date).
-fn steps_by_pair(backfill: &Value) -> BTreeMap<(String, String), Value> {
+pub(crate) fn steps_by_pair(backfill: &Value) -> BTreeMap<(String, String), Value> {
     let steps = backfill["steps"].as_array().into_iter().flatten();
     steps
         .map(|s| {
@@ -56,7 +57,7 @@ fn steps_by_pair(backfill: &Value) -> BTreeMap<(String, String), Value> {
         .collect()
 }
 
-async fn backfill(dev: &Dev, id: &str) -> Value {
+pub(crate) async fn backfill(dev: &Dev, id: &str) -> Value {
     let (status, body) = dev.get(&format!("/backfills/{id}")).await;
     assert_eq!(status, 200, "{body}");
     body
@@ -64,7 +65,7 @@ async fn backfill(dev: &Dev, id: &str) -> Value {
 
 /// Waits for the backfill to be done, checking on the way that no more than
 /// `parallel` of its runs are active.
-async fn until_done(dev: &Dev, id: &str, parallel: u64, secs: u64) -> Value {
+pub(crate) async fn until_done(dev: &Dev, id: &str, parallel: u64, secs: u64) -> Value {
     wait_until(Duration::from_secs(secs), "the backfill to be done", async || {
         let b = backfill(dev, id).await;
         let p = &b["progress"];
@@ -235,6 +236,61 @@ async fn a_backfill_pauses_resumes_and_cancels_its_runs() {
         actions.iter().any(|(a, r)| *a == "cancel" && r.contains("wrong source")),
         "its running runs were cancelled with the reason: {actions:?}"
     );
+}
+
+/// `madeira pause FLOW` stops a backfill of it from starting new runs (those
+/// running finish), the backfill says it waits for the flow's resume, and
+/// `madeira resume FLOW` lets it go on to the end, each date once.
+#[tokio::test]
+async fn a_paused_flow_is_not_backfilled_until_resumed() {
+    let (_dir, dev) = Dev::start();
+    dev.put_flow("flow: bf-pause\nnodes:\n  n: {run: {builtin: sleep, for: 700ms}}\n").await;
+    let dates = ["2026-10-01", "2026-10-02", "2026-10-05", "2026-10-06", "2026-10-07", "2026-10-08"];
+    let (status, made) = dev
+        .post("/flows/bf-pause/backfills", json!({"dates": dates, "parallel": 2, "reason": "october"}), &[])
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let id = made["id"].as_str().expect("id").to_string();
+    wait_until(Duration::from_secs(10), "a run of the backfill running", async || {
+        let p = backfill(&dev, &id).await["progress"].clone();
+        if p["running"].as_u64().unwrap_or(0) > 0 { Ok(()) } else { Err(p.to_string()) }
+    })
+    .await;
+    let out = dev.cli(&["pause", "bf-pause", "--reason", "source down"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The runs already made are not killed: they finish SUCCESS.
+    let settled = wait_until(Duration::from_secs(15), "the runs made before the pause to end", async || {
+        let b = backfill(&dev, &id).await;
+        let p = &b["progress"];
+        if p["running"] == 0 && p["queued"] == 0 { Ok(b) } else { Err(p.to_string()) }
+    })
+    .await;
+    let p = &settled["progress"];
+    let before = p["success"].as_u64().expect("success");
+    assert!((1..6).contains(&before) && p["failed"] == 0 && p["cancelled"] == 0, "{settled}");
+    assert_eq!(settled["paused_flows"], json!(["bf-pause"]), "it says why it waits: {settled}");
+    hold_for(Duration::from_millis(1500), "no new run of the paused flow", async || {
+        let b = backfill(&dev, &id).await;
+        b["state"] == "running"
+            && b["progress"]["success"] == before
+            && b["progress"]["pending"] == 6 - before
+            && runs_by_date(&dev, "bf-pause").await.len() as u64 == before
+    })
+    .await;
+    let text = dev.cli(&["backfills"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("(waits: flow bf-pause paused)"), "{text}");
+    let out = dev.cli(&["resume", "bf-pause", "--reason", "source back"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let done = until_done(&dev, &id, 2, 30).await;
+    assert_eq!(
+        (done["progress"]["success"].as_u64(), &done["paused_flows"]),
+        (Some(6), &json!([])),
+        "{done}"
+    );
+    let runs = runs_by_date(&dev, "bf-pause").await;
+    assert_eq!(runs.len(), 6, "{runs:?}");
+    assert!(runs.values().all(|r| r.len() == 1), "each date once: {runs:?}");
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::fleet_shutdown::free_grpc;
 use crate::sidecar::{SidecarProc, wait_sidecars};
 use crate::sql::{URL_ENV, write_config};
-use crate::support::{Dev, status_of};
+use crate::support::{Dev, status_of, wait_until};
 
 /// A sidecar job printing what it was given as its outputs.
 const ECHO_JOB: &str = "jobs:\n  echo-date:\n    command: [\"/bin/sh\", \"-c\", \
@@ -168,8 +168,7 @@ async fn depends_on_past_holds_a_date_until_the_previous_one_succeeds() {
         .await;
     assert_eq!(run["status"], "QUEUED", "{run}");
     assert!(run["waiting_reason"].as_str().unwrap_or_default().contains(&first), "names the run: {run}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let alert = loop {
+    let alert = wait_until(std::time::Duration::from_secs(30), "a MadeiraPastFailed alert", async || {
         let (_, body) = dev.get("/alerts").await;
         let found = body["alerts"]
             .as_array()
@@ -177,12 +176,9 @@ async fn depends_on_past_holds_a_date_until_the_previous_one_succeeds() {
             .flatten()
             .find(|a| a["alertname"] == "MadeiraPastFailed")
             .cloned();
-        if let Some(alert) = found {
-            break alert;
-        }
-        assert!(std::time::Instant::now() < deadline, "no MadeiraPastFailed alert: {body}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+        found.ok_or_else(|| format!("{body}"))
+    })
+    .await;
     assert_eq!(alert["severity"], "critical", "{alert}");
     assert!(alert["summary"].as_str().unwrap_or_default().contains("2026-10-06"), "{alert}");
     let (_, listed) = dev.get("/runs?biz_date=2026-10-06").await;

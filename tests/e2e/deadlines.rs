@@ -43,20 +43,16 @@ async fn a_run_held_at_a_manual_node_past_its_deadline_raises_one_alert_naming_i
     dev.wait_run(&run_id, 20, |r| status_of(r, "approve") == "MANUAL_CONFIRM").await;
     // The watcher looks once a second: the next deadline is on /metrics within a few.
     let wanted = due.timestamp() as f64;
-    let until = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    wait_until(Duration::from_secs(10), &format!("the deadline metric at {wanted}"), async || {
         let metrics = dev.http.get(format!("{}/metrics", dev.base)).send().await.expect("metrics");
         let text = metrics.text().await.expect("text");
         let value = text
             .lines()
             .find_map(|l| l.strip_prefix("madeira_flow_deadline_seconds{flow=\"sign-off\"} "))
             .and_then(|v| v.trim().parse::<f64>().ok());
-        if value == Some(wanted) {
-            break;
-        }
-        assert!(std::time::Instant::now() < until, "deadline metric {value:?}, wanted {wanted}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if value == Some(wanted) { Ok(()) } else { Err(format!("{value:?}")) }
+    })
+    .await;
 
     let fired = hook.bodies_within(1, 30).await;
     let alerts = deadline_alerts(&fired);
@@ -67,10 +63,12 @@ async fn a_run_held_at_a_manual_node_past_its_deadline_raises_one_alert_naming_i
     for needle in ["sign-off", date.as_str(), "manual node approve", "sign the reconciliation file"] {
         assert!(text.contains(needle), "the alert does not name `{needle}`: {alert}");
     }
-    // The watcher keeps looking every second: still one alert, raised once.
-    // (An absence cannot be waited on; three more looks are given the chance.)
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(deadline_alerts(&hook.bodies()).len(), 1, "{:?}", hook.bodies());
+    // The watcher keeps looking every second: still one alert, raised once, over
+    // three more of its looks.
+    hold_for(Duration::from_secs(3), "one deadline alert", async || {
+        deadline_alerts(&hook.bodies()).len() == 1
+    })
+    .await;
     let (_, listed) = dev.get("/alerts").await;
     let missed: Vec<&Value> = listed["alerts"]
         .as_array()

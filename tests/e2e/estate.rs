@@ -2,7 +2,9 @@
 //! A fails: B and C are held, each saying whom it waits for; a rerun of A's node
 //! makes A SUCCESS and B, then C, start from that commit (no polling). The wake
 //! latency (A's SUCCESS → B RUNNING, both stamped by the engine) is measured
-//! over many dates and printed as p50/p99. Cycles and unknown upstreams are
+//! over many dates and printed as p50/p99. `madeira estate --date D` prints the
+//! tree with the failed flow's holds, `held by A.pull FAILED` and deadlines late
+//! (a past date) or at risk (a future one). Cycles and unknown upstreams are
 //! refused at apply with the file and line.
 
 use chrono::DateTime;
@@ -212,4 +214,36 @@ async fn a_held_run_survives_kill_9_of_its_creator_and_starts_once() {
         .filter(|t| t["node"].is_null() && t["to"] == "RUNNING")
         .count();
     assert_eq!(run_starts, 1, "the held run started exactly once: {body}");
+}
+
+/// `madeira estate --date D` on the binary: the failed upstream lists what it
+/// holds, each held flow says who holds it, and B's deadline is late on a past
+/// date and at risk on a future one.
+#[tokio::test]
+async fn the_cli_tree_shows_holds_and_late_or_at_risk_deadlines() {
+    let (_dir, dev) = Dev::start();
+    let b = "flow: est-b\ntimezone: UTC\ndeadline: {by: \"02:00:00\", days: 0}\nafter:\n  - {flow: est-a}\nnodes:\n  load: {run: {builtin: noop}}\n";
+    for yaml in [A.replace("times: 1", "times: 9"), b.to_string(), C.to_string()] {
+        dev.put_flow(&yaml).await;
+    }
+    for (day, mark) in [
+        ("2026-12-01", "⚠ late: deadline 2026-12-01T02:00:00Z missed"),
+        ("2027-03-01", "⚠ at risk: deadline 2027-03-01T02:00:00Z"),
+    ] {
+        let a = start(&dev, "est-a", day).await;
+        assert_eq!(dev.finished(&a).await["status"], "FAILED");
+        let (b, c) = (start(&dev, "est-b", day).await, start(&dev, "est-c", day).await);
+        for run in [&b, &c] {
+            dev.wait_run(run, 10, |r| r["waiting_reason"].is_string()).await;
+        }
+        let out = dev.cli(&["estate", "--date", day]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+        let expected = format!(
+            "estate for business date {day}\nest-a  [failed]  holds est-b, est-c\n  \
+             est-b  [held]  waiting for est-a {day}  held by est-a.pull FAILED  {mark}\n    \
+             est-c  [held]  waiting for est-b {day}  held by est-a.pull FAILED"
+        );
+        assert_eq!(text.trim_end(), expected);
+    }
 }

@@ -7,13 +7,15 @@
 //! A fails (told when A fails), C after (told when it is created, through B).
 //! The same across two `serve` replicas on PostgreSQL, the holds going through
 //! the store's alert inbox (B and C created on one replica, A failing on the other).
+//! A sub-flow's failure is one alert too: the child run's, naming the child's
+//! failed node, with the parent run that failed with it listed (no alert of its own).
 
 use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::{Value, json};
 
-use crate::support::{Dev, wait_until};
+use crate::support::{Dev, hold_for, wait_until};
 use crate::webhook::{Webhook, distinct};
 
 async fn start(dev: &Dev, flow: &str, date: &str) -> String {
@@ -210,4 +212,70 @@ async fn held_runs_are_listed_on_the_upstreams_alert_across_replicas_on_postgres
     assert_eq!(distinct(&firing), 1, "one alert across both replicas: {firing:?}");
     assert!(hook.bodies().iter().all(|b| b["alerts"][0]["flow"] == "pga-pull"), "{:?}", hook.bodies());
     drop(db);
+}
+
+#[tokio::test]
+async fn a_failed_child_run_and_its_parent_are_one_alert_naming_the_childs_node() {
+    let hook = Webhook::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("madeira.yaml");
+    std::fs::write(&config, hook.config("1s")).expect("write config");
+    let config = config.to_string_lossy().to_string();
+    let dev = Dev::start_with(&dir.path().join("data"), &["--config", &config]);
+    dev.put_flow(
+        "flow: sa-charge\nnodes:\n  call_bank:\n    retry: {attempts: 1}\n    run: {builtin: fail, message: bank API down}\n",
+    )
+    .await;
+    dev.put_flow(
+        "flow: sa-orders\nnodes:\n  charge:\n    retry: {attempts: 1}\n    run: {flow: sa-charge}\n  notify: {needs: [charge], run: {builtin: noop}}\n",
+    )
+    .await;
+    let day = "2026-12-04";
+    let parent = start(&dev, "sa-orders", day).await;
+    let run = dev.finished(&parent).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    let child =
+        run["nodes"]["charge"]["attempt_history"][0]["child_run"].as_str().expect("child run").to_string();
+    assert_eq!(dev.finished(&child).await["status"], "FAILED");
+    // One alert: the child's, naming its node, listing the parent that failed with it.
+    let alert = wait_until(Duration::from_secs(30), "the child's alert listing its parent", async || {
+        let sent: Vec<Value> = hook
+            .bodies()
+            .iter()
+            .filter(|b| b["kind"] == "firing" || b["kind"] == "update")
+            .flat_map(|b| b["alerts"].as_array().cloned().unwrap_or_default())
+            .collect();
+        match sent.last() {
+            Some(a) if flows_of(a) == ["sa-orders"] => Ok(a.clone()),
+            _ => Err(format!("{:?}", hook.bodies())),
+        }
+    })
+    .await;
+    assert_eq!(
+        (alert["alertname"].as_str(), alert["flow"].as_str(), alert["node"].as_str()),
+        (Some("MadeiraRunFailed"), Some("sa-charge"), Some("call_bank")),
+        "{alert}"
+    );
+    let hold = &alert["holds"][0];
+    assert_eq!(
+        (hold["run_id"].as_str(), hold["root_run"].as_str(), hold["parent_node"].as_str()),
+        (Some(parent.as_str()), Some(child.as_str()), Some("charge")),
+        "{alert}"
+    );
+    let text: Vec<String> =
+        hook.bodies().iter().filter_map(|b| b["text"].as_str().map(String::from)).collect();
+    let last = text.last().cloned().unwrap_or_default();
+    assert!(
+        last.contains(&format!("holds: sa-orders {day} (parent: its node charge failed with it)")),
+        "{last}"
+    );
+    // Past another group_wait: still exactly one alert, the parent never paged.
+    hold_for(Duration::from_millis(2500), "exactly one alert", async || {
+        let all: Vec<Value> =
+            hook.bodies().iter().flat_map(|b| b["alerts"].as_array().cloned().unwrap_or_default()).collect();
+        distinct(&all) == 1 && all.iter().all(|a| a["flow"] == "sa-charge")
+    })
+    .await;
+    let (_, listed) = dev.get("/alerts").await;
+    assert_eq!(listed["alerts"].as_array().map(Vec::len), Some(1), "{listed}");
 }

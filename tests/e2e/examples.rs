@@ -1,7 +1,8 @@
 //! The repository's examples work as the README shows them: `madeira validate
 //! examples/*.yaml`, the SQL example against its config, and `madeira dev --flows
 //! examples/ --jobs examples/jobs/local.yaml` (`.ci/quickstart` runs the whole
-//! quick start from a fresh clone).
+//! quick start from a fresh clone); the README's "The estate" commands, line by
+//! line, against a `madeira dev` (examples/estate/).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -51,6 +52,49 @@ async fn the_examples_validate_and_load_into_dev_as_the_readme_shows() {
     loaded.sort_unstable();
     assert_eq!(loaded.len(), flows.len(), "every examples/*.yaml is a flow dev applies: {body}");
     assert!(loaded.contains(&"daily-settlement") && loaded.contains(&"stock-sync"), "{body}");
+}
+
+/// The `sh` block of README.md's "## The estate" section, one command a line.
+fn readme_estate_block() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let section = text.split("\n## The estate\n").nth(1).expect("README.md has a \"## The estate\" section");
+    let block =
+        section.split("```sh\n").nth(1).and_then(|b| b.split("\n```").next()).expect("its ```sh block");
+    block.lines().filter(|l| l.starts_with("madeira ")).map(str::to_string).collect()
+}
+
+#[tokio::test]
+async fn the_readmes_estate_commands_run_as_written() {
+    let lines = readme_estate_block();
+    assert!(lines.iter().any(|l| l.starts_with("madeira estate ")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.starts_with("madeira backfill ")), "{lines:?}");
+    let (_dir, dev) = Dev::start();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let bin_dir = Path::new(BIN).parent().expect("bin dir").display().to_string();
+    let path = format!("{bin_dir}:{}", std::env::var("PATH").unwrap_or_default());
+    let mut printed = String::new();
+    for line in &lines {
+        let out = Command::new("sh")
+            .args(["-c", line])
+            .current_dir(&root)
+            .env("PATH", &path)
+            .env("MADEIRA_SERVER", &dev.base)
+            .output()
+            .expect("sh");
+        let text =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "`{line}` failed: {text}");
+        printed.push_str(&text);
+    }
+    assert!(
+        printed.contains("warehouse-clean  [held]  waiting for payments-pull 2026-12-04"),
+        "the estate shows the held run: {printed}"
+    );
+    // Every (flow, date) of the backfill ran: 10 workdays, three flows.
+    let (_, list) = dev.get("/backfills").await;
+    let b = &list["backfills"][0];
+    assert_eq!((b["state"].as_str(), b["progress"]["success"].as_u64()), (Some("done"), Some(30)), "{list}");
 }
 
 /// Every relative link in README.md and docs/*.md names a file or folder that

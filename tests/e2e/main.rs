@@ -8,6 +8,7 @@ mod alerts;
 mod api;
 mod auth;
 mod backfill;
+mod backfill_size;
 mod bizdates;
 mod brokers;
 mod calendars;

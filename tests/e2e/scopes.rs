@@ -124,3 +124,49 @@ async fn scoped_token_sees_and_acts_only_on_its_team() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `GET /estate` with a scoped token: its team's flows and the edges between
+/// them only; the other team's failed upstream that holds them is not named.
+#[tokio::test]
+async fn a_scoped_token_sees_its_part_of_the_estate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start(dir.path());
+    server
+        .put_flow(
+            "flow: sc-pull\nlabels: {team: supply}\nnodes:\n  fetch: {run: {builtin: fail, message: down}}\n",
+        )
+        .await;
+    server
+        .put_flow("flow: sc-clean\nlabels: {team: finance}\nafter:\n  - {flow: sc-pull}\nnodes:\n  n: {run: {builtin: noop}}\n")
+        .await;
+    server
+        .put_flow("flow: sc-settle\nlabels: {team: finance}\nafter:\n  - {flow: sc-clean}\nnodes:\n  n: {run: {builtin: noop}}\n")
+        .await;
+    let day = "2026-12-04";
+    let mut runs = Vec::new();
+    for flow in ["sc-pull", "sc-clean", "sc-settle"] {
+        let (code, body) = server.post(&format!("/flows/{flow}/runs"), json!({"biz_date": day}), &[]).await;
+        assert_eq!(code, 201, "{body}");
+        runs.push(body["run_id"].as_str().expect("run_id").to_string());
+    }
+    server.wait_run(&runs[0], 20, |r| r["status"] == "FAILED").await;
+    server.wait_run(&runs[2], 20, |r| r["waiting_reason"].is_string()).await;
+    // The admin (global) sees the whole chain and its root.
+    let (_, all) = server.get(&format!("/estate?date={day}")).await;
+    assert_eq!(names(&all, "flows", "flow"), ["sc-clean", "sc-pull", "sc-settle"], "{all}");
+    let fin = client(Some(FINANCE));
+    let (code, map) = status(fin.get(server.url(&format!("/estate?date={day}")))).await;
+    assert_eq!(code, 200, "{map}");
+    assert_eq!(names(&map, "flows", "flow"), ["sc-clean", "sc-settle"], "{map}");
+    assert!(
+        !map.to_string().contains("sc-pull") && !map.to_string().contains("fetch"),
+        "nothing names it: {map}"
+    );
+    let by = |name: &str| map["flows"].as_array().into_iter().flatten().find(|f| f["flow"] == name).cloned();
+    let (clean, settle) = (by("sc-clean").expect("clean"), by("sc-settle").expect("settle"));
+    assert_eq!((clean["state"].as_str(), &clean["after"]), (Some("held"), &json!([])), "{clean}");
+    assert_eq!(clean["waiting_for"], "waiting for a flow outside your scope", "{clean}");
+    assert_eq!((clean.get("root_cause"), &clean["root_hidden"]), (None, &json!(true)), "{clean}");
+    assert_eq!(settle["after"], json!(["sc-clean"]), "the edge between its own flows: {settle}");
+    assert_eq!(settle["waiting_for"], format!("waiting for sc-clean {day}"), "{settle}");
+}

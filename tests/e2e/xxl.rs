@@ -10,11 +10,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{Dev, status_of};
+use crate::support::{Dev, status_of, wait_until};
 
 const PYXXL: &str = "pyxxl==0.4.8";
 pub(crate) const APP: &str = "order-service";
@@ -100,8 +100,10 @@ pub(crate) fn start_dev(dir: &Path) -> Dev {
 
 /// Waits until `GET /sidecars` lists exactly `addresses` as live xxl executors.
 pub(crate) async fn wait_registered(dev: &Dev, addresses: &[&str]) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let mut want = addresses.to_vec();
+    want.sort_unstable();
+    let what = format!("executors {want:?} registered");
+    wait_until(Duration::from_secs(30), &what, async || {
         let (_, body) = dev.get("/sidecars").await;
         let mut live: Vec<&str> = body["xxl"]
             .as_array()
@@ -111,14 +113,9 @@ pub(crate) async fn wait_registered(dev: &Dev, addresses: &[&str]) -> Value {
             .filter_map(|x| x["name"].as_str())
             .collect();
         live.sort_unstable();
-        let mut want = addresses.to_vec();
-        want.sort_unstable();
-        if live == want {
-            return body;
-        }
-        assert!(Instant::now() < deadline, "executors {want:?} not registered in 30s: {body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if live == want { Ok(body) } else { Err(format!("{body}")) }
+    })
+    .await
 }
 
 /// The wire log's records of `path` (e.g. `/run`, `callback`).
@@ -128,11 +125,8 @@ pub(crate) fn wire(dir: &Path, path: &str) -> Vec<Value> {
 }
 
 async fn wait_file(path: &Path, secs: u64) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !path.exists() {
-        assert!(Instant::now() < deadline, "{} not written in {secs}s", path.display());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(Duration::from_secs(secs), &format!("{} written", path.display()), async || path.exists())
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -7,7 +7,8 @@
 //! is on one failure alert at a time: when it fails again with another root cause
 //! (after a rerun or mark-success) its alert is updated, not paged anew (`moved`).
 //! Runs of other flows held (`after`) behind a failed run are listed on that
-//! run's alert (`holds`), each new one an update, and raise nothing of their own.
+//! run's alert (`holds`), each new one an update, and raise nothing of their own;
+//! so is a parent run that failed with its child run (`subflows`).
 //! Time is passed in; the alert task persists what changed and sends what must be sent.
 
 use std::collections::{BTreeSet, HashMap};
@@ -17,6 +18,7 @@ use crate::model::{Alert, AlertStatus, Cause, Failure, Raise, Severity};
 mod holds;
 mod marks;
 mod moved;
+mod subflows;
 
 pub use marks::MarkKind;
 
@@ -154,6 +156,7 @@ impl Aggregator {
 
     /// A run ended FAILED.
     pub fn failure(&mut self, f: Failure, now: i64, out: &mut Changes) {
+        let Some(f) = self.parent_failure(f, now, out) else { return };
         let key = failure_key(&f);
         let Some(f) = self.moved(f, &key, now, out) else { return };
         if let Some(id) = self.by_key.get(&key).cloned()
@@ -228,6 +231,10 @@ impl Aggregator {
 
     /// A run ended SUCCESS: it no longer counts against the alerts that held it.
     pub fn run_succeeded(&mut self, run_id: &str, now: i64, out: &mut Changes) {
+        // A parent listed on its failed child's alert: the child counts as fixed too.
+        for child in self.children_of(run_id) {
+            self.run_succeeded(&child, now, out);
+        }
         let Some(ids) = self.by_run.remove(run_id) else {
             return;
         };

@@ -158,11 +158,19 @@ pub struct Hold {
     /// Its deadline passed while it was held: what the deadline check said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_missed: Option<String>,
+    /// Not a held run but the parent whose `run: {flow}` node (this one) started
+    /// the failed child run `root_run`: the parent's failure joined the child's alert.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_node: Option<String>,
 }
 
 impl Hold {
-    /// `warehouse-clean 2026-12-04` (with `, deadline missed` once it is).
+    /// `warehouse-clean 2026-12-04` (with `, deadline missed` once it is), or a
+    /// parent's `orders 2026-12-04 (parent: its node charge failed with it)`.
     pub fn label(&self) -> String {
+        if let Some(node) = &self.parent_node {
+            return format!("{} {} (parent: its node {node} failed with it)", self.flow, self.biz_date);
+        }
         let missed = if self.deadline_missed.is_some() { " (deadline missed)" } else { "" };
         format!("{} {}{missed}", self.flow, self.biz_date)
     }

@@ -61,6 +61,7 @@ pub fn state_gloss(lang: Lang, state: &str) -> &'static str {
     let en = match state {
         "INIT" => "waiting",
         "QUEUED" => "queued",
+        "ADMITTED" => "admitted to start",
         "RUNNING" => "running",
         "SUCCESS" => "succeeded",
         "FAILED" => "failed",
@@ -81,6 +82,7 @@ const ZH: &[(&str, &str)] = &[
     ("Progress", "进度"),
     ("with dependents", "含下游"),
     ("Cancel backfill", "取消补数"),
+    ("waits for the resume of paused flow", "等待已暂停的流程恢复："),
     ("To", "结束日期"),
     ("Parallel runs", "并行运行数"),
     ("Start backfill", "开始补数"),
@@ -113,6 +115,7 @@ const ZH: &[(&str, &str)] = &[
     ("dev mode: no sign-in", "开发模式：无需登录"),
     ("waiting", "等待中"),
     ("queued", "排队中"),
+    ("admitted to start", "已准入，待启动"),
     ("running", "运行中"),
     ("succeeded", "成功"),
     ("failed", "失败"),

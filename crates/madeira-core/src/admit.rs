@@ -83,6 +83,17 @@ impl RunEdge {
     fn take(from: Option<RunState>, cause: RunCause) -> Result<RunEdge, RunRefusal> {
         run_edge(from, cause).map(|to| RunEdge { from, cause, to })
     }
+
+    /// A run's creation edge: NONE -> ADMITTED when it may start at once, NONE ->
+    /// QUEUED when it waits (for room, for its `after`, or for a reason of its own).
+    pub fn creation(start: bool) -> Result<RunEdge, RunRefusal> {
+        RunEdge::take(None, if start { RunCause::Admitted } else { RunCause::Created })
+    }
+
+    /// A waiting run admitted to start: QUEUED -> ADMITTED (`promote`, a released wait).
+    pub fn admission() -> Result<RunEdge, RunRefusal> {
+        RunEdge::take(Some(RunState::Queued), RunCause::Admitted)
+    }
 }
 
 /// What the store does with a trigger.
@@ -94,9 +105,9 @@ pub enum Decision {
     Throttled { node: String, claims: u32, max_permits: u32, queue_size: u32 },
     /// `on_overlap: skip` and the flow has no room; nothing is written.
     Skip { active: Vec<String> },
-    /// Create the run: the edge `created` (NONE -> QUEUED). `start`: there is room,
-    /// so the run is admitted to start at once (the engine's `Command::Start` takes
-    /// it RUNNING); otherwise it waits for `promote`. With `on_overlap:
+    /// Create the run: the edge `created`, NONE -> ADMITTED when `start` (there is
+    /// room: the engine's `Command::Start` takes it RUNNING), else NONE -> QUEUED
+    /// (it waits for `promote`). With `on_overlap:
     /// cancel_previous`, the runs to cancel.
     Create { created: RunEdge, start: bool, cancel_previous: Vec<String> },
 }
@@ -123,14 +134,15 @@ pub fn admit(facts: &Facts, policy: &Policy<'_>) -> Result<Decision, RunRefusal>
     }
     let room = policy.max_active_runs == 0
         || (facts.active.len() < policy.max_active_runs as usize && !facts.queued);
-    let created = RunEdge::take(None, RunCause::Created)?;
-    let create = |start, cancel_previous| Decision::Create { created, start, cancel_previous };
-    Ok(match (room, policy.on_overlap) {
+    let create = |start: bool, cancel_previous| {
+        RunEdge::creation(start).map(|created| Decision::Create { created, start, cancel_previous })
+    };
+    match (room, policy.on_overlap) {
         (true, _) => create(true, Vec::new()),
-        (false, OnOverlap::Skip) => Decision::Skip { active: facts.active.clone() },
+        (false, OnOverlap::Skip) => Ok(Decision::Skip { active: facts.active.clone() }),
         (false, OnOverlap::Queue) => create(false, Vec::new()),
         (false, OnOverlap::CancelPrevious) => create(false, facts.active.clone()),
-    })
+    }
 }
 
 /// The flow's state when a queued run may be promoted.
@@ -145,7 +157,8 @@ pub struct QueueFacts {
 
 /// Admits the oldest waiting QUEUED run to start when `max_active_runs` (0 =
 /// unlimited) leaves room: the run to start. Like `admit`'s `start`, a decision:
-/// the QUEUED -> RUNNING edge is the planner's `Command::Start`.
+/// the store writes its QUEUED -> ADMITTED edge (`RunEdge::admission`), and the
+/// ADMITTED -> RUNNING edge is the planner's `Command::Start`.
 pub fn promote(facts: &QueueFacts, max_active_runs: u32) -> Option<String> {
     if max_active_runs != 0 && facts.active >= max_active_runs {
         return None;

@@ -75,10 +75,11 @@ pub struct RunSnapshot {
 }
 
 impl RunSnapshot {
-    /// A fresh run: QUEUED, every node INIT.
+    /// A fresh run admission let start: ADMITTED (`Command::Start` takes it
+    /// RUNNING), every node INIT. A run that waits is read from the store.
     pub fn new(run_id: String, flow: Arc<FlowDef>, params: Json) -> Self {
         let nodes = vec![NodeRt::default(); flow.nodes.len()];
-        Self { run_id, flow, state: RunState::Queued, params, nodes, biz_date: None }
+        Self { run_id, flow, state: RunState::Admitted, params, nodes, biz_date: None }
     }
 
     /// The idempotency key handed to every attempt of `node` until it next succeeds:
@@ -106,8 +107,8 @@ impl RunSnapshot {
 /// What happened, or what someone asks for, in one run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
-    /// Start a QUEUED run that admission let start (`admit`, `promote`): the run's
-    /// QUEUED -> RUNNING edge, then every node is evaluated. The only way a run
+    /// Start a run admission let start (ADMITTED: `admit`, `promote`): the run's
+    /// ADMITTED -> RUNNING edge, then every node is evaluated. The only way a run
     /// starts.
     Start,
     /// Give a ready node its permit and start an attempt.
@@ -303,7 +304,7 @@ fn precheck(snap: &RunSnapshot, cmd: &Command) -> Result<(), Refusal> {
         if snap.state == RunState::Running { Ok(()) } else { Err(Refusal::Run { state: snap.state, action }) }
     };
     let not_cancelled = |action: &'static str| {
-        if matches!(snap.state, RunState::Cancelled | RunState::Queued) {
+        if matches!(snap.state, RunState::Cancelled | RunState::Queued | RunState::Admitted) {
             Err(Refusal::Run { state: snap.state, action })
         } else {
             Ok(())

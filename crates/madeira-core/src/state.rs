@@ -179,7 +179,13 @@ impl Cause {
 /// `max_active_runs` with `on_overlap: queue`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RunState {
+    /// Waiting: for room under `max_active_runs`, for its `after`, or for a reason
+    /// of its own (`wait_reason`). Counts toward no limit.
     Queued,
+    /// Admitted to start (at creation when there was room, or promoted from
+    /// QUEUED): counts against `max_active_runs`; the engine's `Command::Start`
+    /// takes it RUNNING. The API shows it as QUEUED (SPEC §3's five run states).
+    Admitted,
     Running,
     Success,
     Failed,
@@ -189,10 +195,12 @@ pub enum RunState {
 /// Why a run changes state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RunCause {
-    /// A trigger was admitted: the run exists, QUEUED (`admit`).
+    /// A trigger made a run that waits: the run exists, QUEUED (`admit`).
     Created,
-    /// QUEUED -> RUNNING: the planner's `Command::Start`, for a run admission let
-    /// start (at once, or later by promotion).
+    /// Admission let the run start: NONE -> ADMITTED (created with room) or
+    /// QUEUED -> ADMITTED (promoted, released from its wait).
+    Admitted,
+    /// ADMITTED -> RUNNING: the planner's `Command::Start`, the only way a run starts.
     Started,
     Succeeded,
     Failed,
@@ -204,8 +212,11 @@ pub enum RunCause {
 /// creation, which `admit` takes; `Started` is taken only by `Command::Start`.
 const RUN_TABLE: &[(Option<RunState>, RunCause, RunState)] = &[
     (None, RunCause::Created, RunState::Queued),
-    (Some(RunState::Queued), RunCause::Started, RunState::Running),
+    (None, RunCause::Admitted, RunState::Admitted),
+    (Some(RunState::Queued), RunCause::Admitted, RunState::Admitted),
     (Some(RunState::Queued), RunCause::Cancelled, RunState::Cancelled),
+    (Some(RunState::Admitted), RunCause::Started, RunState::Running),
+    (Some(RunState::Admitted), RunCause::Cancelled, RunState::Cancelled),
     // A held run whose `after_policy` (`then: fail`) ran out: it fails unstarted.
     (Some(RunState::Queued), RunCause::Failed, RunState::Failed),
     (Some(RunState::Running), RunCause::Succeeded, RunState::Success),
@@ -233,15 +244,38 @@ pub fn run_edge(from: Option<RunState>, cause: RunCause) -> Result<RunState, Run
 }
 
 impl RunState {
-    pub const ALL: [RunState; 5] =
+    pub const ALL: [RunState; 6] = [
+        RunState::Queued,
+        RunState::Admitted,
+        RunState::Running,
+        RunState::Success,
+        RunState::Failed,
+        RunState::Cancelled,
+    ];
+    /// The run states the API, the console and the CLI show (SPEC §3): an
+    /// ADMITTED run is shown QUEUED.
+    pub const SHOWN: [RunState; 5] =
         [RunState::Queued, RunState::Running, RunState::Success, RunState::Failed, RunState::Cancelled];
 
     pub fn apply(self, cause: RunCause) -> Result<RunState, RunRefusal> {
         run_edge(Some(self), cause)
     }
 
+    /// The state shown outside (`SHOWN`): ADMITTED is shown as QUEUED.
+    pub fn shown(self) -> RunState {
+        match self {
+            RunState::Admitted => RunState::Queued,
+            state => state,
+        }
+    }
+
+    /// QUEUED or ADMITTED: made, not started yet.
+    pub fn is_unstarted(self) -> bool {
+        matches!(self, RunState::Queued | RunState::Admitted)
+    }
+
     /// SUCCESS, FAILED and CANCELLED: the run changes no more unless an operator
-    /// reactivates it. (Only RUNNING runs count against `max_active_runs`.)
+    /// reactivates it. (ADMITTED and RUNNING runs count against `max_active_runs`.)
     pub fn is_terminal(self) -> bool {
         matches!(self, RunState::Success | RunState::Failed | RunState::Cancelled)
     }
@@ -249,6 +283,7 @@ impl RunState {
     pub fn as_str(self) -> &'static str {
         match self {
             RunState::Queued => "QUEUED",
+            RunState::Admitted => "ADMITTED",
             RunState::Running => "RUNNING",
             RunState::Success => "SUCCESS",
             RunState::Failed => "FAILED",
@@ -258,8 +293,9 @@ impl RunState {
 }
 
 impl RunCause {
-    pub const ALL: [RunCause; 6] = [
+    pub const ALL: [RunCause; 7] = [
         RunCause::Created,
+        RunCause::Admitted,
         RunCause::Started,
         RunCause::Succeeded,
         RunCause::Failed,
@@ -270,6 +306,7 @@ impl RunCause {
     pub fn as_str(self) -> &'static str {
         match self {
             RunCause::Created => "created",
+            RunCause::Admitted => "admitted",
             RunCause::Started => "started",
             RunCause::Succeeded => "succeeded",
             RunCause::Failed => "failed",
@@ -329,7 +366,16 @@ mod tests {
             assert!(!dup, "duplicate run row for {from:?} {cause}");
         }
         let entries: Vec<_> = RUN_TABLE.iter().filter(|(from, _, _)| from.is_none()).collect();
-        assert_eq!(entries, [&(None, RunCause::Created, RunState::Queued)]);
+        assert_eq!(
+            entries,
+            [&(None, RunCause::Created, RunState::Queued), &(None, RunCause::Admitted, RunState::Admitted)]
+        );
+        // A run starts only once admitted; a waiting one is admitted first.
+        assert!(RunState::Queued.apply(RunCause::Started).is_err());
+        assert_eq!(RunState::Queued.apply(RunCause::Admitted), Ok(RunState::Admitted));
+        assert_eq!(RunState::Admitted.apply(RunCause::Started), Ok(RunState::Running));
+        assert!(RunState::Admitted.apply(RunCause::Admitted).is_err());
+        assert!(RunState::Admitted.apply(RunCause::Failed).is_err());
         assert_eq!(
             RunState::Running.apply(RunCause::Created).unwrap_err().to_string(),
             "cannot created a run in state RUNNING"

@@ -68,7 +68,7 @@ pub enum ChildEnd {
 /// (`child run R failed at node X: error`).
 pub fn child_end(child: &RunSnapshot) -> ChildEnd {
     match child.state {
-        RunState::Queued | RunState::Running => ChildEnd::Running,
+        RunState::Queued | RunState::Admitted | RunState::Running => ChildEnd::Running,
         RunState::Success => {
             let mut outputs = Map::new();
             for (i, node) in child.nodes.iter().enumerate() {
@@ -92,6 +92,14 @@ pub fn child_end(child: &RunSnapshot) -> ChildEnd {
             ChildEnd::Failed(message)
         }
     }
+}
+
+/// The child run a parent node's failure names (`child_end`'s message
+/// `child run R failed at node X: …`), if it is one.
+pub fn failed_child(error: &str) -> Option<&str> {
+    let rest = error.strip_prefix("child run ")?;
+    let (id, tail) = rest.split_once(' ')?;
+    tail.starts_with("failed").then_some(id)
 }
 
 #[cfg(test)]
@@ -133,6 +141,14 @@ mod tests {
         }
         let ChildEnd::Succeeded(out) = child_end(&snap) else { panic!("not a success") };
         assert_eq!(Json::Object(out), serde_json::json!({"x": "c", "only_b": true}));
+    }
+
+    #[test]
+    fn the_failed_child_is_read_back_from_the_message() {
+        assert_eq!(failed_child("child run r-9 failed at node pull: HTTP 503"), Some("r-9"));
+        assert_eq!(failed_child("child run r-9 failed"), Some("r-9"));
+        assert_eq!(failed_child("child run r-9 was cancelled"), None);
+        assert_eq!(failed_child("HTTP 503"), None);
     }
 
     #[test]

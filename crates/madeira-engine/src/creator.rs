@@ -1,11 +1,11 @@
 //! Run creation, group-committed: concurrent triggers are collected and created in
 //! one store transaction (idempotency key and `on_overlap` still decided inside it,
 //! run by run), so a burst of triggers costs one durable commit, not one each. A
-//! run the store admitted to start (written QUEUED, `start`) is written held by
+//! run the store admitted to start (written ADMITTED, `start`) is written held by
 //! this replica's lease in that same transaction (no claim of its own) and goes
 //! straight to the engine with its fresh snapshot and trace as `Envelope::Start`,
 //! whose `Command::Start` takes it RUNNING in the engine's next group commit.
-//! Killed between the two commits, the run stays QUEUED and admitted, and
+//! Killed between the two commits, the run stays ADMITTED, and
 //! recovery starts it.
 //!
 //! Nothing is answered before its commit. A batch the store refuses is tried

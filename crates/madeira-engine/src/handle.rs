@@ -239,8 +239,9 @@ impl EngineHandle {
         self.flow_changes.subscribe()
     }
 
-    /// Pauses or resumes a flow's triggers, audited with the actor. A resume
-    /// starts the events kept while paused (`events`) before it answers, holding
+    /// Pauses or resumes a flow's triggers, audited with the actor; a paused flow
+    /// is not backfilled either (its backfill steps wait). A resume starts the
+    /// events kept while paused (`events`) and advances the backfills before it answers, holding
     /// the drain lock from the store update on so no other drain reports them.
     pub async fn set_paused(
         &self,
@@ -268,6 +269,10 @@ impl EngineHandle {
             None => crate::DrainReport { remaining: self.queued_count(flow).await, ..Default::default() },
         };
         let _ = self.flow_changes.send(flow.to_string());
+        if !paused {
+            // Backfill steps of the flow waited for this resume.
+            self.sweep_backfills().await;
+        }
         Ok(report)
     }
 

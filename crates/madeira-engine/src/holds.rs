@@ -94,7 +94,7 @@ pub async fn root_of(store: &dyn Store, run_id: &str) -> Result<Option<Root>, En
 }
 
 fn held(run: &RunRow) -> bool {
-    run.admitted_at.is_none() && run.wait_reason.is_some()
+    run.state == madeira_core::RunState::Queued && run.wait_reason.is_some()
 }
 
 /// The runs held behind `(flow, date)`: those waiting for it and, through each of

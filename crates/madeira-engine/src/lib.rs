@@ -2,9 +2,9 @@
 //! (`creator.rs`), which has the store admit and create runs in one transaction:
 //! the store gathers the flow's facts under its lock and writes what
 //! `madeira_core::admit` decides (idempotency, overlap, throttle queues): the run
-//! QUEUED with its `created` edge, and whether it may start (`admitted_at`;
-//! promotion of waiting QUEUED runs likewise through `admit::promote`). A run
-//! admitted to start enters the planner as `Command::Start` (QUEUED -> RUNNING),
+//! ADMITTED when it may start, else QUEUED, with its creation edge (promotion of
+//! QUEUED runs, QUEUED -> ADMITTED, likewise through `admit::promote`). An
+//! ADMITTED run enters the planner as `Command::Start` (ADMITTED -> RUNNING),
 //! the only way a run starts; `Command::Recover` is for recovery only
 //! (`engine_loop/starts.rs`). Every other command (executor results, timers,
 //! operator actions) arrives on a channel; the loop applies each to the run's
@@ -13,7 +13,7 @@
 //! answers callers); a failed commit answers `StoreError::Unavailable`/`Refused`
 //! and drops the touched runs from memory (`health.rs` tracks whether the store
 //! takes writes). Recovery on start resumes every unfinished run: RUNNING ones
-//! are recovered, admitted QUEUED ones started, waiting ones promoted.
+//! are recovered, ADMITTED ones started, QUEUED ones promoted.
 
 mod after_policy;
 pub mod backfill;

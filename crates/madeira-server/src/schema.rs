@@ -462,7 +462,8 @@ pub struct EstateView {
     /// `{flow, after: [flow], state: done|running|held|queued|failed|cancelled|none, run_id?,
     /// waiting_for?, root_cause?: {flow, node?}, holds?: [flow], deadline?, late}` per flow,
     /// upstream flows first (`holds`: a failed flow's held flows; `deadline`: RFC 3339;
-    /// `late`: the deadline passed and the flow is not done).
+    /// `late`: the deadline passed and the flow is not done). A scoped token sees its flows and the
+    /// edges between them only (`root_hidden: true` for a root cause outside its scope).
     pub flows: Vec<Value>,
 }
 
@@ -541,6 +542,8 @@ pub struct Backfill {
     pub created_at: String,
     pub finished_at: Option<String>,
     pub progress: BackfillProgress,
+    /// Paused flows whose dates wait for the flow's resume (a paused flow is not backfilled).
+    pub paused_flows: Vec<String>,
 }
 
 /// One (flow, business date) of a backfill and its run.

@@ -51,22 +51,23 @@ macro_rules! unmet_wait {
 }
 
 /// A run counts against `max_active_runs` (`admit::Facts::active`): RUNNING, or
-/// QUEUED and admitted to start (`admitted_at` set) but not started yet.
-pub(crate) const ACTIVE: &str = "(state = 'RUNNING' OR (state = 'QUEUED' AND admitted_at IS NOT NULL))";
+/// ADMITTED (admitted to start, not started yet).
+pub(crate) const ACTIVE: &str = "state IN ('ADMITTED', 'RUNNING')";
+/// A run not finished yet: QUEUED, ADMITTED or RUNNING.
+pub(crate) const UNFINISHED: &str = "('QUEUED', 'ADMITTED', 'RUNNING')";
 /// A QUEUED run waiting for room (`admit::Facts::queued`): not held by `after`
 /// (`run_waits` not all met), nor for a reason of its own (`wait_reason` of a run
 /// without `after`, e.g. `depends_on_past`, until `set_wait_reason` releases it;
 /// on a run with `after` it only says whom it waits for).
 pub(crate) const WAITING: &str = concat!(
-    "state = 'QUEUED' AND admitted_at IS NULL ",
+    "state = 'QUEUED' ",
     "AND (wait_reason IS NULL OR EXISTS (SELECT 1 FROM run_waits h WHERE h.run_id = runs.id)) ",
     "AND NOT ",
     unmet_wait!()
 );
 
-/// A QUEUED run not admitted whose `after` is not met: held by `after`.
-pub(crate) const HELD_BY_AFTER: &str =
-    concat!("state = 'QUEUED' AND admitted_at IS NULL AND ", unmet_wait!());
+/// A QUEUED run whose `after` is not met: held by `after`.
+pub(crate) const HELD_BY_AFTER: &str = concat!("state = 'QUEUED' AND ", unmet_wait!());
 
 /// Whether the run of flow `$1` for business date `$2` is SUCCESS.
 pub(crate) const RUN_MET: &str =

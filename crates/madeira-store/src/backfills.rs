@@ -74,6 +74,9 @@ pub struct BackfillRecord {
     pub created_at: i64,
     pub finished_at: Option<i64>,
     pub progress: BackfillProgress,
+    /// Paused flows whose steps wait for their flow's resume (running or paused
+    /// backfills only).
+    pub paused_flows: Vec<String>,
 }
 
 /// One step with its run, as read.

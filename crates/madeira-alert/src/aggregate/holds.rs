@@ -15,7 +15,7 @@ use super::{Aggregator, Changes, RUN_FAILED};
 
 impl Aggregator {
     /// The open failure alert counting `run_id`, if any.
-    fn failure_alert_of(&self, run_id: &str) -> Option<String> {
+    pub(super) fn failure_alert_of(&self, run_id: &str) -> Option<String> {
         self.by_run
             .get(run_id)?
             .iter()
@@ -37,6 +37,7 @@ impl Aggregator {
             run_id: h.run_id,
             root_run: h.root_run,
             deadline_missed: None,
+            parent_node: None,
         };
         self.add_hold(&id, hold, now, out);
         true
@@ -55,6 +56,7 @@ impl Aggregator {
             run_id: r.run_id.clone().unwrap_or_default(),
             root_run: r.held_by.clone().unwrap_or_default(),
             deadline_missed: Some(r.summary),
+            parent_node: None,
         };
         self.add_hold(&id, hold, now, out);
         out.grouped.push(id);
@@ -62,7 +64,7 @@ impl Aggregator {
     }
 
     /// Adds (or updates) a hold of alert `id`; a change is announced as growth.
-    fn add_hold(&mut self, id: &str, hold: Hold, now: i64, out: &mut Changes) {
+    pub(super) fn add_hold(&mut self, id: &str, hold: Hold, now: i64, out: &mut Changes) {
         let Some(alert) = self.alerts.get_mut(id) else { return };
         let same = |h: &Hold| {
             if hold.run_id.is_empty() {

@@ -54,7 +54,7 @@ pub async fn page(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
         }
     };
     Ok(page::html_response(
-        Shell::new(&ctx, t(lang, "Backfills").to_string(), &console.assets, Nav::Flows).render(body),
+        Shell::new(&ctx, t(lang, "Backfills").to_string(), &console.assets, Nav::Backfills).render(body),
     ))
 }
 
@@ -78,20 +78,23 @@ fn row(ctx: &Ctx, b: &BackfillRecord, now: i64) -> Markup {
     };
     html! {
         tr data-backfill=(b.id) data-state=(b.state) {
-            td { code title=(b.id) { (short(&b.id)) } }
-            td { a href=(flow_href(&b.flow)) { (b.flow) } @if b.with_dependents { " " span.tag { (t(lang, "with dependents")) } } }
-            td.dates { (span) " (" (b.dates.len()) ")" }
-            td { span.tag.{"bf-" (b.state)} { (state(lang, &b.state)) } }
-            td.progress {
+            td data-label=(t(lang, "Backfill")) { code title=(b.id) { (short(&b.id)) } }
+            td data-label=(t(lang, "Flow")) { a href=(flow_href(&b.flow)) { (b.flow) } @if b.with_dependents { " " span.tag { (t(lang, "with dependents")) } } }
+            td.dates data-label=(t(lang, "Dates")) { (span) " (" (b.dates.len()) ")" }
+            td data-label=(t(lang, "State")) { span.tag.{"bf-" (b.state)} { (state(lang, &b.state)) } }
+            td.progress data-label=(t(lang, "Progress")) {
                 progress value=(settled) max=(p.total.max(1)) {}
                 " " span.counts { (settled) "/" (p.total) }
                 @for (n, label) in [(p.running, "running"), (p.queued, "queued"), (p.success, "success"), (p.failed, "failed"), (p.skipped, "skipped"), (p.blocked, "blocked"), (p.cancelled, "cancelled")] {
                     @if n > 0 { " · " span.{"n-" (label)} { (t(lang, label)) " " (n) } }
                 }
+                @if !b.paused_flows.is_empty() {
+                    br; span.paused-wait { (t(lang, "waits for the resume of paused flow")) " " (b.paused_flows.join(", ")) }
+                }
             }
-            td.opt { (b.actor) }
-            td.opt { (b.reason) }
-            td { (stamp(lang, Some(b.created_at), now)) }
+            td.opt data-label=(t(lang, "Actor")) { (b.actor) }
+            td.opt data-label=(t(lang, "Reason")) { (b.reason) }
+            td data-label=(t(lang, "Created")) { (stamp(lang, Some(b.created_at), now)) }
             td.actions {
                 @if b.state == "running" { (dialog("pause", "Pause", false).render(ctx)) }
                 @if b.state == "paused" { (dialog("resume", "Resume", false).render(ctx)) }

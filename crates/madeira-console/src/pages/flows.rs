@@ -47,7 +47,7 @@ fn strip(runs: &[RunRow]) -> Markup {
     html! {
         span.strip {
             @for r in runs.iter().rev() {
-                a class=(format!("cell st-{}", r.state)) href=(run_href(&r.id)) title=(format!("{} {}", r.state, r.id)) { (crate::page::icon(r.state.as_str())) }
+                a class=(format!("cell st-{}", r.state.shown())) href=(run_href(&r.id)) title=(format!("{} {}", r.state.shown(), r.id)) { (crate::page::icon(r.state.shown().as_str())) }
             }
         }
     }
@@ -230,7 +230,7 @@ pub fn selectable_runs_table(lang: Lang, runs: &[RunRow], now: i64, select: Opti
                     @if let Some(form) = select { td.sel { input type="checkbox" name="sel" value=(r.id) form=(form) data-state=(r.state) aria-label=(t(lang, "Select")); } }
                     td { a href=(run_href(&r.id)) { code { (short(&r.id)) } } }
                     td { a href=(flow_href(&r.flow)) { (r.flow) } " v" (r.version) }
-                    td { (badge(lang, r.state.as_str())) }
+                    td { (badge(lang, r.state.shown().as_str())) }
                     td.biz-date { (r.biz_date.as_deref().unwrap_or("-")) }
                     td { (term_markup(lang, Term::Trigger, &r.trigger)) }
                     td.opt.actor { (r.actor) }

@@ -92,7 +92,7 @@ pub async fn page(
     let lang = ctx.lang;
     let title = format!("{} {}", run.stored.run.flow, short(&id));
     let body = html! {
-        div.run-page data-run=(id) data-flow=(run.stored.run.flow) data-tz=(crate::time::flow_tz(&run.def)) data-terminal=(run_terminal(run.stored.run.state.as_str())) {
+        div.run-page data-run=(id) data-flow=(run.stored.run.flow) data-tz=(crate::time::flow_tz(&run.def)) data-terminal=(run_terminal(run.stored.run.state.shown().as_str())) {
             h1 { a href=(super::flow_href(&run.stored.run.flow)) { (run.stored.run.flow) } " · " (t(lang, "Run")) " " code.runid { (short(&id)) } }
             div #live-status.live-status data-ok=(t(lang, "Live")) data-retry=(t(lang, "Reconnecting…")) data-poll=(t(lang, "Live updates lost: polling every 5 s.")) {}
             (head)
@@ -182,7 +182,7 @@ async fn fragments(
         run.stored.nodes.iter().map(|n| (n.node.clone(), json!(n.state.as_str()))).collect();
     let end = r.finished_at.unwrap_or(now);
     let span_start = r.started_at.unwrap_or(r.created_at);
-    let terminal = run_terminal(r.state.as_str());
+    let terminal = run_terminal(r.state.shown().as_str());
     let cancel = ActionDialog {
         id: "dlg-cancel".into(),
         label: t(lang, "Cancel run"),
@@ -199,9 +199,9 @@ async fn fragments(
         extra: None,
     };
     let head = html! {
-        div #run-live data-state=(r.state.as_str()) data-event=(ctx.after) data-states=(serde_json::Value::Object(states).to_string()) {
+        div #run-live data-state=(r.state.shown().as_str()) data-event=(ctx.after) data-states=(serde_json::Value::Object(states).to_string()) {
             section.run-head {
-                div.kv { span.k { (t(lang, "State")) } span #run-state.v { (badge(lang, r.state.as_str())) " " span.muted { (if lang == Lang::En { state_gloss(lang, r.state.as_str()) } else { r.state.as_str() }) } } }
+                div.kv { span.k { (t(lang, "State")) } span #run-state.v { (badge(lang, r.state.shown().as_str())) " " span.muted { (if lang == Lang::En { state_gloss(lang, r.state.shown().as_str()) } else { r.state.shown().as_str() }) } } }
                 div.kv { span.k { (t(lang, "Version")) } span.v { "v" (r.version) } }
                 @if let Some(d) = &r.biz_date { div.kv { span.k { (t(lang, "Business date")) } span #run-biz-date.v { (d) } } }
                 @if let Some(why) = &r.wait_reason { div.kv.wide { span.k { (t(lang, "Waiting because")) } span #run-wait-reason.v { (why) } } }

@@ -191,8 +191,13 @@ proptest! {
                     let full = admit(&all_facts(&db, &t), &policy(&t)).expect("admit");
                     let lazy = admit(&lazy_facts(&db, &t), &policy(&t)).expect("admit");
                     prop_assert_eq!(&full, &lazy, "the facts a store may leave out changed the decision");
-                    if let Decision::Create { created, .. } = &full {
-                        prop_assert_eq!(*created, RunEdge { from: None, cause: RunCause::Created, to: RunState::Queued });
+                    if let Decision::Create { created, start, .. } = &full {
+                        let (cause, to) = if *start {
+                            (RunCause::Admitted, RunState::Admitted)
+                        } else {
+                            (RunCause::Created, RunState::Queued)
+                        };
+                        prop_assert_eq!(*created, RunEdge { from: None, cause, to });
                     }
                     prop_assert_eq!(outcome(full), old.clone());
                     if let Outcome::Created { state, cancel_previous } = old {

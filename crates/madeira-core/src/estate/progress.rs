@@ -183,6 +183,9 @@ pub struct StepFacts {
     /// The flow already has a SUCCESS run for the step's date (read only for
     /// pending steps when rerun is `SkipExisting`).
     pub has_success: bool,
+    /// The step's flow is paused: the step is not started (nor skipped, nor
+    /// blocked) and the backfill does not finish until the flow is resumed.
+    pub flow_paused: bool,
 }
 
 /// What the store knows about a backfill under its lock.
@@ -214,8 +217,10 @@ pub struct Advance {
 /// succeeded (or were skipped) is claimed while fewer than `parallel` steps are
 /// in flight. When nothing is in flight and nothing can be claimed, the steps
 /// left (each waiting for one that failed or was cancelled) are blocked and the
-/// backfill finishes. A paused backfill only re-triggers stale claims; a
-/// cancelled or done one does nothing.
+/// backfill finishes. A pending step of a paused flow waits: it is not started
+/// and the backfill does not finish while one is left (steps behind it wait too).
+/// A paused backfill only re-triggers stale claims; a cancelled or done one does
+/// nothing.
 pub fn advance(facts: &AdvanceFacts<'_>) -> Advance {
     let mut out = Advance::default();
     if matches!(facts.state, S::Cancelled | S::Done) {
@@ -229,7 +234,7 @@ pub fn advance(facts: &AdvanceFacts<'_>) -> Advance {
     let mut in_flight = status.iter().filter(|s| s.in_flight()).count();
     let parallel = facts.parallel.max(1) as usize;
     for (i, step) in facts.steps.iter().enumerate() {
-        if status[i] != StepStatus::Pending {
+        if status[i] != StepStatus::Pending || step.flow_paused {
             continue;
         }
         if facts.rerun == Rerun::SkipExisting && step.has_success {
@@ -244,7 +249,9 @@ pub fn advance(facts: &AdvanceFacts<'_>) -> Advance {
             in_flight += 1;
         }
     }
-    if in_flight == 0 {
+    let waits_for_resume =
+        facts.steps.iter().zip(&status).any(|(s, st)| s.flow_paused && *st == StepStatus::Pending);
+    if in_flight == 0 && !waits_for_resume {
         for (i, step) in facts.steps.iter().enumerate() {
             if status[i] != StepStatus::Pending {
                 continue;
@@ -264,7 +271,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn step(status: StepStatus, waits: &[usize]) -> StepFacts {
-        StepFacts { status, waits: waits.to_vec(), has_success: false }
+        StepFacts { status, waits: waits.to_vec(), has_success: false, flow_paused: false }
     }
 
     fn facts(steps: &[StepFacts], parallel: u32) -> AdvanceFacts<'_> {
@@ -340,6 +347,21 @@ mod tests {
         assert_eq!(advance(&paused), Advance { retrigger: vec![0], ..Advance::default() });
         let cancelled = AdvanceFacts { state: S::Cancelled, ..facts(&steps, 4) };
         assert_eq!(advance(&cancelled), Advance::default());
+        assert_eq!(advance(&facts(&steps, 4)).claim, vec![1]);
+    }
+
+    #[test]
+    fn a_paused_flow_s_steps_wait_and_the_backfill_does_not_finish_until_resumed() {
+        use StepStatus::*;
+        // a(d1) done, b(d1) of a paused flow, a(d2) pending, c(d1) waits for b(d1).
+        let mut steps = [step(Succeeded, &[]), step(Pending, &[0]), step(Pending, &[]), step(Pending, &[1])];
+        steps[1].flow_paused = true;
+        let out = advance(&facts(&steps, 4));
+        assert_eq!((out.claim, out.block, out.finish), (vec![2], vec![], false));
+        steps[2].status = Succeeded;
+        let out = advance(&facts(&steps, 4));
+        assert_eq!(out, Advance::default(), "nothing in flight, yet it waits for the resume");
+        steps[1].flow_paused = false;
         assert_eq!(advance(&facts(&steps, 4)).claim, vec![1]);
     }
 

@@ -1,7 +1,7 @@
 //! How runs come into this engine's hands, and the only two commands that do it.
 //! `Command::Start` is the only way a run starts: a run the store admitted to
-//! start (created with room, or promoted when a slot freed; QUEUED with
-//! `admitted_at`) arrives as `Envelope::Start` and its QUEUED -> RUNNING edge is
+//! start (created ADMITTED with room, or promoted QUEUED -> ADMITTED when a slot
+//! freed) arrives as `Envelope::Start` and its ADMITTED -> RUNNING edge is
 //! written by the group commit that also writes its first node transitions.
 //! `Command::Recover` is for recovery only: a RUNNING run taken in charge again
 //! (restart, reconcile sweep, lease takeover, a commit that failed) arrives as
@@ -21,10 +21,10 @@ use crate::{EngineError, clock::now_ms, snapshot};
 
 impl Engine {
     /// Resumes every unfinished run the store knows and this engine does not drive:
-    /// at start (crash recovery) and periodically as a safety net. RUNNING runs and
-    /// QUEUED runs admitted to start are resumed (the latter also when held here
-    /// QUEUED, in case another replica's promotion could not reach this holder);
-    /// flows with runs waiting for room get a promotion.
+    /// at start (crash recovery) and periodically as a safety net. RUNNING and
+    /// ADMITTED runs are resumed (the latter also when held here QUEUED, in case
+    /// another replica's promotion could not reach this holder); flows with QUEUED
+    /// runs get a promotion.
     pub(super) async fn reconcile(&mut self) {
         let ids = match self.store.unfinished_runs().await {
             Ok(ids) => ids,
@@ -36,14 +36,16 @@ impl Engine {
         let mut queued_flows = Vec::new();
         for run_id in ids {
             let held = self.step.runs.get(&run_id).map(|snap| snap.state);
-            if held.is_some_and(|state| state != RunState::Queued) {
+            if held.is_some_and(|state| !state.is_unstarted()) {
                 continue;
             }
             match self.store.load_run(&run_id).await {
-                Ok(Some(stored)) if stored.run.state == RunState::Queued => match stored.run.admitted_at {
-                    Some(_) => self.intake.pending.push_back(Envelope::Resume { run_id }),
-                    None => queued_flows.push(stored.run.flow.clone()),
-                },
+                Ok(Some(stored)) if stored.run.state == RunState::Admitted => {
+                    self.intake.pending.push_back(Envelope::Resume { run_id })
+                }
+                Ok(Some(stored)) if stored.run.state == RunState::Queued => {
+                    queued_flows.push(stored.run.flow.clone())
+                }
                 Ok(Some(_)) if held.is_none() => self.intake.pending.push_back(Envelope::Resume { run_id }),
                 Ok(_) => {}
                 Err(e) => error!(run_id = %run_id, error = %e, "reconcile: cannot load run"),
@@ -97,6 +99,11 @@ impl Engine {
     /// Starts a run admission let start: `fresh` when the creator made and claimed
     /// it here, else claimed and loaded from the store.
     pub(super) async fn start(&mut self, run_id: String, fresh: Option<Fresh>, work: &mut Work) {
+        // A QUEUED snapshot here predates the admission: read the run again.
+        if self.step.runs.get(&run_id).is_some_and(|snap| snap.state == RunState::Queued) {
+            self.step.runs.remove(&run_id);
+            self.effects.traces.remove(&run_id);
+        }
         // A snapshot already here (a sweep loaded the run first) is newer than `fresh`.
         if let Some(fresh) = fresh.filter(|_| !self.step.runs.contains_key(&run_id)) {
             let (snap, trace) = *fresh;
@@ -122,13 +129,13 @@ impl Engine {
     }
 
     /// Takes charge of an unfinished run again, reloaded from the store: a RUNNING
-    /// run is recovered; a QUEUED run admitted to start but never started is
-    /// started. A run waiting for room is left to promotion (and out of memory,
-    /// so the reconcile sweep sees it again).
+    /// run is recovered; an ADMITTED run (admitted to start, never started) is
+    /// started. A QUEUED run is left to promotion (and out of memory, so the
+    /// reconcile sweep sees it again).
     pub(super) async fn resume(&mut self, run_id: String, work: &mut Work) {
         self.step.runs.remove(&run_id);
-        let admitted = match self.load(&run_id, false).await {
-            Ok(admitted) => admitted,
+        match self.load(&run_id, false).await {
+            Ok(()) => {}
             Err(EngineError::HeldElsewhere { owner, .. }) => {
                 debug!(run_id = %run_id, owner = %owner, "run held by another replica");
                 return;
@@ -145,7 +152,7 @@ impl Engine {
                 self.effects.resumed.extend(running.map(|(i, _)| (run_id.clone(), i)));
                 Command::Recover
             }
-            RunState::Queued if admitted => Command::Start,
+            RunState::Admitted => Command::Start,
             _ => {
                 self.step.runs.remove(&run_id);
                 self.effects.traces.remove(&run_id);
@@ -163,20 +170,18 @@ impl Engine {
         if self.step.runs.contains_key(run_id) {
             return Ok(());
         }
-        self.load(run_id, steal_idle).await.map(|_| ())
+        self.load(run_id, steal_idle).await
     }
 
-    /// Claims `run_id` and loads its snapshot from the store; returns whether
-    /// admission let it start (`RunRow::admitted_at`).
-    async fn load(&mut self, run_id: &str, steal_idle: bool) -> Result<bool, EngineError> {
+    /// Claims `run_id` and loads its snapshot from the store.
+    async fn load(&mut self, run_id: &str, steal_idle: bool) -> Result<(), EngineError> {
         self.claim(run_id, steal_idle).await?;
         let stored =
             self.store.load_run(run_id).await?.ok_or_else(|| EngineError::RunNotFound(run_id.to_string()))?;
         let flow = self.flows.get(self.store.as_ref(), &stored.run.flow, stored.run.version).await?;
-        let admitted = stored.run.admitted_at.is_some();
         self.effects.traces.insert(run_id.to_string(), RunTrace::from_stored(&stored.run));
         let snap = snapshot::from_stored(stored, flow)?;
         self.step.runs.insert(run_id.to_string(), snap);
-        Ok(admitted)
+        Ok(())
     }
 }

@@ -54,3 +54,24 @@ pub async fn wait_finished(store: &dyn Store, run_id: &str) -> RunState {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Waits until node `idx` of `run_id` is in `state`, read from the store; fails
+/// after 10 s naming `what`.
+#[allow(dead_code)] // each test binary compiles this module; not every one waits on a node
+pub async fn wait_node(
+    store: &dyn Store,
+    run_id: &str,
+    idx: usize,
+    state: madeira_core::NodeState,
+    what: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let run = store.load_run(run_id).await.expect("load").expect("run");
+        if run.nodes.get(idx).is_some_and(|n| n.state == state) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: run {run_id} node {idx} not {state} after 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

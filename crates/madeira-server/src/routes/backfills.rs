@@ -136,6 +136,7 @@ fn record(b: &BackfillRecord) -> Value {
         "dates": b.dates, "order": b.order, "parallel": b.parallel, "with_dependents": b.with_dependents,
         "rerun": b.rerun, "reason": b.reason, "actor": b.actor, "state": b.state,
         "created_at": time(Some(b.created_at)), "finished_at": time(b.finished_at), "progress": b.progress,
+        "paused_flows": b.paused_flows,
     })
 }
 

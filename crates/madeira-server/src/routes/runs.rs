@@ -176,7 +176,7 @@ pub async fn list(
     }
     let limit = parse_limit(q.limit.as_ref())?;
     if let Some(status) = &q.status
-        && status.parse::<madeira_core::RunState>().is_err()
+        && !madeira_core::RunState::SHOWN.iter().any(|s| s.as_str().eq_ignore_ascii_case(status))
     {
         return Err(ApiError::bad_request(format!(
             "status `{status}`: use QUEUED, RUNNING, SUCCESS, FAILED or CANCELLED"

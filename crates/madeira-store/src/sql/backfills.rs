@@ -11,6 +11,7 @@ use madeira_core::estate::{
 use sqlx::{QueryBuilder, Row as _};
 
 use super::{CHUNK, Db, Pool, Row, Tx, push_list, sql};
+use crate::admission::UNFINISHED;
 use crate::dialect::{Dialect, LockSpace};
 use crate::{
     Advanced, AuditRecord, BackfillChange, BackfillProgress, BackfillRecord, BackfillStepRow,
@@ -84,7 +85,7 @@ fn status(s: &StepRead, now_ms: i64, stale_ms: i64) -> StepStatus {
         (Some("skipped"), ..) => StepStatus::Skipped,
         (Some("cancelled"), None, _) => StepStatus::Cancelled,
         (Some(_), None, _) => StepStatus::Blocked,
-        (_, Some(_), Some("QUEUED" | "RUNNING")) => StepStatus::InFlight,
+        (_, Some(_), Some("QUEUED" | "ADMITTED" | "RUNNING")) => StepStatus::InFlight,
         (_, Some(_), Some("SUCCESS")) => StepStatus::Succeeded,
         (_, Some(_), Some("CANCELLED")) => StepStatus::Cancelled,
         // FAILED, or a run retention deleted.
@@ -145,6 +146,45 @@ async fn successes(tx: &mut Tx<'_>, pending: &[&StepRead]) -> Result<BTreeSet<(S
     Ok(out)
 }
 
+/// The flows of `pending` that are paused (their steps wait for the resume).
+async fn paused_flows(tx: &mut Tx<'_>, pending: &[&StepRead]) -> Result<BTreeSet<String>> {
+    let flows: BTreeSet<&str> = pending.iter().map(|s| s.flow.as_str()).collect();
+    let flows: Vec<&str> = flows.into_iter().collect();
+    let mut out = BTreeSet::new();
+    for chunk in flows.chunks(CHUNK) {
+        let mut q: QueryBuilder<Db> = QueryBuilder::new(
+            "SELECT name FROM flows WHERE paused = TRUE AND deleted_at IS NULL AND name IN ",
+        );
+        push_list(&mut q, chunk.iter().copied());
+        let rows: Vec<(String,)> = q.build_query_as().fetch_all(&mut **tx).await?;
+        out.extend(rows.into_iter().map(|(name,)| name));
+    }
+    Ok(out)
+}
+
+/// For each of `ids` (running or paused), the paused flows its not-started steps wait for.
+async fn waiting_on_paused(pool: &Pool, ids: &[&str]) -> Result<HashMap<String, Vec<String>>> {
+    let mut out: HashMap<String, Vec<String>> = HashMap::new();
+    for chunk in ids.chunks(CHUNK) {
+        let mut q: QueryBuilder<Db> = QueryBuilder::new(
+            "SELECT DISTINCT s.backfill_id, s.flow FROM backfill_steps s JOIN flows f ON f.name = s.flow \
+             WHERE f.paused = TRUE AND f.deleted_at IS NULL AND s.run_id IS NULL AND s.outcome IS NULL \
+             AND s.backfill_id IN ",
+        );
+        push_list(&mut q, chunk.iter().copied());
+        q.push(" ORDER BY s.backfill_id, s.flow");
+        let rows: Vec<(String, String)> = q.build_query_as().fetch_all(pool).await?;
+        for (id, flow) in rows {
+            out.entry(id).or_default().push(flow);
+        }
+    }
+    Ok(out)
+}
+
+fn active_state(state: &str) -> bool {
+    matches!(state, "running" | "paused")
+}
+
 async fn set_steps(tx: &mut Tx<'_>, id: &str, seqs: &[u32], set: &str, value: Option<&str>) -> Result<()> {
     for chunk in seqs.chunks(CHUNK) {
         let mut q: QueryBuilder<Db> = QueryBuilder::new(format!("UPDATE backfill_steps SET {set} = "));
@@ -183,12 +223,14 @@ pub(super) async fn advance_backfill(
         Rerun::SkipExisting if !pending.is_empty() => successes(&mut tx, &pending).await?,
         _ => BTreeSet::new(),
     };
+    let paused = paused_flows(&mut tx, &pending).await?;
     let facts: Vec<StepFacts> = read
         .iter()
         .map(|s| StepFacts {
             status: status(s, now_ms, stale_ms),
             waits: s.waits.clone(),
             has_success: done.contains(&(s.flow.clone(), s.biz_date.clone())),
+            flow_paused: paused.contains(&s.flow),
         })
         .collect();
     let decided = advance(&AdvanceFacts {
@@ -307,6 +349,7 @@ fn record(row: &Row) -> Result<BackfillRecord> {
         created_at: row.try_get("created_at")?,
         finished_at: row.try_get("finished_at")?,
         progress: BackfillProgress::default(),
+        paused_flows: Vec::new(),
     })
 }
 
@@ -317,7 +360,7 @@ fn count(p: &mut BackfillProgress, outcome: Option<&str>, run_state: Option<&str
         (Some("skipped"), _) => &mut p.skipped,
         (Some("cancelled"), None) => &mut p.cancelled,
         (Some(_), None) => &mut p.blocked,
-        (_, Some("QUEUED")) => &mut p.queued,
+        (_, Some("QUEUED" | "ADMITTED")) => &mut p.queued,
         (_, Some("RUNNING")) => &mut p.running,
         (_, Some("SUCCESS")) => &mut p.success,
         (_, Some("FAILED")) => &mut p.failed,
@@ -350,8 +393,11 @@ pub(super) async fn list(pool: &Pool, limit: u32) -> Result<Vec<BackfillRecord>>
     for (id, outcome, state, n) in counts {
         count(by_id.entry(id).or_default(), outcome.as_deref(), state.as_deref(), n as u32);
     }
+    let active: Vec<&str> = out.iter().filter(|b| active_state(&b.state)).map(|b| b.id.as_str()).collect();
+    let mut paused = waiting_on_paused(pool, &active).await?;
     for b in &mut out {
         b.progress = by_id.remove(&b.id).unwrap_or_default();
+        b.paused_flows = paused.remove(&b.id).unwrap_or_default();
     }
     Ok(out)
 }
@@ -378,7 +424,11 @@ pub(super) async fn get(pool: &Pool, id: &str) -> Result<Option<(BackfillRecord,
             flow: row.try_get("flow")?,
             biz_date: row.try_get("biz_date")?,
             run_id: row.try_get("run_id")?,
-            run_state: row.try_get("run_state")?,
+            // Shown as SPEC §3's run states: ADMITTED is QUEUED.
+            run_state: row.try_get::<Option<String>, _>("run_state")?.map(|s| match s.as_str() {
+                "ADMITTED" => "QUEUED".to_string(),
+                _ => s,
+            }),
             outcome: row.try_get("outcome")?,
             note: row.try_get("note")?,
             started_at: row.try_get("started_at")?,
@@ -386,6 +436,9 @@ pub(super) async fn get(pool: &Pool, id: &str) -> Result<Option<(BackfillRecord,
         };
         count(&mut b.progress, step.outcome.as_deref(), step.run_state.as_deref(), 1);
         steps.push(step);
+    }
+    if active_state(&b.state) {
+        b.paused_flows = waiting_on_paused(pool, &[id]).await?.remove(id).unwrap_or_default();
     }
     Ok(Some((b, steps)))
 }
@@ -421,12 +474,13 @@ pub(super) async fn change(
         .execute(&mut *tx)
         .await?;
     }
-    let unfinished: Vec<(String,)> =
-        sqlx::query_as(&sql("SELECT s.run_id FROM backfill_steps s JOIN runs r ON r.id = s.run_id \
-         WHERE s.backfill_id = $1 AND r.state IN ('QUEUED', 'RUNNING') ORDER BY s.seq"))
-        .bind(id)
-        .fetch_all(&mut *tx)
-        .await?;
+    let unfinished: Vec<(String,)> = sqlx::query_as(&sql(&format!(
+        "SELECT s.run_id FROM backfill_steps s JOIN runs r ON r.id = s.run_id \
+         WHERE s.backfill_id = $1 AND r.state IN {UNFINISHED} ORDER BY s.seq"
+    )))
+    .bind(id)
+    .fetch_all(&mut *tx)
+    .await?;
     super::lifecycle::insert_audit(&mut tx, audit).await?;
     tx.commit().await?;
     Ok(BackfillChange::Changed {

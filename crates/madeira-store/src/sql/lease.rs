@@ -8,7 +8,7 @@
 use sqlx::QueryBuilder;
 
 use super::{CHUNK, D, Db, Pool, Tx, push_list, sql};
-use crate::admission::ACTIVE;
+use crate::admission::{ACTIVE, UNFINISHED};
 use crate::dialect::{Dialect, Val};
 use crate::lease::{UNCLAIMED_GRACE_MS, check_fence, claimable};
 use crate::{Claim, Lease, Result};
@@ -41,7 +41,7 @@ pub(super) async fn claim_run(
     // A finished run keeps the owner that finished it: the engine's own work
     // (a resume, a late result, a timer) never takes it; only a person's action
     // (`steal_idle`) may reopen it.
-    let finished = !matches!(state.as_str(), "QUEUED" | "RUNNING");
+    let finished = !matches!(state.as_str(), "QUEUED" | "ADMITTED" | "RUNNING");
     if finished
         && !steal_idle
         && let Some(holder) = owner.as_deref().filter(|o| *o != lease.owner)
@@ -107,7 +107,7 @@ pub(super) async fn claim_expired(pool: &Pool, lease: &Lease, limit: u32) -> Res
 
 pub(super) async fn renew_leases(pool: &Pool, lease: &Lease) -> Result<u64> {
     let done = sqlx::query(&sql(&format!(
-        "UPDATE runs SET lease_until = {} + $1 WHERE owner = $2 AND state IN ('QUEUED', 'RUNNING')",
+        "UPDATE runs SET lease_until = {} + $1 WHERE owner = $2 AND state IN {UNFINISHED}",
         D::NOW_MS
     )))
     .bind(lease.length_ms())

@@ -8,6 +8,7 @@ use sqlx::Row as _;
 
 use super::runs::lock_flow;
 use super::{CHUNK, D, Db, Pool, Tx, push_list, sql};
+use crate::admission::UNFINISHED;
 use crate::dialect::Dialect as _;
 use crate::{AuditRecord, DeleteFlow, DeleteOutcome, QueueOutcome, QueuedEvent, Result, StoreError};
 
@@ -153,9 +154,9 @@ pub(super) async fn delete_flow(pool: &Pool, req: &DeleteFlow) -> Result<DeleteO
     if exists.is_none() {
         return Ok(DeleteOutcome::NotFound);
     }
-    let active: Vec<(String,)> = sqlx::query_as(&sql(
-        "SELECT id FROM runs WHERE flow = $1 AND state IN ('RUNNING', 'QUEUED') ORDER BY id LIMIT 100",
-    ))
+    let active: Vec<(String,)> = sqlx::query_as(&sql(&format!(
+        "SELECT id FROM runs WHERE flow = $1 AND state IN {UNFINISHED} ORDER BY id LIMIT 100",
+    )))
     .bind(&req.flow)
     .fetch_all(&mut *tx)
     .await?;

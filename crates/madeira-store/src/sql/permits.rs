@@ -4,6 +4,7 @@
 //! the group commit (`commit.rs`).
 
 use super::{D, Pool, sql};
+use crate::admission::UNFINISHED;
 use crate::dialect::{Dialect, LockSpace};
 use crate::{PermitKey, Result};
 
@@ -28,13 +29,14 @@ pub(super) async fn try_permit(
         tx.commit().await?;
         return Ok(true);
     }
-    let (used,): (i64,) =
-        sqlx::query_as(&sql("SELECT COUNT(*) FROM permits p JOIN runs r ON r.id = p.run_id \
-         WHERE p.flow = $1 AND p.node = $2 AND r.state IN ('QUEUED', 'RUNNING')"))
-        .bind(&key.flow)
-        .bind(&key.node)
-        .fetch_one(&mut *tx)
-        .await?;
+    let (used,): (i64,) = sqlx::query_as(&sql(&format!(
+        "SELECT COUNT(*) FROM permits p JOIN runs r ON r.id = p.run_id \
+         WHERE p.flow = $1 AND p.node = $2 AND r.state IN {UNFINISHED}"
+    )))
+    .bind(&key.flow)
+    .bind(&key.node)
+    .fetch_one(&mut *tx)
+    .await?;
     if used >= i64::from(max) {
         return Ok(false);
     }

@@ -2,10 +2,12 @@
 //! transition log, logs and the audit trail.
 
 use madeira_core::keys::CRON_PREFIX;
+use madeira_core::state::RunState;
 use sqlx::QueryBuilder;
 use sqlx::Row as _;
 
 use super::{D, Db, Pool, Row, sql};
+use crate::admission::UNFINISHED;
 use crate::dialect::Dialect;
 use crate::{
     AttemptRecord, AuditQuery, AuditRecord, Edge, LogRecord, NodeRow, Result, RunQuery, RunRow, StoreError,
@@ -117,10 +119,19 @@ pub(super) async fn load_run(pool: &Pool, run_id: &str) -> Result<Option<StoredR
 
 pub(super) async fn unfinished_runs(pool: &Pool) -> Result<Vec<String>> {
     let rows: Vec<(String,)> =
-        sqlx::query_as(&sql("SELECT id FROM runs WHERE state IN ('QUEUED', 'RUNNING') ORDER BY id"))
+        sqlx::query_as(&sql(&format!("SELECT id FROM runs WHERE state IN {UNFINISHED} ORDER BY id")))
             .fetch_all(pool)
             .await?;
     Ok(rows.into_iter().map(|(id,)| id).collect())
+}
+
+/// The stored state a shown state filter also takes in: QUEUED stands for ADMITTED
+/// too (`RunState::shown`); any other state for itself.
+fn shown_as(state: &str) -> String {
+    match state.parse::<RunState>() {
+        Ok(RunState::Queued) => RunState::Admitted.as_str().to_string(),
+        _ => state.to_string(),
+    }
 }
 
 pub(super) async fn list_runs(pool: &Pool, query: &RunQuery) -> Result<Vec<RunRow>> {
@@ -133,7 +144,8 @@ pub(super) async fn list_runs(pool: &Pool, query: &RunQuery) -> Result<Vec<RunRo
         q.push(" AND flow = ").push_bind(flow);
     }
     if let Some(state) = &query.state {
-        q.push(" AND state = ").push_bind(state.to_ascii_uppercase());
+        let state = state.to_ascii_uppercase();
+        q.push(" AND state IN (").push_bind(shown_as(&state)).push(", ").push_bind(state).push(")");
     }
     if let Some(actor) = &query.actor {
         q.push(" AND actor = ").push_bind(actor);
@@ -151,9 +163,10 @@ pub(super) async fn list_runs(pool: &Pool, query: &RunQuery) -> Result<Vec<RunRo
 /// Counts at most `cap` rows: an index range scan on `runs_state_id` that stops at the cap.
 pub(super) async fn count_runs(pool: &Pool, state: &str, since_id: &str, cap: u32) -> Result<u32> {
     let (n,): (i64,) = sqlx::query_as(&sql(
-        "SELECT COUNT(*) FROM (SELECT 1 AS one FROM runs WHERE state = $1 AND id >= $2 LIMIT $3) AS capped",
+        "SELECT COUNT(*) FROM (SELECT 1 AS one FROM runs WHERE state IN ($1, $2) AND id >= $3 LIMIT $4) AS capped",
     ))
     .bind(state)
+    .bind(shown_as(state))
     .bind(since_id)
     .bind(i64::from(cap))
     .fetch_one(pool)

@@ -1,7 +1,8 @@
 //! Run creation and promotion of queued runs (the facts gathered under the flow's
 //! lock, the decision taken by `madeira_core::admit`), logs and retention. A run
-//! is written QUEUED; the decision to start it is `admitted_at`, and the engine's
-//! `Command::Start` takes it RUNNING.
+//! is written ADMITTED when it may start at once, else QUEUED until a promotion
+//! admits it (QUEUED -> ADMITTED, recorded); the engine's `Command::Start` takes an
+//! ADMITTED run RUNNING.
 
 use madeira_core::admit::{
     BACKFILL_DEFER_MS, BACKFILL_TRIGGER, Existing, Facts, QueueFacts, RunEdge, admit, promote,
@@ -11,7 +12,7 @@ use sqlx::QueryBuilder;
 use std::collections::HashMap;
 
 use super::{CHUNK, D, Db, Pool, ROW_BY_ROW_FROM, Script, Tx, push_list, push_row, sql, upsert};
-use crate::admission::{ACTIVE, ClaimCache, NODE_MET, RUN_MET, WAITING, refused, to_write};
+use crate::admission::{ACTIVE, ClaimCache, NODE_MET, RUN_MET, UNFINISHED, WAITING, refused, to_write};
 use crate::dialect::{Dialect, LockSpace, TransitionIds, Val};
 use crate::{CreateOutcome, Edge, NewRun, Result, StoreError};
 
@@ -279,14 +280,15 @@ async fn facts(tx: &mut Tx<'_>, run: &NewRun, batch: &mut Admitted<'_>) -> Resul
             Some(n) => *n,
             None => {
                 batch.write(tx).await?;
-                let (n,): (i64,) =
-                    sqlx::query_as(&sql("SELECT COUNT(*) FROM nodes n JOIN runs r ON r.id = n.run_id \
-                     WHERE r.flow = $1 AND r.state IN ('RUNNING', 'QUEUED') AND n.node = $2 \
-                     AND n.state IN ('INIT', 'RETRYING', 'RUNNING')"))
-                    .bind(&run.flow)
-                    .bind(&claim.node)
-                    .fetch_one(&mut **tx)
-                    .await?;
+                let (n,): (i64,) = sqlx::query_as(&sql(&format!(
+                    "SELECT COUNT(*) FROM nodes n JOIN runs r ON r.id = n.run_id \
+                         WHERE r.flow = $1 AND r.state IN {UNFINISHED} AND n.node = $2 \
+                         AND n.state IN ('INIT', 'RETRYING', 'RUNNING')"
+                )))
+                .bind(&run.flow)
+                .bind(&claim.node)
+                .fetch_one(&mut **tx)
+                .await?;
                 batch.claims.insert(key, n);
                 n
             }
@@ -358,7 +360,8 @@ async fn flow_paused(tx: &mut Tx<'_>, flow: &str, batch: &mut Admitted<'_>) -> R
 }
 
 /// Decides the run with `madeira_core::admit` and records what it says for the
-/// batch to write: the run row (QUEUED; `admitted_at` when it may start), its
+/// batch to write: the run row (ADMITTED with `admitted_at` when it may start,
+/// else QUEUED), its
 /// node rows and the transition record of its creation edge.
 async fn create_in<'a>(tx: &mut Tx<'_>, run: &'a NewRun, batch: &mut Admitted<'a>) -> Result<CreateOutcome> {
     let facts = facts(tx, run, batch).await?;
@@ -368,7 +371,7 @@ async fn create_in<'a>(tx: &mut Tx<'_>, run: &'a NewRun, batch: &mut Admitted<'a
         return Ok(CreateOutcome::Paused);
     }
     let decision = admit(&facts, &run.policy()).map_err(refused)?;
-    let (created, mut start, cancel_previous) = match to_write(decision) {
+    let (mut created, mut start, cancel_previous) = match to_write(decision) {
         Ok(write) => write,
         Err(answer) => return Ok(answer),
     };
@@ -379,6 +382,9 @@ async fn create_in<'a>(tx: &mut Tx<'_>, run: &'a NewRun, batch: &mut Admitted<'a
         batch.held.insert(run.id.clone(), format!("waiting for {}", wait.label()));
     }
     let start = start && run.wait_reason.is_none();
+    if start != (created.to == madeira_core::state::RunState::Admitted) {
+        created = RunEdge::creation(start).map_err(refused)?;
+    }
     if let Some(key) = &run.idempotency_key {
         let existing = Existing { run_id: run.id.clone(), version: run.version };
         batch.keys.insert((run.flow.clone(), key.clone()), existing);
@@ -395,10 +401,11 @@ async fn create_in<'a>(tx: &mut Tx<'_>, run: &'a NewRun, batch: &mut Admitted<'a
 }
 
 /// Admits the oldest waiting QUEUED run of `flow` to start when
-/// `madeira_core::admit::promote` says there is room (sets its `admitted_at`; the
-/// engine's `Command::Start` then takes it RUNNING).
+/// `madeira_core::admit::promote` says there is room (QUEUED -> ADMITTED, recorded;
+/// the engine's `Command::Start` then takes it RUNNING).
 pub(super) async fn promote_queued(
     pool: &Pool,
+    ids: Option<&TransitionIds>,
     flow: &str,
     max_active_runs: u32,
     now_ms: i64,
@@ -426,46 +433,86 @@ pub(super) async fn promote_queued(
     let Some(run_id) = promote(&facts, max_active_runs) else {
         return Ok(None);
     };
-    sqlx::query(&sql("UPDATE runs SET admitted_at = $1, wait_reason = NULL WHERE id = $2"))
-        .bind(now_ms)
-        .bind(&run_id)
-        .execute(&mut *tx)
-        .await?;
+    admit_queued(&mut tx, ids, &run_id, now_ms).await?;
     tx.commit().await?;
     Ok(Some(run_id))
+}
+
+/// Writes a waiting run's admission: QUEUED -> ADMITTED (the run table's edge),
+/// `admitted_at`, no `wait_reason`, and the transition record, in the caller's
+/// transaction (which holds the run's flow lock).
+async fn admit_queued(tx: &mut Tx<'_>, ids: Option<&TransitionIds>, run_id: &str, now_ms: i64) -> Result<()> {
+    let edge = RunEdge::admission().map_err(refused)?;
+    let changed = sqlx::query(&sql(
+        "UPDATE runs SET state = $1, admitted_at = $2, wait_reason = NULL WHERE id = $3 AND state = $4",
+    ))
+    .bind(edge.to.as_str())
+    .bind(now_ms)
+    .bind(run_id)
+    .bind(edge.from.map_or("NONE", |s| s.as_str()))
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if changed != 1 {
+        return Err(StoreError::Refused(format!("run {run_id} is no longer QUEUED")));
+    }
+    let edge = Edge::Run(edge);
+    let row = vec![
+        Val::text(run_id),
+        Val::Text(None),
+        Val::text(edge.from_name()),
+        Val::text(edge.to_name()),
+        Val::text(edge.cause_name()),
+        Val::text("engine"),
+        Val::int(0),
+        Val::Text(None),
+        Val::int(now_ms),
+    ];
+    let mut s = Script::new();
+    super::insert_transitions(tx, &mut s, ids, vec![row]).await?;
+    s.send(tx).await
 }
 
 /// See `RunStore::set_wait_reason`; under the run's flow lock, so a release and
 /// a promotion of the same flow never interleave.
 pub(super) async fn set_wait_reason(
     pool: &Pool,
+    ids: Option<&TransitionIds>,
     run_id: &str,
     reason: Option<&str>,
     admit_ms: Option<i64>,
 ) -> Result<bool> {
     let mut tx = pool.begin().await?;
     let flow: Option<(String,)> = sqlx::query_as(&sql(
-        "SELECT flow FROM runs WHERE id = $1 AND state = 'QUEUED' AND admitted_at IS NULL \
-         AND wait_reason IS NOT NULL",
+        "SELECT flow FROM runs WHERE id = $1 AND state = 'QUEUED' AND wait_reason IS NOT NULL",
     ))
     .bind(run_id)
     .fetch_optional(&mut *tx)
     .await?;
     let Some((flow,)) = flow else { return Ok(false) };
     lock_flow(&mut tx, &flow).await?;
-    let admit_ms = admit_ms.filter(|_| reason.is_none());
-    let changed = sqlx::query(&sql(
-        "UPDATE runs SET wait_reason = $1, admitted_at = $2 WHERE id = $3 AND state = 'QUEUED' \
-         AND admitted_at IS NULL AND wait_reason IS NOT NULL",
+    // Re-read under the lock: another replica may have released it meanwhile.
+    let still: Option<(String,)> = sqlx::query_as(&sql(
+        "SELECT id FROM runs WHERE id = $1 AND state = 'QUEUED' AND wait_reason IS NOT NULL",
     ))
-    .bind(reason)
-    .bind(admit_ms)
     .bind(run_id)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
+    .fetch_optional(&mut *tx)
+    .await?;
+    if still.is_none() {
+        return Ok(false);
+    }
+    match admit_ms.filter(|_| reason.is_none()) {
+        Some(now_ms) => admit_queued(&mut tx, ids, run_id, now_ms).await?,
+        None => {
+            sqlx::query(&sql("UPDATE runs SET wait_reason = $1 WHERE id = $2"))
+                .bind(reason)
+                .bind(run_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+    }
     tx.commit().await?;
-    Ok(changed == 1)
+    Ok(true)
 }
 
 /// Deletes one small batch so the engine's writes are never blocked for long.
@@ -492,6 +539,7 @@ pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64
             deleted = q.build().execute(&mut *tx).await?.rows_affected();
         }
     }
+    prune_backfills(&mut tx, before_ms, batch).await?;
     for (table, column) in [("audit", "at"), ("run_commands", "created_at")] {
         sqlx::query(&sql(&format!(
             "DELETE FROM {table} WHERE id IN (SELECT id FROM (SELECT id FROM {table} WHERE {column} < $1 LIMIT $2) AS old)"
@@ -503,6 +551,30 @@ pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64
     }
     tx.commit().await?;
     Ok(deleted)
+}
+
+/// Deletes finished backfills (done or cancelled before `before_ms`) none of
+/// whose runs is left, with their steps: a few per batch (a backfill has up to
+/// a few thousand steps).
+async fn prune_backfills(tx: &mut Tx<'_>, before_ms: i64, batch: u32) -> Result<()> {
+    let ids: Vec<(String,)> = sqlx::query_as(&sql(
+        "SELECT b.id FROM backfills b WHERE b.state IN ('done', 'cancelled') AND b.finished_at < $1 \
+         AND NOT EXISTS (SELECT 1 FROM backfill_steps s JOIN runs r ON r.id = s.run_id \
+         WHERE s.backfill_id = b.id) ORDER BY b.finished_at LIMIT $2",
+    ))
+    .bind(before_ms)
+    .bind(i64::from((batch / 20).max(1)))
+    .fetch_all(&mut **tx)
+    .await?;
+    if ids.is_empty() {
+        return Ok(());
+    }
+    for (table, column) in [("backfill_steps", "backfill_id"), ("backfills", "id")] {
+        let mut q: QueryBuilder<Db> = QueryBuilder::new(format!("DELETE FROM {table} WHERE {column} IN "));
+        push_list(&mut q, ids.iter().map(|(id,)| id));
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
 }
 
 /// Writes the probe row (the store's health check).

@@ -69,11 +69,11 @@ forward!(RunStore {
     read fn run_waits(run_id: &str) -> Vec<AfterWait> = waits::run_waits;
     read fn held_by_after() -> Vec<HeldRun> = waits::held_by_after;
     write fn waive_waits(run_id: &str) -> bool = waits::waive_waits;
-    write fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
+    write_ids fn promote_queued(flow: &str, max: u32, now_ms: i64) -> Option<String> = runs::promote_queued;
     write fn record_deadline_miss(flow: &str, biz_date: &str, now_ms: i64) -> bool = deadlines::record_deadline_miss;
     write fn record_once(flow: &str, key: &str, now_ms: i64) -> bool = once::record_once;
     read fn node_durations(flow: &str, runs: u32) -> Vec<(String, i64)> = once::node_durations;
-    write fn set_wait_reason(run_id: &str, reason: Option<&str>, admit_ms: Option<i64>) -> bool = runs::set_wait_reason;
+    write_ids fn set_wait_reason(run_id: &str, reason: Option<&str>, admit_ms: Option<i64>) -> bool = runs::set_wait_reason;
     write_dialect fn commit(batch: &Batch) -> () = commit::commit;
     read fn last_cron_key(flow: &str) -> Option<String> = read::last_cron_key;
     read fn load_run(run_id: &str) -> Option<StoredRun> = read::load_run;

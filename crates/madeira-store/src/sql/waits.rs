@@ -8,13 +8,13 @@ use super::{Pool, sql};
 use crate::admission::HELD_BY_AFTER;
 use crate::{AfterWait, HeldRun, Result, RunRow};
 
-/// Flows with a QUEUED, not admitted run waiting for `flow` on `date` (whole run or
+/// Flows with a QUEUED run waiting for `flow` on `date` (whole run or
 /// one of its nodes), in name order.
 pub(super) async fn after_dependents(pool: &Pool, flow: &str, date: &str) -> Result<Vec<String>> {
     let rows: Vec<(String,)> =
         sqlx::query_as(&sql("SELECT DISTINCT r.flow FROM run_waits w JOIN runs r ON r.id = w.run_id \
          WHERE w.upstream_flow = $1 AND w.upstream_date = $2 AND r.state = 'QUEUED' \
-         AND r.admitted_at IS NULL ORDER BY r.flow"))
+         ORDER BY r.flow"))
         .bind(flow)
         .bind(date)
         .fetch_all(pool)
@@ -22,11 +22,11 @@ pub(super) async fn after_dependents(pool: &Pool, flow: &str, date: &str) -> Res
     Ok(rows.into_iter().map(|(f,)| f).collect())
 }
 
-/// QUEUED, not admitted runs with a wait for `flow` on `date`, oldest first.
+/// QUEUED runs with a wait for `flow` on `date`, oldest first.
 pub(super) async fn held_runs(pool: &Pool, flow: &str, date: &str) -> Result<Vec<RunRow>> {
     let query = format!(
         "SELECT {} FROM runs WHERE id IN (SELECT w.run_id FROM run_waits w WHERE w.upstream_flow = $1 \
-         AND w.upstream_date = $2) AND state = 'QUEUED' AND admitted_at IS NULL ORDER BY id LIMIT 1000",
+         AND w.upstream_date = $2) AND state = 'QUEUED' ORDER BY id LIMIT 1000",
         super::read::run_columns()
     );
     let rows = sqlx::query(&sql(&query)).bind(flow).bind(date).fetch_all(pool).await?;
@@ -63,18 +63,16 @@ pub(super) async fn held_by_after(pool: &Pool) -> Result<Vec<HeldRun>> {
         .collect())
 }
 
-/// Drops the `after` waits of `run_id` while it is still held (QUEUED, not
-/// admitted), under its flow's lock: it then waits only for room like any run.
+/// Drops the `after` waits of `run_id` while it is still held (QUEUED), under its flow's lock: it then waits only for room like any run.
 /// False when it was no longer held (released, cancelled, or another replica
 /// waived it first).
 pub(super) async fn waive_waits(pool: &Pool, run_id: &str) -> Result<bool> {
     let mut tx = pool.begin().await?;
-    let flow: Option<(String,)> = sqlx::query_as(&sql(
-        "SELECT flow FROM runs WHERE id = $1 AND state = 'QUEUED' AND admitted_at IS NULL",
-    ))
-    .bind(run_id)
-    .fetch_optional(&mut *tx)
-    .await?;
+    let flow: Option<(String,)> =
+        sqlx::query_as(&sql("SELECT flow FROM runs WHERE id = $1 AND state = 'QUEUED'"))
+            .bind(run_id)
+            .fetch_optional(&mut *tx)
+            .await?;
     let Some((flow,)) = flow else { return Ok(false) };
     super::runs::lock_flow(&mut tx, &flow).await?;
     let still: Option<(String,)> =

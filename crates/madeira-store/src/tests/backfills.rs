@@ -3,7 +3,7 @@
 //! that already succeeded skipped, a claim handed out again only when stale,
 //! blocked steps and `done` at the end); pause, resume and cancel through the
 //! core's table; progress counted from the runs; backfill runs ranked below other
-//! runs waiting for room.
+//! runs waiting for room; retention removes finished backfills whose runs are gone.
 
 use madeira_core::RunState;
 use madeira_core::estate::BackfillAction;
@@ -183,4 +183,39 @@ pub(crate) async fn backfill_runs_wait_behind_other_runs_for_room(s: &dyn Store)
         .await
         .expect("r4");
     assert_eq!(s.promote_queued("f", 1, 70).await.expect("promote").as_deref(), Some("r2-backfill"));
+}
+
+pub(crate) async fn retention_removes_finished_backfills_once_their_runs_are_gone(s: &dyn Store) {
+    s.create_backfill(&backfill(2, "existing"), &audit("backfill")).await.expect("create");
+    let running = NewBackfill { id: "bf2".into(), ..backfill(1, "existing") };
+    s.create_backfill(&running, &audit("backfill")).await.expect("create bf2");
+    // bf1: a(d1) finished at 30, b(d1) at 200; then it is cancelled at 80.
+    run_for(s, "r0", "a", "2026-11-02", RunState::Success).await;
+    s.settle_backfill_step("bf1", 0, Some("r0"), None).await.expect("settle");
+    run_for(s, "r1", "b", "2026-11-02", RunState::Queued).await;
+    let write = RunWrite {
+        run_id: "r1".into(),
+        state: RunState::Success,
+        started_at: Some(20),
+        finished_at: Some(200),
+    };
+    s.commit(&Batch { runs: vec![write], ..Batch::default() }).await.expect("commit");
+    s.settle_backfill_step("bf1", 1, Some("r1"), None).await.expect("settle");
+    s.change_backfill("bf1", BackfillAction::Cancel, 80, &audit("backfill_cancel")).await.expect("cancel");
+    // Cutoff 100: r0 goes; bf1 ended before it but keeps r1, so it stays.
+    assert_eq!(s.prune(100, 100).await.expect("prune"), 1);
+    let (kept, steps) = s.get_backfill("bf1").await.expect("get").expect("bf1 kept while r1 is there");
+    assert_eq!((kept.state.as_str(), steps.len()), ("cancelled", 4));
+    // Cutoff 300: r1 goes, and bf1 with its steps in the same batch; bf2, running, stays.
+    assert_eq!(s.prune(300, 100).await.expect("prune"), 1);
+    assert_eq!(s.get_backfill("bf1").await.expect("get"), None);
+    let left: Vec<String> = s.list_backfills(10).await.expect("list").into_iter().map(|b| b.id).collect();
+    assert_eq!(left, ["bf2"]);
+    assert_eq!(s.active_backfills().await.expect("active"), ["bf2"]);
+    // A done backfill is removed by a later sweep once it finished before the cutoff.
+    s.change_backfill("bf2", BackfillAction::Cancel, 400, &audit("backfill_cancel")).await.expect("cancel");
+    assert_eq!(s.prune(300, 100).await.expect("prune"), 0);
+    assert!(s.get_backfill("bf2").await.expect("get").is_some(), "ended after the cutoff");
+    s.prune(500, 100).await.expect("prune");
+    assert!(s.list_backfills(10).await.expect("list").is_empty());
 }

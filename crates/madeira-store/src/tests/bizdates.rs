@@ -2,6 +2,7 @@
 
 use crate::tests::suite::new_run;
 use crate::*;
+use madeira_core::state::RunState;
 
 fn dated(id: &str, date: &str, trigger: &str) -> NewRun {
     NewRun {
@@ -63,7 +64,10 @@ pub(crate) async fn a_run_held_for_a_reason_waits_until_released_once(s: &dyn St
     assert_eq!(s.load_run("h1").await.expect("load").expect("h1").run.wait_reason.as_deref(), reason);
     assert!(s.set_wait_reason("h1", None, Some(30)).await.expect("release"));
     let row = s.load_run("h1").await.expect("load").expect("h1").run;
-    assert_eq!((row.admitted_at, row.wait_reason), (Some(30), None));
+    assert_eq!((row.state, row.admitted_at, row.wait_reason), (RunState::Admitted, Some(30), None));
+    let log = s.transitions("h1").await.expect("log");
+    let last = log.last().map(|t| (t.edge.from_name(), t.edge.to_name(), t.edge.cause_name()));
+    assert_eq!(last, Some(("QUEUED", "ADMITTED", "admitted")), "the release is a recorded edge");
     assert!(!s.set_wait_reason("h1", None, Some(40)).await.expect("again"), "released once");
     // Released without admission (the flow has max_active_runs): promotion takes it.
     s.create_run(&NewRun { wait_reason: Some("x".into()), ..dated("h2", "2026-10-09", "cron") })

@@ -51,7 +51,7 @@ async fn sqlite_a_commit_on_a_full_database_rolls_back_and_the_next_one_is_durab
     let reopened = SqliteStore::open_path(&path).await.expect("reopen");
     let durable = reopened.load_run("r1").await.expect("load").expect("r1");
     assert_eq!(durable.nodes[1].state, NodeState::Success, "acknowledged but not durable");
-    assert_eq!(durable.run.state, RunState::Queued);
+    assert_eq!(durable.run.state, RunState::Admitted);
 }
 
 #[tokio::test]

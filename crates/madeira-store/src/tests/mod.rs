@@ -112,6 +112,7 @@ on_every_backend!(
     a_backfill_advances_within_parallel_and_upstream_first,
     a_backfill_skips_dates_that_succeeded_and_pauses_and_cancels,
     backfill_runs_wait_behind_other_runs_for_room,
+    retention_removes_finished_backfills_once_their_runs_are_gone,
     a_run_is_held_until_its_upstream_succeeds,
     a_node_wait_is_met_by_that_node_alone,
     runs_keep_their_business_date_and_are_found_by_it,

@@ -208,7 +208,7 @@ pub(crate) async fn a_large_batch_of_new_runs_is_decided_and_written_whole(s: &d
     assert!(s.load_run("r7").await.expect("load").is_none(), "a repeated key makes no run");
     for i in [0, 3, 19] {
         let stored = s.load_run(&format!("r{i}")).await.expect("load").expect("created");
-        assert_eq!(stored.run.state, RunState::Queued);
+        assert_eq!(stored.run.state, RunState::Admitted);
         assert_eq!(stored.run.params, runs[i].params);
         assert_eq!(stored.run.idempotency_key.as_deref(), Some(format!("k{i}").as_str()));
         assert_eq!(
@@ -223,7 +223,7 @@ pub(crate) async fn a_large_batch_of_new_runs_is_decided_and_written_whole(s: &d
         assert_eq!(log.len(), 1, "the creation edge");
         assert_eq!(
             (log[0].edge.from_name(), log[0].edge.to_name(), log[0].edge.cause_name()),
-            ("NONE", "QUEUED", "created")
+            ("NONE", "ADMITTED", "admitted")
         );
     }
     // Held by the creating replica from birth: another cannot claim them.

@@ -27,7 +27,7 @@ pub(crate) fn transition(run_id: &str, seq: u32) -> TransitionRecord {
 /// The node transitions of `run_id`'s log, by the sequence number they carry.
 async fn order(s: &dyn Store, run_id: &str) -> Vec<u32> {
     let log = s.transitions(run_id).await.expect("transitions");
-    assert_eq!(log[0].edge.cause_name(), "created", "the creation edge comes first");
+    assert_eq!(log[0].edge.from_name(), "NONE", "the creation edge comes first");
     log.iter().skip(1).map(|t| t.attempt).collect()
 }
 

@@ -129,7 +129,7 @@ pub(crate) async fn commit_writes_nodes_and_transitions_together_and_prune_remov
     assert_eq!(again.nodes[0], stored.nodes[0]);
     assert_eq!(again.run.state, RunState::Success);
     let log = s.transitions("r1").await.expect("transitions");
-    assert_eq!(log.iter().map(|t| t.edge.cause_name()).collect::<Vec<_>>(), ["created", "succeeded"]);
+    assert_eq!(log.iter().map(|t| t.edge.cause_name()).collect::<Vec<_>>(), ["admitted", "succeeded"]);
     let command = |created_at| RunCommand {
         id: 0,
         run_id: "r1".into(),
@@ -277,7 +277,7 @@ pub(crate) async fn run_listing_filters_and_pages_newest_first(s: &dyn Store) {
     assert_eq!(ids(g.expect("flow g")), ["r3", "r1"]);
     let row = s.load_run("r0").await.expect("load").expect("exists").run;
     let admitted = (row.params, row.state, row.admitted_at, row.started_at);
-    assert_eq!(admitted, (json!({"a": 1}), RunState::Queued, Some(10), None), "admitted, not started");
+    assert_eq!(admitted, (json!({"a": 1}), RunState::Admitted, Some(10), None), "admitted, not started");
     assert_eq!(s.unfinished_runs().await.expect("unfinished"), ["r0", "r1", "r2", "r3", "r4"]);
 }
 
@@ -379,10 +379,10 @@ pub(crate) async fn last_cron_key_and_version_history(s: &dyn Store) {
     assert!(s.flow_versions("missing").await.expect("none").is_empty());
 }
 
-/// Creation is a run-table edge, written as a transition record. Admission to
-/// start, at creation or by promotion, is a decision (`admitted_at`, counted as
-/// active): the QUEUED -> RUNNING edge is the engine's `Command::Start`, never
-/// the store's.
+/// Creation is a run-table edge, written as a transition record: NONE -> ADMITTED
+/// with room, NONE -> QUEUED without. Promotion is the QUEUED -> ADMITTED edge,
+/// recorded in the same transaction; an ADMITTED run counts as active. The
+/// ADMITTED -> RUNNING edge is the engine's `Command::Start`, never the store's.
 pub(crate) async fn creation_is_a_recorded_edge_and_a_start_is_decided(s: &dyn Store) {
     let r1 = s.create_run(&new_run("r1", None, 1, Overlap::Queue)).await.expect("r1");
     let r2 = s.create_run(&new_run("r2", None, 1, Overlap::Queue)).await.expect("r2");
@@ -392,17 +392,29 @@ pub(crate) async fn creation_is_a_recorded_edge_and_a_start_is_decided(s: &dyn S
     ));
     let edges =
         |log: Vec<TransitionRecord>| log.into_iter().map(|t| (t.node, t.edge, t.actor)).collect::<Vec<_>>();
-    let created = vec![(None, Edge::run(None, RunCause::Created, RunState::Queued), "test".to_string())];
-    assert_eq!(edges(s.transitions("r1").await.expect("r1")), created);
-    assert_eq!(edges(s.transitions("r2").await.expect("r2")), created);
+    let entered = vec![(None, Edge::run(None, RunCause::Admitted, RunState::Admitted), "test".to_string())];
+    let queued = vec![(None, Edge::run(None, RunCause::Created, RunState::Queued), "test".to_string())];
+    assert_eq!(edges(s.transitions("r1").await.expect("r1")), entered);
+    assert_eq!(edges(s.transitions("r2").await.expect("r2")), queued);
     let admitted = |run: StoredRun| (run.run.state, run.run.admitted_at);
-    assert_eq!(admitted(s.load_run("r1").await.expect("load").expect("r1")), (RunState::Queued, Some(10)));
+    assert_eq!(admitted(s.load_run("r1").await.expect("load").expect("r1")), (RunState::Admitted, Some(10)));
+    assert_eq!(admitted(s.load_run("r2").await.expect("load").expect("r2")), (RunState::Queued, None));
     assert_eq!(s.promote_queued("f", 1, 20).await.expect("promote"), None, "r1, admitted, is active");
     finish(s, "r1", 30).await;
     assert_eq!(s.promote_queued("f", 1, 40).await.expect("promote"), Some("r2".into()));
-    assert_eq!(edges(s.transitions("r2").await.expect("r2")), created, "promotion writes no edge");
-    assert_eq!(admitted(s.load_run("r2").await.expect("load").expect("r2")), (RunState::Queued, Some(40)));
+    let mut promoted = queued.clone();
+    promoted.push((
+        None,
+        Edge::run(Some(RunState::Queued), RunCause::Admitted, RunState::Admitted),
+        "engine".into(),
+    ));
+    assert_eq!(edges(s.transitions("r2").await.expect("r2")), promoted, "promotion is a recorded edge");
+    assert_eq!(admitted(s.load_run("r2").await.expect("load").expect("r2")), (RunState::Admitted, Some(40)));
     assert_eq!(s.promote_queued("f", 1, 50).await.expect("promote"), None, "r2 is active");
+    let shown = RunQuery { state: Some("QUEUED".into()), limit: 10, ..RunQuery::default() };
+    let listed: Vec<String> = s.list_runs(&shown).await.expect("list").into_iter().map(|r| r.id).collect();
+    assert_eq!(listed, ["r2"], "an ADMITTED run is listed under QUEUED, the state shown");
+    assert_eq!(s.count_runs("QUEUED", "", 10).await.expect("count"), 1);
 }
 
 /// Commits `run_id` as SUCCESS at `at`.

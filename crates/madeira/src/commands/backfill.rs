@@ -104,8 +104,14 @@ fn summary_text(b: &Value) -> String {
         (Some(f), Some(t)) => format!("{f}..{t}"),
         _ => format!("{} dates", b["dates"].as_array().map_or(0, Vec::len)),
     };
+    let paused: Vec<&str> =
+        b["paused_flows"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let waits = match paused.as_slice() {
+        [] => String::new(),
+        flows => format!("  (waits: flow {} paused)", flows.join(", ")),
+    };
     format!(
-        "{}  {}  {}  [{}]  {}  by {}: {}",
+        "{}  {}  {}  [{}]  {}{waits}  by {}: {}",
         s(&b["id"]),
         s(&b["flow"]),
         span,
@@ -155,5 +161,11 @@ mod tests {
         assert!(text.starts_with("b1  a  2026-11-02..2026-11-13  [running]  12/20 settled"), "{text}");
         assert!(text.contains("2026-11-02  SUCCESS    r1"), "{text}");
         assert!(text.contains("blocked    waits for a"), "{text}");
+        let waiting = json!({"id": "b2", "flow": "a", "state": "running", "dates": ["2026-11-02"],
+                             "progress": {"total": 1, "pending": 1}, "paused_flows": ["a"], "actor": "ops", "reason": "r"});
+        assert_eq!(
+            summary_text(&waiting),
+            "b2  a  1 dates  [running]  0/1 settled  pending 1  (waits: flow a paused)  by ops: r"
+        );
     }
 }

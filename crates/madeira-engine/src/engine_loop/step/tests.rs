@@ -39,13 +39,20 @@ fn new_step(max_output_bytes: usize) -> Step {
     })
 }
 
-/// A step holding QUEUED runs `ids` of `source`.
+/// A step holding runs `ids` of `source`, admitted to start.
 fn holding(source: &str, ids: &[&str]) -> Step {
     let flow = Arc::new(madeira_core::spec::parse_flow("f.yaml", source).expect("test flow parses"));
     let mut step = new_step(64 * 1024);
     for id in ids {
         step.runs.insert(id.to_string(), RunSnapshot::new(id.to_string(), flow.clone(), json!({})));
     }
+    step
+}
+
+/// A step holding run `r1` of `FLOW` QUEUED (waiting for admission).
+fn queued() -> Step {
+    let mut step = holding(FLOW, &["r1"]);
+    step.runs.get_mut("r1").expect("r1 held").state = RunState::Queued;
     step
 }
 
@@ -237,7 +244,7 @@ fn cancel_aborts_the_attempt_in_flight_finishes_the_run_and_is_refused_twice() {
 
 #[test]
 fn after_expired_fails_a_queued_run_and_is_refused_for_a_running_one() {
-    let mut step = holding(FLOW, &["r1"]);
+    let mut step = queued();
     let (result, work) = apply(&mut step, Command::AfterExpired);
     result.expect("after expired");
     assert_eq!(step.runs["r1"].state, RunState::Failed);
@@ -257,7 +264,7 @@ fn recover_starts_the_attempt_in_flight_again_and_leaves_a_queued_run_alone() {
         "{:?}",
         actions(&work)
     );
-    let mut step = holding(FLOW, &["r1"]);
+    let mut step = queued();
     let (result, work) = apply(&mut step, Command::Recover);
     result.expect("recover of a queued run");
     assert_eq!(step.runs["r1"].state, RunState::Queued);
