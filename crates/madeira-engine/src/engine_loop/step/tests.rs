@@ -39,7 +39,7 @@ fn new_step(max_output_bytes: usize) -> Step {
     })
 }
 
-/// A step holding QUEUED runs `ids` of `source`.
+/// A step holding runs `ids` of `source`, admitted to start.
 fn holding(source: &str, ids: &[&str]) -> Step {
     let flow = Arc::new(madeira_core::spec::parse_flow("f.yaml", source).expect("test flow parses"));
     let mut step = new_step(64 * 1024);
