@@ -237,7 +237,12 @@ impl<'a> RunDetail<'a> {
 
     /// Node-level `after`: each node's waits, and on an INIT node of a RUNNING run
     /// with an unmet one, why it waits.
-    async fn show_node_after(&mut self, state: &AppState, stored: &StoredRun, def: &FlowDef) -> Result<(), ApiError> {
+    async fn show_node_after(
+        &mut self,
+        state: &AppState,
+        stored: &StoredRun,
+        def: &FlowDef,
+    ) -> Result<(), ApiError> {
         if !def.nodes.iter().any(|n| !n.after.is_empty()) {
             return Ok(());
         }

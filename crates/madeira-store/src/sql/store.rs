@@ -15,11 +15,11 @@ use crate::{
     Advanced, AfterWait, AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore,
     BackfillChange, BackfillRecord, BackfillStepRow, BackfillStore, Batch, CalendarVersion, Claim,
     CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowReader, FlowRecord, FlowStore,
-    FlowVersion, HealthStore, HeldNode, HeldRun, InboxEvent, Lease, LeaseStore, LogRecord, NewBackfill, NewRun,
-    NodeWaitState, OpenAlerts, PermitKey, PermitStore, PresenceReader, PresenceStore, PutFlow, QueueOutcome,
-    QueuedEvent, Result, RetentionStore, RunCommand, RunQuery, RunReader, RunRow, RunStore, SessionRecord,
-    SessionStore, ShardResult, SidecarPresence, StoredRun, TransitionRecord, XxlCallbackRow, XxlExecutorRow,
-    XxlStore,
+    FlowVersion, HealthStore, HeldNode, HeldRun, InboxEvent, Lease, LeaseStore, LogRecord, NewBackfill,
+    NewRun, NodeWaitState, OpenAlerts, PermitKey, PermitStore, PresenceReader, PresenceStore, PutFlow,
+    QueueOutcome, QueuedEvent, Result, RetentionStore, RunCommand, RunQuery, RunReader, RunRow, RunStore,
+    SessionRecord, SessionStore, ShardResult, SidecarPresence, StoredRun, TransitionRecord, XxlCallbackRow,
+    XxlExecutorRow, XxlStore,
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
