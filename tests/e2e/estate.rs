@@ -10,7 +10,7 @@
 use chrono::DateTime;
 use serde_json::{Value, json};
 
-use crate::support::Dev;
+use crate::support::{Dev, wait_until};
 
 const A: &str = "flow: est-a\nnodes:\n  pull:\n    retry: {attempts: 1}\n    run: {builtin: fail, message: upstream down, times: 1}\n";
 const B: &str =
@@ -137,17 +137,13 @@ async fn flow_succeeded_starts_the_downstream_once_for_the_same_business_date() 
         let up = start(&dev, "fs-up", day).await;
         assert_eq!(dev.finished(&up).await["status"], "SUCCESS");
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let runs = loop {
+    let runs = wait_until(std::time::Duration::from_secs(10), "fs-down to run", async || {
         let (status, body) = dev.get(&format!("/runs?flow=fs-down&biz_date={day}")).await;
         assert_eq!(status, 200, "{body}");
         let runs = body["runs"].as_array().cloned().unwrap_or_default();
-        if runs.iter().any(|r| r["status"] == "SUCCESS") {
-            break runs;
-        }
-        assert!(std::time::Instant::now() < deadline, "fs-down never ran: {body}");
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    };
+        if runs.iter().any(|r| r["status"] == "SUCCESS") { Ok(runs) } else { Err(format!("{body}")) }
+    })
+    .await;
     assert_eq!(runs.len(), 1, "two upstream successes for one date make one downstream run: {runs:?}");
     assert_eq!(runs[0]["trigger"], "after", "{runs:?}");
     assert_eq!(runs[0]["biz_date"], day, "{runs:?}");
