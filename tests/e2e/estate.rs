@@ -80,16 +80,8 @@ async fn wake_latency_from_upstream_success_to_downstream_running() {
         assert!(latency >= 0, "B started {latency} ms before A succeeded");
         latencies.push(latency);
     }
-    latencies.sort_unstable();
-    let p = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q).round() as usize];
-    eprintln!(
-        "estate wake latency over {} dates (SQLite): p50 {} ms, p99 {} ms, max {} ms",
-        latencies.len(),
-        p(0.5),
-        p(0.99),
-        latencies[latencies.len() - 1]
-    );
-    assert!(p(0.99) < 1000, "wake p99 {} ms", p(0.99));
+    let p99 = crate::support::latency_report("estate wake latency, dates (SQLite)", &mut latencies);
+    assert!(p99 < 1000, "wake p99 {p99} ms");
 }
 
 #[tokio::test]

@@ -496,3 +496,19 @@ pub async fn pg_replicas(extra: &str, env: &[(&str, &str)]) -> Option<PgReplicas
     let (r1, r2) = (serve("r1"), serve("r2"));
     Some(PgReplicas { r1, r2, _db: db, dir })
 }
+
+/// Sorts `latencies` (milliseconds), prints `what`'s p50, p99 and max over them
+/// (for the note: `--nocapture`), and returns the p99.
+pub fn latency_report(what: &str, latencies: &mut [i64]) -> i64 {
+    assert!(!latencies.is_empty(), "no latencies measured for {what}");
+    latencies.sort_unstable();
+    let p = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q).round() as usize];
+    eprintln!(
+        "{what} over {} samples: p50 {} ms, p99 {} ms, max {} ms",
+        latencies.len(),
+        p(0.5),
+        p(0.99),
+        latencies[latencies.len() - 1]
+    );
+    p(0.99)
+}
