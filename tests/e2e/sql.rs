@@ -38,7 +38,9 @@ pub(crate) fn write_config(dir: &Path, head: &str, fields: &str) -> PathBuf {
 }
 
 /// A PostgreSQL statement that ignores its cancellation for a minute (it catches
-/// `query_canceled`), polling `pg_sleep(0.1)`.
+/// `query_canceled`), polling a 0.1 s sleep (`STUBBORN_POLL` is how it shows in
+/// the server's activity).
+const STUBBORN_POLL: &str = "pg_sleep(0.1)";
 const PG_STUBBORN: &str = "DO $$ BEGIN FOR i IN 1..600 LOOP BEGIN PERFORM pg_sleep(0.1); \
                            EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $$";
 
@@ -457,7 +459,7 @@ async fn pg_shutdown_waits_for_a_cancelled_statement_to_leave_the_database() {
     .await;
     dev.trigger("sql-stop", json!({})).await;
     wait_until(Duration::from_secs(20), "the statement to start", async || {
-        db.active_statements("pg_sleep(0.1)").await.expect("activity") > 0
+        db.active_statements(STUBBORN_POLL).await.expect("activity") > 0
     })
     .await;
     let stopping = Instant::now();
@@ -465,7 +467,7 @@ async fn pg_shutdown_waits_for_a_cancelled_statement_to_leave_the_database() {
     let took = stopping.elapsed();
     assert!(status.success(), "{status:?}\n{}", logs.lock().expect("logs"));
     assert_eq!(
-        db.active_statements("pg_sleep(0.1)").await.expect("activity"),
+        db.active_statements(STUBBORN_POLL).await.expect("activity"),
         0,
         "the statement outlived the server ({took:?})"
     );

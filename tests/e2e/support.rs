@@ -76,6 +76,13 @@ pub async fn wait_until<R: Reached>(
     }
 }
 
+/// The pause between two asks of a condition (`try_wait_until`, `hold_for`): the
+/// one place the async helpers wait, polling under a deadline or watching a
+/// window, never sleeping and hoping.
+async fn poll_pause() {
+    tokio::time::sleep(POLL).await;
+}
+
 /// As `wait_until`, but answering `Err(last state)` once `within` has passed
 /// (for a caller to whom the timeout is an answer).
 pub async fn try_wait_until<R: Reached>(
@@ -91,8 +98,7 @@ pub async fn try_wait_until<R: Reached>(
         if Instant::now() >= deadline {
             return Err(last);
         }
-        // Polling a condition under a deadline, not sleeping and hoping.
-        tokio::time::sleep(POLL).await;
+        poll_pause().await;
     }
 }
 
@@ -104,8 +110,7 @@ pub async fn hold_for(window: Duration, what: &str, mut condition: impl AsyncFnM
     let end = Instant::now() + window;
     while Instant::now() < end {
         assert!(condition().await, "{what} stopped holding within the {window:?} window");
-        // Watching a window for what must not happen, not waiting for a condition.
-        tokio::time::sleep(POLL).await;
+        poll_pause().await;
     }
     assert!(condition().await, "{what} stopped holding at the end of the {window:?} window");
 }
