@@ -49,6 +49,14 @@ function debounce(fn, ms) {
   return () => { clearTimeout(t); t = setTimeout(fn, ms); };
 }
 
+/** Runs `fn` once, `ms` after the first call since it last ran: calls meanwhile
+ * join that run. Unlike `debounce`, a steady stream of calls (runs ending every
+ * second) still runs it every `ms`, so a live list keeps up during activity. */
+function coalesce(fn, ms) {
+  let t = null;
+  return () => { if (t === null) t = setTimeout(() => { t = null; fn(); }, ms); };
+}
+
 /** Re-reads #main of the current URL (list pages' live update). */
 function refreshMain() {
   if (busy() || !window.htmx) return;
@@ -181,7 +189,7 @@ if (mode === 'runs' || mode === 'manual') {
   if (flow) params.set('flow', flow);
   if (main.dataset.after) params.set('after', main.dataset.after);
   const url = `/events?${params}`;
-  const later = debounce(refreshMain, mode === 'manual' ? 300 : 1500);
+  const later = coalesce(refreshMain, mode === 'manual' ? 300 : 1500);
   live(url, {
     onEvent: (e) => {
       const manual = e.to === 'MANUAL_CONFIRM' || e.from === 'MANUAL_CONFIRM';
@@ -192,4 +200,4 @@ if (mode === 'runs' || mode === 'manual') {
   document.body.addEventListener('madeira-refresh', () => setTimeout(refreshMain, 50));
 }
 
-window.Madeira = { live, busy, debounce, setStatus };
+window.Madeira = { live, busy, debounce, coalesce, setStatus };
