@@ -16,6 +16,7 @@ mod backfills;
 pub mod dialect;
 mod lease;
 mod lifecycle;
+mod packed;
 pub mod mysql;
 pub mod postgres;
 mod records;

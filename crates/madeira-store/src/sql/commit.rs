@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use super::{Conn, D, Script, bind, bind_separated, last_per_key, push_row, upsert};
 use crate::dialect::{Dialect, TransitionIds, Val};
+use crate::packed::Entry;
 use crate::{Batch, Result, RunWrite};
 
 pub(super) async fn commit(pool: &super::Pool, dialect: &D, batch: &Batch) -> Result<()> {
@@ -74,17 +75,15 @@ async fn write_all<'a>(
     write_nodes(c, s, batch).await?;
     write_runs(c, s, batch).await?;
     let transitions = batch.transitions.iter().map(|t| {
-        vec![
-            Val::text(&t.run_id),
-            Val::opt_text(t.node.as_deref()),
-            Val::text(t.edge.from_name()),
-            Val::text(t.edge.to_name()),
-            Val::text(t.edge.cause_name()),
-            Val::text(&t.actor),
-            Val::int(t.attempt),
-            Val::opt_text(t.reason.as_deref()),
-            Val::int(t.at),
-        ]
+        let entry = Entry {
+            node: t.node.as_deref(),
+            edge: t.edge,
+            actor: &t.actor,
+            attempt: t.attempt,
+            reason: t.reason.as_deref(),
+            at: t.at,
+        };
+        (t.run_id.as_str(), entry)
     });
     super::insert_transitions(c, s, ids, transitions.collect()).await?;
     let outputs = last_per_key(&batch.outputs, |o| (&o.run_id, &o.node, o.data_version, &o.key));

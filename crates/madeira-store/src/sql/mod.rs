@@ -29,6 +29,7 @@ use sqlx::QueryBuilder;
 use sqlx::query_builder::Separated;
 
 use crate::dialect::{Dialect, RowStatement, TransitionIds, Val};
+use crate::packed::Entry;
 
 pub(super) type D = super::D;
 type Db = <D as Dialect>::DB;
@@ -67,12 +68,13 @@ fn last_per_key<'a, T, K: Ord>(rows: &'a [T], key: impl Fn(&'a T) -> K) -> Vec<&
 }
 
 /// The columns of a `transitions` row, in the order `insert_transitions` binds them.
-const TRANSITION_COLUMNS: &str = "run_id, node, from_state, to_state, cause, actor, attempt, reason, at";
+const TRANSITION_COLUMNS: &str = "run_id, at, entries";
 
-/// Adds to `s` the statements inserting `rows` (each the values of
-/// `TRANSITION_COLUMNS`, in order) into `transitions`. Where the store numbers
+/// Adds to `s` the statements inserting `transitions` (each with its run's id, in
+/// the order they happened) into `transitions`: one row per run, its entries
+/// packed (`crate::packed`). Where the store numbers
 /// the rows (`ids`, see `Dialect::transition_ids`), they take the ids after the
-/// last one given, in the order of `rows`, and `transition_seq` moves past them
+/// last one given, in the order of the runs' first transitions, and `transition_seq` moves past them
 /// in the same transaction. It fails if the counter is already past the last id
 /// this store knows (another process numbered transitions meanwhile; the ids are
 /// then read again); a counter behind it (a commit of this store failed after
@@ -81,8 +83,24 @@ async fn insert_transitions<'a>(
     c: &mut Conn,
     s: &mut Script<'a>,
     ids: Option<&TransitionIds>,
-    mut rows: Vec<Vec<Val<'a>>>,
+    transitions: Vec<(&'a str, Entry<'a>)>,
 ) -> crate::Result<()> {
+    let mut runs: Vec<(&'a str, Vec<Entry<'a>>)> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    for (run_id, entry) in transitions {
+        let i = *index.entry(run_id).or_insert_with(|| {
+            runs.push((run_id, Vec::new()));
+            runs.len() - 1
+        });
+        runs[i].1.push(entry);
+    }
+    let mut rows: Vec<Vec<Val<'a>>> = runs
+        .into_iter()
+        .map(|(run_id, entries)| {
+            let (at, packed) = crate::packed::pack(&entries);
+            vec![Val::text(run_id), Val::int(at), Val::owned(packed)]
+        })
+        .collect();
     let Some(ids) = ids else {
         return s
             .rows(c, rows, |q, chunk| {

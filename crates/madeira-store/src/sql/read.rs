@@ -10,7 +10,7 @@ use super::{D, Db, Pool, Row, sql};
 use crate::admission::UNFINISHED;
 use crate::dialect::Dialect;
 use crate::{
-    AttemptRecord, AuditQuery, AuditRecord, Edge, LogRecord, NodeRow, Result, RunQuery, RunRow, StoreError,
+    AttemptRecord, AuditQuery, AuditRecord, LogRecord, NodeRow, Result, RunQuery, RunRow, StoreError,
     StoredRun, TransitionRecord,
 };
 
@@ -175,40 +175,16 @@ pub(super) async fn count_runs(pool: &Pool, state: &str, since_id: &str, cap: u3
 }
 
 pub(super) async fn transitions(pool: &Pool, run_id: &str) -> Result<Vec<TransitionRecord>> {
-    let rows =
-        sqlx::query(&sql("SELECT run_id, node, from_state, to_state, cause, actor, attempt, reason, at \
-         FROM transitions WHERE run_id = $1 ORDER BY id"))
-        .bind(run_id)
-        .fetch_all(pool)
-        .await?;
-    rows.iter()
-        .map(|r| {
-            let node: Option<String> = r.try_get("node")?;
-            let (from, to, cause): (String, String, String) =
-                (r.try_get("from_state")?, r.try_get("to_state")?, r.try_get("cause")?);
-            let bad = |e: madeira_core::state::UnknownName| corrupt("transitions", e);
-            let edge = match node {
-                Some(_) => Edge::Node {
-                    from: from.parse().map_err(bad)?,
-                    to: to.parse().map_err(bad)?,
-                    cause: cause.parse().map_err(bad)?,
-                },
-                None => {
-                    let from = (from != "NONE").then(|| from.parse()).transpose().map_err(bad)?;
-                    Edge::run(from, cause.parse().map_err(bad)?, to.parse().map_err(bad)?)
-                }
-            };
-            Ok(TransitionRecord {
-                run_id: r.try_get("run_id")?,
-                node,
-                edge,
-                actor: r.try_get("actor")?,
-                attempt: r.try_get::<i64, _>("attempt")? as u32,
-                reason: r.try_get("reason")?,
-                at: r.try_get("at")?,
-            })
-        })
-        .collect()
+    let rows: Vec<(i64, String)> =
+        sqlx::query_as(&sql("SELECT at, entries FROM transitions WHERE run_id = $1 ORDER BY id"))
+            .bind(run_id)
+            .fetch_all(pool)
+            .await?;
+    let mut log = Vec::new();
+    for (at, entries) in rows {
+        log.extend(crate::packed::unpack(run_id, at, &entries)?);
+    }
+    Ok(log)
 }
 
 /// The stored log of each of the node's attempts, and an empty one for each

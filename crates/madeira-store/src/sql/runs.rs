@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use super::{CHUNK, D, Db, Pool, ROW_BY_ROW_FROM, Script, Tx, push_list, push_row, sql, upsert};
 use crate::admission::{ACTIVE, ClaimCache, NODE_MET, RUN_MET, UNFINISHED, WAITING, refused, to_write};
 use crate::dialect::{Dialect, LockSpace, TransitionIds, Val};
+use crate::packed::Entry;
 use crate::{CreateOutcome, Edge, NewRun, Result, StoreError};
 
 /// Serialises the decisions taken about one flow's runs and versions until the
@@ -133,18 +134,15 @@ impl<'a> Admitted<'a> {
         })
         .await?;
         let transitions = self.runs.iter().map(|(run, created, _)| {
-            let edge = Edge::Run(*created);
-            vec![
-                Val::text(&run.id),
-                Val::Text(None),
-                Val::text(edge.from_name()),
-                Val::text(edge.to_name()),
-                Val::text(edge.cause_name()),
-                Val::text(&run.actor),
-                Val::int(0),
-                Val::Text(None),
-                Val::int(run.now_ms),
-            ]
+            let entry = Entry {
+                node: None,
+                edge: Edge::Run(*created),
+                actor: &run.actor,
+                attempt: 0,
+                reason: None,
+                at: run.now_ms,
+            };
+            (run.id.as_str(), entry)
         });
         super::insert_transitions(tx, &mut s, self.ids, transitions.collect()).await?;
         s.send(tx).await?;
@@ -470,20 +468,10 @@ async fn admit_queued(tx: &mut Tx<'_>, ids: Option<&TransitionIds>, run_id: &str
     if changed != 1 {
         return Err(StoreError::Refused(format!("run {run_id} is no longer QUEUED")));
     }
-    let edge = Edge::Run(edge);
-    let row = vec![
-        Val::text(run_id),
-        Val::Text(None),
-        Val::text(edge.from_name()),
-        Val::text(edge.to_name()),
-        Val::text(edge.cause_name()),
-        Val::text("engine"),
-        Val::int(0),
-        Val::Text(None),
-        Val::int(now_ms),
-    ];
+    let entry =
+        Entry { node: None, edge: Edge::Run(edge), actor: "engine", attempt: 0, reason: None, at: now_ms };
     let mut s = Script::new();
-    super::insert_transitions(tx, &mut s, ids, vec![row]).await?;
+    super::insert_transitions(tx, &mut s, ids, vec![(run_id, entry)]).await?;
     s.send(tx).await
 }
 

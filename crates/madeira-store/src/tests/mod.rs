@@ -17,6 +17,7 @@ mod rows;
 mod shards;
 mod storage;
 mod suite;
+mod upgrade;
 mod xxl;
 
 use crate::Store;

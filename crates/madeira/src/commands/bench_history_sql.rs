@@ -222,8 +222,9 @@ fn copies(db: &Db) -> Vec<String> {
              n.{reads}, n.stale, n.fallback, n.next_attempt_at + g.delta, n.started_at + g.delta, n.finished_at + g.delta \
              FROM hist_gen g JOIN nodes n ON n.run_id = g.tpl"
         ),
-        "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, reason, at) \
-         SELECT g.id, t.node, t.from_state, t.to_state, t.cause, t.actor, t.attempt, t.reason, t.at + g.delta \
+        // Packed as the engine wrote them: one row per run and write, `at` its first transition's.
+        "INSERT INTO transitions (run_id, at, entries) \
+         SELECT g.id, t.at + g.delta, t.entries \
          FROM hist_gen g JOIN transitions t ON t.run_id = g.tpl ORDER BY g.id, t.id"
             .to_string(),
         format!(

@@ -1,0 +1,166 @@
+//! An upgrade to the packed transition log (`crate::packed`) keeps every run's
+//! history: on each backend, a database at the schema just before the migration
+//! that packs it gets transitions written in the old format (one row each, with
+//! every node and run state and cause, reasons with quotes and line breaks, times
+//! going back and forth), then the store opens it, migrates, and reads the same
+//! log back, in order; what it writes after them comes after them.
+
+use std::path::Path;
+
+use madeira_core::state::{Cause, NodeState, RunCause, RunState};
+use sqlx::migrate::Migrator;
+
+use crate::mysql::{MySqlOptions, MySqlStore};
+use crate::postgres::PostgresStore;
+use crate::sqlite::SqliteStore;
+use crate::testing::{MySqlTestDb, PgTestDb};
+use crate::*;
+
+const MIGRATION: &str = "20261210000100_packed_transitions.sql";
+
+/// The transitions written in the old format: run `u1` with every node state
+/// as `from` and every cause once, then every run edge; run `u2` with two.
+fn old_log() -> Vec<TransitionRecord> {
+    let mut log = Vec::new();
+    let mut at = 1_733_000_000_000;
+    let mut push = |run: &str, node: Option<&str>, edge: Edge, actor: &str, reason: Option<&str>| {
+        // Back by 5 ms every seventh transition: `dt` may be negative.
+        at += if log.len() % 7 == 6 { -5 } else { 13 };
+        log.push(TransitionRecord {
+            run_id: run.into(),
+            node: node.map(str::to_string),
+            edge,
+            actor: actor.into(),
+            attempt: u32::try_from(log.len() % 4).expect("small"),
+            reason: reason.map(str::to_string),
+            at,
+        });
+    };
+    for (i, cause) in Cause::ALL.into_iter().enumerate() {
+        let from = NodeState::ALL[i % NodeState::ALL.len()];
+        let to = NodeState::ALL[(i + 3) % NodeState::ALL.len()];
+        let actor = if i % 5 == 0 { "alice" } else { "engine" };
+        let reason = (i % 3 == 0).then_some("it's \"late\",\nretry");
+        push("u1", Some(if i % 2 == 0 { "pull_refunds" } else { "vérif" }), Edge::Node { from, to, cause }, actor, reason);
+    }
+    let froms = std::iter::once(None).chain(RunState::ALL.into_iter().map(Some));
+    for (i, from) in froms.enumerate() {
+        for (j, cause) in RunCause::ALL.into_iter().enumerate() {
+            let to = RunState::ALL[(i + j) % RunState::ALL.len()];
+            push("u1", None, Edge::run(from, cause, to), "scheduler", (j == 2).then_some("why"));
+        }
+    }
+    let created = Edge::run(None, RunCause::Created, RunState::Queued);
+    push("u2", None, created, "api", None);
+    let dispatch = Edge::Node { from: NodeState::Init, to: NodeState::Running, cause: Cause::Dispatch };
+    push("u2", Some("a"), dispatch, "engine", None);
+    log
+}
+
+fn literal(s: Option<&str>) -> String {
+    s.map_or("NULL".into(), |s| format!("'{}'", s.replace('\'', "''")))
+}
+
+/// The old format's INSERTs of `log`, one row each, in order.
+fn old_rows(log: &[TransitionRecord]) -> Vec<String> {
+    log.iter()
+        .map(|t| {
+            format!(
+                "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, reason, at) \
+                 VALUES ({}, {}, '{}', '{}', '{}', {}, {}, {}, {})",
+                literal(Some(&t.run_id)),
+                literal(t.node.as_deref()),
+                t.edge.from_name(),
+                t.edge.to_name(),
+                t.edge.cause_name(),
+                literal(Some(&t.actor)),
+                t.attempt,
+                literal(t.reason.as_deref()),
+                t.at
+            )
+        })
+        .collect()
+}
+
+/// A copy of `backend`'s migrations before `MIGRATION`, in `dir`.
+async fn old_migrator(backend: &str, dir: &Path) -> Migrator {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations").join(backend);
+    let old = dir.join(backend);
+    std::fs::create_dir(&old).expect("dir");
+    for entry in std::fs::read_dir(&src).expect("migrations") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().expect("name").to_string_lossy().into_owned();
+        if name.as_str() < MIGRATION {
+            std::fs::copy(&path, old.join(&name)).expect("copy");
+        }
+    }
+    Migrator::new(old.as_path()).await.expect("migrator")
+}
+
+/// What every backend must read after the upgrade, and keep writing after.
+async fn check(s: &dyn Store) {
+    let log = old_log();
+    let u1: Vec<TransitionRecord> = log.iter().filter(|t| t.run_id == "u1").cloned().collect();
+    let u2: Vec<TransitionRecord> = log.iter().filter(|t| t.run_id == "u2").cloned().collect();
+    assert_eq!(s.transitions("u1").await.expect("u1"), u1, "every state, cause, reason and time kept");
+    assert_eq!(s.transitions("u2").await.expect("u2"), u2);
+    let mut next = u2[1].clone();
+    next.edge = Edge::Node { from: NodeState::Running, to: NodeState::Success, cause: Cause::Succeeded };
+    next.at += 1;
+    s.commit(&Batch { transitions: vec![next.clone()], ..Batch::default() }).await.expect("commit");
+    let after = s.transitions("u2").await.expect("u2 after");
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert_eq!(after[2], next, "written after the old rows, read after them");
+}
+
+#[tokio::test]
+async fn sqlite_keeps_every_run_history_through_the_packing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("old.db");
+    let url = format!("sqlite://{}?mode=rwc", file.display());
+    let pool = sqlx::SqlitePool::connect(&url).await.expect("connect");
+    old_migrator("sqlite", dir.path()).await.run(&pool).await.expect("old schema");
+    sqlx::raw_sql(&old_rows(&old_log()).join(";\n")).execute(&pool).await.expect("old rows");
+    pool.close().await;
+    check(&SqliteStore::open_path(&file).await.expect("migrated")).await;
+}
+
+#[tokio::test]
+async fn postgres_keeps_every_run_history_through_the_packing() {
+    let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+    old_migrator("postgres", dir.path()).await.run(&pool).await.expect("old schema");
+    sqlx::raw_sql(&old_rows(&old_log()).join(";\n")).execute(&pool).await.expect("old rows");
+    pool.close().await;
+    check(&PostgresStore::open(&db.url).await.expect("migrated")).await;
+}
+
+#[tokio::test]
+async fn mysql_keeps_every_run_history_through_the_packing() {
+    let Some(db) = MySqlTestDb::create().await.expect("MySQL test database") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The store's own session settings (ANSI quotes), as its migrations run with.
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::Executor::execute(
+                    &mut *conn,
+                    "SET SESSION sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES,STRICT_TRANS_TABLES')",
+                )
+                .await?;
+                Ok(())
+            })
+        })
+        .connect(&db.url)
+        .await
+        .expect("connect");
+    old_migrator("mysql", dir.path()).await.run(&pool).await.expect("old schema");
+    for row in old_rows(&old_log()) {
+        sqlx::raw_sql(&row).execute(&pool).await.expect("old row");
+    }
+    pool.close().await;
+    let options = MySqlOptions { lock_wait_timeout: std::time::Duration::from_secs(2), ..Default::default() };
+    check(&MySqlStore::open_with(&db.url, &options).await.expect("migrated")).await;
+}
