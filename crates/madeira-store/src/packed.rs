@@ -112,7 +112,9 @@ pub(crate) fn pack(entries: &[Entry<'_>]) -> (i64, String) {
         .iter()
         .map(|e| {
             let (node, from, to, c) = match e.edge {
-                Edge::Node { from, to, cause: c } => (json!(e.node), node_state(from), node_state(to), cause(c)),
+                Edge::Node { from, to, cause: c } => {
+                    (json!(e.node), node_state(from), node_state(to), cause(c))
+                }
                 Edge::Run(r) => (Value::Null, run_state(r.from), run_state(Some(r.to)), run_cause(r.cause)),
             };
             let mut v = vec![node, json!(from), json!(to), json!(c), json!(e.attempt), json!(e.at - prev_at)];
@@ -172,7 +174,9 @@ pub(crate) fn unpack(run_id: &str, at: i64, entries: &str) -> Result<Vec<Transit
             };
             let actor = match text(6)? {
                 Some(actor) => actor,
-                None => prev_actor.clone().ok_or_else(|| corrupt(format!("an entry of run {run_id} has no actor")))?,
+                None => prev_actor
+                    .clone()
+                    .ok_or_else(|| corrupt(format!("an entry of run {run_id} has no actor")))?,
             };
             let reason = text(7)?;
             (prev_at, prev_actor) = (at, Some(actor.clone()));
@@ -246,9 +250,27 @@ mod tests {
     #[test]
     fn an_entry_is_short_and_names_its_actor_only_when_it_changes() {
         let records = [
-            rec(Some("a"), Edge::Node { from: NodeState::Init, to: NodeState::Running, cause: Cause::Dispatch }, "engine", None, 1_733_000_000_000),
-            rec(Some("a"), Edge::Node { from: NodeState::Running, to: NodeState::Success, cause: Cause::Succeeded }, "engine", None, 1_733_000_000_007),
-            rec(None, Edge::run(Some(RunState::Running), RunCause::Succeeded, RunState::Success), "bob", Some("x"), 1_733_000_000_003),
+            rec(
+                Some("a"),
+                Edge::Node { from: NodeState::Init, to: NodeState::Running, cause: Cause::Dispatch },
+                "engine",
+                None,
+                1_733_000_000_000,
+            ),
+            rec(
+                Some("a"),
+                Edge::Node { from: NodeState::Running, to: NodeState::Success, cause: Cause::Succeeded },
+                "engine",
+                None,
+                1_733_000_000_007,
+            ),
+            rec(
+                None,
+                Edge::run(Some(RunState::Running), RunCause::Succeeded, RunState::Success),
+                "bob",
+                Some("x"),
+                1_733_000_000_003,
+            ),
         ];
         let (at, packed) = pack(&entries(&records));
         assert_eq!(packed, r#"[["a",0,1,0,1,0,"engine"],["a",1,2,1,1,7],[null,3,4,3,1,-4,"bob","x"]]"#);
@@ -265,7 +287,10 @@ mod tests {
             r#"[["a",0,1,0,1,0]]"#,
             "not json",
         ] {
-            assert!(matches!(unpack("r", 0, bad), Err(StoreError::Corrupt { table: "transitions", .. })), "{bad}");
+            assert!(
+                matches!(unpack("r", 0, bad), Err(StoreError::Corrupt { table: "transitions", .. })),
+                "{bad}"
+            );
         }
     }
 }

@@ -41,7 +41,13 @@ fn old_log() -> Vec<TransitionRecord> {
         let to = NodeState::ALL[(i + 3) % NodeState::ALL.len()];
         let actor = if i % 5 == 0 { "alice" } else { "engine" };
         let reason = (i % 3 == 0).then_some("it's \"late\",\nretry");
-        push("u1", Some(if i % 2 == 0 { "pull_refunds" } else { "vérif" }), Edge::Node { from, to, cause }, actor, reason);
+        push(
+            "u1",
+            Some(if i % 2 == 0 { "pull_refunds" } else { "vérif" }),
+            Edge::Node { from, to, cause },
+            actor,
+            reason,
+        );
     }
     let froms = std::iter::once(None).chain(RunState::ALL.into_iter().map(Some));
     for (i, from) in froms.enumerate() {
@@ -61,13 +67,17 @@ fn literal(s: Option<&str>) -> String {
     s.map_or("NULL".into(), |s| format!("'{}'", s.replace('\'', "''")))
 }
 
-/// The old format's INSERTs of `log`, one row each, in order.
-fn old_rows(log: &[TransitionRecord]) -> Vec<String> {
-    log.iter()
-        .map(|t| {
+/// The old format's INSERTs of `log`, one row each, in order; `numbered`: with
+/// the ids the store gives (SQLite), the counter moved past them.
+fn old_rows(log: &[TransitionRecord], numbered: bool) -> Vec<String> {
+    let mut rows: Vec<String> = log
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let (id, value) = if numbered { ("id, ", format!("{}, ", i + 1)) } else { ("", String::new()) };
             format!(
-                "INSERT INTO transitions (run_id, node, from_state, to_state, cause, actor, attempt, reason, at) \
-                 VALUES ({}, {}, '{}', '{}', '{}', {}, {}, {}, {})",
+                "INSERT INTO transitions ({id}run_id, node, from_state, to_state, cause, actor, attempt, reason, at) \
+                 VALUES ({value}{}, {}, '{}', '{}', '{}', {}, {}, {}, {})",
                 literal(Some(&t.run_id)),
                 literal(t.node.as_deref()),
                 t.edge.from_name(),
@@ -79,7 +89,11 @@ fn old_rows(log: &[TransitionRecord]) -> Vec<String> {
                 t.at
             )
         })
-        .collect()
+        .collect();
+    if numbered {
+        rows.push(format!("UPDATE transition_seq SET seq = {}", log.len()));
+    }
+    rows
 }
 
 /// A copy of `backend`'s migrations before `MIGRATION`, in `dir`.
@@ -120,7 +134,7 @@ async fn sqlite_keeps_every_run_history_through_the_packing() {
     let url = format!("sqlite://{}?mode=rwc", file.display());
     let pool = sqlx::SqlitePool::connect(&url).await.expect("connect");
     old_migrator("sqlite", dir.path()).await.run(&pool).await.expect("old schema");
-    sqlx::raw_sql(&old_rows(&old_log()).join(";\n")).execute(&pool).await.expect("old rows");
+    sqlx::raw_sql(&old_rows(&old_log(), true).join(";\n")).execute(&pool).await.expect("old rows");
     pool.close().await;
     check(&SqliteStore::open_path(&file).await.expect("migrated")).await;
 }
@@ -131,7 +145,7 @@ async fn postgres_keeps_every_run_history_through_the_packing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
     old_migrator("postgres", dir.path()).await.run(&pool).await.expect("old schema");
-    sqlx::raw_sql(&old_rows(&old_log()).join(";\n")).execute(&pool).await.expect("old rows");
+    sqlx::raw_sql(&old_rows(&old_log(), false).join(";\n")).execute(&pool).await.expect("old rows");
     pool.close().await;
     check(&PostgresStore::open(&db.url).await.expect("migrated")).await;
 }
@@ -157,7 +171,7 @@ async fn mysql_keeps_every_run_history_through_the_packing() {
         .await
         .expect("connect");
     old_migrator("mysql", dir.path()).await.run(&pool).await.expect("old schema");
-    for row in old_rows(&old_log()) {
+    for row in old_rows(&old_log(), false) {
         sqlx::raw_sql(&row).execute(&pool).await.expect("old row");
     }
     pool.close().await;
