@@ -7,7 +7,8 @@
 -- per run, in their order, keeping the largest id the run had, so rows written
 -- after this sort after them.
 -- The id stays the clustered key (AUTO_INCREMENT must lead an index), the run's
--- rows found through transitions_run.
+-- rows found through transitions_run. GROUP_CONCAT (not JSON_ARRAYAGG, which
+-- MySQL 8 cannot order) with no length limit for this session.
 
 SET SESSION group_concat_max_len = 4294967295;
 
@@ -21,7 +22,7 @@ CREATE TABLE transitions_packed (
 
 INSERT INTO transitions_packed (id, run_id, at, entries)
 SELECT MAX(id), run_id, MIN(first_at),
-       JSON_ARRAYAGG(JSON_ARRAY(node, f, t, c, attempt, dt, actor, reason) ORDER BY id)
+       CONCAT('[', GROUP_CONCAT(JSON_ARRAY(node, f, t, c, attempt, dt, actor, reason) ORDER BY id SEPARATOR ','), ']')
 FROM (
     SELECT run_id, id, node, actor, attempt, reason, at,
            at - COALESCE(LAG(at) OVER (PARTITION BY run_id ORDER BY id), at) AS dt,
