@@ -5,8 +5,9 @@
 //! the nodes held now (for `after_policy`); and dropping a node's waits. Also who
 //! holds a run (a sub-flow child's end is told to its parent's holder).
 
-use super::{Pool, sql};
+use super::{D, Pool, sql};
 use crate::admission::{NODE_MET, RUN_MET, wait_met};
+use crate::dialect::Dialect;
 use crate::{AfterWait, HeldNode, NodeWaitState, Result};
 
 /// A node of a RUNNING run, INIT, with an unmet wait (`hn`: its `nodes` row).
@@ -113,7 +114,8 @@ pub(super) async fn held_nodes(pool: &Pool) -> Result<Vec<HeldNode>> {
 /// For a sub-flow child run: its parent run and the replica holding that parent.
 pub(super) async fn subflow_parent(pool: &Pool, run_id: &str) -> Result<Option<(String, Option<String>)>> {
     let child: Option<(Option<String>,)> = sqlx::query_as(&sql(&format!(
-        "SELECT idempotency_key FROM runs WHERE id = $1 AND trigger = '{}'",
+        "SELECT {} FROM runs WHERE id = $1 AND \"trigger\" = '{}'",
+        D::bytes_as_text("idempotency_key"),
         madeira_core::subflow::TRIGGER
     )))
     .bind(run_id)

@@ -1,7 +1,8 @@
 //! Cross-flow waits (`after`): a run whose upstream for its business date is not
 //! SUCCESS is held (not admitted, counted toward no `max_active_runs`, its reason
 //! shown) and becomes promotable in the very commit that makes the upstream run
-//! (or node) SUCCESS; an upstream that FAILED keeps it held.
+//! (or node) SUCCESS; an upstream that FAILED keeps it held. A sub-flow child
+//! run finds its parent by its key (on MariaDB too, where `trigger` is reserved).
 
 use madeira_core::{NodeState, RunState};
 
@@ -144,4 +145,18 @@ pub(crate) async fn a_node_waits_for_another_flows_node_while_its_run_goes_on(s:
     assert!(s.waive_node_waits("down1", "b").await.expect("waive"));
     assert!(!s.waive_node_waits("down1", "b").await.expect("waive again"));
     assert!(s.node_waits("down1").await.expect("node waits").is_empty());
+}
+
+pub(crate) async fn a_subflow_child_finds_its_parent(s: &dyn Store) {
+    s.create_run(&new_run("parent", None, 0, Overlap::Queue)).await.expect("parent");
+    let key = madeira_core::subflow::child_key("parent", "call", 1);
+    let mut child = new_run("child", Some(&key), 0, Overlap::Queue);
+    child.trigger = madeira_core::subflow::TRIGGER.into();
+    s.create_run(&child).await.expect("child");
+    s.create_run(&new_run("plain", Some(&key.replace("parent", "other")), 0, Overlap::Queue))
+        .await
+        .expect("plain");
+    assert_eq!(s.subflow_parent("child").await.expect("read"), Some(("parent".to_string(), None)));
+    assert_eq!(s.subflow_parent("plain").await.expect("read"), None, "not made by a sub-flow node");
+    assert_eq!(s.subflow_parent("gone").await.expect("read"), None);
 }

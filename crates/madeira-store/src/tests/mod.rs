@@ -117,6 +117,7 @@ on_every_backend!(
     a_run_is_held_until_its_upstream_succeeds,
     a_node_wait_is_met_by_that_node_alone,
     a_node_waits_for_another_flows_node_while_its_run_goes_on,
+    a_subflow_child_finds_its_parent,
     runs_keep_their_business_date_and_are_found_by_it,
     scheduled_runs_are_one_per_business_date,
     a_run_held_for_a_reason_waits_until_released_once,
