@@ -15,7 +15,7 @@
 //! rows it converted, with every state and cause.
 
 use madeira_core::state::{Cause, NodeState, RunCause, RunState};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::{Edge, StoreError, TransitionRecord};
 
@@ -104,32 +104,47 @@ pub(crate) struct Entry<'a> {
     pub at: i64,
 }
 
-/// The `at` and `entries` of the row holding `entries` (one run's, in order; not empty).
+/// The `at` and `entries` of the row holding `entries` (one run's, in order; not
+/// empty), written straight into one string (a commit packs every transition).
 pub(crate) fn pack(entries: &[Entry<'_>]) -> (i64, String) {
+    use std::fmt::Write as _;
     let first_at = entries.first().map_or(0, |e| e.at);
     let (mut prev_at, mut prev_actor) = (first_at, None);
-    let packed: Vec<Value> = entries
-        .iter()
-        .map(|e| {
-            let (node, from, to, c) = match e.edge {
-                Edge::Node { from, to, cause: c } => {
-                    (json!(e.node), node_state(from), node_state(to), cause(c))
-                }
-                Edge::Run(r) => (Value::Null, run_state(r.from), run_state(Some(r.to)), run_cause(r.cause)),
-            };
-            let mut v = vec![node, json!(from), json!(to), json!(c), json!(e.attempt), json!(e.at - prev_at)];
-            let actor = (prev_actor != Some(e.actor)).then_some(e.actor);
-            if actor.is_some() || e.reason.is_some() {
-                v.push(json!(actor));
+    let mut out = String::with_capacity(32 * entries.len() + 2);
+    out.push('[');
+    for (i, e) in entries.iter().enumerate() {
+        let (from, to, c) = match e.edge {
+            Edge::Node { from, to, cause: c } => (node_state(from), node_state(to), cause(c)),
+            Edge::Run(r) => (run_state(r.from), run_state(Some(r.to)), run_cause(r.cause)),
+        };
+        out.push_str(if i == 0 { "[" } else { ",[" });
+        match (e.node, e.edge) {
+            (Some(node), Edge::Node { .. }) => push_text(&mut out, node),
+            _ => out.push_str("null"),
+        }
+        let _ = write!(out, ",{from},{to},{c},{},{}", e.attempt, e.at - prev_at);
+        let actor = (prev_actor != Some(e.actor)).then_some(e.actor);
+        if actor.is_some() || e.reason.is_some() {
+            out.push(',');
+            match actor {
+                Some(actor) => push_text(&mut out, actor),
+                None => out.push_str("null"),
             }
-            if let Some(reason) = e.reason {
-                v.push(json!(reason));
-            }
-            (prev_at, prev_actor) = (e.at, Some(e.actor));
-            Value::Array(v)
-        })
-        .collect();
-    (first_at, Value::Array(packed).to_string())
+        }
+        if let Some(reason) = e.reason {
+            out.push(',');
+            push_text(&mut out, reason);
+        }
+        out.push(']');
+        (prev_at, prev_actor) = (e.at, Some(e.actor));
+    }
+    out.push(']');
+    (first_at, out)
+}
+
+/// `s` as a JSON string (which cannot fail to serialise).
+fn push_text(out: &mut String, s: &str) {
+    out.push_str(&serde_json::to_string(s).unwrap_or_default());
 }
 
 /// The transitions of one stored row of `run_id` (its `at` and `entries`), in order.
