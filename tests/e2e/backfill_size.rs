@@ -11,7 +11,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::backfill::{ms, runs_by_date, steps_by_pair, until_done};
-use crate::support::Dev;
+use crate::support::{Dev, max_overlap};
 
 const A: &str = "flow: bs-a\nnodes:\n  pull: {run: {builtin: sleep, for: 300ms}}\n";
 const B: &str =
@@ -36,19 +36,6 @@ async fn cron_starts(dev: &Dev, flow: &str) -> Vec<(i64, i64)> {
     }
     out.sort();
     out
-}
-
-/// The most of `spans` (start, end) open at one instant.
-fn max_overlap(spans: &[(i64, i64)]) -> usize {
-    let mut edges: Vec<(i64, i32)> = spans.iter().flat_map(|&(s, e)| [(s, 1), (e, -1)]).collect();
-    // An end at the same instant as a start comes first.
-    edges.sort();
-    let (mut open, mut most) = (0i32, 0i32);
-    for (_, d) in edges {
-        open += d;
-        most = most.max(open);
-    }
-    most as usize
 }
 
 #[tokio::test]

@@ -338,6 +338,19 @@ pub fn audit_entries(audit: &Value) -> Vec<(&str, &str, &str)> {
     entries.map(|e| (field(e, "action"), field(e, "actor"), field(e, "reason"))).collect()
 }
 
+/// The most of `spans` (start, end) open at one instant; at equal instants an
+/// end comes before a start (a permit handed over is not two at once).
+pub fn max_overlap(spans: &[(i64, i64)]) -> usize {
+    let mut edges: Vec<(i64, i32)> = spans.iter().flat_map(|&(s, e)| [(s, 1), (e, -1)]).collect();
+    edges.sort();
+    let (mut open, mut most) = (0i32, 0i32);
+    for (_, d) in edges {
+        open += d;
+        most = most.max(open);
+    }
+    most as usize
+}
+
 pub fn status_of<'a>(run: &'a Value, node: &str) -> &'a str {
     run["nodes"][node]["status"].as_str().unwrap_or("?")
 }
