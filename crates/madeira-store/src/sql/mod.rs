@@ -72,9 +72,9 @@ const TRANSITION_COLUMNS: &str = "run_id, at, entries";
 
 /// Adds to `s` the statements inserting `transitions` (each with its run's id, in
 /// the order they happened) into `transitions`: one row per run, its entries
-/// packed (`crate::packed`). Where the store numbers
-/// the rows (`ids`, see `Dialect::transition_ids`), they take the ids after the
-/// last one given, in the order of the runs' first transitions, and `transition_seq` moves past them
+/// packed (`crate::packed`). Where the store numbers the rows (`ids`, see
+/// `Dialect::transition_ids`), they take the ids after the last one given, in the
+/// order of the runs' first transitions, and `transition_seq` moves past them
 /// in the same transaction. It fails if the counter is already past the last id
 /// this store knows (another process numbered transitions meanwhile; the ids are
 /// then read again); a counter behind it (a commit of this store failed after
