@@ -10,12 +10,14 @@ use crate::admission::{NODE_MET, RUN_MET, wait_met};
 use crate::dialect::Dialect;
 use crate::{AfterWait, HeldNode, NodeWaitState, Result};
 
-/// A node of a RUNNING run, INIT, with an unmet wait (`hn`: its `nodes` row).
+/// An unmet wait `w` of an INIT node (`hn`) of a RUNNING run (`r`). Read from
+/// `node_waits` (small: only nodes with `after`), never from `nodes` by state,
+/// which has no index on it and holds every node of the history.
 const HELD_NODE: &str = concat!(
-    "r.state = 'RUNNING' AND hn.state = 'INIT' AND EXISTS (SELECT 1 FROM node_waits w ",
-    "WHERE w.run_id = r.id AND w.node = hn.node AND NOT ",
+    "FROM node_waits w JOIN runs r ON r.id = w.run_id ",
+    "JOIN nodes hn ON hn.run_id = w.run_id AND hn.node = w.node ",
+    "WHERE r.state = 'RUNNING' AND hn.state = 'INIT' AND NOT ",
     wait_met!(),
-    ")"
 );
 
 type WaitRow = (String, Option<String>, String, String);
@@ -93,8 +95,8 @@ pub(super) async fn node_waiters(
 /// INIT nodes of RUNNING runs held by an unmet node wait, oldest run first.
 pub(super) async fn held_nodes(pool: &Pool) -> Result<Vec<HeldNode>> {
     let rows: Vec<(String, String, i64, String, i64, Option<String>)> = sqlx::query_as(&format!(
-        "SELECT r.id, r.flow, r.version, hn.node, r.created_at, r.owner FROM runs r \
-         JOIN nodes hn ON hn.run_id = r.id WHERE {HELD_NODE} ORDER BY r.id, hn.node LIMIT 1000"
+        "SELECT DISTINCT r.id, r.flow, r.version, w.node, r.created_at, r.owner {HELD_NODE} \
+         ORDER BY r.id, w.node LIMIT 1000"
     ))
     .fetch_all(pool)
     .await?;
