@@ -125,12 +125,19 @@ pub(super) async fn unfinished_runs(pool: &Pool) -> Result<Vec<String>> {
     Ok(rows.into_iter().map(|(id,)| id).collect())
 }
 
-/// The stored state a shown state filter also takes in: QUEUED stands for ADMITTED
-/// too (`RunState::shown`); any other state for itself.
-fn shown_as(state: &str) -> String {
-    match state.parse::<RunState>() {
-        Ok(RunState::Queued) => RunState::Admitted.as_str().to_string(),
-        _ => state.to_string(),
+/// The condition on `state` for a shown state filter: QUEUED stands for ADMITTED
+/// too (`RunState::shown`), any other state for itself. Known states are written
+/// as literals (they come from the core's names, never from the caller's text), so
+/// PostgreSQL plans with the state's real frequency: with bound values its generic
+/// plan walks the primary key backwards filtering every row (718 ms for the two
+/// QUEUED runs among 1M, against 0.2 ms on `runs_state_id`). `None` for a name
+/// that is no state: it matches no run.
+fn state_condition(state: &str) -> Option<String> {
+    match state.to_ascii_uppercase().parse::<RunState>().ok()? {
+        RunState::Queued => {
+            Some(format!("state IN ('{}', '{}')", RunState::Queued.as_str(), RunState::Admitted.as_str()))
+        }
+        other => Some(format!("state = '{}'", other.as_str())),
     }
 }
 
@@ -144,8 +151,10 @@ pub(super) async fn list_runs(pool: &Pool, query: &RunQuery) -> Result<Vec<RunRo
         q.push(" AND flow = ").push_bind(flow);
     }
     if let Some(state) = &query.state {
-        let state = state.to_ascii_uppercase();
-        q.push(" AND state IN (").push_bind(shown_as(&state)).push(", ").push_bind(state).push(")");
+        match state_condition(state) {
+            Some(condition) => q.push(" AND ").push(condition),
+            None => return Ok(Vec::new()),
+        };
     }
     if let Some(actor) = &query.actor {
         q.push(" AND actor = ").push_bind(actor);
@@ -162,11 +171,10 @@ pub(super) async fn list_runs(pool: &Pool, query: &RunQuery) -> Result<Vec<RunRo
 
 /// Counts at most `cap` rows: an index range scan on `runs_state_id` that stops at the cap.
 pub(super) async fn count_runs(pool: &Pool, state: &str, since_id: &str, cap: u32) -> Result<u32> {
-    let (n,): (i64,) = sqlx::query_as(&sql(
-        "SELECT COUNT(*) FROM (SELECT 1 AS one FROM runs WHERE state IN ($1, $2) AND id >= $3 LIMIT $4) AS capped",
-    ))
-    .bind(state)
-    .bind(shown_as(state))
+    let Some(condition) = state_condition(state) else { return Ok(0) };
+    let (n,): (i64,) = sqlx::query_as(&sql(&format!(
+        "SELECT COUNT(*) FROM (SELECT 1 AS one FROM runs WHERE {condition} AND id >= $1 LIMIT $2) AS capped"
+    )))
     .bind(since_id)
     .bind(i64::from(cap))
     .fetch_one(pool)
