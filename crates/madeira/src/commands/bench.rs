@@ -66,7 +66,7 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
         }
         let result = match scenario.as_str() {
             "idle" => idle().await?,
-            "floor" => bench_floor::measure(dir.path())?,
+            "floor" => tokio::task::block_in_place(|| bench_floor::measure(dir.path()))?,
             "chain" => {
                 one_run(&engines, "bench-chain", &chain_flow(100), 100, args.warmups.unwrap_or(CHAIN_WARMUPS))
                     .await?

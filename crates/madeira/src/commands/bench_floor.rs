@@ -3,7 +3,8 @@
 //! `/bin/true` and waiting for it (as the sidecar spawns a job: `posix_spawn` in a
 //! process group of its own), a durable SQLite commit of one small row (WAL,
 //! synchronous=FULL, on the disk the bench's store uses), and the write and
-//! `fdatasync` of a small file in place (a sidecar spool slot's). The floors:
+//! `fdatasync` of a small file in place (a sidecar spool slot's), with the CPUs
+//! kept awake as the engine's threads keep them during a chain (`Awake`). The floors:
 //! a process node cannot cost less than spawn + one commit; with the sidecar's
 //! spool kept, this design's own floor is spawn + commit + one more sync; a noop
 //! node cannot cost less than one commit.
@@ -40,6 +41,7 @@ fn spawn_ms() -> Result<f64> {
 }
 
 fn commit_ms(dir: &Path) -> Result<f64> {
+    std::fs::create_dir_all(dir)?;
     let db = rusqlite::Connection::open(dir.join("floor.db")).context("opening the floor store")?;
     db.execute_batch(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; \
@@ -77,12 +79,50 @@ fn sync_ms(dir: &Path) -> Result<f64> {
     Ok(median(times))
 }
 
+/// Keeps a CPU from going idle while it lives: a thread that naps 50 µs at a
+/// time. On a virtual machine a thread that waits (for a disk flush, a child's
+/// exit) on an idle virtual CPU can be woken milliseconds late (measured here: a
+/// 0.1 ms `fdatasync` took 4 ms, in steps of the host's tick, unless another
+/// thread kept the CPUs busy). The engine's own threads keep the CPUs awake
+/// while a chain runs, so the floor is measured the same way; `*_idle_ms` is
+/// the commit with nothing else running.
+struct Awake {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Awake {
+    fn start() -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        });
+        Self { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for Awake {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// The floor figures, measured in `dir` (the bench's temporary directory).
 pub fn measure(dir: &Path) -> Result<Value> {
+    let idle_commit = commit_ms(&dir.join("idle"))?;
+    let awake = Awake::start();
     let spawn = spawn_ms()?;
     let commit = commit_ms(dir)?;
     let sync = sync_ms(dir)?;
+    drop(awake);
     Ok(json!({
+        "durable_commit_idle_ms": idle_commit,
         "scenario": "floor",
         "spawn_true_ms": spawn,
         "durable_commit_ms": commit,
