@@ -79,8 +79,8 @@ fn sync_ms(dir: &Path) -> Result<f64> {
     Ok(median(times))
 }
 
-/// Keeps a CPU from going idle while it lives: a thread that naps 50 µs at a
-/// time. On a virtual machine a thread that waits (for a disk flush, a child's
+/// Keeps the CPUs from going idle while it lives: one thread per CPU that naps
+/// 20 µs at a time. On a virtual machine a thread that waits (for a disk flush, a child's
 /// exit) on an idle virtual CPU can be woken milliseconds late (measured here: a
 /// 0.1 ms `fdatasync` took 4 ms, in steps of the host's tick, unless another
 /// thread kept the CPUs busy). The engine's own threads keep the CPUs awake
@@ -88,26 +88,31 @@ fn sync_ms(dir: &Path) -> Result<f64> {
 /// the commit with nothing else running.
 struct Awake {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Awake {
     fn start() -> Self {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        });
-        Self { stop, thread: Some(thread) }
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let threads = (0..cpus)
+            .map(|_| {
+                let flag = stop.clone();
+                std::thread::spawn(move || {
+                    while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_micros(20));
+                    }
+                })
+            })
+            .collect();
+        Self { stop, threads }
     }
 }
 
 impl Drop for Awake {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
+        for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
     }
