@@ -80,7 +80,10 @@ async fn a_result_delivered_again_after_its_commit_is_acknowledged_and_not_appli
     assert!(matches!(next(&mut inbound, Duration::from_secs(10)).await, ControlMsg::Welcome(_)));
     out.send(send(SidecarMsg::Ready(Ready {}))).await.expect("ready");
 
-    handle.apply_flow("once.yaml", "flow: once\nnodes:\n  a: {run: {sidecar: {group: g, job: j}}}\n").await.expect("apply");
+    handle
+        .apply_flow("once.yaml", "flow: once\nnodes:\n  a: {run: {sidecar: {group: g, job: j}}}\n")
+        .await
+        .expect("apply");
     let request = TriggerRequest {
         flow: "once".into(),
         params: serde_json::json!({}),
@@ -114,7 +117,12 @@ async fn a_result_delivered_again_after_its_commit_is_acknowledged_and_not_appli
     // Acknowledged only once committed.
     acked(&mut inbound, "r-1", Duration::from_secs(10)).await;
     let committed = store.load_run(&run_id).await.expect("load").expect("run");
-    assert_eq!(committed.nodes[0].state.as_str(), "SUCCESS", "the ack followed the commit: {:?}", committed.nodes);
+    assert_eq!(
+        committed.nodes[0].state.as_str(),
+        "SUCCESS",
+        "the ack followed the commit: {:?}",
+        committed.nodes
+    );
 
     // The same report again, then the attempt reported lost under a new report id.
     out.send(send(SidecarMsg::Result(result.clone()))).await.expect("again");

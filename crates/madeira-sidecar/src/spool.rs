@@ -519,7 +519,11 @@ mod tests {
         spool.remove("a").expect("ack");
         assert!(spool.pending().is_empty());
         spool.put("b", &msg(2)).expect("put");
-        assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 2, "the syncing slot was not reused");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).expect("list").count(),
+            2,
+            "the syncing slot was not reused"
+        );
         unsynced.sync().expect("sync");
         assert_eq!(pending_on_disk(dir.path()), 1, "the synced and acknowledged slot is free on disk");
         spool.put("c", &msg(3)).expect("put");

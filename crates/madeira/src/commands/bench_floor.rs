@@ -184,7 +184,10 @@ pub fn print_ratios(results: &[Value]) {
                 "floor ratio {}: {ratio:.2}× spawn + one commit, {design:.2}× spawn + commit + the spool's sync",
                 r["scenario"].as_str().unwrap_or("")
             ),
-            None => println!("floor ratio {}: {ratio:.2}× one commit per node", r["scenario"].as_str().unwrap_or("")),
+            None => println!(
+                "floor ratio {}: {ratio:.2}× one commit per node",
+                r["scenario"].as_str().unwrap_or("")
+            ),
         }
     }
 }
