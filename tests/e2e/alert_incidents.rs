@@ -30,10 +30,7 @@ async fn mark_success(dev: &Dev, run_id: &str, node: &str) {
 async fn fixing_half_an_incident_updates_its_alert_and_the_fix_resolves_it_once() {
     let hook = Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("madeira.yaml");
-    std::fs::write(&config, hook.config("300ms")).expect("write config");
-    let config = config.to_string_lossy().to_string();
-    let dev = Dev::start_with(&dir.path().join("data"), &["--config", &config]);
+    let dev = hook.dev(dir.path(), "300ms");
     dev.put_flow(FLOW).await;
     let run_id = dev.trigger("halves", json!({})).await;
     assert_eq!(dev.finished(&run_id).await["status"], "FAILED");

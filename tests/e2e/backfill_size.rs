@@ -11,7 +11,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::backfill::{ms, runs_by_date, steps_by_pair, until_done};
-use crate::support::Dev;
+use crate::support::{Dev, cron_runs, max_overlap};
 
 const A: &str = "flow: bs-a\nnodes:\n  pull: {run: {builtin: sleep, for: 300ms}}\n";
 const B: &str =
@@ -22,33 +22,11 @@ const TICK: &str =
 
 /// (scheduled instant, started_at) of every cron run of `flow`, in ms.
 async fn cron_starts(dev: &Dev, flow: &str) -> Vec<(i64, i64)> {
-    let (_, list) = dev.get(&format!("/runs?flow={flow}&limit=1000")).await;
-    let mut out = Vec::new();
-    for run in list["runs"].as_array().into_iter().flatten().filter(|r| r["trigger"] == "cron") {
-        let (_, detail) = dev.get(&format!("/runs/{}", run["run_id"].as_str().unwrap_or(""))).await;
-        let tick = detail["idempotency_key"]
-            .as_str()
-            .map(madeira_core::keys::RunKey::parse)
-            .and_then(|k| k.cron_tick());
-        if let (Some(tick), Some(_)) = (tick, detail["started_at"].as_str()) {
-            out.push((tick.timestamp_millis(), ms(&detail["started_at"])));
-        }
-    }
-    out.sort();
-    out
-}
-
-/// The most of `spans` (start, end) open at one instant.
-fn max_overlap(spans: &[(i64, i64)]) -> usize {
-    let mut edges: Vec<(i64, i32)> = spans.iter().flat_map(|&(s, e)| [(s, 1), (e, -1)]).collect();
-    // An end at the same instant as a start comes first.
-    edges.sort();
-    let (mut open, mut most) = (0i32, 0i32);
-    for (_, d) in edges {
-        open += d;
-        most = most.max(open);
-    }
-    most as usize
+    let (runs, _) = cron_runs(dev, flow).await;
+    runs.iter()
+        .filter(|(_, detail)| detail["started_at"].is_string())
+        .map(|(tick, detail)| (tick.timestamp_millis(), ms(&detail["started_at"])))
+        .collect()
 }
 
 #[tokio::test]

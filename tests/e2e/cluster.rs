@@ -14,7 +14,7 @@ use madeira_store::testing::{MySqlTestDb, PgTestDb};
 use serde_json::json;
 
 use crate::forwarding::{Redis, free_port};
-use crate::support::{Dev, wait_until};
+use crate::support::{Dev, cron_runs, wait_until};
 
 pub(crate) const ADMIN: &str = "cluster-admin-token-0123456789";
 
@@ -35,22 +35,8 @@ pub(crate) fn replica(config: &Path, id: &str) -> Dev {
 /// The scheduled instant of every cron run of `flow`, sorted; and how many runs
 /// the flow has in all.
 async fn ticks(dev: &Dev, flow: &str) -> (Vec<DateTime<Utc>>, usize) {
-    let (code, list) = dev.get(&format!("/runs?flow={flow}&limit=1000")).await;
-    assert_eq!(code, 200, "{list}");
-    let runs = list["runs"].as_array().cloned().unwrap_or_default();
-    let mut out = Vec::new();
-    for run in &runs {
-        let (_, detail) = dev.get(&format!("/runs/{}", run["run_id"].as_str().unwrap_or(""))).await;
-        if let Some(t) = detail["idempotency_key"]
-            .as_str()
-            .map(madeira_core::keys::RunKey::parse)
-            .and_then(|k| k.cron_tick())
-        {
-            out.push(t);
-        }
-    }
-    out.sort();
-    (out, runs.len())
+    let (runs, all) = cron_runs(dev, flow).await;
+    (runs.into_iter().map(|(tick, _)| tick).collect(), all)
 }
 
 async fn wait_ticks(dev: &Dev, flow: &str, n: usize) -> (Vec<DateTime<Utc>>, usize) {

@@ -8,26 +8,19 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::{Value, json};
 
-use crate::support::{Dev, hold_for, status_of, wait_until};
+use crate::support::{hold_for, status_of, wait_until};
 use crate::webhook::Webhook;
 
-fn deadline_alerts(bodies: &[Value]) -> Vec<Value> {
-    bodies
-        .iter()
-        .filter(|b| b["kind"] == "firing")
-        .flat_map(|b| b["alerts"].as_array().cloned().unwrap_or_default())
-        .filter(|a| a["alertname"] == "MadeiraDeadlineMissed")
-        .collect()
+/// The firing alerts named `alertname` that `hook` received.
+fn named(hook: &Webhook, alertname: &str) -> Vec<Value> {
+    hook.alerts("firing", |a| a["alertname"] == alertname)
 }
 
 #[tokio::test]
 async fn a_run_held_at_a_manual_node_past_its_deadline_raises_one_alert_naming_it() {
     let hook = Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("madeira.yaml");
-    std::fs::write(&config, hook.config("200ms")).expect("write config");
-    let config = config.to_string_lossy().to_string();
-    let dev = Dev::start_with(&dir.path().join("data"), &["--config", &config]);
+    let dev = hook.dev(dir.path(), "200ms");
     // The deadline: a few seconds from now, on the same (UTC) day.
     let due = Utc::now() + chrono::Duration::seconds(6);
     let (date, by) = (due.format("%Y-%m-%d").to_string(), due.format("%H:%M:%S").to_string());
@@ -55,7 +48,7 @@ async fn a_run_held_at_a_manual_node_past_its_deadline_raises_one_alert_naming_i
     .await;
 
     let fired = hook.bodies_within(1, 30).await;
-    let alerts = deadline_alerts(&fired);
+    let alerts = named(&hook, "MadeiraDeadlineMissed");
     assert_eq!(alerts.len(), 1, "{fired:?}");
     let alert = &alerts[0];
     assert_eq!(alert["severity"], "critical", "{alert}");
@@ -66,7 +59,7 @@ async fn a_run_held_at_a_manual_node_past_its_deadline_raises_one_alert_naming_i
     // The watcher keeps looking every second: still one alert, raised once, over
     // three more of its looks.
     hold_for(Duration::from_secs(3), "one deadline alert", async || {
-        deadline_alerts(&hook.bodies()).len() == 1
+        named(&hook, "MadeiraDeadlineMissed").len() == 1
     })
     .await;
     let (_, listed) = dev.get("/alerts").await;
@@ -80,15 +73,6 @@ async fn a_run_held_at_a_manual_node_past_its_deadline_raises_one_alert_naming_i
     assert_eq!(missed[0]["count"], 1, "raised once: {listed}");
 }
 
-fn named(bodies: &[Value], alertname: &str) -> Vec<Value> {
-    bodies
-        .iter()
-        .filter(|b| b["kind"] == "firing")
-        .flat_map(|b| b["alerts"].as_array().cloned().unwrap_or_default())
-        .filter(|a| a["alertname"] == alertname)
-        .collect()
-}
-
 /// `warn_before` with a known history: `slow` took 4 s in the flow's earlier
 /// runs, so the warning comes about 4 s *before* the warning line (deadline −
 /// warn_before) for a date with no run yet — not at the line, as it would with
@@ -97,10 +81,7 @@ fn named(bodies: &[Value], alertname: &str) -> Vec<Value> {
 async fn a_deadline_is_at_risk_once_the_usual_critical_path_no_longer_fits() {
     let hook = Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("madeira.yaml");
-    std::fs::write(&config, hook.config("100ms")).expect("write config");
-    let config = config.to_string_lossy().to_string();
-    let dev = Dev::start_with(&dir.path().join("data"), &["--config", &config]);
+    let dev = hook.dev(dir.path(), "100ms");
     let nodes =
         "nodes:\n  slow: {run: {builtin: sleep, for: 4s}}\n  post: {needs: [slow], run: {builtin: noop}}\n";
     dev.put_flow(&format!("flow: closing\ntimezone: UTC\n{nodes}")).await;
@@ -127,7 +108,7 @@ async fn a_deadline_is_at_risk_once_the_usual_critical_path_no_longer_fits() {
     ))
     .await;
     let at_risk = wait_until(Duration::from_secs(30), "the at-risk warning", async || {
-        let found = named(&hook.bodies(), "MadeiraDeadlineAtRisk");
+        let found = named(&hook, "MadeiraDeadlineAtRisk");
         if found.is_empty() { Err(format!("{:?}", hook.bodies())) } else { Ok(found) }
     })
     .await;
@@ -143,7 +124,7 @@ async fn a_deadline_is_at_risk_once_the_usual_critical_path_no_longer_fits() {
     }
     // Once per flow and date, though the watcher looks every second.
     hold_for(Duration::from_secs(3), "one at-risk warning", async || {
-        named(&hook.bodies(), "MadeiraDeadlineAtRisk").len() == 1
+        named(&hook, "MadeiraDeadlineAtRisk").len() == 1
     })
     .await;
     let (_, audit) = dev.get("/audit?actor=deadlines&limit=20").await;
@@ -157,17 +138,14 @@ async fn a_deadline_is_at_risk_once_the_usual_critical_path_no_longer_fits() {
 async fn a_run_and_a_node_past_their_max_duration_are_warned_of_once_and_not_stopped() {
     let hook = Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("madeira.yaml");
-    std::fs::write(&config, hook.config("100ms")).expect("write config");
-    let config = config.to_string_lossy().to_string();
-    let dev = Dev::start_with(&dir.path().join("data"), &["--config", &config]);
+    let dev = hook.dev(dir.path(), "100ms");
     dev.put_flow(
         "flow: long\nmax_duration: 2s\nnodes:\n  slow: {run: {builtin: sleep, for: 6s}, max_duration: 1s}\n",
     )
     .await;
     let run_id = dev.trigger("long", json!({})).await;
     let both = wait_until(Duration::from_secs(20), "two max_duration warnings", async || {
-        let found = named(&hook.bodies(), "MadeiraMaxDuration");
+        let found = named(&hook, "MadeiraMaxDuration");
         if found.len() >= 2 { Ok(found) } else { Err(format!("{:?}", hook.bodies())) }
     })
     .await;
@@ -187,5 +165,5 @@ async fn a_run_and_a_node_past_their_max_duration_are_warned_of_once_and_not_sto
     // Never killed: the sleep ends and the run succeeds; still one warning each.
     let done = dev.wait_run(&run_id, 20, |r| r["status"] != "RUNNING").await;
     assert_eq!(done["status"], "SUCCESS", "{done}");
-    assert_eq!(named(&hook.bodies(), "MadeiraMaxDuration").len(), 2, "{:?}", hook.bodies());
+    assert_eq!(named(&hook, "MadeiraMaxDuration").len(), 2, "{:?}", hook.bodies());
 }

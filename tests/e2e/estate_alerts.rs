@@ -37,10 +37,7 @@ fn flows_of(alert: &Value) -> Vec<String> {
 async fn a_failed_upstream_is_one_alert_listing_the_flows_it_holds_and_they_raise_none() {
     let hook = Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("madeira.yaml");
-    std::fs::write(&config, hook.config("1s")).expect("write config");
-    let config = config.to_string_lossy().to_string();
-    let dev = Dev::start_with(&dir.path().join("data"), &["--config", &config]);
+    let dev = hook.dev(dir.path(), "1s");
     // B's and C's deadline: a few seconds from now, on today's (UTC) business date.
     let due = Utc::now() + chrono::Duration::seconds(8);
     let (day, by) = (due.format("%Y-%m-%d").to_string(), due.format("%H:%M:%S").to_string());
@@ -68,12 +65,7 @@ async fn a_failed_upstream_is_one_alert_listing_the_flows_it_holds_and_they_rais
 
     // One alert, naming A's node; its latest message lists B and C.
     let listing = wait_until(Duration::from_secs(30), "A's alert listing B and C", async || {
-        let sent: Vec<Value> = hook
-            .bodies()
-            .iter()
-            .filter(|b| b["kind"] == "firing" || b["kind"] == "update")
-            .flat_map(|b| b["alerts"].as_array().cloned().unwrap_or_default())
-            .collect();
+        let sent: Vec<Value> = hook.sent(&["firing", "update"]);
         match sent.last() {
             Some(alert) if flows_of(alert) == ["ea-clean", "ea-settle"] => Ok(alert.clone()),
             _ => Err(format!("{:?}", hook.bodies())),
@@ -132,12 +124,8 @@ async fn a_failed_upstream_is_one_alert_listing_the_flows_it_holds_and_they_rais
     }
     assert_eq!(flow("ea-pull")["late"], json!(false), "no deadline, never late: {map}");
     assert_eq!(alerts[0]["alertname"], "MadeiraRunFailed", "{listed}");
-    let paged_flows: Vec<String> = hook
-        .bodies()
-        .iter()
-        .flat_map(|b| b["alerts"].as_array().cloned().unwrap_or_default())
-        .filter_map(|a| a["flow"].as_str().map(String::from))
-        .collect();
+    let paged_flows: Vec<String> =
+        hook.sent(&[]).into_iter().filter_map(|a| a["flow"].as_str().map(String::from)).collect();
     assert!(paged_flows.iter().all(|f| f == "ea-pull"), "only A's alert went out: {paged_flows:?}");
 
     // A's rerun: the alert resolves, B then C run.
@@ -156,13 +144,8 @@ async fn a_failed_upstream_is_one_alert_listing_the_flows_it_holds_and_they_rais
 /// The latest message of `flow`'s alert, once it lists `held` (30 s at most).
 async fn listing(hook: &Webhook, flow: &str, held: &[&str]) -> Value {
     wait_until(Duration::from_secs(30), "the upstream's alert listing what it holds", async || {
-        let sent: Vec<Value> = hook
-            .bodies()
-            .iter()
-            .filter(|b| b["kind"] == "firing" || b["kind"] == "update")
-            .flat_map(|b| b["alerts"].as_array().cloned().unwrap_or_default())
-            .filter(|a| a["flow"] == flow)
-            .collect();
+        let sent: Vec<Value> =
+            hook.sent(&["firing", "update"]).into_iter().filter(|a| a["flow"] == flow).collect();
         match sent.last() {
             Some(alert) if flows_of(alert) == held => Ok(alert.clone()),
             _ => Err(format!("{:?}", hook.bodies())),
@@ -218,10 +201,7 @@ async fn held_runs_are_listed_on_the_upstreams_alert_across_replicas_on_postgres
 async fn a_failed_child_run_and_its_parent_are_one_alert_naming_the_childs_node() {
     let hook = Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("madeira.yaml");
-    std::fs::write(&config, hook.config("1s")).expect("write config");
-    let config = config.to_string_lossy().to_string();
-    let dev = Dev::start_with(&dir.path().join("data"), &["--config", &config]);
+    let dev = hook.dev(dir.path(), "1s");
     dev.put_flow(
         "flow: sa-charge\nnodes:\n  call_bank:\n    retry: {attempts: 1}\n    run: {builtin: fail, message: bank API down}\n",
     )
@@ -239,12 +219,7 @@ async fn a_failed_child_run_and_its_parent_are_one_alert_naming_the_childs_node(
     assert_eq!(dev.finished(&child).await["status"], "FAILED");
     // One alert: the child's, naming its node, listing the parent that failed with it.
     let alert = wait_until(Duration::from_secs(30), "the child's alert listing its parent", async || {
-        let sent: Vec<Value> = hook
-            .bodies()
-            .iter()
-            .filter(|b| b["kind"] == "firing" || b["kind"] == "update")
-            .flat_map(|b| b["alerts"].as_array().cloned().unwrap_or_default())
-            .collect();
+        let sent: Vec<Value> = hook.sent(&["firing", "update"]);
         match sent.last() {
             Some(a) if flows_of(a) == ["sa-orders"] => Ok(a.clone()),
             _ => Err(format!("{:?}", hook.bodies())),
@@ -271,8 +246,7 @@ async fn a_failed_child_run_and_its_parent_are_one_alert_naming_the_childs_node(
     );
     // Past another group_wait: still exactly one alert, the parent never paged.
     hold_for(Duration::from_millis(2500), "exactly one alert", async || {
-        let all: Vec<Value> =
-            hook.bodies().iter().flat_map(|b| b["alerts"].as_array().cloned().unwrap_or_default()).collect();
+        let all: Vec<Value> = hook.sent(&[]);
         distinct(&all) == 1 && all.iter().all(|a| a["flow"] == "sa-charge")
     })
     .await;

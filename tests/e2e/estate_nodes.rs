@@ -227,10 +227,7 @@ async fn a_held_node_is_released_across_replicas_on_postgres() {
 async fn a_held_nodes_deadline_miss_names_the_failed_upstream_node_and_joins_its_alert() {
     let hook = crate::webhook::Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("madeira.yaml");
-    std::fs::write(&config, hook.config("1s")).expect("write config");
-    let config = config.to_string_lossy().to_string();
-    let dev = Dev::start_with(&dir.path().join("data"), &["--config", &config]);
+    let dev = hook.dev(dir.path(), "1s");
     let due = chrono::Utc::now() + chrono::Duration::seconds(6);
     let (day, by) = (due.format("%Y-%m-%d").to_string(), due.format("%H:%M:%S").to_string());
     let deadline = format!("timezone: UTC\ndeadline: {{by: \"{by}\", days: 0}}\n");

@@ -151,10 +151,8 @@ async fn a_missed_cron_instant_of_an_observed_flow_is_audited() {
 async fn missed_runs_raise_one_warning_that_the_next_successful_run_resolves() {
     let hook = crate::webhook::Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("madeira.yaml");
-    std::fs::write(&config, hook.config("1s")).expect("write config");
+    let dev = hook.dev(dir.path(), "1s");
     let data = dir.path().join("data");
-    let dev = Dev::start_with(&data, &["--config", config.to_str().expect("utf-8 path")]);
     dev.put_flow(
         "flow: watched\nobserve: true\ntriggers:\n  - cron: \"*/2 * * * * *\"\n    grace: 1s\nnodes:\n  watched: {run: {sidecar: {group: cron, job: watched}}}\n",
     )

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::{BIN, Dev, status_of, wait_until};
+use crate::support::{BIN, Dev, max_overlap, status_of, wait_until};
 
 const GATE: &str = "flow: gate
 nodes:
@@ -41,15 +41,7 @@ async fn watch_permits(dev: &Dev, runs: &[String], node: &str, max: u64) -> usiz
             }
         }
     }
-    // Sweep: at equal instants a finish comes before a start (the permit is handed over).
-    let mut points: Vec<(i64, i32)> = intervals.iter().flat_map(|(s, e)| [(*s, 1), (*e, -1)]).collect();
-    points.sort();
-    let (mut now, mut peak) = (0i32, 0i32);
-    for (_, delta) in points {
-        now += delta;
-        peak = peak.max(now);
-    }
-    peak as usize
+    max_overlap(&intervals)
 }
 
 #[tokio::test]

@@ -345,9 +345,7 @@ async fn dev_and_sidecar_stop_on_sigterm_while_connected() {
 async fn a_lost_sidecar_raises_a_warning_that_its_return_resolves() {
     let hook = crate::webhook::Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("server.yaml");
-    std::fs::write(&config, format!("sidecar_lost_after: 1s\n{}", hook.config("1s"))).expect("config");
-    let dev = Dev::start_with(&dir.path().join("data"), &["--config", config.to_str().expect("path")]);
+    let dev = hook.dev_with(dir.path(), "1s", "sidecar_lost_after: 1s\n");
     let jobs = "jobs:\n  noop:\n    command: [\"/bin/true\"]\n";
     let mut sidecar = SidecarProc::start(dir.path(), "s-lost", &dev.grpc, jobs);
     wait_sidecars(&dev, "billing", 1).await;

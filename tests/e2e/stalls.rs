@@ -14,14 +14,6 @@ use crate::sidecar::SidecarProc;
 use crate::support::{Dev, wait_until};
 use crate::webhook::Webhook;
 
-/// `madeira dev --config` with one webhook channel (group_wait 200ms).
-fn dev_with(hook: &Webhook, dir: &std::path::Path) -> Dev {
-    let config = dir.join("madeira.yaml");
-    std::fs::write(&config, hook.config("200ms")).expect("write config");
-    let config = config.to_string_lossy().to_string();
-    Dev::start_with(&dir.join("data"), &["--config", &config])
-}
-
 /// The value of the sample `series` (name with labels) on `/metrics`, if any.
 async fn sample(dev: &Dev, series: &str) -> Option<f64> {
     let text = dev.http.get(format!("{}/metrics", dev.base)).send().await.ok()?.text().await.ok()?;
@@ -46,7 +38,7 @@ fn only(alerts: &[Value]) -> &Value {
 async fn a_node_waiting_for_a_missing_sidecar_raises_a_stall_warning_that_resolves_when_it_runs() {
     let hook = Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let dev = dev_with(&hook, dir.path());
+    let dev = hook.dev(dir.path(), "200ms");
     dev.put_flow(
         "flow: stall
 labels: {team: billing}
@@ -94,7 +86,7 @@ nodes:
 async fn a_node_running_past_warn_after_raises_a_slow_warning_and_is_not_stopped() {
     let hook = Webhook::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let dev = dev_with(&hook, dir.path());
+    let dev = hook.dev(dir.path(), "200ms");
     dev.put_flow(
         "flow: slow
 nodes:

@@ -338,6 +338,37 @@ pub fn audit_entries(audit: &Value) -> Vec<(&str, &str, &str)> {
     entries.map(|e| (field(e, "action"), field(e, "actor"), field(e, "reason"))).collect()
 }
 
+/// Every cron run of `flow` (up to 1,000) as (scheduled instant, run detail), in
+/// instant order; and how many runs the flow has in all.
+pub async fn cron_runs(dev: &Dev, flow: &str) -> (Vec<(chrono::DateTime<chrono::Utc>, Value)>, usize) {
+    let (code, list) = dev.get(&format!("/runs?flow={flow}&limit=1000")).await;
+    assert_eq!(code, 200, "{list}");
+    let runs = list["runs"].as_array().cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    for run in &runs {
+        let (_, detail) = dev.get(&format!("/runs/{}", run["run_id"].as_str().unwrap_or(""))).await;
+        let key = detail["idempotency_key"].as_str().map(madeira_core::keys::RunKey::parse);
+        if let Some(tick) = key.and_then(|k| k.cron_tick()) {
+            out.push((tick, detail));
+        }
+    }
+    out.sort_by_key(|(tick, _)| *tick);
+    (out, runs.len())
+}
+
+/// The most of `spans` (start, end) open at one instant; at equal instants an
+/// end comes before a start (a permit handed over is not two at once).
+pub fn max_overlap(spans: &[(i64, i64)]) -> usize {
+    let mut edges: Vec<(i64, i32)> = spans.iter().flat_map(|&(s, e)| [(s, 1), (e, -1)]).collect();
+    edges.sort();
+    let (mut open, mut most) = (0i32, 0i32);
+    for (_, d) in edges {
+        open += d;
+        most = most.max(open);
+    }
+    most as usize
+}
+
 pub fn status_of<'a>(run: &'a Value, node: &str) -> &'a str {
     run["nodes"][node]["status"].as_str().unwrap_or("?")
 }

@@ -7,24 +7,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use crate::support::{Dev, hold_for, wait_until};
+use crate::support::{Dev, cron_runs, hold_for, wait_until};
 
 /// Scheduled instants of every cron run of `flow`, sorted.
 async fn ticks(dev: &Dev, flow: &str) -> Vec<DateTime<Utc>> {
-    let (_, list) = dev.get(&format!("/runs?flow={flow}&limit=1000")).await;
-    let mut out = Vec::new();
-    for run in list["runs"].as_array().into_iter().flatten() {
-        let (_, detail) = dev.get(&format!("/runs/{}", run["run_id"].as_str().unwrap_or(""))).await;
-        if let Some(t) = detail["idempotency_key"]
-            .as_str()
-            .map(madeira_core::keys::RunKey::parse)
-            .and_then(|k| k.cron_tick())
-        {
-            out.push(t);
-        }
-    }
-    out.sort();
-    out
+    cron_runs(dev, flow).await.0.into_iter().map(|(tick, _)| tick).collect()
 }
 
 async fn wait_ticks(dev: &Dev, flow: &str, n: usize, secs: u64) -> Vec<DateTime<Utc>> {

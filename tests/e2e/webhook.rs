@@ -2,7 +2,8 @@
 //! can answer 503 while "down" (counting what it refused), and writes the
 //! `alerts:` config section that points a `webhook` channel at it.
 
-use crate::support::wait_until;
+use crate::support::{Dev, wait_until};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -55,6 +56,19 @@ impl Webhook {
         )
     }
 
+    /// `madeira dev` with this receiver as its one alert channel (`config`), its
+    /// config file and data directory under `dir`.
+    pub fn dev(&self, dir: &Path, group_wait: &str) -> Dev {
+        self.dev_with(dir, group_wait, "")
+    }
+
+    /// The same with `extra` server config lines before the `alerts:` section.
+    pub fn dev_with(&self, dir: &Path, group_wait: &str, extra: &str) -> Dev {
+        let config = dir.join("madeira.yaml");
+        std::fs::write(&config, format!("{extra}{}", self.config(group_wait))).expect("write config");
+        Dev::start_with(&dir.join("data"), &["--config", config.to_str().expect("utf-8 path")])
+    }
+
     /// While down, every post is answered 503 and only counted.
     pub fn set_down(&self, down: bool) {
         self.inner.down.store(down, Ordering::SeqCst);
@@ -77,6 +91,16 @@ impl Webhook {
             if now.len() >= n { Ok(now) } else { Err(format!("{now:?}")) }
         })
         .await
+    }
+
+    /// Every alert carried by messages of the `kinds` given (`firing`, `update`,
+    /// `resolved`, …; all of them when empty), in order.
+    pub fn sent(&self, kinds: &[&str]) -> Vec<Value> {
+        self.bodies()
+            .iter()
+            .filter(|body| kinds.is_empty() || kinds.iter().any(|k| body["kind"] == *k))
+            .flat_map(|body| body["alerts"].as_array().cloned().unwrap_or_default())
+            .collect()
     }
 
     /// The alerts carried by messages of `kind` (`firing`, `resolved`) that `pick` keeps.

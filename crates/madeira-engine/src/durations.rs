@@ -58,12 +58,14 @@ impl DurationWatcher {
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => break,
-                _ = tick.tick() => self.check_all().await,
+                _ = tick.tick() => self.look().await,
             }
         }
     }
 
-    async fn check_all(&self) {
+    /// One look, what each tick of `run` does; tests call it at the wall time
+    /// they set (`with_wall_clock`) instead of waiting for ticks.
+    pub async fn look(&self) {
         let query = RunQuery { state: Some("RUNNING".into()), limit: SCAN, ..Default::default() };
         let runs = match self.engine.store().list_runs(&query).await {
             Ok(runs) => runs,

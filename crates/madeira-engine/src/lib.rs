@@ -285,6 +285,7 @@ pub fn build(
         owner: options.replica_id.clone(),
         shared_store: options.shared_store,
         max_output_bytes: options.max_output_bytes,
+        clock: Arc::new(clock::SystemClock),
     });
     let effects = engine_loop::Effects::new(engine_loop::EffectsOptions {
         executors,

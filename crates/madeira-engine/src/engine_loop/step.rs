@@ -16,7 +16,7 @@ use tracing::{debug, info};
 
 use super::hosts::executor_of;
 use crate::EngineError;
-use crate::clock::now_ms;
+use crate::clock::Clock;
 use crate::executor::{AttemptResult, Executors, tail};
 use crate::gate::Gate;
 use crate::observer::EngineObserver;
@@ -43,6 +43,8 @@ pub(crate) struct Step {
     /// Permits are counted in the store across replicas (`permits.rs`).
     shared_store: bool,
     max_output_bytes: usize,
+    /// Wall time, instants and jitter: the step's only view of the outside world.
+    clock: Arc<dyn Clock>,
 }
 
 /// What a step reads besides its state.
@@ -53,6 +55,7 @@ pub(crate) struct StepOptions {
     pub owner: String,
     pub shared_store: bool,
     pub max_output_bytes: usize,
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Step {
@@ -67,6 +70,7 @@ impl Step {
             owner: o.owner,
             shared_store: o.shared_store,
             max_output_bytes: o.max_output_bytes,
+            clock: o.clock,
         }
     }
 
@@ -92,15 +96,15 @@ impl Step {
         let Some(snap) = self.runs.get_mut(run_id) else {
             return Err(EngineError::RunNotFound(run_id.to_string()));
         };
-        let now = now_ms();
-        let ctx = PlanCtx { now_ms: now, jitter_unit: rand::random::<f64>() };
+        let now = self.clock.now_ms();
+        let ctx = PlanCtx { now_ms: now, jitter_unit: self.clock.jitter_unit() };
         let plan = madeira_core::plan::apply(snap, &cmd, &ctx)
             .map_err(|refusal| EngineError::Refused { run: run_id.to_string(), refusal })?;
         work.record(snap, &plan, actor, now);
         let flow = snap.flow.clone();
         for action in plan.actions {
             match action {
-                Action::Ready { node } => self.on_ready(run_id, node, Instant::now(), work),
+                Action::Ready { node } => self.on_ready(run_id, node, self.clock.instant(), work),
                 Action::ReleasePermit { node } => {
                     if flow.nodes[node].throttle.is_some() && self.shared_store {
                         self.release_global_permit(run_id, &flow.name, node, &flow.nodes[node].id, work);
@@ -195,7 +199,7 @@ impl Step {
             return;
         };
         let name = snap.flow.nodes[node].id.clone();
-        let started_at = snap.nodes[node].started_at_ms.unwrap_or_else(now_ms);
+        let started_at = snap.nodes[node].started_at_ms.unwrap_or_else(|| self.clock.now_ms());
         let max = self.max_output_bytes;
         let result = match result {
             AttemptResult::Success { outputs, log } => {
@@ -242,7 +246,7 @@ impl Step {
             attempt,
             content: tail(result.log(), LOG_TAIL_BYTES).replace('\0', "\u{FFFD}"),
         });
-        let finished_at = now_ms();
+        let finished_at = self.clock.now_ms();
         work.finished.push(FinishedAttempt {
             run_id: run_id.to_string(),
             flow: snap.flow.name.clone(),

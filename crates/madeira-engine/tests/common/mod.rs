@@ -30,6 +30,7 @@ pub fn manual(flow: &str) -> TriggerRequest {
 }
 
 /// An engine with the default options over `store`, running until the token is cancelled.
+#[allow(dead_code)] // each test binary compiles this module; not every one starts its engine so
 pub fn start_engine(store: Arc<dyn Store>) -> (EngineHandle, CancellationToken) {
     let (engine, handle) = madeira_engine::build(
         store,

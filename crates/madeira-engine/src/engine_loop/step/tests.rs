@@ -2,12 +2,15 @@
 //! the batch, which actions it leaves for the effects, and its refusals.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
 
 use madeira_core::{Action, Command, NodeState, Refusal, RunSnapshot, RunState};
 use serde_json::{Map, json};
 
 use super::{Step, StepOptions};
 use crate::EngineError;
+use crate::clock::Clock;
 use crate::executor::{AttemptResult, Executors, HttpPolicy};
 use crate::record::Work;
 
@@ -28,7 +31,45 @@ const A: usize = 0;
 const B: usize = 1;
 const M: usize = 2;
 
+/// The wall time every step test starts at.
+const T0: i64 = 1_765_000_000_000;
+
+/// A clock that stands still until a test moves it, with a fixed jitter draw.
+struct FixedClock {
+    ms: AtomicI64,
+    at: Instant,
+    unit: f64,
+}
+
+impl FixedClock {
+    fn new(unit: f64) -> Arc<Self> {
+        Arc::new(Self { ms: AtomicI64::new(T0), at: Instant::now(), unit })
+    }
+
+    fn advance(&self, ms: i64) {
+        self.ms.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for FixedClock {
+    fn now_ms(&self) -> i64 {
+        self.ms.load(Ordering::SeqCst)
+    }
+
+    fn instant(&self) -> Instant {
+        self.at + Duration::from_millis(u64::try_from(self.now_ms() - T0).unwrap_or(0))
+    }
+
+    fn jitter_unit(&self) -> f64 {
+        self.unit
+    }
+}
+
 fn new_step(max_output_bytes: usize) -> Step {
+    with_clock(max_output_bytes, FixedClock::new(0.5))
+}
+
+fn with_clock(max_output_bytes: usize, clock: Arc<FixedClock>) -> Step {
     Step::new(StepOptions {
         executors: Arc::new(Executors::new(HttpPolicy::default())),
         observers: Vec::new(),
@@ -36,6 +77,7 @@ fn new_step(max_output_bytes: usize) -> Step {
         owner: "replica-1".into(),
         shared_store: false,
         max_output_bytes,
+        clock,
     })
 }
 
@@ -334,4 +376,29 @@ fn only_an_admitted_run_starts_a_queued_one_is_refused() {
     assert!(!work.batch.transitions.is_empty());
     let (result, _) = apply(&mut step, Command::Start);
     assert_eq!(refusal(result), Refusal::Run { state: RunState::Running, action: "start" });
+}
+
+#[test]
+fn time_and_jitter_come_only_from_the_clock() {
+    let source =
+        "flow: f\nnodes:\n  a: {run: {builtin: noop}, retry: {attempts: 2, backoff: 1s, jitter: 2s}}\n";
+    let flow = Arc::new(madeira_core::spec::parse_flow("f.yaml", source).expect("test flow parses"));
+    let clock = FixedClock::new(0.25);
+    let mut step = with_clock(1024, clock.clone());
+    step.runs.insert("r1".into(), RunSnapshot::new("r1".into(), flow, json!({})));
+    let mut work = Work::default();
+    step.apply("r1", Command::Start, "engine", &mut work).expect("start");
+    assert!(work.batch.transitions.iter().all(|t| t.at == T0), "every edge is stamped with the clock's time");
+    assert_eq!(work.batch.attempts[0].started_at, T0);
+    assert_eq!(work.ready_at[&("r1".to_string(), 0)], clock.at, "ready at the clock's instant");
+
+    clock.advance(300);
+    let mut work = Work::default();
+    let failure = AttemptResult::Failure { error: "boom".into(), retryable: true, log: String::new() };
+    step.attempt_done("r1", 0, 1, failure, None, &mut work);
+    let finished = &work.finished[0];
+    assert_eq!((finished.started_at_ms, finished.finished_at_ms), (T0, T0 + 300));
+    assert_eq!(finished.duration, Duration::from_millis(300));
+    // backoff 1 s + jitter 2 s x the clock's draw 0.25, from the clock's now.
+    assert_eq!(actions(&work), [Action::ScheduleRetry { node: 0, at_ms: T0 + 300 + 1_000 + 500 }]);
 }
