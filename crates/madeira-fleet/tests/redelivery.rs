@@ -53,7 +53,7 @@ async fn a_result_delivered_again_after_its_commit_is_acknowledged_and_not_appli
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
     let mut registry = prometheus_client::registry::Registry::default();
-    let fleet = Fleet::new(FleetOptions::with_lost_after(Duration::from_secs(4)), &mut registry);
+    let fleet = Fleet::new(FleetOptions::with_lost_after(Duration::from_secs(20)), &mut registry);
     let mut executors = Executors::new(Default::default());
     executors.sidecar = Some(fleet.executor());
     let (engine, handle) = madeira_engine::build(store.clone(), executors, Vec::new(), Default::default());
@@ -136,8 +136,9 @@ async fn a_result_delivered_again_after_its_commit_is_acknowledged_and_not_appli
         ..result
     };
     out.send(send(SidecarMsg::Result(lost))).await.expect("lost");
-    // Checked against the store by the fleet's sweep (the attempt has ended there).
-    acked(&mut inbound, "r-2", Duration::from_secs(20)).await;
+    // Checked against the store by the fleet's sweep (every lost_after / 4, results kept 5 s):
+    // the attempt has ended there. The client stays within lost_after of its last message.
+    acked(&mut inbound, "r-2", Duration::from_secs(30)).await;
 
     let stored = store.load_run(&run_id).await.expect("load").expect("run");
     let a = &stored.nodes[0];
