@@ -5,10 +5,15 @@
 //! Reports live in slot files (`slot-NNNNN.spool`, `slots.rs`), reused: a report is
 //! written over a free slot and synced with one `fdatasync`, so the usual report
 //! makes no directory entry and no journal commit (a new slot file, made only when
-//! every slot is taken, is synced with its directory). An acknowledged report's
-//! slot is marked free, unsynced, as the file of a removed report was unlinked
-//! unsynced before: after a host crash it may be delivered again, and the control
-//! plane takes a report id once. `*.report` files of earlier versions are still
+//! every slot is taken, is synced with its directory). A job's report is written
+//! into its slot first (the page cache: it survives the sidecar's own death), then
+//! its sync runs on the blocking pool while the report travels (`Spool::begin`):
+//! until the sync completes the report is volatile whether it waits for the sync
+//! or not, and the control plane acknowledges only what it committed. A slot is
+//! free again only once both its sync and the report's acknowledgement are done.
+//! An acknowledged report's slot is marked free, unsynced, as the file of a
+//! removed report was unlinked unsynced before: after a host crash it may be
+//! delivered again, and the control plane takes a report id once. `*.report` files of earlier versions are still
 //! read and delivered. The directory is 0700 and every file 0600 (reports carry job
 //! output). A report the disk refuses (full, read-only, removed) is kept in memory
 //! instead, delivered and acknowledged like the others: it is lost only if the
@@ -59,6 +64,9 @@ struct Index {
     /// Open slot files; `None` for a number being created.
     slots: Vec<Option<Arc<std::fs::File>>>,
     free: Vec<usize>,
+    /// Slots whose sync is in flight → whether their report was acknowledged
+    /// meanwhile (then the slot is freed when the sync ends).
+    syncing: std::collections::HashMap<usize, bool>,
     seq: u64,
 }
 
@@ -67,6 +75,63 @@ pub struct Spool {
     dir: PathBuf,
     index: Mutex<Index>,
     pending: Gauge,
+}
+
+/// A report written into its slot whose sync is still to be done (`Spool::begin`).
+pub struct Unsynced {
+    spool: Arc<Spool>,
+    id: String,
+    slot: usize,
+    file: Arc<std::fs::File>,
+    /// The slot file was made for this report: synced with its directory.
+    new_file: bool,
+    /// The encoded report, kept in memory should the sync fail.
+    bytes: Vec<u8>,
+}
+
+impl Unsynced {
+    /// Starts the sync on the blocking pool; the handle answers once it is done.
+    pub fn start(self) -> tokio::task::JoinHandle<Result<(), SpoolError>> {
+        tokio::task::spawn_blocking(move || self.sync())
+    }
+
+    /// Syncs the slot (a new file with its directory), then frees it if the
+    /// report was acknowledged meanwhile. A sync the disk refuses keeps the
+    /// report in memory, still delivered, as a refused write does.
+    pub fn sync(self) -> Result<(), SpoolError> {
+        let path = self.spool.dir.join(slots::slot_name(self.slot));
+        let synced = if self.new_file {
+            self.file.sync_all().map(|()| {
+                if let Ok(d) = std::fs::File::open(&self.spool.dir) {
+                    let _ = d.sync_all();
+                }
+            })
+        } else {
+            self.file.sync_data()
+        };
+        let mut index = self.spool.lock();
+        let acked = index.syncing.remove(&self.slot).unwrap_or(false);
+        match synced {
+            Ok(()) if acked => {
+                let marked = slots::mark_free(&self.file);
+                index.free.push(self.slot);
+                marked.map_err(io(&path))
+            }
+            Ok(()) => Ok(()),
+            Err(e) => {
+                // The slot's content is unknown: its number is free to be written again.
+                index.free.push(self.slot);
+                if !acked {
+                    let order = index.reports.get(&self.id).map(|e| e.order);
+                    if let Some(order) = order {
+                        let place = Place::Memory(self.bytes.into());
+                        index.reports.insert(self.id.clone(), Entry { order, place });
+                    }
+                }
+                Err(io(&path)(e))
+            }
+        }
+    }
 }
 
 /// A slot taken for one write.
@@ -138,24 +203,26 @@ impl Spool {
         self.written(id, claim, bytes, written)
     }
 
-    /// `put` from async code: the write and its sync run on the blocking pool, so
-    /// they neither stall the runtime's worker threads (which, in `madeira dev
-    /// --jobs`, also run the control plane) nor wait for each other when several
-    /// jobs end at once. Returns once the report is durable.
-    pub async fn put_async(self: &Arc<Self>, id: &str, msg: &SidecarMessage) -> Result<(), SpoolError> {
+    /// Writes `msg` under `id` into a slot now (not synced) and hands back the
+    /// sync still to be done; `None` when `id` is already spooled. The report is
+    /// pending from here on: `pending` lists it, `remove` acknowledges it (its
+    /// slot is freed once the sync is done too). On an error the report is
+    /// pending all the same, kept in memory.
+    pub fn begin(self: &Arc<Self>, id: &str, msg: &SidecarMessage) -> Result<Option<Unsynced>, SpoolError> {
         let Some(claim) = self.claim(id) else {
-            return Ok(());
+            return Ok(None);
         };
-        let (spool, key, bytes) = (self.clone(), id.to_string(), msg.encode_to_vec());
-        let joined = tokio::task::spawn_blocking(move || {
-            let written = spool.write(&claim, &key, &bytes);
-            spool.written(&key, claim, bytes, written)
-        })
-        .await;
-        joined.map_err(|e| SpoolError::Io {
-            path: self.dir.display().to_string(),
-            source: std::io::Error::other(e),
-        })?
+        let bytes = msg.encode_to_vec();
+        let new_file = claim.file.is_none();
+        let slot = claim.slot;
+        let written = self.write_record(&claim, id, &bytes);
+        let file = match &written {
+            Ok(file) => file.clone(),
+            Err(_) => return self.written(id, claim, bytes, written).map(|()| None),
+        };
+        self.lock().syncing.insert(slot, false);
+        self.written(id, claim, Vec::new(), written)?;
+        Ok(Some(Unsynced { spool: self.clone(), id: id.to_string(), slot, file, new_file, bytes }))
     }
 
     /// Takes a free slot (or the number of a new one) for `id`; `None` when `id`
@@ -178,14 +245,21 @@ impl Spool {
         Some(Claim { slot, file, order })
     }
 
-    /// Writes the record into its slot and syncs it (a new slot file with its directory).
-    fn write(&self, claim: &Claim, id: &str, bytes: &[u8]) -> Result<Arc<std::fs::File>, SpoolError> {
+    /// Writes the record into its slot (creating a new slot file), not synced.
+    fn write_record(&self, claim: &Claim, id: &str, bytes: &[u8]) -> Result<Arc<std::fs::File>, SpoolError> {
         let path = self.dir.join(slots::slot_name(claim.slot));
         let file = match &claim.file {
             Some(file) => file.clone(),
             None => Arc::new(slots::create_slot(&path).map_err(io(&path))?),
         };
         slots::write_record(&file, claim.order, id, bytes).map_err(io(&path))?;
+        Ok(file)
+    }
+
+    /// Writes the record into its slot and syncs it (a new slot file with its directory).
+    fn write(&self, claim: &Claim, id: &str, bytes: &[u8]) -> Result<Arc<std::fs::File>, SpoolError> {
+        let path = self.dir.join(slots::slot_name(claim.slot));
+        let file = self.write_record(claim, id, bytes)?;
         if claim.file.is_none() {
             file.sync_all().map_err(io(&path))?;
             if let Ok(d) = std::fs::File::open(&self.dir) {
@@ -233,6 +307,11 @@ impl Spool {
         match entry.map(|e| e.place) {
             None | Some(Place::Memory(_)) => Ok(()),
             Some(Place::Slot(n)) => {
+                if let Some(acked) = index.syncing.get_mut(&n) {
+                    // Freed by its sync once that is done.
+                    *acked = true;
+                    return Ok(());
+                }
                 // Under the lock: the slot is reused only once this mark is written.
                 let marked = match &index.slots[n] {
                     Some(file) => slots::mark_free(file),
@@ -421,6 +500,42 @@ mod tests {
         assert_eq!(ids, ["a", "b"], "oldest first");
         spool.put("c", &msg(3)).expect("put after a reopen");
         assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 3);
+    }
+
+    #[test]
+    fn a_report_is_pending_before_its_sync_and_its_slot_is_freed_only_after_sync_and_ack() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spool = Arc::new(Spool::open(dir.path(), Gauge::default()).expect("open"));
+        spool.put("warm", &msg(0)).expect("put");
+        spool.remove("warm").expect("remove");
+        let unsynced = spool.begin("a", &msg(1)).expect("begin").expect("a new report");
+        assert!(spool.begin("a", &msg(9)).expect("begin").is_none(), "a second begin of an id is a no-op");
+        // Written before the sync: a sidecar killed now finds it at its next start.
+        assert_eq!(pending_on_disk(dir.path()), 1);
+        let reopened = Spool::open(dir.path(), Gauge::default()).expect("a second look");
+        assert_eq!(reopened.pending(), [("a".to_string(), msg(1))]);
+        drop(reopened);
+        // Acknowledged before its sync is done: no longer pending, but its slot is kept.
+        spool.remove("a").expect("ack");
+        assert!(spool.pending().is_empty());
+        spool.put("b", &msg(2)).expect("put");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).expect("list").count(),
+            2,
+            "the syncing slot was not reused"
+        );
+        unsynced.sync().expect("sync");
+        assert_eq!(pending_on_disk(dir.path()), 1, "the synced and acknowledged slot is free on disk");
+        spool.put("c", &msg(3)).expect("put");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 2, "and reused");
+        // Synced first, acknowledged later: freed at the acknowledgement.
+        let unsynced = spool.begin("d", &msg(4)).expect("begin").expect("a new report");
+        unsynced.sync().expect("sync");
+        assert_eq!(spool.pending().len(), 3);
+        spool.remove("d").expect("ack");
+        let ids: Vec<String> = spool.pending().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, ["b", "c"]);
+        assert_eq!(pending_on_disk(dir.path()), 2);
     }
 
     #[test]

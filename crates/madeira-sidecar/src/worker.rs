@@ -123,12 +123,31 @@ impl Shared {
         }
     }
 
-    /// Spools a report, then sends it; it stays spooled until acknowledged.
+    /// Spools a report and sends it; it stays spooled until acknowledged. It is
+    /// written into its slot before it is sent (a sidecar killed after the send
+    /// delivers it again from there), and the slot's sync runs on the blocking
+    /// pool while it travels: the control plane's commit does not wait for this
+    /// disk flush, and acknowledges only what it committed. Returns once the
+    /// report is durable (or kept in memory, the disk having refused it).
     pub async fn report(&self, id: &str, msg: SidecarMessage) {
-        if let Err(e) = self.spool.put_async(id, &msg).await {
-            error!(error = %e, "cannot spool a report on disk; it is kept in memory until the control plane acknowledges it (lost if this sidecar stops first)");
-        }
+        const REFUSED: &str = "cannot spool a report on disk; it is kept in memory until the control plane acknowledges it (lost if this sidecar stops first)";
+        let sync = match self.spool.begin(id, &msg) {
+            Ok(unsynced) => unsynced.map(crate::spool::Unsynced::start),
+            Err(e) => {
+                error!(error = %e, "{REFUSED}");
+                None
+            }
+        };
         self.send(msg).await;
+        if let Some(sync) = sync {
+            let synced = match sync.await {
+                Ok(synced) => synced.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = synced {
+                error!(error = %e, "{REFUSED}");
+            }
+        }
     }
 
     pub fn acked(&self, report_id: &str) {
@@ -250,6 +269,8 @@ impl Shared {
                 hide_env: &self.hide_env,
                 log_sink: Some(log_tx),
                 on_spawn: Some(Box::new(move |pgid| leftovers.record(assignment, pgid))),
+                // Removed once the result is on its way, not before.
+                keep_dir: true,
             };
             runner::run(&job, &attempt, ctx, cancel).await
         };
@@ -286,6 +307,7 @@ impl Shared {
             epoch: a.epoch,
         };
         self.report(&id, SidecarMessage { msg: Some(SidecarMsg::Result(result)) }).await;
+        runner::remove_work_dir(&self.work_root, &a.assignment_id);
         self.leftovers.clear(&a.assignment_id);
         self.running().remove(&a.assignment_id);
     }

@@ -605,10 +605,12 @@ pub struct BenchArgs {
     /// Which scenarios to run (also: `throttle`, `cron`, `steady`, `alerts`, 10,000
     /// failure events through alert aggregation, and `history`, `--runs` runs of
     /// history over `--days` written into `--store` then timed under live load).
+    /// `floor` measures what the machine allows a node (spawn, durable commit,
+    /// sync) and adds the chains' ratios to it.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "idle,chain,fanout,settlement,sidecar-chain,sidecar-rss"
+        default_value = "idle,floor,chain,fanout,settlement,sidecar-chain,sidecar-rss"
     )]
     pub scenarios: Vec<String>,
     /// Metrics and tracing during the runs: `on`, `off`, or `both` (each chain and

@@ -91,6 +91,9 @@ pub struct RunCtx<'a> {
     pub log_sink: Option<mpsc::Sender<Vec<u8>>>,
     /// Called with the job's process group id right after it is spawned.
     pub on_spawn: Option<Box<dyn FnOnce(u32) + Send + 'a>>,
+    /// The attempt directory is left for the caller to remove
+    /// (`remove_work_dir`), e.g. once the result is on its way.
+    pub keep_dir: bool,
 }
 
 /// Runs `attempt` of `job` until it ends, times out or `cancel` fires.
@@ -115,16 +118,23 @@ pub async fn run(job: &JobSpec, attempt: &Attempt, ctx: RunCtx<'_>, cancel: Canc
         },
         Err(e) => Outcome::early(Status::Failed, e),
     };
-    // In place, like its creation: two entries in the page cache cost less than a
-    // trip to the blocking pool, and the directory is gone before the next
-    // attempt of the same assignment could make it again.
+    outcome.duration = started.elapsed();
+    if !ctx.keep_dir {
+        remove_work_dir(ctx.work_root, &attempt.assignment_id);
+    }
+    outcome
+}
+
+/// Removes an attempt's directory (its input file, the output file the job
+/// wrote). In place, like its creation: two entries in the page cache cost less
+/// than a trip to the blocking pool.
+pub fn remove_work_dir(work_root: &Path, assignment_id: &str) {
+    let dir = work_root.join(sanitize(assignment_id));
     if let Err(e) = std::fs::remove_dir_all(&dir)
         && e.kind() != std::io::ErrorKind::NotFound
     {
         tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the attempt directory");
     }
-    outcome.duration = started.elapsed();
-    outcome
 }
 
 /// Why the process stopped being awaited.

@@ -50,7 +50,7 @@ fn attempt() -> Attempt {
 }
 
 async fn run_in(dir: &Path, job: &JobSpec, attempt: &Attempt, cancel: CancellationToken) -> Outcome {
-    let ctx = RunCtx { work_root: dir, hide_env: &[], log_sink: None, on_spawn: None };
+    let ctx = RunCtx { work_root: dir, hide_env: &[], log_sink: None, on_spawn: None, keep_dir: false };
     run(job, attempt, ctx, cancel).await
 }
 

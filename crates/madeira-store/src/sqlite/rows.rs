@@ -11,8 +11,15 @@
 //! - A batch of new runs runs inside the writer's transaction: its SQLite handle
 //!   is locked out of sqlx's worker thread (`lock_handle`) and driven here.
 //!
-//! The work blocks this thread (a commit's fsync included), so on a
-//! multi-threaded runtime it runs under `block_in_place`.
+//! The work blocks this thread (a commit's fsync included). A batch of new runs
+//! runs under `block_in_place` on a multi-threaded runtime. A group commit does
+//! not: `block_in_place` hands the worker's scheduler to another thread, woken
+//! for it, and the tasks the commit's effects start then run there, so every
+//! commit of a chain paid a thread wake-up and a move (on a virtual machine
+//! whose idle CPUs wake late, more than the fsync itself). The engine loop
+//! makes nearly every commit, one batch at a time (the others are occasional:
+//! an audit record, an alert event), so one worker waits on a disk flush while
+//! the other workers take the tasks queued meanwhile.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -57,9 +64,10 @@ impl Committer {
         Self { path, conn: Mutex::new(None) }
     }
 
-    /// Runs `statements` in one transaction; a failure closes the connection.
+    /// Runs `statements` in one transaction, on this thread (see the module
+    /// doc); a failure closes the connection.
     pub(super) fn commit(&self, statements: &[RowStatement<'_>]) -> Result<()> {
-        blocking(|| {
+        in_place(|| {
             let mut slot = self.conn.lock().unwrap_or_else(|e| e.into_inner());
             let db = match slot.take() {
                 Some(db) => db,
@@ -112,6 +120,11 @@ fn execute(db: &Connection, statements: &[RowStatement<'_>], cached: bool) -> ru
         }
     }
     Ok(())
+}
+
+/// Runs `work` here, as it is.
+fn in_place(work: impl FnOnce() -> rusqlite::Result<()>) -> Result<()> {
+    work().map_err(|e| StoreError::Db(sqlx::Error::Database(Box::new(RowError::from(e)))))
 }
 
 /// Runs `work` here, under `block_in_place` on a multi-threaded runtime.

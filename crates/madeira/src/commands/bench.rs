@@ -28,7 +28,7 @@ use crate::app::{ControlPlane, PlaneOptions, redact, sqlite_url_in};
 use madeira_telemetry::{TelemetryOptions, TraceOptions};
 
 use super::bench_engines::{Engines, reset_peak_rss, rss_kb, trigger, wait_all};
-use super::{bench_history, bench_sidecar, bench_storage};
+use super::{bench_floor, bench_history, bench_sidecar, bench_storage};
 use crate::cli::{BenchArgs, Output, TelemetryMode};
 use crate::sidecars::{FleetSetup, LocalSidecar};
 
@@ -66,6 +66,7 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
         }
         let result = match scenario.as_str() {
             "idle" => idle().await?,
+            "floor" => tokio::task::block_in_place(|| bench_floor::measure(dir.path()))?,
             "chain" => {
                 one_run(&engines, "bench-chain", &chain_flow(100), 100, args.warmups.unwrap_or(CHAIN_WARMUPS))
                     .await?
@@ -117,10 +118,12 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
             }
             other => bail!(
                 "unknown scenario `{other}`: use idle, chain, fanout, settlement, steady, throttle, cron, \
-                 alerts, history, sidecar-chain or sidecar-rss"
+                 alerts, history, floor, sidecar-chain or sidecar-rss"
             ),
         };
-        if args.output == Output::Text && result["scenario"] == "history" {
+        if args.output == Output::Text && result["scenario"] == "floor" {
+            bench_floor::print(&result);
+        } else if args.output == Output::Text && result["scenario"] == "history" {
             bench_history::print(&result);
         } else if args.output == Output::Text && result["scenario"] == "alerts" {
             super::bench_alerts::print(&result);
@@ -129,6 +132,12 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
             bench_storage::print(&result);
         }
         results.push(result);
+    }
+    if let Some(floor) = results.iter().find(|r| r["scenario"] == "floor").cloned() {
+        bench_floor::ratios(&floor, &mut results);
+        if args.output == Output::Text {
+            bench_floor::print_ratios(&results);
+        }
     }
     if args.output == Output::Json {
         println!("{}", json!({"store": store_label, "replicas": engines.0.len(), "results": results}));

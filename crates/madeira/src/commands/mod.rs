@@ -5,6 +5,7 @@ pub(crate) mod backfill;
 mod bench;
 mod bench_alerts;
 mod bench_engines;
+mod bench_floor;
 mod bench_history;
 mod bench_history_sql;
 mod bench_sidecar;
