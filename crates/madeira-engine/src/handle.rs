@@ -73,6 +73,23 @@ pub struct TriggerRequest {
     pub at_ms: Option<i64>,
 }
 
+impl TriggerRequest {
+    /// A manual trigger of `flow`'s routed version by `actor`: no params, key or
+    /// business date (set the fields for more).
+    pub fn manual(flow: &str, actor: &str) -> Self {
+        Self {
+            flow: flow.into(),
+            params: serde_json::json!({}),
+            idempotency_key: None,
+            trigger: "manual".into(),
+            actor: actor.into(),
+            version: None,
+            biz_date: None,
+            at_ms: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TriggerOutcome {
     pub run_id: String,

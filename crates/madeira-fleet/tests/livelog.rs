@@ -53,16 +53,7 @@ async fn a_running_jobs_output_is_readable_from_an_offset_while_it_runs() {
         .apply_flow("f.yaml", "flow: live\nnodes:\n  t: {run: {sidecar: {group: billing, job: ticker}}}\n")
         .await
         .expect("apply");
-    let request = TriggerRequest {
-        flow: "live".into(),
-        params: serde_json::json!({}),
-        idempotency_key: None,
-        trigger: "manual".into(),
-        actor: "test".into(),
-        version: None,
-        biz_date: None,
-        at_ms: None,
-    };
+    let request = TriggerRequest::manual("live", "test");
     let run_id = handle.trigger(request).await.expect("trigger").run_id;
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut follow = loop {

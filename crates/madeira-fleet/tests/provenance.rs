@@ -119,16 +119,7 @@ async fn a_forged_result_for_another_groups_node_is_refused_and_the_node_really_
     out.send(send(SidecarMsg::Ready(Ready {}))).await.expect("ready");
 
     handle.apply_flow("mixed.yaml", FLOW).await.expect("apply");
-    let request = TriggerRequest {
-        flow: "mixed".into(),
-        params: serde_json::json!({}),
-        idempotency_key: None,
-        trigger: "manual".into(),
-        actor: "test".into(),
-        version: None,
-        biz_date: None,
-        at_ms: None,
-    };
+    let request = TriggerRequest::manual("mixed", "test");
     let run_id = handle.trigger(request).await.expect("trigger").run_id;
     let ControlMsg::Assign(assigned) = next(&mut inbound).await else { panic!("node a assigned to ga") };
     assert_eq!((assigned.run_id.as_str(), assigned.node.as_str()), (run_id.as_str(), "a"));

@@ -84,16 +84,7 @@ async fn a_result_delivered_again_after_its_commit_is_acknowledged_and_not_appli
         .apply_flow("once.yaml", "flow: once\nnodes:\n  a: {run: {sidecar: {group: g, job: j}}}\n")
         .await
         .expect("apply");
-    let request = TriggerRequest {
-        flow: "once".into(),
-        params: serde_json::json!({}),
-        idempotency_key: None,
-        trigger: "manual".into(),
-        actor: "test".into(),
-        version: None,
-        biz_date: None,
-        at_ms: None,
-    };
+    let request = TriggerRequest::manual("once", "test");
     let run_id = handle.trigger(request).await.expect("trigger").run_id;
     let ControlMsg::Assign(assigned) = next(&mut inbound, Duration::from_secs(10)).await else {
         panic!("node a assigned")

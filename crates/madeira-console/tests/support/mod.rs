@@ -72,20 +72,7 @@ pub async fn send(app: &App, request: Request<Body>) -> Reply {
 
 /// Starts a manual run of `flow`; answers its id.
 pub async fn trigger(app: &App, flow: &str) -> String {
-    app.engine
-        .trigger(TriggerRequest {
-            flow: flow.into(),
-            params: serde_json::json!({}),
-            idempotency_key: None,
-            trigger: "manual".into(),
-            actor: "test".into(),
-            version: None,
-            biz_date: None,
-            at_ms: None,
-        })
-        .await
-        .expect("trigger")
-        .run_id
+    app.engine.trigger(TriggerRequest::manual(flow, "test")).await.expect("trigger").run_id
 }
 
 /// The text between the first `start` and the next `end`.

@@ -17,16 +17,7 @@ pub async fn sqlite_store(dir: &tempfile::TempDir) -> Arc<dyn Store> {
 
 /// A manual trigger of `flow`'s current version by `sre`, without params or key.
 pub fn manual(flow: &str) -> TriggerRequest {
-    TriggerRequest {
-        flow: flow.into(),
-        params: serde_json::json!({}),
-        idempotency_key: None,
-        trigger: "manual".into(),
-        actor: "sre".into(),
-        version: None,
-        biz_date: None,
-        at_ms: None,
-    }
+    TriggerRequest::manual(flow, "sre")
 }
 
 /// An engine with the default options over `store`, running until the token is cancelled.
