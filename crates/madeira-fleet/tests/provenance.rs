@@ -5,6 +5,8 @@
 //! refused (acknowledged, counted under `reason="other_group"`), and `b` really
 //! runs on `gb`'s sidecar, whose outputs it records.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +14,7 @@ use madeira_engine::{Executors, TriggerRequest};
 use madeira_fleet::{Fleet, FleetOptions, GroupToken};
 use madeira_proto::v1::link_client::LinkClient;
 use madeira_proto::v1::{AttemptResult, Hello, JobDecl, Outcome, Ready};
-use madeira_proto::{ControlMessage, ControlMsg, SidecarMessage, SidecarMsg};
+use madeira_proto::{ControlMsg, SidecarMsg};
 use madeira_sidecar::{
     ExecPolicy, Identity, LinkOptions, Sidecar, SidecarConfig, SidecarMetrics, SidecarOptions,
 };
@@ -21,24 +23,12 @@ use madeira_store::sqlite::SqliteStore;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use common::{next, send};
+
 const TOKEN_A: &str = "group-a-token-0123456789";
 const TOKEN_B: &str = "group-b-token-0123456789";
 const FLOW: &str = "flow: mixed\nnodes:\n  a: {run: {sidecar: {group: ga, job: ja}}}\n  \
                     b: {run: {sidecar: {group: gb, job: jb}}, needs: [a]}\n";
-
-fn send(m: SidecarMsg) -> SidecarMessage {
-    SidecarMessage { msg: Some(m) }
-}
-
-/// The next control message, within 10 s.
-async fn next(inbound: &mut tonic::Streaming<ControlMessage>) -> ControlMsg {
-    let m = tokio::time::timeout(Duration::from_secs(10), inbound.message())
-        .await
-        .expect("a control message within 10 s")
-        .expect("stream")
-        .expect("open");
-    m.msg.expect("a message")
-}
 
 fn result(report: &str, assignment: &str, run_id: &str, node: &str, outputs: &str) -> AttemptResult {
     AttemptResult {
@@ -115,20 +105,22 @@ async fn a_forged_result_for_another_groups_node_is_refused_and_the_node_really_
     };
     out.send(send(SidecarMsg::Hello(hello))).await.expect("hello");
     let mut inbound = client.attach(request).await.expect("attach").into_inner();
-    assert!(matches!(next(&mut inbound).await, ControlMsg::Welcome(_)));
+    assert!(matches!(next(&mut inbound, Duration::from_secs(10)).await, ControlMsg::Welcome(_)));
     out.send(send(SidecarMsg::Ready(Ready {}))).await.expect("ready");
 
     handle.apply_flow("mixed.yaml", FLOW).await.expect("apply");
     let request = TriggerRequest::manual("mixed", "test");
     let run_id = handle.trigger(request).await.expect("trigger").run_id;
-    let ControlMsg::Assign(assigned) = next(&mut inbound).await else { panic!("node a assigned to ga") };
+    let ControlMsg::Assign(assigned) = next(&mut inbound, Duration::from_secs(10)).await else {
+        panic!("node a assigned to ga")
+    };
     assert_eq!((assigned.run_id.as_str(), assigned.node.as_str()), (run_id.as_str(), "a"));
 
     // The forgery: b's result, before b is even dispatched, and again for a's assignment id.
     let forged =
         result("forged-1", "0190aaaa-bbbb-7ccc-8ddd-eeeeffff0000", &run_id, "b", r#"{"by": "forger"}"#);
     out.send(send(SidecarMsg::Result(forged))).await.expect("forged");
-    match next(&mut inbound).await {
+    match next(&mut inbound, Duration::from_secs(10)).await {
         ControlMsg::Ack(ack) => assert_eq!(ack.report_id, "forged-1", "refused results leave the spool"),
         other => panic!("expected the refusal's ack, got {other:?}"),
     }

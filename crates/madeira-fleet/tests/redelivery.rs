@@ -8,6 +8,8 @@
 //! leftover, would send: the attempt lost). Both are acknowledged, and the node
 //! keeps its one attempt, its outputs and its data version.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,25 +17,13 @@ use madeira_engine::{Executors, TriggerRequest};
 use madeira_fleet::{Fleet, FleetOptions};
 use madeira_proto::v1::link_client::LinkClient;
 use madeira_proto::v1::{AttemptResult, Hello, JobDecl, Outcome, Ready};
-use madeira_proto::{ControlMessage, ControlMsg, SidecarMessage, SidecarMsg};
+use madeira_proto::{ControlMessage, ControlMsg, SidecarMsg};
 use madeira_store::RunReader;
 use madeira_store::sqlite::SqliteStore;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-fn send(m: SidecarMsg) -> SidecarMessage {
-    SidecarMessage { msg: Some(m) }
-}
-
-/// The next control message, within `within`.
-async fn next(inbound: &mut tonic::Streaming<ControlMessage>, within: Duration) -> ControlMsg {
-    let m = tokio::time::timeout(within, inbound.message())
-        .await
-        .expect("a control message in time")
-        .expect("stream")
-        .expect("open");
-    m.msg.expect("a message")
-}
+use common::{next, send};
 
 /// Waits for the `Ack` of `report`, within `within`.
 async fn acked(inbound: &mut tonic::Streaming<ControlMessage>, report: &str, within: Duration) {
