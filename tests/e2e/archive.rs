@@ -1,7 +1,7 @@
 //! The run archive on the real binary (`archive_after: 0s`): a finished run (a
 //! node that succeeded on its retry with outputs, a failed node, a skipped one)
 //! reads the same through the API (detail with nodes, attempts and outputs;
-//! transitions; logs), the console's run page and `madeira runs show` once the
+//! transitions; logs), the console's run page and `madeira show` once the
 //! archiver folded it (read in the store file, waited for with a deadline); a
 //! rerun of its failed node after the fold completes, its history whole.
 
@@ -32,15 +32,22 @@ async fn views(dev: &Dev, run: &str) -> (Value, Value, Vec<Value>, String, Strin
     let page = dev.http.get(format!("{}/runs/{run}", dev.base)).send().await.expect("console page");
     assert!(page.status().is_success(), "{}", page.status());
     let page = without_times(&page.text().await.expect("page"));
-    let show = dev.cli(&["runs", "show", run]);
+    let show = dev.cli(&["show", run]);
     assert!(show.status.success(), "{}", String::from_utf8_lossy(&show.stderr));
     (detail, transitions, logs, page, String::from_utf8_lossy(&show.stdout).into_owned())
 }
 
-/// `html` with the text of its `<time>` elements left out (relative to now).
+/// `html` with the text of its `<time>` elements and its `data-now` (the render
+/// time) left out: what depends on when it was rendered.
 fn without_times(html: &str) -> String {
     let mut out = String::with_capacity(html.len());
     let mut rest = html;
+    if let Some(start) = rest.find("data-now=\"")
+        && let Some(len) = rest[start + 10..].find('"')
+    {
+        out.push_str(&rest[..start]);
+        rest = &rest[start + 10 + len + 1..];
+    }
     while let Some(start) = rest.find("<time") {
         out.push_str(&rest[..start]);
         let Some(end) = rest[start..].find("</time>") else { break };
@@ -75,7 +82,7 @@ async fn a_folded_run_reads_the_same_and_its_rerun_completes() {
     assert!(before.0.to_string().contains("out.csv"), "outputs shown: {}", before.0);
     let db = data.join("madeira.db");
     wait_until(Duration::from_secs(60), "the archiver to fold the run", async || {
-        if folded(&db, &run).await { Ok(()) } else { Err("not folded yet") }
+        if folded(&db, &run).await { Ok(()) } else { Err("not folded yet".to_string()) }
     })
     .await;
     let after = views(&dev, &run).await;
@@ -83,7 +90,7 @@ async fn a_folded_run_reads_the_same_and_its_rerun_completes() {
     assert_eq!(after.1, before.1, "transitions");
     assert_eq!(after.2, before.2, "logs");
     assert_eq!(after.3, before.3, "console run page");
-    assert_eq!(after.4, before.4, "madeira runs show");
+    assert_eq!(after.4, before.4, "madeira show");
 
     let (status, body) = dev.post(&format!("/runs/{run}/nodes/verify/rerun"), json!({"reason": "ledger reloaded"}), &[]).await;
     assert!(status < 300, "rerun after the fold: {status} {body}");
