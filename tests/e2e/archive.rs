@@ -62,8 +62,12 @@ async fn folded(db: &std::path::Path, run: &str) -> bool {
     use sqlx::ConnectOptions as _;
     let options = sqlx::sqlite::SqliteConnectOptions::new().filename(db).read_only(true);
     let Ok(mut conn) = options.connect().await else { return false };
-    let row: Option<(bool,)> =
-        sqlx::query_as("SELECT folded FROM runs WHERE id = ?").bind(run).fetch_optional(&mut conn).await.ok().flatten();
+    let row: Option<(bool,)> = sqlx::query_as("SELECT folded FROM runs WHERE id = ?")
+        .bind(run)
+        .fetch_optional(&mut conn)
+        .await
+        .ok()
+        .flatten();
     row.is_some_and(|(f,)| f)
 }
 
@@ -92,12 +96,14 @@ async fn a_folded_run_reads_the_same_and_its_rerun_completes() {
     assert_eq!(after.3, before.3, "console run page");
     assert_eq!(after.4, before.4, "madeira show");
 
-    let (status, body) = dev.post(&format!("/runs/{run}/nodes/verify/rerun"), json!({"reason": "ledger reloaded"}), &[]).await;
+    let (status, body) =
+        dev.post(&format!("/runs/{run}/nodes/verify/rerun"), json!({"reason": "ledger reloaded"}), &[]).await;
     assert!(status < 300, "rerun after the fold: {status} {body}");
     let rerun = dev.wait_run(&run, 30, |r| r["status"] == "SUCCESS").await;
     let (_, transitions) = dev.get(&format!("/runs/{run}/transitions")).await;
     let old = before.1["transitions"].as_array().or(before.1.as_array()).expect("transitions list").clone();
-    let new = transitions["transitions"].as_array().or(transitions.as_array()).expect("transitions list").clone();
+    let new =
+        transitions["transitions"].as_array().or(transitions.as_array()).expect("transitions list").clone();
     assert!(new.len() > old.len(), "{transitions}");
     assert_eq!(new[..old.len()], old[..], "the history before the rerun is whole");
     assert!(rerun.to_string().contains("out.csv"), "outputs kept: {rerun}");

@@ -116,7 +116,13 @@ impl Engine {
         let retention = retention::spawn(self.store.clone(), self.options.clone(), cancel.clone());
         let archiver = self.options.archive_after.map(|after| {
             let folded = self.effects.stats.folded_counter();
-            crate::archiver::spawn(self.store.clone(), after, self.options.archive_every, folded, cancel.clone())
+            crate::archiver::spawn(
+                self.store.clone(),
+                after,
+                self.options.archive_every,
+                folded,
+                cancel.clone(),
+            )
         });
         let missed = crate::missed::spawn(
             self.store.clone(),

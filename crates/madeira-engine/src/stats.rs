@@ -1,8 +1,8 @@
 //! Cheap engine counters and a dispatch-latency reservoir, read by benchmarks and
 //! (later) exported as metrics.
 
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;

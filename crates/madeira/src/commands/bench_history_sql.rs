@@ -284,7 +284,17 @@ pub(super) async fn analyze(db: &Db) -> Result<()> {
     if db.is_pg() {
         db.exec("ANALYZE").await?;
     } else {
-        for t in ["runs", "nodes", "transitions", "node_outputs", "attempts", "logs", "audit", "alerts", "run_archive"] {
+        for t in [
+            "runs",
+            "nodes",
+            "transitions",
+            "node_outputs",
+            "attempts",
+            "logs",
+            "audit",
+            "alerts",
+            "run_archive",
+        ] {
             db.exec(&format!("ANALYZE TABLE {t}")).await?;
         }
     }
