@@ -13,6 +13,9 @@ use crate::dialect::{Dialect, Val};
 use crate::lease::{UNCLAIMED_GRACE_MS, check_fence, claimable};
 use crate::{Claim, Lease, Result};
 
+/// A run's row as a claim reads it: owner, lease, state, the database's now, folded.
+type ClaimRow = (Option<String>, Option<i64>, String, i64, bool);
+
 pub(super) async fn claim_run(
     pool: &Pool,
     run_id: &str,
@@ -21,7 +24,7 @@ pub(super) async fn claim_run(
     only_from: Option<&str>,
 ) -> Result<Claim> {
     let mut tx = pool.begin().await?;
-    let row: Option<(Option<String>, Option<i64>, String, i64, bool)> = sqlx::query_as(&sql(&format!(
+    let row: Option<ClaimRow> = sqlx::query_as(&sql(&format!(
         "SELECT owner, lease_until, state, {}, folded FROM runs WHERE id = $1{}",
         D::NOW_MS,
         D::FOR_UPDATE
