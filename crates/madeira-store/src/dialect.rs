@@ -86,6 +86,15 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         Cow::Borrowed(column)
     }
 
+    /// The column a flow's cron keys are filtered by (`LIKE 'cron:%'`) and the
+    /// expression they are ordered by, bytewise, so that the latest is one step
+    /// of an index on `(flow, …)`. MySQL indexes a key (a blob) by its first 255
+    /// bytes only, a prefix that cannot order: it has those bytes as a generated
+    /// column with its own index.
+    fn cron_key_order() -> (&'static str, Cow<'static, str>) {
+        ("idempotency_key", Cow::Owned(format!("idempotency_key COLLATE {}", Self::BYTEWISE)))
+    }
+
     /// An index hint after `FROM runs` for a runs list filtered by flow and/or
     /// state, newest first (none: the planner's choice serves; MySQL's may
     /// intersect two indexes and sort the whole flow, `docs/scale.md`).

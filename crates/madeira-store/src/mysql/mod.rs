@@ -54,6 +54,10 @@ impl Dialect for MySqlDialect {
         format!("NOT ({a} <=> {b})")
     }
 
+    fn cron_key_order() -> (&'static str, Cow<'static, str>) {
+        ("idempotency_head", Cow::Borrowed("idempotency_head"))
+    }
+
     fn bytes_as_text(column: &str) -> Cow<'_, str> {
         Cow::Owned(format!("CAST({column} AS CHAR) AS {column}"))
     }

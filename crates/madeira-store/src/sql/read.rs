@@ -330,11 +330,10 @@ pub(super) async fn audit(pool: &Pool, query: &AuditQuery) -> Result<Vec<AuditRe
 pub(super) async fn last_cron_key(pool: &Pool, flow: &str) -> Result<Option<String>> {
     // Keys are `cron:<flow>:<RFC 3339 UTC with milliseconds>`: they sort by instant
     // (compared bytewise, whatever the database collation).
+    let (column, order) = D::cron_key_order();
     let row: Option<(String,)> = sqlx::query_as(&sql(&format!(
-        "SELECT {} FROM runs WHERE flow = $1 AND idempotency_key LIKE '{CRON_PREFIX}%' \
-         ORDER BY runs.idempotency_key COLLATE {} DESC LIMIT 1",
+        "SELECT {} FROM runs WHERE flow = $1 AND {column} LIKE '{CRON_PREFIX}%' ORDER BY {order} DESC LIMIT 1",
         D::bytes_as_text("idempotency_key"),
-        D::BYTEWISE
     )))
     .bind(flow)
     .fetch_optional(pool)
