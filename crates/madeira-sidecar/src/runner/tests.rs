@@ -100,7 +100,9 @@ echo '{"left": true}' > "$MADEIRA_OUTPUT_FILE"
 mkdir -p "$d/sub/deeper" && echo x > "$d/sub/deeper/file" && echo y > "$d/stray"
 ln -s /etc/hostname "$d/link"; chmod 755 "$d"
 "#;
-    let out = run_in(&work, &job(&["/bin/sh", "-c", first], None, "1s"), &attempt(), CancellationToken::new()).await;
+    let out =
+        run_in(&work, &job(&["/bin/sh", "-c", first], None, "1s"), &attempt(), CancellationToken::new())
+            .await;
     assert_eq!((out.status, out.outputs["left"].clone()), (Status::Success, json!(true)), "{}", out.error);
     assert_eq!(workdir::spare_count(&work), 1, "the directory is kept");
     assert_left_only_spares(&work);
@@ -113,7 +115,8 @@ printf '{"entries":"%s","mode":"%s","output_there":"%s"}' "$(ls -A "$d" | tr '\n
 mv "$d/out.tmp" "$MADEIRA_OUTPUT_FILE"
 "#;
     let next = Attempt { assignment_id: "a-2".into(), ..attempt() };
-    let out = run_in(&work, &job(&["/bin/sh", "-c", second], None, "1s"), &next, CancellationToken::new()).await;
+    let out =
+        run_in(&work, &job(&["/bin/sh", "-c", second], None, "1s"), &next, CancellationToken::new()).await;
     assert_eq!(out.status, Status::Success, "{}", out.error);
     assert_eq!(out.outputs["entries"], "input.json ", "only its own input");
     assert_eq!(out.outputs["mode"], "700");
