@@ -192,6 +192,32 @@ impl Fleet {
         }
     }
 
+    /// A result a sidecar delivered while nobody waited for it (the inbox: a
+    /// spooled report after a control-plane restart), taken by `job`'s dispatch
+    /// only when `job` resumes that node's attempt (the engine numbers a resumed
+    /// attempt anew, so the report may name a lower one). Any other dispatch under
+    /// the same key is a later attempt whose predecessor's end is committed: the
+    /// late report of that predecessor is dropped here, never applied to it.
+    pub(crate) fn take_delivered(
+        &self,
+        key: &(String, u32),
+        job: &madeira_engine::Job,
+    ) -> Option<AttemptResult> {
+        let (result, _) = self.state().inbox.remove(key)?;
+        if job.resumed
+            && result.run_id == job.run_id
+            && result.node == job.node
+            && result.attempt <= job.attempt
+        {
+            return Some(result);
+        }
+        warn!(
+            run_id = %job.run_id, node = %job.node, attempt = job.attempt, reported_attempt = result.attempt,
+            report = %result.report_id, "a late result of an earlier attempt dropped; the attempt runs"
+        );
+        None
+    }
+
     /// The result kept for `job`'s attempt when `job` resumes it (its end was not
     /// committed: the commit failed and the engine resumed the run from the store,
     /// which starts the attempt again under the same idempotency key), to use
@@ -251,5 +277,59 @@ mod tests {
         assert!(ends_attempt(&event(S::Running, S::Failed, Cause::AttemptFailed)));
         assert!(ends_attempt(&event(S::Running, S::Retrying, Cause::RetryScheduled)));
         assert!(ends_attempt(&event(S::Running, S::Failed, Cause::RunCancelled)));
+    }
+
+    fn job(attempt: u32, resumed: bool) -> madeira_engine::Job {
+        madeira_engine::Job {
+            run_id: "r".into(),
+            flow: "f".into(),
+            node: "n".into(),
+            attempt,
+            idempotency_key: "r:n".into(),
+            executor: madeira_core::ExecutorDef::Builtin(madeira_core::model::BuiltinDef {
+                kind: madeira_core::model::BuiltinKind::Noop,
+                outputs: Default::default(),
+            }),
+            no_retry_exit_codes: Vec::new(),
+            input: serde_json::json!({}),
+            timeout: Duration::from_secs(1),
+            traceparent: None,
+            resumed,
+        }
+    }
+
+    #[test]
+    fn a_delivered_result_is_taken_only_by_the_dispatch_that_resumes_its_attempt() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let fleet = Fleet::new(crate::FleetOptions::with_lost_after(Duration::from_secs(20)), &mut registry);
+        let key = ("r:n".to_string(), 0);
+        let deliver = |attempt: u32| {
+            let result = AttemptResult {
+                report_id: format!("rep-{attempt}"),
+                run_id: "r".into(),
+                node: "n".into(),
+                attempt,
+                idempotency_key: "r:n".into(),
+                ..Default::default()
+            };
+            fleet.state().inbox.insert(key.clone(), (result, Instant::now()));
+        };
+        // Attempt 1's report came late, after its end was committed: attempt 2
+        // (a retry, not a resumption) runs instead of taking it, and it is gone.
+        deliver(1);
+        assert_eq!(fleet.take_delivered(&key, &job(2, false)), None);
+        assert!(fleet.state().inbox.is_empty(), "the stale report is dropped");
+        // After a restart the resumed dispatch (numbered anew) takes its attempt's report.
+        deliver(1);
+        let taken = fleet.take_delivered(&key, &job(2, true)).expect("the resumed attempt takes it");
+        assert_eq!(taken.report_id, "rep-1");
+        // Never a report of a later attempt, nor another node's.
+        deliver(3);
+        assert_eq!(fleet.take_delivered(&key, &job(2, true)), None);
+        deliver(1);
+        assert_eq!(
+            fleet.take_delivered(&key, &madeira_engine::Job { node: "m".into(), ..job(2, true) }),
+            None
+        );
     }
 }

@@ -258,7 +258,7 @@ async fn run_shard(
             Resume::Aborted => return ShardEnd::Failed { error: "aborted".into(), retryable: false },
         }
     }
-    if let Some((result, _)) = fleet.state().inbox.remove(&key) {
+    if let Some(result) = fleet.take_delivered(&key, job) {
         info!(run_id = %job.run_id, node = %job.node, shard, "using the result a sidecar delivered after a restart");
         return ShardEnd::Done(Box::new(result));
     }

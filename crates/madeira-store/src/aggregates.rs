@@ -77,6 +77,10 @@ pub trait RunReader: Send + Sync + 'static {
     /// How many runs in `state` have an id of at least `since_id`, counting no
     /// further than `cap` (the console's counts: bounded work whatever the history).
     async fn count_runs(&self, state: &str, since_id: &str, cap: u32) -> Result<u32>;
+    /// The RUNNING runs with a node waiting in MANUAL_CONFIRM, the longest
+    /// waiting first, at most `limit`: one query over the running runs, whatever
+    /// the number of flows (the console's approvals).
+    async fn awaiting_confirmation(&self, limit: u32) -> Result<Vec<String>>;
     async fn transitions(&self, run_id: &str) -> Result<Vec<TransitionRecord>>;
     /// The log of each of the node's attempts, by attempt: the stored tail, or empty
     /// content for a finished attempt that has none (an attempt that printed

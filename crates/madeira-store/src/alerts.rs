@@ -96,6 +96,8 @@ pub struct AlertQuery {
     pub status: Option<String>,
     pub flow: Option<String>,
     pub limit: u32,
+    /// Only alerts older than this id (keyset paging: the last id of a page).
+    pub before: Option<String>,
 }
 
 /// Alerts and their deliveries. One implementation per backend.

@@ -19,7 +19,11 @@ const SEC: Duration = Duration::from_secs(1);
 async fn list_until(h: &Harness, cond: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let list = h.handle.list(&AlertQuery { status: None, flow: None, limit: 10 }).await.expect("list");
+        let list = h
+            .handle
+            .list(&AlertQuery { status: None, flow: None, limit: 10, before: None })
+            .await
+            .expect("list");
         if cond(&list) {
             return list;
         }

@@ -122,7 +122,8 @@ async fn one_alert_names_the_failed_upstream_and_lists_what_it_holds() {
     assert_eq!(kinds, ["firing", "update", "resolved"], "{messages:?}");
     assert!(messages[2].1.contains("released"), "{}", messages[2].1);
     assert!(messages[2].1.contains("finance-settle"), "{}", messages[2].1);
-    let listed = h.handle.list(&madeira_store::AlertQuery { status: None, flow: None, limit: 10 }).await;
+    let listed =
+        h.handle.list(&madeira_store::AlertQuery { status: None, flow: None, limit: 10, before: None }).await;
     let listed = listed.expect("alerts");
     let alerts = listed["alerts"].as_array().cloned().unwrap_or_default();
     let names: Vec<&str> = alerts.iter().filter_map(|a| a["alertname"].as_str()).collect();

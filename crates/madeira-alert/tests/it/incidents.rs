@@ -145,7 +145,8 @@ async fn a_new_root_cause_in_the_same_run_is_said_in_one_update_and_later_runs_j
     h.handle.observer().run_finished(&failed_run(&settle, "run-2", "disk full"));
     h.advance(60 * SEC, SEC).await;
     assert_eq!(kinds(&hook), ["firing", "update"]);
-    let list = h.handle.list(&madeira_store::AlertQuery { status: None, flow: None, limit: 10 }).await;
+    let list =
+        h.handle.list(&madeira_store::AlertQuery { status: None, flow: None, limit: 10, before: None }).await;
     let list = list.expect("list");
     let alerts = list["alerts"].as_array().cloned().unwrap_or_default();
     assert_eq!(alerts.len(), 1, "{list}");
@@ -181,7 +182,8 @@ async fn a_run_moving_off_a_shared_alert_opens_its_own_saying_where_it_came_from
         )),
         "{text}"
     );
-    let list = h.handle.list(&madeira_store::AlertQuery { status: None, flow: None, limit: 10 }).await;
+    let list =
+        h.handle.list(&madeira_store::AlertQuery { status: None, flow: None, limit: 10, before: None }).await;
     let list = list.expect("list");
     let old = list["alerts"].as_array().into_iter().flatten().find(|a| a["id"] == first.as_str());
     assert_eq!(old.map(|a| a["runs"].clone()), Some(json!(["run-2"])), "{list}");

@@ -240,7 +240,7 @@ impl Harness {
 
     /// Every delivery row of every alert, by status.
     pub async fn delivery_states(&self) -> Vec<(String, String, String)> {
-        let all = AlertQuery { status: None, flow: None, limit: 1000 };
+        let all = AlertQuery { status: None, flow: None, limit: 1000, before: None };
         let ids: Vec<String> =
             self.store.list_alerts(&all).await.expect("list").into_iter().map(|a| a.id).collect();
         let rows = self.store.deliveries_of(&ids).await.expect("deliveries");

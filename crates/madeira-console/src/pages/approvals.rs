@@ -5,9 +5,8 @@
 
 use axum::extract::{Query, State};
 use axum::response::Response;
-use madeira_core::NodeAction;
+use madeira_core::{NodeAction, NodeState};
 use madeira_server::Role;
-use madeira_store::RunQuery;
 use maud::{Markup, html};
 use serde::Deserialize;
 
@@ -18,7 +17,7 @@ use crate::session::Ctx;
 use crate::time::{span_text, stamp};
 use crate::{Console, ConsoleError};
 
-/// Running runs looked at (per flow) for waiting nodes.
+/// Runs with a waiting node shown at most (the longest waiting first).
 const SCAN_LIMIT: u32 = 500;
 
 /// One node waiting for a person.
@@ -36,7 +35,8 @@ pub struct Pending {
 }
 
 /// Every MANUAL_CONFIRM node of a running run, oldest first; `true` when the scan
-/// was capped.
+/// was capped. One store read finds the runs (whatever the number of flows); each
+/// is then loaded once to render its prompts.
 pub async fn pending(
     console: &Console,
     user: &crate::session::User,
@@ -44,44 +44,32 @@ pub async fn pending(
     let engine = &console.app.engine;
     let reads = &console.app.reads;
     let mut out = Vec::new();
-    let mut capped = false;
     let visible = super::visible(console, user).await?;
-    for flow in reads.flows.list_flows().await? {
-        if visible.as_ref().is_some_and(|v| !v.contains(&flow.name)) {
+    let waiting = reads.runs.awaiting_confirmation(SCAN_LIMIT).await?;
+    let capped = waiting.len() as u32 >= SCAN_LIMIT;
+    for run_id in waiting {
+        let Some(stored) = reads.runs.load_run(&run_id).await? else { continue };
+        let row = &stored.run;
+        if visible.as_ref().is_some_and(|v| !v.contains(&row.flow)) {
             continue;
         }
-        let query = RunQuery {
-            flow: Some(flow.name.clone()),
-            state: Some("RUNNING".into()),
-            limit: SCAN_LIMIT,
-            ..Default::default()
-        };
-        let runs = reads.runs.list_runs(&query).await?;
-        capped |= runs.len() as u32 >= SCAN_LIMIT;
-        for row in runs {
-            let def = engine.flow(&row.flow, Some(row.version)).await?;
-            if !def.nodes.iter().any(|n| n.is_manual()) {
+        let def = engine.flow(&row.flow, Some(row.version)).await?;
+        for n in stored.nodes.iter().filter(|n| n.state == NodeState::ManualConfirm) {
+            let Some(NodeAction::Manual(manual)) = def.nodes.get(n.idx as usize).map(|d| &d.action) else {
                 continue;
-            }
-            let Some(stored) = reads.runs.load_run(&row.id).await? else { continue };
-            for n in stored.nodes.iter().filter(|n| n.state.as_str() == "MANUAL_CONFIRM") {
-                let Some(NodeAction::Manual(manual)) = def.nodes.get(n.idx as usize).map(|d| &d.action)
-                else {
-                    continue;
-                };
-                let since = n.started_at;
-                let at = |d: Option<std::time::Duration>| Some(since? + i64::try_from(d?.as_millis()).ok()?);
-                out.push(Pending {
-                    run_id: row.id.clone(),
-                    flow: row.flow.clone(),
-                    node: n.node.clone(),
-                    prompt: madeira_server::render_prompt(&manual.prompt, &stored, &def),
-                    since,
-                    alert_at: at(manual.alert_after),
-                    fallback_at: at(manual.fallback_after),
-                    tz: crate::time::flow_tz(&def).to_string(),
-                });
-            }
+            };
+            let since = n.started_at;
+            let at = |d: Option<std::time::Duration>| Some(since? + i64::try_from(d?.as_millis()).ok()?);
+            out.push(Pending {
+                run_id: row.id.clone(),
+                flow: row.flow.clone(),
+                node: n.node.clone(),
+                prompt: madeira_server::render_prompt(&manual.prompt, &stored, &def),
+                since,
+                alert_at: at(manual.alert_after),
+                fallback_at: at(manual.fallback_after),
+                tz: crate::time::flow_tz(&def).to_string(),
+            });
         }
     }
     out.sort_by_key(|p| p.since.unwrap_or(i64::MAX));

@@ -61,6 +61,16 @@ fn marks(ctx: &Ctx, a: &Value) -> maud::Markup {
     }
 }
 
+/// The link to the page after `alerts` when it was full.
+fn older(alerts: &[Value], status_qs: &str) -> Option<String> {
+    let last = alerts.last().filter(|_| alerts.len() as u32 >= PAGE).map(|a| text(&a["id"]))?;
+    let sep = if status_qs.is_empty() { '?' } else { '&' };
+    Some(format!("/alerts{status_qs}{sep}before={}", crate::page::url_encode(&last)))
+}
+
+/// Alerts on one page of `/alerts`, newest first; "Older" pages by the last id.
+const PAGE: u32 = 50;
+
 pub async fn alerts(
     State(console): State<Console>,
     ctx: Ctx,
@@ -70,15 +80,18 @@ pub async fn alerts(
     let status = q.get("status").filter(|s| matches!(s.as_str(), "pending" | "firing" | "resolved")).cloned();
     let list = match &console.app.alerts {
         Some(a) => {
-            Some(a.list(&AlertQuery { status: status.clone(), flow: None, limit: 200 }).await.map_err(
-                |e| ConsoleError::Api {
-                    status: axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                    message: e.to_string(),
-                },
-            )?)
+            let before = q.get("before").filter(|b| b.len() <= 64).cloned();
+            let query = AlertQuery { status: status.clone(), flow: None, limit: PAGE, before };
+            Some(a.list(&query).await.map_err(|e| ConsoleError::Api {
+                status: axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                message: e.to_string(),
+            })?)
         }
         None => None,
     };
+    let status_qs = status.as_deref().map(|s| format!("?status={s}")).unwrap_or_default();
+    // The next page follows the last alert read, shown to this user or not.
+    let older = list.as_ref().and_then(|v| older(v["alerts"].as_array()?, &status_qs));
     let mut list = list;
     if let (Some(v), Some(visible)) = (list.as_mut(), super::visible(&console, &ctx.user).await?)
         && let Some(alerts) = v.get_mut("alerts").and_then(|l| l.as_array_mut())
@@ -107,6 +120,10 @@ pub async fn alerts(
                         td.alert-actions { (marks(&ctx, a)) }
                     } } }
                 } }
+                nav.pager {
+                    @if q.contains_key("before") { a href=(format!("/alerts{status_qs}")) { "« " (t(lang, "Newest")) } }
+                    @if let Some(href) = &older { a href=(href) { (t(lang, "Older")) " »" } }
+                }
             }
         }
     };
@@ -169,4 +186,18 @@ pub async fn sidecars(State(console): State<Console>, ctx: Ctx) -> Result<Respon
     Ok(page::html_response(
         Shell::new(&ctx, t(lang, "Sidecars"), &console.assets, Nav::Sidecars).render(body),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_page_of_alerts_links_to_the_older_ones_after_its_last() {
+        let page: Vec<Value> =
+            (0..PAGE).rev().map(|i| serde_json::json!({"id": format!("a{i:02}")})).collect();
+        assert_eq!(older(&page, ""), Some("/alerts?before=a00".into()));
+        assert_eq!(older(&page, "?status=firing"), Some("/alerts?status=firing&before=a00".into()));
+        assert_eq!(older(&page[1..], ""), None, "a page that is not full is the last");
+    }
 }

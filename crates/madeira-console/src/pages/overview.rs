@@ -59,18 +59,18 @@ pub async fn page(State(console): State<Console>, ctx: Ctx) -> Result<Response, 
     let (waiting, _) = super::approvals::pending(&console, &ctx.user).await?;
     let sidecars = console.app.fleet.as_ref().map(|f| f.sidecars());
     let alerts = match &console.app.alerts {
-        Some(a) => {
-            a.list(&AlertQuery { status: Some("firing".into()), flow: None, limit: 10 }).await.ok().map(
-                |mut v| {
-                    if scope.is_some()
-                        && let Some(list) = v.get_mut("alerts").and_then(|l| l.as_array_mut())
-                    {
-                        list.retain(|a| a.get("flow").and_then(|f| f.as_str()).is_some_and(&in_scope));
-                    }
-                    v
-                },
-            )
-        }
+        Some(a) => a
+            .list(&AlertQuery { status: Some("firing".into()), limit: 10, ..AlertQuery::default() })
+            .await
+            .ok()
+            .map(|mut v| {
+                if scope.is_some()
+                    && let Some(list) = v.get_mut("alerts").and_then(|l| l.as_array_mut())
+                {
+                    list.retain(|a| a.get("flow").and_then(|f| f.as_str()).is_some_and(&in_scope));
+                }
+                v
+            }),
         None => None,
     };
     let mut fires = Vec::new();

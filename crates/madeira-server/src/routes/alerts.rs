@@ -91,8 +91,8 @@ pub async fn list(
     {
         return Err(ApiError::bad_request(format!("status `{s}`: use pending, firing or resolved")));
     }
-    let query =
-        AlertQuery { status, flow: q.get("flow").cloned(), limit: super::runs::parse_limit(q.get("limit"))? };
+    let limit = super::runs::parse_limit(q.get("limit"))?;
+    let query = AlertQuery { status, flow: q.get("flow").cloned(), limit, before: None };
     let mut answer = alerts.list(&query).await.map_err(alert_error)?;
     if let Some(visible) = visible {
         scope_alerts(&mut answer, &visible);

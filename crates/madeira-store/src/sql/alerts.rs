@@ -127,6 +127,9 @@ pub(super) async fn list(pool: &Pool, query: &AlertQuery) -> Result<Vec<AlertRow
     if let Some(flow) = &query.flow {
         q.push(" AND flow = ").push_bind(flow);
     }
+    if let Some(before) = &query.before {
+        q.push(" AND id < ").push_bind(before);
+    }
     q.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(query.limit.max(1)));
     q.build().fetch_all(pool).await?.iter().map(alert_row).collect()
 }

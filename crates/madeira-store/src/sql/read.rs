@@ -2,7 +2,7 @@
 //! transition log, logs and the audit trail.
 
 use madeira_core::keys::CRON_PREFIX;
-use madeira_core::state::RunState;
+use madeira_core::state::{NodeState, RunState};
 use sqlx::QueryBuilder;
 use sqlx::Row as _;
 
@@ -180,6 +180,22 @@ pub(super) async fn count_runs(pool: &Pool, state: &str, since_id: &str, cap: u3
     .fetch_one(pool)
     .await?;
     Ok(u32::try_from(n).unwrap_or(cap))
+}
+
+/// Runs in RUNNING with a MANUAL_CONFIRM node, by when their first such node
+/// started: `runs_state_id` gives the running runs, the nodes' primary key their
+/// nodes (the states written as literals, see `state_condition`).
+pub(super) async fn awaiting_confirmation(pool: &Pool, limit: u32) -> Result<Vec<String>> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(&sql(&format!(
+        "SELECT n.run_id, COALESCE(MIN(n.started_at), 0) AS since FROM runs r JOIN nodes n ON n.run_id = r.id \
+         WHERE r.state = '{}' AND n.state = '{}' GROUP BY n.run_id ORDER BY since, n.run_id LIMIT $1",
+        RunState::Running.as_str(),
+        NodeState::ManualConfirm.as_str()
+    )))
+    .bind(i64::from(limit.max(1)))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|(id, _)| id).collect())
 }
 
 pub(super) async fn transitions(pool: &Pool, run_id: &str) -> Result<Vec<TransitionRecord>> {

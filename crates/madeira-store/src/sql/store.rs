@@ -74,6 +74,7 @@ forward!(RunReader {
     read fn load_run(run_id: &str) -> Option<StoredRun> = read::load_run;
     read fn list_runs(query: &RunQuery) -> Vec<RunRow> = read::list_runs;
     read fn count_runs(state: &str, since_id: &str, cap: u32) -> u32 = read::count_runs;
+    read fn awaiting_confirmation(limit: u32) -> Vec<String> = read::awaiting_confirmation;
     read fn transitions(run_id: &str) -> Vec<TransitionRecord> = read::transitions;
     read fn logs(run_id: &str, node: &str) -> Vec<LogRecord> = read::logs;
     read fn shard_results(run_id: &str, node: &str, key: &str) -> Vec<ShardResult> = shards::list;

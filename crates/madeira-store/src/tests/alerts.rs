@@ -59,8 +59,17 @@ async fn open_set_holds_what_a_restart_must_send_and_prune_drops_old_resolved(s:
     assert_eq!(ids, ["d2", "d4"]);
     assert_eq!(open.alerts[0].details, json!({"error": "boom"}));
 
-    let firing = AlertQuery { status: Some("firing".into()), flow: None, limit: 10 };
+    let firing = AlertQuery { status: Some("firing".into()), flow: None, limit: 10, before: None };
     assert_eq!(s.list_alerts(&firing).await.expect("list").len(), 1);
+    // Keyset pages, newest first: two, then what is older than the last of them.
+    let page = |before: Option<&str>| AlertQuery {
+        limit: 2,
+        before: before.map(str::to_string),
+        ..AlertQuery::default()
+    };
+    let ids = |rows: Vec<crate::AlertRow>| rows.into_iter().map(|a| a.id).collect::<Vec<_>>();
+    assert_eq!(ids(s.list_alerts(&page(None)).await.expect("page 1")), ["a3", "a2"]);
+    assert_eq!(ids(s.list_alerts(&page(Some("a2"))).await.expect("page 2")), ["a1"]);
     let of = s.deliveries_of(&["a1".into(), "a3".into()]).await.expect("of");
     assert_eq!(of.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["d1", "d3"]);
 
@@ -69,7 +78,7 @@ async fn open_set_holds_what_a_restart_must_send_and_prune_drops_old_resolved(s:
     s.write_alerts(&AlertBatch { deliveries: vec![sent], ..AlertBatch::default() }).await.expect("upsert");
     assert!(s.open_alerts().await.expect("open").deliveries.is_empty());
     assert_eq!(s.prune_alerts(100).await.expect("prune"), 2);
-    let all = AlertQuery { status: None, flow: None, limit: 10 };
+    let all = AlertQuery { status: None, flow: None, limit: 10, before: None };
     assert_eq!(s.list_alerts(&all).await.expect("list").len(), 1);
 }
 

@@ -93,3 +93,35 @@ pub(crate) async fn sessions_expire_end_at_sign_out_and_stay_bounded(s: &dyn Sto
     assert_eq!(s.get_session("h5", 3_000).await.expect("get"), None, "the soonest to expire went");
     assert!(s.get_session("h6", 3_000).await.expect("get").is_some());
 }
+
+pub(crate) async fn runs_awaiting_confirmation_are_the_running_ones_longest_waiting_first(s: &dyn Store) {
+    use madeira_core::{NodeState, RunState};
+    for id in ["r1", "r2", "r3", "r4"] {
+        s.create_run(&new_run(id, None, 0, Overlap::Queue)).await.expect(id);
+    }
+    // r1..r3 run; r1's `b` waits since 300, r2's `a` since 200 and its `b` since
+    // 250 (one entry), r3 runs without a wait; r4 waits but its run has ended.
+    let mut batch = Batch::default();
+    for (id, waits) in
+        [("r1", vec![(1, 300)]), ("r2", vec![(0, 200), (1, 250)]), ("r3", vec![]), ("r4", vec![(0, 100)])]
+    {
+        let stored = s.load_run(id).await.expect("load").expect(id);
+        let state = if id == "r4" { RunState::Cancelled } else { RunState::Running };
+        batch.runs.push(RunWrite { run_id: id.into(), state, started_at: Some(50), finished_at: None });
+        for mut node in stored.nodes {
+            node.state = NodeState::Running;
+            if let Some((_, since)) = waits.iter().find(|(idx, _)| *idx == node.idx) {
+                node.state = NodeState::ManualConfirm;
+                node.started_at = Some(*since);
+            }
+            batch.nodes.push(node);
+        }
+    }
+    s.commit(&batch).await.expect("commit");
+    assert_eq!(
+        s.awaiting_confirmation(10).await.expect("read"),
+        ["r2", "r1"],
+        "r2 waits since 200, r1 since 300"
+    );
+    assert_eq!(s.awaiting_confirmation(1).await.expect("capped"), ["r2"]);
+}

@@ -127,6 +127,7 @@ on_every_backend!(
     applied_calendars_are_versioned_by_content,
     runs_keep_their_actor_and_are_found_by_it,
     run_counts_by_state_stop_at_their_cap,
+    runs_awaiting_confirmation_are_the_running_ones_longest_waiting_first,
     attempts_keep_the_host_they_ran_on,
     sessions_expire_end_at_sign_out_and_stay_bounded,
     claims_follow_owner_and_expiry,

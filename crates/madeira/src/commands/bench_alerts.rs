@@ -44,7 +44,7 @@ pub async fn run(events: usize) -> Result<Value> {
     handle.settled().await?;
     let fired = started.elapsed();
     let peak = super::bench_engines::rss_kb("VmHWM") as f64 / 1024.0;
-    let firing = AlertQuery { status: Some("firing".into()), flow: None, limit: 100_000 };
+    let firing = AlertQuery { status: Some("firing".into()), flow: None, limit: 100_000, before: None };
     let alerts = store.list_alerts(&firing).await?.len();
     cancel.cancel();
     let _ = running.await;
