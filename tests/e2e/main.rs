@@ -6,6 +6,7 @@ mod alert_marks;
 mod alert_updates;
 mod alerts;
 mod api;
+mod archive;
 mod auth;
 mod backfill;
 mod backfill_size;

@@ -23,6 +23,9 @@ pub struct ServerConfig {
     pub flows: Option<PathBuf>,
     /// How long finished runs are kept (default 30d).
     pub retention: Option<String>,
+    /// How long after a run finishes its nodes, attempts, outputs and transitions
+    /// are folded into one compressed archive row (default 5m; `off`: never).
+    pub archive_after: Option<String>,
     /// This replica's name (env `MADEIRA_REPLICA_ID`; default: the host name).
     /// Replicas sharing a store need distinct names.
     pub replica_id: Option<String>,
@@ -140,6 +143,18 @@ impl ServerConfig {
             Some(text) => madeira_core::spec::parse_duration(text).map_err(|message| ConfigError {
                 file: file.to_string(),
                 message: format!("retention: {message}"),
+            }),
+        }
+    }
+
+    /// `archive_after`: `None` for `off`.
+    pub fn archive_after(&self, file: &str) -> Result<Option<Duration>, ConfigError> {
+        match self.archive_after.as_deref().map(str::trim) {
+            None => Ok(Some(Duration::from_secs(300))),
+            Some("off") => Ok(None),
+            Some(text) => madeira_core::spec::parse_duration(text).map(Some).map_err(|message| ConfigError {
+                file: file.to_string(),
+                message: format!("archive_after: {message}"),
             }),
         }
     }

@@ -114,6 +114,16 @@ impl Engine {
     pub async fn run_until(mut self, drain: CancellationToken, cancel: CancellationToken) {
         self.reconcile().await;
         let retention = retention::spawn(self.store.clone(), self.options.clone(), cancel.clone());
+        let archiver = self.options.archive_after.map(|after| {
+            let folded = self.effects.stats.folded_counter();
+            crate::archiver::spawn(
+                self.store.clone(),
+                after,
+                self.options.archive_every,
+                folded,
+                cancel.clone(),
+            )
+        });
         let missed = crate::missed::spawn(
             self.store.clone(),
             self.flows.clone(),
@@ -156,6 +166,9 @@ impl Engine {
         }
         self.stop().await;
         let _ = retention.await;
+        if let Some(archiver) = archiver {
+            let _ = archiver.await;
+        }
         let _ = missed.await;
         for helper in sources.helpers {
             let _ = helper.await;

@@ -16,6 +16,7 @@
 //! are recovered, ADMITTED ones started, QUEUED ones promoted.
 
 mod after_policy;
+pub mod archiver;
 pub mod backfill;
 mod bizdates;
 mod calendar_apply;
@@ -89,6 +90,11 @@ pub struct EngineOptions {
     pub batch_max: usize,
     /// Finished runs older than this are pruned.
     pub retention: Duration,
+    /// A run finished this long ago is folded into one archive row (its nodes,
+    /// attempts, outputs and transitions); `None`: never.
+    pub archive_after: Option<Duration>,
+    /// How often the archiver looks for runs to fold.
+    pub archive_every: Duration,
     /// How often the retention sweep and the safety-net reconcile run.
     pub sweep_every: Duration,
     /// Largest outputs object an attempt may produce, in bytes of JSON.
@@ -129,6 +135,8 @@ impl Default for EngineOptions {
         Self {
             batch_max: 128,
             retention: Duration::from_secs(30 * 24 * 3600),
+            archive_after: Some(Duration::from_secs(300)),
+            archive_every: archiver::EVERY,
             sweep_every: Duration::from_secs(60),
             max_output_bytes: 64 * 1024,
             http: HttpPolicy::default(),

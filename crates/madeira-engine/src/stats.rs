@@ -1,8 +1,8 @@
 //! Cheap engine counters and a dispatch-latency reservoir, read by benchmarks and
 //! (later) exported as metrics.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -17,6 +17,8 @@ pub struct EngineStats {
     /// Attempts running inside this process (http, builtin): what a graceful
     /// shutdown waits for. Sidecar attempts are not counted.
     in_process: watch::Sender<usize>,
+    /// Runs this replica's archiver folded (`archiver`).
+    folded: Arc<AtomicU64>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -43,6 +45,15 @@ impl EngineStats {
 
     pub(crate) fn set_in_process(&self, n: usize) {
         self.in_process.send_if_modified(|v| std::mem::replace(v, n) != n);
+    }
+
+    /// Runs this replica's archiver folded since it started.
+    pub fn folded(&self) -> u64 {
+        self.folded.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn folded_counter(&self) -> Arc<AtomicU64> {
+        self.folded.clone()
     }
 
     /// Attempts running in this process now (http, builtin; not sidecar ones).

@@ -37,14 +37,17 @@ pub(crate) fn refused(e: RunRefusal) -> StoreError {
 }
 
 /// The wait `w` (a `run_waits` or `node_waits` row) is met: a run of its upstream
-/// flow for its date is SUCCESS, or has the node it names SUCCESS.
+/// flow for its date is SUCCESS, or has the node it names SUCCESS (in its node
+/// rows, or in the SUCCESS nodes of its archive row when it is folded: one
+/// statement, so a fold meanwhile is seen one way or the other).
 macro_rules! wait_met {
     () => {
         concat!(
             "EXISTS (SELECT 1 FROM runs u WHERE u.flow = w.upstream_flow ",
             "AND u.biz_date = w.upstream_date AND ((w.upstream_node IS NULL AND u.state = 'SUCCESS') ",
-            "OR (w.upstream_node IS NOT NULL AND EXISTS (SELECT 1 FROM nodes n WHERE n.run_id = u.id ",
-            "AND n.node = w.upstream_node AND n.state = 'SUCCESS'))))"
+            "OR (w.upstream_node IS NOT NULL AND (EXISTS (SELECT 1 FROM nodes n WHERE n.run_id = u.id ",
+            "AND n.node = w.upstream_node AND n.state = 'SUCCESS') OR EXISTS (SELECT 1 FROM run_archive a ",
+            "WHERE a.run_id = u.id AND a.succeeded LIKE CONCAT('%,', REPLACE(w.upstream_node, '_', '!'), ',%'))))))"
         )
     };
 }
@@ -80,9 +83,12 @@ pub(crate) const HELD_BY_AFTER: &str = concat!("state = 'QUEUED' AND ", unmet_wa
 /// Whether the run of flow `$1` for business date `$2` is SUCCESS.
 pub(crate) const RUN_MET: &str =
     "SELECT u.id FROM runs u WHERE u.flow = $1 AND u.biz_date = $2 AND u.state = 'SUCCESS' LIMIT 1";
-/// Whether node `$3` of a run of flow `$1` for business date `$2` is SUCCESS.
-pub(crate) const NODE_MET: &str = "SELECT u.id FROM runs u JOIN nodes n ON n.run_id = u.id \
-     WHERE u.flow = $1 AND u.biz_date = $2 AND n.node = $3 AND n.state = 'SUCCESS' LIMIT 1";
+/// Whether node `$3` (bound again as `$4`) of a run of flow `$1` for business
+/// date `$2` is SUCCESS, in its rows or its archive (`wait_met`).
+pub(crate) const NODE_MET: &str = "SELECT u.id FROM runs u WHERE u.flow = $1 AND u.biz_date = $2 \
+     AND (EXISTS (SELECT 1 FROM nodes n WHERE n.run_id = u.id AND n.node = $3 AND n.state = 'SUCCESS') \
+     OR EXISTS (SELECT 1 FROM run_archive a WHERE a.run_id = u.id \
+     AND a.succeeded LIKE CONCAT('%,', REPLACE($4, '_', '!'), ',%'))) LIMIT 1";
 
 /// What `Create` writes: the creation edge, whether the run may start at once,
 /// the runs to cancel; or the answer for a decision that writes nothing.

@@ -246,6 +246,19 @@ pub trait RetentionStore: Send + Sync + 'static {
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64>;
 }
 
+/// The run archive: a finished run's nodes, attempts, node outputs and
+/// transition rows folded into one compressed row. Every reader of a run gives
+/// the same records folded or not; claiming a folded run unfolds it.
+#[async_trait]
+pub trait ArchiveStore: Send + Sync + 'static {
+    /// Folds up to `batch` runs that finished before `before_ms` and that no
+    /// replica holds (no live lease), in one transaction; safe on every replica at
+    /// once (each run is folded by one). Returns how many were folded.
+    async fn fold_finished(&self, before_ms: i64, batch: u32) -> Result<u64>;
+    /// How many runs are folded, and how many nodes they hold.
+    async fn folded(&self) -> Result<(u64, u64)>;
+}
+
 /// Whether the store takes writes.
 #[async_trait]
 pub trait HealthStore: Send + Sync + 'static {
@@ -268,5 +281,6 @@ sum_of! {
     /// Everything Madeira keeps except alerts: the sum of the aggregates above.
     /// Implemented for every type that implements them all.
     Store = FlowStore + RunStore + AuditStore + LeaseStore + PermitStore + CommandStore
-        + PresenceStore + SessionStore + RetentionStore + HealthStore + XxlStore + BackfillStore
+        + PresenceStore + SessionStore + RetentionStore + ArchiveStore + HealthStore + XxlStore
+        + BackfillStore
 }

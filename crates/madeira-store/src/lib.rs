@@ -12,6 +12,7 @@
 mod admission;
 mod aggregates;
 mod alerts;
+mod archive;
 mod backfills;
 pub mod dialect;
 mod lease;

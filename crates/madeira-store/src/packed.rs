@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::{Edge, StoreError, TransitionRecord};
 
-fn node_state(s: NodeState) -> i64 {
+pub(crate) fn node_state(s: NodeState) -> i64 {
     match s {
         NodeState::Init => 0,
         NodeState::Running => 1,

@@ -13,6 +13,9 @@ use crate::dialect::{Dialect, Val};
 use crate::lease::{UNCLAIMED_GRACE_MS, check_fence, claimable};
 use crate::{Claim, Lease, Result};
 
+/// A run's row as a claim reads it: owner, lease, state, the database's now, folded.
+type ClaimRow = (Option<String>, Option<i64>, String, i64, bool);
+
 pub(super) async fn claim_run(
     pool: &Pool,
     run_id: &str,
@@ -21,15 +24,15 @@ pub(super) async fn claim_run(
     only_from: Option<&str>,
 ) -> Result<Claim> {
     let mut tx = pool.begin().await?;
-    let row: Option<(Option<String>, Option<i64>, String, i64)> = sqlx::query_as(&sql(&format!(
-        "SELECT owner, lease_until, state, {} FROM runs WHERE id = $1{}",
+    let row: Option<ClaimRow> = sqlx::query_as(&sql(&format!(
+        "SELECT owner, lease_until, state, {}, folded FROM runs WHERE id = $1{}",
         D::NOW_MS,
         D::FOR_UPDATE
     )))
     .bind(run_id)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((owner, lease_until, state, db_now)) = row else {
+    let Some((owner, lease_until, state, db_now, folded)) = row else {
         return Ok(Claim::Missing);
     };
     if let Some(from) = only_from
@@ -59,6 +62,11 @@ pub(super) async fn claim_run(
         if !steal_idle || busy.0 {
             return Ok(Claim::Other { owner: owner.unwrap_or_default() });
         }
+    }
+    if folded {
+        // Held from here on, its rows back: the archiver leaves a held run alone,
+        // and the claimant's commits find the rows they update.
+        super::archive::unfold(&mut tx, run_id).await?;
     }
     sqlx::query(&sql(&format!("UPDATE runs SET owner = $1, lease_until = {} + $2 WHERE id = $3", D::NOW_MS)))
         .bind(&lease.owner)

@@ -174,8 +174,16 @@ pub(super) async fn delete_flow(pool: &Pool, req: &DeleteFlow) -> Result<DeleteO
         .await?;
     if req.purge {
         for chunk in ids.chunks(CHUNK) {
-            for table in ["nodes", "transitions", "node_outputs", "attempts", "logs", "run_commands", "runs"]
-            {
+            for table in [
+                "nodes",
+                "run_archive",
+                "transitions",
+                "node_outputs",
+                "attempts",
+                "logs",
+                "run_commands",
+                "runs",
+            ] {
                 let column = if table == "runs" { "id" } else { "run_id" };
                 let mut q: QueryBuilder<Db> =
                     QueryBuilder::new(format!("DELETE FROM {table} WHERE {column} IN "));

@@ -4,6 +4,7 @@
 //! item of `D` (see `crate::dialect`).
 
 mod alerts;
+mod archive;
 mod backfills;
 mod calendars;
 mod commands;

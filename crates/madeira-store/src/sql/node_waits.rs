@@ -47,6 +47,7 @@ async fn state_of(pool: &Pool, node: String, wait: AfterWait) -> Result<NodeWait
                 .bind(&wait.flow)
                 .bind(&wait.date)
                 .bind(n)
+                .bind(n)
                 .fetch_optional(pool)
                 .await?
         }
@@ -69,6 +70,14 @@ async fn state_of(pool: &Pool, node: String, wait: AfterWait) -> Result<NodeWait
                 .bind(n)
                 .fetch_optional(pool)
                 .await?;
+        let row = match row {
+            Some(row) => Some(row),
+            // Folded (read after the row: a fold meanwhile is seen here).
+            None => super::archive::archived_in(pool, run)
+                .await?
+                .and_then(|f| f.nodes.into_iter().find(|x| x.node == *n))
+                .map(|x| (x.state.as_str().to_string(), x.started_at)),
+        };
         (upstream_state, upstream_since) = row.map_or((None, None), |(s, at)| (Some(s), at));
     }
     Ok(NodeWaitState { node, wait, met: met.is_some(), upstream_run, upstream_state, upstream_since })

@@ -49,7 +49,14 @@ pub(super) fn run_row(row: &Row) -> Result<RunRow> {
     })
 }
 
-fn node_row(row: &Row) -> Result<NodeRow> {
+/// The columns `node_row` reads, in the order `archive` inserts them.
+pub(super) const NODE_COLUMNS: &str = "run_id, idx, node, state, reason, attempt, series_start, data_version, \
+     outputs, \"reads\", stale, fallback, next_attempt_at, started_at, finished_at";
+/// The columns `attempt_row` reads, in the order `archive` inserts them.
+pub(super) const ATTEMPT_COLUMNS: &str =
+    "run_id, node, attempt, started_at, finished_at, outcome, error, host";
+
+pub(super) fn node_row(row: &Row) -> Result<NodeRow> {
     let state: String = row.try_get("state")?;
     let outputs: String = row.try_get("outputs")?;
     let reads: String = row.try_get("reads")?;
@@ -73,10 +80,25 @@ fn node_row(row: &Row) -> Result<NodeRow> {
     })
 }
 
-type AttemptTuple = (String, String, i64, i64, Option<i64>, Option<String>, Option<String>, Option<String>);
+pub(super) fn attempt_row(row: &Row) -> Result<AttemptRecord> {
+    Ok(AttemptRecord {
+        run_id: row.try_get("run_id")?,
+        node: row.try_get("node")?,
+        attempt: row.try_get::<i64, _>("attempt")? as u32,
+        started_at: row.try_get("started_at")?,
+        finished_at: row.try_get("finished_at")?,
+        outcome: row.try_get("outcome")?,
+        error: row.try_get("error")?,
+        host: row.try_get("host")?,
+    })
+}
 
+/// A run with its nodes and attempts: from their rows, or from the archive when
+/// the run is folded. The rows are read first and the archive after them, so a
+/// fold in between is seen as the archive (a finished run with no node or no
+/// attempt row is looked up there), and an unfold in between as the rows.
 pub(super) async fn load_run(pool: &Pool, run_id: &str) -> Result<Option<StoredRun>> {
-    let Some(row) = sqlx::query(&sql(&format!("SELECT {} FROM runs WHERE id = $1", run_columns())))
+    let Some(row) = sqlx::query(&sql(&format!("SELECT {}, folded FROM runs WHERE id = $1", run_columns())))
         .bind(run_id)
         .fetch_optional(pool)
         .await?
@@ -84,36 +106,34 @@ pub(super) async fn load_run(pool: &Pool, run_id: &str) -> Result<Option<StoredR
         return Ok(None);
     };
     let run = run_row(&row)?;
-    let nodes = sqlx::query(&sql(
-        "SELECT run_id, idx, node, state, reason, attempt, series_start, data_version, outputs, \
-         \"reads\", stale, fallback, next_attempt_at, started_at, finished_at \
-         FROM nodes WHERE run_id = $1 ORDER BY idx",
-    ))
+    let folded: bool = row.try_get("folded")?;
+    let finished = run.state.is_terminal();
+    if folded && let Some(f) = super::archive::archived_in(pool, run_id).await? {
+        return Ok(Some(StoredRun { run, nodes: f.nodes, attempts: f.attempts }));
+    }
+    let nodes =
+        sqlx::query(&sql(&format!("SELECT {NODE_COLUMNS} FROM nodes WHERE run_id = $1 ORDER BY idx")))
+            .bind(run_id)
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(node_row)
+            .collect::<Result<Vec<_>>>()?;
+    let attempts = sqlx::query(&sql(&format!(
+        "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE run_id = $1 ORDER BY node, attempt"
+    )))
     .bind(run_id)
     .fetch_all(pool)
     .await?
     .iter()
-    .map(node_row)
+    .map(attempt_row)
     .collect::<Result<Vec<_>>>()?;
-    let attempts = sqlx::query_as::<_, AttemptTuple>(&sql(
-        "SELECT run_id, node, attempt, started_at, finished_at, outcome, error, host FROM attempts \
-         WHERE run_id = $1 ORDER BY node, attempt",
-    ))
-    .bind(run_id)
-    .fetch_all(pool)
-    .await?
-    .into_iter()
-    .map(|(run_id, node, attempt, started_at, finished_at, outcome, error, host)| AttemptRecord {
-        run_id,
-        node,
-        attempt: attempt as u32,
-        started_at,
-        finished_at,
-        outcome,
-        error,
-        host,
-    })
-    .collect();
+    if finished
+        && (nodes.is_empty() || attempts.is_empty())
+        && let Some(f) = super::archive::archived_in(pool, run_id).await?
+    {
+        return Ok(Some(StoredRun { run, nodes: f.nodes, attempts: f.attempts }));
+    }
     Ok(Some(StoredRun { run, nodes, attempts }))
 }
 
@@ -183,7 +203,7 @@ pub(super) async fn count_runs(pool: &Pool, state: &str, since_id: &str, cap: u3
 }
 
 /// Runs in RUNNING with a MANUAL_CONFIRM node, by when their first such node
-/// started: `runs_state_id` gives the running runs, the nodes' primary key their
+/// started (running runs are never folded: their node rows are there): `runs_state_id` gives the running runs, the nodes' primary key their
 /// nodes (the states written as literals, see `state_condition`).
 pub(super) async fn awaiting_confirmation(pool: &Pool, limit: u32) -> Result<Vec<String>> {
     let rows: Vec<(String, i64)> = sqlx::query_as(&sql(&format!(
@@ -198,12 +218,28 @@ pub(super) async fn awaiting_confirmation(pool: &Pool, limit: u32) -> Result<Vec
     Ok(rows.into_iter().map(|(id, _)| id).collect())
 }
 
+/// The run's transition log: its rows, or the archive's when it has none (a
+/// folded run; one statement reads the rows, so rows found are the whole log).
 pub(super) async fn transitions(pool: &Pool, run_id: &str) -> Result<Vec<TransitionRecord>> {
-    let rows: Vec<(i64, String)> =
-        sqlx::query_as(&sql("SELECT at, entries FROM transitions WHERE run_id = $1 ORDER BY id"))
-            .bind(run_id)
-            .fetch_all(pool)
-            .await?;
+    let rows = transition_rows(pool, run_id).await?;
+    if rows.is_empty() {
+        if let Some(f) = super::archive::archived_in(pool, run_id).await? {
+            return f.log(run_id);
+        }
+        // Unfolded since the rows were read: they are there now.
+        return unpack_rows(run_id, transition_rows(pool, run_id).await?);
+    }
+    unpack_rows(run_id, rows)
+}
+
+async fn transition_rows(pool: &Pool, run_id: &str) -> Result<Vec<(i64, String)>> {
+    Ok(sqlx::query_as(&sql("SELECT at, entries FROM transitions WHERE run_id = $1 ORDER BY id"))
+        .bind(run_id)
+        .fetch_all(pool)
+        .await?)
+}
+
+fn unpack_rows(run_id: &str, rows: Vec<(i64, String)>) -> Result<Vec<TransitionRecord>> {
     let mut log = Vec::new();
     for (at, entries) in rows {
         log.extend(crate::packed::unpack(run_id, at, &entries)?);
@@ -213,25 +249,50 @@ pub(super) async fn transitions(pool: &Pool, run_id: &str) -> Result<Vec<Transit
 
 /// The stored log of each of the node's attempts, and an empty one for each
 /// finished attempt without a log row (it printed nothing: see `RunStore::logs`).
+/// The attempts are the rows', or the archive's when the node has none (logs are
+/// never folded).
 pub(super) async fn logs(pool: &Pool, run_id: &str, node: &str) -> Result<Vec<LogRecord>> {
-    let rows: Vec<(String, String, i64, String)> = sqlx::query_as(&sql(
-        "SELECT run_id, node, attempt, content FROM logs WHERE run_id = $1 AND node = $2 \
-         UNION ALL \
-         SELECT a.run_id, a.node, a.attempt, '' FROM attempts a \
-         WHERE a.run_id = $3 AND a.node = $4 AND a.finished_at IS NOT NULL AND NOT EXISTS \
-         (SELECT 1 FROM logs l WHERE l.run_id = a.run_id AND l.node = a.node AND l.attempt = a.attempt) \
-         ORDER BY attempt",
+    let stored: Vec<(i64, String)> =
+        sqlx::query_as(&sql("SELECT attempt, content FROM logs WHERE run_id = $1 AND node = $2"))
+            .bind(run_id)
+            .bind(node)
+            .fetch_all(pool)
+            .await?;
+    let attempts: Vec<(i64,)> = sqlx::query_as(&sql(
+        "SELECT attempt FROM attempts WHERE run_id = $1 AND node = $2 AND finished_at IS NOT NULL",
     ))
-    .bind(run_id)
-    .bind(node)
     .bind(run_id)
     .bind(node)
     .fetch_all(pool)
     .await?;
-    Ok(rows
+    let mut finished: Vec<u32> = attempts.into_iter().map(|(a,)| a as u32).collect();
+    if finished.is_empty()
+        && let Some(f) = super::archive::archived_in(pool, run_id).await?
+    {
+        let of_node = f.attempts.into_iter().filter(|a| a.node == node && a.finished_at.is_some());
+        finished = of_node.map(|a| a.attempt).collect();
+    }
+    let mut out: Vec<LogRecord> = stored
         .into_iter()
-        .map(|(run_id, node, attempt, content)| LogRecord { run_id, node, attempt: attempt as u32, content })
-        .collect())
+        .map(|(attempt, content)| LogRecord {
+            run_id: run_id.to_string(),
+            node: node.to_string(),
+            attempt: attempt as u32,
+            content,
+        })
+        .collect();
+    for attempt in finished {
+        if !out.iter().any(|l| l.attempt == attempt) {
+            out.push(LogRecord {
+                run_id: run_id.to_string(),
+                node: node.to_string(),
+                attempt,
+                content: String::new(),
+            });
+        }
+    }
+    out.sort_by_key(|l| l.attempt);
+    Ok(out)
 }
 
 pub(super) async fn audit(pool: &Pool, query: &AuditQuery) -> Result<Vec<AuditRecord>> {

@@ -211,6 +211,7 @@ async fn unmet_wait<'r>(tx: &mut Tx<'_>, run: &'r NewRun) -> Result<Option<&'r c
                     .bind(&wait.flow)
                     .bind(&wait.date)
                     .bind(node)
+                    .bind(node)
                     .fetch_optional(&mut **tx)
                     .await?
             }
@@ -533,6 +534,7 @@ pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64
     if !ids.is_empty() {
         for table in [
             "nodes",
+            "run_archive",
             "transitions",
             "node_outputs",
             "attempts",

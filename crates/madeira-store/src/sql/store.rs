@@ -7,19 +7,19 @@ use async_trait::async_trait;
 use serde_json::Value as Json;
 
 use super::{
-    D, alerts, backfills, calendars, commands, commit, deadlines, flows, inbox, lease, lifecycle, node_waits,
-    once, permits, presence, read, runs, sessions, shards, waits, xxl,
+    D, alerts, archive, backfills, calendars, commands, commit, deadlines, flows, inbox, lease, lifecycle,
+    node_waits, once, permits, presence, read, runs, sessions, shards, waits, xxl,
 };
 use crate::dialect::{Dialect, SqlStore};
 use crate::{
-    Advanced, AfterWait, AlertBatch, AlertQuery, AlertRow, AlertStore, AuditQuery, AuditRecord, AuditStore,
-    BackfillChange, BackfillRecord, BackfillStepRow, BackfillStore, Batch, CalendarVersion, Claim,
-    CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowReader, FlowRecord, FlowStore,
-    FlowVersion, HealthStore, HeldNode, HeldRun, InboxEvent, Lease, LeaseStore, LogRecord, NewBackfill,
-    NewRun, NodeWaitState, OpenAlerts, PermitKey, PermitStore, PresenceReader, PresenceStore, PutFlow,
-    QueueOutcome, QueuedEvent, Result, RetentionStore, RunCommand, RunQuery, RunReader, RunRow, RunStore,
-    SessionRecord, SessionStore, ShardResult, SidecarPresence, StoredRun, TransitionRecord, XxlCallbackRow,
-    XxlExecutorRow, XxlStore,
+    Advanced, AfterWait, AlertBatch, AlertQuery, AlertRow, AlertStore, ArchiveStore, AuditQuery, AuditRecord,
+    AuditStore, BackfillChange, BackfillRecord, BackfillStepRow, BackfillStore, Batch, CalendarVersion,
+    Claim, CommandStore, CreateOutcome, DeleteFlow, DeleteOutcome, DeliveryRow, FlowReader, FlowRecord,
+    FlowStore, FlowVersion, HealthStore, HeldNode, HeldRun, InboxEvent, Lease, LeaseStore, LogRecord,
+    NewBackfill, NewRun, NodeWaitState, OpenAlerts, PermitKey, PermitStore, PresenceReader, PresenceStore,
+    PutFlow, QueueOutcome, QueuedEvent, Result, RetentionStore, RunCommand, RunQuery, RunReader, RunRow,
+    RunStore, SessionRecord, SessionStore, ShardResult, SidecarPresence, StoredRun, TransitionRecord,
+    XxlCallbackRow, XxlExecutorRow, XxlStore,
 };
 
 /// Implements `$trait` for `SqlStore<D>`: each `write fn`/`read fn` calls its
@@ -149,6 +149,11 @@ forward!(XxlStore {
     write fn xxl_put_callback(cb: &XxlCallbackRow) -> bool = xxl::put_callback;
     read fn xxl_callbacks(log_ids: &[i64]) -> Vec<XxlCallbackRow> = xxl::callbacks;
     write fn xxl_prune(executors_before_ms: i64, callbacks_before_ms: i64) -> u64 = xxl::prune;
+});
+
+forward!(ArchiveStore {
+    write fn fold_finished(before_ms: i64, batch: u32) -> u64 = archive::fold;
+    read fn folded() -> (u64, u64) = archive::counts;
 });
 
 forward!(HealthStore {

@@ -15,7 +15,7 @@ use crate::{Result, StoreError};
 pub struct Space {
     /// Size of the compacted copy.
     pub file_bytes: u64,
-    /// Rows of `nodes` (one per node of every stored run).
+    /// Nodes of every stored run: rows of `nodes`, and those folded into `run_archive`.
     pub nodes: u64,
     /// Every table and index with the pages it takes, largest first.
     pub objects: Vec<SpaceObject>,
@@ -95,7 +95,11 @@ async fn measure_copy(path: &Path, copy: &Path) -> Result<Space> {
     conn.close().await?;
     let file_bytes = std::fs::metadata(copy).map_err(|e| StoreError::Db(sqlx::Error::Io(e)))?.len();
     let mut conn = SqliteConnectOptions::new().filename(copy).read_only(true).connect().await?;
-    let (nodes,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM nodes").fetch_one(&mut conn).await?;
+    let (nodes,): (i64,) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM nodes) + (SELECT COALESCE(SUM(nodes), 0) FROM run_archive)",
+    )
+    .fetch_one(&mut conn)
+    .await?;
     let rows: Vec<(String, String, i64)> = sqlx::query_as(
         "SELECT d.name, COALESCE(s.tbl_name, d.name), SUM(d.pgsize) FROM dbstat d \
          LEFT JOIN sqlite_schema s ON s.name = d.name GROUP BY d.name ORDER BY 3 DESC, 1",

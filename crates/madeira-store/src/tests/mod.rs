@@ -4,6 +4,7 @@
 //! test body lives once in `suite.rs`.
 
 mod alerts;
+mod archive;
 mod backfills;
 mod bizdates;
 mod console;
@@ -90,6 +91,7 @@ macro_rules! on_every_backend {
 }
 
 mod bodies {
+    pub(super) use super::archive::*;
     pub(super) use super::backfills::*;
     pub(super) use super::bizdates::*;
     pub(super) use super::console::*;
@@ -108,6 +110,8 @@ mod bodies {
 }
 
 on_every_backend!(
+    a_folded_run_reads_as_before_and_a_rerun_after_it_completes,
+    concurrent_folds_take_each_run_once,
     xxl_executors_are_renewed_expired_and_removed,
     the_first_xxl_callback_of_a_log_id_is_kept,
     a_backfill_advances_within_parallel_and_upstream_first,

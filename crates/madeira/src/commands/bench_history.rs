@@ -71,7 +71,7 @@ pub(super) async fn run(engines: &Engines, args: HistoryArgs<'_>) -> Result<Valu
     }
     let db = Db::connect(args.store_url).await?;
     let templates = templates(engines, args.store).await?;
-    let filled = fill(&db, &templates, args.runs, args.days).await?;
+    let filled = fill(&db, args.store, &templates, args.runs, args.days).await?;
     let result = measure(engines, &db, &args, filled).await;
     hsql::finish(&db).await?;
     db.close().await;
@@ -119,8 +119,17 @@ async fn templates(engines: &Engines, store: &dyn madeira_store::Store) -> Resul
     Ok(out)
 }
 
-/// Writes the history; returns what was written and how long it took.
-async fn fill(db: &Db, templates: &[Template], runs: usize, days: u32) -> Result<Value> {
+/// Writes the history, then folds its finished runs (the archiver's work, timed)
+/// and rebuilds the tables it emptied (the space a store in service reuses);
+/// returns what was written, the sizes before and after the fold, and how long
+/// each took.
+async fn fill(
+    db: &Db,
+    store: &dyn madeira_store::Store,
+    templates: &[Template],
+    runs: usize,
+    days: u32,
+) -> Result<Value> {
     let started = Instant::now();
     hsql::prepare(db, templates).await?;
     // The alert the failing template raised (the aggregator may take a moment).
@@ -151,20 +160,60 @@ async fn fill(db: &Db, templates: &[Template], runs: usize, days: u32) -> Result
     }
     let load_s = started.elapsed().as_secs_f64();
     hsql::analyze(db).await?;
-    let tables = hsql::table_bytes(db).await?;
-    let nodes = db.scalar("SELECT COUNT(*) FROM nodes").await?;
-    let total: i64 = tables.iter().map(|(_, b)| b).sum();
+    let unfolded = sizes(db).await?;
+    let fold = fold_all(store).await?;
+    eprintln!("history: {fold}");
+    // Rows the last batches deleted stay while a statement that started before
+    // them runs (the engine's sweeps, seconds on a busy machine): let those end.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    hsql::compact(db).await?;
+    hsql::analyze(db).await?;
+    let folded = sizes(db).await?;
     Ok(json!({
         "history_runs": written,
         "history_days": days,
         "history_start_ms": start,
         "load_s": load_s,
         "runs_per_s_loaded": written as f64 / load_s,
+        "node_rows": folded["node_rows"],
+        "store_bytes": folded["store_bytes"],
+        "bytes_per_node": folded["bytes_per_node"],
+        "table_bytes": folded["table_bytes"],
+        "unfolded": unfolded,
+        "fold": fold,
+        "alerts": alert.is_some(),
+    }))
+}
+
+/// Every finished run folded, in batches of 500 (the archiver's statement group).
+async fn fold_all(store: &dyn madeira_store::Store) -> Result<Value> {
+    let started = Instant::now();
+    let (mut runs, mut worst) = (0u64, 0f64);
+    loop {
+        let t = Instant::now();
+        let n = store.fold_finished(madeira_engine::now_ms(), 500).await?;
+        worst = worst.max(t.elapsed().as_secs_f64() * 1000.0);
+        runs += n;
+        if n < 500 {
+            break;
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    Ok(json!({"runs": runs, "wall_s": wall, "runs_per_s": runs as f64 / wall, "slowest_batch_ms": worst}))
+}
+
+/// Table sizes and bytes per node (node rows and the nodes folded into the archive).
+async fn sizes(db: &Db) -> Result<Value> {
+    let tables = hsql::table_bytes(db).await?;
+    let cast = if db.is_pg() { "BIGINT" } else { "SIGNED" };
+    let nodes = db.scalar("SELECT COUNT(*) FROM nodes").await?
+        + db.scalar(&format!("SELECT CAST(COALESCE(SUM(nodes), 0) AS {cast}) FROM run_archive")).await?;
+    let total: i64 = tables.iter().map(|(_, b)| b).sum();
+    Ok(json!({
         "node_rows": nodes,
         "store_bytes": total,
         "bytes_per_node": total as f64 / nodes.max(1) as f64,
         "table_bytes": tables.into_iter().map(|(t, b)| (t, json!(b))).collect::<serde_json::Map<String, Value>>(),
-        "alerts": alert.is_some(),
     }))
 }
 
@@ -198,6 +247,65 @@ fn live_load(
     (task, started)
 }
 
+/// Dispatch latency under the live load in four windows of 15 s, alternately
+/// without and with an archiver folding the live runs as they become foldable
+/// (off, on, off, on: the machine's other load shared by both).
+async fn fold_under_load(engines: &Engines, store_url: &str) -> Result<Value> {
+    let (store, _) = crate::app::open_store(store_url).await?;
+    let folded = Arc::new(AtomicU64::new(0));
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    dispatch(engines);
+    for window in 0..4 {
+        let stop = Arc::new(AtomicBool::new(false));
+        let archiver = (window % 2 == 1).then(|| live_archiver(store.clone(), stop.clone(), folded.clone()));
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        stop.store(true, Ordering::Relaxed);
+        if let Some(archiver) = archiver {
+            archiver.await.ok();
+        }
+        let samples = dispatch_samples(engines);
+        if window % 2 == 1 { on.extend(samples) } else { off.extend(samples) }
+    }
+    let (off_n, on_n) = (off.len(), on.len());
+    let ((a50, a99), (b50, b99)) = (percentiles(off), percentiles(on));
+    Ok(json!({
+        "without": {"dispatch_p50_ms": a50, "dispatch_p99_ms": a99, "dispatches": off_n},
+        "with": {"dispatch_p50_ms": b50, "dispatch_p99_ms": b99, "dispatches": on_n},
+        "runs_folded": folded.load(Ordering::Relaxed),
+    }))
+}
+
+/// The archiver under the live load, as the engine's runs it (batches of 200, 20
+/// ms apart, until a short one), every second with no delay after a run's end
+/// (a run folds once its holder's lease has lapsed), until `stop`: on its own
+/// connection pool to the store, as another replica's would be.
+fn live_archiver(
+    store: Arc<dyn madeira_store::Store>,
+    stop: Arc<AtomicBool>,
+    count: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while !stop.load(Ordering::Relaxed) {
+            loop {
+                match store.fold_finished(madeira_engine::now_ms(), 200).await {
+                    Ok(n) => {
+                        count.fetch_add(n, Ordering::Relaxed);
+                        if n < 200 {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "live archiver failed");
+                        break;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+}
+
 fn percentiles(mut v: Vec<f64>) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
     let pick = |p: f64| {
@@ -206,11 +314,17 @@ fn percentiles(mut v: Vec<f64>) -> (f64, f64) {
     (pick(0.50), pick(0.99))
 }
 
-fn dispatch(engines: &Engines) -> (f64, f64, usize) {
+/// The dispatch latencies (ms) since the last look, of every replica.
+fn dispatch_samples(engines: &Engines) -> Vec<f64> {
     let mut all = Vec::new();
     for e in &engines.0 {
         all.extend(e.stats().snapshot(true).dispatch_latency_us.into_iter().map(|u| f64::from(u) / 1000.0));
     }
+    all
+}
+
+fn dispatch(engines: &Engines) -> (f64, f64, usize) {
+    let all = dispatch_samples(engines);
     let n = all.len();
     let (p50, p99) = percentiles(all);
     (p50, p99, n)
@@ -229,9 +343,11 @@ async fn measure(engines: &Engines, db: &Db, args: &HistoryArgs<'_>, filled: Val
     dispatch(engines);
     let prune = prune_day(args.store, hist_start).await;
     let (p50, p99, pn) = dispatch(engines);
+    let folding = fold_under_load(engines, args.store_url).await;
     stop.store(true, Ordering::Relaxed);
     load.await.ok();
     Ok(json!({
+        "fold_under_load": folding?,
         "scenario": "history",
         "replicas": engines.0.len(),
         "live_rate_per_s": args.rate,
@@ -396,6 +512,32 @@ pub(super) fn print(r: &Value) {
         let parts: Vec<String> = tables.iter().map(|(t, b)| format!("{t} {:.0}", f(b) / n)).collect();
         println!("            B/node by table: {}", parts.join(", "));
     }
+    let (unfolded, fold) = (&fill["unfolded"], &fill["fold"]);
+    if let Some(tables) = unfolded["table_bytes"].as_object() {
+        let n = f(&unfolded["node_rows"]).max(1.0);
+        let parts: Vec<String> = tables.iter().map(|(t, b)| format!("{t} {:.0}", f(b) / n)).collect();
+        println!(
+            "            before the fold: {:.0} B/node: {}",
+            f(&unfolded["bytes_per_node"]),
+            parts.join(", ")
+        );
+    }
+    println!(
+        "            fold: {} runs in {:.1} s ({:.0} runs/s, slowest batch of 500 {:.0} ms)",
+        fold["runs"],
+        f(&fold["wall_s"]),
+        f(&fold["runs_per_s"]),
+        f(&fold["slowest_batch_ms"]),
+    );
+    let under = &r["fold_under_load"];
+    println!(
+        "            live load, 2 × 15 s without folding: dispatch p50 {:.2} ms p99 {:.2} ms; 2 × 15 s with the archiver ({} runs folded): p50 {:.2} ms p99 {:.2} ms",
+        f(&under["without"]["dispatch_p50_ms"]),
+        f(&under["without"]["dispatch_p99_ms"]),
+        under["runs_folded"],
+        f(&under["with"]["dispatch_p50_ms"]),
+        f(&under["with"]["dispatch_p99_ms"]),
+    );
     println!(
         "            live load {} runs/s on {} replica(s) ({} started); dispatch p50 {:.2} ms p99 {:.2} ms ({} dispatches)",
         r["live_rate_per_s"],

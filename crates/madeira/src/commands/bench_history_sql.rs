@@ -284,9 +284,30 @@ pub(super) async fn analyze(db: &Db) -> Result<()> {
     if db.is_pg() {
         db.exec("ANALYZE").await?;
     } else {
-        for t in ["runs", "nodes", "transitions", "node_outputs", "attempts", "logs", "audit", "alerts"] {
+        for t in [
+            "runs",
+            "nodes",
+            "transitions",
+            "node_outputs",
+            "attempts",
+            "logs",
+            "audit",
+            "alerts",
+            "run_archive",
+        ] {
             db.exec(&format!("ANALYZE TABLE {t}")).await?;
         }
+    }
+    Ok(())
+}
+
+/// Rebuilds the tables the fold emptied (and `runs`, whose rows it updated),
+/// giving back the space a store in service would reuse for new rows:
+/// `VACUUM FULL` on PostgreSQL, `OPTIMIZE TABLE` (a rebuild) on MariaDB.
+pub(super) async fn compact(db: &Db) -> Result<()> {
+    for t in ["nodes", "attempts", "node_outputs", "transitions", "runs"] {
+        let stmt = if db.is_pg() { format!("VACUUM FULL {t}") } else { format!("OPTIMIZE TABLE {t}") };
+        db.exec(&stmt).await?;
     }
     Ok(())
 }

@@ -31,6 +31,7 @@ pub async fn serve(config_path: &Path, telemetry: TelemetryOptions) -> Result<Ex
     })?;
     let engine = EngineOptions {
         retention: config.retention(&file)?,
+        archive_after: config.archive_after(&file)?,
         http: config.http_executor.clone(),
         replica_id: config.replica_id(),
         lease: config.lease(&file)?,
@@ -159,6 +160,7 @@ pub async fn dev(args: DevArgs, telemetry: TelemetryOptions) -> Result<ExitCode>
     let sources = config.sources(&file)?;
     let engine = EngineOptions {
         retention: config.retention(&file)?,
+        archive_after: config.archive_after(&file)?,
         // `dev` serves on loopback for a local developer: local targets are fine.
         http: madeira_engine::HttpPolicy { allow_loopback: true, ..config.http_executor.clone() },
         // One dev control plane per data directory: a restart takes its runs back at once.
