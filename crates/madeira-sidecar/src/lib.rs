@@ -101,6 +101,7 @@ impl Sidecar {
         // Jobs run as another `user` must reach their own (0700) attempt directory.
         let switches_user = options.jobs.values().any(|j| j.user.is_some());
         spool::private_dir(&work_root, if switches_user { 0o711 } else { 0o700 })?;
+        runner::clear_spares(&work_root);
         let leftovers = leftovers::Leftovers::open(&options.spool_dir.join("jobs"))?;
         let shared = worker::Shared::new(
             options.identity,

@@ -7,6 +7,7 @@
 pub mod group;
 mod logtail;
 mod spawn;
+mod workdir;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -17,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use logtail::LogTail;
+pub use workdir::clear_spares;
 
 use crate::config::JobSpec;
 
@@ -126,10 +128,15 @@ pub async fn run(job: &JobSpec, attempt: &Attempt, ctx: RunCtx<'_>, cancel: Canc
 }
 
 /// Removes an attempt's directory (its input file, the output file the job
-/// wrote). In place, like its creation: two entries in the page cache cost less
-/// than a trip to the blocking pool.
+/// wrote): emptied and kept for the next attempt (`workdir.rs`: removing a
+/// directory can wait for the disk), or removed when it is not kept. In place,
+/// like its creation: a few entries in the page cache cost less than a trip to
+/// the blocking pool.
 pub fn remove_work_dir(work_root: &Path, assignment_id: &str) {
     let dir = work_root.join(sanitize(assignment_id));
+    if workdir::recycle(work_root, &dir) {
+        return;
+    }
     if let Err(e) = std::fs::remove_dir_all(&dir)
         && e.kind() != std::io::ErrorKind::NotFound
     {

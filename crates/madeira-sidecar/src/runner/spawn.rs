@@ -117,8 +117,8 @@ pub(super) fn prepare(
     Ok((cmd, job_output))
 }
 
-/// Creates the attempt directory (0700) and its input file (0600), handed to the
-/// job's user when it switches.
+/// Creates the attempt directory (0700; a recycled one when there is one,
+/// `workdir.rs`) and its input file (0600), handed to the job's user when it switches.
 fn write_input(
     dir: &Path,
     input: &Path,
@@ -127,11 +127,13 @@ fn write_input(
 ) -> Result<(), String> {
     use std::io::Write;
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    if !super::workdir::reuse(dir) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
     let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
     // Never through a symbolic link: the file is written, and handed over, as itself.
     let mut file = std::fs::OpenOptions::new()

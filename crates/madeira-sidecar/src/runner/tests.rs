@@ -75,7 +75,68 @@ echo to-stdout; echo to-stderr >&2
     assert_eq!(out.outputs["input"]["nodes"]["up"]["outputs"]["k"], 1);
     let log = String::from_utf8_lossy(&out.log_tail);
     assert!(log.contains("to-stdout") && log.contains("to-stderr"), "{log}");
-    assert!(std::fs::read_dir(dir.path()).expect("dir").next().is_none(), "attempt dir removed");
+    assert_left_only_spares(dir.path());
+}
+
+/// The work root holds no attempt directory any more, only empty spares.
+fn assert_left_only_spares(root: &Path) {
+    for entry in std::fs::read_dir(root).expect("work root") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().expect("name").to_string_lossy().to_string();
+        assert!(name.starts_with(".spare-"), "attempt dir {name} left behind");
+        assert!(std::fs::read_dir(&path).expect("spare").next().is_none(), "spare {name} is not empty");
+    }
+}
+
+/// An attempt's directory is emptied and kept for the next attempt, which finds it
+/// as a new one: empty but for its own input, 0700, with no output of the last job.
+#[tokio::test]
+async fn a_recycled_attempt_directory_is_empty_and_private() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("work");
+    let first = r#"
+d=$(dirname "$MADEIRA_INPUT_FILE")
+echo '{"left": true}' > "$MADEIRA_OUTPUT_FILE"
+mkdir -p "$d/sub/deeper" && echo x > "$d/sub/deeper/file" && echo y > "$d/stray"
+ln -s /etc/hostname "$d/link"; chmod 755 "$d"
+"#;
+    let out =
+        run_in(&work, &job(&["/bin/sh", "-c", first], None, "1s"), &attempt(), CancellationToken::new())
+            .await;
+    assert_eq!((out.status, out.outputs["left"].clone()), (Status::Success, json!(true)), "{}", out.error);
+    assert_eq!(workdir::spare_count(&work), 1, "the directory is kept");
+    assert_left_only_spares(&work);
+    assert!(Path::new("/etc/hostname").exists(), "a link in the directory is removed, not followed");
+
+    let second = r#"
+d=$(dirname "$MADEIRA_INPUT_FILE")
+printf '{"entries":"%s","mode":"%s","output_there":"%s"}' "$(ls -A "$d" | tr '\n' ' ')" \
+  "$(stat -c %a "$d")" "$(test -e "$MADEIRA_OUTPUT_FILE.tmp" -o -e "$MADEIRA_OUTPUT_FILE" && echo yes || echo no)" > "$d/out.tmp"
+mv "$d/out.tmp" "$MADEIRA_OUTPUT_FILE"
+"#;
+    let next = Attempt { assignment_id: "a-2".into(), ..attempt() };
+    let out =
+        run_in(&work, &job(&["/bin/sh", "-c", second], None, "1s"), &next, CancellationToken::new()).await;
+    assert_eq!(out.status, Status::Success, "{}", out.error);
+    assert_eq!(out.outputs["entries"], "input.json ", "only its own input");
+    assert_eq!(out.outputs["mode"], "700");
+    assert_eq!(out.outputs["output_there"], "no", "the last job's output is gone");
+    assert_eq!(workdir::spare_count(&work), 1, "taken, then kept again");
+    assert_left_only_spares(&work);
+}
+
+/// Spares an earlier process left are removed when the sidecar starts.
+#[test]
+fn spares_of_an_earlier_process_are_removed_at_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spare = dir.path().join(".spare-1-7");
+    std::fs::create_dir_all(spare.join("sub")).expect("spare");
+    std::fs::write(spare.join("sub/f"), b"x").expect("file");
+    let attempt_dir = dir.path().join("a-9");
+    std::fs::create_dir(&attempt_dir).expect("attempt dir");
+    clear_spares(dir.path());
+    assert!(!spare.exists(), "the spare is removed");
+    assert!(attempt_dir.exists(), "an attempt's directory is not a spare");
 }
 
 #[tokio::test]
