@@ -43,7 +43,14 @@ pub(super) fn reuse(dir: &Path) -> bool {
             }
         };
         match std::fs::rename(&spare, dir) {
-            Ok(()) => return true,
+            // Checked empty again: a job's stray grandchild (outside its process
+            // group) may have written into it since; then it is not used.
+            Ok(()) if is_empty(dir) => return true,
+            Ok(()) => {
+                tracing::warn!(dir = %dir.display(), "a spare attempt directory was written to after it was emptied; made anew");
+                let _ = std::fs::remove_dir_all(dir);
+                return false;
+            }
             // A spare that vanished is dropped; try the next.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             // `dir` is there already, and not empty: it is made (and found) as before.
@@ -80,6 +87,10 @@ pub(super) fn recycle(work_root: &Path, dir: &Path) -> bool {
     }
     spares().push(spare);
     true
+}
+
+fn is_empty(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_none())
 }
 
 /// Removes every entry of `dir` (never following a symbolic link out of it).
@@ -125,4 +136,31 @@ pub fn clear_spares(work_root: &Path) {
 #[cfg(test)]
 pub(super) fn spare_count(work_root: &Path) -> usize {
     spares().iter().filter(|s| s.parent() == Some(work_root)).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spare_written_to_after_it_was_emptied_is_not_used() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let first = root.path().join("a-1");
+        std::fs::create_dir(&first).expect("dir");
+        std::fs::write(first.join("output.json"), b"{}").expect("output");
+        assert!(recycle(root.path(), &first), "emptied and kept");
+        let spare = std::fs::read_dir(root.path())
+            .expect("root")
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(SPARE_PREFIX)))
+            .expect("a spare");
+        assert!(is_empty(&spare));
+        // A stray grandchild of the last job writes into it.
+        std::fs::write(spare.join("late"), b"x").expect("late write");
+        let next = root.path().join("a-2");
+        assert!(!reuse(&next), "not used");
+        assert!(!next.exists(), "removed: the caller makes the directory anew");
+        assert_eq!(spare_count(root.path()), 0);
+    }
 }
