@@ -168,28 +168,13 @@ pub(super) async fn delete_flow(pool: &Pool, req: &DeleteFlow) -> Result<DeleteO
         .execute(&mut *tx)
         .await?
         .rows_affected();
-    let ids: Vec<(String,)> = sqlx::query_as(&sql("SELECT id FROM runs WHERE flow = $1"))
+    let ids: Vec<String> = sqlx::query_scalar(&sql("SELECT id FROM runs WHERE flow = $1"))
         .bind(&req.flow)
         .fetch_all(&mut *tx)
         .await?;
     if req.purge {
         for chunk in ids.chunks(CHUNK) {
-            for table in [
-                "nodes",
-                "run_archive",
-                "transitions",
-                "node_outputs",
-                "attempts",
-                "logs",
-                "run_commands",
-                "runs",
-            ] {
-                let column = if table == "runs" { "id" } else { "run_id" };
-                let mut q: QueryBuilder<Db> =
-                    QueryBuilder::new(format!("DELETE FROM {table} WHERE {column} IN "));
-                push_list(&mut q, chunk.iter().map(|(id,)| id));
-                q.build().execute(&mut *tx).await?;
-            }
+            super::delete_runs(&mut tx, chunk, &["run_commands"]).await?;
         }
         for table in ["permits", "flow_versions"] {
             sqlx::query(&sql(&format!("DELETE FROM {table} WHERE flow = $1")))

@@ -179,6 +179,36 @@ where
     sep.push_unseparated(")");
 }
 
+/// The tables that hold a run's rows by `run_id`: deleted with the run, by
+/// retention and by a flow's purge (one list, so a new one is never left behind).
+const RUN_TABLES: [&str; 9] = [
+    "nodes",
+    "run_archive",
+    "transitions",
+    "node_outputs",
+    "attempts",
+    "logs",
+    "shard_results",
+    "run_waits",
+    "node_waits",
+];
+
+/// Deletes the runs `ids` (at most `CHUNK`) with their rows in `RUN_TABLES` and
+/// `also` (more tables by `run_id`); answers how many runs were deleted.
+async fn delete_runs(c: &mut Conn, ids: &[String], also: &[&str]) -> crate::Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    for table in RUN_TABLES.iter().chain(also) {
+        let mut q: QueryBuilder<Db> = QueryBuilder::new(format!("DELETE FROM {table} WHERE run_id IN "));
+        push_list(&mut q, ids);
+        q.build().execute(&mut *c).await?;
+    }
+    let mut q: QueryBuilder<Db> = QueryBuilder::new("DELETE FROM runs WHERE id IN ");
+    push_list(&mut q, ids);
+    Ok(q.build().execute(&mut *c).await?.rows_affected())
+}
+
 /// The statements of one transaction, sent as one script where the dialect takes
 /// scripts (`Dialect::SCRIPTS`: SQLite, one hop to its worker thread for all of
 /// them), else each as it ends; or, for a script made by `row_by_row`, kept as

@@ -530,26 +530,10 @@ pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64
     .bind(i64::from(batch))
     .fetch_all(&mut *tx)
     .await?;
+    let ids: Vec<String> = ids.into_iter().map(|(id,)| id).collect();
     let mut deleted = 0;
-    if !ids.is_empty() {
-        for table in [
-            "nodes",
-            "run_archive",
-            "transitions",
-            "node_outputs",
-            "attempts",
-            "logs",
-            "shard_results",
-            "run_waits",
-            "node_waits",
-            "runs",
-        ] {
-            let column = if table == "runs" { "id" } else { "run_id" };
-            let mut q: QueryBuilder<Db> =
-                QueryBuilder::new(format!("DELETE FROM {table} WHERE {column} IN "));
-            push_list(&mut q, ids.iter().map(|(id,)| id));
-            deleted = q.build().execute(&mut *tx).await?.rows_affected();
-        }
+    for chunk in ids.chunks(CHUNK) {
+        deleted += super::delete_runs(&mut tx, chunk, &[]).await?;
     }
     prune_backfills(&mut tx, before_ms, batch).await?;
     for (table, column) in [("audit", "at"), ("run_commands", "created_at")] {

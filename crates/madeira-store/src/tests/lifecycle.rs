@@ -105,11 +105,23 @@ pub(crate) async fn a_deleted_flow_keeps_or_purges_its_history(s: &dyn Store) {
     let revived = s.get_flow("f").await.expect("get").expect("revived");
     assert!(!revived.paused);
     assert!(s.deleted_flows().await.expect("deleted").is_empty());
+    // A kept shard of the run goes with it (every table of a run's rows, `RUN_TABLES`).
+    let kept = ShardResult {
+        run_id: "r1".into(),
+        node: "a".into(),
+        key: "k".into(),
+        shard: 0,
+        input_hash: "h".into(),
+        outputs: "{}".into(),
+        at_ms: 9,
+    };
+    s.put_shard_result(&kept).await.expect("shard");
     assert_eq!(
         s.delete_flow(&delete(true)).await.expect("purge"),
         DeleteOutcome::Deleted { runs: 1, events_dropped: 0 }
     );
     assert!(s.load_run("r1").await.expect("load").is_none(), "purged");
+    assert!(s.shard_results("r1", "a", "k").await.expect("shards").is_empty(), "its kept shards too");
     assert!(s.flow_versions("f").await.expect("versions").is_empty());
     assert!(s.deleted_flows().await.expect("deleted").is_empty(), "a purged flow has no history to list");
     assert_eq!(s.put_flow("f", "x", "h1", 11).await.expect("again"), PutFlow { version: 3, created: true });
