@@ -628,6 +628,11 @@ pub struct BenchArgs {
     /// Concurrent runs in the settlement scenario.
     #[arg(long, default_value_t = 500)]
     pub runs: usize,
+    /// Skip the settlement scenario's fold of its runs into the archive (and its
+    /// ~16 s wait for their leases to lapse): `bench/compare` counts the
+    /// settlement's instructions alone.
+    #[arg(long)]
+    pub no_fold: bool,
     /// Store to benchmark (`postgres://…`, `mysql://…` or `sqlite://…`); default: a temporary SQLite file.
     #[arg(long)]
     pub store: Option<String>,

@@ -80,11 +80,13 @@ pub async fn run(args: BenchArgs, telemetry: TelemetryOptions) -> Result<ExitCod
                     None => None,
                 };
                 let mut result = settlement(&engines, args.runs).await?;
-                if let (Some(file), Some(before)) = (&store_file, before) {
-                    bench_storage::add(&mut result, &before, &bench_storage::measure(file).await?);
-                    let folded = bench_storage::fold_all(planes[0].store.as_ref()).await?;
-                    let after = bench_storage::measure(file).await?;
-                    bench_storage::add_folded(&mut result, &before, &after, folded);
+                if let (Some(file), Some(before)) = (&store_file, &before) {
+                    bench_storage::add(&mut result, before, &bench_storage::measure(file).await?);
+                    if !args.no_fold {
+                        let folded = bench_storage::fold_all(planes[0].store.as_ref()).await?;
+                        let after = bench_storage::measure(file).await?;
+                        bench_storage::add_folded(&mut result, before, &after, folded);
+                    }
                 }
                 result
             }
