@@ -6,19 +6,21 @@
 //! every other report is acknowledged as refused with its reason and counted, and
 //! the runs name the reporting sidecar as their host.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use madeira_engine::Executors;
-use madeira_fleet::{Fleet, FleetOptions, GroupToken};
+use madeira_fleet::{FleetOptions, GroupToken};
 use madeira_proto::v1::link_client::LinkClient;
 use madeira_proto::v1::{ExecReport, Hello, Ready};
 use madeira_proto::{ControlMsg, SidecarMessage, SidecarMsg};
 use madeira_store::sqlite::SqliteStore;
 use madeira_store::{FlowReader, RunQuery, RunReader};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+
+use common::{Plane, plane};
 
 const TOKEN_A: &str = "group-a-token-0123456789";
 
@@ -46,17 +48,7 @@ async fn exec_reports_create_at_most_the_caps_worth_of_flows_and_only_listed_one
         observe_max_flows: 3,
         ..FleetOptions::with_lost_after(Duration::from_secs(5))
     };
-    let mut registry = prometheus_client::registry::Registry::default();
-    let fleet = Fleet::new(options, &mut registry);
-    let mut executors = Executors::new(Default::default());
-    executors.sidecar = Some(fleet.executor());
-    let (engine, handle) = madeira_engine::build(store.clone(), executors, Vec::new(), Default::default());
-    fleet.attach_engine(handle.clone(), store.clone());
-    let cancel = CancellationToken::new();
-    tokio::spawn(engine.run(cancel.clone()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(fleet.clone().serve(listener, cancel.clone()));
+    let Plane { handle, endpoint, cancel, registry, .. } = plane(store.clone(), options).await;
     // An observe flow that exists (of another group: observe flows are never dispatched).
     let theirs =
         "flow: cron-gb\nobserve: true\nnodes:\n  cron_gb: {run: {sidecar: {group: gb, job: cron-gb}}}\n";

@@ -10,8 +10,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use madeira_engine::{Executors, TriggerRequest};
-use madeira_fleet::{Fleet, FleetOptions, GroupToken};
+use madeira_engine::TriggerRequest;
+use madeira_fleet::{FleetOptions, GroupToken};
 use madeira_proto::v1::link_client::LinkClient;
 use madeira_proto::v1::{AttemptResult, Hello, JobDecl, Outcome, Ready};
 use madeira_proto::{ControlMsg, SidecarMsg};
@@ -21,9 +21,8 @@ use madeira_sidecar::{
 use madeira_store::RunReader;
 use madeira_store::sqlite::SqliteStore;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
-use common::{next, send};
+use common::{Plane, next, plane, send};
 
 const TOKEN_A: &str = "group-a-token-0123456789";
 const TOKEN_B: &str = "group-b-token-0123456789";
@@ -55,17 +54,7 @@ async fn a_forged_result_for_another_groups_node_is_refused_and_the_node_really_
     ];
     let options =
         FleetOptions { tokens: Some(tokens), ..FleetOptions::with_lost_after(Duration::from_secs(5)) };
-    let mut registry = prometheus_client::registry::Registry::default();
-    let fleet = Fleet::new(options, &mut registry);
-    let mut executors = Executors::new(Default::default());
-    executors.sidecar = Some(fleet.executor());
-    let (engine, handle) = madeira_engine::build(store.clone(), executors, Vec::new(), Default::default());
-    fleet.attach_engine(handle.clone(), store.clone());
-    let cancel = CancellationToken::new();
-    tokio::spawn(engine.run(cancel.clone()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(fleet.clone().serve(listener, cancel.clone()));
+    let Plane { handle, endpoint, cancel, registry, .. } = plane(store.clone(), options).await;
 
     // Group gb's real sidecar: its job leaves a witness line per execution.
     let witness = dir.path().join("witness");

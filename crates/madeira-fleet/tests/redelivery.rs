@@ -13,17 +13,16 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use madeira_engine::{Executors, TriggerRequest};
-use madeira_fleet::{Fleet, FleetOptions};
+use madeira_engine::TriggerRequest;
+use madeira_fleet::FleetOptions;
 use madeira_proto::v1::link_client::LinkClient;
 use madeira_proto::v1::{AttemptResult, Hello, JobDecl, Outcome, Ready};
 use madeira_proto::{ControlMessage, ControlMsg, SidecarMsg};
 use madeira_store::RunReader;
 use madeira_store::sqlite::SqliteStore;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
-use common::{next, send};
+use common::{Plane, next, plane, send};
 
 /// Waits for the `Ack` of `report`, within `within`.
 async fn acked(inbound: &mut tonic::Streaming<ControlMessage>, report: &str, within: Duration) {
@@ -42,17 +41,8 @@ async fn acked(inbound: &mut tonic::Streaming<ControlMessage>, report: &str, wit
 async fn a_result_delivered_again_after_its_commit_is_acknowledged_and_not_applied_twice() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
-    let mut registry = prometheus_client::registry::Registry::default();
-    let fleet = Fleet::new(FleetOptions::with_lost_after(Duration::from_secs(20)), &mut registry);
-    let mut executors = Executors::new(Default::default());
-    executors.sidecar = Some(fleet.executor());
-    let (engine, handle) = madeira_engine::build(store.clone(), executors, Vec::new(), Default::default());
-    fleet.attach_engine(handle.clone(), store.clone());
-    let cancel = CancellationToken::new();
-    tokio::spawn(engine.run(cancel.clone()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(fleet.clone().serve(listener, cancel.clone()));
+    let Plane { handle, endpoint, cancel, .. } =
+        plane(store.clone(), FleetOptions::with_lost_after(Duration::from_secs(20))).await;
 
     let mut client = LinkClient::connect(endpoint).await.expect("connect");
     let (out, rx) = mpsc::channel(16);
