@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use madeira_proto::v1::{
-    Assignment, AttemptResult, ExecReport, LogChunk, Outcome, Refused, RunningAssignment, Started,
+    Assignment, AttemptResult, ExecReport, LogChunk, Outcome, Refused, RunningAssignment,
 };
 use madeira_proto::{SidecarMessage, SidecarMsg};
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -248,8 +248,8 @@ impl Shared {
         let attempt = attempt_of(&a);
         let (log_tx, log_rx) = mpsc::channel::<Vec<u8>>(64);
         let forward = tokio::spawn(forward_logs(self.clone(), a.assignment_id.clone(), log_rx));
-        let started = SidecarMsg::Started(Started { assignment_id: a.assignment_id.clone(), pid: 0 });
-        self.send(SidecarMessage { msg: Some(started) }).await;
+        // No `Started` is sent: the control plane never used it, and its frame cost
+        // both processes a write, a read and a task wake-up per job, during the spawn.
         let outcome = if cancel.is_cancelled() {
             drop(log_tx);
             runner::Outcome {
