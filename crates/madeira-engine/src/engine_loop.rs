@@ -241,10 +241,13 @@ impl Engine {
         for (flow, node) in &work.permits_freed {
             self.handle.wake.permit_freed(flow, *node);
         }
-        self.effects.publish(std::mem::take(&mut work.events), std::mem::take(&mut work.replies));
+        let (events, replies) = (std::mem::take(&mut work.events), std::mem::take(&mut work.replies));
         let actions = std::mem::take(&mut work.actions);
         let perform = Perform { handle: &self.handle };
         let performed = self.effects.perform(&self.step, &work, actions, perform);
+        // Published once the attempts' tasks are spawned: a subscriber woken first
+        // (the fleet's acknowledgements) ran ahead of the next attempt's placement.
+        self.effects.publish(events, replies);
         self.intake.pending.extend(performed.results);
         let mut finished_flows = Vec::new();
         for (run_id, state) in performed.finished {
