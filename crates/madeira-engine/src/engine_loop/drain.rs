@@ -60,7 +60,7 @@ impl Engine {
     pub(super) async fn stop(&mut self) {
         self.step.draining = true;
         let results = self.intake.close();
-        if !results.is_empty() || !self.effects.hosts.is_empty() || !self.handle.noted.is_empty() {
+        if !results.is_empty() || !self.effects.hosts.is_empty() {
             // Placements still waiting for a commit ride in this one.
             self.process(results).await;
         }

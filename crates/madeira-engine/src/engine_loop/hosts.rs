@@ -69,10 +69,6 @@ impl NotedPlacements {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push(placement);
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
-    }
-
     /// Every placement noted so far, in the order noted.
     pub(crate) fn take(&self) -> Vec<Placement> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
