@@ -317,20 +317,19 @@ async fn run_shard(
             engine.note_placed(&job.run_id, &job.node, job.attempt, &sidecar);
         }
         match event {
-            Some(Some(Event::Result(r))) => return ShardEnd::Done(r),
-            Some(Some(Event::Refused { sidecar, reason })) => {
-                last_error = format!("sidecar {sidecar} refused: {reason}");
-                excluded.insert(sidecar);
-            }
-            Some(Some(Event::Lost { sidecar })) => {
-                warn!(run_id = %job.run_id, node = %job.node, shard, sidecar = %sidecar, "sidecar lost mid-attempt; moving the attempt");
-                last_error = format!("sidecar {sidecar} was lost");
-                excluded.insert(sidecar);
-            }
-            Some(None) => {
-                return ShardEnd::Failed { error: "the fleet dropped the attempt".into(), retryable: true };
-            }
-            // Cancelled.
+            Some(event) => match event {
+                Some(Event::Result(r)) => return ShardEnd::Done(r),
+                Some(Event::Refused { sidecar, reason }) => {
+                    last_error = format!("sidecar {sidecar} refused: {reason}");
+                    excluded.insert(sidecar);
+                }
+                Some(Event::Lost { sidecar }) => {
+                    warn!(run_id = %job.run_id, node = %job.node, shard, sidecar = %sidecar, "sidecar lost mid-attempt; moving the attempt");
+                    last_error = format!("sidecar {sidecar} was lost");
+                    excluded.insert(sidecar);
+                }
+                None => return ShardEnd::Failed { error: "the fleet dropped the attempt".into(), retryable: true },
+            },
             None => return abort(fleet, &sidecar, &assignment_id, tx, &mut events).await,
         }
     }
