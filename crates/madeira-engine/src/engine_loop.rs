@@ -45,7 +45,6 @@ use crate::record::Work;
 use crate::{EngineError, EngineOptions, FlowCache, clock::now_ms, retention};
 use effects::Perform;
 pub(crate) use effects::{Effects, EffectsOptions};
-pub(crate) use hosts::NotedPlacements;
 pub(crate) use intake::Intake;
 use intake::{Input, SourceCtx, Wait};
 pub(crate) use step::{Step, StepOptions};
@@ -195,9 +194,6 @@ impl Engine {
         let placements_only =
             !batch.is_empty() && batch.iter().all(|e| matches!(e, Envelope::AttemptPlaced { .. }));
         let mut work = Work::default();
-        for (run_id, node, attempt, host) in self.handle.noted.take() {
-            self.placed(&run_id, &node, attempt, host, &mut work);
-        }
         for envelope in batch {
             self.apply_envelope(envelope, &mut work).await;
         }

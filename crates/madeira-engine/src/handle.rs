@@ -36,8 +36,6 @@ pub struct EngineHandle {
     pub(crate) event_drain: Arc<tokio::sync::Mutex<()>>,
     /// Sub-flow attempts waiting for their child run's end.
     pub(crate) children: crate::subflow::Children,
-    /// Placements noted without waking the loop (`note_placed`).
-    pub(crate) noted: crate::engine_loop::NotedPlacements,
 }
 
 /// What a handle shares with its engine.
@@ -166,7 +164,6 @@ impl EngineHandle {
             live_logs,
             event_drain: Arc::default(),
             children: Default::default(),
-            noted: Default::default(),
         }
     }
 

@@ -177,10 +177,6 @@ fn live_names(fleet: &Fleet, def: &SidecarDef) -> Vec<String> {
     names
 }
 
-/// How long an attempt runs before the engine is told where (`attempt_placed`,
-/// which wakes its loop); one that ends sooner has its placement noted with its end.
-const TELL_PLACED_AFTER: Duration = Duration::from_millis(50);
-
 /// What a resumed attempt found while it waited.
 enum Resume {
     /// Claimed by a sidecar here, or nobody may still run it: go on.
@@ -295,29 +291,12 @@ async fn run_shard(
             };
             return ShardEnd::Failed { error: why, retryable: true };
         };
-        // Where the attempt runs, for its `attempts.host` (a move names the next one
-        // too): told to the engine once the attempt has run for `TELL_PLACED_AFTER`,
-        // else noted just before its end is sent (no wake-up of the engine loop).
-        let mut told = false;
-        let tell = tokio::time::sleep(TELL_PLACED_AFTER);
-        tokio::pin!(tell);
-        let event = loop {
-            tokio::select! {
-                event = events.recv() => break Some(event),
-                () = &mut tell, if !told => {
-                    told = true;
-                    if let Some(engine) = fleet.inner.engine.get() {
-                        let _ = engine.attempt_placed(&job.run_id, &job.node, job.attempt, &sidecar).await;
-                    }
-                }
-                _ = cancel.cancelled() => break None,
-            }
-        };
-        if let (false, Some(engine)) = (told, fleet.inner.engine.get()) {
-            engine.note_placed(&job.run_id, &job.node, job.attempt, &sidecar);
+        // Where the attempt runs, for its `attempts.host` (a move names the next one too).
+        if let Some(engine) = fleet.inner.engine.get() {
+            let _ = engine.attempt_placed(&job.run_id, &job.node, job.attempt, &sidecar).await;
         }
-        match event {
-            Some(event) => match event {
+        tokio::select! {
+            event = events.recv() => match event {
                 Some(Event::Result(r)) => return ShardEnd::Done(r),
                 Some(Event::Refused { sidecar, reason }) => {
                     last_error = format!("sidecar {sidecar} refused: {reason}");
@@ -330,7 +309,9 @@ async fn run_shard(
                 }
                 None => return ShardEnd::Failed { error: "the fleet dropped the attempt".into(), retryable: true },
             },
-            None => return abort(fleet, &sidecar, &assignment_id, tx, &mut events).await,
+            _ = cancel.cancelled() => {
+                return abort(fleet, &sidecar, &assignment_id, tx, &mut events).await;
+            }
         }
     }
 }

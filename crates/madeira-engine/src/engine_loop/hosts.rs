@@ -8,12 +8,6 @@
 //! commit per sidecar attempt): its host updates wait, at most `HOSTS_WAIT`, for
 //! the next commit, usually the one that records the attempt's end. They are
 //! written before the loop stops; a crash in between loses only the host.
-//!
-//! An attempt that ends soon after its placement does not wake the loop for it:
-//! the fleet notes the placement (`EngineHandle::note_placed`, a push under a
-//! lock) just before it sends the attempt's end, and the loop takes the noted
-//! placements at the start of every batch, ahead of its envelopes. Only an
-//! attempt still running a while after its placement sends `attempt_placed`.
 
 use madeira_core::ExecutorDef;
 use madeira_core::model::{NodeAction, NodeDef};
@@ -54,24 +48,6 @@ impl DeferredHosts {
 
     pub fn is_empty(&self) -> bool {
         self.hosts.is_empty()
-    }
-}
-
-/// A placement: run, node, attempt, sidecar.
-type Placement = (String, String, u32, String);
-
-/// Placements noted by the fleet for the next batch, without waking the loop.
-#[derive(Default, Clone)]
-pub(crate) struct NotedPlacements(std::sync::Arc<std::sync::Mutex<Vec<Placement>>>);
-
-impl NotedPlacements {
-    fn push(&self, placement: Placement) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(placement);
-    }
-
-    /// Every placement noted so far, in the order noted.
-    pub(crate) fn take(&self) -> Vec<Placement> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
@@ -133,16 +109,8 @@ impl Engine {
 }
 
 impl EngineHandle {
-    /// Notes that attempt `attempt` of `run_id`'s `node` was placed on sidecar
-    /// `host`, for the loop to record with the next batch it processes, without
-    /// waking it: for a caller about to send that batch itself (the attempt's end).
-    pub fn note_placed(&self, run_id: &str, node: &str, attempt: u32, host: &str) {
-        self.noted.push((run_id.to_string(), node.to_string(), attempt, host.to_string()));
-    }
-
     /// Tells the engine that attempt `attempt` of `run_id`'s `node` was placed on
-    /// sidecar `host` (the fleet calls it for a placement still running a while
-    /// after it was made; `note_placed` otherwise).
+    /// sidecar `host` (the fleet calls it for every placement, a move included).
     pub async fn attempt_placed(
         &self,
         run_id: &str,
