@@ -125,9 +125,11 @@ async fn make(pool: &PgPool, table: &str, day_ms: i64) -> Result<bool> {
     ];
     for statement in &ddl {
         if let Err(e) = sqlx::query(statement).execute(&mut *tx).await {
-            // 42P17: "partition … would overlap partition …" (a day inside `_old`'s range).
-            let overlap = e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == "42P17");
-            return if overlap { Ok(false) } else { Err(e.into()) };
+            // 42P17: "partition … would overlap partition …" (a day inside
+            // `_old`'s range); 42P07: made meanwhile by another keeper.
+            let code = e.as_database_error().and_then(|d| d.code());
+            let taken = code.is_some_and(|c| c == "42P17" || c == "42P07");
+            return if taken { Ok(false) } else { Err(e.into()) };
         }
     }
     tx.commit().await?;
@@ -135,10 +137,18 @@ async fn make(pool: &PgPool, table: &str, day_ms: i64) -> Result<bool> {
     Ok(true)
 }
 
-/// Whether the table `name` exists in the current schema.
+/// Whether the table `name` exists in the current schema: read from `pg_class`
+/// by the statement's snapshot (`to_regclass` reads the session's catalog
+/// cache, which an advisory lock does not refresh: a keeper that waited for
+/// another's lock would not see the table it made).
 async fn exists(c: &mut sqlx::PgConnection, name: &str) -> Result<bool> {
-    let (found,): (bool,) =
-        sqlx::query_as("SELECT to_regclass($1) IS NOT NULL").bind(name).fetch_one(c).await?;
+    let (found,): (bool,) = sqlx::query_as(
+        "SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = $1 \
+         AND relnamespace = current_schema()::regnamespace)",
+    )
+    .bind(name)
+    .fetch_one(c)
+    .await?;
     Ok(found)
 }
 

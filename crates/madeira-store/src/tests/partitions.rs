@@ -28,7 +28,12 @@ fn id_at(ms: i64, n: u32) -> String {
 /// Creates run `id` at `at` (one node `a`) and commits its attempt with a log;
 /// `finished`: the run ends SUCCESS then, else it stays RUNNING.
 async fn run_with_log(s: &dyn Store, id: &str, at: i64, finished: Option<i64>) {
-    let run = NewRun { flow: "p".into(), node_names: vec!["a".into()], now_ms: at, ..new_run(id, None, 0, Overlap::Queue) };
+    let run = NewRun {
+        flow: "p".into(),
+        node_names: vec!["a".into()],
+        now_ms: at,
+        ..new_run(id, None, 0, Overlap::Queue)
+    };
     s.create_run(&run).await.expect("create");
     let mut node = s.load_run(id).await.expect("load").expect("run").nodes.remove(0);
     node.state = if finished.is_some() { NodeState::Success } else { NodeState::Running };
@@ -71,7 +76,12 @@ async fn run_with_log(s: &dyn Store, id: &str, at: i64, finished: Option<i64>) {
             error: None,
             host: Some("replica-a".into()),
         }],
-        logs: vec![LogRecord { run_id: id.into(), node: "a".into(), attempt: 1, content: format!("log of {id}\n") }],
+        logs: vec![LogRecord {
+            run_id: id.into(),
+            node: "a".into(),
+            attempt: 1,
+            content: format!("log of {id}\n"),
+        }],
         transitions,
         ..Batch::default()
     })
@@ -79,10 +89,14 @@ async fn run_with_log(s: &dyn Store, id: &str, at: i64, finished: Option<i64>) {
     .expect("commit");
 }
 
-/// What every reader says of run `id`.
-async fn read(s: &dyn Store, id: &str) -> Option<(StoredRun, Vec<TransitionRecord>, Vec<LogRecord>)> {
+/// What every reader says of run `id`: the run, its nodes and attempts, its
+/// transitions and its node's logs.
+type Read = (RunRow, Vec<NodeRow>, Vec<AttemptRecord>, Vec<TransitionRecord>, Vec<LogRecord>);
+
+async fn read(s: &dyn Store, id: &str) -> Option<Read> {
     let run = s.load_run(id).await.expect("load")?;
-    Some((run, s.transitions(id).await.expect("log"), s.logs(id, "a").await.expect("logs")))
+    let log = s.transitions(id).await.expect("log");
+    Some((run.run, run.nodes, run.attempts, log, s.logs(id, "a").await.expect("logs")))
 }
 
 /// Day 1 (Nov 1): two runs, finished that day. Day 2: one finished, one still
@@ -121,10 +135,11 @@ pub(crate) async fn retention_drops_whole_days_and_keeps_days_with_live_runs(s: 
     assert_eq!(pruned, 3, "a1, a2, b1: finished before the cutoff");
     for gone in [&a1, &a2, &b1] {
         assert!(read(s, gone).await.is_none(), "{gone} pruned");
-        assert!(s.logs(gone, "a").await.expect("logs").is_empty(), "{gone}'s logs go with it");
+        let logs = s.logs(gone, "a").await.expect("logs");
+        assert!(logs.is_empty(), "{gone}'s logs go with it: {logs:?}");
     }
-    let (running, _, logs) = read(s, &b2).await.expect("b2 kept");
-    assert_eq!(running.run.state, RunState::Running);
+    let (running, _, _, _, logs) = read(s, &b2).await.expect("b2 kept");
+    assert_eq!(running.state, RunState::Running);
     assert_eq!(logs[0].content, format!("log of {b2}\n"));
     assert_eq!(read(s, &c1).await.expect("c1 kept"), before_fold, "within retention");
     // Nothing is left to drop until b2 ends and c1 passes the cutoff.
@@ -185,8 +200,8 @@ async fn postgres_a_row_of_a_day_without_a_partition_makes_it() {
     assert!(day_tables(&s, "logs").await.contains(&day_name("logs", day)), "made by the write");
     assert_eq!(s.logs(&id, "a").await.expect("logs")[0].content, format!("log of {id}\n"));
     assert_eq!(s.fold_finished(day + DAY_MS, 10).await.expect("fold"), 1);
-    let (run, log, logs) = read(&s, &id).await.expect("folded");
-    assert_eq!((run.nodes.len(), log.len(), logs.len()), (1, 3, 1));
+    let (_, nodes, _, log, logs) = read(&s, &id).await.expect("folded");
+    assert_eq!((nodes.len(), log.len(), logs.len()), (1, 3, 1));
     // A row whose id is not a time id goes to `_far`.
     run_with_log(&s, "r1", 5, Some(6)).await;
     assert_eq!(s.logs("r1", "a").await.expect("logs").len(), 1);
@@ -218,7 +233,11 @@ async fn postgres_upgrades_a_store_with_rows_in_it() {
     let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
-    super::upgrade::migrator_before("postgres", dir.path(), PARTITIONS).await.run(&pool).await.expect("old schema");
+    super::upgrade::migrator_before("postgres", dir.path(), PARTITIONS)
+        .await
+        .run(&pool)
+        .await
+        .expect("old schema");
     let t1 = id_at(NOV1 + 60_000, 1);
     let mut rows = super::upgrade::finished_run_rows();
     rows.extend([
@@ -259,7 +278,10 @@ async fn postgres_upgrades_a_store_with_rows_in_it() {
     assert_eq!(
         partitions,
         vec![
-            ("logs_far".into(), "FOR VALUES FROM ('0699e991-a800-0000-0000-000000000000') TO (MAXVALUE)".into()),
+            (
+                "logs_far".into(),
+                "FOR VALUES FROM ('0699e991-a800-0000-0000-000000000000') TO (MAXVALUE)".into()
+            ),
             ("logs_old".into(), format!("FOR VALUES FROM (MINVALUE) TO ('{nov2}')")),
         ],
         "the old table attached up to the day after its newest row; `f1` moved to `_far`"
@@ -275,6 +297,7 @@ async fn postgres_upgrades_a_store_with_rows_in_it() {
     // Retention: Nov 1's archive partition goes whole; t1's logs, in `logs_old`, by rows.
     assert_eq!(s.drop_days(NOV1 + 2 * DAY_MS).await.expect("drop"), 1);
     assert_eq!(s.prune(NOV1 + 2 * DAY_MS, 10).await.expect("prune"), 2, "t1 and f1");
-    let (logs,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM logs").fetch_one(s.pool()).await.expect("count");
+    let (logs,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM logs").fetch_one(s.pool()).await.expect("count");
     assert_eq!(logs, 0, "rows outside day partitions deleted with their runs");
 }
