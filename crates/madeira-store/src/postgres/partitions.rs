@@ -111,7 +111,7 @@ async fn make(pool: &PgPool, table: &str, day_ms: i64) -> Result<bool> {
         .bind(table)
         .execute(&mut *tx)
         .await?;
-    if exists(&mut *tx, &name).await? {
+    if exists(&mut tx, &name).await? {
         return Ok(false);
     }
     let (lo, hi) =
