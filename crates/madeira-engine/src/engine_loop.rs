@@ -114,6 +114,7 @@ impl Engine {
     pub async fn run_until(mut self, drain: CancellationToken, cancel: CancellationToken) {
         self.reconcile().await;
         let retention = retention::spawn(self.store.clone(), self.options.clone(), cancel.clone());
+        let partitions = crate::partitions::spawn(self.store.clone(), cancel.clone());
         let archiver = self.options.archive_after.map(|after| {
             let folded = self.effects.stats.folded_counter();
             crate::archiver::spawn(
@@ -166,6 +167,7 @@ impl Engine {
         }
         self.stop().await;
         let _ = retention.await;
+        let _ = partitions.await;
         if let Some(archiver) = archiver {
             let _ = archiver.await;
         }

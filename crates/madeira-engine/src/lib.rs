@@ -45,6 +45,7 @@ mod missed;
 pub mod node_after;
 pub mod observed;
 mod observer;
+mod partitions;
 pub mod promote;
 mod record;
 mod retention;

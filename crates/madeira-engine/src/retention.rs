@@ -1,6 +1,8 @@
 //! Retention: finished runs (with their transitions, outputs, attempts and logs)
 //! and audit rows older than `retention` are deleted in small batches, in a task of
-//! its own so the engine's commits are never held up for long.
+//! its own so the engine's commits are never held up for long. Where the store
+//! keeps time partitions (PostgreSQL), a day whose every run is past retention
+//! first has its partitions dropped (`RetentionStore::drop_days`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +29,13 @@ pub(crate) fn spawn(
                 _ = every.tick() => {}
             }
             let cutoff = now_ms() - i64::try_from(options.retention.as_millis()).unwrap_or(i64::MAX / 2);
+            // Whole days first (time partitions, where the store has them): the
+            // batches below then leave those days' logs and archive rows alone.
+            match store.drop_days(cutoff).await {
+                Ok(0) => {}
+                Ok(days) => info!(days, "retention dropped whole days of history"),
+                Err(e) => error!(error = %e, "retention could not drop a day's partitions"),
+            }
             let mut total = 0;
             loop {
                 match store.prune(cutoff, BATCH).await {

@@ -6,13 +6,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use madeira_engine::{Executors, TriggerRequest};
-use madeira_fleet::{Fleet, FleetMetrics, FleetOptions};
+use madeira_engine::TriggerRequest;
+use madeira_fleet::FleetOptions;
 use madeira_sidecar::{
     ExecPolicy, Identity, LinkOptions, Sidecar, SidecarConfig, SidecarMetrics, SidecarOptions,
 };
 use madeira_store::sqlite::SqliteStore;
-use tokio_util::sync::CancellationToken;
+
+mod common;
 
 const JOBS: &str = "jobs:\n  ticker:\n    command: [\"/bin/sh\", \"-c\", \"for i in 1 2 3 4 5; do echo line $i; sleep 0.2; done\"]\n";
 
@@ -20,22 +21,13 @@ const JOBS: &str = "jobs:\n  ticker:\n    command: [\"/bin/sh\", \"-c\", \"for i
 async fn a_running_jobs_output_is_readable_from_an_offset_while_it_runs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("store"));
-    let fleet =
-        Fleet::with_metrics(FleetOptions::with_lost_after(Duration::from_secs(5)), FleetMetrics::default());
-    let mut executors = Executors::new(Default::default());
-    executors.sidecar = Some(fleet.executor());
-    let (engine, handle) = madeira_engine::build(store.clone(), executors, Vec::new(), Default::default());
-    fleet.attach_engine(handle.clone(), store);
-    let cancel = CancellationToken::new();
-    tokio::spawn(engine.run(cancel.clone()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(fleet.clone().serve(listener, cancel.clone()));
+    let common::Plane { handle, endpoint, cancel, .. } =
+        common::plane(store, FleetOptions::with_lost_after(Duration::from_secs(5))).await;
 
     let jobs = SidecarConfig::parse("jobs.yaml", JOBS).expect("parse").jobs("jobs.yaml").expect("jobs");
     let sidecar = Sidecar::new(SidecarOptions {
         identity: Identity { name: "live-01".into(), group: "billing".into(), version: "test".into() },
-        link: LinkOptions { endpoint: format!("http://{addr}"), ..Default::default() },
+        link: LinkOptions { endpoint, ..Default::default() },
         jobs,
         spool_dir: dir.path().join("spool"),
         socket: None,

@@ -244,6 +244,22 @@ pub trait RetentionStore: Send + Sync + 'static {
     /// Deletes up to `batch` finished runs (and everything about them) finished
     /// before `before_ms`, and audit rows older than it. Returns runs deleted.
     async fn prune(&self, before_ms: i64, batch: u32) -> Result<u64>;
+
+    /// Makes the time partitions (PostgreSQL: `logs` and `run_archive`, one per
+    /// UTC day of run ids) of the days from `from_ms`'s to `to_ms`'s that have
+    /// none; answers how many were made. Idempotent, safe from several replicas
+    /// at once; nothing to do on a store without partitions.
+    async fn keep_partitions(&self, _from_ms: i64, _to_ms: i64) -> Result<u32> {
+        Ok(0)
+    }
+
+    /// Drops the day partitions of every day ending before `before_ms` whose
+    /// runs all finished before it (or are gone); answers how many days. Their
+    /// runs' own rows are then deleted by `prune`, which leaves to this the rows
+    /// of partitioned days. Nothing to do on a store without partitions.
+    async fn drop_days(&self, _before_ms: i64) -> Result<u32> {
+        Ok(0)
+    }
 }
 
 /// The run archive: a finished run's nodes, attempts, node outputs and

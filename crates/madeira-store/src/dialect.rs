@@ -180,6 +180,42 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         None
     }
 
+    // Time partitions of `logs` and `run_archive` (PostgreSQL only:
+    // `postgres/partitions.rs`); elsewhere there are none and these do nothing.
+
+    /// Makes the missing day partitions of the UTC days from `from_ms`'s to
+    /// `to_ms`'s; answers how many were made.
+    async fn keep_partitions(_pool: &Pool<Self::DB>, _from_ms: i64, _to_ms: i64) -> Result<u32> {
+        Ok(0)
+    }
+
+    /// The UTC days (first milliseconds, in order) that have day partitions.
+    async fn partition_days(_pool: &Pool<Self::DB>) -> Result<Vec<i64>> {
+        Ok(Vec::new())
+    }
+
+    /// Detaches and drops the day partitions of the day at `day_ms`; false when
+    /// another process is retiring a day now.
+    async fn retire_day(_pool: &Pool<Self::DB>, _day_ms: i64) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// The run ids `[lo, hi)` whose `logs` and `run_archive` rows live in day
+    /// partitions (dropped with their day rather than deleted with their run).
+    async fn partitioned_ids(_pool: &Pool<Self::DB>) -> Result<Option<(String, String)>> {
+        Ok(None)
+    }
+
+    /// The run id of a row a write could not place (no partition for its day).
+    fn missing_partition(_e: &StoreError) -> Option<String> {
+        None
+    }
+
+    /// Makes the partitions of run id `key`'s day (after `missing_partition`).
+    async fn make_room(_pool: &Pool<Self::DB>, _key: &str) -> Result<u32> {
+        Ok(0)
+    }
+
     /// Checked before every write (SQLite: the store file is still the one opened).
     fn before_write(&self) -> Result<()> {
         Ok(())
@@ -294,7 +330,22 @@ impl<D: Dialect> SqlStore<D> {
         Fut: Future<Output = Result<T>>,
     {
         self.dialect.before_write()?;
-        self.dialect.after_write(answered_within(limit, retry(D::RETRIES, op)).await)
+        let mut op = op;
+        let mut result = answered_within(limit, retry(D::RETRIES, &mut op)).await;
+        // A row for a day without its partition (a keeper behind, a clock ahead):
+        // the day's partition is made and the write tried once more, so no run
+        // fails for it.
+        if let Err(e) = &result
+            && let Some(key) = D::missing_partition(e)
+        {
+            match D::make_room(&self.writer, &key).await {
+                Ok(_) => result = answered_within(limit, retry(D::RETRIES, &mut op)).await,
+                Err(made) => {
+                    tracing::error!(error = %made, run_id = %key, "no time partition for a run's row")
+                }
+            }
+        }
+        self.dialect.after_write(result)
     }
 
     /// Runs a read, retrying transient errors.

@@ -12,6 +12,8 @@
 #[path = "../sql/mod.rs"]
 mod sql;
 
+mod partitions;
+
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -38,6 +40,30 @@ impl Dialect for PgDialect {
     async fn insert_id(pool: &PgPool, mut q: sqlx::QueryBuilder<'_, Postgres>) -> Result<i64> {
         q.push(" RETURNING id");
         Ok(q.build_query_scalar().fetch_one(pool).await?)
+    }
+
+    async fn keep_partitions(pool: &PgPool, from_ms: i64, to_ms: i64) -> Result<u32> {
+        partitions::keep(pool, from_ms, to_ms).await
+    }
+
+    async fn partition_days(pool: &PgPool) -> Result<Vec<i64>> {
+        partitions::days(pool).await
+    }
+
+    async fn retire_day(pool: &PgPool, day_ms: i64) -> Result<bool> {
+        partitions::retire(pool, day_ms).await
+    }
+
+    async fn partitioned_ids(pool: &PgPool) -> Result<Option<(String, String)>> {
+        partitions::partitioned_ids(pool).await
+    }
+
+    fn missing_partition(e: &StoreError) -> Option<String> {
+        partitions::missing_partition(e)
+    }
+
+    async fn make_room(pool: &PgPool, key: &str) -> Result<u32> {
+        partitions::make_room(pool, key).await
     }
 
     async fn lock(tx: &mut Transaction<'_, Postgres>, space: LockSpace, key: &str) -> Result<()> {
@@ -76,6 +102,15 @@ impl SqlStore<PgDialect> {
             .connect_with(connect)
             .await?;
         sqlx::migrate!("../../migrations/postgres").run(&pool).await?;
+        // The time partitions of yesterday to a week ahead, before any write
+        // (then the engine's keeper, `RetentionStore::keep_partitions`).
+        let now = chrono::Utc::now().timestamp_millis();
+        partitions::keep(
+            &pool,
+            now - partitions::DAY_MS,
+            now + partitions::KEEP_AHEAD_DAYS * partitions::DAY_MS,
+        )
+        .await?;
         Ok(Self { writer: pool.clone(), reader: pool, dialect: PgDialect, answer_within: D::ANSWER_WITHIN })
     }
 

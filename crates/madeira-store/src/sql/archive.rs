@@ -24,12 +24,16 @@ use crate::{AttemptRecord, OutputWrite, Result, StoreError};
 /// The finished states, as written in SQL.
 pub(super) const FINISHED: &str = "('SUCCESS', 'FAILED', 'CANCELLED')";
 
-/// The archived rows of `run_id`, if it is folded.
+/// The archived rows of `run_id`, if it is folded. Only a run that is there
+/// has them: where archive rows are dropped with their day (time partitions),
+/// a pruned run's row outlives it until then.
 pub(super) async fn archived(c: &mut Conn, run_id: &str) -> Result<Option<Folded>> {
-    let doc: Option<(Vec<u8>,)> = sqlx::query_as(&sql("SELECT doc FROM run_archive WHERE run_id = $1"))
-        .bind(run_id)
-        .fetch_optional(&mut *c)
-        .await?;
+    let doc: Option<(Vec<u8>,)> = sqlx::query_as(&sql(
+        "SELECT a.doc FROM run_archive a JOIN runs r ON r.id = a.run_id WHERE a.run_id = $1",
+    ))
+    .bind(run_id)
+    .fetch_optional(&mut *c)
+    .await?;
     doc.map(|(doc,)| Folded::decode(run_id, &doc)).transpose()
 }
 
@@ -43,8 +47,9 @@ pub(super) async fn archived_in(pool: &Pool, run_id: &str) -> Result<Option<Fold
 pub(super) async fn archived_many(pool: &Pool, run_ids: &[&str]) -> Result<HashMap<String, Folded>> {
     let mut out = HashMap::new();
     for chunk in run_ids.chunks(CHUNK) {
-        let mut q: QueryBuilder<Db> =
-            QueryBuilder::new("SELECT run_id, doc FROM run_archive WHERE run_id IN ");
+        let mut q: QueryBuilder<Db> = QueryBuilder::new(
+            "SELECT a.run_id, a.doc FROM run_archive a JOIN runs r ON r.id = a.run_id WHERE a.run_id IN ",
+        );
         push_list(&mut q, chunk.iter().copied());
         let rows: Vec<(String, Vec<u8>)> = q.build_query_as().fetch_all(pool).await?;
         for (id, doc) in rows {

@@ -174,7 +174,7 @@ pub(super) async fn delete_flow(pool: &Pool, req: &DeleteFlow) -> Result<DeleteO
         .await?;
     if req.purge {
         for chunk in ids.chunks(CHUNK) {
-            super::delete_runs(&mut tx, chunk, &["run_commands"]).await?;
+            super::delete_runs(&mut tx, chunk, &["run_commands"], None).await?;
         }
         for table in ["permits", "flow_versions"] {
             sqlx::query(&sql(&format!("DELETE FROM {table} WHERE flow = $1")))

@@ -16,6 +16,7 @@ mod lease;
 mod lifecycle;
 mod node_waits;
 mod once;
+mod partitions;
 mod permits;
 mod presence;
 mod read;
@@ -193,13 +194,34 @@ const RUN_TABLES: [&str; 9] = [
     "node_waits",
 ];
 
+/// The tables of `RUN_TABLES` that may be partitioned by day (`sql/partitions.rs`).
+const DAY_PARTITIONED: [&str; 2] = ["logs", "run_archive"];
+
 /// Deletes the runs `ids` (at most `CHUNK`) with their rows in `RUN_TABLES` and
-/// `also` (more tables by `run_id`); answers how many runs were deleted.
-async fn delete_runs(c: &mut Conn, ids: &[String], also: &[&str]) -> crate::Result<u64> {
+/// `also` (more tables by `run_id`); answers how many runs were deleted. With
+/// `partitioned` (`Dialect::partitioned_ids`), the rows of `DAY_PARTITIONED` of
+/// runs in that id range are left to their day's drop.
+async fn delete_runs(
+    c: &mut Conn,
+    ids: &[String],
+    also: &[&str],
+    partitioned: Option<&(String, String)>,
+) -> crate::Result<u64> {
     if ids.is_empty() {
         return Ok(0);
     }
+    let unpartitioned: Vec<&String> = match partitioned {
+        Some((lo, hi)) => ids.iter().filter(|id| *id < lo || *id >= hi).collect(),
+        None => ids.iter().collect(),
+    };
     for table in RUN_TABLES.iter().chain(also) {
+        let ids: Vec<&String> = match DAY_PARTITIONED.contains(table) {
+            true => unpartitioned.clone(),
+            false => ids.iter().collect(),
+        };
+        if ids.is_empty() {
+            continue;
+        }
         let mut q: QueryBuilder<Db> = QueryBuilder::new(format!("DELETE FROM {table} WHERE run_id IN "));
         push_list(&mut q, ids);
         q.build().execute(&mut *c).await?;

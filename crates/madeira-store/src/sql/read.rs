@@ -250,14 +250,17 @@ fn unpack_rows(run_id: &str, rows: Vec<(i64, String)>) -> Result<Vec<TransitionR
 /// The stored log of each of the node's attempts, and an empty one for each
 /// finished attempt without a log row (it printed nothing: see `RunStore::logs`).
 /// The attempts are the rows', or the archive's when the node has none (logs are
-/// never folded).
+/// never folded). Only a run that is there has logs: where logs are dropped
+/// with their day (time partitions), a pruned run's rows outlive it until then.
 pub(super) async fn logs(pool: &Pool, run_id: &str, node: &str) -> Result<Vec<LogRecord>> {
     let stored: Vec<(i64, String)> =
-        sqlx::query_as(&sql("SELECT attempt, content FROM logs WHERE run_id = $1 AND node = $2"))
-            .bind(run_id)
-            .bind(node)
-            .fetch_all(pool)
-            .await?;
+        sqlx::query_as(&sql("SELECT attempt, content FROM logs WHERE run_id = $1 AND node = $2 \
+         AND EXISTS (SELECT 1 FROM runs WHERE id = $3)"))
+        .bind(run_id)
+        .bind(node)
+        .bind(run_id)
+        .fetch_all(pool)
+        .await?;
     let attempts: Vec<(i64,)> = sqlx::query_as(&sql(
         "SELECT attempt FROM attempts WHERE run_id = $1 AND node = $2 AND finished_at IS NOT NULL",
     ))

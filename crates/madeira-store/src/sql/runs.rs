@@ -520,6 +520,7 @@ pub(super) async fn set_wait_reason(
 
 /// Deletes one small batch so the engine's writes are never blocked for long.
 pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64> {
+    let partitioned = D::partitioned_ids(pool).await?;
     let mut tx = pool.begin().await?;
     let ids: Vec<(String,)> = sqlx::query_as(&sql(&format!(
         "SELECT id FROM runs WHERE finished_at IS NOT NULL AND finished_at < $1 \
@@ -533,7 +534,7 @@ pub(super) async fn prune(pool: &Pool, before_ms: i64, batch: u32) -> Result<u64
     let ids: Vec<String> = ids.into_iter().map(|(id,)| id).collect();
     let mut deleted = 0;
     for chunk in ids.chunks(CHUNK) {
-        deleted += super::delete_runs(&mut tx, chunk, &[]).await?;
+        deleted += super::delete_runs(&mut tx, chunk, &[], partitioned.as_ref()).await?;
     }
     prune_backfills(&mut tx, before_ms, batch).await?;
     for (table, column) in [("audit", "at"), ("run_commands", "created_at")] {

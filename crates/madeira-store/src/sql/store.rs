@@ -8,7 +8,7 @@ use serde_json::Value as Json;
 
 use super::{
     D, alerts, archive, backfills, calendars, commands, commit, deadlines, flows, inbox, lease, lifecycle,
-    node_waits, once, permits, presence, read, runs, sessions, shards, waits, xxl,
+    node_waits, once, partitions, permits, presence, read, runs, sessions, shards, waits, xxl,
 };
 use crate::dialect::{Dialect, SqlStore};
 use crate::{
@@ -140,6 +140,8 @@ forward!(SessionStore {
 
 forward!(RetentionStore {
     write fn prune(before_ms: i64, batch: u32) -> u64 = runs::prune;
+    write fn keep_partitions(from_ms: i64, to_ms: i64) -> u32 = partitions::keep;
+    write fn drop_days(before_ms: i64) -> u32 = partitions::drop_days;
 });
 
 forward!(XxlStore {

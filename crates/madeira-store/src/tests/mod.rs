@@ -13,6 +13,7 @@ mod failures;
 mod frozen;
 mod lease;
 mod lifecycle;
+mod partitions;
 mod permits;
 mod rows;
 mod shards;
@@ -99,6 +100,7 @@ mod bodies {
     pub(super) use super::failures::a_commit_abandoned_midway_is_all_or_nothing_and_the_next_one_commits;
     pub(super) use super::lease::*;
     pub(super) use super::lifecycle::*;
+    pub(super) use super::partitions::retention_drops_whole_days_and_keeps_days_with_live_runs;
     pub(super) use super::permits::*;
     pub(super) use super::rows::{
         a_large_batch_of_new_runs_is_decided_and_written_whole, a_large_fenced_batch_writes_nothing,
@@ -110,6 +112,7 @@ mod bodies {
 }
 
 on_every_backend!(
+    retention_drops_whole_days_and_keeps_days_with_live_runs,
     a_folded_run_reads_as_before_and_a_rerun_after_it_completes,
     concurrent_folds_take_each_run_once,
     xxl_executors_are_renewed_expired_and_removed,

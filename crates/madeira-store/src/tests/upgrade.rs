@@ -103,7 +103,7 @@ async fn old_migrator(backend: &str, dir: &Path) -> Migrator {
 }
 
 /// A copy of `backend`'s migrations before `migration`, in `dir`.
-async fn migrator_before(backend: &str, dir: &Path, migration: &str) -> Migrator {
+pub(super) async fn migrator_before(backend: &str, dir: &Path, migration: &str) -> Migrator {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations").join(backend);
     let old = dir.join(backend);
     std::fs::create_dir(&old).expect("dir");
@@ -161,7 +161,7 @@ const ARCHIVE: &str = "20261211000100_run_archive.sql";
 
 /// A finished run `f1` (two nodes, two attempts, an output, a packed log) as the
 /// schema before the archive has it.
-fn finished_run_rows() -> Vec<String> {
+pub(super) fn finished_run_rows() -> Vec<String> {
     let node = |idx: u32, name: &str, state: &str, reason: &str| {
         format!(
             "INSERT INTO nodes (run_id, idx, node, state, reason, attempt, series_start, data_version, outputs, \

@@ -316,9 +316,11 @@ pub(super) async fn compact(db: &Db) -> Result<()> {
 /// MariaDB: `data_length + index_length` after `ANALYZE TABLE`).
 pub(super) async fn table_bytes(db: &Db) -> Result<Vec<(String, i64)>> {
     let sql = if db.is_pg() {
-        "SELECT relname::text, pg_total_relation_size(oid)::bigint FROM pg_class \
-         WHERE relkind = 'r' AND relnamespace = 'public'::regnamespace AND relname NOT LIKE 'hist_%' \
-         AND relname <> '_sqlx_migrations' ORDER BY 2 DESC"
+        // A partition counts under its table (`logs`, `run_archive`: time partitions).
+        "SELECT COALESCE(p.relname, c.relname)::text, SUM(pg_total_relation_size(c.oid))::bigint \
+         FROM pg_class c LEFT JOIN pg_inherits i ON i.inhrelid = c.oid LEFT JOIN pg_class p ON p.oid = i.inhparent \
+         WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace AND c.relname NOT LIKE 'hist_%' \
+         AND c.relname <> '_sqlx_migrations' GROUP BY 1 ORDER BY 2 DESC"
     } else {
         "SELECT CAST(table_name AS CHAR), CAST(data_length + index_length AS SIGNED) FROM information_schema.tables \
          WHERE table_schema = DATABASE() AND table_name NOT LIKE 'hist_%' AND table_name <> '_sqlx_migrations' ORDER BY 2 DESC"
