@@ -264,7 +264,7 @@ impl Engine {
             self.promote(&flow).await;
         }
         if !successes.is_empty() {
-            self.wake_after(successes).await;
+            self.wake_after(successes);
         }
         self.advance_backfills(finished_runs);
     }

@@ -149,16 +149,20 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     }
 
     /// Runs a group commit's `statements` (built row by row) in a transaction of
-    /// their own, which a failure ends (rolled back). Only called where `ROWS`, by
-    /// a caller holding the writer `conn`, so that no other write runs meanwhile
+    /// their own, which a failure ends (rolled back). Only called where `ROWS`,
+    /// under the write lock (`write_lock`), so that no other write runs meanwhile
     /// (SQLite: on a connection to the store file kept for group commits,
     /// `sqlite/rows.rs`).
-    async fn commit_rows(
-        &self,
-        _conn: &mut <Self::DB as Database>::Connection,
-        _statements: &[RowStatement<'_>],
-    ) -> Result<()> {
+    async fn commit_rows(&self, _statements: &[RowStatement<'_>]) -> Result<()> {
         Err(StoreError::Refused("this database runs no row-by-row statements".into()))
+    }
+
+    /// Held by every write of this store for its whole transaction where the
+    /// database takes one writer at a time (SQLite: its writer connection and the
+    /// group commits' one write the same file); `None` where transactions run side
+    /// by side (PostgreSQL, MySQL).
+    fn write_lock(&self) -> Option<&tokio::sync::Mutex<()>> {
+        None
     }
 
     /// How often a transaction failing with a transient error is tried again
@@ -329,6 +333,10 @@ impl<D: Dialect> SqlStore<D> {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
+        let _one_writer = match self.dialect.write_lock() {
+            Some(lock) => Some(lock.lock().await),
+            None => None,
+        };
         self.dialect.before_write()?;
         let mut op = op;
         let mut result = answered_within(limit, retry(D::RETRIES, &mut op)).await;

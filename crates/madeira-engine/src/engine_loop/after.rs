@@ -14,6 +14,7 @@ use tracing::{Instrument, error, info_span};
 
 use super::Engine;
 use crate::RunEvent;
+use crate::envelope::Envelope;
 
 /// One upstream success: `(flow, biz_date, whole run)`.
 pub(super) type Success = (String, String, bool);
@@ -63,31 +64,43 @@ impl Engine {
         out
     }
 
-    /// Promotes the flows held on each success, and fires `flow_succeeded` triggers.
-    pub(super) async fn wake_after(&mut self, successes: Vec<Success>) {
-        self.wake_node_waits(&successes).await;
-        let mut flows = Vec::new();
-        for (flow, date, whole) in &successes {
-            match self.store.after_dependents(flow, date).await {
-                Ok(held) => flows.extend(held),
-                Err(e) => {
-                    error!(flow = %flow, biz_date = %date, error = %e, "cannot read runs held on this run; the reconcile sweep releases them")
+    /// Wakes what waits on `successes`, off the loop: a task reads the store
+    /// (the nodes and the runs held on each success's flow and business date),
+    /// tells the held nodes' runs (here through the loop's own channel, on another
+    /// replica through its inbox), promotes the flows with runs held (a `Promote`
+    /// envelope), and fires `flow_succeeded` triggers. The loop goes on to its next
+    /// batch meanwhile: a chain's next node no longer waits for two reads per node
+    /// that ended SUCCESS, nearly always answered "none".
+    pub(super) fn wake_after(&self, successes: Vec<Success>) {
+        let (store, handle, tasks) = (self.store.clone(), self.handle.clone(), self.effects.tasks.clone());
+        let (tx, owner) = (self.intake.tx.clone(), self.holder.owner.clone());
+        let span = info_span!("wake_after", successes = successes.len());
+        self.effects.tasks.spawn(
+            async move {
+                let tell = super::node_after::Tell { store: store.as_ref(), handle: &handle, tasks: &tasks, tx: &tx };
+                tell.node_waits(&owner, &successes).await;
+                let mut flows = Vec::new();
+                for (flow, date, whole) in &successes {
+                    match store.after_dependents(flow, date).await {
+                        Ok(held) => flows.extend(held),
+                        Err(e) => {
+                            error!(flow = %flow, biz_date = %date, error = %e, "cannot read runs held on this run; the reconcile sweep releases them")
+                        }
+                    }
+                    if *whole {
+                        let (handle, flow, date) = (handle.clone(), flow.clone(), date.clone());
+                        let span = info_span!("flow_succeeded", upstream = %flow, biz_date = %date);
+                        tasks.spawn(async move { handle.fire_flow_succeeded(&flow, &date).await }.instrument(span));
+                    }
+                }
+                flows.sort();
+                flows.dedup();
+                for flow in flows {
+                    let _ = tx.send(Envelope::Promote { flow }).await;
                 }
             }
-            if *whole {
-                let handle = self.handle.clone();
-                let (flow, date) = (flow.clone(), date.clone());
-                let span = info_span!("flow_succeeded", upstream = %flow, biz_date = %date);
-                self.effects
-                    .tasks
-                    .spawn(async move { handle.fire_flow_succeeded(&flow, &date).await }.instrument(span));
-            }
-        }
-        flows.sort();
-        flows.dedup();
-        for flow in flows {
-            self.promote(&flow).await;
-        }
+            .instrument(span),
+        );
     }
 }
 

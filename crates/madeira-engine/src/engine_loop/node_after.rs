@@ -12,8 +12,12 @@ use tracing::{Instrument, error, info, info_span};
 
 use super::after::Success;
 use super::{Engine, Step};
+use crate::EngineHandle;
 use crate::envelope::Envelope;
 use crate::record::Work;
+use madeira_store::Store;
+use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
 
 impl Step {
     /// A node became ready: true when its `after` holds it (its run is looked at
@@ -73,9 +77,29 @@ impl Engine {
         }
     }
 
-    /// Tells the runs with a node waiting on one of `successes` (right after
-    /// their commit): those held here at once, the others' holders by their inbox.
-    pub(super) async fn wake_node_waits(&mut self, successes: &[Success]) {
+    /// The reconcile sweep's safety net: every run with a held node is looked at.
+    pub(super) fn recheck_node_after(&mut self) {
+        for run_id in self.step.gate.after.runs() {
+            self.intake.pending.push_back(Envelope::NodeAfter { run_id });
+        }
+    }
+}
+
+/// What the wake task (`Engine::wake_after`) tells held nodes through.
+pub(super) struct Tell<'a> {
+    pub store: &'a dyn Store,
+    pub handle: &'a EngineHandle,
+    /// Where the task spawns what it starts (the engine's in-process tasks).
+    pub tasks: &'a TaskTracker,
+    /// The loop's own channel.
+    pub tx: &'a mpsc::Sender<Envelope>,
+}
+
+impl Tell<'_> {
+    /// Tells the runs with a node waiting on one of `successes` (right after their
+    /// commit): those held by `owner` (this replica) through the loop's channel, the
+    /// others' holders by their inbox.
+    pub(super) async fn node_waits(&self, owner: &str, successes: &[Success]) {
         for (flow, date, _) in successes {
             let waiters = match self.store.node_waiters(flow, date).await {
                 Ok(waiters) => waiters,
@@ -84,25 +108,20 @@ impl Engine {
                     continue;
                 }
             };
-            for (run_id, owner) in waiters {
-                match owner {
-                    Some(owner) if owner != self.holder.owner => {
+            for (run_id, holder) in waiters {
+                match holder {
+                    Some(holder) if holder != owner => {
                         let handle = self.handle.clone();
-                        let span = info_span!("node_after", run_id = %run_id, owner = %owner);
-                        self.effects.tasks.spawn(
-                            async move { handle.tell_node_after(run_id, owner).await }.instrument(span),
+                        let span = info_span!("node_after", run_id = %run_id, owner = %holder);
+                        self.tasks.spawn(
+                            async move { handle.tell_node_after(run_id, holder).await }.instrument(span),
                         );
                     }
-                    _ => self.intake.pending.push_back(Envelope::NodeAfter { run_id }),
+                    _ => {
+                        let _ = self.tx.send(Envelope::NodeAfter { run_id }).await;
+                    }
                 }
             }
-        }
-    }
-
-    /// The reconcile sweep's safety net: every run with a held node is looked at.
-    pub(super) fn recheck_node_after(&mut self) {
-        for run_id in self.step.gate.after.runs() {
-            self.intake.pending.push_back(Envelope::NodeAfter { run_id });
         }
     }
 }

@@ -187,6 +187,8 @@ impl Default for MySqlOptions {
 }
 
 type D = MySqlDialect;
+/// `D`'s connection type, named (the shared SQL implements a trait for it).
+type DConn = sqlx::MySqlConnection;
 
 /// The store on MySQL or MariaDB.
 pub type MySqlStore = SqlStore<MySqlDialect>;

@@ -81,6 +81,8 @@ impl Dialect for PgDialect {
 }
 
 type D = PgDialect;
+/// `D`'s connection type, named (the shared SQL implements a trait for it).
+type DConn = sqlx::PgConnection;
 
 /// The store on PostgreSQL.
 pub type PostgresStore = SqlStore<PgDialect>;

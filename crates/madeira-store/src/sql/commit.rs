@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Conn, D, Script, bind, bind_separated, last_per_key, push_row, upsert};
+use super::{D, Script, Taken, To, bind, bind_separated, last_per_key, push_row, upsert};
 use crate::dialect::{Dialect, TransitionIds, Val};
 use crate::packed::Entry;
 use crate::{Batch, Result, RunWrite};
@@ -23,7 +23,7 @@ pub(super) async fn commit(pool: &super::Pool, dialect: &D, batch: &Batch) -> Re
         super::lease::fence(&mut tx, owner, &crate::lease::touched_runs(batch)).await?;
     }
     let mut script = Script::new();
-    write_all(&mut tx, &mut script, ids, batch).await?;
+    write_all(&mut *tx, &mut script, ids, batch).await?;
     script.send(&mut tx).await?;
     tx.commit().await?;
     Ok(())
@@ -31,30 +31,36 @@ pub(super) async fn commit(pool: &super::Pool, dialect: &D, batch: &Batch) -> Re
 
 /// The commit as one-row statements (the fence first), each compiled once and
 /// run for each of its rows, in one transaction (`Dialect::commit_rows`, which
-/// ends it on a failure), while this holds the writer connection, so no other
-/// write runs meanwhile (the dialect replaces that connection after a failed
-/// write). A fence that failed is then told as `LeaseLost` by the fence query.
+/// ends it on a failure). No other write of this store runs meanwhile: every
+/// write holds the dialect's write lock (`SqlStore::write`), this one included,
+/// so the commit does not take the writer connection out of its pool (sqlx pings
+/// a connection as it goes back, a hop to its thread that the next commit of a
+/// chain waited for). The statements are built without a connection; the
+/// transitions' counter, when not known (the store just opened, or a write
+/// failed), is read first. A fence that failed is then told as `LeaseLost` by
+/// the fence query.
 async fn commit_rows(
     pool: &super::Pool,
     dialect: &D,
     ids: Option<&TransitionIds>,
     batch: &Batch,
 ) -> Result<()> {
-    // No transaction is ever open on it here: dropped at any await (the commit
-    // abandoned by its caller), it goes back to the pool as it is.
-    let mut writer = pool.acquire().await?;
-    let conn = &mut *writer;
+    if let Some(ids) = ids
+        && ids.last().is_none()
+    {
+        let seq = sqlx::query_scalar(&super::sql("SELECT seq FROM transition_seq")).fetch_one(pool).await?;
+        ids.set(seq);
+    }
     let mut script = Script::row_by_row();
     let touched = batch.owner.as_ref().map(|owner| (owner, crate::lease::touched_runs(batch)));
     let written = async {
         if let Some((owner, runs)) = &touched {
-            super::lease::fence_statements(conn, &mut script, owner, runs).await?;
+            super::lease::fence_statements(&mut Taken, &mut script, owner, runs).await?;
         }
-        write_all(conn, &mut script, ids, batch).await?;
-        dialect.commit_rows(conn, &script.take_rows()).await
+        write_all(&mut Taken, &mut script, ids, batch).await?;
+        dialect.commit_rows(&script.take_rows()).await
     }
     .await;
-    drop(writer); // the fence check below takes it again
     if written.is_err()
         && let Some((owner, runs)) = &touched
     {
@@ -67,7 +73,7 @@ async fn commit_rows(
 /// Adds every write of `batch` to `s` (sent as each ends where the dialect takes
 /// no scripts).
 async fn write_all<'a>(
-    c: &mut Conn,
+    c: &mut To,
     s: &mut Script<'a>,
     ids: Option<&TransitionIds>,
     batch: &'a Batch,
@@ -147,7 +153,7 @@ async fn write_all<'a>(
     .await
 }
 
-async fn write_nodes<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
+async fn write_nodes<'a>(c: &mut To, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     let rows = batch.nodes.iter().map(|n| {
         vec![
             Val::text(&n.run_id),
@@ -182,7 +188,7 @@ async fn write_nodes<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> 
     .await
 }
 
-async fn write_runs<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
+async fn write_runs<'a>(c: &mut To, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     // One statement for every run of the batch: the last write of a run wins, with
     // the latest start time any of its writes set (as one update after another).
     let mut last: BTreeMap<&str, RunWrite> = BTreeMap::new();
@@ -220,7 +226,7 @@ async fn write_runs<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> R
     .await
 }
 
-async fn write_attempts<'a>(c: &mut Conn, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
+async fn write_attempts<'a>(c: &mut To, s: &mut Script<'a>, batch: &'a Batch) -> Result<()> {
     // A start and its end in one batch: the later record is kept.
     let rows = last_per_key(&batch.attempts, |a| (&a.run_id, &a.node, a.attempt));
     let rows = rows.into_iter().map(|a| {

@@ -129,7 +129,7 @@ pub(super) async fn renew_leases(pool: &Pool, lease: &Lease) -> Result<u64> {
 /// needs no row locks): each fails on the key of `transition_seq`'s one row when
 /// a touched run is not held by `owner`, failing the script's transaction.
 pub(super) async fn fence_statements<'a>(
-    c: &mut super::Conn,
+    c: &mut super::To,
     s: &mut super::Script<'a>,
     owner: &'a str,
     runs: &'a [String],

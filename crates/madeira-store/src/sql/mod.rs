@@ -41,6 +41,39 @@ type Tx<'c> = sqlx::Transaction<'c, Db>;
 type Conn = <Db as sqlx::Database>::Connection;
 type Row = <Db as sqlx::Database>::Row;
 
+/// Where a script's statements go as they end: a connection (a transaction's), or
+/// nowhere (`Taken`: a row-by-row script whose statements are taken whole for a
+/// group commit, `Dialect::commit_rows`). `&mut Conn` coerces to `&mut To`.
+type To = dyn Target + Send;
+
+/// A script's target (`To`).
+trait Target {
+    /// The connection to send on; `None` for `Taken`.
+    fn conn(&mut self) -> Option<&mut Conn>;
+}
+
+impl Target for super::DConn {
+    fn conn(&mut self) -> Option<&mut Conn> {
+        Some(self)
+    }
+}
+
+/// The target of a group commit's row-by-row script: nothing is sent to it.
+struct Taken;
+
+impl Target for Taken {
+    fn conn(&mut self) -> Option<&mut Conn> {
+        None
+    }
+}
+
+/// The connection of `to`, or the error of a statement sent nowhere (a script
+/// built for a group commit that would have to send something on its way).
+fn conn_of(to: &mut To) -> crate::Result<&mut Conn> {
+    to.conn()
+        .ok_or_else(|| crate::StoreError::Refused("a group commit's statement was sent on its way".into()))
+}
+
 /// `s` with its placeholders in this database's form (`Dialect::sql`).
 fn sql(s: &str) -> std::borrow::Cow<'_, str> {
     D::sql(s)
@@ -82,7 +115,7 @@ const TRANSITION_COLUMNS: &str = "run_id, at, entries";
 /// then read again); a counter behind it (a commit of this store failed after
 /// taking ids) only leaves a gap.
 async fn insert_transitions<'a>(
-    c: &mut Conn,
+    c: &mut To,
     s: &mut Script<'a>,
     ids: Option<&TransitionIds>,
     transitions: Vec<(&'a str, Entry<'a>)>,
@@ -116,7 +149,7 @@ async fn insert_transitions<'a>(
     }
     let prev = match ids.last() {
         Some(last) => last,
-        None => sqlx::query_scalar(&sql("SELECT seq FROM transition_seq")).fetch_one(&mut *c).await?,
+        None => sqlx::query_scalar(&sql("SELECT seq FROM transition_seq")).fetch_one(conn_of(c)?).await?,
     };
     let mut next = prev;
     for row in &mut rows {
@@ -269,7 +302,7 @@ impl<'a> Script<'a> {
     /// one, run for each).
     async fn rows(
         &mut self,
-        c: &mut Conn,
+        c: &mut To,
         rows: Vec<Vec<Val<'a>>>,
         build: impl Fn(&mut QueryBuilder<'a, Db>, Vec<Vec<Val<'a>>>),
     ) -> crate::Result<()> {
@@ -291,7 +324,7 @@ impl<'a> Script<'a> {
     /// Adds one statement, whose SQL `build` writes, binding `values`.
     async fn one(
         &mut self,
-        c: &mut Conn,
+        c: &mut To,
         values: Vec<Val<'a>>,
         build: impl Fn(&mut QueryBuilder<'a, Db>, &[Val<'a>]),
     ) -> crate::Result<()> {
@@ -306,8 +339,8 @@ impl<'a> Script<'a> {
     }
 
     /// Ends the statement just pushed: sent now unless the dialect takes scripts.
-    async fn end(&mut self, c: &mut Conn) -> crate::Result<()> {
-        if D::SCRIPTS { Ok(()) } else { self.send(c).await }
+    async fn end(&mut self, c: &mut To) -> crate::Result<()> {
+        if D::SCRIPTS { Ok(()) } else { self.send(conn_of(c)?).await }
     }
 
     /// The statements of a script made by `row_by_row`, taken to be run elsewhere

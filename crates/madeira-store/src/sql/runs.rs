@@ -106,7 +106,7 @@ impl<'a> Admitted<'a> {
                 Val::opt_text(run.wait_reason.as_deref()),
             ]
         });
-        s.rows(tx, runs.collect(), |q, chunk| {
+        s.rows(&mut **tx, runs.collect(), |q, chunk| {
             q.push(
                 "INSERT INTO runs (id, flow, version, state, params, idempotency_key, \"trigger\", \
                  created_at, admitted_at, trace_context, actor, owner, lease_until, biz_date, wait_reason) ",
@@ -120,7 +120,7 @@ impl<'a> Admitted<'a> {
                 .enumerate()
                 .map(|(i, name)| vec![Val::text(&run.id), Val::int(i as i64), Val::text(name)])
         });
-        s.rows(tx, nodes.collect(), |q, chunk| {
+        s.rows(&mut **tx, nodes.collect(), |q, chunk| {
             q.push(
                 "INSERT INTO nodes (run_id, idx, node, state, attempt, series_start, data_version, \
                  outputs, \"reads\", stale, fallback) ",
@@ -144,7 +144,7 @@ impl<'a> Admitted<'a> {
             };
             (run.id.as_str(), entry)
         });
-        super::insert_transitions(tx, &mut s, self.ids, transitions.collect()).await?;
+        super::insert_transitions(&mut **tx, &mut s, self.ids, transitions.collect()).await?;
         s.send(tx).await?;
         self.lease_by_database_clock(tx).await?;
         self.write_waits(tx).await?;
@@ -472,7 +472,7 @@ async fn admit_queued(tx: &mut Tx<'_>, ids: Option<&TransitionIds>, run_id: &str
     let entry =
         Entry { node: None, edge: Edge::Run(edge), actor: "engine", attempt: 0, reason: None, at: now_ms };
     let mut s = Script::new();
-    super::insert_transitions(tx, &mut s, ids, vec![(run_id, entry)]).await?;
+    super::insert_transitions(&mut **tx, &mut s, ids, vec![(run_id, entry)]).await?;
     s.send(tx).await
 }
 

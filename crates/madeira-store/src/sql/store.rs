@@ -83,10 +83,10 @@ forward!(RunReader {
 forward!(RunStore {
     write_ids fn create_run(run: &NewRun) -> CreateOutcome = runs::create_run;
     write_ids fn create_runs(new: &[NewRun]) -> Vec<CreateOutcome> = runs::create_runs;
-    write fn after_dependents(flow: &str, date: &str) -> Vec<String> = waits::after_dependents;
+    read fn after_dependents(flow: &str, date: &str) -> Vec<String> = waits::after_dependents;
     write fn held_runs(flow: &str, date: &str) -> Vec<RunRow> = waits::held_runs;
     write fn waive_waits(run_id: &str) -> bool = waits::waive_waits;
-    write fn node_waiters(flow: &str, date: &str) -> Vec<(String, Option<String>)> = node_waits::node_waiters;
+    read fn node_waiters(flow: &str, date: &str) -> Vec<(String, Option<String>)> = node_waits::node_waiters;
     read fn held_nodes() -> Vec<HeldNode> = node_waits::held_nodes;
     write fn waive_node_waits(run_id: &str, node: &str) -> bool = node_waits::waive_node_waits;
     write fn subflow_parent(run_id: &str) -> Option<(String, Option<String>)> = node_waits::subflow_parent;

@@ -1,7 +1,8 @@
 //! SQLite backend: one file in WAL mode with durable (`synchronous = FULL`)
 //! commits; a single-connection pool serialises writes (so it needs no locks),
 //! a small pool serves reads. Every write goes through `WriteGuard` (`guard.rs`):
-//! the file is checked first, and a failed write replaces the writer connection.
+//! the file is checked first, and a failed write replaces the writer connection;
+//! every write holds the store's write lock for its transaction.
 //! Group commits run on a connection of their own, row by row (`rows.rs`), and
 //! so do large batches of new runs (on the writer's handle).
 //! The SQL is `sql/`, compiled here for this dialect.
@@ -32,6 +33,8 @@ pub struct SqliteDialect {
     transition_ids: TransitionIds,
     /// The group commits' connection (`rows.rs`).
     committer: rows::Committer,
+    /// Held by every write (`Dialect::write_lock`).
+    write_lock: tokio::sync::Mutex<()>,
 }
 
 impl Dialect for SqliteDialect {
@@ -46,13 +49,13 @@ impl Dialect for SqliteDialect {
         rows::run(conn, statements).await
     }
 
-    async fn commit_rows(
-        &self,
-        _writer: &mut sqlx::SqliteConnection,
-        statements: &[RowStatement<'_>],
-    ) -> Result<()> {
-        // The caller holds sqlx's writer, which keeps other writes out meanwhile.
+    async fn commit_rows(&self, statements: &[RowStatement<'_>]) -> Result<()> {
+        // The caller holds the write lock, which keeps other writes out meanwhile.
         self.committer.commit(statements)
+    }
+
+    fn write_lock(&self) -> Option<&tokio::sync::Mutex<()>> {
+        Some(&self.write_lock)
     }
 
     async fn insert_id(pool: &sqlx::SqlitePool, mut q: sqlx::QueryBuilder<'_, Sqlite>) -> Result<i64> {
@@ -77,6 +80,8 @@ impl Dialect for SqliteDialect {
 }
 
 type D = SqliteDialect;
+/// `D`'s connection type, named (the shared SQL implements a trait for it).
+type DConn = sqlx::SqliteConnection;
 
 /// The store on SQLite.
 pub type SqliteStore = SqlStore<SqliteDialect>;
@@ -131,6 +136,7 @@ impl SqlStore<SqliteDialect> {
                 guard,
                 transition_ids: TransitionIds::default(),
                 committer: rows::Committer::new(path),
+                write_lock: tokio::sync::Mutex::new(()),
             },
             answer_within: None,
         })

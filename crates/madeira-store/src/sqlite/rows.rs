@@ -7,7 +7,10 @@
 //!   on the calling thread, in one `BEGIN IMMEDIATE … COMMIT`; the connection
 //!   keeps its compiled statements between commits (a chain's commits repeat
 //!   them), and there is no hop to a connection thread and back. Its caller holds
-//!   sqlx's writer connection meanwhile, so the two never write at once.
+//!   the store's write lock (`Dialect::write_lock`, held by every write) and not
+//!   sqlx's writer connection, so the two never write at once and no commit waits
+//!   for that connection's return to its pool (sqlx pings a connection on its
+//!   thread as it goes back: half of a noop node's time in a chain, measured).
 //! - A batch of new runs runs inside the writer's transaction: its SQLite handle
 //!   is locked out of sqlx's worker thread (`lock_handle`) and driven here.
 //!

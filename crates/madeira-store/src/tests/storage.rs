@@ -184,6 +184,37 @@ mod sqlite_only {
         assert_eq!(ids, [(1,), (2,), (13,)], "creation, first, then after the ten given elsewhere");
     }
 
+    /// Group commits do not hold sqlx's writer connection: the store's write lock
+    /// keeps every other write out while one runs. Commits and run creations side
+    /// by side (both number transitions from the same counter) all land, numbered
+    /// without a gap or a repeat; without the lock two of them would take the
+    /// same ids and one would fail.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn commits_and_other_writes_side_by_side_all_land_numbered_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = std::sync::Arc::new(SqliteStore::open_path(&dir.path().join("m.db")).await.expect("open"));
+        s.create_run(&super::new_run("r0", None, 0, Overlap::Queue)).await.expect("create");
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 1..=200u32 {
+            let s = s.clone();
+            tasks.spawn(async move {
+                let batch = Batch { transitions: vec![super::transition("r0", i)], ..Batch::default() };
+                s.commit(&batch).await.expect("commit");
+                s.create_run(&super::new_run(&format!("r{i}"), None, 0, Overlap::Queue))
+                    .await
+                    .expect("create");
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.expect("task");
+        }
+        let ids: Vec<(i64,)> =
+            sqlx::query_as("SELECT id FROM transitions ORDER BY id").fetch_all(&s.writer).await.expect("ids");
+        let ids: Vec<i64> = ids.into_iter().map(|(id,)| id).collect();
+        assert_eq!(ids, (1..=ids.len() as i64).collect::<Vec<_>>(), "numbered once each, no gap");
+        assert_eq!(s.transitions("r0").await.expect("log").len(), 201, "creation and 200 commits");
+    }
+
     #[tokio::test]
     async fn the_per_run_tables_keep_no_second_copy_of_their_keys() {
         let dir = tempfile::tempdir().expect("tempdir");
