@@ -204,6 +204,13 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         Ok(false)
     }
 
+    /// Detaches and drops an upgraded table's `_old` partition (the table as it was
+    /// before partitioning) once no run of its id range is left in the store;
+    /// answers how many were dropped.
+    async fn retire_old(_pool: &Pool<Self::DB>) -> Result<u32> {
+        Ok(0)
+    }
+
     /// The run ids `[lo, hi)` whose `logs` and `run_archive` rows live in day
     /// partitions (dropped with their day rather than deleted with their run).
     async fn partitioned_ids(_pool: &Pool<Self::DB>) -> Result<Option<(String, String)>> {

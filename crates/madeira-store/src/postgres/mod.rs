@@ -54,6 +54,10 @@ impl Dialect for PgDialect {
         partitions::retire(pool, day_ms).await
     }
 
+    async fn retire_old(pool: &PgPool) -> Result<u32> {
+        partitions::retire_old(pool).await
+    }
+
     async fn partitioned_ids(pool: &PgPool) -> Result<Option<(String, String)>> {
         partitions::partitioned_ids(pool).await
     }
@@ -119,6 +123,12 @@ impl SqlStore<PgDialect> {
     /// The connection pool (for LISTEN/NOTIFY and tests).
     pub fn pool(&self) -> &PgPool {
         &self.writer
+    }
+
+    /// `Dialect::partitioned_ids` of this store.
+    #[cfg(test)]
+    pub(crate) async fn partitioned_ids_for_tests(&self) -> Result<Option<(String, String)>> {
+        partitions::partitioned_ids(&self.writer).await
     }
 }
 

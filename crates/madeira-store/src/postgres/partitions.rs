@@ -170,7 +170,8 @@ pub(crate) async fn days(pool: &PgPool) -> Result<Vec<i64>> {
 
 /// The run ids whose `logs` and `run_archive` rows are in day partitions
 /// (dropped with their day, not deleted with their run): from the end of the
-/// upgraded tables' `_old` partitions to the start of `_far`.
+/// upgraded tables' `_old` partitions (the lowest id once they are dropped) to
+/// the start of `_far`.
 pub(crate) async fn partitioned_ids(pool: &PgPool) -> Result<Option<(String, String)>> {
     let bounds: Vec<(String,)> = sqlx::query_as(
         "SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_class c \
@@ -180,22 +181,68 @@ pub(crate) async fn partitioned_ids(pool: &PgPool) -> Result<Option<(String, Str
     .fetch_all(pool)
     .await?;
     // "FOR VALUES FROM (MINVALUE) TO ('…')" and "FOR VALUES FROM ('…') TO (MAXVALUE)".
-    let quoted = |s: &str| s.split('\'').nth(1).map(str::to_string);
     let lo = bounds.iter().filter(|(b,)| b.contains("(MINVALUE)")).filter_map(|(b,)| quoted(b)).max();
     let hi = bounds.iter().filter(|(b,)| b.contains("(MAXVALUE)")).filter_map(|(b,)| quoted(b)).min();
-    Ok(lo.zip(hi))
+    Ok(hi.map(|hi| (lo.unwrap_or_default(), hi)))
+}
+
+/// The first quoted value of a partition bound.
+fn quoted(bound: &str) -> Option<String> {
+    bound.split('\'').nth(1).map(str::to_string)
+}
+
+/// Drops each table's `_old` partition (its rows from before partitioning, ids up
+/// to its bound) once no run with an id below that bound is left: retention has
+/// pruned them all, so no row of that range can come any more (a rerun needs its
+/// run). What is still in it then (rows of runs deleted without them) goes too.
+pub(crate) async fn retire_old(pool: &PgPool) -> Result<u32> {
+    let mut dropped = 0;
+    for table in TABLES {
+        let old = format!("{table}_old");
+        let bound: Option<(String,)> = sqlx::query_as(
+            "SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_class c WHERE c.oid = to_regclass($1)",
+        )
+        .bind(&old)
+        .fetch_optional(pool)
+        .await?;
+        let Some(upper) = bound.and_then(|(b,)| quoted(&b)) else { continue };
+        let left: Option<(String,)> = sqlx::query_as("SELECT id FROM runs WHERE id < $1 LIMIT 1")
+            .bind(&upper)
+            .fetch_optional(pool)
+            .await?;
+        if left.is_some() {
+            continue;
+        }
+        if retire_parts(pool, &[(table, old)]).await? {
+            dropped += 1;
+        }
+    }
+    Ok(dropped)
 }
 
 /// Detaches (concurrently) and drops every table of the day at `day_ms`;
 /// answers false when another replica is retiring a day (its lock is taken).
 pub(crate) async fn retire(pool: &PgPool, day_ms: i64) -> Result<bool> {
+    let parts = TABLES.map(|table| (table, partition_name(table, day_ms)));
+    retire_parts(pool, &parts).await
+}
+
+/// Detaches and drops each `(table, partition)` of `parts` under the
+/// retirement's advisory lock; false when another replica holds it.
+async fn retire_parts(pool: &PgPool, parts: &[(&str, String)]) -> Result<bool> {
     let mut conn = pool.acquire().await?;
     let (locked,): (bool,) =
         sqlx::query_as("SELECT pg_try_advisory_lock($1, 0)").bind(LOCK_SPACE).fetch_one(&mut *conn).await?;
     if !locked {
         return Ok(false);
     }
-    let done = retire_locked(&mut conn, day_ms).await;
+    let mut done = Ok(());
+    for (table, name) in parts {
+        done = detach_and_drop(&mut conn, table, name).await;
+        if done.is_err() {
+            break;
+        }
+    }
     let unlocked = sqlx::query("SELECT pg_advisory_unlock($1, 0)").bind(LOCK_SPACE).execute(&mut *conn).await;
     if unlocked.is_err() {
         // The session's lock must not go back to the pool with the connection.
@@ -204,33 +251,30 @@ pub(crate) async fn retire(pool: &PgPool, day_ms: i64) -> Result<bool> {
     done.map(|_| true)
 }
 
-async fn retire_locked(conn: &mut sqlx::PgConnection, day_ms: i64) -> Result<()> {
-    for table in TABLES {
-        let name = partition_name(table, day_ms);
-        let attached: Option<(bool,)> = sqlx::query_as(
-            "SELECT i.inhdetachpending FROM pg_inherits i WHERE i.inhrelid = to_regclass($1) \
-             AND i.inhparent = to_regclass($2)",
-        )
-        .bind(&name)
-        .bind(table)
-        .fetch_optional(&mut *conn)
-        .await?;
-        match attached {
-            Some((true,)) => {
-                sqlx::query(&format!("ALTER TABLE {table} DETACH PARTITION {name} FINALIZE"))
-                    .execute(&mut *conn)
-                    .await?;
-            }
-            Some((false,)) => {
-                sqlx::query(&format!("ALTER TABLE {table} DETACH PARTITION {name} CONCURRENTLY"))
-                    .execute(&mut *conn)
-                    .await?;
-            }
-            None => {}
+async fn detach_and_drop(conn: &mut sqlx::PgConnection, table: &str, name: &str) -> Result<()> {
+    let attached: Option<(bool,)> = sqlx::query_as(
+        "SELECT i.inhdetachpending FROM pg_inherits i WHERE i.inhrelid = to_regclass($1) \
+         AND i.inhparent = to_regclass($2)",
+    )
+    .bind(name)
+    .bind(table)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match attached {
+        Some((true,)) => {
+            sqlx::query(&format!("ALTER TABLE {table} DETACH PARTITION {name} FINALIZE"))
+                .execute(&mut *conn)
+                .await?;
         }
-        sqlx::query(&format!("DROP TABLE IF EXISTS {name}")).execute(&mut *conn).await?;
-        tracing::info!(partition = %name, "time partition dropped");
+        Some((false,)) => {
+            sqlx::query(&format!("ALTER TABLE {table} DETACH PARTITION {name} CONCURRENTLY"))
+                .execute(&mut *conn)
+                .await?;
+        }
+        None => {}
     }
+    sqlx::query(&format!("DROP TABLE IF EXISTS {name}")).execute(&mut *conn).await?;
+    tracing::info!(partition = %name, "time partition dropped");
     Ok(())
 }
 

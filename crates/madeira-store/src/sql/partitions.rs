@@ -3,7 +3,9 @@
 //! has finished before the cutoff, or is gone, has its partitions dropped, not
 //! its rows deleted; the runs' own rows go by `runs::prune`'s batches, which
 //! leave those two tables' rows of partitioned days to the drop. Elsewhere the
-//! dialect has no days and retention deletes rows as before.
+//! dialect has no days and retention deletes rows as before. The partition that
+//! holds an upgraded table's rows from before partitioning (`_old`) is dropped
+//! once retention has pruned every run of its range.
 
 use madeira_core::timebound::id_bound;
 
@@ -43,5 +45,7 @@ pub(super) async fn drop_days(pool: &Pool, before_ms: i64) -> Result<u32> {
             dropped += 1;
         }
     }
+    // An upgraded store's old tables, emptied run by run over one retention period.
+    D::retire_old(pool).await?;
     Ok(dropped)
 }

@@ -1,8 +1,9 @@
 //! SQLite backend: one file in WAL mode with durable (`synchronous = FULL`)
-//! commits; a single-connection pool serialises writes (so it needs no locks),
-//! a small pool serves reads. Every write goes through `WriteGuard` (`guard.rs`):
-//! the file is checked first, and a failed write replaces the writer connection;
-//! every write holds the store's write lock for its transaction.
+//! commits; every write holds the store's write lock for its transaction (one
+//! writer at a time, as SQLite takes them), a single-connection pool takes the
+//! writes other than group commits, a small pool serves reads. Every write goes
+//! through `WriteGuard` (`guard.rs`): the file is checked first, and a failed
+//! write replaces the writer connection.
 //! Group commits run on a connection of their own, row by row (`rows.rs`), and
 //! so do large batches of new runs (on the writer's handle).
 //! The SQL is `sql/`, compiled here for this dialect.

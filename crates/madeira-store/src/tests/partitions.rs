@@ -300,4 +300,51 @@ async fn postgres_upgrades_a_store_with_rows_in_it() {
     let (logs,): (i64,) =
         sqlx::query_as("SELECT COUNT(*) FROM logs").fetch_one(s.pool()).await.expect("count");
     assert_eq!(logs, 0, "rows outside day partitions deleted with their runs");
+    // No run of the old range is left: the next retention drops `_old` (both
+    // tables), and a run of that range made later still gets its rows (its day's
+    // partition is made), counted as partitioned from the lowest id on.
+    let (_, far) = s.partitioned_ids_for_tests().await.expect("ids").expect("bounds");
+    assert_eq!(s.drop_days(NOV1 + 2 * DAY_MS).await.expect("drop"), 0, "no day to drop");
+    let olds: Vec<(String,)> = sqlx::query_as(
+        "SELECT relname::text FROM pg_class WHERE relname IN ('logs_old', 'run_archive_old') ORDER BY 1",
+    )
+    .fetch_all(s.pool())
+    .await
+    .expect("old tables");
+    assert!(olds.is_empty(), "the `_old` partitions dropped: {olds:?}");
+    assert_eq!(s.partitioned_ids_for_tests().await.expect("ids"), Some((String::new(), far)));
+    let late = id_at(NOV1 + 120_000, 2);
+    run_with_log(&s, &late, NOV1 + 120_000, Some(NOV1 + 130_000)).await;
+    assert!(read(&s, &late).await.is_some(), "written below the old bound, into its day's partition");
+    assert!(day_tables(&s, "logs").await.contains(&day_name("logs", NOV1)));
+}
+
+/// An upgraded store whose old range still has a run keeps its `_old` partition.
+#[tokio::test]
+async fn postgres_keeps_the_old_partition_while_a_run_of_its_range_is_left() {
+    let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+    super::upgrade::migrator_before("postgres", dir.path(), PARTITIONS)
+        .await
+        .run(&pool)
+        .await
+        .expect("old schema");
+    let t1 = id_at(NOV1 + 60_000, 1);
+    let row = format!(
+        "INSERT INTO runs (id, flow, version, state, params, \"trigger\", created_at, admitted_at, started_at, \
+         actor) VALUES ('{t1}', 'p', 1, 'RUNNING', '{{}}', 'api', {0}, {0}, {0}, 'bob'); \
+         INSERT INTO logs (run_id, node, attempt, content) VALUES ('{t1}', 'a', 1, 'running\n')",
+        NOV1 + 60_000
+    );
+    sqlx::raw_sql(&row).execute(&pool).await.expect("old row");
+    pool.close().await;
+    let s = PostgresStore::open(&db.url).await.expect("migrated");
+    assert_eq!(s.drop_days(NOV1 + 30 * DAY_MS).await.expect("drop"), 0);
+    let (olds,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM pg_class WHERE relname = 'logs_old'")
+        .fetch_one(s.pool())
+        .await
+        .expect("old table");
+    assert_eq!(olds, 1, "a running run of the old range keeps it");
+    assert_eq!(s.logs(&t1, "a").await.expect("logs")[0].content, "running\n");
 }
