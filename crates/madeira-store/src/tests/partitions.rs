@@ -228,9 +228,9 @@ async fn postgres_retention_drops_the_day_tables_and_keeps_the_others() {
 /// The partitions' migration.
 const PARTITIONS: &str = "20261212000100_time_partitions.sql";
 
-#[tokio::test]
-async fn postgres_upgrades_a_store_with_rows_in_it() {
-    let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
+/// A fresh PostgreSQL database at the schema before the partitions, and a pool on it.
+async fn pg_before_partitions() -> Option<(PgTestDb, sqlx::PgPool)> {
+    let db = PgTestDb::create().await.expect("PostgreSQL test database")?;
     let dir = tempfile::tempdir().expect("tempdir");
     let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
     super::upgrade::migrator_before("postgres", dir.path(), PARTITIONS)
@@ -238,6 +238,12 @@ async fn postgres_upgrades_a_store_with_rows_in_it() {
         .run(&pool)
         .await
         .expect("old schema");
+    Some((db, pool))
+}
+
+#[tokio::test]
+async fn postgres_upgrades_a_store_with_rows_in_it() {
+    let Some((db, pool)) = pg_before_partitions().await else { return };
     let t1 = id_at(NOV1 + 60_000, 1);
     let mut rows = super::upgrade::finished_run_rows();
     rows.extend([
@@ -322,14 +328,7 @@ async fn postgres_upgrades_a_store_with_rows_in_it() {
 /// An upgraded store whose old range still has a run keeps its `_old` partition.
 #[tokio::test]
 async fn postgres_keeps_the_old_partition_while_a_run_of_its_range_is_left() {
-    let Some(db) = PgTestDb::create().await.expect("PostgreSQL test database") else { return };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
-    super::upgrade::migrator_before("postgres", dir.path(), PARTITIONS)
-        .await
-        .run(&pool)
-        .await
-        .expect("old schema");
+    let Some((db, pool)) = pg_before_partitions().await else { return };
     let t1 = id_at(NOV1 + 60_000, 1);
     let row = format!(
         "INSERT INTO runs (id, flow, version, state, params, \"trigger\", created_at, admitted_at, started_at, \
