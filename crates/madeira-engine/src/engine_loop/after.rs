@@ -1,7 +1,8 @@
 //! Wakes after a commit: a run (or node) that ended SUCCESS releases the runs held
 //! by `after` on it for its business date. The commit that wrote the SUCCESS is
-//! what made those runs admissible (`madeira_store`'s `WAITING`); this promotes
-//! their flows at once, so they start without any polling. A run that ended
+//! what made those runs admissible (`madeira_store`'s `WAITING`); a task started
+//! right after it reads them (off the loop) and has their flows promoted, so they
+//! start without any polling. A run that ended
 //! SUCCESS also starts the flows whose `flow_succeeded` trigger names its flow,
 //! for the same business date. A wake lost to a crash is made up by the reconcile
 //! sweep, which promotes every flow with waiting runs. A run that ended FAILED,
