@@ -6,6 +6,7 @@
 
 pub mod group;
 mod logtail;
+mod reap;
 mod spawn;
 mod workdir;
 
@@ -106,7 +107,7 @@ pub async fn run(job: &JobSpec, attempt: &Attempt, ctx: RunCtx<'_>, cancel: Canc
         Ok((mut command, output)) => match command.spawn().inspect(|_| drop(command)) {
             Ok(child) => {
                 if let Some(on_spawn) = ctx.on_spawn {
-                    on_spawn(child.id().unwrap_or(0));
+                    on_spawn(child.id());
                 }
                 supervise(job, attempt, child, output, ctx.log_sink, cancel, &dir).await
             }
@@ -154,14 +155,15 @@ enum Stop {
 async fn supervise(
     job: &JobSpec,
     attempt: &Attempt,
-    mut child: tokio::process::Child,
+    mut child: std::process::Child,
     output: spawn::Output,
     sink: Option<mpsc::Sender<Vec<u8>>>,
     cancel: CancellationToken,
     dir: &Path,
 ) -> Outcome {
-    let pgid = child.id().unwrap_or(0);
-    if let (Some(mut stdin), Some(text)) = (child.stdin.take(), job.stdin.clone()) {
+    let pgid = child.id();
+    let stdin = child.stdin.take().map(tokio::process::ChildStdin::from_std);
+    if let (Some(Ok(mut stdin)), Some(text)) = (stdin, job.stdin.clone()) {
         tokio::spawn(async move {
             use tokio::io::AsyncWriteExt;
             let _ = stdin.write_all(text.as_bytes()).await;
@@ -181,7 +183,7 @@ async fn supervise(
         }
     };
     let stop = tokio::select! {
-        status = child.wait() => Stop::Exited(status),
+        status = reap::exit(&mut child) => Stop::Exited(status),
         _ = sleep => Stop::TimedOut(timeout.unwrap_or_default()),
         _ = cancel.cancelled() => Stop::Cancelled,
     };
@@ -211,7 +213,7 @@ async fn supervise(
                     String::new()
                 }
             ));
-            let status = child.wait().await;
+            let status = reap::exit(&mut child).await;
             let stopped = Some(matches!(stop, Stop::Cancelled));
             return finish(attempt, status, note, captured, dir, stopped, &secret_values(job)).await;
         }

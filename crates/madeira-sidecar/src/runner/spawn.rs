@@ -2,11 +2,12 @@
 //! the SPEC §4 environment, the input file, and an optional user switch.
 
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Stdio;
 
 use serde_json::{Value as Json, json};
-use tokio::process::Command;
+use std::process::Command;
 
 use super::Attempt;
 use crate::config::JobSpec;
@@ -73,8 +74,7 @@ pub(super) fn prepare(
         .stdin(if job.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(stdout)
         .stderr(stderr)
-        .process_group(0)
-        .kill_on_drop(false);
+        .process_group(0);
     if job.clear_env {
         cmd.env_clear();
     }

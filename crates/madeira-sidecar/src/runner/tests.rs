@@ -349,3 +349,26 @@ async fn a_failure_names_the_last_lines_with_secrets_masked() {
     .await;
     assert_eq!(ok.error, "", "a success carries no message");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_jobs_at_once_short_and_long_are_each_reaped_with_their_own_code() {
+    // Ten at once: more than the blocking waiters (`reap.rs`), some ending within
+    // their fast wait and some after it, through the runtime's poller.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut jobs = tokio::task::JoinSet::new();
+    for i in 0..10u32 {
+        let root = dir.path().to_path_buf();
+        let pause = ["0", "0.01", "0.2", "0.35"][i as usize % 4];
+        let job = job(&["/bin/sh", "-c", &format!("sleep {pause}; exit {}", 10 + i)], None, "1s");
+        let attempt = Attempt { assignment_id: format!("many-{i}"), ..attempt() };
+        jobs.spawn(async move { (i, run_in(&root, &job, &attempt, CancellationToken::new()).await) });
+    }
+    let mut seen = Vec::new();
+    while let Some(done) = jobs.join_next().await {
+        let (i, outcome) = done.expect("job task");
+        assert_eq!(outcome.exit_code, Some(10 + i as i32), "job {i}: {}", outcome.error);
+        seen.push(i);
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..10).collect::<Vec<_>>());
+}
