@@ -40,6 +40,7 @@ pub(crate) async fn run(
     mut rx: mpsc::Receiver<CreateRequest>,
     engine: mpsc::Sender<Envelope>,
     holder: Holder,
+    waited: crate::waited::Waited,
     cancel: CancellationToken,
 ) {
     loop {
@@ -62,6 +63,8 @@ pub(crate) async fn run(
         let lease = holder.lease_now();
         let runs: Vec<NewRun> =
             batch.iter().map(|r| NewRun { lease: Some(lease.clone()), ..r.run.clone() }).collect();
+        // Known before the waits are written: a success committed meanwhile looks them up.
+        waited.add(&runs);
         let created = match store.create_runs(&runs).await {
             Ok(outcomes) => Ok(outcomes.into_iter().map(Ok).collect::<Vec<_>>()),
             Err(e) if runs.len() > 1 && !e.is_unavailable() => {

@@ -68,6 +68,8 @@ pub struct Engine {
     watch: watch::Watch,
     /// `depends_on_past` runs held by a FAILED previous date already alerted.
     past_alerted: std::collections::HashSet<String>,
+    /// The flows a run or node may wait on (`waited.rs`).
+    waited: crate::waited::Waited,
 }
 
 /// What `crate::build` hands the engine.
@@ -97,6 +99,7 @@ impl Engine {
             effects: w.effects,
             watch: Default::default(),
             past_alerted: Default::default(),
+            waited: Default::default(),
         }
     }
 
@@ -131,12 +134,17 @@ impl Engine {
             self.effects.observers.clone(),
             cancel.clone(),
         );
+        if !self.options.shared_store {
+            // Before the creator starts: it adds to what this read.
+            self.waited.load(self.store.as_ref()).await;
+        }
         let ctx = SourceCtx {
             store: &self.store,
             health: &self.health,
             handle: &self.handle,
             holder: &self.holder,
             options: &self.options,
+            waited: &self.waited,
         };
         let sources = self.intake.sources(ctx, &cancel).await;
         if let Some(creator) = sources.creator {

@@ -56,6 +56,7 @@ mod subflow;
 mod throttle;
 mod timers;
 mod trace;
+mod waited;
 mod wake;
 
 use std::sync::Arc;

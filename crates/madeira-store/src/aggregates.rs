@@ -114,6 +114,9 @@ pub trait RunStore: RunReader {
     /// Flows with runs held by `after` waiting for `flow` on business date `date`:
     /// once that run (or node) is SUCCESS, promoting them starts the held runs.
     async fn after_dependents(&self, flow: &str, date: &str) -> Result<Vec<String>>;
+    /// Every flow a wait names (run- or node-level `after`, met or not): the
+    /// flows whose successes anything may wait on.
+    async fn waited_upstreams(&self) -> Result<Vec<String>>;
     /// The runs held by `after` waiting for `flow` on business date `date` (QUEUED,
     /// not admitted), oldest first: who a failed run of `flow` holds.
     async fn held_runs(&self, flow: &str, date: &str) -> Result<Vec<RunRow>>;

@@ -49,12 +49,14 @@ impl Engine {
         );
     }
 
-    /// The successes among a commit's events: node SUCCESS of runs held here, and
-    /// run SUCCESS (the run's business date read from its snapshot, still here).
+    /// The successes among a commit's events: node SUCCESS of runs held here (of
+    /// a flow something may wait on, `crate::waited`), and run SUCCESS (the run's
+    /// business date read from its snapshot, still here).
     pub(super) fn successes(&self, events: &[RunEvent]) -> Vec<Success> {
         let mut out: Vec<Success> = events
             .iter()
             .filter(|e| e.to == "SUCCESS")
+            .filter(|e| e.node.is_none() || self.waited.may_wait_on(&e.flow))
             .filter_map(|e| {
                 let date = self.step.runs.get(&e.run_id)?.biz_date.clone()?;
                 Some((e.flow.clone(), date, e.node.is_none()))

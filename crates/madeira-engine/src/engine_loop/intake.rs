@@ -85,6 +85,7 @@ pub(crate) struct SourceCtx<'a> {
     pub handle: &'a EngineHandle,
     pub holder: &'a Holder,
     pub options: &'a EngineOptions,
+    pub waited: &'a crate::waited::Waited,
 }
 
 /// The tasks `sources` started: the creator (tracked with the engine's tasks) and the rest.
@@ -119,6 +120,7 @@ impl Intake {
                 rx,
                 tx,
                 c.holder.clone(),
+                c.waited.clone(),
                 cancel.clone(),
             );
             Box::pin(run) as futures::future::BoxFuture<'static, ()>

@@ -84,6 +84,7 @@ forward!(RunStore {
     write_ids fn create_run(run: &NewRun) -> CreateOutcome = runs::create_run;
     write_ids fn create_runs(new: &[NewRun]) -> Vec<CreateOutcome> = runs::create_runs;
     read fn after_dependents(flow: &str, date: &str) -> Vec<String> = waits::after_dependents;
+    read fn waited_upstreams() -> Vec<String> = waits::waited_upstreams;
     write fn held_runs(flow: &str, date: &str) -> Vec<RunRow> = waits::held_runs;
     write fn waive_waits(run_id: &str) -> bool = waits::waive_waits;
     read fn node_waiters(flow: &str, date: &str) -> Vec<(String, Option<String>)> = node_waits::node_waiters;

@@ -2,7 +2,8 @@
 //! for a business date (the engine promotes them once that run is SUCCESS), and
 //! what one run waits for (shown on the run and the estate map), which runs a
 //! failed run holds (its failure alert lists them), the runs held by `after` now
-//! (for `after_policy`), and waiving a held run's waits (`after_policy: run`).
+//! (for `after_policy`), waiving a held run's waits (`after_policy: run`), and
+//! which flows any wait names at all (`waited_upstreams`).
 
 use super::{Pool, sql};
 use crate::admission::HELD_BY_AFTER;
@@ -19,6 +20,15 @@ pub(super) async fn after_dependents(pool: &Pool, flow: &str, date: &str) -> Res
         .bind(date)
         .fetch_all(pool)
         .await?;
+    Ok(rows.into_iter().map(|(f,)| f).collect())
+}
+
+pub(super) async fn waited_upstreams(pool: &Pool) -> Result<Vec<String>> {
+    let rows: Vec<(String,)> = sqlx::query_as(&sql(
+        "SELECT upstream_flow FROM run_waits UNION SELECT upstream_flow FROM node_waits ORDER BY 1",
+    ))
+    .fetch_all(pool)
+    .await?;
     Ok(rows.into_iter().map(|(f,)| f).collect())
 }
 
