@@ -34,6 +34,7 @@ pub(crate) async fn a_run_is_held_until_its_upstream_succeeds(s: &dyn Store) {
     assert!(matches!(held, CreateOutcome::Created { start: false, .. }), "{held:?}");
     assert_eq!(reason(s, "b1").await.as_deref(), Some("waiting for a 2026-12-04"));
     assert_eq!(s.run_waits("b1").await.expect("waits"), vec![wait("a", None)]);
+    assert!(s.waited_upstreams().await.expect("waited").contains(&"a".to_string()));
     // Held runs count toward no max_active_runs: another run of b starts at once.
     let free = s.create_run(&run_of("b", "b2", vec![], 1)).await.expect("b2");
     assert!(matches!(free, CreateOutcome::Created { start: true, .. }), "{free:?}");
@@ -103,6 +104,10 @@ pub(crate) async fn a_node_waits_for_another_flows_node_while_its_run_goes_on(s:
     );
     assert_eq!(reason(s, "down1").await, None);
     assert!(s.run_waits("down1").await.expect("run waits").is_empty());
+    // Every flow a wait names, once each and in order (node waits included).
+    let waited = s.waited_upstreams().await.expect("waited");
+    assert!(["other", "up"].iter().all(|f| waited.contains(&f.to_string())), "{waited:?}");
+    assert!(waited.windows(2).all(|p| p[0] < p[1]), "{waited:?}");
     let waits = s.node_waits("down1").await.expect("node waits");
     assert_eq!(waits.len(), 2);
     assert!(waits.iter().all(|w| w.node == "b" && !w.met));
