@@ -120,3 +120,30 @@ fn wait_exited(pid: u32) -> io::Result<()> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Child {
+        std::process::Command::new("/bin/sh").args(["-c", script]).spawn().expect("spawn sh")
+    }
+
+    #[test]
+    fn without_a_pidfd_a_blocking_wait_leaves_the_child_to_be_reaped_by_its_child() {
+        // The path for kernels without pidfd_open: waitid(WNOWAIT), then `Child::wait`.
+        let mut child = sh("sleep 0.05; exit 7");
+        wait_exited(child.id()).expect("waitid");
+        assert_eq!(child.wait().expect("reaped").code(), Some(7));
+    }
+
+    #[tokio::test]
+    async fn a_dropped_wait_can_be_waited_again() {
+        let mut child = sh("sleep 0.3; exit 5");
+        let first = tokio::time::timeout(Duration::from_millis(20), exit(&mut child)).await;
+        assert!(first.is_err(), "still running at 20 ms");
+        assert_eq!(exit(&mut child).await.expect("exit").code(), Some(5));
+        let alive = pidfd_open(std::process::id()).expect("this process's pidfd");
+        assert!(!readable_within(&alive, Duration::ZERO), "a live process's pidfd is not readable");
+    }
+}
