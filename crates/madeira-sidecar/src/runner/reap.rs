@@ -9,6 +9,12 @@
 //! still running after it (or beyond that number) is awaited through its pidfd
 //! on the runtime's poller, holding no thread. Without pidfds (Linux before
 //! 5.3) a blocking thread waits for the whole run.
+//!
+//! Unlike tokio's `Child`, a `std` child whose supervising future is dropped
+//! before it exits is not reaped later by this process (it stays a zombie until
+//! the sidecar exits). Attempts are never dropped mid-run: the sidecar cancels
+//! them and waits (`worker.rs`); only a runtime shutting down drops them, and
+//! then the next start reclaims the group (`leftovers.rs`).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
