@@ -1,8 +1,13 @@
 //! The job process groups a sidecar leaves behind when it dies without a
 //! shutdown (`kill -9`, OOM killer, crash). Each job's process group id, its
 //! leader's start time and the attempt it runs are recorded in the spool
-//! (`<spool_dir>/jobs/<assignment>.job`, 0600 in a 0700 directory) as soon as the
-//! job is spawned, and removed once its result is spooled.
+//! (`<spool_dir>/jobs/`, a 0700 directory) as soon as the job is spawned, and
+//! forgotten once its result is spooled. A record is written in place over a free
+//! slot file (`job-NNNNN.slot`, 0600; the spool's slot format, `slots.rs`) and
+//! freed by zeroing its magic, so a job makes no file, rename or unlink: creating
+//! a file cost ~20 µs here (ext4 looks past every recently deleted inode for a free
+//! one) and a job made and removed two. Records of earlier versions (one
+//! `<assignment>.job` file each) are still read and removed.
 //!
 //! At the next start, before connecting, the sidecar reclaims every recorded
 //! group: the exit status of a process is only available to its parent, and the
@@ -23,8 +28,9 @@
 //! What cannot be covered: the microseconds between `fork` and the record being
 //! written — a sidecar killed exactly then leaves that one job unrecorded.
 
-use std::os::unix::fs::OpenOptionsExt;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use madeira_proto::v1::{Assignment, AttemptResult, Outcome};
@@ -32,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::runner::group;
+use crate::slots::{self, Order};
 use crate::spool::SpoolError;
 
 /// Grace for a leftover job whose job is no longer declared.
@@ -40,7 +47,7 @@ const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 const MAX_RECORD: u64 = 64 * 1024;
 
 /// One started job, as recorded.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct JobRecord {
     pub pgid: u32,
     /// The group leader's start time (clock ticks since boot, /proc/PID/stat).
@@ -56,18 +63,74 @@ pub struct JobRecord {
     pub epoch: u64,
 }
 
-/// The records directory.
+/// The records directory and its slots.
 pub struct Leftovers {
     dir: PathBuf,
+    slots: Mutex<Slots>,
+}
+
+/// The slot files: open, which are free, and which assignment each other holds.
+#[derive(Default)]
+struct Slots {
+    files: Vec<Option<Arc<std::fs::File>>>,
+    free: Vec<usize>,
+    held: HashMap<String, usize>,
+    seq: u64,
+}
+
+fn slot_name(n: usize) -> String {
+    format!("job-{n:05}.slot")
+}
+
+fn slot_number(name: &str) -> Option<usize> {
+    name.strip_prefix("job-")?.strip_suffix(".slot")?.parse().ok()
+}
+
+/// The job record in a slot; `None` when the slot is free, torn or unreadable.
+fn read_slot(file: &std::fs::File) -> Option<JobRecord> {
+    let record = slots::read_record(file).ok()??;
+    serde_json::from_slice(&record.payload).ok()
 }
 
 impl Leftovers {
+    /// Opens the directory (made 0700) and its slot files: a slot holding a
+    /// record stays held by its assignment until `clear`, the others are free.
     pub fn open(dir: &Path) -> Result<Self, SpoolError> {
         crate::spool::private_dir(dir, 0o700)?;
-        Ok(Self { dir: dir.to_path_buf() })
+        let mut slots = Slots::default();
+        let entries = std::fs::read_dir(dir).map_err(crate::spool::io(dir))?;
+        for entry in entries.flatten() {
+            let Some(n) = entry.file_name().to_str().and_then(slot_number) else {
+                continue;
+            };
+            let path = entry.path();
+            let file = match slots::open_slot(&path) {
+                Ok(file) => file,
+                Err(e) => {
+                    warn!(file = %path.display(), error = %e, "cannot open a job record slot; it is not used");
+                    continue;
+                }
+            };
+            if slots.files.len() <= n {
+                slots.files.resize(n + 1, None);
+            }
+            match read_slot(&file) {
+                Some(record) => {
+                    slots.held.insert(record.assignment_id, n);
+                }
+                None => slots.free.push(n),
+            }
+            slots.files[n] = Some(Arc::new(file));
+        }
+        Ok(Self { dir: dir.to_path_buf(), slots: Mutex::new(slots) })
     }
 
-    fn path(&self, assignment_id: &str) -> PathBuf {
+    fn slots(&self) -> std::sync::MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An earlier version's record file of `assignment_id`.
+    fn legacy_path(&self, assignment_id: &str) -> PathBuf {
         let name: String = assignment_id
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
@@ -75,8 +138,8 @@ impl Leftovers {
         self.dir.join(format!("{name}.job"))
     }
 
-    /// Records that `a` runs as process group `pgid`. Written and renamed into
-    /// place before returning, not fsynced: the record serves the next start of a
+    /// Records that `a` runs as process group `pgid`: written over a free slot
+    /// before returning, not fsynced: the record serves the next start of a
     /// sidecar process that died (its writes are in the page cache, which outlives
     /// the process); after a host crash there is nothing to reclaim (the job died
     /// with the host, and a record of an earlier boot is not taken for a live
@@ -96,36 +159,74 @@ impl Leftovers {
             shard_index: a.shard_index,
             epoch: a.epoch,
         };
-        let path = self.path(&a.assignment_id);
-        let tmp = path.with_extension("tmp");
+        let (n, file, order) = {
+            let mut slots = self.slots();
+            let n = slots.free.pop().unwrap_or_else(|| {
+                slots.files.push(None);
+                slots.files.len() - 1
+            });
+            slots.seq += 1;
+            let file = slots.files[n].clone();
+            (n, file, Order::now(slots.seq))
+        };
+        let path = self.dir.join(slot_name(n));
         let written = serde_json::to_vec(&record).map_err(std::io::Error::other).and_then(|bytes| {
-            use std::io::Write;
-            let mut file =
-                std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-            file.write_all(&bytes)?;
-            std::fs::rename(&tmp, &path)
+            let file = match file {
+                Some(file) => file,
+                None => Arc::new(slots::create_slot(&path)?),
+            };
+            slots::write_record(&file, order, &a.assignment_id, &bytes).map(|()| file)
         });
-        if let Err(e) = written {
-            warn!(file = %path.display(), error = %e, "cannot record a started job; a kill -9 now would leave it unsupervised");
+        let mut slots = self.slots();
+        match written {
+            Ok(file) => {
+                slots.files[n] = Some(file);
+                slots.held.insert(a.assignment_id.clone(), n);
+            }
+            Err(e) => {
+                // The slot's content is unknown: it is taken again only once it has a file.
+                if slots.files[n].is_some() {
+                    slots.free.push(n);
+                }
+                warn!(file = %path.display(), error = %e, "cannot record a started job; a kill -9 now would leave it unsupervised");
+            }
         }
     }
 
     /// The job's result is spooled: forget it.
     pub fn clear(&self, assignment_id: &str) {
-        let path = self.path(assignment_id);
-        if let Err(e) = std::fs::remove_file(&path)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            warn!(file = %path.display(), error = %e, "cannot remove a finished job's record");
+        let held = {
+            let mut slots = self.slots();
+            slots.held.remove(assignment_id).and_then(|n| slots.files[n].clone().map(|f| (n, f)))
+        };
+        let Some((n, file)) = held else {
+            let path = self.legacy_path(assignment_id);
+            if let Err(e) = std::fs::remove_file(&path)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                warn!(file = %path.display(), error = %e, "cannot remove a finished job's record");
+            }
+            return;
+        };
+        match slots::mark_free(&file) {
+            Ok(()) => self.slots().free.push(n),
+            // Left held: its record would be reclaimed (and refused) after a restart.
+            Err(e) => {
+                warn!(file = %self.dir.join(slot_name(n)).display(), error = %e, "cannot free a finished job's record")
+            }
         }
     }
 
     /// What an earlier process recorded and did not clear.
     pub fn left(&self) -> Vec<JobRecord> {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return Vec::new();
+        let held: Vec<Arc<std::fs::File>> = {
+            let slots = self.slots();
+            slots.held.values().filter_map(|n| slots.files[*n].clone()).collect()
         };
-        let mut out = Vec::new();
+        let mut out: Vec<JobRecord> = held.iter().filter_map(|f| read_slot(f)).collect();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return out;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             match path.extension().and_then(|e| e.to_str()) {
@@ -279,5 +380,40 @@ mod tests {
         // Reap our own child (the test process is its parent).
         let mut child = child;
         let _ = child.wait();
+    }
+
+    #[test]
+    fn records_reuse_their_slots_and_a_new_process_reads_them_and_old_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let jobs = dir.path().join("jobs");
+        let leftovers = Leftovers::open(&jobs).expect("open");
+        let a = |id: &str| Assignment { assignment_id: id.into(), job: "work".into(), ..Default::default() };
+        for i in 0..5 {
+            let id = format!("done/{i}");
+            leftovers.record(&a(&id), 4_000_000);
+            leftovers.clear(&id);
+        }
+        leftovers.record(&a("left/1"), 4_000_001);
+        leftovers.record(&a("left/2"), 4_000_002);
+        let files = || std::fs::read_dir(&jobs).expect("read jobs").count();
+        assert_eq!(files(), 2, "one slot file per job running at once, none made per job");
+        // An earlier version's record, one file per job.
+        let legacy = JobRecord { pgid: 4_000_003, assignment_id: "old/1".into(), ..Default::default() };
+        std::fs::write(jobs.join("old_1.job"), serde_json::to_vec(&legacy).expect("json")).expect("write");
+        drop(leftovers);
+
+        // The next process: what was left, its own records and the old file.
+        let leftovers = Leftovers::open(&jobs).expect("open again");
+        let mut left: Vec<String> = leftovers.left().into_iter().map(|r| r.assignment_id).collect();
+        left.sort();
+        assert_eq!(left, ["left/1", "left/2", "old/1"]);
+        for id in &left {
+            leftovers.clear(id);
+        }
+        assert!(leftovers.left().is_empty());
+        assert_eq!(files(), 2, "the old file is removed, the slots stay for reuse");
+        leftovers.record(&a("next/1"), 4_000_004);
+        assert_eq!(files(), 2, "a freed slot is written over");
+        assert_eq!(leftovers.left().len(), 1);
     }
 }
