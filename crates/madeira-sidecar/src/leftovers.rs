@@ -320,9 +320,21 @@ fn owns_group(r: &JobRecord) -> bool {
     }
 }
 
-/// Field 22 (starttime) of /proc/PID/stat.
+/// Field 22 (starttime) of /proc/PID/stat, read into a buffer that holds the
+/// whole line (`read_to_string` sizes its buffer from the file's size, which
+/// procfs reports as 0, and grew it over six reads: this runs once per job).
 fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    use std::io::Read;
+    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let mut buf = [0u8; 1024];
+    let mut len = 0;
+    while len < buf.len() {
+        match file.read(&mut buf[len..]).ok()? {
+            0 => break,
+            n => len += n,
+        }
+    }
+    let stat = std::str::from_utf8(&buf[..len]).ok()?;
     let after = &stat[stat.rfind(')')? + 1..];
     // After `comm`: state is field 3, so starttime (22) is the 20th from here.
     after.split_whitespace().nth(19)?.parse().ok()

@@ -136,15 +136,20 @@ fn write_input(
     }
     let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
     // Never through a symbolic link: the file is written, and handed over, as itself.
+    // A recycled directory keeps its input file (`workdir.rs`): written over in
+    // place and cut to this input's length, not truncated first (a file cut to
+    // nothing frees its block, which waits for a discard on such disks).
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
-        .truncate(true)
+        .truncate(false)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(input)
         .map_err(|e| format!("cannot write {}: {e}", input.display()))?;
-    file.write_all(text.as_bytes()).map_err(|e| format!("cannot write {}: {e}", input.display()))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.set_len(text.len() as u64))
+        .map_err(|e| format!("cannot write {}: {e}", input.display()))?;
     if let Some((uid, gid, name)) = owner {
         let handed = std::os::unix::fs::chown(dir, Some(uid), Some(gid))
             .and_then(|()| std::os::unix::fs::fchown(&file, Some(uid), Some(gid)));

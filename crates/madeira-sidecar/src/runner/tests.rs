@@ -84,7 +84,15 @@ fn assert_left_only_spares(root: &Path) {
         let path = entry.expect("entry").path();
         let name = path.file_name().expect("name").to_string_lossy().to_string();
         assert!(name.starts_with(".spare-"), "attempt dir {name} left behind");
-        assert!(std::fs::read_dir(&path).expect("spare").next().is_none(), "spare {name} is not empty");
+        let entries: Vec<String> = std::fs::read_dir(&path)
+            .expect("spare")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect();
+        assert!(
+            entries.iter().all(|e| e == "input.json"),
+            "spare {name} holds more than its input: {entries:?}"
+        );
     }
 }
 
@@ -123,6 +131,39 @@ mv "$d/out.tmp" "$MADEIRA_OUTPUT_FILE"
     assert_eq!(out.outputs["output_there"], "no", "the last job's output is gone");
     assert_eq!(workdir::spare_count(&work), 1, "taken, then kept again");
     assert_left_only_spares(&work);
+}
+
+/// The input file a recycled directory keeps is written over: a shorter input
+/// leaves nothing of the longer one before it; one with another name (a hard
+/// link a job made) is not kept.
+#[tokio::test]
+async fn a_kept_input_file_holds_exactly_the_next_input_and_a_linked_one_is_dropped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("work");
+    let echo = job(&["/bin/sh", "-c", r#"cp "$MADEIRA_INPUT_FILE" "$MADEIRA_OUTPUT_FILE""#], None, "1s");
+    let long = Attempt { input: json!({"params": {"text": "x".repeat(5000)}}), ..attempt() };
+    let out = run_in(&work, &echo, &long, CancellationToken::new()).await;
+    assert_eq!(out.outputs["params"]["text"].as_str().map(str::len), Some(5000), "{}", out.error);
+    let short = Attempt { assignment_id: "a-2".into(), input: json!({"params": {"n": 1}}), ..attempt() };
+    let out = run_in(&work, &echo, &short, CancellationToken::new()).await;
+    assert_eq!(serde_json::Value::Object(out.outputs), json!({"params": {"n": 1}}), "{}", out.error);
+
+    let link = job(
+        &["/bin/sh", "-c", r#"ln "$MADEIRA_INPUT_FILE" "$(dirname "$MADEIRA_INPUT_FILE")/../linked""#],
+        None,
+        "1s",
+    );
+    let third = Attempt { assignment_id: "a-3".into(), ..attempt() };
+    let out = run_in(&work, &link, &third, CancellationToken::new()).await;
+    assert_eq!(out.status, Status::Success, "{}", out.error);
+    std::fs::remove_file(work.join("linked")).expect("the job's link");
+    assert_left_only_spares(&work);
+    let spares: Vec<_> =
+        std::fs::read_dir(&work).expect("work").flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    assert!(
+        spares.iter().all(|s| !s.join("input.json").exists()),
+        "an input file with a second name is removed, not kept: {spares:?}"
+    );
 }
 
 /// Spares an earlier process left are removed when the sidecar starts.

@@ -10,6 +10,15 @@
 //! owned by the sidecar's own user is recycled (one handed to a job's `user` is
 //! removed as before), at most `MAX_SPARES` per work root; spares left by an
 //! earlier process are removed at start (`clear_spares`).
+//!
+//! The input file is kept through the recycling (a regular file of the sidecar's
+//! user with no other link; anything else there is removed) and written over by
+//! the next attempt, so a job makes no inode: on ext4 without a journal, creating a
+//! file looks past every inode deleted in the last minute or more for a free one,
+//! and with one file made and removed per job that search grew with the jobs run
+//! (`find_inode_bit`, `recently_deleted` in a profile of a busy sidecar). A spare
+//! holds its last job's input until the next attempt writes its own, in the
+//! sidecar's 0700 work root, as the spool holds the results.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -19,6 +28,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Spares kept per work root (the rest are removed as before).
 const MAX_SPARES: usize = 32;
 const SPARE_PREFIX: &str = ".spare-";
+/// The one entry a spare keeps (`spawn.rs` writes it over).
+pub(super) const INPUT: &str = "input.json";
 
 /// Spare directories of every work root in this process, by path.
 static SPARES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
@@ -43,9 +54,9 @@ pub(super) fn reuse(dir: &Path) -> bool {
             }
         };
         match std::fs::rename(&spare, dir) {
-            // Checked empty again: a job's stray grandchild (outside its process
-            // group) may have written into it since; then it is not used.
-            Ok(()) if is_empty(dir) => return true,
+            // Checked again: a job's stray grandchild (outside its process group)
+            // may have written into it since; then it is not used.
+            Ok(()) if is_fresh(dir) => return true,
             Ok(()) => {
                 tracing::warn!(dir = %dir.display(), "a spare attempt directory was written to after it was emptied; made anew");
                 let _ = std::fs::remove_dir_all(dir);
@@ -77,7 +88,7 @@ pub(super) fn recycle(work_root: &Path, dir: &Path) -> bool {
     if !meta.is_dir() || meta.uid() != euid {
         return false;
     }
-    if !empty(dir) {
+    if !empty_but_input(dir) {
         return false;
     }
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -89,12 +100,23 @@ pub(super) fn recycle(work_root: &Path, dir: &Path) -> bool {
     true
 }
 
-fn is_empty(dir: &Path) -> bool {
-    std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_none())
+/// The input file a spare may keep: a regular file (not a link) of this user
+/// with no other name.
+fn kept_input(entry: &std::fs::DirEntry) -> bool {
+    // SAFETY: geteuid(2) has no preconditions and touches no memory.
+    let euid = unsafe { libc::geteuid() };
+    entry.file_name() == INPUT
+        && entry.metadata().is_ok_and(|m| m.file_type().is_file() && m.uid() == euid && m.nlink() == 1)
 }
 
-/// Removes every entry of `dir` (never following a symbolic link out of it).
-fn empty(dir: &Path) -> bool {
+/// Holds nothing but a kept input file.
+fn is_fresh(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| entries.into_iter().all(|e| e.is_ok_and(|e| kept_input(&e))))
+}
+
+/// Removes every entry of `dir` but a kept input file (never following a
+/// symbolic link out of it).
+fn empty_but_input(dir: &Path) -> bool {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return false;
     };
@@ -102,6 +124,9 @@ fn empty(dir: &Path) -> bool {
         let Ok(entry) = entry else {
             return false;
         };
+        if kept_input(&entry) {
+            continue;
+        }
         let path = entry.path();
         let removed = match entry.file_type() {
             Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
@@ -155,7 +180,7 @@ mod tests {
             .map(|e| e.path())
             .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(SPARE_PREFIX)))
             .expect("a spare");
-        assert!(is_empty(&spare));
+        assert!(is_fresh(&spare));
         // A stray grandchild of the last job writes into it.
         std::fs::write(spare.join("late"), b"x").expect("late write");
         let next = root.path().join("a-2");
