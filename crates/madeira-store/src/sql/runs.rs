@@ -52,8 +52,32 @@ pub(super) async fn create_runs(
         outcomes.push(create_in(&mut tx, run, &mut batch).await?);
     }
     batch.write(&mut tx).await?;
-    tx.commit().await?;
-    Ok(outcomes)
+    let first = batch.runs.first().map(|(run, _, _)| run.id.clone());
+    match tx.commit().await {
+        Ok(()) => Ok(outcomes),
+        Err(e) => {
+            // The commit's answer was lost with its connection (killed, reset):
+            // the commit may have been applied, and a retry would then fail on the
+            // run ids it wrote and report runs that exist as not created. The
+            // first of them, read on another connection, tells.
+            let e = StoreError::from(e);
+            match first {
+                Some(id) if e.is_transient() && run_written(pool, &id).await => {
+                    tracing::warn!(error = %e, "the commit's answer was lost but its runs are stored: created");
+                    Ok(outcomes)
+                }
+                _ => Err(e),
+            }
+        }
+    }
+}
+
+/// Whether run `id` is stored (read on a connection of its own; an error reads
+/// as not stored, and the caller's retry decides).
+async fn run_written(pool: &Pool, id: &str) -> bool {
+    let mut q: QueryBuilder<Db> = QueryBuilder::new("SELECT id FROM runs WHERE id = ");
+    q.push_bind(id);
+    matches!(q.build_query_scalar::<String>().fetch_optional(pool).await, Ok(Some(_)))
 }
 
 /// What one creation transaction has decided so far: the runs the keys of the
