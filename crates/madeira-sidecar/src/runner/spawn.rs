@@ -57,7 +57,7 @@ pub(super) fn prepare(
         Some(name) => Some(lookup_user(name)?),
         None => None,
     };
-    let input = dir.join("input.json");
+    let input = dir.join(super::workdir::INPUT);
     let output = dir.join("output.json");
     let owner = user.as_ref().map(|u| (u.uid, u.gid, u.name.clone()));
     // Written in place, not on the blocking pool: a directory and one small file
