@@ -13,8 +13,10 @@
 //!
 //! The input file is kept through the recycling (a regular file of the sidecar's
 //! user with no other link; anything else there is removed) and written over by
-//! the next attempt, so a job makes no inode: on ext4 without a journal, creating a
-//! file looks past every inode deleted in the last minute or more for a free one,
+//! the next attempt, so a job that finds a spare (the usual case once a sidecar has
+//! run as many jobs at once as it runs now) makes no inode of the sidecar's own:
+//! on ext4 without a journal, creating a file looks past every inode deleted in the
+//! last minute or more for a free one (`recently_deleted`),
 //! and with one file made and removed per job that search grew with the jobs run
 //! (`find_inode_bit`, `recently_deleted` in a profile of a busy sidecar). A spare
 //! holds its last job's input until the next attempt writes its own, in the
