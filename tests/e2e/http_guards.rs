@@ -6,9 +6,8 @@
 //! that never finishes its headers is closed; a sign-in `next` with a control
 //! character is no 5xx.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -169,32 +168,9 @@ fn serve_logged(dir: &Path) -> (Dev, Arc<Mutex<String>>) {
         db.display()
     );
     std::fs::write(&config, text).expect("write config");
-    let mut child = Command::new(BIN)
-        .arg("serve")
-        .arg("--config")
-        .arg(&config)
-        .env("MADEIRA_T_ADMIN", ADMIN)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn serve");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let logs = Arc::new(Mutex::new(String::new()));
-    let base = loop {
-        let line = lines.next().expect("serve exited before serving").expect("read stderr");
-        logs.lock().expect("logs").push_str(&format!("{line}\n"));
-        if let Some(rest) = line.strip_prefix("madeira serve: API on ") {
-            break rest.split_whitespace().next().expect("url").trim_end_matches("/api/v1").to_string();
-        }
-    };
-    let sink = logs.clone();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            sink.lock().expect("logs").push_str(&format!("{line}\n"));
-        }
-    });
-    (Dev { child, base, http: client(Some(ADMIN)), grpc: String::new() }, logs)
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve").arg("--config").arg(&config).env("MADEIRA_T_ADMIN", ADMIN).env_remove("RUST_LOG");
+    Dev::spawn_logged(cmd, "madeira serve: API on ", client(Some(ADMIN)))
 }
 
 #[tokio::test]

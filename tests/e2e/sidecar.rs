@@ -97,6 +97,14 @@ impl Drop for SidecarProc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            // A failing test shows the sidecar's last log lines (its log file).
+            let log = std::fs::read_to_string(self.config.with_extension("log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(200).collect();
+            eprintln!("---- sidecar {}: its last {} log lines ----", self.config.display(), tail.len());
+            tail.iter().rev().for_each(|line| eprintln!("{line}"));
+            eprintln!("---- end of sidecar {} ----", self.config.display());
+        }
     }
 }
 

@@ -149,6 +149,76 @@ pub struct Dev {
     pub http: reqwest::Client,
     /// `host:port` of the sidecar link.
     pub grpc: String,
+    /// The server's last stderr lines, printed when a test panics with it alive.
+    pub log: LogTail,
+}
+
+/// The last `LogTail::LINES` lines a server wrote to stderr, and the thread that
+/// reads them: a failing test prints them (the cause of a rare failure is then
+/// in CI's output), a passing one prints nothing.
+#[derive(Default)]
+pub struct LogTail {
+    lines: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
+    /// Every line, when the test reads what the server logged (`spawn_logged`).
+    pub all: Option<std::sync::Arc<std::sync::Mutex<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LogTail {
+    const LINES: usize = 300;
+
+    /// Keeps `first` (the lines already read, not echoed again), then reads
+    /// `lines` to their end on a thread, keeping the last ones (every one as well
+    /// in `all` when `keep_all`) and echoing each, tagged, when
+    /// `MADEIRA_TEST_ECHO` is set.
+    pub fn follow(
+        tag: String,
+        first: Vec<String>,
+        lines: impl Iterator<Item = std::io::Result<String>> + Send + 'static,
+        keep_all: bool,
+    ) -> LogTail {
+        let all = keep_all.then(|| {
+            let text: String = first.iter().map(|line| format!("{line}\n")).collect();
+            std::sync::Arc::new(std::sync::Mutex::new(text))
+        });
+        let first: std::collections::VecDeque<String> =
+            first.into_iter().rev().take(LogTail::LINES).rev().collect();
+        let kept = std::sync::Arc::new(std::sync::Mutex::new(first));
+        let echo = std::env::var_os("MADEIRA_TEST_ECHO").is_some();
+        let (sink, whole) = (kept.clone(), all.clone());
+        let reader = std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if echo {
+                    eprintln!("[{tag}] {line}");
+                }
+                if let Some(whole) = &whole {
+                    whole.lock().unwrap_or_else(|e| e.into_inner()).push_str(&format!("{line}\n"));
+                }
+                let mut kept = sink.lock().unwrap_or_else(|e| e.into_inner());
+                if kept.len() == LogTail::LINES {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
+            }
+        });
+        LogTail { lines: kept, all, reader: Some(reader) }
+    }
+
+    /// Prints the kept lines to stderr under `title`, after waiting (1 s at most)
+    /// for the reader to reach the end of a stream whose writer is gone.
+    pub fn print(&mut self, title: &str) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while self.reader.as_ref().is_some_and(|r| !r.is_finished()) && Instant::now() < deadline {
+            // Waiting on the reader's end under a deadline (a job may hold the pipe).
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let kept = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        eprintln!("---- {title}: its last {} stderr lines ----", kept.len());
+        for line in kept.iter() {
+            eprintln!("{line}");
+        }
+        eprintln!("---- end of {title} ----");
+    }
 }
 
 impl Dev {
@@ -202,15 +272,29 @@ impl Dev {
         Dev::spawn(cmd, "madeira serve: API on ", grpc_banner, http)
     }
 
-    /// Spawns `cmd` and reads the bound address from the stderr line starting with
-    /// `banner` (and the sidecar link's from `grpc_banner`); the rest of stderr is
-    /// drained (and echoed when `MADEIRA_TEST_ECHO`).
+    /// Spawns `cmd` (logging at `info` unless told otherwise) and reads the bound
+    /// address from the stderr line starting with `banner` (and the sidecar link's
+    /// from `grpc_banner`); stderr's last lines are kept in `log` (see `LogTail`).
     fn spawn(mut cmd: Command, banner: &str, grpc_banner: Option<&str>, http: reqwest::Client) -> Dev {
+        // Info lines by default (RUST_LOG still wins), so a failure's tail says what the server did.
+        if !cmd.get_args().any(|a| a == "--log-level") {
+            cmd.args(["--log-level", "info"]);
+        }
+        Dev::spawn_keeping(cmd, banner, grpc_banner, http, false)
+    }
+
+    fn spawn_keeping(
+        mut cmd: Command,
+        banner: &str,
+        grpc_banner: Option<&str>,
+        http: reqwest::Client,
+        keep_all: bool,
+    ) -> Dev {
         let mut child =
             cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn madeira server");
         let stderr = child.stderr.take().expect("stderr");
         let mut lines = BufReader::new(stderr).lines();
-        let (mut base, mut grpc) = (None, None);
+        let (mut base, mut grpc, mut first) = (None, None, Vec::new());
         while base.is_none() || (grpc_banner.is_some() && grpc.is_none()) {
             let line = lines.next().expect("madeira exited before serving").expect("read stderr");
             if let Some(rest) = line.strip_prefix(banner) {
@@ -220,18 +304,23 @@ impl Dev {
             if let Some(rest) = grpc_banner.and_then(|b| line.strip_prefix(b)) {
                 grpc = rest.split_whitespace().next().map(str::to_string);
             }
+            first.push(line);
         }
         let base = base.unwrap_or_default();
-        let echo = std::env::var_os("MADEIRA_TEST_ECHO").is_some();
-        let tag = base.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                if echo {
-                    eprintln!("[{tag}] {line}");
-                }
-            }
-        });
-        Dev { child, base, http, grpc: grpc.unwrap_or_default() }
+        let log = LogTail::follow(base.clone(), first, lines, keep_all);
+        Dev { child, base, http, grpc: grpc.unwrap_or_default(), log }
+    }
+
+    /// Spawns `cmd` as `spawn` does, keeping every stderr line in the returned
+    /// text (to check what the server logged).
+    pub fn spawn_logged(
+        cmd: Command,
+        banner: &str,
+        http: reqwest::Client,
+    ) -> (Dev, std::sync::Arc<std::sync::Mutex<String>>) {
+        let dev = Dev::spawn_keeping(cmd, banner, None, http, true);
+        let logs = dev.log.all.clone().expect("every line kept");
+        (dev, logs)
     }
 
     /// Runs the CLI with `args` against this control plane.
@@ -326,6 +415,10 @@ impl Drop for Dev {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            let title = format!("server {}", self.base);
+            self.log.print(&title);
+        }
     }
 }
 
@@ -394,36 +487,14 @@ pub fn start_logged(
     config: &Path,
     env: &[(&str, &str)],
 ) -> (Dev, std::sync::Arc<std::sync::Mutex<String>>) {
-    use std::sync::{Arc, Mutex};
-    let mut child = Command::new(BIN)
-        .args(["dev", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--log-level", "debug", "--data"])
+    let mut cmd = Command::new(BIN);
+    cmd.args(["dev", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--log-level", "debug", "--data"])
         .arg(dir.join("data"))
         .arg("--config")
         .arg(config)
         .envs(env.iter().copied())
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn madeira dev");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let logs = Arc::new(Mutex::new(String::new()));
-    let base = loop {
-        let line = lines.next().expect("madeira dev exited before serving").expect("read stderr");
-        logs.lock().expect("logs").push_str(&format!("{line}\n"));
-        if let Some(rest) = line.strip_prefix("madeira dev: API on ") {
-            let url = rest.split_whitespace().next().expect("url");
-            break url.trim_end_matches("/api/v1").to_string();
-        }
-    };
-    let sink = logs.clone();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            sink.lock().expect("logs").push_str(&format!("{line}\n"));
-        }
-    });
-    (Dev { child, base, http: client(None), grpc: String::new() }, logs)
+        .env_remove("RUST_LOG");
+    Dev::spawn_logged(cmd, "madeira dev: API on ", client(None))
 }
 
 /// A tmpfs mounted for one test (root only), unmounted when dropped.
