@@ -149,7 +149,7 @@ pub struct Dev {
     pub http: reqwest::Client,
     /// `host:port` of the sidecar link.
     pub grpc: String,
-    /// The server's last stderr lines, printed when a test panics with it alive.
+    /// The server's last stderr lines, printed if it is dropped while a test panics.
     pub log: LogTail,
 }
 
@@ -311,8 +311,9 @@ impl Dev {
         Dev { child, base, http, grpc: grpc.unwrap_or_default(), log }
     }
 
-    /// Spawns `cmd` as `spawn` does, keeping every stderr line in the returned
-    /// text (to check what the server logged).
+    /// Spawns `cmd` as `spawn` does, but at the log level `cmd` asks for and
+    /// keeping every stderr line in the returned text (to check what the server
+    /// logged).
     pub fn spawn_logged(
         cmd: Command,
         banner: &str,
